@@ -1,0 +1,3 @@
+from tpudiag.cli.app import main
+
+main()

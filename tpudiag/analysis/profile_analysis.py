@@ -1,0 +1,168 @@
+"""One pass over a parsed profile: steps, per-op aggregates and the report's numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tpudiag.analysis.ops import aggregate_ops
+from tpudiag.analysis.steps import StepSource, build_steps
+from tpudiag.model import schemas
+from tpudiag.model.findings import Finding
+from tpudiag.model.profile import Profile
+from tpudiag.model.report import Breakdown, Distribution, HostSummary, OpRow, Report, RuleSkip, Summary
+
+
+@dataclass
+class Analysis:
+    """Tables derived from a profile; the input of rules and of the report builder."""
+
+    profile: Profile
+    steps: pd.DataFrame  # schemas.STEPS, every host
+    ops: pd.DataFrame  # schemas.OPS, every host
+    step_sources: dict[str, StepSource]
+    core_time_ps: dict[str, int]  # per host: sum over cores of each core's span
+
+    @property
+    def platform(self) -> str:
+        return self.profile.hosts[0].device.platform
+
+
+def _core_spans(events: pd.DataFrame, steps: pd.DataFrame) -> int:
+    """Sum over cores of (last end - first start) over op events and step markers."""
+    if events.empty:
+        return 0
+    ends = events["start_ps"] + events["dur_ps"]
+    frame = pd.DataFrame({"core": events["core"], "s": events["start_ps"], "e": ends})
+    if not steps.empty:
+        frame = pd.concat([frame, pd.DataFrame({"core": steps["core"], "s": steps["start_ps"],
+                                                "e": steps["start_ps"] + steps["dur_ps"]})])
+    g = frame.groupby("core")
+    return int((g["e"].max() - g["s"].min()).sum())
+
+
+def analyze(profile: Profile) -> Analysis:
+    steps, ops, sources, spans = [], [], {}, {}
+    for host in profile.hosts:
+        host_steps, source = build_steps(host)
+        steps.append(host_steps)
+        ops.append(aggregate_ops(host))
+        sources[host.host] = source
+        spans[host.host] = _core_spans(host.events, host_steps)
+    steps_df = pd.concat(steps, ignore_index=True) if steps else schemas.STEPS.empty()
+    ops_df = pd.concat(ops, ignore_index=True) if ops else schemas.OPS.empty()
+    # concat of categoricals with different categories falls back to object: restore the schema.
+    steps_df = schemas.STEPS.frame({c: steps_df[c].to_numpy() for c in schemas.STEPS.names})
+    ops_df = schemas.OPS.frame({c: ops_df[c].to_numpy() for c in schemas.OPS.names})
+    return Analysis(profile, steps_df, ops_df, sources, spans)
+
+
+def _distribution(values: np.ndarray) -> Distribution | None:
+    if len(values) == 0:
+        return None
+    return Distribution(count=len(values), mean_ps=float(values.mean()), p50_ps=float(np.percentile(values, 50)),
+                        p90_ps=float(np.percentile(values, 90)), min_ps=int(values.min()), max_ps=int(values.max()))
+
+
+def _breakdown(steps: pd.DataFrame) -> Breakdown | None:
+    if steps.empty:
+        return None
+    m = steps[["dur_ps", "compute_ps", "collective_ps", "io_ps", "idle_ps"]].mean()
+    return Breakdown(step_ps=float(m["dur_ps"]), compute_ps=float(m["compute_ps"]),
+                     collective_ps=float(m["collective_ps"]), io_ps=float(m["io_ps"]), idle_ps=float(m["idle_ps"]))
+
+
+def per_step_times(steps: pd.DataFrame) -> pd.DataFrame:
+    """Step time per host and step: the slowest core's step (XProf: max over cores)."""
+    return steps.groupby(["host", "step"], observed=True)["dur_ps"].max().reset_index()
+
+
+def combined_step_times(steps: pd.DataFrame, n_hosts: int) -> tuple[np.ndarray, list[str]]:
+    """Per step present on every host, the slowest host's step time; warnings when steps differ."""
+    warnings: list[str] = []
+    per_host = per_step_times(steps)
+    if per_host.empty:
+        return np.zeros(0, dtype=np.int64), warnings
+    counts = per_host.groupby("step")["host"].nunique()
+    common = counts[counts == n_hosts].index
+    if len(common) < len(counts):
+        warnings.append(f"{len(counts) - len(common)} step numbers are missing on some hosts; "
+                        "the combined step time uses only the steps every host recorded")
+    combined = per_host[per_host["step"].isin(common)].groupby("step")["dur_ps"].max()
+    return combined.to_numpy(dtype=np.int64), warnings
+
+
+def _host_summaries(analysis: Analysis) -> list[HostSummary]:
+    out = []
+    per_host = per_step_times(analysis.steps)
+    for host in analysis.profile.hosts:
+        hs = analysis.steps[analysis.steps["host"] == host.host]
+        times = per_host.loc[per_host["host"] == host.host, "dur_ps"].to_numpy()
+        slowest = ""
+        if not hs.empty:
+            slowest = str(hs.groupby("device", observed=True)["dur_ps"].mean().idxmax())
+        out.append(HostSummary(host=host.host, path=host.path, device_type=host.device.device_type,
+                               n_chips=host.device.n_chips, n_cores=host.device.n_cores, n_events=len(host.events),
+                               step_time=_distribution(times), breakdown=_breakdown(hs), slowest_core=slowest))
+    return out
+
+
+def _op_rows(analysis: Analysis) -> list[OpRow]:
+    ops = analysis.ops.sort_values("self_time_ps", ascending=False, kind="stable")
+    rows = []
+    for r in ops.itertuples(index=False):
+        denom = analysis.core_time_ps.get(r.host, 0)
+        rows.append(OpRow(
+            host=r.host, program_id=int(r.program_id), program=r.module, name=r.name, category=r.category,
+            occurrences=int(r.occurrences), total_time_ps=int(r.total_time_ps), self_time_ps=int(r.self_time_ps),
+            time_share=r.self_time_ps / denom if denom else 0.0, flops=float(r.flops),
+            bytes_accessed=float(r.bytes_accessed), hbm_bytes=float(r.hbm_bytes), flop_rate=float(r.flop_rate),
+            hbm_bw=float(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
+            flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
+            bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source))
+    return rows
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if x is not None and np.isfinite(x) else None
+
+
+def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_run: bool = False,
+                 rules_skipped: tuple[RuleSkip, ...] = (), dumps: tuple[str, ...] = ()) -> Report:
+    profile = analysis.profile
+    hosts = _host_summaries(analysis)
+    first = profile.hosts[0].device
+    combined, step_warnings = combined_step_times(analysis.steps, len(profile.hosts))
+    means = [h.step_time.mean_ps for h in hosts if h.step_time is not None]
+    spread = float(max(means) - min(means)) if len(means) > 1 else 0.0
+    slowest = max((h for h in hosts if h.step_time), key=lambda h: h.step_time.mean_ps, default=None)
+    sources = {s.kind if s.kind != "XLA Modules" else f"XLA Modules ({s.module})"
+               for s in analysis.step_sources.values()}
+    warnings: list[str] = []
+    for host in profile.hosts:
+        prefix = f"{host.host}: " if len(profile.hosts) > 1 else ""
+        warnings.extend(prefix + w for w in host.warnings)
+    if "none" in sources and first.platform != "CPU":
+        warnings.append("no Steps line and no XLA Modules executions: step time is not available")
+    if any(s.kind == "XLA Modules" for s in analysis.step_sources.values()):
+        warnings.append("no Steps line (an inference capture?): each execution of the busiest module counts as a step")
+    warnings.extend(step_warnings)
+    warnings.extend(profile.warnings)
+    device_types = sorted({h.device.device_type for h in profile.hosts})
+    if len(device_types) > 1:
+        warnings.append(f"hosts report different device types: {', '.join(device_types)}")
+    summary = Summary(
+        input_path=profile.input_path, run=profile.run, platform=first.platform, device_type=first.device_type,
+        generation=first.chip.generation if first.chip else "", hosts=tuple(h.host for h in profile.hosts),
+        n_chips=sum(h.device.n_chips for h in profile.hosts), n_cores=sum(h.device.n_cores for h in profile.hosts),
+        peak_flops_per_s=first.peak_flops_per_s, hbm_bytes_per_s=first.hbm_bytes_per_s,
+        peaks_source=first.peaks_source, step_source=", ".join(sorted(sources)),
+        step_time=_distribution(combined), host_spread_ps=spread,
+        slowest_host=slowest.host if slowest and len(hosts) > 1 else "", breakdown=_breakdown(analysis.steps),
+        modelled=profile.modelled, dumps=dumps)
+    return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis)),
+                  findings=tuple(sorted(findings, key=lambda f: (-f.saving.ps, -f.severity))),
+                  rules_run=rules_run, rules_skipped=rules_skipped, warnings=tuple(dict.fromkeys(warnings)),
+                  failures=tuple(f.message for f in profile.failures))

@@ -1,0 +1,109 @@
+"""Steps per host and core, their breakdown, and the assignment of op events to steps.
+
+Step boundaries come from the `Steps` line (training) where present, else from executions of the
+module that dominates device time (inference has no Steps line). Per core, when several markers
+share a step number, the longest is kept, as XProf does. Busy time is the union of op intervals
+inside the step, so busy + idle = step duration exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tpudiag.analysis.intervals import covered, merge
+from tpudiag.model import schemas
+from tpudiag.model.hlo_names import IO_CATEGORIES, collective_family
+from tpudiag.model.profile import HostTrace
+
+
+@dataclass(frozen=True)
+class StepSource:
+    kind: str  # "Steps line", "XLA Modules" or "none"
+    module: str = ""  # for "XLA Modules": the module whose executions are the steps
+
+
+def step_markers(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
+    """(device, core, step, start_ps, dur_ps) markers, one per core and step."""
+    markers = host.step_markers
+    source = StepSource("Steps line")
+    if markers.empty and not host.modules.empty:
+        mods = host.modules
+        per_program = mods.groupby("program_id", observed=True)["dur_ps"].sum()
+        program = per_program.idxmax()
+        chosen = mods[mods["program_id"] == program].sort_values(["core", "start_ps"])
+        markers = pd.DataFrame({
+            "device": chosen["device"].astype(str).to_numpy(),
+            "core": chosen["core"].to_numpy(),
+            "step": chosen.groupby("core").cumcount().to_numpy().astype(np.int64),
+            "start_ps": chosen["start_ps"].to_numpy(),
+            "dur_ps": chosen["dur_ps"].to_numpy(),
+        })
+        source = StepSource("XLA Modules", str(chosen["module"].iloc[0]))
+    elif markers.empty:
+        return markers, StepSource("none")
+    longest = markers.sort_values("dur_ps", ascending=False).drop_duplicates(["core", "step"])
+    return longest.sort_values(["core", "start_ps"]).reset_index(drop=True), source
+
+
+def build_steps(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
+    """The steps table of one host, and label each event with its step (in place)."""
+    markers, source = step_markers(host)
+    if markers.empty:
+        return schemas.STEPS.empty(), source
+    events = host.events
+    step_col = np.full(len(events), -1, dtype=np.int64)
+    families = _families(events)
+    is_collective = families[events["name"].cat.codes.to_numpy()] if len(events) else np.zeros(0, bool)
+    io_cats = np.array([str(c).lower() in IO_CATEGORIES for c in events["category"].cat.categories], dtype=bool)
+    is_io = io_cats[events["category"].cat.codes.to_numpy()] if len(events) else np.zeros(0, bool)
+    rows = []
+    core_arr = events["core"].to_numpy()
+    start = events["start_ps"].to_numpy()
+    end = start + events["dur_ps"].to_numpy()
+    depth = events["depth"].to_numpy()
+    sparse = events["device"].astype(str).str.contains("SparseCore").to_numpy() if len(events) else np.zeros(0, bool)
+    for core, m in markers.groupby("core", sort=True):
+        on_core = np.flatnonzero((core_arr == core) & ~sparse)
+        s_start = m["start_ps"].to_numpy()
+        s_end = s_start + m["dur_ps"].to_numpy()
+        steps = m["step"].to_numpy()
+        if len(on_core):
+            k = np.searchsorted(s_start, start[on_core], side="right") - 1
+            inside = (k >= 0) & (start[on_core] < s_end[np.clip(k, 0, None)])
+            step_col[on_core[inside]] = steps[k[inside]]
+        top = on_core[depth[on_core] == 0]
+        busy = covered(s_start, s_end, *merge(start[top], end[top]))
+        coll_idx = on_core[is_collective[on_core]]
+        coll = covered(s_start, s_end, *merge(start[coll_idx], end[coll_idx]))
+        io_idx = on_core[is_io[on_core]]
+        io = covered(s_start, s_end, *merge(start[io_idx], end[io_idx]))
+        coll = np.minimum(coll, busy)
+        io = np.minimum(io, busy - coll)
+        dur = s_end - s_start
+        rows.append(pd.DataFrame({
+            "device": m["device"].astype(str).to_numpy(),
+            "core": np.full(len(m), core, dtype=np.int32),
+            "step": steps,
+            "start_ps": s_start,
+            "dur_ps": dur,
+            "busy_ps": busy,
+            "compute_ps": busy - coll - io,
+            "collective_ps": coll,
+            "io_ps": io,
+            "idle_ps": dur - busy,
+        }))
+    events["step"] = step_col
+    table = pd.concat(rows, ignore_index=True)
+    table.insert(0, "host", host.host)
+    return schemas.STEPS.frame({c: table[c].to_numpy() for c in schemas.STEPS.names}), source
+
+
+def _families(events: pd.DataFrame) -> np.ndarray:
+    """Per name category: True when the op is a collective (sync, or the wait of an async one)."""
+    if not len(events):
+        return np.zeros(0, dtype=bool)
+    names = events["name"].cat.categories
+    return np.array([bool(collective_family(str(n))) for n in names], dtype=bool)

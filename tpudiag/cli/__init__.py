@@ -1,0 +1,1 @@
+"""Thin typer commands: parse arguments, call the library, render."""

@@ -1,0 +1,1 @@
+"""The typed core: trace tables and their schemas, device facts, findings and the report."""

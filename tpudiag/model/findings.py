@@ -1,0 +1,54 @@
+"""Findings: what a rule reports, with its evidence, estimated saving and fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class Severity(IntEnum):
+    INFO = 0
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+
+    @classmethod
+    def parse(cls, text: str) -> "Severity":
+        try:
+            return cls[text.strip().upper()]
+        except KeyError as exc:
+            raise ValueError(f"unknown severity {text!r}; expected one of "
+                             f"{', '.join(s.name.lower() for s in cls)}") from exc
+
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Saving:
+    """An upper bound on the time a fix could save per step, with how it was obtained."""
+
+    ps: int
+    basis: str  # "measured", "modelled" or "compiler estimate"
+    explanation: str
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One row of evidence: the op (or step, or array) and the numbers that implicate it."""
+
+    subject: str
+    values: tuple[tuple[str, str], ...]  # (label, formatted value)
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # kebab-case rule name
+    code: str  # stable code, e.g. TPD101
+    severity: Severity
+    message: str  # one line, numbers inline
+    saving: Saving
+    fix: str  # one line
+    evidence: tuple[Evidence, ...] = field(default_factory=tuple)
+    host: str = ""
+    ops: tuple[str, ...] = ()  # op names the finding cites

@@ -1,0 +1,67 @@
+"""Public hardware figures for TPU generations, in one frozen table.
+
+Figures are per chip from public Google Cloud TPU documentation and jax-ml/scaling-book; a trace's
+own plane stats (peak FLOP/s, HBM bandwidth) take precedence when present. `clock_hz` is None
+where it is not public: v6e's clock cannot be derived consistently from public peaks
+(see `shared/reference/tpu-compiler-dumps.md` §8.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChipSpec:
+    generation: str  # canonical name: v4, v5e, v5p, v6e, TPU7x
+    peak_bf16_flops_per_s: float  # per chip
+    hbm_bytes_per_s: float  # per chip
+    hbm_capacity_bytes: int
+    tensorcores_per_chip: int
+    mxu_per_core: int
+    mxu_dim: int  # systolic array side: 128 or 256
+    vmem_bytes: int  # per TensorCore
+    clock_hz: float | None
+    ici_bytes_per_s_per_link: float  # one direction
+    ici_links: int
+    trace_names: tuple[str, ...]  # lower-case substrings seen in device_type_string / device_kind
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        return self.peak_bf16_flops_per_s / self.hbm_bytes_per_s
+
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+CHIPS: tuple[ChipSpec, ...] = (
+    ChipSpec("v4", 275e12, 1200e9, 32 * GIB, 2, 4, 128, 16 * MIB, 1.05e9, 45e9, 6, ("tpu v4",)),
+    ChipSpec("v5e", 197e12, 819e9, 16 * GIB, 1, 4, 128, 128 * MIB, 1.5e9, 45e9, 4,
+             ("tpu v5 lite", "tpu v5e", "tpu v5litepod")),
+    ChipSpec("v5p", 459e12, 2765e9, 95 * GIB, 1, 4, 128, 64 * MIB, 1.75e9, 90e9, 6, ("tpu v5p", "tpu v5")),
+    ChipSpec("v6e", 918e12, 1640e9, 32 * GIB, 1, 2, 256, 128 * MIB, None, 90e9, 4,
+             ("tpu v6 lite", "tpu v6e", "trillium")),
+    ChipSpec("TPU7x", 2307e12, 7370e9, 192 * GIB, 2, 2, 256, 64 * MIB, None, 200e9, 6,
+             ("tpu7x", "tpu v7x", "tpu v7", "ironwood")),
+)
+
+_BY_GENERATION = {c.generation.lower(): c for c in CHIPS}
+
+
+def chip_for(name: str | None) -> ChipSpec | None:
+    """The spec for a generation name (`v6e`) or a device type string (`TPU v6 Lite`), else None.
+
+    Matching is case-insensitive and by substring, longest pattern first, because trace strings
+    (`TPU v6 Lite`) and JAX's device_kind (`TPU v6 lite`) differ and `tpu v5` is a prefix of
+    `tpu v5 lite`.
+    """
+    if not name:
+        return None
+    key = name.strip().lower()
+    if key in _BY_GENERATION:
+        return _BY_GENERATION[key]
+    patterns = sorted(((p, c) for c in CHIPS for p in c.trace_names), key=lambda pc: -len(pc[0]))
+    for pattern, chip in patterns:
+        if pattern in key:
+            return chip
+    return None

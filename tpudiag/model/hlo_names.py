@@ -1,0 +1,97 @@
+"""What an HLO instruction's name and category say about it: collective family, async role, I/O.
+
+TPU names come in several forms: `all-gather-start.1`, double-suffix clones such as
+`all-gather-start.1.0` (which XProf's async overlap does not pair), v5e's
+`async-collective-start.3`, reduce-scatter fusions `all-reduce-scatter.2`, SparseCore offloads
+`all-gather.25.cloned.1.call-start`. These helpers accept all of them.
+"""
+
+from __future__ import annotations
+
+import re
+
+COLLECTIVE_FAMILIES = (
+    "reduce-scatter",
+    "all-gather",
+    "all-reduce",
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "send",
+    "recv",
+    "collective",  # v5e's generic async-collective-start/-done, family not named
+)
+
+# Checked in order: the first pattern found in the name (or category) wins, so the more
+# specific `reduce-scatter` is tested before `all-reduce` (all-reduce-scatter is a reduce-scatter).
+_FAMILY_PATTERNS = (
+    ("reduce-scatter", re.compile(r"reduce-scatter")),
+    ("ragged-all-to-all", re.compile(r"ragged-all-to-all")),
+    ("all-to-all", re.compile(r"all-to-all")),
+    ("all-gather", re.compile(r"all-gather")),
+    ("all-reduce", re.compile(r"all-reduce")),
+    ("collective-permute", re.compile(r"collective-permute")),
+    ("collective-broadcast", re.compile(r"collective-broadcast")),
+    ("collective", re.compile(r"async-collective")),
+    ("send", re.compile(r"^send(?:-start|-done)?(?:\.\d+)*$")),
+    ("recv", re.compile(r"^recv(?:-start|-done)?(?:\.\d+)*$")),
+)
+
+IO_CATEGORIES = frozenset({
+    "infeed", "outfeed", "host send", "host send-done", "host recv", "host recv-done",
+})
+
+_SUFFIX = re.compile(r"(?:\.\d+)+$")
+_ASYNC_ROLE = re.compile(r"^(?P<base>.*?)[-.](?P<role>start|done)$")
+
+
+def collective_family(name: str, category: str = "") -> str:
+    """The collective family of an op, or '' when it is not a collective.
+
+    `async-collective-fusion` continuations (compute carrying a collective step) are compute, not
+    collectives; the name test below excludes them.
+    """
+    if "async_collective_fusion" in name or name.startswith("async-collective-fusion"):
+        return ""
+    for family, pattern in _FAMILY_PATTERNS:
+        if pattern.search(name):
+            return family
+    cat = category.lower()
+    for family, pattern in _FAMILY_PATTERNS[:7]:
+        if pattern.search(cat):
+            return family
+    return ""
+
+
+def async_role(name: str) -> tuple[str, str] | None:
+    """('start'|'done', base) for an async start or done op, else None.
+
+    The base has every trailing numeric suffix removed, so `all-gather-start.1.0` and
+    `all-gather-done.1.0` share the base `all-gather` and the key `all-gather/.1.0`.
+    """
+    stripped = _SUFFIX.sub("", name)
+    m = _ASYNC_ROLE.match(stripped)
+    if m is None:
+        return None
+    return m.group("role"), m.group("base")
+
+
+def async_pair_key(name: str) -> str | None:
+    """A key shared by an async start op and its done op: base plus numeric suffix."""
+    suffix_match = _SUFFIX.search(name)
+    suffix = suffix_match.group(0) if suffix_match else ""
+    role = async_role(name)
+    if role is None:
+        return None
+    return f"{role[1]}{suffix}"
+
+
+def has_double_suffix(name: str) -> bool:
+    """True for names like `all-gather-start.1.0` that XProf's async overlap does not recognise."""
+    m = _SUFFIX.search(name)
+    return bool(m) and m.group(0).count(".") >= 2
+
+
+def is_io(category: str) -> bool:
+    return category.lower() in IO_CATEGORIES

@@ -1,0 +1,115 @@
+"""The report object: everything any renderer (terminal, JSON, markdown, TUI) shows.
+
+Renderers compute nothing: every number they print is a field here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpudiag.model.findings import Finding
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Step times in ps over the steps analysed."""
+
+    count: int
+    mean_ps: float
+    p50_ps: float
+    p90_ps: float
+    min_ps: int
+    max_ps: int
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Mean per step and core, in ps; compute + collective + io + idle = step."""
+
+    step_ps: float
+    compute_ps: float
+    collective_ps: float
+    io_ps: float
+    idle_ps: float
+
+    @property
+    def duty_cycle(self) -> float:
+        return (self.step_ps - self.idle_ps) / self.step_ps if self.step_ps else 0.0
+
+
+@dataclass(frozen=True)
+class HostSummary:
+    host: str
+    path: str
+    device_type: str
+    n_chips: int
+    n_cores: int
+    n_events: int
+    step_time: Distribution | None
+    breakdown: Breakdown | None
+    slowest_core: str  # plane name of the core with the longest mean step
+
+
+@dataclass(frozen=True)
+class Summary:
+    input_path: str
+    run: str
+    platform: str
+    device_type: str
+    generation: str
+    hosts: tuple[str, ...]
+    n_chips: int
+    n_cores: int
+    peak_flops_per_s: float | None  # per core
+    hbm_bytes_per_s: float | None  # per core
+    peaks_source: str
+    step_source: str  # "Steps line", "XLA Modules (<module>)" or "none"
+    step_time: Distribution | None  # per step: max over every core of every host
+    host_spread_ps: float  # max - min of per-host mean step times
+    slowest_host: str
+    breakdown: Breakdown | None
+    modelled: bool
+    dumps: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OpRow:
+    host: str
+    program_id: int
+    program: str
+    name: str
+    category: str
+    occurrences: int
+    total_time_ps: int
+    self_time_ps: int
+    time_share: float  # self time / core-time of the analysed window
+    flops: float
+    bytes_accessed: float
+    hbm_bytes: float
+    flop_rate: float
+    hbm_bw: float
+    operational_intensity: float | None
+    flop_utilization: float | None
+    hbm_utilization: float | None
+    bound_by: str
+    family: str
+    shape_with_layout: str
+    source: str
+
+
+@dataclass(frozen=True)
+class RuleSkip:
+    rule: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Report:
+    summary: Summary
+    hosts: tuple[HostSummary, ...]
+    ops: tuple[OpRow, ...]  # sorted by self time, descending
+    findings: tuple[Finding, ...]
+    rules_run: bool
+    rules_skipped: tuple[RuleSkip, ...] = ()
+    warnings: tuple[str, ...] = ()
+    failures: tuple[str, ...] = ()  # host files that could not be analysed

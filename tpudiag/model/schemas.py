@@ -1,0 +1,168 @@
+"""Declared column schemas for the bulk tables. Times are int64 picoseconds.
+
+Parsers and analyses build their tables through `TableSchema.frame` so every table has exactly
+its declared columns and dtypes; consumers call `require` to fail early and precisely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: str  # a pandas dtype name; "category" for repeated strings
+    doc: str
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    name: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def frame(self, data: dict[str, object] | None = None, length: int | None = None) -> pd.DataFrame:
+        """A DataFrame with exactly this schema's columns, cast to their dtypes.
+
+        Missing columns are an error, not a default: a parser that forgets one is a bug.
+        """
+        data = data or {}
+        missing = [c.name for c in self.columns if c.name not in data]
+        if missing and length != 0:
+            raise ValueError(f"{self.name} table: missing columns {missing}")
+        cols = {}
+        for c in self.columns:
+            value = data.get(c.name, np.empty(0, dtype=object if c.dtype in ("category", "string") else c.dtype))
+            cols[c.name] = _cast(value, c.dtype)
+        return pd.DataFrame(cols, columns=self.names)
+
+    def empty(self) -> pd.DataFrame:
+        return self.frame(length=0)
+
+    def require(self, df: pd.DataFrame, columns: list[str] | None = None) -> None:
+        """Raise ValueError naming the missing or mistyped columns of `df`."""
+        wanted = [c for c in self.columns if columns is None or c.name in columns]
+        missing = [c.name for c in wanted if c.name not in df.columns]
+        if missing:
+            raise ValueError(f"{self.name} table lacks columns {missing}")
+        wrong = [f"{c.name} ({df[c.name].dtype}, want {c.dtype})" for c in wanted
+                 if not _dtype_ok(df[c.name].dtype, c.dtype)]
+        if wrong:
+            raise ValueError(f"{self.name} table has mistyped columns: {', '.join(wrong)}")
+
+
+def _cast(value, dtype: str):
+    if dtype == "category":
+        if isinstance(value, pd.Categorical):
+            return value
+        return pd.Categorical(value)
+    if dtype == "string":
+        return pd.array(value, dtype="string")
+    return np.asarray(value, dtype=dtype)
+
+
+def _dtype_ok(actual, wanted: str) -> bool:
+    if wanted == "category":
+        return isinstance(actual, pd.CategoricalDtype)
+    if wanted == "string":
+        return pd.api.types.is_string_dtype(actual)
+    return str(actual) == wanted
+
+
+EVENTS = TableSchema("events", (
+    Column("host", "category", "host the event was recorded on (XSpace hostname or file stem)"),
+    Column("device", "category", "plane name, e.g. /device:TPU:0 or /device:TPU:0 SparseCore 0"),
+    Column("core", "int32", "core index parsed from the plane name (N in /device:TPU:N)"),
+    Column("chip", "int32", "chip id: core_details.local_chip_id, else the core index"),
+    Column("program_id", "uint64", "XLA program (module) id from the op metadata; 0 when absent"),
+    Column("module", "category", "XLA module name, e.g. jit_train_step"),
+    Column("name", "category", "HLO instruction name (metadata display_name)"),
+    Column("category", "category", "hlo_category, e.g. convolution fusion, all-gather"),
+    Column("start_ps", "int64", "absolute start in ps (device_offset_ps when present)"),
+    Column("dur_ps", "int64", "duration in ps (device_duration_ps when present)"),
+    Column("self_ps", "int64", "duration minus directly nested children on the same line"),
+    Column("depth", "int16", "nesting depth on its line; 0 = top level"),
+    Column("step", "int64", "step number the event starts in; -1 when outside every step"),
+))
+
+OP_METADATA = TableSchema("op_metadata", (
+    Column("host", "category", "host"),
+    Column("program_id", "uint64", "program id"),
+    Column("name", "category", "HLO instruction name"),
+    Column("category", "category", "hlo_category"),
+    Column("symbol_id", "uint64", "symbol id (0 when absent: XProf drops such ops)"),
+    Column("flops", "float64", "FLOPs per occurrence"),
+    Column("model_flops", "float64", "model FLOPs per occurrence"),
+    Column("bytes_accessed", "float64", "bytes accessed per occurrence, all memory spaces"),
+    Column("hbm_bytes", "float64", "HBM bytes per occurrence (memory_access_breakdown; else bytes_accessed)"),
+    Column("shape_with_layout", "string", "result shape with TPU layout"),
+    Column("source", "string", "source file:line"),
+    Column("tf_op", "string", "JAX name stack"),
+    Column("hlo_text", "string", "full HLO instruction text (metadata name)"),
+))
+
+OPS = TableSchema("ops", (
+    Column("host", "category", "host"),
+    Column("program_id", "uint64", "program id"),
+    Column("module", "category", "module name"),
+    Column("name", "category", "HLO instruction name"),
+    Column("category", "category", "hlo_category"),
+    Column("occurrences", "int64", "number of executions, summed over cores"),
+    Column("total_time_ps", "int64", "summed duration over occurrences and cores (core-ps, as XProf)"),
+    Column("self_time_ps", "int64", "summed self time"),
+    Column("flops", "float64", "total FLOPs (per-occurrence FLOPs x occurrences)"),
+    Column("bytes_accessed", "float64", "total bytes accessed"),
+    Column("hbm_bytes", "float64", "total HBM bytes"),
+    Column("flop_rate", "float64", "FLOP/s = flops / total time (XProf's definition)"),
+    Column("hbm_bw", "float64", "HBM bytes/s = hbm_bytes / total time"),
+    Column("operational_intensity", "float64", "flops / bytes_accessed; NaN without bytes"),
+    Column("flop_utilization", "float64", "flop_rate / peak FLOP/s of one core; NaN without a peak"),
+    Column("hbm_utilization", "float64", "hbm_bw / peak HBM bandwidth of one core; NaN without a peak"),
+    Column("bound_by", "category", "Compute, HBM or Unknown: the larger measured utilization (as XProf)"),
+    Column("family", "category", "collective family (all-gather, all-reduce, ...) or '' for non-collectives"),
+    Column("shape_with_layout", "string", "result shape with layout"),
+    Column("source", "string", "source file:line"),
+    Column("tf_op", "string", "JAX name stack"),
+))
+
+STEPS = TableSchema("steps", (
+    Column("host", "category", "host"),
+    Column("device", "category", "plane name"),
+    Column("core", "int32", "core index"),
+    Column("step", "int64", "step number (group_id, else the order of the step marker)"),
+    Column("start_ps", "int64", "step start"),
+    Column("dur_ps", "int64", "step duration"),
+    Column("busy_ps", "int64", "union of op intervals inside the step"),
+    Column("compute_ps", "int64", "busy time in non-collective, non-I/O ops"),
+    Column("collective_ps", "int64", "busy time in collectives (synchronous ones and waits on async done)"),
+    Column("io_ps", "int64", "busy time in infeed, outfeed and host send/recv"),
+    Column("idle_ps", "int64", "dur_ps - busy_ps"),
+))
+
+MODULES = TableSchema("modules", (
+    Column("host", "category", "host"),
+    Column("device", "category", "plane name"),
+    Column("core", "int32", "core index"),
+    Column("program_id", "uint64", "program id"),
+    Column("module", "category", "module name"),
+    Column("start_ps", "int64", "execution start"),
+    Column("dur_ps", "int64", "execution duration"),
+))
+
+ASYNC_WINDOWS = TableSchema("async_windows", (
+    Column("host", "category", "host"),
+    Column("device", "category", "plane name"),
+    Column("core", "int32", "core index"),
+    Column("name", "category", "async op name (the start op, e.g. all-gather-start.1)"),
+    Column("family", "category", "collective family or copy"),
+    Column("start_ps", "int64", "window start (start op begins)"),
+    Column("end_ps", "int64", "window end (done op ends)"),
+    Column("source", "category", "'Async XLA Ops' line or 'start/done pair'"),
+))

@@ -1,0 +1,103 @@
+"""Resolve a user's PATH to host files and parse them, in parallel processes for several hosts.
+
+PATH may be a logdir (the newest run under `plugins/profile/` is used), a run directory (every
+`*.xplane.pb` in it, one per host) or a single `.xplane.pb` file, as XProf accepts them. A bad
+host file is reported and the others are analysed; only when no host can be read is it an error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpudiag.errors import InputError
+from tpudiag.model.profile import HostFailure, HostTrace, Profile
+from tpudiag.parsers.device_trace import parse_host
+from tpudiag.parsers.xspace import read_xspace
+
+TRACE_SUFFIX = ".xplane.pb"
+
+
+@dataclass(frozen=True)
+class CaptureFiles:
+    input_path: Path
+    run: str
+    files: tuple[Path, ...]
+
+
+def _runs_dir(path: Path) -> Path | None:
+    candidate = path / "plugins" / "profile"
+    return candidate if candidate.is_dir() else None
+
+
+def find_capture(path: Path) -> CaptureFiles:
+    """The host files PATH names, or InputError saying why there are none."""
+    if not path.exists():
+        raise InputError("no such file or directory", path=path)
+    if path.is_file():
+        return CaptureFiles(path, path.parent.name, (path,))
+    if not path.is_dir():
+        raise InputError("not a file or directory", path=path)
+    try:
+        runs_root = _runs_dir(path)
+        if runs_root is not None:
+            runs = sorted((d for d in runs_root.iterdir() if d.is_dir() and any(d.glob(f"*{TRACE_SUFFIX}"))),
+                          key=lambda d: (d.name, d.stat().st_mtime))
+            if not runs:
+                raise InputError(f"no run with `*{TRACE_SUFFIX}` files under plugins/profile", path=path)
+            run_dir = runs[-1]  # XProf names runs by timestamp, so the last in order is the newest
+        else:
+            run_dir = path
+        files = tuple(sorted(run_dir.glob(f"*{TRACE_SUFFIX}")))
+    except PermissionError as exc:
+        raise InputError("permission denied", path=path) from exc
+    if not files:
+        raise InputError(f"no `*{TRACE_SUFFIX}` trace files here (expected a logdir, a run directory "
+                         "or a trace file)", path=path,
+                         hint="pass the directory jax.profiler wrote to, or a `.xplane.pb` file")
+    return CaptureFiles(path, run_dir.name, files)
+
+
+def _parse_file(path: Path) -> HostTrace:
+    space = read_xspace(path)
+    host = parse_host(space, path)
+    del space
+    return host
+
+
+def _parse_file_or_failure(path: Path) -> HostTrace | HostFailure:
+    try:
+        return _parse_file(path)
+    except InputError as exc:
+        return HostFailure(str(path), exc.one_line())
+
+
+def load_capture(path: Path, jobs: int | None = None,
+                 progress: Callable[[str], None] | None = None) -> Profile:
+    """Parse every host of the capture at `path`. Several hosts parse in parallel processes."""
+    capture = find_capture(path)
+    files = capture.files
+    results: list[HostTrace | HostFailure]
+    workers = min(len(files), jobs or os.cpu_count() or 1)
+    if workers <= 1 or len(files) == 1:
+        results = []
+        for f in files:
+            if progress:
+                progress(f"parsing {f.name}")
+            results.append(_parse_file_or_failure(f))
+    else:
+        if progress:
+            progress(f"parsing {len(files)} hosts in {workers} processes")
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_parse_file_or_failure, files))
+    hosts = [r for r in results if isinstance(r, HostTrace)]
+    failures = [r for r in results if isinstance(r, HostFailure)]
+    if not hosts:
+        if len(failures) == 1:
+            raise InputError(failures[0].message)
+        raise InputError(f"none of the {len(failures)} host files could be read; first: {failures[0].message}",
+                         path=capture.input_path)
+    return Profile(input_path=str(capture.input_path), run=capture.run, hosts=hosts, failures=failures)

@@ -1,0 +1,517 @@
+"""One host's XSpace to a `HostTrace`: device facts, op events, steps, modules, async windows.
+
+Follows XProf's TPU conventions (`shared/reference/xprof-trace-format.md` §2-3): op facts live on
+the event metadata of `XLA Ops` lines, `device_offset_ps`/`device_duration_ps` replace an event's
+own timespan, step markers are `Steps` events with `group_id`. GPU planes carry their facts on the
+events instead. The event loop is the hot path on traces of millions of ops, so it reads only the
+fields it needs into compact arrays and does the rest with numpy.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tpudiag.analysis.intervals import nest
+from tpudiag.model import schemas
+from tpudiag.model.hardware import chip_for
+from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
+from tpudiag.model.profile import DeviceInfo, HostTrace
+from tpudiag.parsers.xspace import stat_value, stats_dict
+from tpudiag.proto import CoreDetails, MemoryAccessBreakdown
+
+TPU_CORE_PLANE = re.compile(r"^/device:TPU:(\d+)$")
+TPU_SPARSE_PLANE = re.compile(r"^/device:TPU:(\d+) SparseCore(?: [a-zA-Z]+)? (\d+)$")
+GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
+OP_LINES = ("XLA Ops", "Sparse Core Ops")
+STEP_LINES = ("Steps",)
+MODULE_LINES = ("XLA Modules",)
+ASYNC_LINES = ("Async XLA Ops",)
+GPU_NON_KERNEL_LINES = {"XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code",
+                        "Launch Stats", "_counters_", "XLA Ops", "Async XLA Ops"}
+_MODULE_NAME = re.compile(r"^(?P<module>.*)\((?P<id>\d+)\)$")
+_HLO_TEXT_NAME = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=")
+HBM_SPACE = 1
+
+
+@dataclass
+class _OpMeta:
+    name: str
+    program_id: int
+    symbol_id: int
+    category: str
+    flops: float
+    model_flops: float
+    bytes_accessed: float
+    hbm_bytes: float
+    shape_with_layout: str
+    source: str
+    tf_op: str
+    hlo_text: str
+
+
+def _as_int(value) -> int:
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, float):
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return 0
+
+
+def _as_float(value) -> float:
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value)
+    return 0.0
+
+
+def _instruction_name(md) -> tuple[str, str]:
+    """(op name, HLO text). TPU metadata: name = HLO text, display_name = op name."""
+    if md.display_name:
+        return md.display_name, md.name
+    m = _HLO_TEXT_NAME.match(md.name)
+    if m is not None:
+        return m.group("name"), md.name
+    return md.name, ""
+
+
+def _hbm_bytes(breakdown: bytes, bytes_accessed: float) -> float:
+    """HBM bytes from a serialized MemoryAccessBreakdown; all bytes count as HBM without one."""
+    if not breakdown:
+        return bytes_accessed
+    msg = MemoryAccessBreakdown()
+    try:
+        msg.ParseFromString(breakdown)
+    except Exception:  # a damaged payload inside a valid trace: fall back as XProf does
+        return bytes_accessed
+    if not msg.memory_accessed:
+        return bytes_accessed
+    return float(sum(m.bytes_accessed for m in msg.memory_accessed if m.memory_space in (0, HBM_SPACE)))
+
+
+def _op_meta(md, stat_names: dict[int, str]) -> _OpMeta:
+    name, hlo_text = _instruction_name(md)
+    st = stats_dict(md.stats, stat_names)
+    bytes_accessed = _as_float(st.get("bytes_accessed", 0.0))
+    breakdown = st.get("memory_access_breakdown", b"")
+    return _OpMeta(
+        name=name,
+        program_id=_as_int(st.get("program_id", 0)),
+        symbol_id=_as_int(st.get("symbol_id", 0)),
+        category=str(st.get("hlo_category", "") or ""),
+        flops=_as_float(st.get("flops", 0.0)),
+        model_flops=_as_float(st.get("model_flops", 0.0)),
+        bytes_accessed=bytes_accessed,
+        hbm_bytes=_hbm_bytes(breakdown if isinstance(breakdown, bytes) else b"", bytes_accessed),
+        shape_with_layout=str(st.get("shape_with_layout", "") or ""),
+        source=str(st.get("source", "") or ""),
+        tf_op=str(st.get("tf_op", "") or ""),
+        hlo_text=hlo_text,
+    )
+
+
+def _read_line(line, off_id: int | None, dur_id: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(metadata ids, absolute starts, durations) of a line's events, device timespans applied."""
+    mids = array("q")
+    starts = array("q")
+    durs = array("q")
+    base = line.timestamp_ns * 1000
+    if off_id is None or dur_id is None:
+        for ev in line.events:
+            mids.append(ev.metadata_id)
+            starts.append(base + ev.offset_ps)
+            durs.append(ev.duration_ps)
+    else:
+        for ev in line.events:
+            s = base + ev.offset_ps
+            d = ev.duration_ps
+            o = dd = -1
+            for st in ev.stats:
+                sid = st.metadata_id
+                if sid == off_id:
+                    o = st.uint64_value or st.int64_value
+                elif sid == dur_id:
+                    dd = st.uint64_value or st.int64_value
+            if o >= 0 and dd >= 0:
+                s, d = o, dd
+            mids.append(ev.metadata_id)
+            starts.append(s)
+            durs.append(d)
+    return (np.frombuffer(mids, dtype=np.int64), np.frombuffer(starts, dtype=np.int64),
+            np.frombuffer(durs, dtype=np.int64))
+
+
+def _event_stat_column(line, stat_id: int | None) -> list:
+    if stat_id is None:
+        return [None] * len(line.events)
+    out = []
+    for ev in line.events:
+        value = None
+        for st in ev.stats:
+            if st.metadata_id == stat_id:
+                value = st.uint64_value or st.int64_value
+                break
+        out.append(value)
+    return out
+
+
+class _HostBuilder:
+    """Accumulates per-plane arrays, then builds the host's tables once."""
+
+    def __init__(self, host: str, path: str):
+        self.host = host
+        self.path = path
+        self.warnings: list[str] = []
+        self.meta_rows: dict[tuple[int, str], _OpMeta] = {}
+        self.ev_parts: list[dict[str, np.ndarray]] = []
+        self.step_rows: list[tuple[str, int, int, int, int]] = []
+        self.module_rows: list[tuple[str, int, int, str, int, int]] = []
+        self.async_rows: list[tuple[str, int, str, str, int, int, str]] = []
+        self.program_names: dict[int, str] = {}
+        self.partial_overlaps = 0
+        self.ops_without_ids = 0
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    # -- op lines ----------------------------------------------------------------------------
+
+    def add_op_line(self, plane, line, device: str, core: int, chip: int, stat_names, sid, gpu: bool) -> None:
+        if gpu:
+            mids, starts, durs, metas = self._gpu_line(plane, line, stat_names, sid)
+        else:
+            mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"))
+            metas = {}
+            for mid in np.unique(mids).tolist():
+                md = plane.event_metadata.get(mid)
+                metas[mid] = _op_meta(md, stat_names) if md is not None else _OpMeta(
+                    f"<metadata {mid}>", 0, 0, "", 0, 0, 0, 0, "", "", "", "")
+        if len(mids) == 0:
+            return
+        order = np.lexsort((-durs, starts))
+        mids, starts, durs = mids[order], starts[order], durs[order]
+        self_ps, depth, partial = nest(starts, durs)
+        self.partial_overlaps += partial
+        ids = np.fromiter(metas.keys(), dtype=np.int64, count=len(metas))
+        id_order = np.argsort(ids)
+        ids = ids[id_order]
+        meta_list = [metas[int(i)] for i in ids]
+        pos = np.searchsorted(ids, mids)
+        names = np.array([m.name for m in meta_list], dtype=object)
+        cats = np.array([m.category for m in meta_list], dtype=object)
+        pids = np.array([m.program_id for m in meta_list], dtype=np.uint64)
+        for m in meta_list:
+            key = (m.program_id, m.name)
+            if key not in self.meta_rows:
+                self.meta_rows[key] = m
+            if not gpu and (m.program_id == 0 or m.symbol_id == 0):
+                self.ops_without_ids += 1
+        self.ev_parts.append({
+            "device": np.full(len(mids), device, dtype=object),
+            "core": np.full(len(mids), core, dtype=np.int32),
+            "chip": np.full(len(mids), chip, dtype=np.int32),
+            "program_id": pids[pos],
+            "name": names[pos],
+            "category": cats[pos],
+            "start_ps": starts,
+            "dur_ps": durs,
+            "self_ps": self_ps,
+            "depth": depth,
+        })
+
+    def _gpu_line(self, plane, line, stat_names, sid):
+        """GPU kernels: op facts are event stats (hlo_op, hlo_module, program_id)."""
+        mids, starts, durs = _read_line(line, None, None)
+        hlo_op = sid.get("hlo_op")
+        hlo_module = sid.get("hlo_module")
+        program = sid.get("program_id")
+        keys = array("q")
+        metas: dict[int, _OpMeta] = {}
+        key_of: dict[tuple[str, str, int], int] = {}
+        for ev in line.events:
+            op = module = ""
+            pid = 0
+            for st in ev.stats:
+                s = st.metadata_id
+                if s == hlo_op:
+                    op = str(stat_value(st, stat_names))
+                elif s == hlo_module:
+                    module = str(stat_value(st, stat_names))
+                elif s == program:
+                    pid = st.uint64_value or st.int64_value
+            if not op:
+                md = plane.event_metadata.get(ev.metadata_id)
+                op = md.name if md is not None else f"<metadata {ev.metadata_id}>"
+            k = key_of.get((op, module, pid))
+            if k is None:
+                k = len(key_of)
+                key_of[(op, module, pid)] = k
+                metas[k] = _OpMeta(op, pid, 0, "gpu kernel", 0, 0, 0, 0, "", "", "", "")
+                if module and pid:
+                    self.program_names.setdefault(pid, module)
+            keys.append(k)
+        return np.frombuffer(keys, dtype=np.int64), starts, durs, metas
+
+    # -- other device lines ------------------------------------------------------------------
+
+    def add_steps(self, plane, line, device: str, core: int, stat_names, sid) -> None:
+        mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"))
+        groups = _event_stat_column(line, sid.get("group_id"))
+        for i, (mid, s, d, g) in enumerate(zip(mids.tolist(), starts.tolist(), durs.tolist(), groups)):
+            if g is None:
+                md = plane.event_metadata.get(mid)
+                g = int(md.name) if md is not None and md.name.isdigit() else i
+            self.step_rows.append((device, core, int(g), s, d))
+
+    def add_modules(self, plane, line, device: str, core: int) -> None:
+        mids, starts, durs = _read_line(line, None, None)
+        for mid, s, d in zip(mids.tolist(), starts.tolist(), durs.tolist()):
+            md = plane.event_metadata.get(mid)
+            name = md.name if md is not None else ""
+            m = _MODULE_NAME.match(name)
+            module, pid = (m.group("module"), int(m.group("id"))) if m else (name, 0)
+            if pid:
+                self.program_names.setdefault(pid, module)
+            self.module_rows.append((device, core, pid, module, s, d))
+
+    def add_async(self, plane, line, device: str, core: int, stat_names, sid) -> None:
+        mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"))
+        hlo_ops = []
+        hlo_op_id = sid.get("hlo_op")
+        for ev in line.events:
+            value = ""
+            for st in ev.stats:
+                if st.metadata_id == hlo_op_id:
+                    value = str(stat_value(st, stat_names))
+                    break
+            hlo_ops.append(value)
+        for mid, s, d, op in zip(mids.tolist(), starts.tolist(), durs.tolist(), hlo_ops):
+            if not op:
+                md = plane.event_metadata.get(mid)
+                op = _instruction_name(md)[0] if md is not None else f"<metadata {mid}>"
+            family = collective_family(op) or ("copy" if "copy" in op else "other")
+            self.async_rows.append((device, core, op, family, s, s + d, "Async XLA Ops"))
+
+    def pair_async_from_ops(self, device: str, core: int, names: np.ndarray, starts: np.ndarray,
+                            ends: np.ndarray) -> None:
+        """Async windows from start/done pairs when the plane has no `Async XLA Ops` line.
+
+        Each start pairs with the next done of the same key in time order. Unlike XProf's CLI,
+        keys keep every numeric suffix, so double-suffix names (`all-gather-start.1.0`) pair.
+        """
+        open_starts: dict[str, list[tuple[int, str]]] = {}
+        for name, s, e in zip(names.tolist(), starts.tolist(), ends.tolist()):
+            role = async_role(name)
+            if role is None:
+                continue
+            key = async_pair_key(name)
+            if role[0] == "start":
+                open_starts.setdefault(key, []).append((s, name))
+            elif open_starts.get(key):
+                s0, start_name = open_starts[key].pop(0)
+                family = collective_family(start_name) or ("copy" if role[1].startswith("copy") else "other")
+                self.async_rows.append((device, core, start_name, family, s0, e, "start/done pair"))
+
+    # -- tables ------------------------------------------------------------------------------
+
+    def events(self) -> pd.DataFrame:
+        if not self.ev_parts:
+            return schemas.EVENTS.empty()
+        cols = {k: np.concatenate([p[k] for p in self.ev_parts]) for k in self.ev_parts[0]}
+        self.ev_parts.clear()
+        n = len(cols["start_ps"])
+        cols["host"] = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[self.host])
+        programs = np.unique(cols["program_id"])
+        program_modules = pd.Categorical([self.program_names.get(int(p), "") for p in programs])
+        cols["module"] = program_modules[np.searchsorted(programs, cols["program_id"])]
+        cols["step"] = np.full(n, -1, dtype=np.int64)
+        return schemas.EVENTS.frame(cols)
+
+    def op_metadata(self) -> pd.DataFrame:
+        rows = list(self.meta_rows.values())
+        return schemas.OP_METADATA.frame({
+            "host": [self.host] * len(rows),
+            "program_id": np.array([r.program_id for r in rows], dtype=np.uint64),
+            "name": [r.name for r in rows],
+            "category": [r.category for r in rows],
+            "symbol_id": np.array([r.symbol_id for r in rows], dtype=np.uint64),
+            "flops": [r.flops for r in rows],
+            "model_flops": [r.model_flops for r in rows],
+            "bytes_accessed": [r.bytes_accessed for r in rows],
+            "hbm_bytes": [r.hbm_bytes for r in rows],
+            "shape_with_layout": [r.shape_with_layout for r in rows],
+            "source": [r.source for r in rows],
+            "tf_op": [r.tf_op for r in rows],
+            "hlo_text": [r.hlo_text for r in rows],
+        })
+
+    def step_markers(self) -> pd.DataFrame:
+        rows = self.step_rows
+        return pd.DataFrame({
+            "device": pd.Categorical([r[0] for r in rows]),
+            "core": np.array([r[1] for r in rows], dtype=np.int32),
+            "step": np.array([r[2] for r in rows], dtype=np.int64),
+            "start_ps": np.array([r[3] for r in rows], dtype=np.int64),
+            "dur_ps": np.array([r[4] for r in rows], dtype=np.int64),
+        })
+
+    def modules(self) -> pd.DataFrame:
+        rows = self.module_rows
+        return schemas.MODULES.frame({
+            "host": [self.host] * len(rows),
+            "device": [r[0] for r in rows],
+            "core": [r[1] for r in rows],
+            "program_id": np.array([r[2] for r in rows], dtype=np.uint64),
+            "module": [r[3] for r in rows],
+            "start_ps": [r[4] for r in rows],
+            "dur_ps": [r[5] for r in rows],
+        })
+
+    def async_windows(self) -> pd.DataFrame:
+        rows = self.async_rows
+        return schemas.ASYNC_WINDOWS.frame({
+            "host": [self.host] * len(rows),
+            "device": [r[0] for r in rows],
+            "core": [r[1] for r in rows],
+            "name": [r[2] for r in rows],
+            "family": [r[3] for r in rows],
+            "start_ps": [r[4] for r in rows],
+            "end_ps": [r[5] for r in rows],
+            "source": [r[6] for r in rows],
+        })
+
+
+def _plane_chip(plane, stat_names, core: int) -> int:
+    for st in plane.stats:
+        if stat_names.get(st.metadata_id) == "core_details" and st.bytes_value:
+            details = CoreDetails()
+            try:
+                details.ParseFromString(st.bytes_value)
+            except Exception:  # damaged payload: fall back to the core index, as XProf does
+                return core
+            return int(details.local_chip_id)
+    return core
+
+
+def _device_info(platform: str, plane_stats: dict[str, object], n_cores: int, chips: set[int],
+                 n_sparse: int) -> DeviceInfo:
+    device_type = str(plane_stats.get("device_type_string", "") or plane_stats.get("gpu_device_name", "") or "")
+    chip = chip_for(device_type) if platform == "TPU" else None
+    peak_tf = _as_float(plane_stats.get("peak_teraflops_per_second", 0.0))
+    peak_hbm = _as_float(plane_stats.get("peak_hbm_bw_gigabytes_per_second", 0.0))
+    if peak_tf > 0 and peak_hbm > 0:
+        peak_flops, hbm_bw, source = peak_tf * 1e12, peak_hbm * 1e9, "trace"
+    elif chip is not None:
+        per_core = chip.tensorcores_per_chip
+        peak_flops, hbm_bw, source = chip.peak_bf16_flops_per_s / per_core, chip.hbm_bytes_per_s / per_core, \
+            "hardware table"
+    else:
+        peak_flops, hbm_bw, source = None, None, "none"
+    return DeviceInfo(platform=platform, device_type=device_type, chip=chip, peak_flops_per_s=peak_flops,
+                      hbm_bytes_per_s=hbm_bw, peaks_source=source, n_cores=n_cores,
+                      n_chips=len(chips) if chips else n_cores, n_sparse_cores=n_sparse)
+
+
+def host_name(space, path: Path) -> str:
+    """The host's name: the XSpace hostname, else the file name without `.xplane.pb`."""
+    if space.hostnames and space.hostnames[0]:
+        return space.hostnames[0]
+    name = path.name
+    return name[: -len(".xplane.pb")] if name.endswith(".xplane.pb") else path.stem
+
+
+def parse_host(space, path: Path) -> HostTrace:
+    """Turn one host's XSpace into its tables."""
+    host = host_name(space, path)
+    b = _HostBuilder(host, str(path))
+    tc_planes = [(int(m.group(1)), p) for p in space.planes if (m := TPU_CORE_PLANE.match(p.name))]
+    sc_planes = [(int(m.group(1)) * 1000 + int(m.group(2)), p) for p in space.planes
+                 if (m := TPU_SPARSE_PLANE.match(p.name))]
+    gpu_planes = [(int(m.group(1)), p) for p in space.planes if (m := GPU_PLANE.match(p.name))]
+    platform = "TPU" if tc_planes else ("GPU" if gpu_planes else "CPU")
+    device_planes = tc_planes + sc_planes if tc_planes else gpu_planes
+    first_stats: dict[str, object] = {}
+    chips: set[int] = set()
+    host_threads = 0
+    hlo_protos: dict[int, bytes] = {}
+    for plane in space.planes:
+        if plane.name == "/host:CPU":
+            host_threads = len(plane.lines)
+        elif plane.name == "/host:metadata":
+            hlo_protos = _hlo_protos(plane, b)
+    for core, plane in sorted(device_planes, key=lambda cp: cp[0]):
+        stat_names = {k: md.name for k, md in plane.stat_metadata.items()}
+        sid = {name: k for k, name in stat_names.items()}
+        is_sparse = TPU_SPARSE_PLANE.match(plane.name) is not None
+        if not first_stats and not is_sparse:
+            first_stats = stats_dict(plane.stats, stat_names)
+        chip = _plane_chip(plane, stat_names, core if not is_sparse else core // 1000)
+        if not is_sparse:
+            chips.add(chip)
+        lines = {ln.name: ln for ln in plane.lines}
+        gpu = platform == "GPU"
+        op_lines = [ln for ln in plane.lines if (ln.name in OP_LINES) or (gpu and ln.name not in GPU_NON_KERNEL_LINES)]
+        n_before = len(b.ev_parts)
+        for line in op_lines:
+            b.add_op_line(plane, line, plane.name, core, chip, stat_names, sid, gpu)
+        for name in STEP_LINES:
+            if name in lines:
+                b.add_steps(plane, lines[name], plane.name, core, stat_names, sid)
+        for name in MODULE_LINES:
+            if name in lines:
+                b.add_modules(plane, lines[name], plane.name, core)
+        has_async_line = any(name in lines for name in ASYNC_LINES)
+        for name in ASYNC_LINES:
+            if name in lines:
+                b.add_async(plane, lines[name], plane.name, core, stat_names, sid)
+        if not has_async_line and platform == "TPU":
+            for part in b.ev_parts[n_before:]:
+                b.pair_async_from_ops(plane.name, core, part["name"], part["start_ps"],
+                                      part["start_ps"] + part["dur_ps"])
+    for pid, _ in hlo_protos.items():
+        b.program_names.setdefault(pid, f"program {pid}")
+    n_sparse = len(sc_planes)
+    device = _device_info(platform, first_stats, len(tc_planes) if tc_planes else len(gpu_planes), chips, n_sparse)
+    if platform == "CPU":
+        b.warn("no device plane (/device:TPU:N or /device:GPU:N): a host-only capture, e.g. jax.profiler "
+               "on a CPU; there are no device ops to analyse")
+    if b.partial_overlaps:
+        b.warn(f"{b.partial_overlaps} op events partially overlap their predecessor on the same line; "
+               "counted as nested for the overlapping part")
+    if b.ops_without_ids:
+        b.warn(f"{b.ops_without_ids} op metadata lack program_id or symbol_id: tpudiag keeps them, "
+               "XProf drops them and counts their time as idle")
+    if device.peaks_source == "hardware table":
+        b.warn(f"no peak FLOP/s or HBM bandwidth in the trace; using public figures for {device.chip.generation}")
+    elif platform == "TPU" and device.peaks_source == "none":
+        b.warn(f"unknown device type {device.device_type!r} and no peaks in the trace: utilizations are not shown")
+    steps = b.step_markers()
+    return HostTrace(host=host, path=str(path), device=device, events=b.events(), op_metadata=b.op_metadata(),
+                     step_markers=steps, modules=b.modules(), async_windows=b.async_windows(),
+                     hlo_protos=hlo_protos, warnings=b.warnings, host_threads=host_threads)
+
+
+def _hlo_protos(plane, b: _HostBuilder) -> dict[int, bytes]:
+    """Serialized HloProto bytes by program id from `/host:metadata` (`Hlo Proto` stats)."""
+    stat_names = {k: md.name for k, md in plane.stat_metadata.items()}
+    out: dict[int, bytes] = {}
+    for mid, md in plane.event_metadata.items():
+        st = stats_dict(md.stats, stat_names)
+        proto = st.get("Hlo Proto")
+        if not isinstance(proto, bytes):
+            continue
+        pid = _as_int(st.get("program_id", 0)) or mid
+        out[pid] = proto
+        m = _MODULE_NAME.match(md.name)
+        if m:
+            b.program_names.setdefault(pid, m.group("module"))
+        elif md.name:
+            b.program_names.setdefault(pid, md.name)
+    return out

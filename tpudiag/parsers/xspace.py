@@ -1,0 +1,79 @@
+"""Read one `.xplane.pb` file into an XSpace message, and decode XStat values.
+
+Every failure names the file and its cause; protobuf's own exceptions never escape.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from tpudiag.errors import InputError
+from tpudiag.proto import XSpace
+
+# An XSpace's first field is `planes` (1, length-delimited) or, rarely, one of the string lists
+# (2-4). Any other first byte means the file is not an XSpace at all, which gives a clearer
+# message than protobuf's parse error.
+_FIRST_TAGS = {0x0A, 0x12, 0x1A, 0x22}
+
+
+def read_xspace(path: Path):
+    """Parse `path` as an XSpace; raise InputError with the cause on any failure."""
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError as exc:
+        raise InputError("is a directory, not a trace file", path=path) from exc
+    except PermissionError as exc:
+        raise InputError("permission denied", path=path) from exc
+    except FileNotFoundError as exc:
+        raise InputError("no such file", path=path) from exc
+    except OSError as exc:
+        raise InputError(f"cannot read file ({exc.strerror or exc})", path=path) from exc
+    return parse_xspace(data, path)
+
+
+def parse_xspace(data: bytes, path: Path | str = "<bytes>"):
+    if not data:
+        raise InputError("empty file, not an XProf trace", path=path)
+    if data[:2] == b"\x1f\x8b":
+        raise InputError("gzip-compressed; decompress it first (XProf writes plain .xplane.pb)", path=path,
+                         hint="run `gunzip -k` on the file")
+    if data[0] not in _FIRST_TAGS:
+        raise InputError("not an XProf trace (does not start like an XSpace protobuf)", path=path)
+    space = XSpace()
+    try:
+        space.ParseFromString(data)
+    except DecodeError as exc:
+        cause = str(exc).split(": ")[-1].strip() or "unreadable wire format"
+        raise InputError(f"corrupt or truncated XSpace protobuf ({cause.lower()})", path=path) from exc
+    except (ValueError, RuntimeError, TypeError) as exc:  # upb reports some malformed input this way
+        raise InputError(f"corrupt XSpace protobuf ({exc})", path=path) from exc
+    if not space.planes:
+        raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
+    return space
+
+
+def stat_value(stat, stat_names: dict[int, str]):
+    """The Python value of an XStat: number, str or bytes; ref values resolve to their name."""
+    kind = stat.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "ref_value":
+        return stat_names.get(stat.ref_value, "")
+    if kind == "compressed_str_value":
+        try:
+            return gzip.decompress(stat.compressed_str_value).decode("utf-8", "replace")
+        except (OSError, EOFError, zlib.error):
+            return ""
+    return getattr(stat, kind)
+
+
+def stats_dict(stats, stat_names: dict[int, str]) -> dict[str, object]:
+    """Stats by name; unknown stat ids are kept under `#<id>` so nothing is silently dropped."""
+    out: dict[str, object] = {}
+    for st in stats:
+        out[stat_names.get(st.metadata_id, f"#{st.metadata_id}")] = stat_value(st, stat_names)
+    return out

@@ -1,0 +1,1 @@
+"""One module per output format. Renderers format the report object; they compute nothing."""

@@ -1,0 +1,92 @@
+"""The report as JSON. Keys under `summary`, `ops`, `findings` and `warnings` named in the README's
+contract stay stable; the rest may grow."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+from tpudiag import __version__
+from tpudiag.model.findings import Finding
+from tpudiag.model.report import Distribution, Report
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _distribution(d: Distribution | None) -> dict | None:
+    return None if d is None else dataclasses.asdict(d)
+
+
+def _finding(f: Finding) -> dict:
+    return {
+        "rule": f.rule,
+        "code": f.code,
+        "severity": f.severity.label(),
+        "message": f.message,
+        "savings_ps": f.saving.ps,
+        "savings_basis": f.saving.basis,
+        "savings_explanation": f.saving.explanation,
+        "fix": f.fix,
+        "host": f.host,
+        "ops": list(f.ops),
+        "evidence": [{"subject": e.subject, "values": dict(e.values)} for e in f.evidence],
+    }
+
+
+def report_to_dict(report: Report) -> dict:
+    s = report.summary
+    summary = {
+        "input": s.input_path,
+        "run": s.run,
+        "platform": s.platform,
+        "device_type": s.device_type,
+        "generation": s.generation,
+        "hosts": list(s.hosts),
+        "n_hosts": len(s.hosts),
+        "n_chips": s.n_chips,
+        "n_cores": s.n_cores,
+        "peak_flops_per_s_per_core": s.peak_flops_per_s,
+        "hbm_bytes_per_s_per_core": s.hbm_bytes_per_s,
+        "peaks_source": s.peaks_source,
+        "step_source": s.step_source,
+        "steps_analysed": s.step_time.count if s.step_time else 0,
+        "step_time_ps": s.step_time.mean_ps if s.step_time else None,
+        "step_time": _distribution(s.step_time),
+        "host_spread_ps": s.host_spread_ps,
+        "slowest_host": s.slowest_host,
+        "breakdown": None if s.breakdown is None else {
+            **dataclasses.asdict(s.breakdown), "duty_cycle": s.breakdown.duty_cycle},
+        "modelled": s.modelled,
+        "dumps": list(s.dumps),
+    }
+    hosts = [{
+        "host": h.host, "path": h.path, "device_type": h.device_type, "n_chips": h.n_chips, "n_cores": h.n_cores,
+        "n_events": h.n_events, "step_time": _distribution(h.step_time), "slowest_core": h.slowest_core,
+        "breakdown": None if h.breakdown is None else {**dataclasses.asdict(h.breakdown),
+                                                       "duty_cycle": h.breakdown.duty_cycle},
+    } for h in report.hosts]
+    ops = [dataclasses.asdict(o) for o in report.ops]
+    return _clean({
+        "tool": {"name": "tpudiag", "version": __version__},
+        "summary": summary,
+        "hosts": hosts,
+        "ops": ops,
+        "findings": [_finding(f) for f in report.findings],
+        "rules_run": report.rules_run,
+        "rules_skipped": [dataclasses.asdict(r) for r in report.rules_skipped],
+        "warnings": list(report.warnings),
+        "failed_hosts": list(report.failures),
+    })
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report_to_dict(report), indent=2)

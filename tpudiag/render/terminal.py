@@ -1,0 +1,140 @@
+"""The terminal report, with rich. Readable without colour; NO_COLOR is honoured by rich itself."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from tpudiag.model.report import Breakdown, Report
+from tpudiag.render.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+
+BAR_WIDTH = 30
+
+
+def _bar(fraction: float) -> str:
+    filled = max(0, min(BAR_WIDTH, round(fraction * BAR_WIDTH)))
+    return "█" * filled + "·" * (BAR_WIDTH - filled)
+
+
+def _header(report: Report) -> Group:
+    s = report.summary
+    lines = [Text.assemble(("tpudiag report", "bold"), f"  {s.input_path}", f"  (run {s.run})" if s.run else "")]
+    if s.modelled:
+        lines.append(Text("MODELLED capture: times are estimates from a compiled program, not measurements",
+                          style="bold yellow"))
+    gen = f" ({s.generation})" if s.generation and s.generation.lower() not in s.device_type.lower() else ""
+    device = s.device_type or f"{s.platform} (device type not recorded)"
+    lines.append(Text(f"Device: {device}{gen} · {len(s.hosts)} host{'s' * (len(s.hosts) != 1)} · "
+                      f"{s.n_chips} chips · {s.n_cores} cores"))
+    if s.peak_flops_per_s:
+        lines.append(Text(f"Peaks per core ({s.peaks_source}): {fmt_flops(s.peak_flops_per_s)}, "
+                          f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"))
+    if s.step_time is not None:
+        st = s.step_time
+        text = (f"Steps: {st.count} analysed (from {s.step_source}) · step time mean {fmt_time(st.mean_ps)}, "
+                f"p50 {fmt_time(st.p50_ps)}, p90 {fmt_time(st.p90_ps)}")
+        if len(s.hosts) > 1:
+            text += f" · spread across hosts {fmt_time(s.host_spread_ps)} (slowest: {s.slowest_host})"
+        lines.append(Text(text))
+    elif s.platform != "CPU":
+        lines.append(Text("Steps: none found (no Steps line and no XLA Modules executions)"))
+    if s.dumps:
+        lines.append(Text(f"Compiler dumps: {', '.join(s.dumps)}"))
+    return Group(*lines)
+
+
+def _breakdown_table(b: Breakdown) -> Table:
+    t = Table(title="Step breakdown (mean per step and core)", title_justify="left", show_edge=False)
+    t.add_column("", no_wrap=True)
+    t.add_column("time", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("", no_wrap=True)
+    for label, ps in (("compute", b.compute_ps), ("collectives", b.collective_ps), ("infeed/outfeed", b.io_ps),
+                      ("idle", b.idle_ps)):
+        frac = ps / b.step_ps if b.step_ps else 0.0
+        t.add_row(label, fmt_time(ps), fmt_pct(frac), _bar(frac))
+    t.add_row(Text("duty cycle", style="bold"), "", fmt_pct(b.duty_cycle), "")
+    return t
+
+
+def _hosts_table(report: Report) -> Table:
+    t = Table(title="Hosts", title_justify="left", show_edge=False)
+    for col in ("host", "chips", "steps", "mean", "p50", "p90", "vs fastest", "duty cycle", "slowest core"):
+        t.add_column(col, justify="left" if col in ("host", "slowest core") else "right")
+    means = [h.step_time.mean_ps for h in report.hosts if h.step_time]
+    fastest = min(means) if means else 0
+    for h in report.hosts:
+        st = h.step_time
+        t.add_row(escape(h.host), str(h.n_chips), str(st.count if st else 0), fmt_time(st.mean_ps if st else None),
+                  fmt_time(st.p50_ps if st else None), fmt_time(st.p90_ps if st else None),
+                  f"+{fmt_time(st.mean_ps - fastest)}" if st else "n/a",
+                  fmt_pct(h.breakdown.duty_cycle) if h.breakdown else "n/a", escape(h.slowest_core))
+    return t
+
+
+def _ops_table(report: Report, top: int) -> Table:
+    multi_host = len(report.summary.hosts) > 1
+    t = Table(title=f"Top ops by self time (of {len(report.ops)})", title_justify="left", show_edge=False)
+    t.add_column("#", justify="right")
+    if multi_host:
+        t.add_column("host")
+    for col in ("op", "category", "self time", "share", "occ", "FLOP util", "HBM BW util", "bound by"):
+        t.add_column(col, justify="left" if col in ("op", "category", "bound by") else "right",
+                     overflow="fold" if col == "op" else "ellipsis")
+    for i, op in enumerate(report.ops[:top], start=1):
+        row = [str(i)]
+        if multi_host:
+            row.append(escape(op.host))
+        row += [escape(op.name), escape(op.category), fmt_time(op.self_time_ps), fmt_pct(op.time_share),
+                str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization), op.bound_by]
+        t.add_row(*row)
+    return t
+
+
+def _findings(report: Report) -> Group:
+    title = Text("Findings", style="bold")
+    if not report.rules_run:
+        return Group(title, Text("none were run: the rule engine is not part of this build yet"))
+    if not report.findings:
+        body = [Text("no findings")]
+    else:
+        body = []
+        for i, f in enumerate(report.findings, start=1):
+            body.append(Text.assemble(f"{i}. ", (f"[{f.severity.label()}] ", "bold"), (f.rule, "cyan"),
+                                      f" {f.message}"))
+            body.append(Text(f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}) · fix: {f.fix}"))
+    for skip in report.rules_skipped:
+        body.append(Text(f"skipped {skip.rule}: {skip.reason}", style="dim"))
+    return Group(title, *body)
+
+
+def render_terminal(report: Report, console: Console, top: int = 15) -> None:
+    console.print(_header(report))
+    s = report.summary
+    if s.platform == "CPU":
+        console.print()
+        console.print("This capture has no TPU or GPU device plane (a host-only capture, e.g. jax.profiler on a "
+                      "CPU): there are no device ops to analyse.")
+    if s.breakdown is not None:
+        console.print()
+        console.print(_breakdown_table(s.breakdown))
+    if len(report.hosts) > 1:
+        console.print()
+        console.print(_hosts_table(report))
+    if report.ops:
+        console.print()
+        console.print(_ops_table(report, top))
+    console.print()
+    console.print(_findings(report))
+    if report.failures:
+        console.print()
+        console.print(Text("Host files not analysed", style="bold"))
+        for f in report.failures:
+            console.print(Text(f"  {f}"))
+    if report.warnings:
+        console.print()
+        console.print(Text("Warnings", style="bold"))
+        for w in report.warnings:
+            console.print(Text(f"  {w}"))

@@ -1,0 +1,49 @@
+"""Human-readable numbers with their units."""
+
+from __future__ import annotations
+
+
+def fmt_time(ps: float | None) -> str:
+    if ps is None:
+        return "n/a"
+    a = abs(ps)
+    if a >= 1e12:
+        return f"{ps / 1e12:.3g} s"
+    if a >= 1e9:
+        return f"{ps / 1e9:.2f} ms"
+    if a >= 1e6:
+        return f"{ps / 1e6:.1f} µs"
+    if a >= 1e3:
+        return f"{ps / 1e3:.1f} ns"
+    return f"{ps:.0f} ps"
+
+
+def fmt_pct(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def fmt_flops(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}FLOP/s"
+    return f"{x:.3g} FLOP/s"
+
+
+def fmt_bandwidth(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g} B/s"
+
+
+def fmt_bytes(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.0f} B"

@@ -1,0 +1,1 @@
+"""Writers of XProf-format captures: synthetic designs for tests and examples, modelled captures."""
