@@ -116,12 +116,19 @@ def _op_meta(md, stat_names: dict[int, str]) -> _OpMeta:
     )
 
 
-def _read_line(line, off_id: int | None, dur_id: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(metadata ids, absolute starts, durations) of a line's events, device timespans applied."""
+def _read_line(line, off_id: int | None, dur_id: int | None,
+               origin_ns: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(metadata ids, starts, durations) of a line's events, device timespans applied.
+
+    Starts are ps since `origin_ns` (the host's earliest device line timestamp) so that epoch
+    timestamps (~1.7e18 ns, ~1.7e21 ps) fit in int64. `device_offset_ps` is taken relative to the
+    line's timestamp; real TPU device lines have timestamp 0, where this is XProf's reading
+    (the stat replaces the event's own timespan).
+    """
     mids = array("q")
     starts = array("q")
     durs = array("q")
-    base = line.timestamp_ns * 1000
+    base = (line.timestamp_ns - origin_ns) * 1000
     if off_id is None or dur_id is None:
         for ev in line.events:
             mids.append(ev.metadata_id)
@@ -139,7 +146,7 @@ def _read_line(line, off_id: int | None, dur_id: int | None) -> tuple[np.ndarray
                 elif sid == dur_id:
                     dd = st.uint64_value or st.int64_value
             if o >= 0 and dd >= 0:
-                s, d = o, dd
+                s, d = base + o, dd
             mids.append(ev.metadata_id)
             starts.append(s)
             durs.append(d)
@@ -176,6 +183,7 @@ class _HostBuilder:
         self.program_names: dict[int, str] = {}
         self.partial_overlaps = 0
         self.ops_without_ids = 0
+        self.origin_ns = 0
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -187,7 +195,8 @@ class _HostBuilder:
         if gpu:
             mids, starts, durs, metas = self._gpu_line(plane, line, stat_names, sid)
         else:
-            mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"))
+            mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"),
+                                            self.origin_ns)
             metas = {}
             for mid in np.unique(mids).tolist():
                 md = plane.event_metadata.get(mid)
@@ -228,7 +237,7 @@ class _HostBuilder:
 
     def _gpu_line(self, plane, line, stat_names, sid):
         """GPU kernels: op facts are event stats (hlo_op, hlo_module, program_id)."""
-        mids, starts, durs = _read_line(line, None, None)
+        mids, starts, durs = _read_line(line, None, None, self.origin_ns)
         hlo_op = sid.get("hlo_op")
         hlo_module = sid.get("hlo_module")
         program = sid.get("program_id")
@@ -262,7 +271,8 @@ class _HostBuilder:
     # -- other device lines ------------------------------------------------------------------
 
     def add_steps(self, plane, line, device: str, core: int, stat_names, sid) -> None:
-        mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"))
+        mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"),
+                                        self.origin_ns)
         groups = _event_stat_column(line, sid.get("group_id"))
         for i, (mid, s, d, g) in enumerate(zip(mids.tolist(), starts.tolist(), durs.tolist(), groups)):
             if g is None:
@@ -271,7 +281,7 @@ class _HostBuilder:
             self.step_rows.append((device, core, int(g), s, d))
 
     def add_modules(self, plane, line, device: str, core: int) -> None:
-        mids, starts, durs = _read_line(line, None, None)
+        mids, starts, durs = _read_line(line, None, None, self.origin_ns)
         for mid, s, d in zip(mids.tolist(), starts.tolist(), durs.tolist()):
             md = plane.event_metadata.get(mid)
             name = md.name if md is not None else ""
@@ -282,7 +292,8 @@ class _HostBuilder:
             self.module_rows.append((device, core, pid, module, s, d))
 
     def add_async(self, plane, line, device: str, core: int, stat_names, sid) -> None:
-        mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"))
+        mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"),
+                                        self.origin_ns)
         hlo_ops = []
         hlo_op_id = sid.get("hlo_op")
         for ev in line.events:
@@ -446,6 +457,7 @@ def parse_host(space, path: Path) -> HostTrace:
             host_threads = len(plane.lines)
         elif plane.name == "/host:metadata":
             hlo_protos = _hlo_protos(plane, b)
+    b.origin_ns = min((ln.timestamp_ns for _, p in device_planes for ln in p.lines), default=0)
     for core, plane in sorted(device_planes, key=lambda cp: cp[0]):
         stat_names = {k: md.name for k, md in plane.stat_metadata.items()}
         sid = {name: k for k, name in stat_names.items()}

@@ -123,7 +123,6 @@ def _device_plane(space: XSpaceBuilder, design: CaptureDesign, chip: int) -> Non
     op_ids = _op_metadata(plane, design)
     texts = {op.name: op.text() for op in design.ops}
     ts = design.line_timestamp_ns
-    base = ts * 1000
     modules = plane.line("XLA Modules", 2, ts) if design.modules_line else None
     ops_line = plane.line("XLA Ops", 3, ts)
     async_line = plane.line("Async XLA Ops", 4, ts) if design.async_line else None
@@ -146,7 +145,7 @@ def _device_plane(space: XSpaceBuilder, design: CaptureDesign, chip: int) -> Non
         for p in placed:
             start = t + p.offset_ps
             ops_line.event(op_ids[p.op], start, p.dur_ps,
-                           {"device_offset_ps": U64(base + start), "device_duration_ps": U64(p.dur_ps), **group})
+                           {"device_offset_ps": U64(start), "device_duration_ps": U64(p.dur_ps), **group})
             role = async_role(p.op)
             if async_line is None or role is None:
                 continue

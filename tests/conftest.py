@@ -1,0 +1,67 @@
+"""Shared fixtures: small TPU captures built in code, with known values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tpudiag.writers.tpu_design import CaptureDesign, OpDef, Placed, write_capture
+
+US = 1_000_000  # ps per µs
+
+# A 2-chip "TPU v6 Lite" step of 10 ms, after the verified design in
+# shared/reference/xprof-trace-format.md §9: known FLOPs, bytes and durations per op.
+SMALL_OPS = (
+    OpDef("fusion.1", "convolution fusion", flops=1.377e12, bytes_accessed=2.4e9,
+          shape="bf16[1024,4096]{1,0:T(8,128)(2,1)}", source="model.py:10"),  # 3,000 µs at 50 % of 918 TF/s
+    OpDef("fusion.3", "loop fusion", flops=2.0e9, bytes_accessed=1.312e9,
+          shape="f32[3,1000]{1,0:T(4,128)}"),  # 1,000 µs at 80 % of 1,640 GB/s
+    OpDef("while.1", "while"),  # a loop whose body op nests inside it
+    OpDef("fusion.5", "convolution fusion", flops=1.0e12, bytes_accessed=1.0e9),
+    OpDef("all-gather-start.1", "all-gather", bytes_accessed=1.0e8),
+    OpDef("all-gather-done.1", "all-gather", bytes_accessed=1.0e8),
+    OpDef("all-reduce.2", "all-reduce", bytes_accessed=4.0e7),
+    OpDef("copy.1", "copy", bytes_accessed=1.0e8),
+)
+
+
+def small_schedule(chip: int, step: int) -> list[Placed]:
+    sync_allreduce = 500 * US if chip == 0 else 800 * US  # chip 1 waits longer in the sync collective
+    return [
+        Placed("fusion.1", 0, 3000 * US),
+        Placed("all-gather-start.1", 3000 * US, 10 * US),
+        Placed("fusion.3", 3010 * US, 1000 * US),  # hides part of the all-gather
+        Placed("all-gather-done.1", 4010 * US, 300 * US),  # exposed tail of the all-gather
+        Placed("while.1", 4400 * US, 1000 * US),
+        Placed("fusion.5", 4405 * US, 990 * US),  # nested in while.1: its self time is 10 µs
+        Placed("all-reduce.2", 5500 * US, sync_allreduce),
+        Placed("copy.1", 7000 * US, 200 * US),
+    ]
+
+
+def small_design(**overrides) -> CaptureDesign:
+    fields = dict(hostname="host0", device_type="TPU v6 Lite", peak_tflops=918.0, peak_hbm_gbs=1640.0,
+                  module="jit_train_step", program_id=4242, ops=SMALL_OPS, n_chips=2, n_steps=5,
+                  step_ps=10_000 * US, schedule=small_schedule)
+    fields.update(overrides)
+    return CaptureDesign(**fields)
+
+
+@pytest.fixture
+def small_capture(tmp_path: Path) -> Path:
+    """A logdir with one run holding the small 2-chip design."""
+    write_capture(small_design(), tmp_path / "logdir" / "plugins" / "profile" / "2026_01_01_00_00_00")
+    return tmp_path / "logdir"
+
+
+@pytest.fixture
+def write_design(tmp_path: Path):
+    def _write(design: CaptureDesign, run: str = "run") -> Path:
+        write_capture(design, tmp_path / "logdir" / "plugins" / "profile" / run)
+        return tmp_path / "logdir" / "plugins" / "profile" / run
+    return _write
+
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"

@@ -1,0 +1,129 @@
+"""tpudiag's per-op numbers against the installed xprof (the reference implementation).
+
+Each test writes a capture with known values, runs the `xprof` CLI on a copy (xprof writes cache
+files next to the trace) and compares. Differences that are deliberate are documented in
+docs/xprof-differences.md and asserted as such here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import US, small_design
+from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.parsers.capture import load_capture
+from tpudiag.writers.tpu_design import write_capture
+
+pytestmark = pytest.mark.xprof
+GIB = 1 << 30
+
+
+def xprof(tool: str, run_dir: Path, *args: str) -> dict:
+    exe = Path(sys.executable).with_name("xprof")
+    proc = subprocess.run([str(exe), tool, str(run_dir), *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return write_capture(small_design(), tmp_path_factory.mktemp("xprof") / "run").parent
+
+
+@pytest.fixture(scope="module")
+def ours(run_dir: Path):
+    copy = run_dir.parent / "ours"
+    shutil.copytree(run_dir, copy)
+    return analyze(load_capture(copy)).ops.set_index("name")
+
+
+@pytest.fixture(scope="module")
+def hlo_stats(run_dir: Path) -> dict:
+    records = xprof("get_hlo_stats", run_dir, "--limit", "100")["records"]
+    return {r["op_name"]: r for r in records}
+
+
+def test_every_op_xprof_reports_is_ours_with_the_same_occurrences_and_times(ours, hlo_stats):
+    assert set(hlo_stats) == set(ours.index)
+    for name, rec in hlo_stats.items():
+        op = ours.loc[name]
+        assert op["occurrences"] == rec["occurrences"], name
+        assert op["total_time_ps"] / US == pytest.approx(rec["total_time_us"], rel=1e-9), name
+        assert op["self_time_ps"] / US == pytest.approx(rec["total_self_time_us"], rel=1e-9), name
+
+
+def test_nested_self_time_matches_xprof(ours, hlo_stats):
+    # while.1 (1,000 µs) holds fusion.5 (990 µs): self 10 µs per occurrence, 10 occurrences.
+    assert hlo_stats["while.1"]["total_self_time_us"] == pytest.approx(100.0)
+    assert ours.loc["while.1", "self_time_ps"] == 100 * US
+
+
+def test_flop_rate_and_bandwidth_match_xprof(ours, hlo_stats):
+    for name, rec in hlo_stats.items():
+        op = ours.loc[name]
+        # xprof: GFLOP/s over total time; bandwidth in GiB/s.
+        assert op["flop_rate"] / 1e9 == pytest.approx(rec["measured_flop_rate"], rel=1e-6, abs=1e-6), name
+        assert op["hbm_bw"] / GIB == pytest.approx(rec["measured_memory_bw_gbs"], rel=1e-6, abs=1e-6), name
+
+
+def test_bound_by_matches_xprof(ours, hlo_stats):
+    for name, rec in hlo_stats.items():
+        assert ours.loc[name, "bound_by"] == rec["bound_by"], name
+
+
+def test_total_flops_match_xprof_top_ops(run_dir, ours):
+    top = xprof("get_top_hlo_ops", run_dir, "--limit", "100")
+    rows = [r for r in top["top_by_flops"] if r["category"] != "IDLE"]
+    assert rows, "xprof listed no ops by FLOPs"
+    for r in rows:
+        name = r["name"].rsplit("/", 1)[-1]
+        assert ours.loc[name, "flops"] == pytest.approx(r["flops"], rel=1e-9), name
+        assert ours.loc[name, "bytes_accessed"] == pytest.approx(r["bytes_accessed"], rel=1e-9), name
+
+
+def test_designed_values_are_what_tpudiag_reports(ours):
+    # fusion.1: 1.377 TFLOP per 3,000 µs = 918 TF/s x 50 %; 10 occurrences over 2 chips x 5 steps.
+    op = ours.loc["fusion.1"]
+    assert op["occurrences"] == 10
+    assert op["flop_rate"] == pytest.approx(459e12)
+    assert op["flop_utilization"] == pytest.approx(0.5)
+    assert op["bound_by"] == "Compute"
+    # fusion.3: 1.312 GB per 1,000 µs = 80 % of 1,640 GB/s.
+    assert ours.loc["fusion.3", "hbm_utilization"] == pytest.approx(0.8)
+    assert ours.loc["fusion.3", "bound_by"] == "HBM"
+
+
+def test_async_windows_match_xprof_start_done_pairing(tmp_path):
+    run = write_capture(small_design(async_line=False), tmp_path / "run").parent
+    ours = load_capture(run).hosts[0].async_windows
+    theirs = xprof("analyze_async_overlap", run)
+    assert len(ours) == theirs["summary"]["count"] == 10
+    assert int((ours["end_ps"] - ours["start_ps"]).sum()) == theirs["summary"]["span_ps"]
+
+
+def test_double_suffix_async_pairs_are_windows_for_tpudiag_not_for_xprof(tmp_path):
+    """xprof's async overlap does not pair `all-gather-start.1.0`; tpudiag does (documented)."""
+    from tests.conftest import SMALL_OPS, small_schedule
+    from tpudiag.writers.tpu_design import OpDef, Placed
+
+    def rename(name: str) -> str:
+        return name.replace("-start.1", "-start.1.0").replace("-done.1", "-done.1.0")
+
+    ops = tuple(OpDef(rename(o.name), o.category, o.flops, o.bytes_accessed) for o in SMALL_OPS)
+
+    def sched(chip, step):
+        return [Placed(rename(p.op), p.offset_ps, p.dur_ps) for p in small_schedule(chip, step)]
+
+    run = write_capture(small_design(ops=ops, schedule=sched, async_line=False), tmp_path / "run").parent
+    windows = load_capture(run).hosts[0].async_windows
+    assert len(windows) == 10
+    assert set(windows["name"]) == {"all-gather-start.1.0"}
+    theirs = xprof("analyze_async_overlap", run)["summary"]
+    # xprof finds no exposed all-gather time here although 310 µs per window is uncovered.
+    assert theirs["exposed_ps"] == 0
