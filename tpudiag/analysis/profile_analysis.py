@@ -12,7 +12,8 @@ from tpudiag.analysis.steps import StepSource, build_steps
 from tpudiag.model import schemas
 from tpudiag.model.findings import Finding
 from tpudiag.model.profile import Profile
-from tpudiag.model.report import Breakdown, Distribution, HostSummary, OpRow, Report, RuleSkip, Summary
+from tpudiag.model.report import (Breakdown, CategoryTime, Distribution, HostSummary, OpRow, Report, RuleSkip,
+                                  Summary)
 
 
 @dataclass
@@ -103,9 +104,12 @@ def _host_summaries(analysis: Analysis) -> list[HostSummary]:
         slowest = ""
         if not hs.empty:
             slowest = str(hs.groupby("device", observed=True)["dur_ps"].mean().idxmax())
+        numbers = per_host.loc[per_host["host"] == host.host, "step"].to_numpy()
         out.append(HostSummary(host=host.host, path=host.path, device_type=host.device.device_type,
                                n_chips=host.device.n_chips, n_cores=host.device.n_cores, n_events=len(host.events),
-                               step_time=_distribution(times), breakdown=_breakdown(hs), slowest_core=slowest))
+                               step_time=_distribution(times), breakdown=_breakdown(hs), slowest_core=slowest,
+                               step_numbers=tuple(int(n) for n in numbers),
+                               step_times_ps=tuple(int(t) for t in times)))
     return out
 
 
@@ -123,6 +127,20 @@ def _op_rows(analysis: Analysis) -> list[OpRow]:
             flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
             bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source))
     return rows
+
+
+def _category_times(analysis: Analysis) -> list[CategoryTime]:
+    """Self time per HLO category over every host; shares are of the summed core-time of all hosts."""
+    ops = analysis.ops
+    if ops.empty:
+        return []
+    denom = sum(analysis.core_time_ps.values())
+    cats = ops["category"].astype(str).replace("", "(none)")
+    g = ops.assign(category=cats).groupby("category", observed=True).agg(
+        n_ops=("name", "size"), self_time_ps=("self_time_ps", "sum"))
+    g = g.sort_values("self_time_ps", ascending=False, kind="stable")
+    return [CategoryTime(category=str(c), n_ops=int(r.n_ops), self_time_ps=int(r.self_time_ps),
+                         time_share=float(r.self_time_ps / denom) if denom else 0.0) for c, r in g.iterrows()]
 
 
 def _finite(x: float) -> float | None:
@@ -165,4 +183,5 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_r
     return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis)),
                   findings=tuple(sorted(findings, key=lambda f: (-f.saving.ps, -f.severity))),
                   rules_run=rules_run, rules_skipped=rules_skipped, warnings=tuple(dict.fromkeys(warnings)),
-                  failures=tuple(f.message for f in profile.failures))
+                  failures=tuple(f.message for f in profile.failures),
+                  categories=tuple(_category_times(analysis)))

@@ -48,6 +48,8 @@ class HostSummary:
     step_time: Distribution | None
     breakdown: Breakdown | None
     slowest_core: str  # plane name of the core with the longest mean step
+    step_numbers: tuple[int, ...] = ()  # the steps analysed on this host, in order
+    step_times_ps: tuple[int, ...] = ()  # per step in `step_numbers`: the slowest core's step
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,13 @@ class Summary:
     breakdown: Breakdown | None
     modelled: bool
     dumps: tuple[str, ...] = ()
+
+    @property
+    def ridge_flops_per_byte(self) -> float | None:
+        """Operational intensity where the roofline's HBM slope meets its compute roof."""
+        if self.peak_flops_per_s and self.hbm_bytes_per_s:
+            return self.peak_flops_per_s / self.hbm_bytes_per_s
+        return None
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,16 @@ class OpRow:
 
 
 @dataclass(frozen=True)
+class CategoryTime:
+    """Self time of every op of one HLO category, summed over ops, occurrences, cores and hosts."""
+
+    category: str
+    n_ops: int
+    self_time_ps: int  # core-ps, as OpRow.self_time_ps
+    time_share: float  # self time / core-time of the analysed window, all hosts
+
+
+@dataclass(frozen=True)
 class RuleSkip:
     rule: str
     reason: str
@@ -113,3 +132,4 @@ class Report:
     rules_skipped: tuple[RuleSkip, ...] = ()
     warnings: tuple[str, ...] = ()
     failures: tuple[str, ...] = ()  # host files that could not be analysed
+    categories: tuple[CategoryTime, ...] = ()  # sorted by self time, descending

@@ -71,6 +71,7 @@ def report_to_dict(report: Report) -> dict:
     hosts = [{
         "host": h.host, "path": h.path, "device_type": h.device_type, "n_chips": h.n_chips, "n_cores": h.n_cores,
         "n_events": h.n_events, "step_time": _distribution(h.step_time), "slowest_core": h.slowest_core,
+        "step_numbers": list(h.step_numbers), "step_times_ps": list(h.step_times_ps),
         "breakdown": None if h.breakdown is None else {**dataclasses.asdict(h.breakdown),
                                                        "duty_cycle": h.breakdown.duty_cycle},
     } for h in report.hosts]
@@ -80,6 +81,7 @@ def report_to_dict(report: Report) -> dict:
         "summary": summary,
         "hosts": hosts,
         "ops": ops,
+        "categories": [dataclasses.asdict(c) for c in report.categories],
         "findings": [_finding(f) for f in report.findings],
         "rules_run": report.rules_run,
         "rules_skipped": [dataclasses.asdict(r) for r in report.rules_skipped],
