@@ -5,6 +5,7 @@ Exit codes: 0 clean, 1 findings at or above `--fail-on`, 2 usage or input error.
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from tpudiag.cli import rules_cmd
 from tpudiag.errors import TpudiagError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -26,13 +28,20 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
+def _plain() -> bool:
+    # NO_COLOR (no-color.org) wins over FORCE_COLOR; rich alone would still emit bold and dim.
+    return bool(os.environ.get("NO_COLOR"))
+
+
 def stdout_console() -> Console:
-    # Rich honours NO_COLOR itself; when piped, keep lines long enough for the tables.
-    return Console(width=None if sys.stdout.isatty() else 140, soft_wrap=False)
+    # When piped, keep lines long enough for the tables.
+    return Console(width=None if sys.stdout.isatty() else 140, soft_wrap=False,
+                   color_system=None if _plain() else "auto")
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 140,
+                   color_system=None if _plain() else "auto")
 
 
 def default_capture() -> Path:
@@ -50,19 +59,38 @@ def report(
     = OutputFormat.terminal,
     top: Annotated[int, typer.Option(help="Ops to list in the terminal report")] = 15,
     jobs: Annotated[int | None, typer.Option(help="Processes for parsing hosts (default: CPU count)")] = None,
+    select: Annotated[list[str] | None, typer.Option(help="Run only these rules (names or codes, comma-separated)")]
+    = None,
+    ignore: Annotated[list[str] | None, typer.Option(help="Do not run these rules (names or codes)")] = None,
+    config: Annotated[Path | None, typer.Option(help="Rule configuration file (TOML); default: a tpudiag.toml "
+                                                     "or pyproject.toml [tool.tpudiag] next to the input")] = None,
+    fail_on: Annotated[str | None, typer.Option(help="Exit 1 when a finding at or above this severity "
+                                                     "(info, low, medium, high) is reported")] = None,
 ) -> None:
-    """Print where each step's time goes and which ops dominate it."""
+    """Print where each step's time goes, which ops dominate it, and the rules' findings."""
     from tpudiag.analysis.profile_analysis import analyze, build_report
+    from tpudiag.model.findings import Severity
     from tpudiag.parsers.capture import load_capture
+    from tpudiag.rules import load_config, run_rules
 
+    threshold = None
+    if fail_on is not None:
+        try:
+            threshold = Severity.parse(fail_on)
+        except ValueError as exc:
+            raise UsageError(f"--fail-on: {exc}") from exc
     target = path if path is not None else default_capture()
+    rules_config = load_config(target, config).with_cli(select, ignore)
+    rules_config.resolve()  # option errors are usage errors: report them before reading the capture
     err = stderr_console()
     if err.is_terminal:
         with err.status(f"reading {target}"):
             profile = load_capture(target, jobs=jobs)
     else:
         profile = load_capture(target, jobs=jobs)
-    result = build_report(analyze(profile))
+    analysis = analyze(profile)
+    findings, skipped = run_rules(analysis, rules_config)
+    result = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped))
     if output_format is OutputFormat.json:
         from tpudiag.render.json_format import render_json
 
@@ -71,6 +99,11 @@ def report(
         from tpudiag.render.terminal import render_terminal
 
         render_terminal(result, stdout_console(), top=top)
+    if threshold is not None and any(f.severity >= threshold for f in result.findings):
+        raise typer.Exit(1)
+
+
+rules_cmd.register(app)
 
 
 @app.callback()

@@ -63,7 +63,11 @@ def find_capture(path: Path) -> CaptureFiles:
 
 def _parse_file(path: Path) -> HostTrace:
     space = read_xspace(path)
-    host = parse_host(space, path)
+    try:
+        host = parse_host(space, path)
+    except OverflowError as exc:
+        # A timestamp or duration beyond int64 ps: the file is damaged (or not a device trace).
+        raise InputError("implausible event times (beyond the int64 picosecond range)", path=path) from exc
     del space
     return host
 

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpudiag.analysis.intervals import covered, merge, nest, union_length
+
+
+def test_nest_subtracts_direct_children_only():
+    # while [0,100) holds fusion [10,60) which holds a tiny op [20,30); then a sibling [100,120).
+    start = np.array([0, 10, 20, 100], dtype=np.int64)
+    dur = np.array([100, 50, 10, 20], dtype=np.int64)
+    self_ps, depth, partial = nest(start, dur)
+    assert self_ps.tolist() == [50, 40, 10, 20]
+    assert depth.tolist() == [0, 1, 2, 0]
+    assert partial == 0
+
+
+def test_nest_flat_line_is_untouched():
+    start = np.array([0, 10, 30], dtype=np.int64)
+    dur = np.array([10, 20, 5], dtype=np.int64)
+    self_ps, depth, partial = nest(start, dur)
+    assert self_ps.tolist() == dur.tolist() and depth.tolist() == [0, 0, 0] and partial == 0
+
+
+def test_nest_counts_partial_overlap():
+    start = np.array([0, 50], dtype=np.int64)
+    dur = np.array([100, 100], dtype=np.int64)
+    self_ps, _, partial = nest(start, dur)
+    assert partial == 1
+    assert self_ps.tolist() == [50, 100]
+
+
+intervals = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 1_000)), min_size=0, max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals)
+def test_union_is_at_most_the_sum_and_at_least_the_longest(ivs):
+    s = np.array([a for a, _ in ivs], dtype=np.int64)
+    e = s + np.array([d for _, d in ivs], dtype=np.int64)
+    u = union_length(s, e)
+    assert u <= int((e - s).sum())
+    if len(ivs):
+        assert u >= int((e - s).max())
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals, st.integers(0, 11_000), st.integers(0, 3_000))
+def test_covered_matches_a_brute_force_count(ivs, w0, wlen):
+    s = np.array([a for a, _ in ivs], dtype=np.int64)
+    e = s + np.array([d for _, d in ivs], dtype=np.int64)
+    ms, me = merge(s, e)
+    got = covered(np.array([w0]), np.array([w0 + wlen]), ms, me)[0]
+    mask = np.zeros(14_000, dtype=bool)
+    for a, b in zip(s, e):
+        mask[a:b] = True
+    assert got == int(mask[w0:w0 + wlen].sum())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 200)), min_size=1, max_size=40))
+def test_self_times_of_a_properly_nested_line_sum_to_the_union(raw):
+    # Build a properly nested line: each event either follows or fits inside the previous one.
+    start, dur = [0], [raw[0][1] * 10]
+    for gap, d in raw[1:]:
+        ps, pd = start[-1], dur[-1]
+        if gap % 2 and pd > 2:
+            start.append(ps + 1)
+            dur.append(max(1, min(d, pd - 2)))
+        else:
+            start.append(max(ps + pd, max(a + b for a, b in zip(start, dur))) + gap)
+            dur.append(d)
+    s = np.array(start, dtype=np.int64)
+    d = np.array(dur, dtype=np.int64)
+    order = np.lexsort((-d, s))
+    self_ps, _, partial = nest(s[order], d[order])
+    if partial == 0:
+        assert int(self_ps.sum()) == union_length(s, s + d)

@@ -1,0 +1,120 @@
+"""The `tpudiag report` command as a user runs it: exit codes, stdout vs stderr, JSON contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SHARED
+
+EXAMPLE = REPO / "examples" / "captures" / "train_v6e_4chip"
+CPU_EXAMPLE = REPO / "examples" / "captures" / "cpu_jax_profiler"
+MANGLED = SHARED / "data" / "bad-inputs" / "tpu-v6e-inference-mangled.xplane.pb"
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, env=full_env,
+                          timeout=300)
+
+
+def test_report_on_the_bundled_example_by_default():
+    proc = run("report")
+    assert proc.returncode == 0, proc.stderr
+    assert "Top ops by self time" in proc.stdout
+    assert "Step breakdown" in proc.stdout
+    assert proc.stderr == ""
+
+
+def test_json_contract_keys():
+    proc = run("report", str(EXAMPLE), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    s = doc["summary"]
+    assert s["device_type"] == "TPU v6 Lite"
+    assert s["hosts"] == ["host0"]
+    assert isinstance(s["step_time_ps"], float) and s["step_time_ps"] > 0
+    op = doc["ops"][0]
+    for key in ("host", "program", "name", "category", "occurrences", "total_time_ps", "self_time_ps", "flops",
+                "bytes_accessed"):
+        assert key in op, key
+    assert isinstance(doc["findings"], list)
+    assert isinstance(doc["warnings"], list)
+    assert doc["ops"] == sorted(doc["ops"], key=lambda o: -o["self_time_ps"])
+
+
+def test_bad_input_is_one_line_exit_2_no_traceback():
+    proc = run("report", str(MANGLED))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: `") and str(MANGLED) in lines[0] and "corrupt" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_path_exit_2(tmp_path):
+    proc = run("report", str(tmp_path / "missing"))
+    assert proc.returncode == 2 and "no such file or directory" in proc.stderr
+
+
+def test_directory_without_trace_exit_2_with_hint(tmp_path):
+    proc = run("report", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0].startswith("error: ")
+    assert proc.stderr.splitlines()[1].startswith("hint: ")
+
+
+def test_usage_error_exit_2():
+    proc = run("report", "--format", "yaml")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+
+
+def test_cpu_only_capture_says_so_plainly():
+    proc = run("report", str(CPU_EXAMPLE))
+    assert proc.returncode == 0, proc.stderr
+    assert "no TPU or GPU device plane" in proc.stdout
+
+
+def test_no_color_means_no_escape_codes():
+    proc = run("report", str(EXAMPLE), env={"NO_COLOR": "1", "FORCE_COLOR": "1", "TERM": "xterm-256color"})
+    assert proc.returncode == 0
+    assert "\x1b[" not in proc.stdout
+
+
+def test_piped_output_has_no_escape_codes_or_spinner():
+    proc = run("report", str(EXAMPLE))
+    assert "\x1b[" not in proc.stdout and "\x1b[" not in proc.stderr
+
+
+def test_bad_host_is_reported_and_the_others_analysed(tmp_path):
+    good = next((EXAMPLE / "plugins" / "profile").glob("*/host0.xplane.pb"))
+    (tmp_path / "host0.xplane.pb").write_bytes(good.read_bytes())
+    (tmp_path / "host1.xplane.pb").write_bytes(MANGLED.read_bytes())
+    proc = run("report", str(tmp_path), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["summary"]["hosts"] == ["host0"]
+    assert len(doc["failed_hosts"]) == 1 and "host1.xplane.pb" in doc["failed_hosts"][0]
+
+
+def test_report_never_writes_into_the_trace_directory(tmp_path):
+    import shutil
+
+    copy = tmp_path / "cap"
+    shutil.copytree(EXAMPLE, copy)
+    before = sorted(p.relative_to(copy) for p in copy.rglob("*"))
+    assert run("report", str(copy)).returncode == 0
+    assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == before
+
+
+@pytest.mark.parametrize("args", [("--help",), ("report", "--help")])
+def test_help(args):
+    proc = run(*args)
+    assert proc.returncode == 0 and "Usage" in proc.stdout

@@ -1,0 +1,155 @@
+"""Bad input gives one clean InputError naming the file and the cause, never another exception."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import SHARED, small_design
+from tpudiag.errors import InputError
+from tpudiag.parsers.capture import find_capture, load_capture
+from tpudiag.parsers.device_trace import parse_host
+from tpudiag.parsers.xspace import parse_xspace, read_xspace
+from tpudiag.writers.tpu_design import build_capture
+
+MANGLED = SHARED / "data" / "bad-inputs" / "tpu-v6e-inference-mangled.xplane.pb"
+GOOD = build_capture(small_design()).serialize()
+
+
+def test_real_mangled_v6e_trace_is_a_clean_error():
+    with pytest.raises(InputError) as info:
+        read_xspace(MANGLED)
+    assert info.value.path == str(MANGLED)
+    assert "corrupt" in info.value.message
+
+
+def test_empty_file(tmp_path):
+    f = tmp_path / "h.xplane.pb"
+    f.write_bytes(b"")
+    with pytest.raises(InputError, match="empty file"):
+        read_xspace(f)
+
+
+def test_text_file_is_not_a_trace(tmp_path):
+    f = tmp_path / "notes.xplane.pb"
+    f.write_text("hello, this is not a protobuf\n")
+    with pytest.raises(InputError, match="not an XProf trace"):
+        read_xspace(f)
+
+
+def test_gzip_file_gets_a_hint(tmp_path):
+    import gzip
+
+    f = tmp_path / "h.xplane.pb"
+    f.write_bytes(gzip.compress(GOOD))
+    with pytest.raises(InputError) as info:
+        read_xspace(f)
+    assert info.value.hint and "gunzip" in info.value.hint
+
+
+def test_unreadable_file(tmp_path, monkeypatch):
+    f = tmp_path / "h.xplane.pb"
+    f.write_bytes(GOOD)
+
+    def deny(self):
+        raise PermissionError(13, "Permission denied")
+
+    # Tests run as root in CI, where chmod 000 does not stop reads: simulate the OS refusing.
+    monkeypatch.setattr(Path, "read_bytes", deny)
+    with pytest.raises(InputError, match="permission denied"):
+        read_xspace(f)
+
+
+def test_directory_without_trace(tmp_path):
+    with pytest.raises(InputError, match="no `\\*.xplane.pb` trace files"):
+        find_capture(tmp_path)
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        find_capture(tmp_path / "nope")
+
+
+def test_logdir_without_runs(tmp_path):
+    (tmp_path / "plugins" / "profile" / "empty_run").mkdir(parents=True)
+    with pytest.raises(InputError, match="no run"):
+        find_capture(tmp_path)
+
+
+def test_newest_run_is_used(tmp_path):
+    for run in ("2026_01_01_00_00_00", "2026_02_01_00_00_00"):
+        d = tmp_path / "plugins" / "profile" / run
+        d.mkdir(parents=True)
+        (d / "h.xplane.pb").write_bytes(GOOD)
+    assert find_capture(tmp_path).run == "2026_02_01_00_00_00"
+
+
+def test_one_bad_host_does_not_stop_the_others(tmp_path):
+    (tmp_path / "good.xplane.pb").write_bytes(GOOD)
+    (tmp_path / "bad.xplane.pb").write_bytes(MANGLED.read_bytes())
+    profile = load_capture(tmp_path, jobs=2)
+    assert [h.host for h in profile.hosts] == ["host0"]
+    assert len(profile.failures) == 1 and "bad.xplane.pb" in profile.failures[0].message
+
+
+def test_all_hosts_bad_is_an_error(tmp_path):
+    (tmp_path / "a.xplane.pb").write_bytes(b"\x0a\xff\xff")
+    (tmp_path / "b.xplane.pb").write_bytes(b"garbage")
+    with pytest.raises(InputError, match="none of the 2 host files"):
+        load_capture(tmp_path, jobs=1)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=512))
+def test_random_bytes_give_a_clean_error_or_a_space(data):
+    try:
+        space = parse_xspace(data, "random.xplane.pb")
+    except InputError:
+        return
+    parse_host(space, Path("random.xplane.pb"))  # whatever parsed must also analyse without crashing
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(min_value=1, max_value=len(GOOD) - 1))
+def test_truncated_trace_gives_a_clean_error_or_a_smaller_trace(cut):
+    try:
+        space = parse_xspace(GOOD[:cut], "cut.xplane.pb")
+    except InputError:
+        return
+    # Cut on a field boundary: a valid, smaller trace. It must still analyse.
+    parse_host(space, Path("cut.xplane.pb"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(min_value=0, max_value=len(GOOD) - 1), st.integers(min_value=0, max_value=255))
+def test_flipped_byte_gives_a_clean_error_or_a_trace(pos, value):
+    data = bytearray(GOOD)
+    data[pos] = value
+    try:
+        space = parse_xspace(bytes(data), "flip.xplane.pb")
+    except InputError:
+        return
+    parse_host(space, Path("flip.xplane.pb"))
+
+
+def test_error_line_names_file_without_trailing_period():
+    err = InputError("no such file.", path="/x/y.xplane.pb")
+    assert err.one_line() == "`/x/y.xplane.pb`: no such file"
+    assert os.linesep not in err.one_line()
+
+
+def test_regression_out_of_range_device_offset_is_a_clean_error(tmp_path):
+    """A uint64 device_offset_ps above 2**63 cannot be an int64 ps time: clean error, not OverflowError."""
+    from tpudiag.writers.xspace_builder import U64, XSpaceBuilder
+
+    space = XSpaceBuilder("h")
+    plane = space.plane("/device:TPU:0", 1)
+    md = plane.event_metadata("%f = f32[] fusion()", "f", {"program_id": U64(1), "symbol_id": U64(1)})
+    plane.line("XLA Ops", 3).event(md, 0, 10, {"device_offset_ps": U64(2**64 - 1), "device_duration_ps": U64(10)})
+    f = space.write(tmp_path / "h.xplane.pb")
+    with pytest.raises(InputError, match="implausible event times"):
+        load_capture(f)
