@@ -1,0 +1,61 @@
+"""`tpudiag rules` and `tpudiag rule NAME`: the rule catalogue and each rule's documentation."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tpudiag.errors import UsageError
+
+
+def rule_to_dict(rule) -> dict:
+    return {
+        "code": rule.code,
+        "name": rule.name,
+        "severity": rule.severity.label(),
+        "inputs": list(rule.inputs),
+        "summary": rule.summary,
+        "options": {f.name: getattr(rule.default_options(), f.name)
+                    for f in dataclasses.fields(rule.options_type)},
+        "doc": rule.doc.strip(),
+    }
+
+
+def rules(output_format: Annotated[str, typer.Option("--format", "-f", help="terminal or json")] = "terminal",
+          ) -> None:
+    """List every rule: code, name, severity, the inputs it needs."""
+    from tpudiag.cli.app import stdout_console
+    from tpudiag.rules.registry import RULES
+
+    if output_format == "json":
+        sys.stdout.write(json.dumps([rule_to_dict(r) for r in RULES], indent=2) + "\n")
+        return
+    if output_format != "terminal":
+        raise UsageError(f"unknown format `{output_format}`", hint="use `terminal` or `json`")
+    table = Table(show_edge=False)
+    for col in ("code", "name", "severity", "needs", "what it finds"):
+        table.add_column(col, no_wrap=col != "what it finds")
+    for r in RULES:
+        table.add_row(r.code, r.name, r.severity.label(), ", ".join(r.inputs), r.summary)
+    stdout_console().print(table)
+
+
+def rule(name: Annotated[str, typer.Argument(help="Rule name (e.g. exposed-collective) or code (TPD101)")]) -> None:
+    """Print a rule's documentation."""
+    from tpudiag.rules.registry import get_rule
+
+    found = get_rule(name)
+    if found is None:
+        raise UsageError(f"unknown rule `{name}`", hint="`tpudiag rules` lists the rules")
+    sys.stdout.write(f"{found.name} ({found.code}) · severity up to {found.severity.label()} · needs "
+                     f"{', '.join(found.inputs)}\n\n{found.doc.strip()}\n")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rules")(rules)
+    app.command("rule")(rule)

@@ -1,0 +1,191 @@
+"""What a rule is: a stable code, a kebab-case name, the inputs it needs, its options and its check.
+
+A rule is a pure function of a `RuleContext` (the analysed profile plus any extra inputs such as
+compiler dumps) and its frozen `Options`; it returns findings and never prints or reads files.
+The rule module's docstring is its user documentation, in the sections listed in `DOC_SECTIONS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tpudiag.analysis.profile_analysis import Analysis
+from tpudiag.model.findings import Finding, Severity
+
+DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Savings estimate", "Known limits",
+                "Options")
+
+# Inputs a rule may declare, with the reason printed when the input is absent.
+INPUTS: Mapping[str, str] = {
+    "trace": "needs a device trace with TPU ops",
+    "layouts": "needs layouts (op shapes with TPU tiled layouts and the layout parser)",
+    "llo": "needs LLO dumps (`--dumps DIR`)",
+}
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """Everything a rule may look at. `extra` holds optional inputs keyed by `INPUTS` names."""
+
+    analysis: Analysis
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str  # stable, e.g. TPD101
+    name: str  # kebab-case, reads well after "allow"
+    severity: Severity  # the highest severity its findings take
+    inputs: tuple[str, ...]  # keys of INPUTS
+    options_type: type  # a frozen dataclass; every field is a threshold with a default
+    check: Callable[[RuleContext, Any], list[Finding]]
+    doc: str  # the module docstring
+
+    @property
+    def summary(self) -> str:
+        """The docstring's first line, without its period."""
+        return (self.doc or "").strip().splitlines()[0].rstrip(".") if self.doc else ""
+
+    def default_options(self):
+        return self.options_type()
+
+    def options_with(self, overrides: Mapping[str, Any]):
+        """Options with `overrides` applied; ValueError naming an unknown key or a bad value."""
+        fields = {f.name: f for f in dataclasses.fields(self.options_type)}
+        defaults = self.options_type()
+        clean = {}
+        for key, value in overrides.items():
+            attr = key.replace("-", "_")
+            if attr not in fields:
+                raise ValueError(f"unknown option `{key}` for rule `{self.name}`; "
+                                 f"known: {', '.join(sorted(fields)) or 'none'}")
+            default = getattr(defaults, attr)
+            if isinstance(default, bool) or isinstance(value, bool):
+                ok = isinstance(value, bool) and isinstance(default, bool)
+            elif isinstance(default, (int, float)):
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if ok and isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float):
+                    ok = value.is_integer()
+                    value = int(value)
+                elif ok and isinstance(default, float):
+                    value = float(value)
+            else:
+                ok = isinstance(value, type(default))
+            if not ok:
+                raise ValueError(f"option `{key}` of rule `{self.name}` must be {type(default).__name__}, "
+                                 f"got {value!r}")
+            clean[attr] = value
+        return dataclasses.replace(defaults, **clean)
+
+
+_SECTION = re.compile(r"^(?P<title>[A-Z][A-Za-z ]+)\n-+\n", re.MULTILINE)
+
+
+def doc_sections(doc: str) -> dict[str, str]:
+    """A rule docstring's sections, keyed by title (titles are underlined with dashes)."""
+    matches = list(_SECTION.finditer(doc or ""))
+    out = {}
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(doc)
+        out[m.group("title").strip()] = doc[m.end():end].strip()
+    return out
+
+
+# -- shared helpers for rules ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SeverityScale:
+    """Severity from the saving's share of the step time."""
+
+    high_share: float
+    medium_share: float
+
+    def of(self, share: float, cap: Severity) -> Severity:
+        if share >= self.high_share:
+            sev = Severity.HIGH
+        elif share >= self.medium_share:
+            sev = Severity.MEDIUM
+        else:
+            sev = Severity.LOW
+        return min(sev, cap)
+
+
+@dataclass(frozen=True)
+class StepBasis:
+    """How per-step savings are computed: the number of steps and the mean step time."""
+
+    n_steps: int
+    step_ps: float  # mean step time (slowest core), 0 when the capture has no steps
+    whole_capture: bool  # True when there are no steps: the capture counts as one step
+
+
+def step_basis(analysis: Analysis) -> StepBasis:
+    steps = analysis.steps
+    if steps.empty:
+        span = max(analysis.core_time_ps.values(), default=0)
+        cores = sum(h.device.n_cores for h in analysis.profile.hosts) or 1
+        return StepBasis(1, span / cores, True)
+    per_step = steps.groupby("step")["dur_ps"].max()
+    return StepBasis(len(per_step), float(per_step.mean()), False)
+
+
+def per_step_worst_core(frame: pd.DataFrame, value: str, basis: StepBasis) -> float:
+    """Mean over steps of the largest per-(host, core) sum of `value` in that step.
+
+    The step time is the slowest core's, so removing time from every core shortens a step by at
+    most the largest per-core amount: this is the per-step upper bound the rules report. Rows
+    outside every step (step == -1) are ignored unless the capture has no steps at all.
+    """
+    if frame.empty:
+        return 0.0
+    if basis.whole_capture:
+        per_core = frame.groupby(["host", "core"], observed=True)[value].sum()
+        return float(per_core.max())
+    inside = frame[frame["step"] >= 0]
+    if inside.empty:
+        return 0.0
+    per = inside.groupby(["step", "host", "core"], observed=True)[value].sum()
+    worst = per.groupby(level="step").max()
+    return float(worst.sum()) / basis.n_steps
+
+
+def fmt_time(ps: float) -> str:
+    """Times in messages; the same units as the renderers (rules must not import render)."""
+    a = abs(ps)
+    if a >= 1e12:
+        return f"{ps / 1e12:.3g} s"
+    if a >= 1e9:
+        return f"{ps / 1e9:.2f} ms"
+    if a >= 1e6:
+        return f"{ps / 1e6:.1f} µs"
+    if a >= 1e3:
+        return f"{ps / 1e3:.1f} ns"
+    return f"{ps:.0f} ps"
+
+
+def fmt_pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def assign_steps(steps: pd.DataFrame, host: str, core: np.ndarray, start_ps: np.ndarray) -> np.ndarray:
+    """Step number containing each (core, start) on `host`; -1 outside every step."""
+    out = np.full(len(start_ps), -1, dtype=np.int64)
+    hs = steps[steps["host"] == host]
+    for c, m in hs.groupby("core"):
+        idx = np.flatnonzero(core == c)
+        if not len(idx):
+            continue
+        m = m.sort_values("start_ps")
+        s = m["start_ps"].to_numpy()
+        e = s + m["dur_ps"].to_numpy()
+        k = np.searchsorted(s, start_ps[idx], side="right") - 1
+        ok = (k >= 0) & (start_ps[idx] < e[np.clip(k, 0, None)])
+        out[idx[ok]] = m["step"].to_numpy()[k[ok]]
+    return out

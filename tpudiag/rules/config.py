@@ -1,0 +1,176 @@
+"""Rule configuration: which rules run and their options, from TOML and the command line.
+
+Sources, first found wins: `--config FILE`; a `tpudiag.toml` next to the input (its directory or
+any parent); a `pyproject.toml` with a `[tool.tpudiag]` table there; the same two files in the
+working directory or its parents. Keys:
+
+    [tool.tpudiag]                      # top level in tpudiag.toml
+    select = ["exposed-collective", "TPD102"]   # names or codes; default: every rule
+    ignore = ["padding-waste"]
+    [tool.tpudiag.rules.exposed-collective]
+    min_exposed_fraction = 0.2
+
+Unknown keys, rule names or option names are usage errors (exit 2).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpudiag.errors import UsageError
+
+TOP_KEYS = ("select", "ignore", "rules")
+CONFIG_FILE = "tpudiag.toml"
+
+
+@dataclass(frozen=True)
+class RulesConfig:
+    select: tuple[str, ...] | None = None  # rule names; None = every rule
+    ignore: tuple[str, ...] = ()
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # rule name -> overrides
+    source: str = ""  # the file it came from, "" for defaults
+
+    def resolve(self) -> list[tuple[Any, Any]]:
+        """(rule, options) for every selected, non-ignored rule, in registry order."""
+        from tpudiag.rules.registry import RULES
+
+        out = []
+        for rule in RULES:
+            if self.select is not None and rule.name not in self.select:
+                continue
+            if rule.name in self.ignore:
+                continue
+            try:
+                options = rule.options_with(self.options.get(rule.name, {}))
+            except (ValueError, TypeError) as exc:
+                raise UsageError(str(exc), path=self.source or None,
+                                 hint=f"see `tpudiag rule {rule.name}` for its options") from exc
+            out.append((rule, options))
+        return out
+
+    def with_cli(self, select: Sequence[str] | None = None, ignore: Sequence[str] | None = None) -> RulesConfig:
+        """Command-line `--select` replaces the file's selection; `--ignore` adds to its ignores."""
+        new_select = _rule_names(select, "--select") if select else self.select
+        new_ignore = self.ignore + _rule_names(ignore, "--ignore") if ignore else self.ignore
+        return RulesConfig(new_select, new_ignore, self.options, self.source)
+
+
+def split_names(values: Sequence[str] | None) -> list[str]:
+    """`--select a,b --select c` -> [a, b, c]."""
+    out = []
+    for v in values or ():
+        out.extend(p.strip() for p in v.split(",") if p.strip())
+    return out
+
+
+def _rule_names(values: Sequence[str] | None, where: str, source: str | None = None) -> tuple[str, ...]:
+    from tpudiag.rules.registry import RULES, get_rule
+
+    names = []
+    for value in split_names(values):
+        if value.upper() == "ALL":
+            names.extend(r.name for r in RULES)
+            continue
+        rule = get_rule(value)
+        if rule is None:
+            raise UsageError(f"unknown rule `{value}` in {where}", path=source,
+                             hint="`tpudiag rules` lists the rules")
+        names.append(rule.name)
+    return tuple(dict.fromkeys(names))
+
+
+def parse_config(data: Mapping[str, Any], source: str = "") -> RulesConfig:
+    """A `RulesConfig` from the `[tool.tpudiag]` table (or a tpudiag.toml's top level)."""
+    from tpudiag.rules.registry import get_rule
+
+    path = source or None
+    unknown = [k for k in data if k not in TOP_KEYS]
+    if unknown:
+        raise UsageError(f"unknown key `{unknown[0]}` in the tpudiag config", path=path,
+                         hint=f"known keys: {', '.join(TOP_KEYS)}")
+    for key in ("select", "ignore"):
+        value = data.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise UsageError(f"`{key}` must be a list of rule names or codes", path=path)
+    select = _rule_names(data["select"], "`select`", path) if "select" in data else None
+    ignore = _rule_names(data.get("ignore", []), "`ignore`", path)
+    rules = data.get("rules", {})
+    if not isinstance(rules, Mapping):
+        raise UsageError("`rules` must be a table of rule tables", path=path)
+    options: dict[str, dict[str, Any]] = {}
+    for key, table in rules.items():
+        rule = get_rule(key)
+        if rule is None:
+            raise UsageError(f"unknown rule `{key}` in `rules`", path=path, hint="`tpudiag rules` lists the rules")
+        if not isinstance(table, Mapping):
+            raise UsageError(f"`rules.{key}` must be a table of options", path=path)
+        try:
+            rule.options_with(table)  # validate now, with the file named
+        except (ValueError, TypeError) as exc:
+            raise UsageError(str(exc), path=path, hint=f"see `tpudiag rule {rule.name}` for its options") from exc
+        options.setdefault(rule.name, {}).update(table)
+    return RulesConfig(select, ignore, options, source)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError as exc:
+        raise UsageError("config file not found", path=path) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"invalid TOML: {exc}", path=path) from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read config: {exc.strerror}", path=path) from exc
+
+
+def load_file(path: Path) -> RulesConfig:
+    """Read a config file: a pyproject.toml's `[tool.tpudiag]` table, or any other file's top level."""
+    data = _read_toml(path)
+    if path.name == "pyproject.toml":
+        table = data.get("tool", {}).get("tpudiag")
+        if table is None:
+            raise UsageError("no `[tool.tpudiag]` table", path=path)
+        data = table
+    return parse_config(data, str(path))
+
+
+def _search_dirs(start: Path) -> list[Path]:
+    start = start.resolve()
+    return [start, *start.parents]
+
+
+def find_config(input_path: Path | None, cwd: Path | None = None) -> Path | None:
+    """The config file that applies to `input_path`, or None."""
+    roots = []
+    if input_path is not None:
+        p = Path(input_path)
+        roots.append(p if p.is_dir() else p.parent)
+    roots.append(cwd if cwd is not None else Path.cwd())
+    for root in roots:
+        for d in _search_dirs(root):
+            candidate = d / CONFIG_FILE
+            if candidate.is_file():
+                return candidate
+            pyproject = d / "pyproject.toml"
+            if pyproject.is_file():
+                try:
+                    data = tomllib.loads(pyproject.read_text())
+                except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+                    continue
+                if "tpudiag" in data.get("tool", {}):
+                    return pyproject
+    return None
+
+
+def load_config(input_path: Path | None = None, config_file: Path | None = None,
+                cwd: Path | None = None) -> RulesConfig:
+    """The configuration for a run: `config_file` when given, else the one found, else defaults."""
+    if config_file is not None:
+        return load_file(Path(config_file))
+    found = find_config(input_path, cwd)
+    return load_file(found) if found is not None else RulesConfig()

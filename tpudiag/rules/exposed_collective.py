@@ -1,0 +1,294 @@
+"""Collective time that no compute on the same core hides.
+
+What it does
+------------
+Measures, for every async collective window (start to done, from the `Async XLA Ops` line or
+from start/done pairs) and every synchronous collective, the time not covered by compute ops on
+the same core, and reports it per collective family, per op and per step. Each window is
+classified with XProf's thresholds: hidden when at least `hidden_threshold` of it is covered,
+exposed when at most `exposed_threshold` is, partial otherwise.
+
+Why it matters
+--------------
+A TensorCore that waits for a collective does no work: every exposed microsecond is added to the
+step. On v4, v5p and v6e XLA leaves collectives synchronous by default, so their whole duration
+is exposed; async collectives are exposed when the scheduler finds nothing to run between the
+start and the done.
+
+Evidence
+--------
+Per op: windows per step, hidden/partial/exposed counts, mean covered fraction and exposed time
+per step; the worst steps. Windows whose names carry a double numeric suffix
+(`all-gather-start.1.0`) are counted: XProf's `analyze_async_overlap` does not recognise them as
+async ops and reports them as hidden.
+
+How to fix
+----------
+Synchronous collectives on v6e: compile with `--xla_tpu_enable_async_collective_fusion=true
+--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true
+--xla_tpu_enable_async_collective_fusion_multiple_steps=true
+--xla_tpu_overlap_compute_collective_tc=true` (in `LIBTPU_INIT_ARGS`) so XLA overlaps them
+with compute; on v4 and v5p the same flags are worth trying (verified on v6e only). Exposed
+async windows with no compute inside: give the scheduler independent work to place between
+start and done (start the collective earlier, prefetch the next layer's weights, split it).
+
+Bad: `all-gather-start.3` immediately followed by `all-gather-done.3`, 1.2 ms per step.
+Good: the same all-gather overlapping the previous layer's matmul, 0.05 ms exposed.
+
+Savings estimate
+----------------
+Measured: per step, the largest exposed time on any core (the step time is the slowest core's),
+averaged over steps. An upper bound: hiding a collective can stretch the compute it overlaps
+(shared HBM bandwidth), and it overlaps with savings other rules report.
+
+Known limits
+------------
+Coverage counts compute ops on the same core only (not SparseCore or DMA engines) and excludes
+other collectives, unlike XProf, which counts every non-async op. The trace does not say why a
+collective stayed synchronous; the advice follows from its name, category and the device
+generation, not from the compiled schedule. Captures without steps count as one step.
+
+Options
+-------
+- `hidden_threshold` (0.9): covered fraction at or above which a window is hidden.
+- `exposed_threshold` (0.1): covered fraction at or below which a window is exposed.
+- `min_exposed_fraction` (0.01): report synchronous collectives, or async windows, only when their
+  exposed time per step is at least this fraction of the step time.
+- `high_share` (0.10): saving, as a fraction of the step, from which a finding is high severity.
+- `medium_share` (0.03): saving fraction from which a finding is medium severity.
+- `max_evidence_rows` (5): ops listed as evidence per finding (families and the two worst steps
+  are always listed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tpudiag.analysis.intervals import covered, merge
+from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
+from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, assign_steps, fmt_pct, fmt_time,
+                                per_step_worst_core, step_basis)
+
+CODE = "TPD101"
+NAME = "exposed-collective"
+
+ASYNC_FLAGS = ("--xla_tpu_enable_async_collective_fusion=true "
+               "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true "
+               "--xla_tpu_enable_async_collective_fusion_multiple_steps=true "
+               "--xla_tpu_overlap_compute_collective_tc=true")
+SYNC_BY_DEFAULT = ("v4", "v5p", "v6e")  # generations whose collectives XLA leaves synchronous by default
+
+
+@dataclass(frozen=True)
+class Options:
+    hidden_threshold: float = 0.9
+    exposed_threshold: float = 0.1
+    min_exposed_fraction: float = 0.01
+    high_share: float = 0.10
+    medium_share: float = 0.03
+    max_evidence_rows: int = 5
+
+    def __post_init__(self):
+        if not 0.0 <= self.exposed_threshold < self.hidden_threshold <= 1.0:
+            raise ValueError("thresholds must satisfy 0 <= exposed_threshold < hidden_threshold <= 1, got "
+                             f"exposed_threshold={self.exposed_threshold}, hidden_threshold={self.hidden_threshold}")
+        if self.max_evidence_rows < 1:
+            raise ValueError(f"max_evidence_rows must be at least 1, got {self.max_evidence_rows}")
+
+
+WINDOW_COLUMNS = ("host", "device", "core", "step", "name", "family", "kind", "start_ps", "span_ps", "covered_ps",
+                  "exposed_ps", "overlap_ratio", "klass", "double_suffix", "compute_inside", "source")
+
+
+def classify(ratio: float, options: Options) -> str:
+    if ratio >= options.hidden_threshold:
+        return "hidden"
+    if ratio <= options.exposed_threshold:
+        return "exposed"
+    return "partial"
+
+
+def collective_windows(ctx_or_analysis, options: Options | None = None) -> pd.DataFrame:
+    """One row per async collective window and per synchronous collective, with its coverage.
+
+    Columns: `WINDOW_COLUMNS`. `kind` is "async" or "sync"; `klass` hidden/partial/exposed.
+    """
+    analysis = getattr(ctx_or_analysis, "analysis", ctx_or_analysis)
+    options = options or Options()
+    frames = []
+    for host in analysis.profile.hosts:
+        ev = host.events
+        if ev.empty:
+            continue
+        names = ev["name"].cat.categories.astype(str)
+        cats = ev["category"].astype(str).to_numpy()
+        name_codes = ev["name"].cat.codes.to_numpy()
+        is_async_op = np.array([async_role(n) is not None for n in names], dtype=bool)[name_codes]
+        fam_by_name = np.array([collective_family(n) for n in names], dtype=object)[name_codes]
+        # A category names the family when the name does not (e.g. `all-reduce` on `fusion.12`).
+        fam = np.where(fam_by_name != "", fam_by_name,
+                       [collective_family("", c) if "fusion" not in c or "all-" in c else "" for c in cats])
+        is_coll = fam != ""
+        compute = ~is_async_op & ~is_coll
+        start = ev["start_ps"].to_numpy()
+        end = start + ev["dur_ps"].to_numpy()
+        devices = ev["device"].astype(str).to_numpy()
+        depth = ev["depth"].to_numpy()
+        windows = host.async_windows
+        for device in np.unique(devices):
+            on = devices == device
+            core = int(ev["core"].to_numpy()[on][0])
+            ms, me = merge(start[on & compute], end[on & compute])
+            comp_starts = np.sort(start[on & compute])
+            rows = []
+            w = windows[(windows["device"].astype(str) == device)
+                        & ~windows["family"].astype(str).isin(["copy", "other"])] if not windows.empty else windows
+            if len(w):
+                rows.append(pd.DataFrame({
+                    "name": w["name"].astype(str).to_numpy(), "family": w["family"].astype(str).to_numpy(),
+                    "kind": "async", "start_ps": w["start_ps"].to_numpy(), "end_ps": w["end_ps"].to_numpy(),
+                    "source": w["source"].astype(str).to_numpy()}))
+            sync = on & is_coll & ~is_async_op & (depth == 0) & ~np.isin(fam, ["send", "recv"])
+            if sync.any():
+                rows.append(pd.DataFrame({
+                    "name": ev["name"].astype(str).to_numpy()[sync], "family": fam[sync], "kind": "sync",
+                    "start_ps": start[sync], "end_ps": end[sync], "source": "XLA Ops"}))
+            if not rows:
+                continue
+            df = pd.concat(rows, ignore_index=True)
+            df = df[df["end_ps"] > df["start_ps"]].reset_index(drop=True)
+            ws, we = df["start_ps"].to_numpy(), df["end_ps"].to_numpy()
+            cov = covered(ws, we, ms, me)
+            span = we - ws
+            df["span_ps"] = span
+            df["covered_ps"] = cov
+            df["exposed_ps"] = span - cov
+            df["overlap_ratio"] = cov / span
+            df["klass"] = [classify(r, options) for r in df["overlap_ratio"]]
+            df["double_suffix"] = [has_double_suffix(n) for n in df["name"]]
+            # Any compute op starting strictly inside the window: none means start and done are adjacent.
+            df["compute_inside"] = (np.searchsorted(comp_starts, we, side="left")
+                                    - np.searchsorted(comp_starts, ws, side="right")) > 0
+            df["host"] = host.host
+            df["device"] = device
+            df["core"] = core
+            df["step"] = assign_steps(analysis.steps, host.host, np.full(len(df), core), ws)
+            frames.append(df)
+    if not frames:
+        return pd.DataFrame({c: [] for c in WINDOW_COLUMNS})
+    out = pd.concat(frames, ignore_index=True)
+    return out[list(WINDOW_COLUMNS)].sort_values(["host", "device", "start_ps"], kind="stable").reset_index(drop=True)
+
+
+def _generation(analysis) -> str:
+    chip = analysis.profile.hosts[0].device.chip
+    return chip.generation if chip else ""
+
+
+def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
+    if kind == "sync":
+        if generation == "v6e":
+            return (f"make them asynchronous: compile with `{ASYNC_FLAGS}` (in LIBTPU_INIT_ARGS) so XLA overlaps "
+                    "them with compute")
+        if generation in SYNC_BY_DEFAULT:
+            return (f"XLA leaves collectives synchronous on {generation} by default: try `{ASYNC_FLAGS}` "
+                    "(verified on v6e only), or shrink or reshard the collectives")
+        return "overlap them with independent compute (async collectives or a collective matmul)"
+    adjacent = int((~frame["compute_inside"] & (frame["klass"] != "hidden")).sum())
+    if adjacent:
+        return ("no compute is scheduled between start and done in "
+                f"{adjacent} window{'s' * (adjacent != 1)}: start the {families} earlier or give the scheduler "
+                "independent work to place inside (e.g. prefetch the next layer's weights)")
+    return f"start the {families} earlier or split it so more compute overlaps it"
+
+
+def _evidence(frame: pd.DataFrame, basis: StepBasis, options: Options) -> tuple[Evidence, ...]:
+    rows = []
+    for family, g in frame.groupby("family", sort=True):
+        counts = g["klass"].value_counts()
+        rows.append(Evidence(f"family {family}", (
+            ("ops", str(g["name"].nunique())),
+            ("hidden/partial/exposed", f"{counts.get('hidden', 0)}/{counts.get('partial', 0)}/"
+                                       f"{counts.get('exposed', 0)}"),
+            ("exposed/step", fmt_time(per_step_worst_core(g, "exposed_ps", basis))))))
+    per_op = []
+    for name, g in frame.groupby("name", sort=False):
+        per_op.append((per_step_worst_core(g, "exposed_ps", basis), str(name), g))
+    per_op.sort(key=lambda t: (-t[0], t[1]))
+    for exposed, name, g in per_op[:options.max_evidence_rows]:
+        counts = g["klass"].value_counts()
+        values = [("family", str(g["family"].iloc[0])),
+                  ("hidden/partial/exposed", f"{counts.get('hidden', 0)}/{counts.get('partial', 0)}/"
+                                             f"{counts.get('exposed', 0)}"),
+                  ("covered", fmt_pct(float(g["covered_ps"].sum() / g["span_ps"].sum()))),
+                  ("exposed/step", fmt_time(exposed))]
+        if g["double_suffix"].any():
+            values.append(("double suffix", "yes (XProf: hidden)"))
+        rows.append(Evidence(name, tuple(values)))
+    if not basis.whole_capture:
+        inside = frame[frame["step"] >= 0]
+        per_step = (inside.groupby(["step", "host", "core"])["exposed_ps"].sum()
+                    .groupby(level="step").max().sort_values(ascending=False, kind="stable"))
+        for step, ps in per_step.head(2).items():
+            rows.append(Evidence(f"step {step}", (("exposed (worst core)", fmt_time(float(ps))),)))
+    return tuple(rows)
+
+
+def check(ctx: RuleContext, options: Options) -> list[Finding]:
+    analysis = ctx.analysis
+    windows = collective_windows(analysis, options)
+    if windows.empty:
+        return []
+    basis = step_basis(analysis)
+    scale = SeverityScale(options.high_share, options.medium_share)
+    generation = _generation(analysis)
+    hosts = analysis.profile.hosts
+    findings = []
+    for kind in ("sync", "async"):
+        g = windows[windows["kind"] == kind]
+        if g.empty:
+            continue
+        exposed = per_step_worst_core(g, "exposed_ps", basis)
+        share = exposed / basis.step_ps if basis.step_ps else 0.0
+        if exposed <= 0 or share < options.min_exposed_fraction:
+            continue
+        fams = sorted(((per_step_worst_core(f, "exposed_ps", basis), str(name))
+                       for name, f in g.groupby("family")), key=lambda t: (-t[0], t[1]))
+        fams = [(ps, name) for ps, name in fams if ps > 0]
+        per = "" if basis.whole_capture else " per step"
+        step_text = "the capture" if basis.whole_capture else f"the {fmt_time(basis.step_ps)} step"
+        by_family = ", ".join(f"{name} {fmt_time(ps)}" for ps, name in fams)
+        families = ", ".join(name for _, name in fams)
+        if kind == "sync":
+            message = (f"synchronous collectives leave {fmt_time(exposed)}{per} exposed ({fmt_pct(share)} of "
+                       f"{step_text}): {by_family}")
+            if generation in SYNC_BY_DEFAULT:
+                message += f"; XLA leaves collectives synchronous on {generation} by default"
+        else:
+            counts = g["klass"].value_counts()
+            message = (f"async collective windows leave {fmt_time(exposed)}{per} exposed ({fmt_pct(share)} of "
+                       f"{step_text}): {by_family}; {len(g)} windows: {counts.get('exposed', 0)} exposed, "
+                       f"{counts.get('partial', 0)} partial, {counts.get('hidden', 0)} hidden")
+            doubles = int(g["double_suffix"].sum())
+            if doubles:
+                message += (f"; {doubles} have double-suffix names that XProf's analyze_async_overlap reports as "
+                            "hidden")
+        explanation = ("largest exposed collective time on any core per step, averaged over "
+                       f"{basis.n_steps} step{'s' * (basis.n_steps != 1)}"
+                       + (" (no steps: whole capture)" if basis.whole_capture else ""))
+        top_ops = tuple(g.groupby("name")["exposed_ps"].sum().sort_values(ascending=False, kind="stable").head(
+            options.max_evidence_rows).index.astype(str))
+        findings.append(Finding(
+            rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message,
+            saving=Saving(int(round(exposed)), "measured", explanation),
+            fix=_fix(kind, families, g, generation), evidence=_evidence(g, basis, options),
+            host=hosts[0].host if len(hosts) == 1 else "", ops=top_ops))
+    return findings
+
+
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
+            doc=__doc__)

@@ -1,0 +1,174 @@
+"""Ops whose results spend a large share of their bytes on TPU tile padding.
+
+What it does
+------------
+Reads each op's result shape with its TPU tiled layout (`shape_with_layout`, e.g.
+`f32[3,1000]{1,0:T(4,128)}`), asks the layout parser for its logical and padded bytes
+(16,384 padded for 12,000 logical here), and flags ops whose padding share, weighted by the
+op's time, is large. It names the dims that are padded and the size that would need no padding,
+e.g. a vocabulary of 50257 padded to 50304.
+
+Why it matters
+--------------
+TPU arrays are stored in tiles (8x128 for 32-bit types): a minor dim of 1000 occupies 1024
+lanes and a second-minor dim of 3 occupies a tile of 4 or 8 rows. Padding costs HBM capacity and
+bandwidth, and the padded lanes go through the MXU and VPU as if they were data.
+
+Evidence
+--------
+Per op: result shape and layout, logical and padded bytes, padding share, time share, and the
+padded dims with their padded sizes.
+
+How to fix
+----------
+Choose sizes that are multiples of the tile: pad the vocabulary to a multiple of 128 (50257 →
+50304) and mask the extra logits; keep feature dims multiples of 128 and batch-like dims
+multiples of 8 (16 for bf16 and 32 for int8 where they pack rows).
+
+Bad: `bf16[8192,50257]{1,0:T(8,128)(2,1)}` (the logits of GPT-2's vocabulary).
+Good: `bf16[8192,50304]{1,0:T(8,128)(2,1)}`.
+
+Savings estimate
+----------------
+Modelled: self time per step x padding share (padded - logical) / padded, on the core where the
+op takes longest: the time the op would save if its cost scaled with the bytes it moves. An
+upper bound for memory-bound ops; it overlaps with low-mxu-utilization for padded matmuls.
+
+Known limits
+------------
+Only the result shape is recorded in the trace; padded operands show up only through their
+producers. Needs `tpudiag.parsers.layout` and ops that carry a tiled layout; the rule is skipped
+otherwise.
+
+Options
+-------
+- `min_padding_fraction` (0.1): ignore results whose padding is below this share of padded bytes.
+- `min_time_share` (0.01): ignore ops taking less than this share of device time.
+- `max_findings` (5): report at most this many ops, largest saving first.
+- `high_share` (0.10): saving, as a fraction of the step, from which a finding is high severity.
+- `medium_share` (0.03): saving fraction from which a finding is medium severity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.rules.base import Rule, RuleContext, SeverityScale, fmt_pct, per_step_worst_core, step_basis
+
+CODE = "TPD103"
+NAME = "padding-waste"
+
+
+@dataclass(frozen=True)
+class Options:
+    min_padding_fraction: float = 0.1
+    min_time_share: float = 0.01
+    max_findings: int = 5
+    high_share: float = 0.10
+    medium_share: float = 0.03
+
+    def __post_init__(self):
+        if not 0.0 <= self.min_padding_fraction < 1.0:
+            raise ValueError(f"min_padding_fraction must be in [0, 1), got {self.min_padding_fraction}")
+        if self.max_findings < 1:
+            raise ValueError(f"max_findings must be at least 1, got {self.max_findings}")
+
+
+def _arrays(shape: Any) -> list[Any]:
+    elements = getattr(shape, "elements", None)
+    if elements is not None:
+        out = []
+        for e in elements:
+            out.extend(_arrays(e))
+        return out
+    return [shape]
+
+
+def padded_dims(array: Any) -> list[tuple[int, int, int]]:
+    """(dim index, logical size, padded size) for each dim the layout's first tile pads.
+
+    Uses the parsed layout (`minor_to_major`, `tiles`) the layout parser returns; [] without one.
+    """
+    layout = getattr(array, "layout", None)
+    dims = tuple(getattr(array, "dims", ()) or ())
+    tiles = getattr(layout, "tiles", ()) if layout is not None else ()
+    order = tuple(getattr(layout, "minor_to_major", ()) or ()) if layout is not None else ()
+    if not dims or not tiles or len(order) != len(dims):
+        return []
+    tile = tuple(tiles[0])
+    physical = list(reversed(order))  # major to minor
+    out = []
+    for t, dim_index in zip(reversed(tile), reversed(physical)):
+        size = dims[dim_index]
+        padded = -(-size // t) * t if t > 0 else size
+        if padded != size:
+            out.append((dim_index, size, padded))
+    return sorted(out)
+
+
+def check(ctx: RuleContext, options: Options) -> list[Finding]:
+    analysis = ctx.analysis
+    parse = ctx.extra["layouts"]
+    basis = step_basis(analysis)
+    scale = SeverityScale(options.high_share, options.medium_share)
+    ops = analysis.ops
+    tiled = ops[ops["shape_with_layout"].str.contains(":T(", regex=False).fillna(False)]
+    if tiled.empty:
+        return []
+    total_core_ps = sum(analysis.core_time_ps.values())
+    grouped = (tiled.assign(name=tiled["name"].astype(str), module=tiled["module"].astype(str),
+                            category=tiled["category"].astype(str))
+               .groupby(["module", "name"], sort=False)
+               .agg(category=("category", "first"), self_time_ps=("self_time_ps", "sum"),
+                    shape=("shape_with_layout", "first"))
+               .reset_index())
+    events = pd.concat([h.events for h in analysis.profile.hosts], ignore_index=True)
+    ev_names = events["name"].astype(str)
+    candidates = []
+    for r in grouped.itertuples(index=False):
+        share = r.self_time_ps / total_core_ps if total_core_ps else 0.0
+        if share < options.min_time_share:
+            continue
+        try:
+            shape = parse(str(r.shape))
+        except ValueError:
+            continue  # a layout the parser does not know: nothing to say about it
+        if shape is None:
+            continue
+        logical, padded = int(shape.logical_bytes), int(shape.padded_bytes)
+        if padded <= 0 or padded <= logical:
+            continue
+        waste = (padded - logical) / padded
+        if waste < options.min_padding_fraction:
+            continue
+        saving = per_step_worst_core(events[ev_names == r.name], "self_ps", basis) * waste
+        dims = [d for a in _arrays(shape) for d in padded_dims(a)]
+        candidates.append((saving, r, share, logical, padded, waste, dims))
+    candidates.sort(key=lambda c: (-c[0], c[1].name))
+    findings = []
+    for saving, r, share, logical, padded, waste, dims in candidates[:options.max_findings]:
+        step_share = saving / basis.step_ps if basis.step_ps else 0.0
+        dim_text = ", ".join(f"dim {i}: {s} → {p}" for i, s, p in dims)
+        message = (f"`{r.name}` result `{r.shape}` is {fmt_pct(waste)} padding ({padded:,} bytes for {logical:,}) "
+                   f"and takes {fmt_pct(share)} of device time")
+        fix = (f"choose tile-aligned sizes ({dim_text}) and mask or slice the extra elements" if dims
+               else "choose sizes that are multiples of the layout's tile and mask the extra elements")
+        values = [("shape", str(r.shape)), ("logical bytes", f"{logical:,}"), ("padded bytes", f"{padded:,}"),
+                  ("padding", fmt_pct(waste)), ("time share", fmt_pct(share))]
+        if dims:
+            values.append(("padded dims", dim_text))
+        findings.append(Finding(
+            rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity), message=message,
+            saving=Saving(int(round(saving)), "modelled",
+                          "self time per step x padding share, assuming the op's time scales with its bytes"),
+            fix=fix, evidence=(Evidence(r.name, tuple(values)),),
+            host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "", ops=(r.name,)))
+    return findings
+
+
+RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=("trace", "layouts"), options_type=Options,
+            check=check, doc=__doc__)

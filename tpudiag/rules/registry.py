@@ -1,0 +1,17 @@
+"""The one registry of rules, sorted by code. Adding a rule means adding its module here."""
+
+from __future__ import annotations
+
+from tpudiag.rules import exposed_collective, low_mxu_utilization, padding_waste, spill
+from tpudiag.rules.base import Rule
+
+RULES: tuple[Rule, ...] = tuple(sorted(
+    (exposed_collective.RULE, low_mxu_utilization.RULE, padding_waste.RULE, spill.RULE),
+    key=lambda r: r.code))
+
+_BY_KEY = {**{r.name: r for r in RULES}, **{r.code.lower(): r for r in RULES}}
+
+
+def get_rule(name_or_code: str) -> Rule | None:
+    """The rule with this kebab-case name or code (case-insensitive), else None."""
+    return _BY_KEY.get(name_or_code.strip().lower())

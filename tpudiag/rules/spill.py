@@ -1,0 +1,173 @@
+"""Ops whose compiled LLO spills vector registers to VMEM.
+
+What it does
+------------
+Reads per-op spill and fill counts from the LLO dumps (`--dumps DIR`, the LLO parser's per-op
+table: VMEM spill stores, fills and bundles) and flags ops that spill, joined to the trace by op name so the
+ones that cost device time come first.
+
+Why it matters
+--------------
+A spill is a vector store to VMEM and a fill a load back: they take load/store slots from the
+real work and lengthen the bundle schedule. Large XLA fusions and Pallas kernels with big blocks
+spill hundreds to thousands of times (a 512,2048,512 Pallas matmul block: 873 spills, 1,897
+fills on v5e).
+
+Evidence
+--------
+Per op: spills, fills, bundles (when the dump has them) and the op's self time in the trace.
+
+How to fix
+----------
+Reduce the live vector state: smaller Pallas block sizes, fewer values kept live across a loop,
+splitting a fusion whose intermediates do not fit in the 64 vector registers.
+
+Bad: a Pallas kernel with 1024-row f32 blocks kept live: 82 spills.
+Good: the same kernel with 256-row blocks: 0 spills.
+
+Savings estimate
+----------------
+Compiler estimate: self time per step x (spills + fills) / bundles, when the dump gives the
+op's bundle count; otherwise not estimated (0). An upper bound: a spill can share its bundle
+with other work.
+
+Known limits
+------------
+Needs LLO dumps from the same compilation as the trace; skipped without them. Ops are matched by
+name; an op missing from the trace is reported with no time.
+
+Options
+-------
+- `min_spills` (1): report ops with at least this many spills plus fills.
+- `max_findings` (5): report at most this many ops.
+- `high_share` (0.10): saving, as a fraction of the step, from which a finding is high severity.
+- `medium_share` (0.03): saving fraction from which a finding is medium severity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.rules.base import Rule, RuleContext, SeverityScale, fmt_pct, fmt_time, per_step_worst_core, step_basis
+
+CODE = "TPD104"
+NAME = "spill"
+
+
+@dataclass(frozen=True)
+class Options:
+    min_spills: int = 1
+    max_findings: int = 5
+    high_share: float = 0.10
+    medium_share: float = 0.03
+
+    def __post_init__(self):
+        if self.min_spills < 1:
+            raise ValueError(f"min_spills must be at least 1, got {self.min_spills}")
+        if self.max_findings < 1:
+            raise ValueError(f"max_findings must be at least 1, got {self.max_findings}")
+
+
+@dataclass(frozen=True)
+class OpSpills:
+    """What the rule needs per op from an LLO dump."""
+
+    op: str
+    spills: int
+    fills: int
+    bundles: int | None = None
+
+
+def _first(obj: Any, names: tuple[str, ...], default=None):
+    for n in names:
+        if isinstance(obj, dict) and n in obj:
+            return obj[n]
+        if hasattr(obj, n):
+            return getattr(obj, n)
+    return default
+
+
+def _na_int(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def op_spills(llo: Any) -> list[OpSpills]:
+    """Per-op spill records from the `llo` input.
+
+    Accepts an LLO dump whose `ops` table has `name`, `spill_stores`, `spill_fills` and `bundles`
+    columns (the LLO parser's per-op table; NA = not in the dump), that table itself, or an
+    iterable of records with those facts.
+    """
+    records: Iterable[Any] = _first(llo, ("ops", "op_spills", "spills"), llo)
+    if callable(records):
+        records = records()
+    if isinstance(records, pd.DataFrame):
+        df = records
+        if "name" not in df.columns or "spill_stores" not in df.columns:
+            return []
+        bundles = df["bundles"] if "bundles" in df.columns else [None] * len(df)
+        fills = df["spill_fills"] if "spill_fills" in df.columns else [None] * len(df)
+        return [OpSpills(str(n), _na_int(s) or 0, _na_int(f) or 0, _na_int(b) or None)
+                for n, s, f, b in zip(df["name"], df["spill_stores"], fills, bundles)]
+    if isinstance(records, dict):
+        records = [{"op": k, **(v if isinstance(v, dict) else vars(v))} for k, v in records.items()]
+    out = []
+    for rec in records:
+        if isinstance(rec, OpSpills):
+            out.append(rec)
+            continue
+        name = _first(rec, ("op", "name", "hlo_op", "op_name"))
+        if not name:
+            continue
+        spills = int(_first(rec, ("spills", "spill_count", "vmem_spills", "vmem_spill_count"), 0) or 0)
+        fills = int(_first(rec, ("fills", "fill_count", "vmem_fills", "vmem_fill_count"), 0) or 0)
+        bundles = _first(rec, ("bundles", "bundle_count", "n_bundles"))
+        out.append(OpSpills(str(name), spills, fills, int(bundles) if bundles else None))
+    return out
+
+
+def check(ctx: RuleContext, options: Options) -> list[Finding]:
+    analysis = ctx.analysis
+    records = [r for r in op_spills(ctx.extra["llo"]) if r.spills + r.fills >= options.min_spills]
+    if not records:
+        return []
+    basis = step_basis(analysis)
+    scale = SeverityScale(options.high_share, options.medium_share)
+    events = pd.concat([h.events for h in analysis.profile.hosts], ignore_index=True)
+    ev_names = events["name"].astype(str)
+    candidates = []
+    for rec in records:
+        self_per_step = per_step_worst_core(events[ev_names == rec.op], "self_ps", basis)
+        fraction = min(1.0, (rec.spills + rec.fills) / rec.bundles) if rec.bundles else 0.0
+        candidates.append((self_per_step * fraction, self_per_step, rec, fraction))
+    candidates.sort(key=lambda c: (-c[0], -c[1], -(c[2].spills + c[2].fills), c[2].op))
+    findings = []
+    for saving, self_per_step, rec, fraction in candidates[:options.max_findings]:
+        step_share = saving / basis.step_ps if basis.step_ps else 0.0
+        in_trace = f"{fmt_time(self_per_step)} per step in the trace" if self_per_step else "not in the trace"
+        message = f"`{rec.op}` spills {rec.spills} vector registers and fills {rec.fills} ({in_trace})"
+        if rec.bundles:
+            message += f"; {fmt_pct(fraction)} of its {rec.bundles} bundles"
+            explanation = "self time per step x (spills + fills) / bundles"
+        else:
+            explanation = "not estimated: the dump gives spill counts but no bundle count"
+        values = [("spills", str(rec.spills)), ("fills", str(rec.fills))]
+        if rec.bundles:
+            values.append(("bundles", str(rec.bundles)))
+        values.append(("self time/step", fmt_time(self_per_step)))
+        findings.append(Finding(
+            rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity) if rec.bundles else Severity.LOW,
+            message=message, saving=Saving(int(round(saving)), "compiler estimate", explanation),
+            fix="reduce live vector state: smaller block sizes or fewer values live across the loop",
+            evidence=(Evidence(rec.op, tuple(values)),),
+            host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "", ops=(rec.op,)))
+    return findings
+
+
+RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=("trace", "llo"), options_type=Options,
+            check=check, doc=__doc__)
