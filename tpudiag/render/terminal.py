@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from tpudiag.model.findings import Finding
 from tpudiag.model.report import Breakdown, Report
 from tpudiag.render.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
 
@@ -93,6 +94,24 @@ def _ops_table(report: Report, top: int) -> Table:
     return t
 
 
+EVIDENCE_ROWS = 4
+
+
+def finding_lines(f: Finding, index: int) -> list[Text]:
+    """One finding as printed: headline, saving and fix, then its first evidence rows."""
+    lines = [Text.assemble(f"{index}. ", (f"[{f.severity.label()}] ", "bold"), (f"{f.code} {f.rule}", "cyan"),
+                           f" {f.message}"),
+             Text(f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}: {f.saving.explanation})"),
+             Text(f"   fix: {f.fix}")]
+    for e in f.evidence[:EVIDENCE_ROWS]:
+        values = ", ".join(f"{label} {value}" for label, value in e.values)
+        lines.append(Text(f"   · {e.subject}: {values}", style="dim"))
+    hidden = len(f.evidence) - EVIDENCE_ROWS
+    if hidden > 0:
+        lines.append(Text(f"   · … {hidden} more row{'s' * (hidden != 1)} in --format json", style="dim"))
+    return lines
+
+
 def _findings(report: Report) -> Group:
     title = Text("Findings", style="bold")
     if not report.rules_run:
@@ -100,11 +119,9 @@ def _findings(report: Report) -> Group:
     if not report.findings:
         body = [Text("no findings")]
     else:
-        body = []
+        body = [Text("Savings are upper bounds per rule and overlap: do not add them up.", style="dim")]
         for i, f in enumerate(report.findings, start=1):
-            body.append(Text.assemble(f"{i}. ", (f"[{f.severity.label()}] ", "bold"), (f.rule, "cyan"),
-                                      f" {f.message}"))
-            body.append(Text(f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}) · fix: {f.fix}"))
+            body.extend(finding_lines(f, i))
     for skip in report.rules_skipped:
         body.append(Text(f"skipped {skip.rule}: {skip.reason}", style="dim"))
     return Group(title, *body)
