@@ -26,6 +26,7 @@ EXAMPLE_CAPTURE = Path(__file__).resolve().parents[2] / "examples" / "captures" 
 class OutputFormat(str, Enum):
     terminal = "terminal"
     json = "json"
+    md = "md"
 
 
 def _plain() -> bool:
@@ -66,6 +67,8 @@ def report(
                                                      "or pyproject.toml [tool.tpudiag] next to the input")] = None,
     fail_on: Annotated[str | None, typer.Option(help="Exit 1 when a finding at or above this severity "
                                                      "(info, low, medium, high) is reported")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file; markdown "
+                                                "figures go beside it as <stem>-*.png")] = None,
 ) -> None:
     """Print where each step's time goes, which ops dominate it, and the rules' findings."""
     from tpudiag.analysis.profile_analysis import analyze, build_report
@@ -91,7 +94,11 @@ def report(
     analysis = analyze(profile)
     findings, skipped = run_rules(analysis, rules_config)
     result = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped))
-    if output_format is OutputFormat.json:
+    if output is not None or output_format is OutputFormat.md:
+        from tpudiag.cli.outputs import write_report
+
+        write_report(result, output_format.value, output, top=top)
+    elif output_format is OutputFormat.json:
         from tpudiag.render.json_format import render_json
 
         sys.stdout.write(render_json(result) + "\n")

@@ -1,0 +1,80 @@
+"""Where `tpudiag report` output goes: stdout, or a file given with `-o`, and the markdown figures.
+
+Markdown figures (PNG) are written beside the `-o` file as `<stem>-<figure>.png` and linked by
+relative path, so the report and its pictures move together. When markdown goes to stdout, the
+figures go to a fresh temporary directory (`tpudiag-figures-*` under the system temp dir), linked
+by absolute path and named on stderr and in the report's Methods section. Nothing is ever written
+into the capture directory unless `-o` points there.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from tpudiag.errors import UsageError
+from tpudiag.model.report import Report
+
+TERMINAL_FILE_WIDTH = 140
+
+
+def _check_output(output: Path) -> None:
+    if output.is_dir():
+        raise UsageError("the output is a directory", path=output, hint="give a file name, e.g. `-o report.md`")
+    if not output.parent.exists():
+        raise UsageError("the output's directory does not exist", path=output.parent)
+
+
+def markdown_with_figures(report: Report, output: Path | None, top: int) -> tuple[str, Path]:
+    """The markdown text and the directory holding its figures."""
+    from tpudiag.render.figures import write_figures
+    from tpudiag.render.markdown import render_markdown
+
+    if output is not None:
+        fig_dir, stem = output.parent, output.stem
+        figures = write_figures(report, fig_dir, stem)
+        links = {k: (f.path.name, f.alt) for k, f in figures.items()}
+        note = "PNG files beside this report, drawn with matplotlib" if figures else "none (no data to draw)"
+    else:
+        fig_dir = Path(tempfile.mkdtemp(prefix="tpudiag-figures-"))
+        figures = write_figures(report, fig_dir, "report")
+        links = {k: (f.path.as_posix(), f.alt) for k, f in figures.items()}
+        note = f"PNG files in the temporary directory `{fig_dir.as_posix()}`"
+    return render_markdown(report, links, figures_note=note, top=top), fig_dir
+
+
+def write_report(report: Report, output_format: str, output: Path | None, top: int = 15) -> None:
+    """Render `report` as `output_format` (terminal, json, md) to `output`, or stdout when None."""
+    if output is not None:
+        _check_output(output)
+    if output_format == "md":
+        body, fig_dir = markdown_with_figures(report, output, top)
+        if output is None:
+            sys.stdout.write(body)
+            sys.stderr.write(f"figures written to `{fig_dir.as_posix()}`\n")
+        else:
+            output.write_text(body, encoding="utf-8")
+            sys.stderr.write(f"wrote `{output}` (figures beside it)\n")
+        return
+    if output_format == "json":
+        from tpudiag.render.json_format import render_json
+
+        body = render_json(report) + "\n"
+        if output is None:
+            sys.stdout.write(body)
+        else:
+            output.write_text(body, encoding="utf-8")
+        return
+    from tpudiag.render.terminal import render_terminal
+
+    if output is None:
+        from tpudiag.cli.app import stdout_console
+
+        render_terminal(report, stdout_console(), top=top)
+        return
+    with output.open("w", encoding="utf-8") as fh:
+        render_terminal(report, Console(file=fh, width=TERMINAL_FILE_WIDTH, no_color=True, soft_wrap=False),
+                        top=top)

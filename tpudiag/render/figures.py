@@ -1,0 +1,160 @@
+"""PNG figures for the markdown report, drawn with matplotlib from Report fields only.
+
+matplotlib is imported lazily (inside `write_figures`) and used through its object API with the
+Agg canvas, so no global backend is switched and `tpudiag report` without figures never loads it.
+It ships in the `report` extra (`pip install tpudiag[report]`).
+
+Figures are written as `<stem>-<key>.png` in the directory given; nothing else is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpudiag.errors import UsageError
+from tpudiag.model.report import Report
+
+PS_PER_MS = 1e9
+ROOFLINE_LABELS = 6  # ops labelled by name on the roofline, by self time
+DPI = 110
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    key: str  # step-breakdown, roofline, categories, host-steps
+    title: str
+    path: Path
+    alt: str  # text for the markdown image, what the picture shows
+
+
+def _mpl():
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise UsageError("figures need matplotlib", hint="pip install 'tpudiag[report]', or pass --no-figures") from exc
+    return Figure, FigureCanvasAgg
+
+
+def _plain(text: str) -> str:
+    """A label for matplotlib: `$` would start mathtext."""
+    return text.replace("$", r"\$")
+
+
+def _save(fig, canvas_type, path: Path) -> None:
+    canvas_type(fig)
+    fig.tight_layout()
+    # No Software/date metadata: the same report gives the same bytes.
+    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
+
+
+def _step_breakdown(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
+    b = report.summary.breakdown
+    if b is None or not b.step_ps:
+        return None
+    parts = [("compute", b.compute_ps, "#4C72B0"), ("collectives", b.collective_ps, "#DD8452"),
+             ("infeed/outfeed", b.io_ps, "#8172B3"), ("idle", b.idle_ps, "#BBBBBB")]
+    fig = Figure(figsize=(7.5, 2.2))
+    ax = fig.add_subplot()
+    left = 0.0
+    for label, ps, color in parts:
+        ms = ps / PS_PER_MS
+        ax.barh([0], [ms], left=left, color=color, label=f"{label} {ms:.2f} ms")
+        left += ms
+    ax.set_yticks([])
+    ax.set_xlabel("time per step (ms), mean over steps and cores")
+    ax.set_title(f"Where a {b.step_ps / PS_PER_MS:.2f} ms step goes")
+    ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45), frameon=False, fontsize=8)
+    _save(fig, Canvas, path)
+    return FigureFile("step-breakdown", "Step-time breakdown", path,
+                      "Stacked bar: compute, collectives, infeed/outfeed and idle time per step")
+
+
+def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
+    s = report.summary
+    ridge = s.ridge_flops_per_byte
+    ops = [o for o in report.ops if o.operational_intensity and o.flop_rate > 0]
+    if ridge is None or not ops:
+        return None
+    fig = Figure(figsize=(7.5, 4.8))
+    ax = fig.add_subplot()
+    xs = [o.operational_intensity for o in ops]
+    lo, hi = min(xs + [ridge]) / 4, max(xs + [ridge]) * 4
+    n = 64
+    grid = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+    ax.plot(grid, [min(s.peak_flops_per_s, x * s.hbm_bytes_per_s) for x in grid], color="black", lw=1.5,
+            label="roofline (one core)")
+    ax.axvline(ridge, color="grey", ls="--", lw=1)
+    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, s.peak_flops_per_s), textcoords="offset points",
+                xytext=(4, -14), fontsize=8, color="grey")
+    total = sum(o.self_time_ps for o in ops) or 1
+    sizes = [20 + 600 * o.self_time_ps / total for o in ops]
+    colors = ["#4C72B0" if o.bound_by == "Compute" else "#DD8452" for o in ops]
+    ax.scatter(xs, [o.flop_rate for o in ops], s=sizes, c=colors, alpha=0.7, edgecolors="black", linewidths=0.5)
+    for o in ops[:ROOFLINE_LABELS]:
+        ax.annotate(_plain(o.name), (o.operational_intensity, o.flop_rate), textcoords="offset points",
+                    xytext=(5, 4), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("operational intensity (FLOP per byte accessed)")
+    ax.set_ylabel("achieved FLOP/s per core")
+    ax.set_title("Per-op roofline (marker area ~ self time; blue: compute-bound, orange: HBM-bound)",
+                 fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    _save(fig, Canvas, path)
+    return FigureFile("roofline", "Per-op roofline", path,
+                      "Log-log scatter of each op's operational intensity against achieved FLOP/s, under the "
+                      "chip's roofline with the ridge point marked")
+
+
+def _categories(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
+    cats = [c for c in report.categories if c.self_time_ps > 0]
+    if not cats:
+        return None
+    cats = list(reversed(cats[:12]))
+    fig = Figure(figsize=(7.5, 0.5 + 0.35 * len(cats)))
+    ax = fig.add_subplot()
+    ax.barh([_plain(c.category) for c in cats], [100 * c.time_share for c in cats], color="#4C72B0")
+    for i, c in enumerate(cats):
+        ax.annotate(f"{100 * c.time_share:.1f}%", (100 * c.time_share, i), textcoords="offset points",
+                    xytext=(3, -3), fontsize=8)
+    ax.set_xlabel("share of core time (self time of the category's ops)")
+    ax.set_title("Time by op category")
+    ax.margins(x=0.15)
+    _save(fig, Canvas, path)
+    return FigureFile("categories", "Time by op category", path,
+                      "Horizontal bars: share of core time per HLO op category")
+
+
+def _host_steps(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
+    hosts = [h for h in report.hosts if h.step_times_ps]
+    if len(hosts) < 2:
+        return None
+    fig = Figure(figsize=(7.5, 3.6))
+    ax = fig.add_subplot()
+    for h in hosts:
+        ax.plot(h.step_numbers, [t / PS_PER_MS for t in h.step_times_ps], marker="o", ms=3, lw=1,
+                label=_plain(h.host))
+    ax.set_xlabel("step")
+    ax.set_ylabel("step time (ms), slowest core")
+    ax.set_title("Step time per host")
+    if len(hosts) <= 12:
+        ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, lw=0.3, alpha=0.5)
+    _save(fig, Canvas, path)
+    return FigureFile("host-steps", "Step time per host", path, "Lines: each host's step time, step by step")
+
+
+def write_figures(report: Report, out_dir: Path, stem: str) -> dict[str, FigureFile]:
+    """Draw every figure the report has data for into `out_dir`; keyed by `FigureFile.key`."""
+    Figure, Canvas = _mpl()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out: dict[str, FigureFile] = {}
+    for key, draw in (("step-breakdown", _step_breakdown), ("roofline", _roofline), ("categories", _categories),
+                      ("host-steps", _host_steps)):
+        made = draw(report, out_dir / f"{stem}-{key}.png", Figure, Canvas)
+        if made is not None:
+            out[key] = made
+    return out

@@ -1,0 +1,307 @@
+"""The report as markdown, for a researcher who does not know XLA: plain words first, details after.
+
+Renders with GitHub and with editor previews (CommonMark + GFM tables). Every string that comes
+from the input (op names, categories, hosts, paths, source lines, finding text that quotes them)
+goes through `code` or `text`, so a crafted op name cannot break a table, open a link or inject
+HTML. Figures are PNG files made by `tpudiag.render.figures`; this module only links them.
+
+Numbers come from the Report; the only arithmetic here is a share of the step for display.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from urllib.parse import quote
+
+from tpudiag import __version__
+from tpudiag.model.findings import Finding
+from tpudiag.model.report import Breakdown, Report
+from tpudiag.render.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+
+TOP_OPS = 15
+TOP_PROBLEMS = 3
+
+# Characters with a meaning in CommonMark/GFM inline text, escaped with a backslash.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#!])")
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def text(value: object, strip: bool = True) -> str:
+    """Input-derived prose, inert: no emphasis, links, autolinks, HTML or table cell breaks."""
+    s = _one_line(value) if strip else re.sub(r"\s+", " ", str(value))
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _MD_SPECIAL.sub(r"\\\1", s)
+    # GFM autolinks (`http://…`, `www.…`) need these characters as typed; an escape breaks the match.
+    s = s.replace("://", r"\:\/\/")
+    s = re.sub(r"(?i)\bwww\.", lambda m: m.group(0)[:-1] + r"\.", s)
+    return s
+
+
+def code(value: object) -> str:
+    """Input-derived identifier as a code span; safe in table cells (GFM `\\|`)."""
+    s = _one_line(value)
+    if not s:
+        return ""
+    longest = max((len(run) for run in re.findall(r"`+", s)), default=0)
+    fence = "`" * (longest + 1)
+    if s.startswith("`") or s.endswith("`"):
+        s = f" {s} "
+    return f"{fence}{s.replace('|', chr(92) + '|')}{fence}"
+
+
+def prose(value: object) -> str:
+    """Tool-written prose that quotes names in backticks (findings): quoted parts as code, the rest as text."""
+    parts = re.split(r"`([^`]*)`", _one_line(value))
+    return "".join(code(p) if i % 2 else text(p, strip=False) for i, p in enumerate(parts))
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> list[str]:
+    """A GFM table; `align` holds one of l/r per column (default left)."""
+    marks = [("---:" if a == "r" else ":---") for a in (align or "l" * len(header))]
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def _plain_category(category: str) -> str:
+    c = category.lower()
+    if "convolution" in c or c in ("dot", "dot fusion"):
+        return "matrix multiplications"
+    if "all-" in c or "reduce-scatter" in c or "collective" in c or c in ("send", "recv"):
+        return "communication between chips"
+    if "loop fusion" in c or "input fusion" in c or "output fusion" in c:
+        return "element-wise and reduction work, usually limited by memory bandwidth"
+    if c in ("copy", "transpose", "data formatting", "copy-start", "copy-done") or "copy" in c:
+        return "data movement (copies and layout changes)"
+    if "infeed" in c or "outfeed" in c:
+        return "data transfer to and from the host"
+    return "other operations"
+
+
+def _image(figures: Mapping[str, tuple[str, str]], key: str) -> list[str]:
+    """`![alt](link)` for a written figure; `figures` maps key -> (link, alt)."""
+    if key not in figures:
+        return []
+    link, alt = figures[key]
+    return ["", f"![{text(alt)}]({quote(link, safe='/:.-_~')})"]
+
+
+def _step_sentence(report: Report) -> str:
+    s = report.summary
+    st = s.step_time
+    device = text(s.device_type or s.platform)
+    where = f"{s.n_chips} chip{'s' * (s.n_chips != 1)} of {device}"
+    if len(s.hosts) > 1:
+        where += f" on {len(s.hosts)} hosts"
+    if st is None:
+        return f"No training steps were found in this capture ({where}), so there is no step time to break down."
+    spread = "" if st.min_ps == st.max_ps else f"; steps ranged from {fmt_time(st.min_ps)} to {fmt_time(st.max_ps)}"
+    return (f"Each step takes **{fmt_time(st.mean_ps)}** on average (median {fmt_time(st.p50_ps)}, "
+            f"90th percentile {fmt_time(st.p90_ps)}, over {st.count} steps on {where}{spread}).")
+
+
+def _breakdown_sentence(b: Breakdown) -> str:
+    def share(ps: float) -> str:
+        return fmt_pct(ps / b.step_ps if b.step_ps else None)
+
+    return (f"The chips spend {share(b.compute_ps)} of a step computing, {share(b.collective_ps)} waiting for "
+            f"communication between chips (collectives), {share(b.io_ps)} on transfers to and from the host, "
+            f"and {share(b.idle_ps)} idle. Idle time usually means the chips are waiting for the host "
+            "(Python overhead, data loading or synchronisation).")
+
+
+def _summary(report: Report) -> list[str]:
+    s = report.summary
+    out = ["## Summary", ""]
+    if s.modelled:
+        out += ["> **Modelled, not measured.** This capture was written by `tpudiag simulate` from a compiled "
+                "program: its times are estimates.", ""]
+    out.append(f"- {_step_sentence(report)}")
+    if s.breakdown is not None:
+        out.append(f"- {_breakdown_sentence(s.breakdown)}")
+    if report.categories:
+        parts = [f"{code(c.category)} ({_plain_category(c.category)}) {fmt_pct(c.time_share)}"
+                 for c in report.categories[:3]]
+        out.append("- Most chip time goes to " + "; ".join(parts) + ".")
+    if report.ops:
+        op = report.ops[0]
+        out.append(f"- The single most expensive operation is {code(op.name)} ({text(op.category)}), with "
+                   f"{fmt_pct(op.time_share)} of chip time.")
+    out.append("")
+    out.append("### Top problems")
+    out.append("")
+    if not report.rules_run:
+        out.append("No automatic diagnosis was run: the rule engine is not part of this build.")
+    elif not report.findings:
+        out.append("The rules found no problem worth reporting.")
+    else:
+        step = s.step_time.mean_ps if s.step_time else None
+        for i, f in enumerate(report.findings[:TOP_PROBLEMS], start=1):
+            share = f" ({fmt_pct(f.saving.ps / step)} of the step)" if step else ""
+            out.append(f"{i}. **{prose(f.message)}** Could save up to {fmt_time(f.saving.ps)} per step{share}, "
+                       f"{text(f.saving.basis)}. What to change: {prose(f.fix)}")
+        out += ["", "Savings are upper bounds, each estimated on its own. Problems can overlap (fixing one may "
+                "shrink another), so do not add the savings up."]
+    out.append("")
+    return out
+
+
+def _breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) -> list[str]:
+    b = report.summary.breakdown
+    if b is None:
+        return []
+    rows = []
+    for label, ps in (("compute", b.compute_ps), ("collectives (communication)", b.collective_ps),
+                      ("infeed/outfeed (host transfers)", b.io_ps), ("idle", b.idle_ps)):
+        rows.append([label, fmt_time(ps), fmt_pct(ps / b.step_ps if b.step_ps else None)])
+    rows.append(["**busy (duty cycle)**", fmt_time(b.step_ps - b.idle_ps), f"**{fmt_pct(b.duty_cycle)}**"])
+    return (["## Where the step time goes", "", "Mean per step and core. Compute, collectives, host transfers "
+             "and idle add up to the step time.", ""]
+            + _table(["part of the step", "time", "share"], rows, "lrr")
+            + _image(figures, "step-breakdown") + [""])
+
+
+def _categories_section(report: Report, figures: Mapping[str, tuple[str, str]]) -> list[str]:
+    if not report.categories:
+        return []
+    rows = [[code(c.category), text(_plain_category(c.category)), str(c.n_ops), fmt_time(c.self_time_ps),
+             fmt_pct(c.time_share)] for c in report.categories]
+    return (["## Time by op category", "", "Self time summed over every op, occurrence and core (core-time).", ""]
+            + _table(["category", "what it is", "ops", "self time", "share"], rows, "llrrr")
+            + _image(figures, "categories") + [""])
+
+
+def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: int) -> list[str]:
+    if not report.ops:
+        return []
+    multi = len(report.summary.hosts) > 1
+    header = ["#"] + (["host"] if multi else []) + ["op", "category", "self time", "share", "FLOP util",
+                                                    "HBM BW util", "bound by", "source"]
+    rows = []
+    for i, op in enumerate(report.ops[:top], start=1):
+        rows.append([str(i)] + ([code(op.host)] if multi else []) + [
+            code(op.name), text(op.category), fmt_time(op.self_time_ps), fmt_pct(op.time_share),
+            fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization), text(op.bound_by), code(op.source)])
+    align = "r" + ("l" if multi else "") + "llrrrrll"
+    intro = (f"The {min(top, len(report.ops))} ops with the most self time, of {len(report.ops)}. "
+             "FLOP util and HBM BW util are the achieved rates over the per-core peaks; an op is "
+             "*bound by* whichever is higher.")
+    out = ["## Top ops", "", intro, ""] + _table(header, rows, align)
+    if "roofline" in figures:
+        out += ["", "On the roofline, ops left of the ridge are limited by memory bandwidth, ops right of it by "
+                "compute; the gap between a point and the line is headroom. Ops without FLOPs (collectives, "
+                "copies) are not drawn."]
+        out += _image(figures, "roofline")
+    return out + [""]
+
+
+def _evidence(f: Finding) -> list[str]:
+    if not f.evidence:
+        return []
+    labels = list(dict.fromkeys(label for e in f.evidence for label, _ in e.values))
+    rows = []
+    for e in f.evidence:
+        values = dict(e.values)
+        rows.append([code(e.subject)] + [prose(values.get(label, "")) for label in labels])
+    return ["", "Evidence:", ""] + _table(["subject"] + [text(label) for label in labels], rows,
+                                           "l" + "r" * len(labels))
+
+
+def _findings_section(report: Report) -> list[str]:
+    out = ["## Findings", ""]
+    if not report.rules_run:
+        out += ["No rules were run: the rule engine is not part of this build.", ""]
+        return out
+    if not report.findings:
+        out += ["No findings.", ""]
+    for i, f in enumerate(report.findings, start=1):
+        out += [f"### {i}. {text(f.rule)} ({text(f.code)}, {f.severity.label()})", "", prose(f.message), ""]
+        if f.host:
+            out += [f"- Host: {code(f.host)}"]
+        if f.ops:
+            out += ["- Ops: " + ", ".join(code(o) for o in f.ops)]
+        out += [f"- Estimated saving: up to {fmt_time(f.saving.ps)} per step ({text(f.saving.basis)}). "
+                f"{prose(f.saving.explanation)}"]
+        out += _evidence(f)
+        out += ["", f"**What to change in your model or config:** {prose(f.fix)}", ""]
+    if report.rules_skipped:
+        out += ["Rules not run, for lack of input:", ""]
+        out += [f"- {text(r.rule)}: {prose(r.reason)}" for r in report.rules_skipped]
+        out.append("")
+    return out
+
+
+def _hosts_section(report: Report, figures: Mapping[str, tuple[str, str]]) -> list[str]:
+    if len(report.hosts) < 2:
+        return []
+    rows = []
+    for h in report.hosts:
+        st = h.step_time
+        rows.append([code(h.host), str(h.n_chips), str(st.count if st else 0),
+                     fmt_time(st.mean_ps if st else None), fmt_time(st.p90_ps if st else None),
+                     fmt_pct(h.breakdown.duty_cycle) if h.breakdown else "n/a", code(h.slowest_core)])
+    s = report.summary
+    intro = (f"Spread of mean step time across hosts: {fmt_time(s.host_spread_ps)}; slowest host "
+             f"{code(s.slowest_host)}. Every host waits for the slowest one at each synchronising collective.")
+    return (["## Hosts", "", intro, ""]
+            + _table(["host", "chips", "steps", "mean step", "p90 step", "duty cycle", "slowest core"], rows,
+                     "lrrrrrl")
+            + _image(figures, "host-steps") + [""])
+
+
+def _methods(report: Report, figures_note: str) -> list[str]:
+    s = report.summary
+    if s.modelled:
+        measured = ("Nothing in this report was measured on hardware: op times come from a performance model "
+                    "of the compiled program (`tpudiag simulate`).")
+    else:
+        measured = ("**Measured:** step boundaries, op start times and durations, from the device trace. "
+                    "**From the compiler:** FLOPs and bytes per op (XLA's cost analysis, recorded in the trace). "
+                    "**Derived:** rates, utilizations and the compute-bound/HBM-bound label (counts over measured "
+                    "time, over the peaks below). **Estimated:** the savings of findings, each labelled measured, modelled "
+                    "or compiler estimate by how it was obtained.")
+    out = ["## Methods", "", measured, ""]
+    out.append(f"- Input: {code(s.input_path)}" + (f", run {code(s.run)}" if s.run else ""))
+    for h in report.hosts:
+        out.append(f"  - host {code(h.host)}: {code(h.path)} ({h.n_events} device events, {h.n_cores} cores)")
+    if s.dumps:
+        out.append("- Compiler dumps: " + ", ".join(code(d) for d in s.dumps))
+    out.append(f"- Steps from: {text(s.step_source)}. A step's time is the slowest core's (and, over hosts, "
+               "the slowest host's); the breakdown is the mean per step and core.")
+    if s.peak_flops_per_s:
+        ridge = s.ridge_flops_per_byte
+        out.append(f"- Hardware peaks per core ({text(s.peaks_source)}): {fmt_flops(s.peak_flops_per_s)}, "
+                   f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
+                   + (f"; roofline ridge at {ridge:.0f} FLOP/byte" if ridge else "")
+                   + (f"; generation {text(s.generation)}" if s.generation else ""))
+    else:
+        out.append("- Hardware peaks: none known for this device, so utilizations are not available.")
+    out.append(f"- Tool: tpudiag {__version__}")
+    if figures_note:
+        out.append(f"- Figures: {figures_note}")
+    for failure in report.failures:
+        out.append(f"- Not analysed: {text(failure)}")
+    return out + [""]
+
+
+def render_markdown(report: Report, figures: Mapping[str, tuple[str, str]] | None = None,
+                    figures_note: str = "", top: int = TOP_OPS) -> str:
+    """The markdown report. `figures` maps a figure key to (link relative to the report, alt text)."""
+    figures = figures or {}
+    s = report.summary
+    title = f"# Performance report: {code(s.run or s.input_path)}"
+    out = [title, ""]
+    out += _summary(report)
+    out += _breakdown_section(report, figures)
+    out += _categories_section(report, figures)
+    out += _ops_section(report, figures, top)
+    out += _findings_section(report)
+    out += _hosts_section(report, figures)
+    if report.warnings:
+        out += ["## Warnings", ""] + [f"- {text(w)}" for w in report.warnings] + [""]
+    out += _methods(report, figures_note)
+    return "\n".join(out).rstrip() + "\n"
