@@ -1,0 +1,156 @@
+"""Memory-bound elementwise fusions: `out = convert(activation(sum_i c_i * x_i))` over n inputs.
+
+A loop fusion's body is rarely known from a profile, so this is a stand-in with the same traffic:
+n same-shaped inputs read once, one output written once, a few VPU ops per element (`c_i = 2**-i`;
+one input with no activation is a copy). 2-D blocks `(block_rows, block_cols)`; grid
+`(R/br, C/bc)`, both "parallel"; partial edge blocks are fine (never written out of range).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from tpudiag.kernels_lab.tiling import (  # repro: inlined
+    BlockSizeError, cdiv, check_minor_dims, check_vmem, itemsize)
+
+FAMILY = "elementwise"
+ACTIVATIONS = ("none", "gelu", "relu", "silu")
+MAX_INPUTS = 8
+
+
+@dataclass(frozen=True)
+class Problem:
+    """n inputs of [rows, cols] -> one output of [rows, cols]."""
+
+    rows: int
+    cols: int
+    n_inputs: int = 2
+    dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    activation: str = "none"
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise BlockSizeError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if not 1 <= self.n_inputs <= MAX_INPUTS:
+            raise BlockSizeError(f"n_inputs must be in 1..{MAX_INPUTS}, got {self.n_inputs}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.n_inputs * self.rows * self.cols
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.dtype
+
+
+@dataclass(frozen=True)
+class BlockSizes:
+    block_rows: int
+    block_cols: int
+
+    def vmem_bytes(self, p: Problem) -> int:
+        """n input blocks and one output block, each double-buffered."""
+        elems = self.block_rows * self.block_cols
+        return 2 * elems * (p.n_inputs * itemsize(p.dtype) + itemsize(p.out_dtype))
+
+    def validate(self, p: Problem, vmem_bytes: int) -> BlockSizes:
+        check_minor_dims("block (block_rows, block_cols)", (self.block_rows, self.block_cols), (p.rows, p.cols))
+        check_vmem(f"elementwise blocks {self.block_rows}x{self.block_cols}", self.vmem_bytes(p), vmem_bytes)
+        return self
+
+    def grid(self, p: Problem) -> tuple[int, int]:
+        return (cdiv(p.rows, self.block_rows), cdiv(p.cols, self.block_cols))
+
+    def label(self) -> str:
+        return f"rows={self.block_rows} cols={self.block_cols}"
+
+
+def _body(xs, activation: str):
+    y = xs[0].astype(jnp.float32)
+    for i, x in enumerate(xs[1:], start=1):
+        y = y + (2.0 ** -i) * x.astype(jnp.float32)
+    if activation == "gelu":
+        return jax.nn.gelu(y, approximate=True)
+    if activation == "relu":
+        return jnp.maximum(y, 0.0)
+    if activation == "silu":
+        return y / (1.0 + jnp.exp(-y))
+    return y
+
+
+def reference(p: Problem, *xs):
+    return _body(xs, p.activation).astype(p.out_dtype)
+
+
+def _kernel(*refs, activation: str):
+    *in_refs, o_ref = refs
+    o_ref[...] = _body([r[...] for r in in_refs], activation).astype(o_ref.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("p", "blocks", "interpret", "vmem_limit_bytes"))
+def pallas(*xs, p: Problem, blocks: BlockSizes, interpret: bool = False, vmem_limit_bytes: int | None = None):
+    spec = pl.BlockSpec((blocks.block_rows, blocks.block_cols), lambda i, j: (i, j))
+    return pl.pallas_call(
+        functools.partial(_kernel, activation=p.activation),
+        out_shape=jax.ShapeDtypeStruct((p.rows, p.cols), p.out_dtype),
+        grid=blocks.grid(p),
+        in_specs=[spec] * p.n_inputs,
+        out_specs=spec,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
+                                             vmem_limit_bytes=vmem_limit_bytes),
+        cost_estimate=pl.CostEstimate(flops=p.flops, transcendentals=0, bytes_accessed=hbm_bytes(p, blocks)),
+        interpret=interpret,
+    )(*xs)
+
+
+def input_structs(p: Problem) -> list[tuple[tuple[int, ...], str]]:
+    return [((p.rows, p.cols), p.dtype)] * p.n_inputs
+
+
+def make_inputs(p: Problem, seed: int = 0) -> list:
+    keys = jax.random.split(jax.random.PRNGKey(seed), p.n_inputs)
+    return [jax.random.normal(k, (p.rows, p.cols), jnp.float32).astype(p.dtype) for k in keys]
+
+
+def hbm_bytes(p: Problem, blocks: BlockSizes) -> int:
+    return p.rows * p.cols * (p.n_inputs * itemsize(p.dtype) + itemsize(p.out_dtype))
+
+
+def fit(p: Problem, block_rows: int, block_cols: int) -> BlockSizes:
+    rows = p.rows if block_rows >= p.rows else max(8, block_rows // 8 * 8)
+    cols = p.cols if block_cols >= p.cols else max(128, block_cols // 128 * 128)
+    return BlockSizes(rows, cols)
+
+
+# (generation, at least this many elements, (block_rows, block_cols)); empty until a sweep fills it.
+TUNED: tuple[tuple[str, int, tuple[int, int]], ...] = ()
+SAFE_DEFAULT = (256, 1024)
+
+
+def default_blocks(p: Problem, generation: str | None) -> BlockSizes:
+    for gen, at_least, sizes in TUNED:
+        if gen == generation and p.rows * p.cols >= at_least:
+            return fit(p, *sizes)
+    return fit(p, *SAFE_DEFAULT)
+
+
+def candidates(p: Problem) -> list[BlockSizes]:
+    raw = [(512, 2048), (1024, 1024), (512, 1024), (256, 2048), (256, 1024), (256, 512), (128, 1024),
+           (128, 512), (64, 512), (64, 128), (8, 128)]
+    seen, out = set(), []
+    for sizes in raw:
+        b = fit(p, *sizes)
+        if b not in seen:
+            seen.add(b)
+            out.append(b)
+    return out

@@ -1,0 +1,179 @@
+"""Row-wise reductions over the minor dim: softmax, layernorm, rmsnorm and a plain row sum.
+
+Each grid step holds `block_rows` whole rows in VMEM (the reduced dim is never split, so the block's
+minor dim is always the full row), computes in f32 and writes the rows back. Grid `(R/br,)`,
+semantics ("parallel",): rows are independent, and a partial last block is fine because its
+out-of-range rows are never written.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from tpudiag.kernels_lab.tiling import (  # repro: inlined
+    BlockSizeError, cdiv, check_minor_dims, check_vmem, itemsize)
+
+FAMILY = "reduction"
+OPS = ("softmax", "layernorm", "rmsnorm", "sum")
+EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Problem:
+    """`out = op(x)` row by row on x[rows, cols]; `sum` keeps the reduced dim: out[rows, 1]."""
+
+    rows: int
+    cols: int
+    op: str = "softmax"
+    dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+
+    def __post_init__(self):
+        if self.op not in OPS:
+            raise BlockSizeError(f"reduction op must be one of {OPS}, got {self.op!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def out_cols(self) -> int:
+        return 1 if self.op == "sum" else self.cols
+
+    @property
+    def n_params(self) -> int:
+        """Per-column parameter vectors: gamma (and beta for layernorm)."""
+        return {"layernorm": 2, "rmsnorm": 1}.get(self.op, 0)
+
+    @property
+    def flops(self) -> int:
+        return {"softmax": 5, "layernorm": 8, "rmsnorm": 5, "sum": 1}[self.op] * self.rows * self.cols
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.dtype
+
+
+@dataclass(frozen=True)
+class BlockSizes:
+    """Whole rows per grid step."""
+
+    block_rows: int
+
+    def vmem_bytes(self, p: Problem) -> int:
+        """Double-buffered in/out blocks and parameter rows, plus one f32 working copy of the block
+        (an estimate of the compiler's temporaries)."""
+        blocks = self.block_rows * (p.cols * itemsize(p.dtype) + p.out_cols * itemsize(p.out_dtype))
+        blocks += p.n_params * p.cols * itemsize(p.dtype)
+        return 2 * blocks + self.block_rows * p.cols * 4
+
+    def validate(self, p: Problem, vmem_bytes: int) -> BlockSizes:
+        check_minor_dims("x block (block_rows, cols)", (self.block_rows, p.cols), (p.rows, p.cols))
+        check_vmem(f"{p.op} block_rows={self.block_rows}", self.vmem_bytes(p), vmem_bytes)
+        return self
+
+    def grid(self, p: Problem) -> tuple[int]:
+        return (cdiv(p.rows, self.block_rows),)
+
+    def label(self) -> str:
+        return f"rows={self.block_rows}"
+
+
+def _rowwise(x, params, op: str):
+    """The math, shared by kernel and reference: x is f32 [r, c], params f32 [1, c] each."""
+    if op == "softmax":
+        e = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
+        return e / jnp.sum(e, axis=-1, keepdims=True)
+    if op == "sum":
+        return jnp.sum(x, axis=-1, keepdims=True)
+    if op == "rmsnorm":
+        (gamma,) = params
+        return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS) * gamma
+    gamma, beta = params
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    centred = x - mean
+    var = jnp.mean(centred * centred, axis=-1, keepdims=True)
+    return centred * jax.lax.rsqrt(var + EPS) * gamma + beta
+
+
+def reference(p: Problem, x, *params):
+    """What XLA computes for the op, in plain JAX (f32 inside, one convert at the end)."""
+    f32 = [v.astype(jnp.float32).reshape(1, p.cols) for v in params]
+    return _rowwise(x.astype(jnp.float32), f32, p.op).astype(p.out_dtype)
+
+
+def _kernel(x_ref, *refs, op: str, n_params: int):
+    param_refs, o_ref = refs[:n_params], refs[n_params]
+    params = [r[...].astype(jnp.float32) for r in param_refs]
+    o_ref[...] = _rowwise(x_ref[...].astype(jnp.float32), params, op).astype(o_ref.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("p", "blocks", "interpret", "vmem_limit_bytes"))
+def pallas(x, *params, p: Problem, blocks: BlockSizes, interpret: bool = False,
+           vmem_limit_bytes: int | None = None):
+    br = blocks.block_rows
+    in_specs = [pl.BlockSpec((br, p.cols), lambda i: (i, 0))]
+    in_specs += [pl.BlockSpec((1, p.cols), lambda i: (0, 0)) for _ in range(p.n_params)]
+    return pl.pallas_call(
+        functools.partial(_kernel, op=p.op, n_params=p.n_params),
+        out_shape=jax.ShapeDtypeStruct((p.rows, p.out_cols), p.out_dtype),
+        grid=blocks.grid(p),
+        in_specs=in_specs,
+        out_specs=pl.BlockSpec((br, p.out_cols), lambda i: (i, 0)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
+                                             vmem_limit_bytes=vmem_limit_bytes),
+        cost_estimate=pl.CostEstimate(flops=p.flops, transcendentals=p.rows * p.cols if p.op == "softmax" else 0,
+                                      bytes_accessed=hbm_bytes(p, blocks)),
+        interpret=interpret,
+    )(x, *[v.reshape(1, p.cols) for v in params])
+
+
+def input_structs(p: Problem) -> list[tuple[tuple[int, ...], str]]:
+    return [((p.rows, p.cols), p.dtype)] + [((p.cols,), p.dtype)] * p.n_params
+
+
+def make_inputs(p: Problem, seed: int = 0) -> list:
+    keys = jax.random.split(jax.random.PRNGKey(seed), 1 + p.n_params)
+    x = (3.0 * jax.random.normal(keys[0], (p.rows, p.cols), jnp.float32)).astype(p.dtype)
+    params = [(1.0 + 0.1 * jax.random.normal(k, (p.cols,), jnp.float32)).astype(p.dtype) for k in keys[1:]]
+    return [x, *params]
+
+
+def hbm_bytes(p: Problem, blocks: BlockSizes) -> int:
+    """Each row is read and written once; parameter rows are fetched once (constant block index)."""
+    return (p.rows * (p.cols * itemsize(p.dtype) + p.out_cols * itemsize(p.out_dtype))
+            + p.n_params * p.cols * itemsize(p.dtype))
+
+
+def fit(p: Problem, block_rows: int) -> BlockSizes:
+    if block_rows >= p.rows:
+        return BlockSizes(p.rows)
+    return BlockSizes(max(8, block_rows // 8 * 8))
+
+
+# (generation, at least this many columns, block_rows). No compiler sweep has filled this yet:
+# the safe default keeps a block near 1 MiB of f32 work.
+TUNED: tuple[tuple[str, int, int], ...] = ()
+SAFE_BLOCK_BYTES = 1 << 20
+
+
+def default_blocks(p: Problem, generation: str | None) -> BlockSizes:
+    for gen, at_least, rows in TUNED:
+        if gen == generation and p.cols >= at_least:
+            return fit(p, rows)
+    return fit(p, max(8, SAFE_BLOCK_BYTES // (4 * p.cols)))
+
+
+def candidates(p: Problem) -> list[BlockSizes]:
+    seen, out = set(), []
+    for rows in (1024, 512, 256, 128, 64, 32, 16, 8):
+        b = fit(p, rows)
+        if b not in seen:
+            seen.add(b)
+            out.append(b)
+    return out
