@@ -16,7 +16,7 @@ from tpudiag.errors import UsageError
 from tpudiag.model.report import Report
 
 PS_PER_MS = 1e9
-ROOFLINE_LABELS = 6  # ops labelled by name on the roofline, by self time
+ROOFLINE_LABELS = 5  # ops labelled by name on the roofline, by self time
 DPI = 110
 
 
@@ -44,7 +44,6 @@ def _plain(text: str) -> str:
 
 def _save(fig, canvas_type, path: Path) -> None:
     canvas_type(fig)
-    fig.tight_layout()
     # No Software/date metadata: the same report gives the same bytes.
     fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
 
@@ -55,7 +54,7 @@ def _step_breakdown(report: Report, path: Path, Figure, Canvas) -> FigureFile | 
         return None
     parts = [("compute", b.compute_ps, "#4C72B0"), ("collectives", b.collective_ps, "#DD8452"),
              ("infeed/outfeed", b.io_ps, "#8172B3"), ("idle", b.idle_ps, "#BBBBBB")]
-    fig = Figure(figsize=(7.5, 2.2))
+    fig = Figure(layout="constrained", figsize=(7.5, 2.4))
     ax = fig.add_subplot()
     left = 0.0
     for label, ps, color in parts:
@@ -65,7 +64,7 @@ def _step_breakdown(report: Report, path: Path, Figure, Canvas) -> FigureFile | 
     ax.set_yticks([])
     ax.set_xlabel("time per step (ms), mean over steps and cores")
     ax.set_title(f"Where a {b.step_ps / PS_PER_MS:.2f} ms step goes")
-    ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45), frameon=False, fontsize=8)
+    fig.legend(ncol=4, loc="outside lower center", frameon=False, fontsize=8)
     _save(fig, Canvas, path)
     return FigureFile("step-breakdown", "Step-time breakdown", path,
                       "Stacked bar: compute, collectives, infeed/outfeed and idle time per step")
@@ -77,7 +76,7 @@ def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
     ops = [o for o in report.ops if o.operational_intensity and o.flop_rate > 0]
     if ridge is None or not ops:
         return None
-    fig = Figure(figsize=(7.5, 4.8))
+    fig = Figure(layout="constrained", figsize=(7.5, 4.8))
     ax = fig.add_subplot()
     xs = [o.operational_intensity for o in ops]
     lo, hi = min(xs + [ridge]) / 4, max(xs + [ridge]) * 4
@@ -86,22 +85,24 @@ def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
     ax.plot(grid, [min(s.peak_flops_per_s, x * s.hbm_bytes_per_s) for x in grid], color="black", lw=1.5,
             label="roofline (one core)")
     ax.axvline(ridge, color="grey", ls="--", lw=1)
-    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, s.peak_flops_per_s), textcoords="offset points",
-                xytext=(4, -14), fontsize=8, color="grey")
+    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, lo * s.hbm_bytes_per_s), textcoords="offset points",
+                xytext=(4, 4), fontsize=8, color="grey")
     total = sum(o.self_time_ps for o in ops) or 1
     sizes = [20 + 600 * o.self_time_ps / total for o in ops]
     colors = ["#4C72B0" if o.bound_by == "Compute" else "#DD8452" for o in ops]
     ax.scatter(xs, [o.flop_rate for o in ops], s=sizes, c=colors, alpha=0.7, edgecolors="black", linewidths=0.5)
-    for o in ops[:ROOFLINE_LABELS]:
+    # Labels in a staggered column below-left of their points, with leader lines, so clustered ops stay legible.
+    for i, o in enumerate(ops[:ROOFLINE_LABELS]):
         ax.annotate(_plain(o.name), (o.operational_intensity, o.flop_rate), textcoords="offset points",
-                    xytext=(5, 4), fontsize=7)
+                    xytext=(-90, -18 - 13 * i), fontsize=7, ha="right",
+                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"})
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("operational intensity (FLOP per byte accessed)")
     ax.set_ylabel("achieved FLOP/s per core")
     ax.set_title("Per-op roofline (marker area ~ self time; blue: compute-bound, orange: HBM-bound)",
                  fontsize=9)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     _save(fig, Canvas, path)
     return FigureFile("roofline", "Per-op roofline", path,
@@ -114,7 +115,7 @@ def _categories(report: Report, path: Path, Figure, Canvas) -> FigureFile | None
     if not cats:
         return None
     cats = list(reversed(cats[:12]))
-    fig = Figure(figsize=(7.5, 0.5 + 0.35 * len(cats)))
+    fig = Figure(layout="constrained", figsize=(7.5, 0.5 + 0.35 * len(cats)))
     ax = fig.add_subplot()
     ax.barh([_plain(c.category) for c in cats], [100 * c.time_share for c in cats], color="#4C72B0")
     for i, c in enumerate(cats):
@@ -132,7 +133,7 @@ def _host_steps(report: Report, path: Path, Figure, Canvas) -> FigureFile | None
     hosts = [h for h in report.hosts if h.step_times_ps]
     if len(hosts) < 2:
         return None
-    fig = Figure(figsize=(7.5, 3.6))
+    fig = Figure(layout="constrained", figsize=(7.5, 3.6))
     ax = fig.add_subplot()
     for h in hosts:
         ax.plot(h.step_numbers, [t / PS_PER_MS for t in h.step_times_ps], marker="o", ms=3, lw=1,
