@@ -1,0 +1,191 @@
+"""Captures for the rule tests, built in code with known values. One function per scenario.
+
+Every design is a "TPU v6 Lite" (918 TFLOP/s, 1,640 GB/s per chip: ridge 560 FLOP/B, MXU 256)
+with 2 chips and 3 steps of 10 ms unless it says otherwise. Durations are chosen so the numbers
+the rules print can be worked out by hand; the comments say how.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from tpudiag.analysis.profile_analysis import Analysis, analyze
+from tpudiag.parsers.capture import load_capture
+from tpudiag.writers.tpu_design import CaptureDesign, OpDef, Placed, write_capture
+
+US = 1_000_000  # ps per µs
+PEAK = 918e12
+HBM = 1640e9
+STEP = 10_000 * US
+
+
+def design(ops, schedule, **overrides) -> CaptureDesign:
+    fields = dict(hostname="host0", device_type="TPU v6 Lite", peak_tflops=PEAK / 1e12, peak_hbm_gbs=HBM / 1e9,
+                  module="jit_train_step", program_id=77, ops=tuple(ops), n_chips=2, n_steps=3, step_ps=STEP,
+                  schedule=schedule)
+    fields.update(overrides)
+    return CaptureDesign(**fields)
+
+
+def write_run(d: CaptureDesign, root: Path) -> Path:
+    """Write the design as `<root>/plugins/profile/run/host0.xplane.pb`; return the run directory."""
+    run = root / "plugins" / "profile" / "run"
+    write_capture(d, run)
+    return run
+
+
+def analyse(d: CaptureDesign, root: Path) -> Analysis:
+    return analyze(load_capture(write_run(d, root), jobs=1))
+
+
+def matmul(name: str, m: int, k: int, n: int, util: float, dtype: str = "bf16",
+           category: str = "convolution fusion") -> tuple[OpDef, int]:
+    """An `m x k @ k x n` matmul fusion running at `util` of peak: (op, duration in ps)."""
+    size = 4 if dtype == "f32" else 2
+    flops = 2.0 * m * k * n
+    nbytes = float((m * k + k * n + m * n) * size)
+    text = (f"%{name} = {dtype}[{m},{n}]{{1,0}} fusion({dtype}[{m},{k}]{{1,0}} %p0, {dtype}[{k},{n}]{{1,0}} %p1), "
+            f"kind=kOutput, calls=%fused_computation.{name}")
+    op = OpDef(name, category, flops=flops, bytes_accessed=nbytes, shape=f"{dtype}[{m},{n}]{{1,0:T(8,128)}}",
+               hlo_text=text)
+    return op, round(flops / (util * PEAK) * 1e12)
+
+
+# -- exposed-collective ---------------------------------------------------------------------------
+
+COMPUTE = OpDef("fusion.1", "loop fusion", bytes_accessed=1.0e9)  # compute that hides collectives (not a matmul)
+COMPUTE2 = OpDef("fusion.2", "loop fusion", bytes_accessed=1.0e9)
+AG1_START = OpDef("all-gather-start.1", "all-gather", bytes_accessed=1.0e7)
+AG1_DONE = OpDef("all-gather-done.1", "all-gather", bytes_accessed=1.0e7)
+AG2_START = OpDef("all-gather-start.2", "all-gather", bytes_accessed=1.0e7)
+AG2_DONE = OpDef("all-gather-done.2", "all-gather", bytes_accessed=1.0e7)
+AG3_START = OpDef("all-gather-start.3.0", "all-gather", bytes_accessed=1.0e7)  # double suffix, as XLA clones name
+AG3_DONE = OpDef("all-gather-done.3.0", "all-gather", bytes_accessed=1.0e7)
+AR = OpDef("all-reduce.4", "all-reduce", bytes_accessed=4.0e7)
+COLLECTIVE_OPS = (COMPUTE, COMPUTE2, AG1_START, AG1_DONE, AG2_START, AG2_DONE, AG3_START, AG3_DONE, AR)
+
+
+def exposed_collectives_schedule(chip: int, step: int) -> list[Placed]:
+    """Per step and chip (known values):
+
+    - all-gather.1: start and done adjacent, nothing between: a 410 µs window, fully exposed.
+    - all-gather.2: a 1,020 µs window around 1,000 µs of fusion.2: hidden (98 % covered), 20 µs exposed.
+    - all-gather.3.0 (double suffix): 1,400 µs window, 1,000 µs covered: partial, 400 µs exposed.
+    - all-reduce.4: synchronous, 500 µs on chip 0 and 800 µs on chip 1: fully exposed.
+    Async exposed per step (worst core) = 410 + 20 + 400 = 830 µs; sync = 800 µs (chip 1).
+    """
+    ar = 500 * US if chip == 0 else 800 * US
+    return [
+        Placed("fusion.1", 0, 2000 * US),
+        Placed("all-gather-start.1", 2000 * US, 10 * US),
+        Placed("all-gather-done.1", 2010 * US, 400 * US),
+        Placed("all-gather-start.2", 2500 * US, 10 * US),
+        Placed("fusion.2", 2510 * US, 1000 * US),
+        Placed("all-gather-done.2", 3510 * US, 10 * US),
+        Placed("all-gather-start.3.0", 4000 * US, 10 * US),
+        Placed("fusion.1", 4010 * US, 1000 * US),
+        Placed("all-gather-done.3.0", 5010 * US, 390 * US),
+        Placed("all-reduce.4", 6000 * US, ar),
+    ]
+
+
+def exposed_collectives(**overrides) -> CaptureDesign:
+    return design(COLLECTIVE_OPS, exposed_collectives_schedule, **overrides)
+
+
+def hidden_collectives_schedule(chip: int, step: int) -> list[Placed]:
+    """Negative: every async window is covered by compute (≥ 98 %), no synchronous collective."""
+    return [
+        Placed("all-gather-start.2", 0, 10 * US),
+        Placed("fusion.1", 10 * US, 3000 * US),
+        Placed("all-gather-done.2", 3010 * US, 10 * US),
+        Placed("all-gather-start.1", 3100 * US, 10 * US),
+        Placed("fusion.2", 3110 * US, 1000 * US),
+        Placed("all-gather-done.1", 4110 * US, 10 * US),
+    ]
+
+
+def hidden_collectives(**overrides) -> CaptureDesign:
+    return design(COLLECTIVE_OPS, hidden_collectives_schedule, **overrides)
+
+
+def barely_exposed_schedule(chip: int, step: int) -> list[Placed]:
+    """Near miss: one adjacent all-gather exposing 90 µs per 10 ms step (0.9 %, just under the
+    default 1 % `min_exposed_fraction`); its window is still classified exposed."""
+    return [
+        Placed("fusion.1", 0, 3000 * US),
+        Placed("all-gather-start.1", 3000 * US, 10 * US),
+        Placed("all-gather-done.1", 3010 * US, 80 * US),
+    ]
+
+
+def barely_exposed(**overrides) -> CaptureDesign:
+    return design(COLLECTIVE_OPS, barely_exposed_schedule, **overrides)
+
+
+# -- low-mxu-utilization ---------------------------------------------------------------------------
+
+# Durations follow from FLOPs / (util x 918 TFLOP/s): about 1.8, 0.94, 1.5, 0.96, 1.1 ms and 22 µs.
+MISALIGNED, MISALIGNED_PS = matmul("fusion.10", 32768, 1000, 5000, 0.20)  # dims 1000, 5000 on a 256 MXU; OI 833
+SMALL_BATCH, SMALL_BATCH_PS = matmul("fusion.11", 8, 4096, 32768, 0.002)  # 8 rows: memory-bound (OI 8), 0.2 %
+F32_MM, F32_MM_PS = matmul("fusion.12", 4096, 4096, 6144, 0.15, dtype="f32")  # f32 operands, 15 % of peak
+ALIGNED, ALIGNED_PS = matmul("fusion.13", 16384, 4096, 4096, 0.60)  # healthy: 60 % of peak
+NEAR_UTIL, NEAR_UTIL_PS = matmul("fusion.14", 16384, 4096, 4096, 0.51)  # near miss: just above 50 %
+SMALL_SLOW, SMALL_SLOW_PS = matmul("fusion.15", 1024, 1000, 1000, 0.10)  # near miss: slow but 0.2 % of time
+LOOP = OpDef("fusion.16", "loop fusion", flops=1.0e9, bytes_accessed=1.6e9)  # low FLOP util, but not a matmul
+MXU_OPS = (MISALIGNED, SMALL_BATCH, F32_MM, ALIGNED, NEAR_UTIL, SMALL_SLOW, LOOP)
+
+
+def mxu_schedule(chip: int, step: int) -> list[Placed]:
+    order = [("fusion.10", MISALIGNED_PS), ("fusion.11", SMALL_BATCH_PS), ("fusion.12", F32_MM_PS),
+             ("fusion.13", ALIGNED_PS), ("fusion.14", NEAR_UTIL_PS), ("fusion.15", SMALL_SLOW_PS),
+             ("fusion.16", 1000 * US)]
+    t, out = 0, []
+    for name, dur in order:
+        out.append(Placed(name, t, dur))
+        t += dur
+    return out
+
+
+def low_mxu(**overrides) -> CaptureDesign:
+    return design(MXU_OPS, mxu_schedule, **overrides)
+
+
+# -- padding-waste ---------------------------------------------------------------------------------
+
+PADDED = OpDef("fusion.20", "loop fusion", bytes_accessed=1.6e9, shape="f32[3,50257]{1,0:T(4,128)}")  # 25 % padding
+ALIGNED_LAYOUT = OpDef("fusion.21", "loop fusion", bytes_accessed=1.6e9, shape="f32[8,1024]{1,0:T(8,128)}")  # none
+NEAR_PADDED = OpDef("fusion.22", "loop fusion", bytes_accessed=1.6e9, shape="f32[8,1160]{1,0:T(8,128)}")  # 9.4 %
+VOCAB = OpDef("fusion.23", "loop fusion", bytes_accessed=1.6e9,
+              shape="bf16[8192,50257]{1,0:T(8,128)(2,1)}")  # 0.09 %: the lane padding of a vocabulary is small
+PADDING_OPS = (PADDED, ALIGNED_LAYOUT, NEAR_PADDED, VOCAB)
+
+
+def padding_schedule(chip: int, step: int) -> list[Placed]:
+    """Each op 1,000 µs per step: fusion.20's saving is 1,000 µs x 25 % = 250 µs per step."""
+    return [Placed(op.name, i * 1000 * US, 1000 * US) for i, op in enumerate(PADDING_OPS)]
+
+
+def padding(**overrides) -> CaptureDesign:
+    return design(PADDING_OPS, padding_schedule, **overrides)
+
+
+# -- healthy ---------------------------------------------------------------------------------------
+
+def healthy_schedule(chip: int, step: int) -> list[Placed]:
+    """Aligned bf16 matmuls at 60 % of peak, an all-gather hidden behind one of them, 9.5 ms busy."""
+    return [
+        Placed("all-gather-start.1", 0, 10 * US),
+        Placed("fusion.13", 10 * US, ALIGNED_PS),
+        Placed("all-gather-done.1", 10 * US + ALIGNED_PS, 10 * US),
+        Placed("fusion.13", 20 * US + ALIGNED_PS, ALIGNED_PS),
+    ]
+
+
+def healthy(**overrides) -> CaptureDesign:
+    return design((ALIGNED, AG1_START, AG1_DONE), healthy_schedule, **overrides)
+
+
+def with_device(d: CaptureDesign, device_type: str, peak_tflops: float, peak_hbm_gbs: float) -> CaptureDesign:
+    return replace(d, device_type=device_type, peak_tflops=peak_tflops, peak_hbm_gbs=peak_hbm_gbs)

@@ -1,0 +1,73 @@
+"""spill (TPD104): skipped without LLO dumps; with a per-op spill table, spilling ops are reported.
+
+The LLO input is the LLO parser's per-op table (`name`, `spill_stores`, `spill_fills`, `bundles`;
+NA where the dump says nothing). These tests build that table by hand with counts from
+`shared/reference/tpu-compiler-dumps.md` §7 (the v5e MLP fusion: 107 spills, 523 fills).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from tests.rules import scenarios as sc
+from tests.rules.conftest import render_findings
+from tpudiag.rules import RulesConfig, run_rules
+from tpudiag.rules.spill import op_spills
+
+
+def llo_table(rows):
+    df = pd.DataFrame(rows, columns=["name", "spill_stores", "spill_fills", "bundles"])
+    for col in ("spill_stores", "spill_fills", "bundles"):
+        df[col] = df[col].astype("Int64")
+    return SimpleNamespace(ops=df)
+
+
+def _run(analysis, llo, **options):
+    return run_rules(analysis, RulesConfig(select=("spill",), options={"spill": options}),
+                     extra_inputs={"llo": llo})
+
+
+@pytest.fixture
+def analysis(tmp_path: Path):
+    return sc.analyse(sc.low_mxu(), tmp_path)
+
+
+def test_skipped_without_llo_dumps(analysis):
+    findings, skipped = run_rules(analysis, RulesConfig(select=("spill",)))
+    assert findings == []
+    assert [(s.rule, s.reason) for s in skipped] == [("spill", "needs LLO dumps (`--dumps DIR`)")]
+
+
+def test_spilling_ops_are_reported(analysis, snapshot):
+    llo = llo_table([
+        ("fusion.12", 107, 523, 2100),  # spills: (107 + 523) / 2100 = 30 % of its bundles
+        ("fusion.13", 0, 0, 900),  # negative: no spills
+        ("fusion.10", pd.NA, pd.NA, pd.NA),  # near miss: the dump says nothing about it
+    ])
+    findings, skipped = _run(analysis, llo)
+    assert skipped == []
+    assert [f.ops for f in findings] == [("fusion.12",)]
+    f = findings[0]
+    assert "spills 107 vector registers and fills 523" in f.message
+    assert f.saving.basis == "compiler estimate"
+    assert f.saving.ps == pytest.approx(sc.F32_MM_PS * 630 / 2100, abs=2)
+    snapshot("spill", render_findings(findings))
+
+
+def test_without_bundle_counts_the_saving_is_not_estimated(analysis):
+    findings, _ = _run(analysis, llo_table([("fusion.12", 5, 5, pd.NA)]))
+    assert findings[0].saving.ps == 0 and "not estimated" in findings[0].saving.explanation
+
+
+def test_min_spills_near_miss(analysis):
+    llo = llo_table([("fusion.12", 2, 1, 1000)])
+    assert _run(analysis, llo, min_spills=4) == ([], [])
+    assert len(_run(analysis, llo, min_spills=3)[0]) == 1
+
+
+def test_records_are_accepted_too():
+    assert op_spills([{"op": "fusion.1", "spills": 3, "fills": 4}])[0].fills == 4
