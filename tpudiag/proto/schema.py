@@ -165,8 +165,11 @@ _PROFILER_PAYLOADS = (
     )),
 )
 
-# The subset of xla.HloProto needed to recover instruction names, opcodes, shapes with layouts
-# and metadata from the protos a capture embeds on `/host:metadata`.
+# The subset of xla.HloProto needed to recover instruction names, opcodes, shapes with layouts,
+# metadata and the schedule from the protos a capture embeds on `/host:metadata`. Field numbers
+# checked against openxla/xla `xla/service/hlo.proto` and `xla/xla_data.proto` and by decoding a
+# real optimised module (`tests/fixtures/dumps/*/module.pb`). Proto maps are declared as their
+# wire form, a repeated entry message with key = 1 and value = 2. Enums are read as int32.
 _HLO_MESSAGES = (
     Message("HloProto", (
         Field("hlo_module", 1, "HloModuleProto"),
@@ -177,34 +180,78 @@ _HLO_MESSAGES = (
         Field("computations", 3, "HloComputationProto", repeated=True),
         Field("id", 5, "int64"),
         Field("entry_computation_id", 6, "int64"),
+        Field("schedule", 7, "HloScheduleProto"),
+        Field("stack_frame_index", 17, "StackFrameIndexProto"),
+    )),
+    Message("HloScheduleProto", (
+        Field("sequences", 1, "HloScheduleSequencesEntry", repeated=True),  # map<int64, InstructionSequence>
+    )),
+    Message("HloScheduleSequencesEntry", (
+        Field("key", 1, "int64"),  # computation id
+        Field("value", 2, "HloInstructionSequence"),
+    )),
+    Message("HloInstructionSequence", (
+        Field("instruction_ids", 1, "int64", repeated=True),
+    )),
+    Message("StackFrameIndexProto", (
+        Field("file_names", 1, "string", repeated=True),
+        Field("function_names", 2, "string", repeated=True),
+        Field("file_locations", 3, "StackFrameFileLocation", repeated=True),
+        Field("stack_frames", 4, "StackFrameFrame", repeated=True),
+    )),
+    Message("StackFrameFileLocation", (  # ids are 1-based positions in the flat arrays above
+        Field("file_name_id", 1, "int32"),
+        Field("function_name_id", 2, "int32"),
+        Field("line", 3, "int32"),
+        Field("column", 4, "int32"),
+    )),
+    Message("StackFrameFrame", (
+        Field("file_location_id", 1, "int32"),
+        Field("parent_frame_id", 2, "int32"),
     )),
     Message("HloComputationProto", (
         Field("name", 1, "string"),
         Field("instructions", 2, "HloInstructionProto", repeated=True),
         Field("id", 5, "int64"),
         Field("root_id", 6, "int64"),
+        Field("is_fusion_computation", 7, "bool"),
+        Field("execution_thread", 8, "string"),
     )),
     Message("HloInstructionProto", (
         Field("name", 1, "string"),
         Field("opcode", 2, "string"),
         Field("shape", 3, "ShapeProto"),
         Field("metadata", 7, "OpMetadata"),
+        Field("parameter_number", 9, "int64"),
         Field("fusion_kind", 11, "string"),
+        Field("tuple_index", 13, "int64"),
+        Field("channel_id", 26, "int64"),
+        Field("custom_call_target", 28, "string"),
         Field("id", 35, "int64"),
         Field("operand_ids", 36, "int64", repeated=True),
         Field("called_computation_ids", 38, "int64", repeated=True),
-        Field("custom_call_target", 28, "string"),
         Field("backend_config", 43, "bytes"),
+        Field("frontend_attributes", 68, "FrontendAttributes"),
+        Field("async_execution_thread", 79, "string"),
+    )),
+    Message("FrontendAttributes", (
+        Field("map", 1, "FrontendAttributesMapEntry", repeated=True),  # map<string, string>
+    )),
+    Message("FrontendAttributesMapEntry", (
+        Field("key", 1, "string"),
+        Field("value", 2, "string"),
     )),
     Message("ShapeProto", (
-        Field("element_type", 2, "int32"),
+        Field("element_type", 2, "int32"),  # xla.PrimitiveType, see PRIMITIVE_TYPE_NAMES
         Field("dimensions", 3, "int64", repeated=True),
         Field("tuple_shapes", 4, "ShapeProto", repeated=True),
         Field("layout", 5, "LayoutProto"),
+        Field("is_dynamic_dimension", 6, "bool", repeated=True),
     )),
     Message("LayoutProto", (
         Field("minor_to_major", 1, "int64", repeated=True),
         Field("tiles", 6, "TileProto", repeated=True),
+        Field("element_size_in_bits", 7, "int64"),
         Field("memory_space", 8, "int64"),
     )),
     Message("TileProto", (
@@ -215,8 +262,20 @@ _HLO_MESSAGES = (
         Field("op_name", 2, "string"),
         Field("source_file", 3, "string"),
         Field("source_line", 4, "int32"),
+        Field("deduplicated_name", 12, "string"),
+        Field("stack_frame_id", 15, "int32"),  # 1-based into HloModuleProto.stack_frame_index
+        Field("scheduling_name", 16, "string"),
     )),
 )
+
+# xla.PrimitiveType (xla/xla_data.proto) -> the element-type spelling HLO text uses.
+PRIMITIVE_TYPE_NAMES = {
+    1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64",
+    10: "f16", 11: "f32", 12: "f64", 13: "tuple", 14: "opaque", 15: "c64", 16: "bf16", 17: "token",
+    18: "c128", 19: "f8e5m2", 20: "f8e4m3fn", 21: "s4", 22: "u4", 23: "f8e4m3b11fnuz",
+    24: "f8e5m2fnuz", 25: "f8e4m3fnuz", 26: "s2", 27: "u2", 28: "f8e4m3", 29: "f8e3m4", 30: "s1",
+    31: "u1", 32: "f4e2m1fn", 33: "f8e8m0fnu", 34: "buffer",
+}
 
 _xplane = _build("tensorflow.profiler", "tpudiag/xplane.proto", _XPLANE_MESSAGES)
 _payloads = _build("tensorflow.profiler.payloads", "tpudiag/profiler_payloads.proto", _PROFILER_PAYLOADS)

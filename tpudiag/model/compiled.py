@@ -1,0 +1,256 @@
+"""A compiled XLA program as the TPU compiler left it: computations, instructions, layouts, buffers.
+
+Built by `tpudiag.parsers.hlo_text` (from an `--xla_dump_to` directory) and
+`tpudiag.parsers.hlo_proto` (from the HloProto a capture embeds); both give the same objects so
+later code does not care where a program came from. This module is HLO only: LLO facts (bundles,
+spills) live with the LLO parser.
+
+Bytes: `logical_bytes` counts the elements a shape names; `padded_bytes` counts what the tiled
+TPU layout occupies (see `tpudiag.parsers.layout`). Tuples count the sum of their arrays, never
+the tuple's own index table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tpudiag.model.schemas import Column, TableSchema
+
+# Layout memory spaces (`S(n)` in shape text, LayoutProto.memory_space). 0-2 as XLA's own
+# memory-usage report names them on v5e/v6e (`default`, `vmem (color=1)`, `smem (color=2)`);
+# other numbers keep their raw form because their meaning varies by generation.
+MEMORY_SPACE_NAMES = {0: "hbm", 1: "vmem", 2: "smem"}
+
+
+def memory_space_name(space: int) -> str:
+    return MEMORY_SPACE_NAMES.get(space, f"S({space})")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A TPU layout: `{minor_to_major:T(tile)(subtile)E(bits)S(space)}`."""
+
+    minor_to_major: tuple[int, ...]
+    tiles: tuple[tuple[int, ...], ...] = ()  # first = the padding tile; later ones pack within it
+    element_size_bits: int = 0  # E(n); 0 = the dtype's own size
+    memory_space: int = 0  # S(n); 0 = HBM
+
+
+@dataclass(frozen=True)
+class ArrayShape:
+    """One array: element type, logical dims (major-first as written) and its layout if any."""
+
+    dtype: str  # HLO spelling: f32, bf16, s8, pred, f8e4m3fn, token, ...
+    dims: tuple[int, ...]
+    layout: Layout | None
+    logical_bytes: int
+    padded_bytes: int
+
+    @property
+    def memory_space(self) -> int:
+        return self.layout.memory_space if self.layout is not None else 0
+
+
+@dataclass(frozen=True)
+class TupleShape:
+    elements: tuple[Shape, ...]
+
+    @property
+    def logical_bytes(self) -> int:
+        return sum(e.logical_bytes for e in self.elements)
+
+    @property
+    def padded_bytes(self) -> int:
+        return sum(e.padded_bytes for e in self.elements)
+
+
+Shape = ArrayShape | TupleShape
+
+
+def leaf_arrays(shape: Shape) -> list[ArrayShape]:
+    """The arrays of a shape, tuples flattened in order."""
+    if isinstance(shape, ArrayShape):
+        return [shape]
+    out: list[ArrayShape] = []
+    for e in shape.elements:
+        out.extend(leaf_arrays(e))
+    return out
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One HLO instruction. Strings are '' and numbers None when the dump does not say.
+
+    The fields after `parameter_number` are derived (`tpudiag.parsers.hlo_program`), the same
+    way for text and proto input.
+    """
+
+    computation: str
+    name: str  # without the leading %
+    opcode: str
+    shape_text: str  # as written, layout included
+    shape: Shape | None  # None when the shape text could not be parsed (a warning says so)
+    operands: tuple[str, ...]
+    called_computations: tuple[str, ...]
+    fusion_kind: str  # kLoop, kOutput, kInput, kCustom; '' when not a fusion
+    custom_call_target: str
+    op_name: str  # metadata op_name: the JAX name stack
+    source_file: str
+    source_line: int  # 0 when unknown
+    backend_config: str  # raw text (usually JSON); '' when absent
+    async_execution_thread: str  # e.g. 'sparsecore' for TPU7x offloads; '' = main thread
+    frontend_attributes: tuple[tuple[str, str], ...]
+    is_root: bool
+    position: int  # index in its computation; the schedule order when the module is scheduled
+    parameter_number: int | None = None  # for `parameter(N)`
+    estimated_cycles: int | None = None  # compiler estimate, see cycles_source
+    cycles_source: str = ""  # 'bundle_analysis_data' (static LLO profile), 'window_config' (classic model)
+    collective_family: str = ""  # all-gather, all-reduce, reduce-scatter, ...; '' for non-collectives
+    async_role: str = ""  # 'start', 'done' or ''
+    is_continuation: bool = False  # v5e async_collective_fusion: compute that also advances a collective
+
+    @property
+    def logical_bytes(self) -> int:
+        return self.shape.logical_bytes if self.shape is not None else 0
+
+    @property
+    def padded_bytes(self) -> int:
+        return self.shape.padded_bytes if self.shape is not None else 0
+
+
+@dataclass(frozen=True)
+class Computation:
+    name: str
+    is_entry: bool
+    instructions: tuple[str, ...]  # names in order (the schedule, for a scheduled module)
+    root: str
+
+
+@dataclass(frozen=True)
+class AsyncPair:
+    """An async start and its done in one computation, with what the schedule puts between them.
+
+    `scheduled_between` lists what the schedule runs between the two, leaving out the
+    instructions that cost nothing (parameters, tuples, get-tuple-elements, bitcasts, constants):
+    when it is empty the start and the done are adjacent and nothing overlaps the transfer.
+    """
+
+    computation: str
+    start: str
+    done: str
+    kind: str  # 'collective', 'copy', 'slice' or 'async' (any other async-start/done)
+    family: str  # collective family; '' for copies and non-collective calls
+    start_position: int
+    done_position: int
+    scheduled_between: tuple[str, ...]
+    thread: str = ''  # async_execution_thread of the start, e.g. 'sparsecore' on TPU7x
+
+    @property
+    def adjacent(self) -> bool:
+        return not self.scheduled_between
+
+
+@dataclass(frozen=True)
+class BufferValue:
+    """One HLO value placed in an allocation (`value: <id name @pos> (size=,offset=): shape`)."""
+
+    value_id: int
+    name: str  # instruction name, with `{i}` shape index when it is a tuple element
+    size_bytes: int
+    offset_bytes: int
+    shape_text: str
+
+
+@dataclass(frozen=True)
+class BufferAllocation:
+    """One allocation of `*buffer-assignment.txt`. Color 0 is HBM, 1 VMEM (see the usage report)."""
+
+    index: int
+    size_bytes: int
+    color: int
+    parameter_number: int | None  # entry parameter it holds
+    is_output: bool
+    maybe_live_out: bool
+    is_thread_local: bool
+    is_temp: bool  # preallocated-temp
+    is_constant: bool
+    values: tuple[BufferValue, ...]
+
+
+@dataclass(frozen=True)
+class MemorySpaceUsage:
+    """One `Memory Space:` block of `*memory-usage-report.txt`."""
+
+    name: str  # as XLA names it: default (HBM), vmem, smem, host
+    color: int
+    total_bytes: int
+
+
+@dataclass
+class CompiledProgram:
+    """One HLO module after optimisation, with its buffers when the dump has them."""
+
+    module: str
+    path: str  # the HLO text file, or '<proto>' with the program id
+    source: str  # 'hlo_text' or 'hlo_proto'
+    entry: str  # entry computation name
+    is_scheduled: bool
+    computations: dict[str, Computation]
+    instructions: dict[tuple[str, str], Instruction]  # (computation, name) -> instruction
+    async_pairs: tuple[AsyncPair, ...] = ()
+    program_id: int | None = None
+    entry_layout: str = ""  # `entry_computation_layout` text; '' from protos
+    allocations: tuple[BufferAllocation, ...] = ()
+    total_bytes_used: int | None = None  # `Total bytes used` (head of `*-buffer-assignment-values.txt`)
+    memory_spaces: tuple[MemorySpaceUsage, ...] = ()
+    target: str = ""  # from target_arguments.txt, e.g. 'TPU_VERSION_VIPERFISH lite'
+    warnings: list[str] = field(default_factory=list)
+
+    def instruction(self, name: str, computation: str | None = None) -> Instruction:
+        """An instruction by name, in the entry computation unless another is given."""
+        return self.instructions[(computation or self.entry, name)]
+
+    def computation_instructions(self, computation: str) -> list[Instruction]:
+        comp = self.computations[computation]
+        return [self.instructions[(computation, n)] for n in comp.instructions]
+
+    @property
+    def schedule(self) -> tuple[str, ...]:
+        """The entry computation's instruction order: the schedule when `is_scheduled`."""
+        return self.computations[self.entry].instructions
+
+    def entry_parameters(self) -> list[Instruction]:
+        params = [i for i in self.computation_instructions(self.entry) if i.opcode == "parameter"]
+        return sorted(params, key=lambda i: (i.parameter_number is None, i.parameter_number or 0))
+
+
+@dataclass
+class CompiledDump:
+    """Everything `load_hlo_dump` found in one `--xla_dump_to` directory."""
+
+    path: str
+    programs: list[CompiledProgram]
+    warnings: list[str] = field(default_factory=list)
+
+    def program(self, module: str) -> CompiledProgram:
+        """The program whose module name is `module` (the last one compiled if several are)."""
+        matches = [p for p in self.programs if p.module == module]
+        if not matches:
+            raise KeyError(module)
+        return matches[-1]
+
+
+INSTRUCTION_BYTES = TableSchema("instruction_bytes", (
+    Column("module", "category", "HLO module name"),
+    Column("computation", "category", "computation holding the instruction"),
+    Column("name", "string", "HLO instruction name"),
+    Column("opcode", "category", "HLO opcode"),
+    Column("result_logical_bytes", "int64", "result elements x element size"),
+    Column("result_padded_bytes", "int64", "result bytes in its tiled layout"),
+    Column("operand_logical_bytes", "int64", "sum over operands of their logical bytes"),
+    Column("operand_padded_bytes", "int64", "sum over operands of their padded bytes"),
+    Column("logical_bytes", "int64", "operands + result, logical"),
+    Column("padded_bytes", "int64", "operands + result, as laid out"),
+    Column("padding_factor", "float64", "padded_bytes / logical_bytes; NaN when logical is 0"),
+    Column("memory_spaces", "category", "memory spaces the result lives in, e.g. 'hbm' or 'vmem'"),
+))

@@ -1,0 +1,243 @@
+"""What both HLO parsers share: derive collective, async and cost facts, pair async ops, count bytes.
+
+`hlo_text` and `hlo_proto` fill in what their format states (names, opcodes, shapes, operands,
+metadata, backend_config); `finish_program` derives the rest the same way for both, so a program
+read from a dump and from a capture's proto agree field for field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import deque
+
+import numpy as np
+
+from tpudiag.model.compiled import (
+    INSTRUCTION_BYTES,
+    ArrayShape,
+    AsyncPair,
+    CompiledProgram,
+    Computation,
+    Instruction,
+    leaf_arrays,
+    memory_space_name,
+)
+from tpudiag.model.hlo_names import async_role as name_async_role
+from tpudiag.model.hlo_names import collective_family
+
+# Opcodes whose instructions are collectives whatever they are called.
+COLLECTIVE_OPCODES = frozenset({
+    "all-gather", "all-gather-start", "all-gather-done",
+    "all-reduce", "all-reduce-start", "all-reduce-done",
+    "reduce-scatter", "all-to-all", "ragged-all-to-all",
+    "collective-permute", "collective-permute-start", "collective-permute-done",
+    "collective-broadcast", "send", "send-done", "recv", "recv-done",
+})
+
+# Instructions that cost nothing at run time: they do not count as work between an async start
+# and its done, and the pairing walks through them from a done back to its start.
+FREE_OPCODES = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "after-all"})
+
+# How deep to look into called computations for a collective (async wrapper -> call -> op).
+_CALL_DEPTH = 3
+
+
+def backend_cycles(backend_config: str) -> tuple[int | None, str]:
+    """The compiler's cycle estimate in a backend_config and where it came from.
+
+    The static LLO profile's `bundle_analysis_data.estimated_cycles` wins over the classic cost
+    model's `window_config.estimated_cycles` (§4 of the compiler-dumps reference: the profile is
+    the better estimate). Non-JSON configs (custom-call opaque strings) have no estimate.
+    """
+    if not backend_config or "estimated_cycles" not in backend_config:
+        return None, ""
+    try:
+        config = json.loads(backend_config)
+    except ValueError:
+        return None, ""
+    if not isinstance(config, dict):
+        return None, ""
+    for key in ("bundle_analysis_data", "window_config"):
+        section = config.get(key)
+        if isinstance(section, dict) and "estimated_cycles" in section:
+            try:
+                return int(section["estimated_cycles"]), key
+            except (TypeError, ValueError):
+                continue
+    return None, ""
+
+
+def _is_continuation(inst: Instruction) -> bool:
+    return inst.opcode == "fusion" and (
+        any("async_collective_fusion" in c for c in inst.called_computations)
+        or "continuation_config" in inst.backend_config)
+
+
+def _async_role(inst: Instruction) -> str:
+    op = inst.opcode
+    if op.endswith("-start") or op in ("send", "recv"):
+        return "start"
+    if op.endswith("-done"):
+        return "done"
+    if op == "fusion":  # v5e: async-collective-start/-done are kCustom fusions, named as such
+        role = name_async_role(inst.name)
+        if role is not None and "async-collective" in role[1]:
+            return role[0]
+    return ""
+
+
+def finish_program(program: CompiledProgram) -> CompiledProgram:
+    """Fill the derived fields of every instruction and the async pairs, in place; return it."""
+    by_comp: dict[str, list[Instruction]] = {}
+    for (comp, _), inst in program.instructions.items():
+        by_comp.setdefault(comp, []).append(inst)
+    body_opcodes = {c: {i.opcode for i in insts} for c, insts in by_comp.items()}
+    calls = {c: [x for i in insts for x in i.called_computations] for c, insts in by_comp.items()}
+
+    def family_in_body(comp: str, depth: int) -> str:
+        for op in sorted(body_opcodes.get(comp, ())):
+            if op in COLLECTIVE_OPCODES:
+                return collective_family(op)
+        if depth < _CALL_DEPTH:
+            for callee in calls.get(comp, ()):
+                fam = family_in_body(callee, depth + 1)
+                if fam:
+                    return fam
+        return ""
+
+    for key, inst in list(program.instructions.items()):
+        cycles, source = backend_cycles(inst.backend_config)
+        continuation = _is_continuation(inst)
+        role = _async_role(inst)
+        program.instructions[key] = dataclasses.replace(
+            inst, estimated_cycles=cycles, cycles_source=source, is_continuation=continuation,
+            async_role=role, collective_family=_family(inst, continuation, role, family_in_body))
+    program.async_pairs = tuple(_pair_async(program))
+    # A done often names nothing but its start (v5e: `async-collective-done`): take the start's family.
+    for pair in program.async_pairs:
+        done = program.instructions[(pair.computation, pair.done)]
+        if pair.family and done.collective_family in ("", "collective"):
+            program.instructions[(pair.computation, pair.done)] = dataclasses.replace(
+                done, collective_family=pair.family)
+    return program
+
+
+def _family(inst: Instruction, continuation: bool, role: str, family_in_body) -> str:
+    if continuation:
+        return ""  # compute that carries a collective step; the collective is its start/done
+    if inst.opcode in COLLECTIVE_OPCODES:
+        return collective_family(inst.opcode)
+    if inst.opcode not in ("fusion", "async-start", "async-done", "call") or (
+            inst.opcode == "call" and not role):
+        return ""
+    fam = collective_family(inst.name)
+    if fam and fam != "collective":
+        return fam
+    for callee in inst.called_computations:  # reduce-scatter fusion: calls=%all-reduce-scatter.N
+        named = collective_family(callee)
+        if named and named != "collective":
+            return named
+    for callee in inst.called_computations:
+        found = family_in_body(callee, 1)
+        if found:
+            return found
+    return fam
+
+
+def _pair_async(program: CompiledProgram) -> list[AsyncPair]:
+    pairs: list[AsyncPair] = []
+    for comp_name, comp in program.computations.items():
+        insts = {n: program.instructions[(comp_name, n)] for n in comp.instructions}
+        starts = {n for n, i in insts.items() if i.async_role == "start"}
+        paired: set[str] = set()
+        for name, inst in insts.items():
+            if inst.async_role != "done":
+                continue
+            start = _find_start(name, insts, starts)
+            if start is None:
+                program.warnings.append(f"async done `{name}` in `{comp_name}` has no start it depends on")
+                continue
+            paired.add(start)
+            s = insts[start]
+            between = tuple(comp.instructions[s.position + 1:inst.position])
+            work = tuple(n for n in between if insts[n].opcode not in FREE_OPCODES)
+            pairs.append(AsyncPair(
+                computation=comp_name, start=start, done=name, kind=_pair_kind(s),
+                family=s.collective_family, start_position=s.position, done_position=inst.position,
+                scheduled_between=work, thread=s.async_execution_thread))
+        for start in sorted(starts - paired, key=lambda n: insts[n].position):
+            program.warnings.append(f"async start `{start}` in `{comp_name}` has no done")
+    return pairs
+
+
+def _find_start(done: str, insts: dict[str, Instruction], starts: set[str]) -> str | None:
+    """Walk back from a done through free ops and continuation fusions to the nearest start."""
+    seen = {done}
+    queue = deque(insts[done].operands)
+    while queue:
+        name = queue.popleft()
+        if name in seen or name not in insts:
+            continue
+        seen.add(name)
+        if name in starts:
+            return name
+        inst = insts[name]
+        if inst.opcode in FREE_OPCODES or inst.is_continuation:
+            queue.extend(inst.operands)
+    return None
+
+
+def _pair_kind(start: Instruction) -> str:
+    if start.opcode == "copy-start":
+        return "copy"
+    if start.opcode == "slice-start":
+        return "slice"
+    if start.collective_family:
+        return "collective"
+    return "async"
+
+
+def computation_from(name: str, is_entry: bool, insts: list[Instruction]) -> Computation:
+    root = next((i.name for i in insts if i.is_root), insts[-1].name if insts else "")
+    return Computation(name=name, is_entry=is_entry, instructions=tuple(i.name for i in insts), root=root)
+
+
+def instruction_bytes(program: CompiledProgram):
+    """Per instruction: logical and padded bytes of its operands and result (INSTRUCTION_BYTES).
+
+    Operands are looked up by name in the same computation. A `get-tuple-element` reads only the
+    element it selects, so its operand bytes are its result's, not the whole tuple's.
+    """
+    rows: dict[str, list] = {c.name: [] for c in INSTRUCTION_BYTES.columns}
+    for (comp, name), inst in program.instructions.items():
+        if inst.opcode == "get-tuple-element":
+            op_logical, op_padded = inst.logical_bytes, inst.padded_bytes
+        else:
+            operands = [program.instructions.get((comp, o)) for o in inst.operands]
+            op_logical = sum(o.logical_bytes for o in operands if o is not None)
+            op_padded = sum(o.padded_bytes for o in operands if o is not None)
+        logical = inst.logical_bytes + op_logical
+        padded = inst.padded_bytes + op_padded
+        spaces = sorted({memory_space_name(a.memory_space) for a in _arrays(inst)})
+        rows["module"].append(program.module)
+        rows["computation"].append(comp)
+        rows["name"].append(name)
+        rows["opcode"].append(inst.opcode)
+        rows["result_logical_bytes"].append(inst.logical_bytes)
+        rows["result_padded_bytes"].append(inst.padded_bytes)
+        rows["operand_logical_bytes"].append(op_logical)
+        rows["operand_padded_bytes"].append(op_padded)
+        rows["logical_bytes"].append(logical)
+        rows["padded_bytes"].append(padded)
+        rows["padding_factor"].append(padded / logical if logical else math.nan)
+        rows["memory_spaces"].append(",".join(spaces))
+    for col in ("result_logical_bytes", "result_padded_bytes", "operand_logical_bytes",
+                "operand_padded_bytes", "logical_bytes", "padded_bytes"):
+        rows[col] = np.asarray(rows[col], dtype="int64")
+    return INSTRUCTION_BYTES.frame(rows)
+
+
+def _arrays(inst: Instruction) -> list[ArrayShape]:
+    return leaf_arrays(inst.shape) if inst.shape is not None else []

@@ -1,0 +1,136 @@
+"""Serialized `xla.HloProto` / `xla.HloModuleProto` bytes -> CompiledProgram.
+
+A capture embeds one HloProto per program on `/host:metadata` (collected by
+`tpudiag.parsers.device_trace` into `HostTrace.hlo_protos`); `compiled.runtime_executable()
+.hlo_modules()[0].as_serialized_hlo_module_proto()` gives the bare HloModuleProto. Both start with
+field 1 as a length-delimited value (HloProto.hlo_module vs HloModuleProto.name), so the bytes
+are tried as HloProto first and read as a module when that yields no computations.
+
+The result matches `tpudiag.parsers.hlo_text` field for field, except what only the text dump
+has (`entry_layout`, buffer assignment, memory-usage report, target); the schedule comes from
+`HloModuleProto.schedule` rather than from instruction order.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.message import DecodeError
+
+from tpudiag.errors import InputError
+from tpudiag.model.compiled import CompiledProgram, Instruction, Layout, Shape, TupleShape
+from tpudiag.parsers.hlo_program import computation_from, finish_program
+from tpudiag.parsers.layout import ShapeSyntaxError, array_shape, shape_text
+from tpudiag.proto import HloModuleProto, HloProto
+from tpudiag.proto.schema import PRIMITIVE_TYPE_NAMES
+
+_TUPLE = 13
+
+
+def parse_hlo_proto(data: bytes, path: str = "<proto>", program_id: int | None = None) -> CompiledProgram:
+    """Parse HloProto or HloModuleProto bytes; raise InputError naming `path` on damage."""
+    if not data:
+        raise InputError("empty HLO proto", path=path)
+    module = None
+    try:
+        wrapper = HloProto()
+        wrapper.ParseFromString(data)
+        if wrapper.hlo_module.computations:
+            module = wrapper.hlo_module
+    except (DecodeError, ValueError, RuntimeError, TypeError):
+        module = None  # not an HloProto; maybe a bare module
+    if module is None:
+        module = HloModuleProto()
+        try:
+            module.ParseFromString(data)
+        except DecodeError as exc:
+            raise InputError("corrupt or truncated HLO proto", path=path) from exc
+        except (ValueError, RuntimeError, TypeError) as exc:
+            raise InputError(f"corrupt HLO proto ({exc})", path=path) from exc
+    if not module.computations:
+        raise InputError("HLO proto has no computations", path=path)
+    return finish_program(_program(module, path, program_id))
+
+
+def parse_capture_protos(hlo_protos: dict[int, bytes], path: str = "<capture>") -> dict[int, CompiledProgram]:
+    """Programs by id from `HostTrace.hlo_protos`; a damaged one raises InputError naming its id."""
+    return {pid: parse_hlo_proto(data, f"{path} program {pid}", pid) for pid, data in hlo_protos.items()}
+
+
+def _program(module, path: str, program_id: int | None) -> CompiledProgram:
+    warnings: list[str] = []
+    comp_names = {c.id: c.name for c in module.computations}
+    schedule = {entry.key: list(entry.value.instruction_ids) for entry in module.schedule.sequences}
+    frames = module.stack_frame_index
+    computations = {}
+    instructions = {}
+    entry = module.entry_computation_name or comp_names.get(module.entry_computation_id, "")
+    for comp in module.computations:
+        by_id = {inst.id: inst for inst in comp.instructions}
+        order = [by_id[i] for i in schedule.get(comp.id, []) if i in by_id]
+        if len(order) != len(by_id):  # unscheduled (fusion bodies): the proto's dependency order
+            order = list(comp.instructions)
+        names = {inst.id: inst.name for inst in comp.instructions}
+        insts: list[Instruction] = []
+        for position, proto in enumerate(order):
+            try:
+                shape = _shape(proto.shape)
+                text = shape_text(shape)
+            except ShapeSyntaxError as exc:
+                warnings.append(f"`{path}`: `{proto.name}` in `{comp.name}`: {exc}")
+                shape, text = None, ""
+            source_file, source_line = proto.metadata.source_file, proto.metadata.source_line
+            if not source_file and proto.metadata.stack_frame_id:
+                source_file, source_line = _frame_location(frames, proto.metadata.stack_frame_id)
+            missing = [i for i in proto.operand_ids if i not in names]
+            if missing:
+                warnings.append(f"`{path}`: `{proto.name}` refers to {len(missing)} unknown operand ids")
+            insts.append(Instruction(
+                computation=comp.name, name=proto.name, opcode=proto.opcode, shape_text=text, shape=shape,
+                operands=tuple(names[i] for i in proto.operand_ids if i in names),
+                called_computations=tuple(comp_names.get(i, f"<computation {i}>")
+                                          for i in proto.called_computation_ids),
+                fusion_kind=proto.fusion_kind if proto.opcode == "fusion" else "",
+                custom_call_target=proto.custom_call_target, op_name=proto.metadata.op_name,
+                source_file=source_file, source_line=source_line,
+                backend_config=proto.backend_config.decode("utf-8", errors="replace"),
+                async_execution_thread=proto.async_execution_thread,
+                frontend_attributes=tuple((e.key, e.value) for e in proto.frontend_attributes.map),
+                is_root=proto.id == comp.root_id, position=position,
+                parameter_number=proto.parameter_number if proto.opcode == "parameter" else None))
+        if not insts:
+            continue
+        computations[comp.name] = computation_from(comp.name, comp.name == entry, insts)
+        for inst in insts:
+            instructions[(comp.name, inst.name)] = inst
+    if entry not in computations:
+        raise InputError(f"HLO proto names entry computation `{entry}` but does not hold it", path=path)
+    return CompiledProgram(
+        module=module.name, path=path, source="hlo_proto", entry=entry, is_scheduled=bool(schedule),
+        computations=computations, instructions=instructions, program_id=program_id, warnings=warnings)
+
+
+def _shape(proto) -> Shape:
+    if proto.element_type == _TUPLE:
+        return TupleShape(tuple(_shape(s) for s in proto.tuple_shapes))
+    dtype = PRIMITIVE_TYPE_NAMES.get(proto.element_type)
+    if dtype is None:
+        raise ShapeSyntaxError(f"unknown element type number {proto.element_type}")
+    layout = None
+    if proto.HasField("layout"):
+        lay = proto.layout
+        layout = Layout(minor_to_major=tuple(lay.minor_to_major),
+                        tiles=tuple(tuple(t.dimensions) for t in lay.tiles),
+                        element_size_bits=lay.element_size_in_bits, memory_space=lay.memory_space)
+    return array_shape(dtype, tuple(proto.dimensions), layout)
+
+
+def _frame_location(frames, frame_id: int) -> tuple[str, int]:
+    """File and line of a 1-based stack frame id; ('', 0) when the index does not hold it."""
+    if not 0 < frame_id <= len(frames.stack_frames):
+        return "", 0
+    loc_id = frames.stack_frames[frame_id - 1].file_location_id
+    if not 0 < loc_id <= len(frames.file_locations):
+        return "", 0
+    loc = frames.file_locations[loc_id - 1]
+    if not 0 < loc.file_name_id <= len(frames.file_names):
+        return "", 0
+    return frames.file_names[loc.file_name_id - 1], loc.line

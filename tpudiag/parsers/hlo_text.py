@@ -1,0 +1,483 @@
+"""XLA dump directories (`XLA_FLAGS=--xla_dump_to=DIR`) and HLO module text -> CompiledProgram.
+
+Reads, per module, `*.after_optimizations.txt` (the scheduled HLO: in a scheduled module the
+order of a computation's instructions is its schedule), and when present
+`*.after_optimizations-buffer-assignment.txt`, `*.after_optimizations-memory-usage-report.txt`
+and `*.target_arguments.txt`. Other dump files are ignored.
+
+Current XLA prints op metadata as `stack_frame_id=N` into tables at the top of the module
+(`FileNames`, `FunctionNames`, `FileLocations`, `StackFrames`) rather than `source_file=`;
+both forms are resolved to a file and line here.
+
+Damage policy: a file that is not HLO at all, or has no complete computation, raises
+InputError naming it; an instruction line that cannot be read, or a module cut off mid-way,
+becomes a warning on the program and the rest is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+from tpudiag.errors import InputError
+from tpudiag.model.compiled import (
+    BufferAllocation,
+    BufferValue,
+    CompiledDump,
+    CompiledProgram,
+    Instruction,
+    MemorySpaceUsage,
+)
+from tpudiag.parsers.hlo_program import computation_from, finish_program
+from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
+
+HLO_SUFFIX = ".after_optimizations.txt"
+BUFFER_SUFFIX = ".after_optimizations-buffer-assignment.txt"
+VALUES_SUFFIX = ".after_optimizations-buffer-assignment-values.txt"
+USAGE_SUFFIX = ".after_optimizations-memory-usage-report.txt"
+TARGET_SUFFIX = ".target_arguments.txt"
+
+# Attributes whose `%name` values are called computations.
+_CALL_ATTRS = ("calls", "to_apply", "condition", "body", "branch_computations",
+               "true_computation", "false_computation", "called_computations")
+
+_MAX_WARNINGS = 20  # per file; the rest are counted in one line
+
+_COMP_HEADER = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*\)\s*->\s*.*\{\s*$")
+_INST_HEAD = re.compile(r"^\s+(?P<root>ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*")
+_OPCODE = re.compile(r"\s*(?P<op>[a-z][\w\-.]*)\(")
+_REF = re.compile(r"%([^\s,(){}]+)")
+_META_ITEM = re.compile(r'([\w.\-]+)=("(?:[^"\\]|\\.)*"|[^\s},]+)')
+_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
+_INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
+
+
+def load_hlo_dump(path: Path | str) -> CompiledDump:
+    """Every optimised module in a `--xla_dump_to` directory (or one HLO text file).
+
+    Raises InputError when the path is missing, holds no `*after_optimizations.txt`, or no
+    module in it can be read; a damaged module among readable ones becomes a warning.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise InputError("no such file or directory", path=root)
+    if root.is_file():
+        program = load_hlo_text(root)
+        return CompiledDump(path=str(root), programs=[program])
+    hlo_files = sorted(p for p in root.iterdir() if p.is_file() and p.name.endswith(HLO_SUFFIX))
+    if not hlo_files:
+        raise InputError(f"no `*{HLO_SUFFIX}` files: not an XLA dump directory", path=root,
+                         hint="compile with XLA_FLAGS=--xla_dump_to=DIR and pass that DIR")
+    targets = {p.name[: -len(TARGET_SUFFIX)]: p for p in root.iterdir() if p.name.endswith(TARGET_SUFFIX)}
+    dump = CompiledDump(path=str(root), programs=[])
+    errors: list[InputError] = []
+    for hlo in hlo_files:
+        prefix = hlo.name[: -len(HLO_SUFFIX)]
+        try:
+            program = load_hlo_text(hlo)
+        except InputError as exc:
+            errors.append(exc)
+            dump.warnings.append(f"skipped {exc.one_line()}")
+            continue
+        _attach(program, root / (prefix + BUFFER_SUFFIX), _parse_buffer_assignment, "buffer assignment")
+        _attach(program, root / (prefix + VALUES_SUFFIX), _parse_total_bytes, "buffer values",
+                limit=4096)
+        _attach(program, root / (prefix + USAGE_SUFFIX), _parse_memory_usage, "memory-usage report")
+        target = targets.get(prefix) or _only_target(targets)
+        if target is not None:
+            _attach(program, target, _parse_target, "target arguments")
+        dump.programs.append(program)
+    if not dump.programs:
+        raise errors[0]
+    return dump
+
+
+def load_hlo_text(path: Path | str) -> CompiledProgram:
+    """Parse one HLO module text file (a dump's `*after_optimizations.txt` or `c.as_text()`)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError as exc:
+        raise InputError("is a directory, not an HLO text file", path=path) from exc
+    except OSError as exc:
+        raise InputError(f"cannot read file ({exc.strerror or exc})", path=path) from exc
+    return parse_hlo_text(data.decode("utf-8", errors="replace"), path)
+
+
+def parse_hlo_text(text: str, path: Path | str = "<text>") -> CompiledProgram:
+    """Parse HLO module text into a CompiledProgram; raise InputError if it is not HLO."""
+    if "\x00" in text[:4096]:
+        raise InputError("binary data, not HLO text", path=path)
+    parser = _ModuleParser(text, str(path))
+    return finish_program(parser.parse())
+
+
+class _ModuleParser:
+    def __init__(self, text: str, path: str):
+        self.lines = text.splitlines()
+        self.path = path
+        self.warnings: list[str] = []
+        self.suppressed = 0
+        self.tables: dict[str, dict[int, str]] = {}
+
+    def warn(self, message: str) -> None:
+        if len(self.warnings) < _MAX_WARNINGS:
+            self.warnings.append(message)
+        else:
+            self.suppressed += 1
+
+    def parse(self) -> CompiledProgram:
+        header = next((ln for ln in self.lines[:50] if ln.startswith("HloModule ")), None)
+        if header is None:
+            raise InputError("no `HloModule` line: not an HLO module text", path=self.path,
+                             hint=f"pass the `*{HLO_SUFFIX}` file or its dump directory")
+        attrs = _split_top(header[len("HloModule "):])
+        module = attrs[0].strip() if attrs else ""
+        kv = dict(_key_value(a) for a in attrs[1:])
+        computations: dict = {}
+        instructions: dict = {}
+        entry = ""
+        i = 0
+        n = len(self.lines)
+        while i < n:
+            line = self.lines[i]
+            if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+                i = self._table(line, i + 1)
+                continue
+            m = _COMP_HEADER.match(line)
+            if not m:
+                i += 1
+                continue
+            name = m.group("name")
+            is_entry = bool(m.group("entry"))
+            comp_insts: list[Instruction] = []
+            i += 1
+            closed = False
+            while i < n:
+                body = self.lines[i]
+                if body.startswith("}"):
+                    closed = True
+                    i += 1
+                    break
+                if body.strip():
+                    inst = self._instruction(body, name, len(comp_insts), i + 1)
+                    if inst is not None:
+                        comp_insts.append(inst)
+                i += 1
+            if not closed:
+                self.warn(f"computation `{name}` is cut off at the end of the file (truncated dump?)")
+            if not comp_insts:
+                continue
+            computations[name] = computation_from(name, is_entry, comp_insts)
+            for inst in comp_insts:
+                instructions[(name, inst.name)] = inst
+            if is_entry:
+                entry = name
+        if not computations:
+            raise InputError("no complete HLO computation found (empty or truncated file)", path=self.path)
+        if not entry:
+            self.warn("no ENTRY computation (truncated dump?); using the last computation as entry")
+            entry = list(computations)[-1]
+        self._check_calls(computations, instructions)
+        if self.suppressed:
+            self.warnings.append(f"{self.suppressed} more warnings like the above")
+        return CompiledProgram(
+            module=module, path=self.path, source="hlo_text", entry=entry,
+            is_scheduled=kv.get("is_scheduled", "") == "true", computations=computations,
+            instructions=instructions, entry_layout=kv.get("entry_computation_layout", ""),
+            warnings=[f"`{self.path}`: {w}" for w in self.warnings])
+
+    def _table(self, title: str, i: int) -> int:
+        rows: dict[int, str] = {}
+        while i < len(self.lines):
+            m = _TABLE_ROW.match(self.lines[i])
+            if not m:
+                break
+            rows[int(m.group(1))] = m.group(2)
+            i += 1
+        self.tables[title] = rows
+        return i
+
+    def _instruction(self, line: str, computation: str, position: int, lineno: int) -> Instruction | None:
+        try:
+            inst, frame_id = _parse_instruction(line, computation, position)
+        except (_LineError, ShapeSyntaxError) as exc:
+            self.warn(f"line {lineno}: {exc} (instruction skipped)")
+            return None
+        if frame_id is not None and not inst.source_file:
+            inst = self._resolve_frame(inst, frame_id)
+        return inst
+
+    def _check_calls(self, computations: dict, instructions: dict) -> None:
+        missing = sorted({c for inst in instructions.values() for c in inst.called_computations
+                          if c not in computations})
+        if missing:
+            shown = ", ".join(f"`{c}`" for c in missing[:5])
+            self.warn(f"{len(missing)} called computations are missing from the file: {shown}")
+
+    def _resolve_frame(self, inst: Instruction, frame_id: int) -> Instruction:
+        """Turn `stack_frame_id=N` into a file and line through the module's frame tables.
+
+        The tables precede the computations in the file, so they are read by the time any
+        instruction is.
+        """
+        frame = _parse_braced(self.tables.get("StackFrames", {}).get(frame_id, ""))
+        loc = _parse_braced(self.tables.get("FileLocations", {}).get(_int(frame.get("file_location_id")), ""))
+        file_name = self.tables.get("FileNames", {}).get(_int(loc.get("file_name_id")), "")
+        if not file_name:
+            return inst
+        return dataclasses.replace(inst, source_file=_unquote(file_name), source_line=_int(loc.get("line")))
+
+
+class _LineError(ValueError):
+    pass
+
+
+def _parse_instruction(line: str, computation: str, position: int) -> tuple[Instruction, int | None]:
+    """One instruction line, and its metadata `stack_frame_id` (None when absent)."""
+    line = _INDEX_COMMENT.sub("", line)
+    head = _INST_HEAD.match(line)
+    if head is None:
+        raise _LineError("not an instruction (`%name = shape opcode(...)`)")
+    pos = head.end()
+    shape_end = _shape_end(line, pos)
+    shape_text = line[pos:shape_end]
+    shape = parse_shape(shape_text)
+    m = _OPCODE.match(line, shape_end)
+    if m is None:
+        raise _LineError(f"no opcode after the shape of `{head.group('name')}`")
+    opcode = m.group("op")
+    close = _matching(line, m.end() - 1)
+    if close < 0:
+        raise _LineError(f"unclosed operand list of `{head.group('name')}`")
+    operand_text = line[m.end():close]
+    attrs = dict(_key_value(a) for a in _split_top(line[close + 1:].lstrip(", ")) if a.strip())
+    operands: tuple[str, ...] = ()
+    param_number = None
+    if opcode == "parameter":
+        param_number = _int(operand_text.strip(), default=None)
+    elif opcode != "constant":
+        names = []
+        for item in _split_top(operand_text):
+            refs = _REF.findall(item)
+            if refs:
+                names.append(refs[-1])
+        operands = tuple(names)
+    called = tuple(ref for key in _CALL_ATTRS if key in attrs for ref in _REF.findall(attrs[key]))
+    meta = _parse_braced(attrs.get("metadata", ""))
+    frontend = tuple((k, _unquote(v)) for k, v in _parse_braced(attrs.get("frontend_attributes", "")).items())
+    inst = Instruction(
+        computation=computation, name=head.group("name"), opcode=opcode, shape_text=shape_text,
+        shape=shape, operands=operands, called_computations=called,
+        fusion_kind=attrs.get("kind", "") if opcode == "fusion" else "",
+        custom_call_target=_unquote(attrs.get("custom_call_target", "")),
+        op_name=_unquote(meta.get("op_name", "")), source_file=_unquote(meta.get("source_file", "")),
+        source_line=_int(meta.get("source_line")), backend_config=_backend_config(attrs.get("backend_config", "")),
+        async_execution_thread=_unquote(attrs.get("async_execution_thread", "")),
+        frontend_attributes=frontend, is_root=bool(head.group("root")), position=position,
+        parameter_number=param_number)
+    return inst, _int(meta.get("stack_frame_id"), default=None)
+
+
+def _backend_config(raw: str) -> str:
+    raw = raw.strip()
+    if raw.startswith('"'):  # older dumps quote the config as a string
+        return _unquote(raw)
+    return raw
+
+
+def _shape_end(line: str, pos: int) -> int:
+    """Index just after the shape starting at `pos`: the first space at bracket depth 0."""
+    depth = 0
+    i = pos
+    while i < len(line):
+        ch = line[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            return i
+        i += 1
+    raise _LineError("the line ends inside the result shape (truncated?)")
+
+
+def _matching(text: str, open_at: int) -> int:
+    """Index of the bracket closing the one at `open_at`, skipping quoted strings; -1 if none."""
+    pairs = {"(": ")", "[": "]", "{": "}"}
+    stack = []
+    i = open_at
+    in_str = False
+    while i < len(text):
+        ch = text[i]
+        if in_str:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in pairs:
+            stack.append(pairs[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i
+        i += 1
+    return -1
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split on `sep` outside brackets and quoted strings."""
+    parts: list[str] = []
+    depth = 0
+    in_str = False
+    start = 0
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if in_str:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, _, value = item.partition("=")
+    return key.strip(), value.strip()
+
+
+def _parse_braced(text: str) -> dict[str, str]:
+    """`{a="x" b=3}` or `{a="x",b="y"}` -> {'a': '"x"', 'b': '3'} (values as written)."""
+    text = text.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    return {m.group(1): m.group(2).rstrip(",") for m in _META_ITEM.finditer(text)}
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value[1:-1]
+    return value
+
+
+def _int(value, default: int | None = 0):
+    try:
+        return int(str(value).strip().strip('"'))
+    except (TypeError, ValueError):
+        return default
+
+
+def _only_target(targets: dict[str, Path]) -> Path | None:
+    """A directory's target file when every compile in it targeted the same chip."""
+    texts = {p.read_text(errors="replace") for p in targets.values()}
+    return next(iter(targets.values())) if len(texts) == 1 else None
+
+
+def _attach(program: CompiledProgram, path: Path, parse, what: str, limit: int = -1) -> None:
+    """Parse an optional side file into `program`; damage becomes a warning, not an error."""
+    if not path.exists():
+        return
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            text = f.read(limit)
+        parse(program, text)
+    except OSError as exc:
+        program.warnings.append(f"`{path}`: cannot read {what} ({exc.strerror or exc}); ignored")
+    except (ValueError, IndexError) as exc:
+        program.warnings.append(f"`{path}`: unreadable {what} ({exc}); ignored")
+
+
+_ALLOC = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
+_VALUE = re.compile(r"^\s+value: <(\d+) (\S+) @\d+> \(size=(\d+),offset=(\d+)\): (.*)$")
+
+
+def _parse_buffer_assignment(program: CompiledProgram, text: str) -> None:
+    allocs: list[BufferAllocation] = []
+    current: dict | None = None
+    values: list[BufferValue] = []
+
+    def flush() -> None:
+        if current is not None:
+            allocs.append(BufferAllocation(values=tuple(values), **current))
+
+    for line in text.splitlines():
+        m = _ALLOC.match(line)
+        if m:
+            flush()
+            values = []
+            flags = m.group(3)
+            color = re.search(r"color (\d+)", flags)
+            param = re.search(r"parameter (\d+)", flags)
+            current = dict(
+                index=int(m.group(1)), size_bytes=int(m.group(2)), color=int(color.group(1)) if color else 0,
+                parameter_number=int(param.group(1)) if param else None, is_output="output shape" in flags,
+                maybe_live_out="maybe-live-out" in flags, is_thread_local="thread-local" in flags,
+                is_temp="preallocated-temp" in flags, is_constant="constant" in flags)
+            continue
+        v = _VALUE.match(line)
+        if v and current is not None:
+            values.append(BufferValue(value_id=int(v.group(1)), name=v.group(2), size_bytes=int(v.group(3)),
+                                      offset_bytes=int(v.group(4)), shape_text=v.group(5).strip()))
+    flush()
+    if not allocs:
+        raise ValueError("no `allocation N: size S` lines")
+    program.allocations = tuple(allocs)
+
+
+_TOTAL = re.compile(r"^Total bytes used: (\d+)", re.M)
+
+
+def _parse_total_bytes(program: CompiledProgram, text: str) -> None:
+    m = _TOTAL.search(text)  # the total heads a file that can run to megabytes: only its head is read
+    if m is None:
+        raise ValueError("no `Total bytes used:` line")
+    program.total_bytes_used = int(m.group(1))
+
+
+_SPACE = re.compile(r"^Memory Space: (.+?) \(color=(\d+)\)\s*$")
+_SPACE_TOTAL = re.compile(r"^Total bytes: (\d+)")
+
+
+def _parse_memory_usage(program: CompiledProgram, text: str) -> None:
+    spaces: list[MemorySpaceUsage] = []
+    name, color = None, 0
+    for line in text.splitlines():
+        m = _SPACE.match(line)
+        if m:
+            name, color = m.group(1), int(m.group(2))
+            continue
+        t = _SPACE_TOTAL.match(line)
+        if t and name is not None:
+            spaces.append(MemorySpaceUsage(name=name, color=color, total_bytes=int(t.group(1))))
+            name = None
+    if not spaces:
+        raise ValueError("no `Memory Space:` blocks")
+    program.memory_spaces = tuple(spaces)
+
+
+def _parse_target(program: CompiledProgram, text: str) -> None:
+    version = re.search(r"^\s*version: (\S+)", text, re.M)
+    variant = re.search(r'^\s*variant: "([^"]*)"', text, re.M)
+    if version is None:
+        raise ValueError("no `version:` line")
+    program.target = version.group(1) + (f" {variant.group(1)}" if variant and variant.group(1) else "")
