@@ -1,0 +1,194 @@
+"""`load_llo_dump`: walk a `--xla_jf_dump_to` directory and parse what is there.
+
+Missing files are normal (filters choose what libtpu writes), so each table is simply empty when
+its source is absent. Unknown, damaged or truncated files become warnings on the result; only a
+directory that cannot be read, or holds no dump file at all, is an `InputError`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from tpudiag.errors import InputError
+from tpudiag.model import llo
+from tpudiag.model.llo import DumpFile, LloDump
+from tpudiag.parsers.llo.bundle_profile import parse_bundle_profile
+from tpudiag.parsers.llo.files import (PARSED_LABELS, STATIC_PROFILE_SUFFIX, classify, is_known_label,
+                                       read_text)
+from tpudiag.parsers.llo.ops import build_ops
+from tpudiag.parsers.llo.register_pressure import MAX_LIVE_RANGES, parse_register_pressure
+from tpudiag.parsers.llo.schedule import parse_schedule
+from tpudiag.parsers.llo.spills import RegionTree, parse_final_bundles, parse_post_ra
+from tpudiag.parsers.llo.static_profile import parse_static_profile
+from tpudiag.parsers.llo.utilization import parse_utilization
+from tpudiag.parsers.llo.vmem_report import parse_vmem_report
+
+_HINT = ("compile with LIBTPU_INIT_ARGS='--xla_jf_dump_to=DIR --xla_jf_dump_llo_text=true' "
+         "and pass DIR")
+# Programs that are not HLO ops: spills there belong to no op unless post-ra names one.
+_NON_OP_PROGRAMS = ("TLP",)
+
+
+def _list_dir(path: Path) -> list[Path]:
+    if not path.exists():
+        raise InputError("no such directory", path=path, hint=_HINT)
+    if not path.is_dir():
+        raise InputError("not a directory (expected an LLO dump directory)", path=path, hint=_HINT)
+    try:
+        return sorted(p for p in path.iterdir())
+    except OSError as exc:
+        raise InputError(f"cannot list directory ({exc.strerror or exc})", path=path) from exc
+
+
+def _static_files(entries: list[Path], extra: Path | None, warnings: list[str]) -> list[Path]:
+    """Static-profile textprotos in the directory, its subdirectories and `extra`."""
+    found: list[Path] = [p for p in entries if p.name.endswith(STATIC_PROFILE_SUFFIX)]
+    dirs = [p for p in entries if p.is_dir()] + ([extra] if extra is not None else [])
+    for d in dirs:
+        try:
+            found += sorted(d.rglob(f"*{STATIC_PROFILE_SUFFIX}"))
+        except OSError as exc:
+            warnings.append(f"`{d}`: cannot list ({exc.strerror or exc}); its static profile skipped")
+    return sorted(set(found))
+
+
+def _newest_per_program_and_label(files: list[DumpFile], warnings: list[str]) -> list[DumpFile]:
+    """One file per (program, label): several compiles into one directory keep only the newest."""
+    groups: dict[tuple[str, str], list[DumpFile]] = defaultdict(list)
+    for f in files:
+        groups[(f.program, f.label)].append(f)
+    tlp_stamps = {f.timestamp_ns for f in files if f.program == "TLP"}
+    if len(tlp_stamps) > 1:
+        warnings.append(f"{len(tlp_stamps)} compiles dumped into one directory; for each program "
+                        "only the newest dump is read (use one directory per compile)")
+    return sorted((max(g, key=lambda f: (f.timestamp_ns, f.index)) for g in groups.values()),
+                  key=lambda f: (f.timestamp_ns, f.program, f.index))
+
+
+def load_llo_dump(path: str | Path, *, static_profile_dir: str | Path | None = None,
+                  max_live_ranges: int = MAX_LIVE_RANGES) -> LloDump:
+    """Parse an LLO dump directory (`--xla_jf_dump_to`) into an `LloDump`.
+
+    Static-profile textprotos are looked for in the directory, its subdirectories and
+    `static_profile_dir` (`--xla_jf_dump_static_llo_profile_to`, when it is elsewhere).
+    """
+    root = Path(path)
+    warnings: list[str] = []
+    entries = _list_dir(root)
+    static_paths = _static_files(entries, None if static_profile_dir is None else Path(static_profile_dir),
+                                 warnings)
+    classified, unknown_names, unknown_labels = [], [], defaultdict(int)
+    for p in entries:
+        if p.is_dir() or p.name.endswith(STATIC_PROFILE_SUFFIX):
+            continue
+        f = classify(p)
+        if f is None:
+            unknown_names.append(p.name)
+        elif not is_known_label(f.label):
+            unknown_labels[f.label] += 1
+        else:
+            classified.append(f)
+    if not classified and not static_paths:
+        raise InputError("no LLO dump files here", path=root, hint=_HINT)
+    if unknown_names:
+        warnings.append(f"{len(unknown_names)} file(s) not named like jf dump files, ignored: "
+                        + ", ".join(f"`{n}`" for n in unknown_names[:5]) + (" ..." if len(unknown_names) > 5 else ""))
+    if unknown_labels:
+        labels = sorted(unknown_labels)
+        warnings.append(f"{sum(unknown_labels.values())} file(s) with pass labels not parsed: "
+                        + ", ".join(labels[:8]) + (" ..." if len(labels) > 8 else ""))
+    files = _newest_per_program_and_label(classified, warnings)
+
+    profile_rows, schedule_rows, spill_rows, slot_rows, vmem_rows = [], [], [], [], []
+    utilization, schedules, pressure = [], [], []
+    trees: dict[str, RegionTree] = {}
+    slot_programs, bundle_programs = set(), set()
+    vmem_report = None
+    for f in files:
+        if f.label not in PARSED_LABELS:
+            continue
+        text = read_text(Path(f.path), warnings)
+        if text is None:
+            continue
+        name = Path(f.path).name
+        if f.label == "hlo-static-bundle-profile":
+            profile_rows += parse_bundle_profile(text, f.program, name, warnings)
+        elif f.label == "final_hlo-static-per-bundle-utilization":
+            u = parse_utilization(text, f.program, name, warnings)
+            if u is not None:
+                utilization.append(u)
+        elif f.label == "schedule-analysis_final_bundles":
+            s, rows = parse_schedule(text, f.program, name, warnings)
+            schedule_rows += rows
+            if s is not None:
+                schedules.append(s)
+        elif f.label == "register-pressure":
+            pressure += parse_register_pressure(text, f.program, name, warnings, max_live_ranges)
+        elif f.label == "final_bundles":
+            spill_rows += parse_final_bundles(text, f.program, name, warnings)
+            bundle_programs.add(f.program)
+        elif f.label == "post-ra":
+            trees[f.program], rows = parse_post_ra(text, f.program)
+            slot_rows += rows
+            slot_programs.add(f.program)
+        elif f.label == "vmem_report":
+            if vmem_report is not None:
+                warnings.append(f"`{name}`: a second VMEM report; ignored")
+                continue
+            vmem_report, vmem_rows = parse_vmem_report(text, name, warnings)
+
+    static_rows = []
+    for p in static_paths:
+        text = read_text(p, warnings)
+        if text is not None:
+            static_rows += parse_static_profile(text, p.name, warnings)
+    _resolve_hlos(spill_rows, slot_rows, trees)
+    _check_static_duplicates(static_rows, warnings)
+
+    programs = {f.program for f in files}
+    bundle_profile = llo.BUNDLE_PROFILE.frame(_columns(llo.BUNDLE_PROFILE, profile_rows))
+    static_profile = llo.STATIC_PROFILE.frame(_columns(llo.STATIC_PROFILE, static_rows))
+    spills = llo.SPILL_INSTRUCTIONS.frame(_columns(llo.SPILL_INSTRUCTIONS, spill_rows))
+    slots = llo.SPILL_SLOTS.frame(_columns(llo.SPILL_SLOTS, slot_rows))
+    schedule = llo.SCHEDULE.frame(_columns(llo.SCHEDULE, schedule_rows))
+    vmem = llo.VMEM_ALLOCATIONS.frame(_columns(llo.VMEM_ALLOCATIONS, vmem_rows))
+    ops = build_ops(programs=programs, bundle_profile=bundle_profile, static_profile=static_profile,
+                    spill_instructions=spills, spill_slots=slots, slot_programs=slot_programs,
+                    bundle_programs=bundle_programs, schedule=schedule, vmem_allocations=vmem,
+                    has_vmem_report=vmem_report is not None, utilization=tuple(utilization),
+                    schedules=tuple(schedules), register_pressure=tuple(pressure))
+    return LloDump(path=str(root), files=tuple(files), ops=ops, bundle_profile=bundle_profile,
+                   static_profile=static_profile, spill_instructions=spills, spill_slots=slots,
+                   schedule=schedule, vmem_allocations=vmem, utilization=tuple(utilization),
+                   schedules=tuple(schedules), register_pressure=tuple(pressure),
+                   vmem_report=vmem_report, warnings=list(dict.fromkeys(warnings)))
+
+
+def _resolve_hlos(spill_rows: list[dict], slot_rows: list[dict], trees: dict[str, RegionTree]) -> None:
+    """Name each spill's HLO op: the post-ra region's `#{op}`, else the program (one op per program)."""
+    for row in spill_rows:
+        tree = trees.get(row["program"])
+        if tree is not None:
+            row["region"] = tree.spill_region.get(row["instruction"])
+    for row in (*spill_rows, *slot_rows):
+        tree = trees.get(row["program"])
+        hlo = tree.hlo_of(row["region"]) if tree is not None and row.get("hlo") is None else row.get("hlo")
+        if hlo is None:
+            hlo = "" if row["program"] in _NON_OP_PROGRAMS or row["program"].startswith("<") else row["program"]
+        row["hlo"] = hlo
+
+
+def _check_static_duplicates(rows: list[dict], warnings: list[str]) -> None:
+    seen: dict[str, int] = defaultdict(int)
+    for r in rows:
+        seen[r["hlo"]] += 1
+    dup = sorted(n for n, k in seen.items() if k > 1)
+    if dup:
+        warnings.append(f"static profile: several estimates for {dup[:5]}; all kept in the table, "
+                        "the ops table uses the last")
+
+
+def _columns(schema: llo.LloTableSchema, rows: list[dict]) -> dict[str, list]:
+    return {name: [r[name] for r in rows] for name in schema.names}
+

@@ -1,0 +1,95 @@
+"""Spill instructions in `final_bundles`, spill slots and the region tree in `post-ra`.
+
+`final_bundles` has one VLIW bundle per line, `0x4b LB: > { instr ;; instr } /* comments */`;
+a VMEM spill is `%n = vst [vmem:[#allocation14_spill] sm:$0xff] /*vst_source=*/%v...`, a fill
+`%v = vld [vmem:[#allocationN_spill] ...]`, SMEM ones use `sst`/`sld [smem:[...]]`. Trailing
+comments open and close regions, but not where the instruction was placed: the region of
+a spill is taken from `post-ra`, where the same instruction (`%49016 = vst ...`) sits inside its
+region, matched by its result name.
+
+`post-ra` declares regions as `$region3: #{fusion.7} parent=0 // loop_body` (the `#{...}` names
+the HLO op the region implements; unnamed regions inherit their parent's) and spill slots as
+`#allocation14_spill [shape = 'u32[8,128]{1,0}', space=vmem, size = 0x1000, scoped, tag = 'spilled
+vreg/vmreg']`. Together they say which HLO op of the top-level program a spill belongs to.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_BUNDLE = re.compile(r"^\s*(?P<addr>0x[0-9a-fA-F]+|\d+)\s+(?P<keys>(?:[A-Z]{2}\s*)*):")
+_SPILL = re.compile(r"(?P<lhs>%\w+)\s*=\s*(?P<op>vst|vld|sst|sld)\b[^\[;]*\[(?P<space>vmem|smem):\[(?P<slot>#allocation\d+_spill)")
+_LOOP_KEYS = frozenset({"LH", "LB", "LE"})
+_KIND = {("vst", "vmem"): "vmem_spill", ("vld", "vmem"): "vmem_fill",
+         ("sst", "smem"): "smem_spill", ("sld", "smem"): "smem_fill"}
+
+_REGION = re.compile(r"^\s*\$region(?P<id>\d+):(?:\s*#\{(?P<hlo>[^}]*)\})?(?:\s*parent=(?P<parent>\d+))?")
+_SLOT = re.compile(r"^\s*(?P<slot>#allocation\d+_spill) \[shape = '(?P<shape>[^']*)', "
+                   r"space=(?P<space>\w+), size = (?P<size>0x[0-9a-fA-F]+|\d+)")
+
+
+@dataclass
+class RegionTree:
+    """Parent and HLO op of each post-ra region of one program."""
+
+    parent: dict[int, int] = field(default_factory=dict)
+    hlo: dict[int, str] = field(default_factory=dict)
+    spill_region: dict[str, int] = field(default_factory=dict)  # spill instruction result -> region
+
+    def hlo_of(self, region: int | None) -> str | None:
+        seen = set()
+        while region is not None and region not in seen:
+            seen.add(region)
+            if region in self.hlo:
+                return self.hlo[region]
+            region = self.parent.get(region)
+        return None
+
+
+def parse_post_ra(text: str, program: str) -> tuple[RegionTree, list[dict]]:
+    """The region tree and `SPILL_SLOTS` rows (hlo filled in by the caller's default if unknown)."""
+    tree = RegionTree()
+    slots: list[dict] = []
+    current: int | None = None
+    for line in text.splitlines():
+        m = _REGION.match(line)
+        if m is not None:
+            current = int(m["id"])
+            if m["parent"] is not None:
+                tree.parent[current] = int(m["parent"])
+            if m["hlo"]:
+                tree.hlo[current] = m["hlo"]
+            continue
+        if current is not None and "_spill" in line:
+            for spill in _SPILL.finditer(line):
+                tree.spill_region[spill["lhs"]] = current
+        m = _SLOT.match(line)
+        if m is not None:
+            slots.append({"program": program, "slot": m["slot"], "space": m["space"],
+                          "size_bytes": int(m["size"], 0), "shape": m["shape"], "region": current})
+    for row in slots:
+        row["hlo"] = tree.hlo_of(row["region"])
+    return tree, slots
+
+
+def parse_final_bundles(text: str, program: str, file_name: str, warnings: list[str]) -> list[dict]:
+    """`SPILL_INSTRUCTIONS` rows (hlo None: resolved against the region tree by the caller)."""
+    rows: list[dict] = []
+    bundles = 0
+    for line in text.splitlines():
+        m = _BUNDLE.match(line)
+        if m is None:
+            continue
+        bundles += 1
+        in_loop = bool(_LOOP_KEYS.intersection(m["keys"].split()))
+        for s in _SPILL.finditer(line):
+            kind = _KIND.get((s["op"], s["space"]))
+            if kind is None:  # e.g. a vst into SMEM: not a spill pattern we know
+                continue
+            rows.append({"program": program, "kind": kind, "bundle": int(m["addr"], 0),
+                         "instruction": s["lhs"], "slot": s["slot"], "region": None, "hlo": None,
+                         "in_loop": in_loop})
+    if bundles == 0:
+        warnings.append(f"`{file_name}`: no bundle lines")
+    return rows
