@@ -43,6 +43,7 @@ class HostTrace:
     hlo_protos: dict[int, bytes] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     host_threads: int = 0
+    modelled: bool = False  # device planes carry `tpudiag_modelled` (written by `tpudiag simulate`)
 
 
 @dataclass(frozen=True)

@@ -104,4 +104,5 @@ def load_capture(path: Path, jobs: int | None = None,
             raise InputError(failures[0].message)
         raise InputError(f"none of the {len(failures)} host files could be read; first: {failures[0].message}",
                          path=capture.input_path)
-    return Profile(input_path=str(capture.input_path), run=capture.run, hosts=hosts, failures=failures)
+    return Profile(input_path=str(capture.input_path), run=capture.run, hosts=hosts, failures=failures,
+                   modelled=any(h.modelled for h in hosts))

@@ -507,7 +507,8 @@ def parse_host(space, path: Path) -> HostTrace:
     steps = b.step_markers()
     return HostTrace(host=host, path=str(path), device=device, events=b.events(), op_metadata=b.op_metadata(),
                      step_markers=steps, modules=b.modules(), async_windows=b.async_windows(),
-                     hlo_protos=hlo_protos, warnings=b.warnings, host_threads=host_threads)
+                     hlo_protos=hlo_protos, warnings=b.warnings, host_threads=host_threads,
+                     modelled=bool(first_stats.get("tpudiag_modelled")))
 
 
 def _hlo_protos(plane, b: _HostBuilder) -> dict[int, bytes]:
