@@ -52,6 +52,16 @@ class Placed:
     dur_ps: int
 
 
+@dataclass(frozen=True)
+class AsyncWindow:
+    """An `Async XLA Ops` event: async op `op` (the start) in flight from `offset_ps` for `dur_ps`."""
+
+    op: str
+    offset_ps: int
+    dur_ps: int
+    family: str = ""  # collective family, '' for copies
+
+
 @dataclass
 class CaptureDesign:
     hostname: str
@@ -75,6 +85,8 @@ class CaptureDesign:
     hlo_proto: bytes | None = None
     step_ps_for: Callable[[int, int], int] | None = None  # (chip, step) -> step length, default step_ps
     extra_plane_stats: dict = field(default_factory=dict)
+    # (chip, step) -> explicit async windows; None pairs start/done ops by name instead
+    async_windows: Callable[[int, int], Iterable[AsyncWindow]] | None = None
 
     def step_length(self, chip: int, step: int) -> int:
         return self.step_ps_for(chip, step) if self.step_ps_for else self.step_ps
@@ -142,12 +154,17 @@ def _device_plane(space: XSpaceBuilder, design: CaptureDesign, chip: int) -> Non
             modules.event(module_md, t + first, last - first,
                           {"run_id": U64(step), "group_id": step})
         open_async: dict[str, list[Placed]] = {}
+        if async_line is not None and design.async_windows is not None:
+            for w in design.async_windows(chip, step):
+                md = plane.event_metadata(texts[w.op], f"async-{w.family or 'copy'}")
+                async_line.event(md, t + w.offset_ps, w.dur_ps, {"hlo_op": w.op, **group})
+        name_pairing = design.async_windows is None
         for p in placed:
             start = t + p.offset_ps
             ops_line.event(op_ids[p.op], start, p.dur_ps,
                            {"device_offset_ps": U64(start), "device_duration_ps": U64(p.dur_ps), **group})
             role = async_role(p.op)
-            if async_line is None or role is None:
+            if async_line is None or role is None or not name_pairing:
                 continue
             key = async_pair_key(p.op)
             if role[0] == "start":
