@@ -1,0 +1,77 @@
+"""Rule configuration from TOML: discovery, selection, per-rule options and clean usage errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tpudiag.errors import UsageError
+from tpudiag.rules.config import RulesConfig, find_config, load_config, parse_config
+
+
+def test_options_and_selection_from_a_pyproject(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.tpudiag]\nselect = ["exposed-collective", "TPD102"]\n'
+        'ignore = ["low-mxu-utilization"]\n\n'
+        "[tool.tpudiag.rules.exposed-collective]\nmin_exposed_fraction = 0.2\n")
+    capture = tmp_path / "logdir"
+    capture.mkdir()
+    config = load_config(capture, cwd=tmp_path)
+    assert config.source == str(tmp_path / "pyproject.toml")
+    resolved = config.resolve()
+    assert [r.name for r, _ in resolved] == ["exposed-collective"]
+    assert resolved[0][1].min_exposed_fraction == 0.2
+
+
+def test_tpudiag_toml_next_to_the_input_wins_over_the_working_directory(tmp_path: Path):
+    run = tmp_path / "captures" / "run"
+    run.mkdir(parents=True)
+    (tmp_path / "captures" / "tpudiag.toml").write_text('ignore = ["spill"]\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.tpudiag]\nignore = ["padding-waste"]\n')
+    assert find_config(run, cwd=tmp_path) == tmp_path / "captures" / "tpudiag.toml"
+    assert load_config(run, cwd=tmp_path).ignore == ("spill",)
+
+
+def test_no_config_means_every_rule_with_defaults(tmp_path: Path):
+    config = load_config(tmp_path, cwd=tmp_path)
+    assert config == RulesConfig()
+    assert len(config.resolve()) == 4
+
+
+def test_pyproject_without_a_tpudiag_table_is_not_a_config(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert find_config(tmp_path, cwd=tmp_path) is None
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('colour = "red"\n', "unknown key `colour`"),
+    ('select = ["no-such-rule"]\n', "unknown rule `no-such-rule` in `select`"),
+    ('[rules.exposed-collective]\nmin_exposed_fractoin = 0.2\n', "unknown option `min_exposed_fractoin`"),
+    ('[rules.exposed-collective]\nmin_exposed_fraction = "high"\n', "must be float"),
+    ('[rules.exposed-collective]\nhidden_threshold = 0.05\n', "thresholds must satisfy"),
+    ('[rules.nope]\nx = 1\n', "unknown rule `nope` in `rules`"),
+    ('select = "exposed-collective"\n', "must be a list"),
+    ("select = [\n", "invalid TOML"),
+])
+def test_bad_configs_are_usage_errors(tmp_path: Path, text: str, message: str):
+    path = tmp_path / "tpudiag.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message) as info:
+        load_config(config_file=path)
+    assert info.value.exit_code == 2 and info.value.path == str(path)
+
+
+def test_command_line_select_replaces_and_ignore_adds():
+    config = parse_config({"select": ["TPD101", "TPD102"], "ignore": ["TPD104"]})
+    cli = config.with_cli(select=["low-mxu-utilization,padding-waste"], ignore=["padding-waste"])
+    assert [r.name for r, _ in cli.resolve()] == ["low-mxu-utilization"]
+    with pytest.raises(UsageError, match="unknown rule `bogus` in --select"):
+        config.with_cli(select=["bogus"])
+
+
+def test_integer_options_accept_integral_floats_only():
+    config = parse_config({"rules": {"low-mxu-utilization": {"max_findings": 3.0}}})
+    assert config.resolve()[1][1].max_findings == 3
+    with pytest.raises(UsageError, match="must be int"):
+        parse_config({"rules": {"low-mxu-utilization": {"max_findings": 2.5}}})

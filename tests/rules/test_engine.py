@@ -1,0 +1,86 @@
+"""The engine: ranking, skips, selection, a healthy capture, and the layering rules never break."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.rules import scenarios as sc
+from tpudiag.model.findings import Severity
+from tpudiag.rules import RULES, RulesConfig, run_rules
+from tpudiag.rules.base import per_step_worst_core, step_basis
+
+RULES_DIR = Path(__file__).resolve().parents[2] / "tpudiag" / "rules"
+
+
+def test_healthy_capture_has_no_high_severity_finding(tmp_path: Path):
+    findings, _ = run_rules(sc.analyse(sc.healthy(), tmp_path))
+    assert [f for f in findings if f.severity >= Severity.HIGH] == []
+    assert findings == []
+
+
+def test_findings_are_ranked_by_saving_across_rules(tmp_path: Path):
+    # Both collective and matmul problems in one capture: the ranking interleaves the rules.
+    ops = sc.COLLECTIVE_OPS + sc.MXU_OPS
+
+    def schedule(chip, step):
+        return sc.exposed_collectives_schedule(chip, step) + [
+            sc.Placed(p.op, p.offset_ps + 7000 * sc.US, p.dur_ps // 4) for p in sc.mxu_schedule(chip, step)[:3]]
+
+    findings, skipped = run_rules(sc.analyse(sc.design(ops, schedule), tmp_path))
+    savings = [f.saving.ps for f in findings]
+    assert savings == sorted(savings, reverse=True)
+    assert {f.rule for f in findings} == {"exposed-collective", "low-mxu-utilization"}
+    assert "spill" in {s.rule for s in skipped}
+
+
+def test_select_and_ignore(tmp_path: Path):
+    analysis = sc.analyse(sc.exposed_collectives(), tmp_path)
+    findings, skipped = run_rules(analysis, RulesConfig(ignore=("exposed-collective",)))
+    assert all(f.rule != "exposed-collective" for f in findings)
+    findings, skipped = run_rules(analysis, RulesConfig(select=("spill",)))
+    assert findings == [] and [s.rule for s in skipped] == ["spill"]
+
+
+def test_rules_skip_on_a_capture_without_tpu_ops(tmp_path: Path):
+    analysis = sc.analyse(sc.design((), lambda chip, step: []), tmp_path)
+    findings, skipped = run_rules(analysis)
+    assert findings == []
+    assert {s.rule: s.reason for s in skipped}["exposed-collective"] == "needs a device trace with TPU ops"
+
+
+def test_step_basis_and_worst_core(tmp_path: Path):
+    analysis = sc.analyse(sc.exposed_collectives(), tmp_path)
+    basis = step_basis(analysis)
+    assert (basis.n_steps, basis.step_ps, basis.whole_capture) == (3, 10_000 * sc.US, False)
+    ev = analysis.profile.hosts[0].events
+    ar = ev[ev["name"] == "all-reduce.4"]
+    assert per_step_worst_core(ar, "dur_ps", basis) == 800 * sc.US  # chip 1's 800 µs, not the mean
+
+
+def test_without_steps_the_capture_counts_as_one_step(tmp_path: Path):
+    d = sc.exposed_collectives(steps_line=False, modules_line=False)
+    findings, _ = run_rules(sc.analyse(d, tmp_path), RulesConfig(select=("exposed-collective",)))
+    sync = [f for f in findings if f.message.startswith("synchronous")][0]
+    assert sync.saving.ps == 3 * 800 * sc.US and "whole capture" in sync.saving.explanation
+
+
+@pytest.mark.parametrize("path", sorted(RULES_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_rules_never_import_render_cli_or_tui_and_never_print(path: Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            assert not node.module.startswith(("tpudiag.render", "tpudiag.cli", "tpudiag.tui")), node.module
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                assert not alias.name.startswith(("tpudiag.render", "tpudiag.cli", "tpudiag.tui", "rich")), alias.name
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id not in ("print", "open"), f"{path.name} calls {node.func.id}"
+
+
+def test_registry_is_sorted_and_unique():
+    codes = [r.code for r in RULES]
+    assert codes == sorted(codes) and len(set(codes)) == len(codes)
+    assert len({r.name for r in RULES}) == len(RULES)
