@@ -81,10 +81,10 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
             errors.append(exc)
             dump.warnings.append(f"skipped {exc.one_line()}")
             continue
-        _attach(program, root / (prefix + BUFFER_SUFFIX), _parse_buffer_assignment, "buffer assignment")
+        _attach(program, root / (prefix + BUFFER_SUFFIX), _set_allocations, "buffer assignment")
         _attach(program, root / (prefix + VALUES_SUFFIX), _parse_total_bytes, "buffer values",
                 limit=4096)
-        _attach(program, root / (prefix + USAGE_SUFFIX), _parse_memory_usage, "memory-usage report")
+        _attach(program, root / (prefix + USAGE_SUFFIX), _set_memory_spaces, "memory-usage report")
         target = targets.get(prefix) or _only_target(targets)
         if target is not None:
             _attach(program, target, _parse_target, "target arguments")
@@ -411,7 +411,8 @@ _ALLOC = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
 _VALUE = re.compile(r"^\s+value: <(\d+) (\S+) @\d+> \(size=(\d+),offset=(\d+)\): (.*)$")
 
 
-def _parse_buffer_assignment(program: CompiledProgram, text: str) -> None:
+def parse_buffer_assignment(text: str) -> tuple[BufferAllocation, ...]:
+    """The allocations of a `*-buffer-assignment.txt`; ValueError when there are none."""
     allocs: list[BufferAllocation] = []
     current: dict | None = None
     values: list[BufferValue] = []
@@ -441,7 +442,11 @@ def _parse_buffer_assignment(program: CompiledProgram, text: str) -> None:
     flush()
     if not allocs:
         raise ValueError("no `allocation N: size S` lines")
-    program.allocations = tuple(allocs)
+    return tuple(allocs)
+
+
+def _set_allocations(program: CompiledProgram, text: str) -> None:
+    program.allocations = parse_buffer_assignment(text)
 
 
 _TOTAL = re.compile(r"^Total bytes used: (\d+)", re.M)
@@ -458,7 +463,8 @@ _SPACE = re.compile(r"^Memory Space: (.+?) \(color=(\d+)\)\s*$")
 _SPACE_TOTAL = re.compile(r"^Total bytes: (\d+)")
 
 
-def _parse_memory_usage(program: CompiledProgram, text: str) -> None:
+def parse_memory_usage(text: str) -> tuple[MemorySpaceUsage, ...]:
+    """The `Memory Space:` totals of a `*-memory-usage-report.txt`; ValueError when there are none."""
     spaces: list[MemorySpaceUsage] = []
     name, color = None, 0
     for line in text.splitlines():
@@ -472,7 +478,11 @@ def _parse_memory_usage(program: CompiledProgram, text: str) -> None:
             name = None
     if not spaces:
         raise ValueError("no `Memory Space:` blocks")
-    program.memory_spaces = tuple(spaces)
+    return tuple(spaces)
+
+
+def _set_memory_spaces(program: CompiledProgram, text: str) -> None:
+    program.memory_spaces = parse_memory_usage(text)
 
 
 def _parse_target(program: CompiledProgram, text: str) -> None:
