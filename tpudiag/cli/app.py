@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from tpudiag.cli import rules_cmd
+from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.errors import TpudiagError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -111,6 +112,8 @@ def report(
 
 
 rules_cmd.register(app)
+diff_cmd.register(app)
+check_cmd.register(app)
 
 
 @app.callback()

@@ -1,0 +1,97 @@
+"""`tpudiag diff BASE NEW`: what changed between two captures, beyond run-to-run noise.
+
+Exit codes: 0 (a diff is information, whatever it shows), 2 usage or input error. Use
+`tpudiag check --baseline` to fail a build on a regression.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tpudiag.errors import UsageError
+
+
+class DiffFormat(str, Enum):
+    terminal = "terminal"
+    md = "md"
+    json = "json"
+
+
+def analyse_capture(path: Path, config: Path | None, jobs: int | None):
+    """(analysis, findings) of one capture, with the rules configured for it."""
+    from tpudiag.analysis.profile_analysis import analyze
+    from tpudiag.parsers.capture import load_capture
+    from tpudiag.rules import load_config, run_rules
+
+    rules_config = load_config(path, config)
+    rules_config.resolve()
+    analysis = analyze(load_capture(path, jobs=jobs))
+    findings, _ = run_rules(analysis, rules_config)
+    return analysis, findings
+
+
+def noise_options(min_change: float):
+    from tpudiag.analysis.diff import NoiseOptions
+
+    try:
+        return NoiseOptions(min_relative=min_change / 100)
+    except ValueError as exc:
+        raise UsageError(f"--min-change: {exc}") from exc
+
+
+def diff(
+    base: Annotated[Path, typer.Argument(help="Baseline capture: logdir, run directory or .xplane.pb file")],
+    new: Annotated[Path, typer.Argument(help="Capture to compare with the baseline")],
+    output_format: Annotated[DiffFormat, typer.Option("--format", "-f", help="Output format")] = DiffFormat.terminal,
+    min_change: Annotated[float, typer.Option(help="Smallest change reported, in percent of the base value; "
+                                                   "the per-step spread can widen the band further")] = 2.0,
+    top: Annotated[int, typer.Option(help="Ops to list per section")] = 15,
+    config: Annotated[Path | None, typer.Option(help="Rule configuration file (TOML) for both captures")] = None,
+    jobs: Annotated[int | None, typer.Option(help="Processes for parsing hosts (default: CPU count)")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the diff to this file")] = None,
+) -> None:
+    """Compare two captures step by step: step time, breakdown, collectives, ops and findings.
+
+    A change is reported only beyond its noise band: the largest of --min-change percent of the
+    base value and either run's spread over steps (half the p10-p90 range); see the output's last
+    lines. Ops are matched by canonical-HLO fingerprint when unique, else by (module, name, shape).
+    """
+    from tpudiag.analysis.diff import diff_analyses
+
+    options = noise_options(min_change)
+    base_analysis, base_findings = analyse_capture(base, config, jobs)
+    new_analysis, new_findings = analyse_capture(new, config, jobs)
+    result = diff_analyses(base_analysis, new_analysis, base_findings, new_findings, options)
+    if output_format is DiffFormat.terminal:
+        from rich.console import Console
+
+        from tpudiag.cli.app import stdout_console
+        from tpudiag.render.diff_terminal import render_diff_terminal
+
+        if output is None:
+            render_diff_terminal(result, stdout_console(), top=top)
+        else:
+            with output.open("w", encoding="utf-8") as fh:
+                render_diff_terminal(result, Console(file=fh, width=140, no_color=True), top=top)
+        return
+    if output_format is DiffFormat.md:
+        from tpudiag.render.diff_markdown import render_diff_markdown
+
+        body = render_diff_markdown(result, top=top)
+    else:
+        from tpudiag.render.diff_json import render_diff_json
+
+        body = render_diff_json(result) + "\n"
+    if output is None:
+        sys.stdout.write(body)
+    else:
+        output.write_text(body, encoding="utf-8")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diff")(diff)

@@ -1,0 +1,29 @@
+"""Shared wording and number formats of the diff renderers (terminal, markdown, JSON)."""
+
+from __future__ import annotations
+
+from tpudiag.analysis.diff import Change, Diff
+from tpudiag.render.units import fmt_time
+
+
+def fmt_delta(ps: float) -> str:
+    return ("+" if ps > 0 else "-" if ps < 0 else "±") + fmt_time(abs(ps))
+
+
+def fmt_relative(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f}%"
+
+
+def noise_rule(diff: Diff) -> str:
+    o = diff.options
+    lo, hi = (round(100 * q) for q in o.quantiles)
+    return (f"A change is reported only when it exceeds its noise band: the largest of {100 * o.min_relative:g}% "
+            f"of the base value, either run's spread over steps (half its p{lo}-p{hi} range) and, for ops, "
+            f"collectives and breakdown parts, {100 * o.min_step_share:g}% of the base step time. "
+            "Step time is compared by its median over steps; the rest by their mean per step and core.")
+
+
+def change_cells(c: Change) -> list[str]:
+    """base, new, delta, relative, band, verdict."""
+    return [fmt_time(c.base.centre_ps), fmt_time(c.new.centre_ps), fmt_delta(c.delta_ps), fmt_relative(c.relative),
+            f"±{fmt_time(c.noise_band_ps)}", c.verdict]

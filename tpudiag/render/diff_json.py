@@ -1,0 +1,55 @@
+"""The diff as JSON: every compared quantity with both runs' centres and spreads, its noise band and verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+from tpudiag import __version__
+from tpudiag.analysis.diff import Change, Diff, NamedChange
+from tpudiag.render.diff_format import noise_rule
+
+
+def _num(x):
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def change_to_dict(c: Change | None) -> dict | None:
+    if c is None:
+        return None
+    return {"base": {k: _num(v) for k, v in dataclasses.asdict(c.base).items()},
+            "new": {k: _num(v) for k, v in dataclasses.asdict(c.new).items()},
+            "delta_ps": c.delta_ps, "relative": _num(c.relative), "noise_band_ps": c.noise_band_ps,
+            "significant": c.significant, "verdict": c.verdict}
+
+
+def _named(rows: tuple[NamedChange, ...]) -> list[dict]:
+    return [{"name": r.name, **change_to_dict(r.change)} for r in rows]
+
+
+def diff_to_dict(diff: Diff) -> dict:
+    return {
+        "tool": {"name": "tpudiag", "version": __version__},
+        "base": {"input": diff.base_input, "run": diff.base_run},
+        "new": {"input": diff.new_input, "run": diff.new_run},
+        "noise": {**dataclasses.asdict(diff.options), "rule": noise_rule(diff)},
+        "has_changes": diff.has_changes,
+        "step_time": change_to_dict(diff.step_time),
+        "breakdown": _named(diff.breakdown),
+        "collectives": _named(diff.collectives),
+        "ops": [{"module": o.module, "name": o.name, "base_name": o.base_name, "category": o.category,
+                 "shape": o.shape, "matched_by": o.matched_by, **change_to_dict(o.change)} for o in diff.ops],
+        "appeared": [dataclasses.asdict(o) for o in diff.appeared],
+        "disappeared": [dataclasses.asdict(o) for o in diff.disappeared],
+        "findings_compared": diff.findings_rules_run,
+        "findings_appeared": [dataclasses.asdict(f) for f in diff.findings_appeared],
+        "findings_resolved": [dataclasses.asdict(f) for f in diff.findings_resolved],
+        "findings_persisting": [{"base": dataclasses.asdict(p.base), "new": dataclasses.asdict(p.new)}
+                                for p in diff.findings_persisting],
+        "warnings": list(diff.warnings),
+    }
+
+
+def render_diff_json(diff: Diff) -> str:
+    return json.dumps(diff_to_dict(diff), indent=2)

@@ -1,0 +1,76 @@
+"""The diff as markdown (GitHub, editor previews). Input-derived strings are escaped as in the report."""
+
+from __future__ import annotations
+
+from tpudiag import __version__
+from tpudiag.analysis.diff import Diff, NamedChange
+from tpudiag.render.diff_format import change_cells, fmt_delta, noise_rule
+from tpudiag.render.markdown import code, prose, text
+from tpudiag.render.units import fmt_time
+
+HEADER = ["base", "new", "change", "change %", "noise band", "verdict"]
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header: list[str], align: str, rows: list[list[str]]) -> list[str]:
+    marks = ["---:" if a == "r" else ":---" for a in align]
+    return [_row(header), _row(marks)] + [_row(r) for r in rows]
+
+
+def _named(title: str, rows: tuple[NamedChange, ...]) -> list[str]:
+    if not rows:
+        return []
+    body = [[text(r.name)] + change_cells(r.change) for r in rows]
+    return [f"## {title}", ""] + _table(["", *HEADER], "lrrrrrl", body) + [""]
+
+
+def render_diff_markdown(diff: Diff, top: int = 25) -> str:
+    out = [f"# Diff: {code(diff.base_run or diff.base_input)} → {code(diff.new_run or diff.new_input)}", ""]
+    out += [f"- Base: {code(diff.base_input)}", f"- New: {code(diff.new_input)}", ""]
+    st = diff.step_time
+    if st is None:
+        out += ["Step time: not comparable (a run has no steps).", ""]
+    else:
+        c = change_cells(st)
+        out += [f"**Step time (median over steps): {c[0]} → {c[1]}, {c[2]} ({c[3]}); noise band {c[4]}: "
+                f"{c[5]}.**", "",
+                f"Base p10–p90 {fmt_time(st.base.p10_ps)}–{fmt_time(st.base.p90_ps)} over {st.base.n_steps} steps; "
+                f"new {fmt_time(st.new.p10_ps)}–{fmt_time(st.new.p90_ps)} over {st.new.n_steps} steps.", ""]
+    out += _named("Step breakdown (mean per step and core)", diff.breakdown)
+    out += _named("Collectives by family (time per step and core)", diff.collectives)
+    changed = diff.significant_ops
+    out += ["## Ops changed beyond noise", ""]
+    if not changed:
+        out += [f"None of the {len(diff.ops)} ops found in both runs changed beyond noise.", ""]
+    else:
+        rows = []
+        for o in changed[:top]:
+            name = code(o.name) if o.name == o.base_name else f"{code(o.base_name)} → {code(o.name)}"
+            rows.append([name, text(o.category)] + change_cells(o.change)[:-1] + [o.matched_by])
+        out += [f"{len(changed)} of {len(diff.ops)} matched ops; self time per step and core.", ""]
+        out += _table(["op", "category", *HEADER[:-1], "matched by"], "llrrrrrl", rows) + [""]
+    for title, items in (("Ops only in the new run", diff.appeared), ("Ops only in the base run", diff.disappeared)):
+        if items:
+            rows = [[code(r.name), text(r.category), code(r.shape), fmt_time(r.time_ps)] for r in items[:top]]
+            out += [f"## {title}", ""] + _table(["op", "category", "shape", "time per step and core"], "lllr",
+                                                rows) + [""]
+    out += ["## Findings", ""]
+    if not diff.findings_rules_run:
+        out += ["Not compared: the rules were not run.", ""]
+    else:
+        for title, refs in (("Appeared", diff.findings_appeared), ("Went away", diff.findings_resolved)):
+            out.append(f"- {title}: {len(refs)}")
+            out += [f"  - {text(f.rule)} ({text(f.code)}, {text(f.severity)}): {prose(f.message)}" for f in refs]
+        moved = [p for p in diff.findings_persisting if p.base.saving_ps != p.new.saving_ps]
+        for p in moved:
+            out.append(f"- Still present, saving changed: {text(p.new.rule)} ({', '.join(code(o) for o in p.new.ops)}) "
+                       f"{fmt_time(p.base.saving_ps)} → {fmt_time(p.new.saving_ps)} "
+                       f"({fmt_delta(p.new.saving_ps - p.base.saving_ps)})")
+        out.append("")
+    out += ["## Method", "", noise_rule(diff), "", f"tpudiag {__version__}", ""]
+    if diff.warnings:
+        out += ["## Warnings", ""] + [f"- {text(w)}" for w in diff.warnings] + [""]
+    return "\n".join(out).rstrip() + "\n"
