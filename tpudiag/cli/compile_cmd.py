@@ -1,0 +1,128 @@
+"""`tpudiag compile` (deviceless TPU compile + static report) and `tpudiag simulate` (modelled capture)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+COMPILE_HELP = """Compile MODULE:FUNCTION for a TPU topology without a TPU and print a static report.
+
+MODULE is a dotted module (importable from the current directory) or a path to a .py file.
+It must define FUNCTION and `example_args(mesh)`, returning a tuple of positional arguments,
+typically `jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P(...)))`.
+`mesh` is a jax Mesh over all devices of the topology with axes ("data", "model"), model = 2
+(override with `mesh_shape(n_devices)` returning an ordered {axis: size} dict). Optional
+`JIT_KWARGS` (a dict) is passed to jax.jit; an already-jitted FUNCTION is used as is.
+
+The compiler runs in a subprocess (libtpu reads flags once per process and aborts on fatal
+errors). Only the dumps the diagnosis reads are kept in -o DIR: the optimised HLO, buffer
+assignment and memory report, the LLO bundle profile, and the static LLO profile (per-op
+estimated cycles; on by default on v5e, v5p and v6e, where it works). Times in the report are
+modelled from the compiler's estimates at a stated clock. See docs/compile.md.
+"""
+
+SIMULATE_HELP = """Write a modelled XProf capture from a `tpudiag compile` output directory.
+
+One /device:TPU:N plane per device, ops in the compiled schedule order, each lasting
+max(estimated cycles / clock, HBM bytes / HBM bandwidth); collectives from an ICI model
+(latency + ring factor x bytes / bandwidth); async start/done windows overlap the ops the
+compiler scheduled between them. The capture is labelled modelled; read it with
+`tpudiag report LOGDIR` or the xprof tools.
+"""
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
+
+
+def compile_command(
+    target: Annotated[str, typer.Argument(help="MODULE:FUNCTION (module path or dotted name)")],
+    topology: Annotated[str, typer.Option("--topology", "-t", help="TPU topology, e.g. v5e:2x2, v6e:2x2, "
+                                                                  "v5p:2x2x1, TPU7x:2x2x1")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Dump directory (default: "
+                                             "./tpudiag-compile/<function>_<topology>)")] = None,
+    output_format: Annotated[str, typer.Option("--format", "-f", help="terminal or json")] = "terminal",
+    static_profile: Annotated[bool | None, typer.Option("--static-profile/--no-static-profile",
+                              help="Per-op estimated cycles from the static LLO profile (slower). "
+                                   "Default: on for v5e, v5p, v6e; off for v4 and TPU7x, where it aborts")] = None,
+    clock_ghz: Annotated[float | None, typer.Option(help="Clock for cycles -> time (default: v5e 1.5, "
+                                                         "v5p 1.75; v6e/TPU7x unknown)")] = None,
+    libtpu_flag: Annotated[list[str] | None, typer.Option("--libtpu-flag", help="Extra LIBTPU_INIT_ARGS flag "
+                                                          "(repeatable), e.g. --xla_tpu_enable_async_collective_fusion=true")] = None,
+    top: Annotated[int, typer.Option(help="Ops to list")] = 20,
+    timeout_s: Annotated[float, typer.Option(help="Give up on the compile after this many seconds")] = 900.0,
+) -> None:
+    from tpudiag.cli.app import stderr_console, stdout_console
+    from tpudiag.compiler.driver import compile_program
+    from tpudiag.compiler.dumps import load_compile_output
+    from tpudiag.compiler.static_report import build_static_report
+    from tpudiag.compiler.target import TargetError, parse_target
+    from tpudiag.compiler.topology import parse_topology
+    from tpudiag.errors import UsageError
+    from tpudiag.render.static_report import render_static_json, render_static_terminal
+
+    if output_format not in ("terminal", "json"):
+        raise UsageError(f"unknown format `{output_format}`", hint="use `terminal` or `json`")
+    topo = parse_topology(topology)
+    try:
+        spec = parse_target(target)
+    except TargetError as exc:
+        raise UsageError(exc.message, hint=exc.hint or None) from None
+    flags = tuple(libtpu_flag or ())
+    for flag in flags:
+        if not flag.startswith("--"):
+            raise UsageError(f"libtpu flag {flag!r} must start with `--`")
+    out_dir = out if out is not None else Path("tpudiag-compile") / f"{_safe(spec.function)}_{_safe(topo.name)}"
+    if static_profile and not topo.static_profile_supported:
+        stderr_console().print(f"warning: the static LLO profile aborts the compiler on {topo.generation} for "
+                               "most programs; trying anyway", highlight=False)
+    err = stderr_console()
+    if err.is_terminal:
+        with err.status(f"compiling {target} for {topo.name}"):
+            run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s)
+    else:
+        run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s)
+    report = build_static_report(load_compile_output(run.out), clock_ghz=clock_ghz)
+    if output_format == "json":
+        sys.stdout.write(render_static_json(report) + "\n")
+    else:
+        render_static_terminal(report, stdout_console(), top=top)
+        err.print(f"dumps in `{run.out}`; next: `tpudiag simulate {run.out} -o LOGDIR`", highlight=False)
+
+
+def simulate_command(
+    dumpdir: Annotated[Path, typer.Argument(help="Output directory of `tpudiag compile`")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Logdir to write (plugins/profile/modelled/...)")],
+    clock_ghz: Annotated[float | None, typer.Option(help="Clock for cycles -> time (default: v5e 1.5, v5p 1.75; "
+                                                         "required for v6e and TPU7x, whose clock is not public)")] = None,
+    ici_gbps: Annotated[float | None, typer.Option(help="ICI bandwidth available to one collective, GB/s "
+                                                        "(default: 2 x the chip's per-link one-way figure)")] = None,
+    ici_latency_us: Annotated[float | None, typer.Option(help="Fixed latency per collective, µs (default 2)")] = None,
+    steps: Annotated[int, typer.Option(help="Steps to write (identical; modelled)")] = 3,
+) -> None:
+    from tpudiag.cli.app import stdout_console
+    from tpudiag.compiler.dumps import load_compile_output
+    from tpudiag.compiler.simulate import simulate
+    from tpudiag.render.units import fmt_time
+
+    output = load_compile_output(dumpdir)
+    path, timeline, model = simulate(output, out, clock_ghz=clock_ghz, ici_gbps=ici_gbps,
+                                     ici_latency_us=ici_latency_us, steps=steps)
+    exposed = sum(max(0, p.dur_ps) for p, role in zip(timeline.placed, timeline.ops["async_role"])
+                  if role == "done")
+    console = stdout_console()
+    console.print(f"wrote `{path}` (modelled): {output.facts.get('n_devices')} devices x {steps} steps, "
+                  f"{len(timeline.placed)} ops per step, step {fmt_time(timeline.step_ps)}", highlight=False)
+    console.print(f"clock {model.clock_hz / 1e9 if model.clock_hz else 0:g} GHz · HBM "
+                  f"{model.hbm_bytes_per_s / 1e9:g} GB/s · ICI {model.ici.bytes_per_s / 1e9:g} GB/s + "
+                  f"{fmt_time(model.ici.latency_ps)} · {len(timeline.windows)} async windows, "
+                  f"{fmt_time(exposed)} in async dones per step", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compile", help=COMPILE_HELP)(compile_command)
+    app.command("simulate", help=SIMULATE_HELP)(simulate_command)

@@ -1,0 +1,151 @@
+"""Read a `tpudiag compile` output directory through the project's HLO and LLO parsers.
+
+This is the one place that knows which parser reads which file, so the static report and the
+simulator stay independent of the parsers' entry points:
+
+- HLO: `compiled.hlo.txt` (`compiled.as_text()`, which carries the static profile's
+  `bundle_analysis_data` cycles) via `tpudiag.parsers.hlo_text.parse_hlo_text`; the XLA dump's
+  buffer assignment and memory report via `load_hlo_dump` when the text is absent.
+- LLO: `tpudiag.parsers.llo.load_llo_dump` on `llo/` (+ `static_profile/`): per-op spills.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
+from tpudiag.compiler.worker import HLO_PROTO_FILE, HLO_TEXT_FILE, RESULT_FILE
+from tpudiag.errors import InputError
+from tpudiag.model.compiled import CompiledProgram
+
+# Replica groups as XLA prints them: iota `[groups,size]<=[...]` or explicit `{{0,1},{2,3}}`.
+_GROUPS_IOTA = re.compile(r"replica_groups=\[(?P<dims>[\d,]+)\]<=")
+_GROUPS_LIST = re.compile(r"replica_groups=\{\{(?P<first>[\d,\s]*)\}")
+# Mesh form (newer XLA): `replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_0'}`.
+_GROUPS_MESH = re.compile(r"replica_groups=mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<sel>[^}]*)\}")
+_MESH_AXIS = re.compile(r"'(?P<axis>[^']+)'\s*=\s*(?P<size>\d+)")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=")
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%(?P<name>[\w.\-]+)\s.*\{\s*$")
+
+
+@dataclass
+class CompileOutput:
+    """What one `tpudiag compile` run left behind, parsed."""
+
+    path: Path
+    facts: dict  # result.json
+    program: CompiledProgram
+    spills: pd.DataFrame  # columns: hlo, spill_stores, spill_fills (empty without an LLO dump)
+    group_sizes: dict[str, int]  # instruction name -> replica group size, where the text states one
+    hlo_proto: bytes | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def replica_group_sizes(text: str) -> dict[str, int]:
+    """Instruction (and computation) name -> participants per replica group, from HLO text.
+
+    ADAPTER: `Instruction` does not keep `replica_groups`; this reads that one attribute. A
+    computation's entry is the size of the first collective inside it, so an async wrapper
+    fusion can find the size of the collective it calls.
+    """
+    sizes: dict[str, int] = {}
+    computation = ""
+    for line in text.splitlines():
+        cm = _COMPUTATION.match(line)
+        if cm:  # computation headers start at column 0; instructions are indented
+            computation = cm.group("name")
+            continue
+        if "replica_groups=" not in line:
+            continue
+        im = _INSTRUCTION.match(line)
+        if im is None:
+            continue
+        size = None
+        mesh = _GROUPS_MESH.search(line)
+        m = _GROUPS_IOTA.search(line)
+        if mesh:
+            axes = {a.group("axis"): int(a.group("size")) for a in _MESH_AXIS.finditer(mesh.group("axes"))}
+            chosen = re.findall(r"'([^']+)'", mesh.group("sel")) or list(axes)
+            size = 1
+            for axis in chosen:
+                size *= axes.get(axis, 1)
+        elif m:
+            dims = [int(d) for d in m.group("dims").split(",") if d]
+            size = dims[-1] if dims else None
+        else:
+            m = _GROUPS_LIST.search(line)
+            if m:
+                size = len([x for x in m.group("first").split(",") if x.strip()])
+        if size:
+            sizes[im.group("name")] = size
+            if computation:
+                sizes.setdefault(f"computation:{computation}", size)
+    return sizes
+
+
+def _spills(out: Path, warnings: list[str]) -> pd.DataFrame:
+    """Per-op VMEM spill stores and fills from the LLO dump (bundle profile), via the LLO parser."""
+    from tpudiag.parsers.llo import load_llo_dump
+
+    empty = pd.DataFrame({"hlo": pd.Series(dtype="string"), "spill_stores": pd.Series(dtype="Int64"),
+                          "spill_fills": pd.Series(dtype="Int64")})
+    llo = out / LLO_DIR
+    if not llo.is_dir() or not any(llo.iterdir()):
+        return empty
+    profile_dir = out / PROFILE_DIR
+    dump = load_llo_dump(llo, static_profile_dir=profile_dir if profile_dir.is_dir() else None)
+    warnings.extend(dump.warnings)
+    ops = dump.ops
+    if ops.empty:
+        return empty
+    return pd.DataFrame({"hlo": ops["name"].astype("string"),
+                         "spill_stores": ops["spill_stores"].astype("Int64"),
+                         "spill_fills": ops["spill_fills"].astype("Int64")})
+
+
+def load_compile_output(path: Path) -> CompileOutput:
+    """Parse a directory written by `tpudiag compile`; InputError when it is not one."""
+    from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
+
+    if not path.is_dir():
+        raise InputError("no such directory (expected the output of `tpudiag compile`)", path=path)
+    result = path / RESULT_FILE
+    if not result.is_file():
+        raise InputError(f"no `{RESULT_FILE}` here: not a `tpudiag compile` output directory", path=path,
+                         hint="run `tpudiag compile MODULE:FUNCTION --topology v5e:2x2 -o DIR` first")
+    try:
+        facts = json.loads(result.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"unreadable `{RESULT_FILE}`: {exc}", path=path) from exc
+    if facts.get("status") != "ok":
+        raise InputError(f"the compile recorded here did not succeed ({facts.get('message', 'no message')})",
+                         path=path)
+    warnings: list[str] = []
+    text_file = path / HLO_TEXT_FILE
+    dump = None
+    if (path / XLA_DIR).is_dir():
+        dump = load_hlo_dump(path / XLA_DIR)
+    if text_file.is_file():
+        text = text_file.read_text(errors="replace")
+        program = parse_hlo_text(text, text_file)
+        if dump is not None and dump.programs:  # buffers and memory report come from the XLA dump
+            base = dump.programs[-1]
+            program.allocations = base.allocations
+            program.total_bytes_used = base.total_bytes_used
+            program.memory_spaces = base.memory_spaces
+            program.target = base.target
+    elif dump is not None and dump.programs:
+        program = dump.programs[-1]
+        text = Path(program.path).read_text(errors="replace")
+    else:
+        raise InputError(f"no `{HLO_TEXT_FILE}` and no XLA dump here", path=path)
+    warnings.extend(program.warnings)
+    proto_file = path / HLO_PROTO_FILE
+    proto = proto_file.read_bytes() if proto_file.is_file() else None
+    return CompileOutput(path=path, facts=facts, program=program, spills=_spills(path, warnings),
+                         group_sizes=replica_group_sizes(text), hlo_proto=proto, warnings=warnings)

@@ -1,0 +1,261 @@
+"""Per-op static estimates of a compiled program: cycles, time at a clock, bytes, collectives.
+
+Every number here is modelled, none measured:
+
+- compute time = estimated cycles / clock. Cycles are the compiler's own: the static LLO
+  profile's `bundle_analysis_data` when present, else the classic cost model's `window_config`
+  (conv/dot fusions only). The profile reports 0 cycles for collectives and for compute that
+  carries a collective continuation (v5e); for those the classic estimate is used when there is one.
+- HBM time = bytes of the op's operands and result that live in HBM (memory space 0), in their
+  padded layouts, / HBM bandwidth.
+- ICI time (collectives) = latency + algorithm factor x payload bytes / ICI bandwidth, with
+  ring factors: all-gather, reduce-scatter and all-to-all (n-1)/n, all-reduce 2(n-1)/n,
+  permute and others 1, n = participants per replica group. Payload = the larger of the
+  collective's result and operands.
+- An op's standalone time = max(compute, HBM, ICI), at least `min_op_ps`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tpudiag.model.compiled import CompiledProgram, Instruction, leaf_arrays
+from tpudiag.model.hardware import ChipSpec
+from tpudiag.parsers.hlo_program import COLLECTIVE_OPCODES, FREE_OPCODES
+
+PS_PER_S = 1e12
+_MATMUL_OPCODES = frozenset({"dot", "convolution", "ragged-dot"})
+
+# The per-op table: one row per entry-computation instruction that does work, in schedule order.
+OP_ESTIMATE_COLUMNS = {
+    "position": "schedule position in the entry computation",
+    "name": "HLO instruction name",
+    "opcode": "HLO opcode",
+    "category": "XProf-style hlo_category (loop fusion, convolution fusion, all-gather, ...)",
+    "family": "collective family, '' for other ops",
+    "async_role": "start, done or ''",
+    "partner": "the other half of an async start/done pair, else ''",
+    "pair_kind": "collective, copy, slice, call or async for pair members, else ''",
+    "estimated_cycles": "compiler-estimated cycles (Int64, NA when the compiler gave none)",
+    "cycles_source": "bundle_analysis_data (static LLO profile), window_config (classic model) or ''",
+    "compute_ps": "estimated_cycles / clock (Int64, NA without cycles or clock)",
+    "logical_bytes": "operands + result, logical",
+    "padded_bytes": "operands + result, in their tiled layouts",
+    "hbm_bytes": "padded bytes of operands and result that live in HBM",
+    "hbm_ps": "hbm_bytes / HBM bandwidth",
+    "payload_bytes": "collective payload (0 for other ops)",
+    "group_size": "participants per replica group (0 for other ops)",
+    "ici_ps": "modelled collective time (0 for other ops)",
+    "window_ps": "async starts: modelled transfer time until the done can complete (ICI for "
+                 "collectives, HBM for copies); 0 for other ops",
+    "duration_ps": "standalone time: max(compute, HBM, ICI), at least min_op_ps; async starts and "
+                   "dones exclude the transfer (see window_ps)",
+    "spill_stores": "VMEM spill stores from the LLO bundle profile (Int64, NA when not dumped)",
+    "spill_fills": "VMEM spill fills (Int64, NA when not dumped)",
+}
+
+
+@dataclass(frozen=True)
+class IciModel:
+    """A stated collective model: time = latency + factor x bytes / bandwidth."""
+
+    bytes_per_s: float
+    latency_ps: int
+
+    @staticmethod
+    def factor(family: str, n: int) -> float:
+        if n <= 1:
+            return 0.0
+        if family == "all-reduce":
+            return 2.0 * (n - 1) / n
+        if family in ("all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all"):
+            return (n - 1) / n
+        return 1.0
+
+    def collective_ps(self, family: str, payload_bytes: int, n: int) -> int:
+        return int(self.latency_ps + self.factor(family, n) * payload_bytes / self.bytes_per_s * PS_PER_S)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    clock_hz: float | None  # None: cycles are not turned into time
+    hbm_bytes_per_s: float
+    ici: IciModel
+    min_op_ps: int = 10_000  # 10 ns: every scheduled op takes at least this long
+
+    @staticmethod
+    def for_chip(chip: ChipSpec, clock_hz: float | None = None, ici_bytes_per_s: float | None = None,
+                 ici_latency_ps: int | None = None) -> "CostModel":
+        """Defaults: the chip's public clock and per-core HBM bandwidth; ICI = both directions of one
+        link (2 x the per-link one-way figure), 2 µs latency."""
+        return CostModel(
+            clock_hz=clock_hz if clock_hz is not None else chip.clock_hz,
+            hbm_bytes_per_s=chip.hbm_bytes_per_s / chip.tensorcores_per_chip,
+            ici=IciModel(bytes_per_s=ici_bytes_per_s if ici_bytes_per_s is not None
+                         else 2 * chip.ici_bytes_per_s_per_link,
+                         latency_ps=ici_latency_ps if ici_latency_ps is not None else 2_000_000))
+
+
+def _classic_cycles(backend_config: str) -> int | None:
+    if "window_config" not in backend_config:
+        return None
+    try:
+        cfg = json.loads(backend_config)
+        return int(cfg["window_config"]["estimated_cycles"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def op_cycles(inst: Instruction) -> tuple[int | None, str]:
+    """The compiler's cycle estimate for an op; a profile 0 falls back to the classic model."""
+    cycles, source = inst.estimated_cycles, inst.cycles_source
+    if cycles == 0 and source == "bundle_analysis_data":
+        classic = _classic_cycles(inst.backend_config)
+        if classic:
+            return classic, "window_config"
+    return cycles, source
+
+
+def _called_instructions(program: CompiledProgram, inst: Instruction, depth: int = 3) -> list[Instruction]:
+    out: list[Instruction] = []
+    for comp in inst.called_computations:
+        if comp not in program.computations:
+            continue
+        for sub in program.computation_instructions(comp):
+            out.append(sub)
+            if depth > 1 and sub.called_computations:
+                out.extend(_called_instructions(program, sub, depth - 1))
+    return out
+
+
+def xprof_category(program: CompiledProgram, inst: Instruction) -> str:
+    """A category in XProf's vocabulary, from the opcode, fusion kind and fused body."""
+    op = inst.opcode
+    if inst.collective_family and not inst.is_continuation:
+        family = inst.collective_family
+        if family == "reduce-scatter" and op == "fusion":
+            return "all-reduce-scatter fusion"
+        return f"{family} fusion" if op == "fusion" and not inst.async_role else family
+    if op == "fusion":
+        body = {i.opcode for i in _called_instructions(program, inst, 2)}
+        if body & _MATMUL_OPCODES:
+            return "convolution fusion"
+        if inst.fusion_kind == "kLoop":
+            return "loop fusion"
+        if inst.fusion_kind == "kInput":
+            return "reduction fusion" if "reduce" in body else "input fusion"
+        if inst.fusion_kind == "kOutput":
+            return "output fusion"
+        return "custom fusion"
+    if op in _MATMUL_OPCODES:
+        return "convolution"
+    return op
+
+
+def _hbm_bytes(program: CompiledProgram, comp: str, inst: Instruction) -> int:
+    arrays = leaf_arrays(inst.shape) if inst.shape is not None else []
+    if inst.opcode != "get-tuple-element":
+        for name in inst.operands:
+            o = program.instructions.get((comp, name))
+            if o is not None and o.shape is not None:
+                arrays.extend(leaf_arrays(o.shape))
+    return sum(a.padded_bytes for a in arrays if a.memory_space == 0)
+
+
+def _operand_bytes(program: CompiledProgram, comp: str, inst: Instruction) -> tuple[int, int]:
+    logical = padded = 0
+    for name in inst.operands:
+        o = program.instructions.get((comp, name))
+        if o is not None:
+            logical += o.logical_bytes
+            padded += o.padded_bytes
+    return logical, padded
+
+
+def _collective_payload(program: CompiledProgram, comp: str, inst: Instruction,
+                        group_sizes: dict[str, int], n_devices: int) -> tuple[int, int]:
+    """(payload bytes, group size) of a collective or async collective wrapper."""
+    target, target_comp = inst, comp
+    if inst.opcode not in COLLECTIVE_OPCODES:
+        inner = [i for i in _called_instructions(program, inst) if i.opcode in COLLECTIVE_OPCODES]
+        if inner:
+            target, target_comp = inner[0], inner[0].computation
+    _, op_padded = _operand_bytes(program, target_comp, target)
+    result = target.padded_bytes
+    if target.opcode.endswith("-start") and target.shape is not None:  # (operand, result, ...) tuple
+        result = max((a.padded_bytes for a in leaf_arrays(target.shape)), default=0)
+        op_padded = 0
+    payload = max(result, op_padded)
+    size = group_sizes.get(target.name) or group_sizes.get(inst.name)
+    if size is None:
+        for callee in inst.called_computations:
+            size = group_sizes.get(f"computation:{callee}")
+            if size:
+                break
+    return payload, int(size or n_devices)
+
+
+def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
+                 group_sizes: dict[str, int] | None = None, spills: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per working entry instruction, in schedule order (columns: OP_ESTIMATE_COLUMNS)."""
+    group_sizes = group_sizes or {}
+    comp = program.entry
+    partner: dict[str, tuple[str, str]] = {}
+    for pair in program.async_pairs:
+        if pair.computation == comp:
+            partner[pair.start] = (pair.done, pair.kind)
+            partner[pair.done] = (pair.start, pair.kind)
+    spill_by = {}
+    if spills is not None and not spills.empty:
+        spill_by = {str(r.hlo): (r.spill_stores, r.spill_fills) for r in spills.itertuples()}
+    rows: dict[str, list] = {k: [] for k in OP_ESTIMATE_COLUMNS}
+    for inst in program.computation_instructions(comp):
+        if inst.opcode in FREE_OPCODES:
+            continue
+        cycles, source = op_cycles(inst)
+        compute_ps = (int(cycles / model.clock_hz * PS_PER_S)
+                      if cycles is not None and model.clock_hz else None)
+        op_logical, op_padded = _operand_bytes(program, comp, inst)
+        hbm = _hbm_bytes(program, comp, inst)
+        hbm_ps = int(hbm / model.hbm_bytes_per_s * PS_PER_S)
+        family = inst.collective_family if not inst.is_continuation else ""
+        payload, group, ici_ps, window = 0, 0, 0, 0
+        other, kind = partner.get(inst.name, ("", ""))
+        if family and inst.async_role != "done":
+            payload, group = _collective_payload(program, comp, inst, group_sizes, n_devices)
+            ici_ps = model.ici.collective_ps(family, payload, group)
+        if inst.async_role == "start" and other:
+            if ici_ps:
+                window = ici_ps
+            else:  # a copy or slice: the done's result crosses HBM once
+                done = program.instructions.get((comp, other))
+                window = int((done.padded_bytes if done is not None else 0) / model.hbm_bytes_per_s * PS_PER_S)
+            duration = max(compute_ps or 0, model.min_op_ps)
+        elif inst.async_role == "done" and other:
+            duration = max(compute_ps or 0, model.min_op_ps)
+        else:
+            duration = max(compute_ps or 0, hbm_ps, ici_ps, model.min_op_ps)
+        stores, fills = spill_by.get(inst.name, (pd.NA, pd.NA))
+        for key, value in (("position", inst.position), ("name", inst.name), ("opcode", inst.opcode),
+                           ("category", xprof_category(program, inst)), ("family", family),
+                           ("async_role", inst.async_role), ("partner", other), ("pair_kind", kind),
+                           ("estimated_cycles", cycles), ("cycles_source", source), ("compute_ps", compute_ps),
+                           ("logical_bytes", inst.logical_bytes + op_logical),
+                           ("padded_bytes", inst.padded_bytes + op_padded), ("hbm_bytes", hbm),
+                           ("hbm_ps", hbm_ps), ("payload_bytes", payload), ("group_size", group),
+                           ("ici_ps", ici_ps), ("window_ps", window), ("duration_ps", duration), ("spill_stores", stores),
+                           ("spill_fills", fills)):
+            rows[key].append(value)
+    df = pd.DataFrame(rows)
+    for col in ("estimated_cycles", "compute_ps", "spill_stores", "spill_fills"):
+        df[col] = pd.array([None if v is None or v is pd.NA else int(v) for v in rows[col]], dtype="Int64")
+    for col in ("position", "logical_bytes", "padded_bytes", "hbm_bytes", "hbm_ps", "payload_bytes",
+                "group_size", "ici_ps", "window_ps", "duration_ps"):
+        df[col] = np.asarray(rows[col], dtype=np.int64)
+    for col in ("name", "category", "family", "async_role", "partner", "pair_kind", "cycles_source", "opcode"):
+        df[col] = df[col].astype("string")
+    return df
