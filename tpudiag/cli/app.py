@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from tpudiag.cli import rules_cmd
+from tpudiag.cli import compile_cmd, rules_cmd
 from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.errors import TpudiagError, UsageError
 
@@ -112,6 +112,7 @@ def report(
 
 
 rules_cmd.register(app)
+compile_cmd.register(app)
 diff_cmd.register(app)
 check_cmd.register(app)
 
