@@ -1,0 +1,35 @@
+"""`tpudiag tui PATH`: the interactive terminal UI. Textual is imported only when the command runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tpudiag.errors import UsageError
+
+TUI_HINT = "install it with `pip install 'tpudiag[tui]'`"
+
+
+def tui(
+    path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file; "
+                                                     "default: the bundled example")] = None,
+) -> None:
+    """Browse a capture interactively: overview, findings, ops, step timeline, hosts."""
+    try:
+        import textual  # noqa: F401  (the optional `tui` extra)
+    except ImportError:
+        raise UsageError("the terminal UI needs the `textual` package, which is not installed",
+                         hint=TUI_HINT) from None
+    from tpudiag.cli.app import default_capture
+    from tpudiag.parsers.capture import find_capture
+    from tpudiag.tui.app import TpudiagApp
+
+    target = path if path is not None else default_capture()
+    find_capture(target)  # a wrong PATH is a one-line error before the screen is taken over
+    TpudiagApp(target).run()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tui")(tui)

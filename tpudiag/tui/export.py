@@ -1,0 +1,171 @@
+"""The current TUI view as markdown, and where to write it. No Textual here.
+
+Each function takes the objects a view shows and formats them; nothing is computed. The file
+goes where the user says, or to the current directory, and never into the trace directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tpudiag.analysis.drilldown import OpDetail, OpFilter, padding_fraction, spills
+from tpudiag.analysis.stragglers import HostStepMatrix
+from tpudiag.analysis.timeline import StepTimeline
+from tpudiag.errors import UsageError
+from tpudiag.model.findings import Finding
+from tpudiag.model.report import OpRow, Report
+from tpudiag.render.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def overview_md(report: Report) -> str:
+    s = report.summary
+    out = [f"# tpudiag overview: `{s.input_path}`", ""]
+    out.append(f"- device: {s.device_type or s.platform}, {len(s.hosts)} host(s), {s.n_chips} chips, "
+               f"{s.n_cores} cores")
+    if s.step_time:
+        out.append(f"- steps: {s.step_time.count} (from {s.step_source}), mean {fmt_time(s.step_time.mean_ps)}, "
+                   f"p90 {fmt_time(s.step_time.p90_ps)}")
+    b = s.breakdown
+    if b:
+        out += ["", "## Step breakdown (mean per step and core)", ""]
+        rows = [[label, fmt_time(ps), fmt_pct(ps / b.step_ps if b.step_ps else 0.0)]
+                for label, ps in (("compute", b.compute_ps), ("collectives", b.collective_ps),
+                                  ("infeed/outfeed", b.io_ps), ("idle", b.idle_ps))]
+        rows.append(["duty cycle", "", fmt_pct(b.duty_cycle)])
+        out.append(_table(["", "time", "share"], rows))
+    if report.categories:
+        out += ["", "## Time by category", ""]
+        out.append(_table(["category", "ops", "self time", "share"],
+                          [[c.category, c.n_ops, fmt_time(c.self_time_ps), fmt_pct(c.time_share)]
+                           for c in report.categories]))
+    out += ["", "## Verdict", "", verdict(report)]
+    return "\n".join(out) + "\n"
+
+
+def verdict(report: Report) -> str:
+    """One line: the top finding, or what is known when there is none."""
+    if not report.rules_run:
+        return "rules not run: the rule engine is not part of this build"
+    if not report.findings:
+        return "no findings"
+    f = report.findings[0]
+    return f"[{f.severity.label()}] {f.rule}: {f.message}"
+
+
+def findings_md(report: Report, selected: Finding | None, explanation: str = "") -> str:
+    out = ["# tpudiag findings", ""]
+    if not report.rules_run:
+        return "\n".join(out + ["rules not run: the rule engine is not part of this build"]) + "\n"
+    if not report.findings:
+        out.append("no findings")
+    else:
+        out.append(_table(["#", "severity", "code", "rule", "saving ≤ /step", "message"],
+                          [[i, f.severity.label(), f.code, f.rule, fmt_time(f.saving.ps), f.message]
+                           for i, f in enumerate(report.findings, start=1)]))
+    if selected is not None:
+        out += ["", f"## {selected.code} {selected.rule}", "", selected.message, ""]
+        if explanation:
+            out += [explanation, ""]
+        out.append(f"- saving ≤ {fmt_time(selected.saving.ps)} per step ({selected.saving.basis}): "
+                   f"{selected.saving.explanation}")
+        out.append(f"- fix: {selected.fix}")
+        for ev in selected.evidence:
+            out.append(f"- evidence `{ev.subject}`: " + ", ".join(f"{k} {v}" for k, v in ev.values))
+    for skip in report.rules_skipped:
+        out.append(f"- skipped {skip.rule}: {skip.reason}")
+    return "\n".join(out) + "\n"
+
+
+OP_HEADER = ["op", "host", "program", "category", "self time", "share", "FLOP util", "HBM BW", "padding",
+             "spills"]
+
+
+def op_cells(op: OpRow) -> list[str]:
+    """The ops table's cells, shared by the TUI table and the markdown export."""
+    sp = spills(op)
+    return [op.name, op.host, op.program, op.category, fmt_time(op.self_time_ps), fmt_pct(op.time_share),
+            fmt_pct(op.flop_utilization), fmt_bandwidth(op.hbm_bw) if op.hbm_bytes else "n/a",
+            fmt_pct(padding_fraction(op.shape_with_layout)), "n/a" if sp is None else str(sp)]
+
+
+def ops_md(ops: tuple[OpRow, ...], f: OpFilter, sort_label: str, descending: bool) -> str:
+    out = ["# tpudiag ops", ""]
+    shown = [f"sorted by {sort_label} ({'descending' if descending else 'ascending'})"]
+    for label, value in (("text", f.text), ("category", f.category), ("host", f.host), ("program", f.program)):
+        if value:
+            shown.append(f"{label} = `{value}`")
+    out += ["; ".join(shown), "", _table(OP_HEADER, [op_cells(op) for op in ops])]
+    return "\n".join(out) + "\n"
+
+
+def op_detail_md(d: OpDetail) -> str:
+    op = d.op
+    out = [f"# `{op.name}` on {op.host} (program `{op.program}`)", ""]
+    out += ["```", d.hlo_text or "(HLO text not recorded in the trace)", "```", ""]
+    out.append(f"- shape with layout: `{op.shape_with_layout or 'n/a'}`")
+    out.append(f"- source: `{op.source or 'n/a'}`")
+    if d.tf_op:
+        out.append(f"- name stack: `{d.tf_op}`")
+    out.append(f"- self time {fmt_time(op.self_time_ps)} ({fmt_pct(op.time_share)}), total "
+               f"{fmt_time(op.total_time_ps)}, {op.occurrences} occurrences")
+    out.append(f"- FLOP/s {fmt_flops(op.flop_rate)} ({fmt_pct(op.flop_utilization)} of peak), HBM "
+               f"{fmt_bandwidth(op.hbm_bw)} ({fmt_pct(op.hbm_utilization)}), bound by {op.bound_by}")
+    out.append(f"- padding {fmt_pct(d.padding)}, spills {'n/a' if d.spills is None else d.spills}")
+    out.append("- LLO: " + ("dumps given" if d.llo_available else "no LLO dumps for this capture"))
+    for f in d.findings:
+        out.append(f"- finding {f.code} {f.rule}: {f.message}")
+    return "\n".join(out) + "\n"
+
+
+def timeline_md(t: StepTimeline) -> str:
+    out = [f"# tpudiag step {t.step} timeline", ""]
+    rows = []
+    for lane in t.lanes:
+        gap = lane.gaps[0] if lane.gaps else None
+        rows.append([lane.label, fmt_time(lane.dur_ps), fmt_time(lane.compute_ps), fmt_time(lane.collective_ps),
+                     fmt_time(lane.in_flight_ps), fmt_time(lane.idle_ps),
+                     f"{fmt_time(gap.dur_ps)} at +{fmt_time(gap.offset_ps)}" if gap else "none"])
+    out.append(_table(["lane", "step", "compute", "exposed collectives", "async in flight", "idle",
+                       "longest idle gap"], rows))
+    return "\n".join(out) + "\n"
+
+
+def hosts_md(m: HostStepMatrix) -> str:
+    out = ["# tpudiag hosts", ""]
+    header = ["host", "mean", "behind fastest", "straggler on"] + [f"step {s}" for s in m.steps]
+    rows = [[r.host, fmt_time(r.mean_ps), fmt_time(r.behind_fastest_ps),
+             ", ".join(map(str, r.straggler_steps)) or "-"] + [fmt_time(t) for t in r.times_ps] for r in m.rows]
+    out.append(_table(header, rows))
+    return "\n".join(out) + "\n"
+
+
+def export_target(requested: str, view: str, trace_dir: Path, cwd: Path | None = None) -> Path:
+    """The file to write: `requested` (relative to `cwd`), or `tpudiag-<view>.md` in `cwd`.
+
+    A directory gets the default file name inside it. Raises UsageError when the file would land
+    in the trace directory: exports never write next to the capture.
+    """
+    cwd = Path.cwd() if cwd is None else cwd
+    default = f"tpudiag-{view}.md"
+    text = requested.strip()
+    target = Path(text).expanduser() if text else Path(default)
+    if not target.is_absolute():
+        target = cwd / target
+    if target.is_dir():
+        target = target / default
+    target = target.resolve()
+    trace = trace_dir.resolve()
+    if target == trace or trace in target.parents:
+        raise UsageError("refusing to write into the trace directory", path=target,
+                         hint="name a file outside the capture, e.g. `./report.md`")
+    return target

@@ -1,0 +1,55 @@
+"""Every key binding of the TUI, in one table: the app's bindings and its help screen both come
+from here, and the tests press each one. No Textual here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Key:
+    keys: str  # Textual key names, comma-separated
+    shown: str  # how the help screen and footer show it
+    action: str  # Textual action string
+    description: str
+    scope: str  # "global" or the view it works in
+
+
+GLOBAL: tuple[Key, ...] = (
+    Key("o", "o", "view('overview')", "Overview", "global"),
+    Key("f", "f", "view('findings')", "Findings", "global"),
+    Key("p", "p", "view('ops')", "Ops table", "global"),
+    Key("t", "t", "view('timeline')", "Step timeline", "global"),
+    Key("h", "h", "view('hosts')", "Hosts", "global"),
+    Key("slash", "/", "search", "Search ops", "global"),
+    Key("e", "e", "export", "Export view as markdown", "global"),
+    Key("question_mark", "?", "help", "Help", "global"),
+    Key("escape", "esc", "back", "Back", "global"),
+    Key("k", "k", "kernels_lab", "Kernels lab (not yet)", "global"),
+    Key("q", "q", "quit", "Quit", "global"),
+)
+
+OPS: tuple[Key, ...] = (
+    Key("s", "s", "cycle_sort", "Next sort column", "ops"),
+    Key("r", "r", "reverse_sort", "Reverse sort", "ops"),
+    Key("c", "c", "clear_filters", "Clear filters", "ops"),
+    Key("enter", "enter", "open_op", "Op detail", "ops"),
+)
+
+FINDINGS: tuple[Key, ...] = (
+    Key("enter", "enter", "open_cited", "Open the cited op", "findings"),
+)
+
+TIMELINE: tuple[Key, ...] = (
+    Key("left_square_bracket,left", "[ ←", "step(-1)", "Previous step", "timeline"),
+    Key("right_square_bracket,right", "] →", "step(1)", "Next step", "timeline"),
+)
+
+DETAIL: tuple[Key, ...] = (
+    Key("escape", "esc", "back", "Back to where you came from", "op detail"),
+)
+
+ALL: tuple[Key, ...] = GLOBAL + OPS + FINDINGS + TIMELINE + DETAIL
+
+KERNELS_LAB_MESSAGE = "the kernels lab is not part of this build yet"
