@@ -1,0 +1,151 @@
+"""The noise-aware diff: no change against itself, planted changes found with sign and size, noise ignored."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.analysis.diff_designs import US, design, op_defs, write
+from tests.conftest import REPO
+from tpudiag.analysis.diff import NoiseOptions, StepStats, compare, diff_analyses, hlo_fingerprint
+from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.model.findings import Finding, Saving, Severity
+from tpudiag.parsers.capture import load_capture
+from tpudiag.writers.tpu_design import OpDef
+
+EXAMPLE = REPO / "examples" / "captures" / "train_v6e_4chip"
+
+
+def analysed(path):
+    return analyze(load_capture(path))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("diff")
+    return {
+        "base": analysed(write(root, "base", design(seed=1))),
+        "noise": analysed(write(root, "noise", design(seed=2))),  # same program, other ±1 % jitter
+        "slow": analysed(write(root, "slow", design(seed=3, scale={"fusion.1": 1.2}))),  # matmul 20 % slower
+        "fast": analysed(write(root, "fast", design(seed=4, scale={"fusion.2": 0.7}))),  # elementwise 30 % faster
+    }
+
+
+def test_a_capture_against_itself_reports_no_change():
+    a, b = analysed(EXAMPLE), analysed(EXAMPLE)
+    d = diff_analyses(a, b, [], [])
+    assert not d.has_changes
+    assert d.step_time.delta_ps == 0 and d.step_time.verdict == "within noise"
+    assert len(d.ops) == 19 and not d.appeared and not d.disappeared
+    assert all(o.change.delta_ps == 0 and o.matched_by == "name" for o in d.ops)
+
+
+def test_one_percent_jitter_is_not_reported(runs):
+    d = diff_analyses(runs["base"], runs["noise"])
+    assert d.step_time.delta_ps != 0  # the runs do differ...
+    assert not d.has_changes  # ...but only within noise
+    assert all(abs(o.change.relative) < 0.02 for o in d.ops)
+
+
+def test_a_planted_20_percent_slowdown_is_reported_with_sign_and_size(runs):
+    d = diff_analyses(runs["base"], runs["slow"])
+    changed = {o.name: o for o in d.significant_ops}
+    assert set(changed) == {"fusion.1"}  # the other ops only jittered
+    op = changed["fusion.1"].change
+    assert op.verdict == "slower"
+    assert op.relative == pytest.approx(0.20, abs=0.01)
+    assert op.delta_ps == pytest.approx(600 * US, rel=0.05)  # 20 % of 3 ms, per step and core
+    # The step is 4.7 ms of ops + 0.2 ms gap: 0.6 ms more is about +12 %.
+    assert d.step_time.verdict == "slower"
+    assert d.step_time.delta_ps == pytest.approx(600 * US, rel=0.1)
+    assert d.step_time.relative == pytest.approx(600 / 4700, abs=0.015)
+    compute = {c.name: c.change for c in d.breakdown}["compute"]
+    assert compute.verdict == "slower"
+    assert {c.name: c.change for c in d.collectives}["all-reduce"].verdict == "within noise"
+
+
+def test_a_faster_op_has_a_negative_change(runs):
+    d = diff_analyses(runs["base"], runs["fast"])
+    op = {o.name: o for o in d.significant_ops}["fusion.2"].change
+    assert op.verdict == "faster" and op.delta_ps < 0
+    assert op.relative == pytest.approx(-0.30, abs=0.01)
+    assert d.step_time.verdict == "faster"
+
+
+def test_ops_that_appear_and_disappear(tmp_path, runs):
+    durations = {"fusion.1": 3000 * US, "fusion.2": 1000 * US, "copy.9": 250 * US}  # all-reduce.1 gone
+    new = analysed(write(tmp_path, "new", design(seed=5, durations=durations)))
+    d = diff_analyses(runs["base"], new)
+    assert [o.name for o in d.appeared] == ["copy.9"]
+    assert d.appeared[0].time_ps == pytest.approx(250 * US, rel=0.02)
+    assert [o.name for o in d.disappeared] == ["all-reduce.1"]
+    assert {c.name: c.change for c in d.collectives}["all-reduce"].verdict == "faster"
+
+
+def test_a_renamed_op_is_matched_by_its_hlo_fingerprint(tmp_path):
+    # XLA renumbers fusions between compilations; the instruction itself is the same.
+    def ops(matmul_name: str, operand: str):
+        base = op_defs(["fusion.1", "fusion.2", "all-reduce.1"])
+        renamed = OpDef(matmul_name, "convolution fusion", flops=2.0e12, bytes_accessed=1.0e9,
+                        shape="bf16[1024,1024]{1,0}",
+                        hlo_text=f"%{matmul_name} = bf16[1024,1024]{{1,0}} fusion(%{operand}), kind=kOutput, "
+                                 f"calls=%fused_computation.{matmul_name[-1]}, metadata={{op_name=\"jit(f)/dot\"}}")
+        return (renamed,) + base[1:]
+
+    durations = {"fusion.7": 3000 * US, "fusion.2": 1000 * US, "all-reduce.1": 500 * US}
+    base = analysed(write(tmp_path, "a", design(seed=1, durations=durations, op_list=ops("fusion.7", "param.1"))))
+    durations = {"fusion.9": 3000 * US, "fusion.2": 1000 * US, "all-reduce.1": 500 * US}
+    new = analysed(write(tmp_path, "b", design(seed=2, durations=durations, op_list=ops("fusion.9", "param.4"))))
+    d = diff_analyses(base, new)
+    matched = {o.name: o for o in d.ops}
+    assert matched["fusion.9"].base_name == "fusion.7"
+    assert matched["fusion.9"].matched_by == "fingerprint"
+    assert not d.appeared and not d.disappeared and not d.has_changes
+
+
+def test_fingerprint_ignores_names_metadata_and_backend_config():
+    a = '%fusion.1 = f32[8]{0} fusion(%p.0), kind=kLoop, calls=%fc.1, metadata={op_name="a" source_line=3}'
+    b = '%fusion.77 = f32[8]{0} fusion(%p.5), kind=kLoop, calls=%fc.9, metadata={op_name="b"}, backend_config={"x":1}'
+    c = '%fusion.1 = f32[16]{0} fusion(%p.0), kind=kLoop, calls=%fc.1'
+    assert hlo_fingerprint(a) == hlo_fingerprint(b)
+    assert hlo_fingerprint(a) != hlo_fingerprint(c)
+    assert hlo_fingerprint("") == ""
+
+
+def test_noise_band_is_the_largest_of_floor_and_spreads():
+    opts = NoiseOptions(min_relative=0.02)
+    base = StepStats(10, 100.0, 90.0, 110.0, 10.0)
+    new = StepStats(10, 108.0, 100.0, 116.0, 8.0)
+    c = compare(base, new, opts)
+    assert c.noise_band_ps == 10.0 and not c.significant  # +8 is inside the base's spread of 10
+    c = compare(StepStats(10, 100.0, 99.5, 100.5, 0.5), StepStats(10, 101.5, 101, 102, 0.5), opts)
+    assert c.noise_band_ps == pytest.approx(2.0) and not c.significant  # the 2 % floor
+    c = compare(StepStats(10, 100.0, 99.5, 100.5, 0.5), StepStats(10, 103.0, 102.5, 103.5, 0.5), opts)
+    assert c.significant and c.verdict == "slower"
+
+
+@pytest.mark.parametrize("kwargs", [{"quantiles": (0.9, 0.1)}, {"min_relative": -0.1}])
+def test_noise_options_validate_themselves(kwargs):
+    with pytest.raises(ValueError, match="got"):
+        NoiseOptions(**kwargs)
+
+
+def _finding(rule: str, ops: tuple[str, ...], saving_ps: int) -> Finding:
+    return Finding(rule=rule, code="TPD999", severity=Severity.MEDIUM, message=f"{rule} on {ops}",
+                   saving=Saving(saving_ps, "measured", "test"), fix="fix it", host="host0", ops=ops)
+
+
+def test_findings_are_matched_by_rule_and_ops(runs):
+    base = [_finding("exposed-collective", ("all-reduce.1",), 500 * US), _finding("spill", ("fusion.2",), 10 * US)]
+    new = [_finding("exposed-collective", ("all-reduce.1",), 300 * US),
+           _finding("padding-waste", ("fusion.1",), 40 * US)]
+    d = diff_analyses(runs["base"], runs["noise"], base, new)
+    assert [f.rule for f in d.findings_appeared] == ["padding-waste"]
+    assert [f.rule for f in d.findings_resolved] == ["spill"]
+    [kept] = d.findings_persisting
+    assert (kept.base.saving_ps, kept.new.saving_ps) == (500 * US, 300 * US)
+    assert d.has_changes
+
+
+def test_without_findings_they_are_not_compared(runs):
+    d = diff_analyses(runs["base"], runs["noise"])
+    assert not d.findings_rules_run and not d.findings_appeared
