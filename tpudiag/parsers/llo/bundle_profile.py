@@ -14,7 +14,7 @@ from tpudiag.model.llo import INDEXED_PROFILE_UNITS, KNOWN_PROFILE_UNITS, NO_HLO
 
 _HEADER = re.compile(r"^HLO: (?P<text>.*)$")
 _LINE = re.compile(r"^ - (?P<unit>[A-Za-z0-9_]+)(?: (?P<op>[A-Za-z0-9_]+))?: "
-                   r"\((?P<num>\d+)/(?P<den>\d+)\) - (?P<frac>[-+0-9.eE]+|nan|inf)$")
+                   r"\((?P<num>[0-9]+)/(?P<den>[0-9]+)\) - (?P<frac>[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|nan|-?inf)$")
 _INDEXED_UNIT = re.compile(rf"^(?:{'|'.join(INDEXED_PROFILE_UNITS)})_\d+$")
 # `%name = shape opcode(` : the opcode is the first lower-case word directly before `(` that
 # follows whitespace (layout tiles such as `T(8,128)` follow `:` or `)`, never a space).

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from tpudiag.model.llo import DumpFile
 
-_INDEXED = re.compile(r"^(?P<ts>\d+)-(?P<program>.+)-(?P<index>\d{2,})-(?P<label>[^/]+?)\.(?:txt|html|csv)$")
-_TLP_HLO = re.compile(r"^(?P<ts>\d+)-(?P<program>.+)-hlo\.txt$")
+_INDEXED = re.compile(r"^(?P<ts>[0-9]+)-(?P<program>.+)-(?P<index>[0-9]{2,})-(?P<label>[^/]+?)\.(?:txt|html|csv)$")
+_TLP_HLO = re.compile(r"^(?P<ts>[0-9]+)-(?P<program>.+)-hlo\.txt$")
 STATIC_PROFILE_SUFFIX = "_static_llo_profile.textproto"
 
 # Pass labels this package parses.

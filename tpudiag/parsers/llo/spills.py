@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_BUNDLE = re.compile(r"^\s*(?P<addr>0x[0-9a-fA-F]+|\d+)\s+(?P<keys>(?:[A-Z]{2}\s*)*):")
+_BUNDLE = re.compile(r"^\s*(?P<addr>0x[0-9a-fA-F]+|[0-9]+)\s+(?P<keys>(?:[A-Z]{2}\s*)*):")
 _SPILL = re.compile(r"(?P<lhs>%\w+)\s*=\s*(?P<op>vst|vld|sst|sld)\b[^\[;]*\[(?P<space>vmem|smem):\[(?P<slot>#allocation\d+_spill)")
 _LOOP_KEYS = frozenset({"LH", "LB", "LE"})
 _KIND = {("vst", "vmem"): "vmem_spill", ("vld", "vmem"): "vmem_fill",
@@ -26,7 +26,12 @@ _KIND = {("vst", "vmem"): "vmem_spill", ("vld", "vmem"): "vmem_fill",
 
 _REGION = re.compile(r"^\s*\$region(?P<id>\d+):(?:\s*#\{(?P<hlo>[^}]*)\})?(?:\s*parent=(?P<parent>\d+))?")
 _SLOT = re.compile(r"^\s*(?P<slot>#allocation\d+_spill) \[shape = '(?P<shape>[^']*)', "
-                   r"space=(?P<space>\w+), size = (?P<size>0x[0-9a-fA-F]+|\d+)")
+                   r"space=(?P<space>\w+), size = (?P<size>0x[0-9a-fA-F]+|[0-9]+)")
+
+
+def _number(text: str) -> int:
+    """`0x4b` or `75` (not int(text, 0): that rejects decimal `007`)."""
+    return int(text, 16) if text.startswith("0x") else int(text)
 
 
 @dataclass
@@ -67,7 +72,7 @@ def parse_post_ra(text: str, program: str) -> tuple[RegionTree, list[dict]]:
         m = _SLOT.match(line)
         if m is not None:
             slots.append({"program": program, "slot": m["slot"], "space": m["space"],
-                          "size_bytes": int(m["size"], 0), "shape": m["shape"], "region": current})
+                          "size_bytes": _number(m["size"]), "shape": m["shape"], "region": current})
     for row in slots:
         row["hlo"] = tree.hlo_of(row["region"])
     return tree, slots
@@ -87,7 +92,7 @@ def parse_final_bundles(text: str, program: str, file_name: str, warnings: list[
             kind = _KIND.get((s["op"], s["space"]))
             if kind is None:  # e.g. a vst into SMEM: not a spill pattern we know
                 continue
-            rows.append({"program": program, "kind": kind, "bundle": int(m["addr"], 0),
+            rows.append({"program": program, "kind": kind, "bundle": _number(m["addr"]),
                          "instruction": s["lhs"], "slot": s["slot"], "region": None, "hlo": None,
                          "in_loop": in_loop})
     if bundles == 0:

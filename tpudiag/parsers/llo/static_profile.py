@@ -20,6 +20,7 @@ import re
 _BLOCK = re.compile(r"^hlo_op_estimate \{\s*$", re.MULTILINE)
 _FIELD = re.compile(r"^  (?P<key>hlo_op_name|estimated_cycles|num_equivalent_hlos|dma_instruction_type): "
                     r"(?P<value>.*?)\s*$", re.MULTILINE)
+_DIGITS = re.compile(r"[0-9]+")  # not str.isdigit: it accepts `²`, which int() rejects
 _DMA_PREFIX = "DMA_INSTRUCTION_TYPE_"
 REMOTE = "LOCAL_AND_REMOTE"
 
@@ -41,11 +42,11 @@ def parse_static_profile(text: str, file_name: str, warnings: list[str]) -> list
         fields = {m["key"]: m["value"] for m in _FIELD.finditer(text, start, end)}
         name = _unquote(fields.get("hlo_op_name", ""))
         cycles = fields.get("estimated_cycles", "")
-        if name is None or not cycles.isdigit():
+        if name is None or not _DIGITS.fullmatch(cycles):
             warnings.append(f"`{file_name}`: estimate without hlo_op_name or estimated_cycles; skipped")
             continue
         equivalent = fields.get("num_equivalent_hlos", "1")
-        if not equivalent.isdigit():
+        if not _DIGITS.fullmatch(equivalent):
             warnings.append(f"`{file_name}`: num_equivalent_hlos {equivalent!r} not a number; using 1")
             equivalent = "1"
         dma = fields.get("dma_instruction_type", "")
