@@ -1,0 +1,89 @@
+"""Step timelines: lanes, spans, gaps and in-flight windows of the small 2-chip design, and rasterizing."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import US, small_design
+from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, KINDS, OUTSIDE, Gap, Lane, Span, rasterize,
+                                       rasterize_in_flight, step_numbers, step_timeline)
+from tpudiag.parsers.capture import load_capture
+import pytest
+
+
+@pytest.fixture
+def analysis(write_design):
+    return analyze(load_capture(write_design(small_design())))
+
+
+def test_lanes_one_per_core_with_the_steps_breakdown(analysis):
+    t = step_timeline(analysis, 2)
+    assert t.step == 2 and t.steps == (1, 2, 3, 4, 5)
+    assert [lane.label for lane in t.lanes] == ["host0 TPU:0", "host0 TPU:1"]
+    for lane in t.lanes:
+        assert lane.dur_ps == 10_000 * US == t.span_ps
+        assert lane.busy_ps + lane.idle_ps == lane.dur_ps
+        assert sum(g.dur_ps for g in lane.gaps) == lane.idle_ps  # invariant: gaps are exactly the idle time
+
+
+def test_chip0_spans_gaps_and_async_window(analysis):
+    lane = step_timeline(analysis, 1).lanes[0]
+    # Top level only: fusion.5 is nested inside while.1 and is not a span of its own.
+    assert [s.name for s in lane.spans] == ["fusion.1", "all-gather-start.1", "fusion.3", "all-gather-done.1",
+                                            "while.1", "all-reduce.2", "copy.1"]
+    assert lane.spans[3] == Span(4010 * US, 300 * US, "all-gather-done.1", COLLECTIVE)
+    assert lane.collective_ps == (10 + 300 + 500) * US  # start, exposed done tail, sync all-reduce
+    assert lane.gaps[0] == Gap(7200 * US, 2800 * US)  # longest first: after copy.1 to the step end
+    assert sorted(g.dur_ps for g in lane.gaps) == [90 * US, 100 * US, 1000 * US, 2800 * US]
+    assert len(lane.in_flight) == 1 and lane.in_flight[0].offset_ps == 3000 * US
+    assert lane.in_flight_ps == 1310 * US  # all-gather-start.1 begins to all-gather-done.1 ends
+
+
+def test_chip1_waits_longer_in_the_all_reduce(analysis):
+    lanes = step_timeline(analysis, 1).lanes
+    assert lanes[1].collective_ps - lanes[0].collective_ps == 300 * US
+
+
+def test_rasterize_one_ms_cells(analysis):
+    lane = step_timeline(analysis, 1).lanes[0]
+    cells = rasterize(lane, 10, 10_000 * US)
+    # cell 4: the 300 µs all-gather wait covers 30 % of the cell, over the 25 % collective threshold;
+    # cell 5: all-reduce 500 µs beats while.1 400 µs; cell 7: 200 µs copy, 800 µs idle.
+    assert cells == (COMPUTE, COMPUTE, COMPUTE, COMPUTE, COLLECTIVE, COLLECTIVE, IDLE, IDLE, IDLE, IDLE)
+    flight = rasterize_in_flight(lane, 10, 10_000 * US)
+    assert flight == (False, False, False, True, True, False, False, False, False, False)
+
+
+def test_rasterize_marks_cells_past_a_shorter_step_outside():
+    lane = Lane("h", "/device:TPU:0", 0, 0, 500, 500, 500, 0, 0, 0, 0, (Span(0, 500, "x", COMPUTE),), (), ())
+    assert rasterize(lane, 4, 1000) == (COMPUTE, COMPUTE, OUTSIDE, OUTSIDE)
+    assert rasterize(lane, 0, 1000) == ()
+    assert rasterize(lane, 3, 0) == (OUTSIDE,) * 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(width=st.integers(1, 300), offsets=st.lists(st.tuples(st.integers(0, 999), st.integers(1, 400)), max_size=8))
+def test_rasterize_gives_one_known_kind_per_cell(width, offsets):
+    spans = tuple(Span(o, min(d, 1000 - o), f"op{i}", KINDS[i % 3]) for i, (o, d) in enumerate(sorted(offsets)))
+    lane = Lane("h", "/device:TPU:0", 0, 0, 1000, 0, 0, 0, 0, 0, 0, spans, (), ())
+    cells = rasterize(lane, width, 1000)
+    assert len(cells) == width and set(cells) <= set(KINDS)
+    if not spans:
+        assert set(cells) == {IDLE}
+
+
+def test_step_navigation(analysis):
+    t = step_timeline(analysis)
+    assert t.step == 1 and t.neighbour(-1) is None and t.neighbour(1) == 2
+    assert step_timeline(analysis, 5).neighbour(1) is None
+    with pytest.raises(ValueError, match="step 99 is not in the capture; steps are 1..5"):
+        step_timeline(analysis, 99)
+
+
+def test_no_steps_no_timeline(write_design):
+    # Neither a Steps line nor XLA Modules executions: nothing defines a step.
+    analysis = analyze(load_capture(write_design(small_design(steps_line=False, modules_line=False))))
+    assert step_numbers(analysis) == ()
+    assert step_timeline(analysis) is None
