@@ -23,6 +23,7 @@ from tpudiag.proto import HloModuleProto, HloProto
 from tpudiag.proto.schema import PRIMITIVE_TYPE_NAMES
 
 _TUPLE = 13
+_EMPTY_LAYOUT = Layout(minor_to_major=())
 
 
 def parse_hlo_proto(data: bytes, path: str = "<proto>", program_id: int | None = None) -> CompiledProgram:
@@ -120,6 +121,8 @@ def _shape(proto) -> Shape:
         layout = Layout(minor_to_major=tuple(lay.minor_to_major),
                         tiles=tuple(tuple(t.dimensions) for t in lay.tiles),
                         element_size_bits=lay.element_size_in_bits, memory_space=lay.memory_space)
+        if layout == _EMPTY_LAYOUT:  # a scalar's default layout: text prints none, so neither do we
+            layout = None
     return array_shape(dtype, tuple(proto.dimensions), layout)
 
 
