@@ -399,3 +399,32 @@ def test_edited_dump_text_gives_a_program_or_input_error(edits):
     except InputError:
         return
     instruction_bytes(program)  # derived tables survive whatever was kept
+
+
+def test_older_text_forms_and_sync_all_reduce(tmp_path):
+    """`source_file=`/`source_line=` metadata, typed operands, a quoted backend_config, sync all-reduce."""
+    text = """HloModule old, is_scheduled=true
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add = f32[] add(f32[] %a, f32[] %b)
+}
+
+ENTRY %main (p: f32[8,128]) -> f32[8,128] {
+  %p = f32[8,128]{1,0:T(8,128)} parameter(0), metadata={op_name="x" source_file="/src/model.py" source_line=42}
+  %ar = f32[8,128]{1,0:T(8,128)} all-reduce(f32[8,128]{1,0:T(8,128)} %p), replica_groups={{0,1},{2,3}}, to_apply=%sum, backend_config="{\\"window_config\\":{\\"estimated_cycles\\":\\"12\\"}}"
+  ROOT %cp = f32[8,128]{1,0:T(8,128)} collective-permute(%ar), source_target_pairs={{0,1},{1,0}}
+}
+"""
+    path = tmp_path / "old.hlo.txt"
+    path.write_text(text)
+    program = load_hlo_dump(path).programs[0]  # a single file is accepted too
+    assert (program.instruction("p").source_file, program.instruction("p").source_line) == ("/src/model.py", 42)
+    ar = program.instruction("ar")
+    assert ar.operands == ("p",) and ar.called_computations == ("sum",)
+    assert (ar.collective_family, ar.async_role) == ("all-reduce", "")
+    assert (ar.estimated_cycles, ar.cycles_source) == (12, "window_config")
+    assert program.instruction("cp").collective_family == "collective-permute"
+    assert program.instruction("add", "sum").operands == ("a", "b")
+    assert program.async_pairs == ()

@@ -304,55 +304,40 @@ def _shape_end(line: str, pos: int) -> int:
     raise _LineError("the line ends inside the result shape (truncated?)")
 
 
+# Quoted strings (skipped whole, escapes included) and the characters that give text structure.
+# Scanning with finditer keeps the per-character loop in C: backend configs make lines long.
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"?|[()\[\]{},]')
+_CLOSERS = {"(": ")", "[": "]", "{": "}"}
+
+
 def _matching(text: str, open_at: int) -> int:
     """Index of the bracket closing the one at `open_at`, skipping quoted strings; -1 if none."""
-    pairs = {"(": ")", "[": "]", "{": "}"}
-    stack = []
-    i = open_at
-    in_str = False
-    while i < len(text):
-        ch = text[i]
-        if in_str:
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in pairs:
-            stack.append(pairs[ch])
+    stack: list[str] = []
+    for m in _STRUCTURE.finditer(text, open_at):
+        ch = m.group(0)
+        if ch in _CLOSERS:
+            stack.append(_CLOSERS[ch])
         elif stack and ch == stack[-1]:
             stack.pop()
             if not stack:
-                return i
-        i += 1
+                return m.start()
     return -1
 
 
-def _split_top(text: str, sep: str = ",") -> list[str]:
-    """Split on `sep` outside brackets and quoted strings."""
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets and quoted strings."""
     parts: list[str] = []
     depth = 0
-    in_str = False
     start = 0
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if in_str:
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "([{":
+    for m in _STRUCTURE.finditer(text):
+        ch = m.group(0)
+        if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == sep and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:m.start()])
+            start = m.end()
     parts.append(text[start:])
     return [p.strip() for p in parts if p.strip()]
 
@@ -381,9 +366,11 @@ def _unquote(value: str) -> str:
 
 
 def _int(value, default: int | None = 0):
+    if value is None:
+        return default
     try:
         return int(str(value).strip().strip('"'))
-    except (TypeError, ValueError):
+    except ValueError:
         return default
 
 
