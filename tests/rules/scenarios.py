@@ -14,6 +14,7 @@ from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.parsers.capture import load_capture
 from tpudiag.writers.tpu_design import CaptureDesign, OpDef, Placed, write_capture
 
+REPO = Path(__file__).resolve().parents[2]
 US = 1_000_000  # ps per µs
 PEAK = 918e12
 HBM = 1640e9

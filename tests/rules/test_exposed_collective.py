@@ -144,3 +144,59 @@ def test_agrees_with_xprof_analyze_async_overlap(tmp_path: Path):
             assert r["class"] == w.klass, w.name
             compared += 1
     assert compared == 12
+
+
+# -- the compiled schedule says why ---------------------------------------------------------------
+
+SCHEDULED_HLO = """HloModule jit_train_step, is_scheduled=true
+
+ENTRY %main (p: f32[8]) -> f32[16] {
+  %p = f32[8]{0} parameter(0)
+  %all-gather-start.1 = (f32[8]{0}, f32[16]{0}) all-gather-start(f32[8]{0} %p), dimensions={0}
+  %all-gather-done.1 = f32[16]{0} all-gather-done((f32[8]{0}, f32[16]{0}) %all-gather-start.1)
+  %all-gather-start.2 = (f32[8]{0}, f32[16]{0}) all-gather-start(f32[8]{0} %p), dimensions={0}
+  %fusion.2 = f32[8]{0} fusion(f32[8]{0} %p), kind=kLoop, calls=%fc
+  %all-gather-done.2 = f32[16]{0} all-gather-done((f32[8]{0}, f32[16]{0}) %all-gather-start.2)
+  ROOT %all-reduce.4 = f32[16]{0} all-reduce(f32[16]{0} %all-gather-done.2), to_apply=%add
+}
+"""
+# all-gather.1: start and done adjacent; all-gather.2: fusion.2 scheduled inside; all-reduce.4:
+# issued synchronously at entry level. (all-gather.3.0 is not in this program.)
+
+
+def test_compiled_schedule_explains_exposure(tmp_path: Path):
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
+    program = parse_hlo_text(SCHEDULED_HLO)
+    analysis = sc.analyse(sc.exposed_collectives(), tmp_path)
+    findings, _ = run_rules(analysis, RulesConfig(select=("exposed-collective",)), extra_inputs={"hlo": program})
+    sync = next(f for f in findings if f.message.startswith("synchronous"))
+    async_ = next(f for f in findings if f.message.startswith("async"))
+    assert "the compiled program issues `all-reduce.4` synchronously (the default on v6e)" in sync.message
+    assert "`all-gather-start.1` start and finish with nothing scheduled between" in async_.message
+    schedule = {e.subject: dict(e.values).get("schedule") for e in async_.evidence}
+    assert schedule["all-gather-start.1"] == "adjacent in the schedule"
+    assert schedule["all-gather-start.2"] == "1 op scheduled inside"
+    assert schedule["all-gather-start.3.0"] is None
+    # The savings are the trace's: the schedule explains, it does not change the measurement.
+    assert (sync.saving.ps, async_.saving.ps) == (800 * US, 830 * US)
+
+
+def test_schedule_from_the_hlo_proto_a_capture_embeds(tmp_path: Path):
+    # The v5e MLP's real HloProto: its `async-collective-start` has `copy-done` and `fusion.47`
+    # scheduled before `async-collective-done`. The trace names the same ops and leaves it exposed.
+    proto = (sc.REPO / "tests" / "fixtures" / "dumps" / "v5e_mlp_train" / "module.pb").read_bytes()
+    ops = (sc.COMPUTE, sc.OpDef("async-collective-start", "async-collective-start"),
+           sc.OpDef("async-collective-done", "async-collective-done"))
+
+    def schedule(chip, step):
+        return [sc.Placed("fusion.1", 0, 1000 * US), sc.Placed("async-collective-start", 1000 * US, 10 * US),
+                sc.Placed("async-collective-done", 1010 * US, 300 * US)]
+
+    d = sc.design(ops, schedule, device_type="TPU v5 lite", peak_tflops=197.0, peak_hbm_gbs=819.0,
+                  hlo_proto=proto)
+    findings, _ = run_rules(sc.analyse(d, tmp_path), RulesConfig(select=("exposed-collective",)))
+    (f,) = findings
+    assert f.saving.ps == 310 * US
+    rows = {e.subject: dict(e.values) for e in f.evidence}
+    assert rows["async-collective-start"]["schedule"] == "2 ops scheduled inside"

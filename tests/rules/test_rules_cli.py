@@ -110,3 +110,35 @@ def test_bad_rule_options_are_one_line_exit_2(problem_run: Path, tmp_path: Path,
     assert proc.stdout == ""
     assert proc.stderr.startswith("error: ") and message in proc.stderr.splitlines()[0]
     assert "Traceback" not in proc.stderr
+
+
+FIXTURES = sc.REPO / "tests" / "fixtures"
+
+
+def test_dumps_feed_the_spill_and_schedule_rules(tmp_path: Path):
+    # Op names from the real dumps: v5e MLP `fusion.7` spills (107 / 523 over 4,076 bundles) and
+    # the v6e MLP issues `all-gather.3` synchronously.
+    ops = (sc.OpDef("fusion.7", "loop fusion", bytes_accessed=1e9), sc.OpDef("all-gather.3", "all-gather"))
+
+    def schedule(chip, step):
+        return [sc.Placed("fusion.7", 0, 2000 * sc.US), sc.Placed("all-gather.3", 2000 * sc.US, 500 * sc.US)]
+
+    run_dir = sc.write_run(sc.design(ops, schedule), tmp_path)
+    proc = run("report", str(run_dir), "--format", "json", "--select", "spill,exposed-collective",
+               "--dumps", str(FIXTURES / "llo" / "v5e_mlp"), "--dumps", str(FIXTURES / "dumps" / "v6e_mlp_train"))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["rules_skipped"] == []
+    assert len(doc["summary"]["dumps"]) == 2
+    by_rule = {f["rule"]: f for f in doc["findings"]}
+    assert "spills 107 vector registers and fills 523" in by_rule["spill"]["message"]
+    assert by_rule["spill"]["savings_ps"] == pytest.approx(2000 * sc.US * 630 / 4076, abs=1)
+    assert "issues `all-gather.3` synchronously" in by_rule["exposed-collective"]["message"]
+
+
+def test_a_directory_without_dumps_is_exit_2(problem_run: Path, tmp_path: Path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = run("report", str(problem_run), "--dumps", str(empty))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "neither an LLO dump" in proc.stderr.splitlines()[0]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from tpudiag.errors import UsageError
+from tpudiag.errors import InputError, UsageError
 
 
 def rule_to_dict(rule) -> dict:
@@ -19,6 +20,7 @@ def rule_to_dict(rule) -> dict:
         "name": rule.name,
         "severity": rule.severity.label(),
         "inputs": list(rule.inputs),
+        "uses": list(rule.uses),
         "summary": rule.summary,
         "options": {f.name: getattr(rule.default_options(), f.name)
                     for f in dataclasses.fields(rule.options_type)},
@@ -54,6 +56,37 @@ def rule(name: Annotated[str, typer.Argument(help="Rule name (e.g. exposed-colle
         raise UsageError(f"unknown rule `{name}`", hint="`tpudiag rules` lists the rules")
     sys.stdout.write(f"{found.name} ({found.code}) · severity up to {found.severity.label()} · needs "
                      f"{', '.join(found.inputs)}\n\n{found.doc.strip()}\n")
+
+
+def load_dump_inputs(paths: list[Path] | None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Extra rule inputs from `--dumps` directories: LLO dumps (`--xla_jf_dump_to`) and XLA dumps
+    (`--xla_dump_to`). A directory holding neither is an input error naming it."""
+    from tpudiag.parsers.hlo_text import load_hlo_dump
+    from tpudiag.parsers.llo.load import load_llo_dump
+
+    llo, hlo, labels = [], [], []
+    for path in paths or ():
+        found = []
+        try:
+            llo.append(load_llo_dump(path))
+            found.append("LLO")
+        except InputError:
+            pass
+        try:
+            hlo.append(load_hlo_dump(path))
+            found.append("XLA")
+        except InputError:
+            pass
+        if not found:
+            raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`)",
+                             path=path, hint="pass the directory the compiler wrote its dump files to")
+        labels.append(f"{path} ({' + '.join(found)})")
+    extra: dict[str, Any] = {}
+    if llo:
+        extra["llo"] = tuple(llo)
+    if hlo:
+        extra["hlo"] = tuple(hlo)
+    return extra, tuple(labels)
 
 
 def register(app: typer.Typer) -> None:

@@ -27,6 +27,7 @@ INPUTS: Mapping[str, str] = {
     "trace": "needs a device trace with TPU ops",
     "layouts": "needs layouts (op shapes with TPU tiled layouts and the layout parser)",
     "llo": "needs LLO dumps (`--dumps DIR`)",
+    "hlo": "needs the compiled HLO (`--dumps DIR` of an XLA dump, or a capture that embeds it)",
 }
 
 
@@ -47,6 +48,7 @@ class Rule:
     options_type: type  # a frozen dataclass; every field is a threshold with a default
     check: Callable[[RuleContext, Any], list[Finding]]
     doc: str  # the module docstring
+    uses: tuple[str, ...] = ()  # optional inputs (keys of INPUTS): used when present, never required
 
     @property
     def summary(self) -> str:

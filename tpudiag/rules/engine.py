@@ -22,34 +22,65 @@ def _has_tpu_trace(analysis: Analysis) -> bool:
 
 
 def default_layout_provider():
-    """The layout parser's shape function when `tpudiag.parsers.layout` provides one, else None."""
-    try:
-        from tpudiag.parsers import layout  # written in parallel; absent in some builds
-    except ImportError:
-        return None
-    for attr in ("parse_shape", "parse_shape_text", "shape_from_text"):
-        fn = getattr(layout, attr, None)
-        if callable(fn):
-            return fn
-    return None
+    """The layout parser's `parse_shape` (logical and padded bytes of a TPU shape text)."""
+    from tpudiag.parsers.layout import parse_shape
+
+    return parse_shape
 
 
-def available_inputs(analysis: Analysis, extra_inputs: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The inputs present for this run, keyed by `INPUTS` names (absent ones are left out)."""
+def compiled_programs(value: Any) -> tuple[Any, ...]:
+    """CompiledPrograms from a CompiledDump, a CompiledProgram, or a sequence of either."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(p for v in value for p in compiled_programs(v))
+    programs = getattr(value, "programs", None)
+    if programs is not None:
+        return tuple(programs)
+    return (value,)
+
+
+def _capture_programs(analysis: Analysis) -> tuple[Any, ...]:
+    """Programs from the HloProtos a capture embeds; damaged ones are left out (the trace still counts)."""
+    from tpudiag.errors import InputError
+    from tpudiag.parsers.hlo_proto import parse_hlo_proto
+
+    out = []
+    for host in analysis.profile.hosts:
+        for pid, data in host.hlo_protos.items():
+            try:
+                out.append(parse_hlo_proto(data, f"{host.path} program {pid}", pid))
+            except InputError:
+                continue
+    return tuple(out)
+
+
+def available_inputs(analysis: Analysis, extra_inputs: Mapping[str, Any] | None,
+                     wanted: set[str] | None = None) -> dict[str, Any]:
+    """The inputs present for this run, keyed by `INPUTS` names (absent ones are left out).
+
+    `wanted` limits the work done for inputs that cost time to build (the capture's HLO protos).
+    """
     extra = dict(extra_inputs or {})
+    wanted = set(INPUTS) if wanted is None else wanted
     out: dict[str, Any] = {}
     if _has_tpu_trace(analysis):
         out["trace"] = analysis
     layouts = extra.get("layouts")
-    if layouts is None and "trace" in out:
+    if layouts is None and "trace" in out and "layouts" in wanted:
         layouts = default_layout_provider()
     if layouts is not None and "trace" in out and analysis.ops["shape_with_layout"].str.contains(
             ":T(", regex=False).fillna(False).any():
         out["layouts"] = layouts
     if extra.get("llo") is not None:
         out["llo"] = extra["llo"]
+    programs = compiled_programs(extra.get("hlo"))
+    if not programs and "hlo" in wanted and "trace" in out:
+        programs = _capture_programs(analysis)
+    if programs:
+        out["hlo"] = programs
     for key, value in extra.items():
-        if key not in ("layouts", "llo") and value is not None:
+        if key not in out and key not in ("layouts", "llo", "hlo") and value is not None:
             out[key] = value
     return out
 
@@ -58,11 +89,13 @@ def run_rules(analysis: Analysis, config: RulesConfig | None = None,
               extra_inputs: Mapping[str, Any] | None = None) -> tuple[list[Finding], list[RuleSkip]]:
     """(findings sorted by saving, largest first; rules skipped with their reasons)."""
     config = config or RulesConfig()
-    inputs = available_inputs(analysis, extra_inputs)
+    selected = config.resolve()
+    wanted = {i for rule, _ in selected for i in (*rule.inputs, *rule.uses)}
+    inputs = available_inputs(analysis, extra_inputs, wanted)
     ctx = RuleContext(analysis=analysis, extra=inputs)
     findings: list[Finding] = []
     skipped: list[RuleSkip] = []
-    for rule, options in config.resolve():
+    for rule, options in selected:
         missing = [i for i in rule.inputs if i not in inputs]
         if missing:
             skipped.append(RuleSkip(rule.name, INPUTS.get(missing[0], f"needs {missing[0]}")))

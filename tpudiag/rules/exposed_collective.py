@@ -17,10 +17,13 @@ start and the done.
 
 Evidence
 --------
-Per op: windows per step, hidden/partial/exposed counts, mean covered fraction and exposed time
-per step; the worst steps. Windows whose names carry a double numeric suffix
+Per family and per op: hidden/partial/exposed counts, covered fraction and exposed time per
+step; the two worst steps. Windows whose names carry a double numeric suffix
 (`all-gather-start.1.0`) are counted: XProf's `analyze_async_overlap` does not recognise them as
-async ops and reports them as hidden.
+async ops and reports them as hidden. With the compiled HLO (`--dumps DIR` of an XLA dump, or
+the program a capture embeds), each op also says what the schedule does: "adjacent in the
+schedule" (nothing between start and done), "N ops scheduled inside", or "synchronous in the
+compiled program".
 
 How to fix
 ----------
@@ -44,9 +47,10 @@ averaged over steps. An upper bound: hiding a collective can stretch the compute
 Known limits
 ------------
 Coverage counts compute ops on the same core only (not SparseCore or DMA engines) and excludes
-other collectives, unlike XProf, which counts every non-async op. The trace does not say why a
-collective stayed synchronous; the advice follows from its name, category and the device
-generation, not from the compiled schedule. Captures without steps count as one step.
+other collectives, unlike XProf, which counts every non-async op. The trace alone does not say
+why a collective stayed synchronous: without the compiled HLO the advice follows from the op's
+name, category and the device generation. Ops are matched to the HLO by instruction name.
+Captures without steps count as one step.
 
 Options
 -------
@@ -184,9 +188,48 @@ def collective_windows(ctx_or_analysis, options: Options | None = None) -> pd.Da
     return out[list(WINDOW_COLUMNS)].sort_values(["host", "device", "start_ps"], kind="stable").reset_index(drop=True)
 
 
+@dataclass(frozen=True)
+class ScheduleFacts:
+    """What the compiled program says about collectives, by instruction name."""
+
+    between: dict[str, int]  # async start name -> instructions scheduled between start and done
+    synchronous: set[str]  # collectives issued synchronously at entry level
+    programs: int
+
+    def reason(self, name: str, kind: str) -> str:
+        if kind == "async" and name in self.between:
+            n = self.between[name]
+            return "adjacent in the schedule" if n == 0 else f"{n} op{'s' * (n != 1)} scheduled inside"
+        if kind == "sync" and name in self.synchronous:
+            return "synchronous in the compiled program"
+        return ""
+
+
+def schedule_facts(programs) -> ScheduleFacts | None:
+    """Facts from compiled programs (`CompiledProgram`s); None without any."""
+    if not programs:
+        return None
+    between: dict[str, int] = {}
+    sync: set[str] = set()
+    for program in programs:
+        for pair in getattr(program, "async_pairs", ()):
+            if pair.kind == "collective":
+                between[pair.start] = len(pair.scheduled_between)
+        for (computation, name), inst in program.instructions.items():
+            if (computation == program.entry and inst.collective_family and not inst.async_role
+                    and not inst.is_continuation):
+                sync.add(name)
+    return ScheduleFacts(between, sync, len(programs))
+
+
 def _generation(analysis) -> str:
     chip = analysis.profile.hosts[0].device.chip
     return chip.generation if chip else ""
+
+
+def _names(names: list[str], limit: int = 3) -> str:
+    shown = ", ".join(f"`{n}`" for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
@@ -206,7 +249,8 @@ def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
     return f"start the {families} earlier or split it so more compute overlaps it"
 
 
-def _evidence(frame: pd.DataFrame, basis: StepBasis, options: Options) -> tuple[Evidence, ...]:
+def _evidence(frame: pd.DataFrame, basis: StepBasis, options: Options,
+              facts: ScheduleFacts | None) -> tuple[Evidence, ...]:
     rows = []
     for family, g in frame.groupby("family", sort=True):
         counts = g["klass"].value_counts()
@@ -228,6 +272,9 @@ def _evidence(frame: pd.DataFrame, basis: StepBasis, options: Options) -> tuple[
                   ("exposed/step", fmt_time(exposed))]
         if g["double_suffix"].any():
             values.append(("double suffix", "yes (XProf: hidden)"))
+        reason = facts.reason(name, str(g["kind"].iloc[0])) if facts is not None else ""
+        if reason:
+            values.append(("schedule", reason))
         rows.append(Evidence(name, tuple(values)))
     if not basis.whole_capture:
         inside = frame[frame["step"] >= 0]
@@ -246,6 +293,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     basis = step_basis(analysis)
     scale = SeverityScale(options.high_share, options.medium_share)
     generation = _generation(analysis)
+    facts = schedule_facts(ctx.extra.get("hlo")) if hasattr(ctx, "extra") else None
     hosts = analysis.profile.hosts
     findings = []
     for kind in ("sync", "async"):
@@ -266,13 +314,22 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         if kind == "sync":
             message = (f"synchronous collectives leave {fmt_time(exposed)}{per} exposed ({fmt_pct(share)} of "
                        f"{step_text}): {by_family}")
-            if generation in SYNC_BY_DEFAULT:
+            confirmed = sorted(n for n in g["name"].unique() if facts is not None and facts.reason(n, "sync"))
+            if confirmed:
+                message += (f"; the compiled program issues {_names(confirmed)} synchronously"
+                            + (f" (the default on {generation})" if generation in SYNC_BY_DEFAULT else ""))
+            elif generation in SYNC_BY_DEFAULT:
                 message += f"; XLA leaves collectives synchronous on {generation} by default"
         else:
             counts = g["klass"].value_counts()
             message = (f"async collective windows leave {fmt_time(exposed)}{per} exposed ({fmt_pct(share)} of "
                        f"{step_text}): {by_family}; {len(g)} windows: {counts.get('exposed', 0)} exposed, "
                        f"{counts.get('partial', 0)} partial, {counts.get('hidden', 0)} hidden")
+            exposed_names = g.loc[g["klass"] != "hidden", "name"].unique()
+            adjacent = sorted(n for n in exposed_names
+                              if facts is not None and facts.reason(n, "async") == "adjacent in the schedule")
+            if adjacent:
+                message += f"; {_names(adjacent)} start and finish with nothing scheduled between"
             doubles = int(g["double_suffix"].sum())
             if doubles:
                 message += (f"; {doubles} have double-suffix names that XProf's analyze_async_overlap reports as "
@@ -285,10 +342,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message,
             saving=Saving(int(round(exposed)), "measured", explanation),
-            fix=_fix(kind, families, g, generation), evidence=_evidence(g, basis, options),
+            fix=_fix(kind, families, g, generation), evidence=_evidence(g, basis, options, facts),
             host=hosts[0].host if len(hosts) == 1 else "", ops=top_ops))
     return findings
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__)
+            doc=__doc__, uses=("hlo",))

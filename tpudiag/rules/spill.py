@@ -99,10 +99,12 @@ def _na_int(value) -> int | None:
 def op_spills(llo: Any) -> list[OpSpills]:
     """Per-op spill records from the `llo` input.
 
-    Accepts an LLO dump whose `ops` table has `name`, `spill_stores`, `spill_fills` and `bundles`
+    Accepts an LLO dump (or several) whose `ops` table has `name`, `spill_stores`, `spill_fills` and `bundles`
     columns (the LLO parser's per-op table; NA = not in the dump), that table itself, or an
     iterable of records with those facts.
     """
+    if isinstance(llo, (list, tuple)) and llo and all(hasattr(d, "ops") for d in llo):
+        return [r for dump in llo for r in op_spills(dump)]
     records: Iterable[Any] = _first(llo, ("ops", "op_spills", "spills"), llo)
     if callable(records):
         records = records()
