@@ -69,6 +69,9 @@ def report(
                                                      "or pyproject.toml [tool.tpudiag] next to the input")] = None,
     fail_on: Annotated[str | None, typer.Option(help="Exit 1 when a finding at or above this severity "
                                                      "(info, low, medium, high) is reported")] = None,
+    dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory for the rules: LLO "
+                                                          "(--xla_jf_dump_to) or XLA (--xla_dump_to); repeatable")]
+    = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file; markdown "
                                                 "figures go beside it as <stem>-*.png")] = None,
 ) -> None:
@@ -87,6 +90,7 @@ def report(
     target = path if path is not None else default_capture()
     rules_config = load_config(target, config).with_cli(select, ignore)
     rules_config.resolve()  # option errors are usage errors: report them before reading the capture
+    extra_inputs, dump_labels = rules_cmd.load_dump_inputs(dumps)
     err = stderr_console()
     if err.is_terminal:
         with err.status(f"reading {target}"):
@@ -94,8 +98,9 @@ def report(
     else:
         profile = load_capture(target, jobs=jobs)
     analysis = analyze(profile)
-    findings, skipped = run_rules(analysis, rules_config)
-    result = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped))
+    findings, skipped = run_rules(analysis, rules_config, extra_inputs)
+    result = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
+                          dumps=dump_labels)
     if output is not None or output_format is OutputFormat.md:
         from tpudiag.cli.outputs import write_report
 
