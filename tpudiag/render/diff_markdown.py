@@ -5,26 +5,17 @@ from __future__ import annotations
 from tpudiag import __version__
 from tpudiag.analysis.diff import Diff, NamedChange
 from tpudiag.render.diff_format import change_cells, fmt_delta, noise_rule
-from tpudiag.render.markdown import code, prose, text
+from tpudiag.render.markdown import code, prose, table, text
 from tpudiag.render.units import fmt_time
 
 HEADER = ["base", "new", "change", "change %", "noise band", "verdict"]
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def _table(header: list[str], align: str, rows: list[list[str]]) -> list[str]:
-    marks = ["---:" if a == "r" else ":---" for a in align]
-    return [_row(header), _row(marks)] + [_row(r) for r in rows]
 
 
 def _named(title: str, rows: tuple[NamedChange, ...]) -> list[str]:
     if not rows:
         return []
     body = [[text(r.name)] + change_cells(r.change) for r in rows]
-    return [f"## {title}", ""] + _table(["", *HEADER], "lrrrrrl", body) + [""]
+    return [f"## {title}", ""] + table(["", *HEADER], body, "lrrrrrl") + [""]
 
 
 def render_diff_markdown(diff: Diff, top: int = 25) -> str:
@@ -51,12 +42,12 @@ def render_diff_markdown(diff: Diff, top: int = 25) -> str:
             name = code(o.name) if o.name == o.base_name else f"{code(o.base_name)} → {code(o.name)}"
             rows.append([name, text(o.category)] + change_cells(o.change)[:-1] + [o.matched_by])
         out += [f"{len(changed)} of {len(diff.ops)} matched ops; self time per step and core.", ""]
-        out += _table(["op", "category", *HEADER[:-1], "matched by"], "llrrrrrl", rows) + [""]
+        out += table(["op", "category", *HEADER[:-1], "matched by"], rows, "llrrrrrl") + [""]
     for title, items in (("Ops only in the new run", diff.appeared), ("Ops only in the base run", diff.disappeared)):
         if items:
             rows = [[code(r.name), text(r.category), code(r.shape), fmt_time(r.time_ps)] for r in items[:top]]
-            out += [f"## {title}", ""] + _table(["op", "category", "shape", "time per step and core"], "lllr",
-                                                rows) + [""]
+            out += [f"## {title}", ""] + table(["op", "category", "shape", "time per step and core"], rows,
+                                               "lllr") + [""]
     out += ["## Findings", ""]
     if not diff.findings_rules_run:
         out += ["Not compared: the rules were not run.", ""]

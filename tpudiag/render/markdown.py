@@ -42,7 +42,7 @@ def text(value: object, strip: bool = True) -> str:
 
 
 def code(value: object) -> str:
-    """Input-derived identifier as a code span; safe in table cells (GFM `\\|`)."""
+    """Input-derived identifier as a code span. In table cells, `table` escapes its pipes (GFM `\\|`)."""
     s = _one_line(value)
     if not s:
         return ""
@@ -50,7 +50,7 @@ def code(value: object) -> str:
     fence = "`" * (longest + 1)
     if s.startswith("`") or s.endswith("`"):
         s = f" {s} "
-    return f"{fence}{s.replace('|', chr(92) + '|')}{fence}"
+    return f"{fence}{s}{fence}"
 
 
 def prose(value: object) -> str:
@@ -59,11 +59,23 @@ def prose(value: object) -> str:
     return "".join(code(p) if i % 2 else text(p, strip=False) for i, p in enumerate(parts))
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> list[str]:
+_PIPE = re.compile(r"(\\*)\|")
+
+
+def cell(value: str) -> str:
+    """A rendered fragment made safe for a GFM table cell: every unescaped pipe gets a backslash.
+
+    GFM splits rows on pipes not escaped by an odd run of backslashes, before parsing code spans, so
+    this applies inside code spans too (GitHub and markdown-it show `\\|` there as a plain pipe).
+    """
+    return _PIPE.sub(lambda m: m.group(1) + ("\\|" if len(m.group(1)) % 2 == 0 else "|"), value)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> list[str]:
     """A GFM table; `align` holds one of l/r per column (default left)."""
     marks = [("---:" if a == "r" else ":---") for a in (align or "l" * len(header))]
-    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
+    out = ["| " + " | ".join(cell(h) for h in header) + " |", "| " + " | ".join(marks) + " |"]
+    out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
     return out
 
 
@@ -161,7 +173,7 @@ def _breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) -
     rows.append(["**busy (duty cycle)**", fmt_time(b.step_ps - b.idle_ps), f"**{fmt_pct(b.duty_cycle)}**"])
     return (["## Where the step time goes", "", "Mean per step and core. Compute, collectives, host transfers "
              "and idle add up to the step time.", ""]
-            + _table(["part of the step", "time", "share"], rows, "lrr")
+            + table(["part of the step", "time", "share"], rows, "lrr")
             + _image(figures, "step-breakdown") + [""])
 
 
@@ -171,7 +183,7 @@ def _categories_section(report: Report, figures: Mapping[str, tuple[str, str]]) 
     rows = [[code(c.category), text(_plain_category(c.category)), str(c.n_ops), fmt_time(c.self_time_ps),
              fmt_pct(c.time_share)] for c in report.categories]
     return (["## Time by op category", "", "Self time summed over every op, occurrence and core (core-time).", ""]
-            + _table(["category", "what it is", "ops", "self time", "share"], rows, "llrrr")
+            + table(["category", "what it is", "ops", "self time", "share"], rows, "llrrr")
             + _image(figures, "categories") + [""])
 
 
@@ -190,7 +202,7 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     intro = (f"The {min(top, len(report.ops))} ops with the most self time, of {len(report.ops)}. "
              "FLOP util and HBM BW util are the achieved rates over the per-core peaks; an op is "
              "*bound by* whichever is higher.")
-    out = ["## Top ops", "", intro, ""] + _table(header, rows, align)
+    out = ["## Top ops", "", intro, ""] + table(header, rows, align)
     if "roofline" in figures:
         out += ["", "On the roofline, ops left of the ridge are limited by memory bandwidth, ops right of it by "
                 "compute; the gap between a point and the line is headroom. Ops without FLOPs (collectives, "
@@ -207,7 +219,7 @@ def _evidence(f: Finding) -> list[str]:
     for e in f.evidence:
         values = dict(e.values)
         rows.append([code(e.subject)] + [prose(values.get(label, "")) for label in labels])
-    return ["", "Evidence:", ""] + _table(["subject"] + [text(label) for label in labels], rows,
+    return ["", "Evidence:", ""] + table(["subject"] + [text(label) for label in labels], rows,
                                            "l" + "r" * len(labels))
 
 
@@ -248,7 +260,7 @@ def _hosts_section(report: Report, figures: Mapping[str, tuple[str, str]]) -> li
     intro = (f"Spread of mean step time across hosts: {fmt_time(s.host_spread_ps)}; slowest host "
              f"{code(s.slowest_host)}. Every host waits for the slowest one at each synchronising collective.")
     return (["## Hosts", "", intro, ""]
-            + _table(["host", "chips", "steps", "mean step", "p90 step", "duty cycle", "slowest core"], rows,
+            + table(["host", "chips", "steps", "mean step", "p90 step", "duty cycle", "slowest core"], rows,
                      "lrrrrrl")
             + _image(figures, "host-steps") + [""])
 
@@ -267,7 +279,8 @@ def _methods(report: Report, figures_note: str) -> list[str]:
     out = ["## Methods", "", measured, ""]
     out.append(f"- Input: {code(s.input_path)}" + (f", run {code(s.run)}" if s.run else ""))
     for h in report.hosts:
-        out.append(f"  - host {code(h.host)}: {code(h.path)} ({h.n_events} device events, {h.n_cores} cores)")
+        out.append(f"  - host {code(h.host)}: {code(h.path)} ({h.n_events} device events, "
+                   f"{h.n_cores} core{'s' * (h.n_cores != 1)})")
     if s.dumps:
         out.append("- Compiler dumps: " + ", ".join(code(d) for d in s.dumps))
     out.append(f"- Steps from: {text(s.step_source)}. A step's time is the slowest core's (and, over hosts, "
