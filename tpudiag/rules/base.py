@@ -158,6 +158,28 @@ def per_step_worst_core(frame: pd.DataFrame, value: str, basis: StepBasis) -> fl
     return float(worst.sum()) / basis.n_steps
 
 
+def op_events(analysis: Analysis, names) -> pd.DataFrame:
+    """(host, core, step, name, self_ps) of every event whose op name is in `names`, all hosts.
+
+    Filters each host's categorical name column before copying, so it stays cheap on traces of
+    millions of events.
+    """
+    names = set(names)
+    parts = []
+    for h in analysis.profile.hosts:
+        ev = h.events
+        if ev.empty:
+            continue
+        sel = ev[ev["name"].isin(names)]
+        if sel.empty:
+            continue
+        parts.append(pd.DataFrame({"host": h.host, "core": sel["core"].to_numpy(), "step": sel["step"].to_numpy(),
+                                   "name": sel["name"].astype(str).to_numpy(), "self_ps": sel["self_ps"].to_numpy()}))
+    if not parts:
+        return pd.DataFrame({"host": [], "core": [], "step": [], "name": [], "self_ps": []})
+    return pd.concat(parts, ignore_index=True)
+
+
 def fmt_time(ps: float) -> str:
     """Times in messages; the same units as the renderers (rules must not import render)."""
     a = abs(ps)

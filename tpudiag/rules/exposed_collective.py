@@ -128,23 +128,28 @@ def collective_windows(ctx_or_analysis, options: Options | None = None) -> pd.Da
         ev = host.events
         if ev.empty:
             continue
+        # Per distinct name and category, not per event: traces hold millions of events.
         names = ev["name"].cat.categories.astype(str)
-        cats = ev["category"].astype(str).to_numpy()
         name_codes = ev["name"].cat.codes.to_numpy()
+        cat_codes = ev["category"].cat.codes.to_numpy()
         is_async_op = np.array([async_role(n) is not None for n in names], dtype=bool)[name_codes]
-        fam_by_name = np.array([collective_family(n) for n in names], dtype=object)[name_codes]
-        # A category names the family when the name does not (e.g. `all-reduce` on `fusion.12`).
-        fam = np.where(fam_by_name != "", fam_by_name,
-                       [collective_family("", c) if "fusion" not in c or "all-" in c else "" for c in cats])
+        fam_by_name = np.array([collective_family(n) for n in names] or [""], dtype=object)[name_codes]
+        # A category names the family when the name does not (e.g. an `all-reduce fusion` named `fusion.12`).
+        fam_by_cat = np.array([collective_family("", c) if "fusion" not in c or "all-" in c else ""
+                               for c in ev["category"].cat.categories.astype(str)] + [""], dtype=object)[cat_codes]
+        fam = np.where(fam_by_name != "", fam_by_name, fam_by_cat)
         is_coll = fam != ""
         compute = ~is_async_op & ~is_coll
         start = ev["start_ps"].to_numpy()
         end = start + ev["dur_ps"].to_numpy()
-        devices = ev["device"].astype(str).to_numpy()
+        device_codes = ev["device"].cat.codes.to_numpy()
         depth = ev["depth"].to_numpy()
         windows = host.async_windows
-        for device in np.unique(devices):
-            on = devices == device
+        for code in np.unique(device_codes):
+            if code < 0:
+                continue
+            device = str(ev["device"].cat.categories[code])
+            on = device_codes == code
             core = int(ev["core"].to_numpy()[on][0])
             ms, me = merge(start[on & compute], end[on & compute])
             comp_starts = np.sort(start[on & compute])
@@ -172,8 +177,10 @@ def collective_windows(ctx_or_analysis, options: Options | None = None) -> pd.Da
             df["covered_ps"] = cov
             df["exposed_ps"] = span - cov
             df["overlap_ratio"] = cov / span
-            df["klass"] = [classify(r, options) for r in df["overlap_ratio"]]
-            df["double_suffix"] = [has_double_suffix(n) for n in df["name"]]
+            ratio = df["overlap_ratio"].to_numpy()
+            df["klass"] = np.select([ratio >= options.hidden_threshold, ratio <= options.exposed_threshold],
+                                    ["hidden", "exposed"], "partial")
+            df["double_suffix"] = df["name"].map({n: has_double_suffix(n) for n in df["name"].unique()}).astype(bool)
             # Any compute op starting strictly inside the window: none means start and done are adjacent.
             df["compute_inside"] = (np.searchsorted(comp_starts, we, side="left")
                                     - np.searchsorted(comp_starts, ws, side="right")) > 0

@@ -66,8 +66,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
-from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, fmt_pct, fmt_time, per_step_worst_core,
-                                step_basis)
+from tpudiag.rules.base import Rule, RuleContext, SeverityScale, fmt_pct, op_events, per_step_worst_core, step_basis
 
 CODE = "TPD102"
 NAME = "low-mxu-utilization"
@@ -207,8 +206,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     meta = pd.concat([h.op_metadata.assign(name=h.op_metadata["name"].astype(str)) for h in analysis.profile.hosts],
                      ignore_index=True)
     hlo_text = dict(zip(meta["name"], meta["hlo_text"].astype(str)))
-    events = pd.concat([h.events for h in analysis.profile.hosts], ignore_index=True)
-    ev_names = events["name"].astype(str)
+    events = op_events(analysis, grouped["name"])
     candidates = []
     for r in grouped.itertuples(index=False):
         total_s = r.total_time_ps / 1e12
@@ -222,7 +220,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         fraction = max(0.0, 1.0 - util / target) if target > 0 else 0.0
         if fraction <= 0:
             continue
-        self_per_step = per_step_worst_core(events[ev_names == r.name], "self_ps", basis)
+        self_per_step = per_step_worst_core(events[events["name"] == r.name], "self_ps", basis)
         saving = self_per_step * fraction
         result = parse_shapes(r.shape)
         operands = _operands(hlo_text.get(r.name, ""))

@@ -57,7 +57,7 @@ from typing import Any
 import pandas as pd
 
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale, fmt_pct, per_step_worst_core, step_basis
+from tpudiag.rules.base import Rule, RuleContext, SeverityScale, fmt_pct, op_events, per_step_worst_core, step_basis
 
 CODE = "TPD103"
 NAME = "padding-waste"
@@ -126,8 +126,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                .agg(category=("category", "first"), self_time_ps=("self_time_ps", "sum"),
                     shape=("shape_with_layout", "first"))
                .reset_index())
-    events = pd.concat([h.events for h in analysis.profile.hosts], ignore_index=True)
-    ev_names = events["name"].astype(str)
+    events = op_events(analysis, grouped["name"])
     candidates = []
     for r in grouped.itertuples(index=False):
         share = r.self_time_ps / total_core_ps if total_core_ps else 0.0
@@ -145,7 +144,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         waste = (padded - logical) / padded
         if waste < options.min_padding_fraction:
             continue
-        saving = per_step_worst_core(events[ev_names == r.name], "self_ps", basis) * waste
+        saving = per_step_worst_core(events[events["name"] == r.name], "self_ps", basis) * waste
         dims = [d for a in _arrays(shape) for d in padded_dims(a)]
         candidates.append((saving, r, share, logical, padded, waste, dims))
     candidates.sort(key=lambda c: (-c[0], c[1].name))

@@ -53,7 +53,8 @@ from typing import Any
 import pandas as pd
 
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale, fmt_pct, fmt_time, per_step_worst_core, step_basis
+from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, fmt_pct, fmt_time, op_events, per_step_worst_core,
+                                step_basis)
 
 CODE = "TPD104"
 NAME = "spill"
@@ -140,11 +141,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         return []
     basis = step_basis(analysis)
     scale = SeverityScale(options.high_share, options.medium_share)
-    events = pd.concat([h.events for h in analysis.profile.hosts], ignore_index=True)
-    ev_names = events["name"].astype(str)
+    events = op_events(analysis, {r.op for r in records})
     candidates = []
     for rec in records:
-        self_per_step = per_step_worst_core(events[ev_names == rec.op], "self_ps", basis)
+        self_per_step = per_step_worst_core(events[events["name"] == rec.op], "self_ps", basis)
         fraction = min(1.0, (rec.spills + rec.fills) / rec.bundles) if rec.bundles else 0.0
         candidates.append((self_per_step * fraction, self_per_step, rec, fraction))
     candidates.sort(key=lambda c: (-c[0], -c[1], -(c[2].spills + c[2].fills), c[2].op))
