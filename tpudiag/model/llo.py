@@ -66,6 +66,7 @@ BUNDLE_PROFILE = LloTableSchema("llo_bundle_profile", (
     Column("block", "int32", "index of the `HLO:` block in the file; the same HLO may have several"),
     Column("hlo", "category", f"HLO instruction name (`fusion.7`), or `{NO_HLO}`"),
     Column("opcode", "category", "HLO opcode from the block header (`fusion`, `custom-call`), or ''"),
+    Column("calls", "category", "called computation (`all-reduce-scatter.2`, `async_collective_fusion.75`), or ''"),
     Column("unit", "category", "functional unit or counter, e.g. MXU_0, VECTOR_STORE, VMEM_SPILL_COUNT"),
     Column("op", "category", "instruction kind on indexed units (`matmul_packed`), else ''"),
     Column("count", "int64", "static instruction count (numerator)"),
@@ -127,9 +128,13 @@ VMEM_ALLOCATIONS = LloTableSchema("llo_vmem_allocations", (
 
 OPS = LloTableSchema("llo_ops", (
     Column("name", "category", "HLO instruction name; joins the trace's op name"),
-    Column("llo_program", "category", "LLO program with this name, else `TLP` (inlined in the top level)"),
+    Column("llo_program", "category", "the op's own LLO program when its files were dumped, else '' "
+                                      "(inlined in the TLP, or filtered out)"),
     Column("opcode", "category", "HLO opcode, '' when no dump names it"),
-    Column("is_collective", "bool", "collective op or compute carrying a remote DMA"),
+    Column("calls", "category", "called computation, e.g. `all-reduce-scatter.2`: names what a kCustom "
+                                "fusion does; '' when unknown"),
+    Column("is_collective", "bool", "collective op, reduce-scatter or async-collective fusion, or any op "
+                                    "with remote DMA (static profile)"),
     Column("estimated_cycles", "Int64", "static-profile cycles x num_equivalent_hlos; NA when unknown"),
     Column("cycles_status", "category", "estimate | not-estimated-remote-dma | no-static-profile"),
     Column("spill_stores", "Int64", "VMEM spill stores (vst): bundle profile, else final_bundles"),

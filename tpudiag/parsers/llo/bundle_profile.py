@@ -20,6 +20,7 @@ _INDEXED_UNIT = re.compile(rf"^(?:{'|'.join(INDEXED_PROFILE_UNITS)})_\d+$")
 # follows whitespace (layout tiles such as `T(8,128)` follow `:` or `)`, never a space).
 _HLO_NAME = re.compile(r"^%?(?P<name>[^\s=]+)\s*=")
 _OPCODE = re.compile(r"\s(?P<opcode>[a-z][a-z0-9\-]*)\(")
+_CALLS = re.compile(r"\bcalls=%(?P<calls>[^\s,]+)")
 
 
 def hlo_name_and_opcode(text: str) -> tuple[str, str]:
@@ -37,7 +38,7 @@ def hlo_name_and_opcode(text: str) -> tuple[str, str]:
 def parse_bundle_profile(text: str, program: str, file_name: str, warnings: list[str]) -> list[dict]:
     """Rows for `BUNDLE_PROFILE`, one per unit line."""
     rows: list[dict] = []
-    block, hlo, opcode = -1, None, ""
+    block, hlo, opcode, calls = -1, None, "", ""
     unknown_units: set[str] = set()
     bad_lines: list[str] = []
     for line in text.splitlines():
@@ -47,6 +48,8 @@ def parse_bundle_profile(text: str, program: str, file_name: str, warnings: list
         if header is not None:
             block += 1
             hlo, opcode = hlo_name_and_opcode(header["text"])
+            called = _CALLS.search(header["text"])
+            calls = called["calls"] if called else ""
             if hlo.startswith("<") and hlo != NO_HLO:
                 hlo = hlo.split()[0]
             continue
@@ -57,7 +60,7 @@ def parse_bundle_profile(text: str, program: str, file_name: str, warnings: list
         unit = m["unit"]
         if unit not in KNOWN_PROFILE_UNITS and not _INDEXED_UNIT.match(unit):
             unknown_units.add(unit)
-        rows.append({"program": program, "block": block, "hlo": hlo, "opcode": opcode, "unit": unit,
+        rows.append({"program": program, "block": block, "hlo": hlo, "opcode": opcode, "calls": calls, "unit": unit,
                      "op": m["op"] or "", "count": int(m["num"]), "capacity": int(m["den"]),
                      "fraction": float(m["frac"])})
     if unknown_units:

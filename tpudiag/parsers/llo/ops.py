@@ -16,6 +16,7 @@ from tpudiag.model.llo import OPS, BundleUtilization, RegisterPressure, Schedule
 from tpudiag.parsers.llo.static_profile import REMOTE
 
 TOP_LEVEL = "TLP"
+_ASYNC_FUSION = "async_collective_fusion"  # v5e compute that carries a collective's steps
 _TOP_INLINING_CALLER = "<top-inlining-caller>"
 _COLLECTIVE_OPCODES = frozenset({
     "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
@@ -55,9 +56,13 @@ def build_ops(*, programs: set[str], bundle_profile: pd.DataFrame, static_profil
               register_pressure: tuple[RegisterPressure, ...]) -> pd.DataFrame:
     counters, mxu_fractions = _profile_sums(bundle_profile)
     opcodes: dict[str, str] = {}
-    for name, opcode in zip(bundle_profile["hlo"].astype(str), bundle_profile["opcode"].astype(str)):
+    calls: dict[str, str] = {}
+    for name, opcode, called in zip(bundle_profile["hlo"].astype(str), bundle_profile["opcode"].astype(str),
+                                    bundle_profile["calls"].astype(str)):
         if opcode:
             opcodes.setdefault(name, opcode)
+        if called:
+            calls.setdefault(name, called)
     static = {str(r.hlo): r for r in static_profile.itertuples(index=False)}
     tlp_bundles = (schedule[schedule["program"] == TOP_LEVEL].groupby("hlo", observed=True)["bundles"].sum()
                    .to_dict() if not schedule.empty else {})
@@ -87,10 +92,12 @@ def build_ops(*, programs: set[str], bundle_profile: pd.DataFrame, static_profil
         own_spills = spill_instructions[spill_instructions["program"] == name] if name in bundle_programs else None
         u, s = util.get(name), sched.get(name)
         cols["name"].append(name)
-        cols["llo_program"].append(name if name in programs else TOP_LEVEL)
+        called = calls.get(name, "")
+        cols["llo_program"].append(name if name in programs else "")
         cols["opcode"].append(opcode)
-        cols["is_collective"].append(remote or opcode in _COLLECTIVE_OPCODES
-                                     or bool(collective_family(name)))
+        cols["calls"].append(called)
+        cols["is_collective"].append(remote or opcode in _COLLECTIVE_OPCODES or bool(collective_family(name))
+                                     or bool(collective_family(called)) or called.startswith(_ASYNC_FUSION))
         cols["estimated_cycles"].append(None if est is None or remote else int(est.total_cycles))
         cols["cycles_status"].append("no-static-profile" if est is None
                                      else "not-estimated-remote-dma" if remote else "estimate")
