@@ -71,7 +71,8 @@ class StaticReport:
     warnings: tuple[str, ...]
 
 
-def _padding(output: CompileOutput, top: int) -> tuple[PaddedArray, ...]:
+def _padding(output: CompileOutput, top: int, min_waste_bytes: int = 4096) -> tuple[PaddedArray, ...]:
+    """Entry instructions whose tiled layout wastes at least `min_waste_bytes`, worst first."""
     program = output.program
     rows: list[PaddedArray] = []
     for inst in program.computation_instructions(program.entry):
@@ -80,7 +81,7 @@ def _padding(output: CompileOutput, top: int) -> tuple[PaddedArray, ...]:
         arrays = leaf_arrays(inst.shape)
         logical = sum(a.logical_bytes for a in arrays)
         padded = sum(a.padded_bytes for a in arrays)
-        if padded > logical:
+        if padded - logical >= min_waste_bytes:
             rows.append(PaddedArray(inst.name, inst.shape_text, logical, padded))
     rows.sort(key=lambda r: (-(r.padded_bytes - r.logical_bytes), r.name))
     return tuple(rows[:top])

@@ -8,7 +8,8 @@ The contract, also in `tpudiag compile --help` and docs/compile.md:
 - The module defines `example_args(mesh)`, returning a tuple (or list) of positional arguments:
   usually `jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P(...)))` pytrees.
   `mesh` is a `jax.sharding.Mesh` over every device of the topology, axes `("data", "model")`
-  with `model` = 2 (`data` = all devices when the count is odd).
+  with `model` = 2 (`data` = all devices when the count is odd). It is also the context mesh
+  (`jax.set_mesh`) while the function is lowered, so `jax.shard_map(..., mesh=None)` works.
 - Optional: `mesh_shape(n_devices)` returning an ordered `{axis: size}` dict to use instead;
   `JIT_KWARGS`, a dict passed to `jax.jit` (e.g. `static_argnums`, `donate_argnums`).
 

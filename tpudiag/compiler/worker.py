@@ -107,7 +107,8 @@ def run(request: dict) -> int:
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn, **jit_kwargs)
     t0 = time.perf_counter()
     try:
-        lowered = jitted.lower(*args)
+        with jax.set_mesh(mesh):  # the context mesh, for shard_map(mesh=None) and bare PartitionSpecs
+            lowered = jitted.lower(*args)
     except Exception as exc:  # tracing the user's function failed: their error, one line
         _write(out, {"status": "input_error",
                      "message": f"tracing `{spec.function}` failed: {type(exc).__name__}: {_first_line(exc)}",

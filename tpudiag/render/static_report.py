@@ -119,7 +119,7 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
 
     console.print()
     if report.padding:
-        pt = Table(title="Largest tile padding (entry instructions)", show_edge=False)
+        pt = Table(title="Largest tile padding (entry instructions wasting >= 4 KiB)", show_edge=False)
         for col in ("instruction", "shape", "logical", "padded", "factor"):
             pt.add_column(col, justify="left" if col in ("instruction", "shape") else "right")
         for p in report.padding:
@@ -127,7 +127,7 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
                        f"{p.factor:.2f}x")
         console.print(pt)
     else:
-        console.print("Padding: no entry instruction is padded by its tiled layout")
+        console.print("Padding: no entry instruction wastes 4 KiB or more to its tiled layout")
     spill_ops = ops[ops["spill_stores"].fillna(0) > 0]
     if len(spill_ops):
         names = ", ".join(f"`{r.name}` {int(r.spill_stores)}/{int(r.spill_fills)}" for r in
