@@ -64,7 +64,8 @@ def build_steps(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
     start = events["start_ps"].to_numpy()
     end = start + events["dur_ps"].to_numpy()
     depth = events["depth"].to_numpy()
-    sparse = events["device"].astype(str).str.contains("SparseCore").to_numpy() if len(events) else np.zeros(0, bool)
+    sparse_devices = np.array(["SparseCore" in str(d) for d in events["device"].cat.categories], dtype=bool)
+    sparse = sparse_devices[events["device"].cat.codes.to_numpy()] if len(events) else np.zeros(0, bool)
     for core, m in markers.groupby("core", sort=True):
         on_core = np.flatnonzero((core_arr == core) & ~sparse)
         s_start = m["start_ps"].to_numpy()

@@ -15,8 +15,10 @@ from pathlib import Path
 
 from tpudiag.errors import InputError
 from tpudiag.model.profile import HostFailure, HostTrace, Profile
-from tpudiag.parsers.device_trace import parse_host
-from tpudiag.parsers.xspace import read_xspace
+from tpudiag.parsers.device_trace import (PlaneRef, assemble_host, device_planes, origin_of, parse_device_plane,
+                                          parse_host)
+from tpudiag.parsers.xspace import check_trace_bytes, parse_message, parse_xspace, read_trace_bytes
+from tpudiag.proto import XPlane, XPlaneHead, XSpaceRawPlanes
 
 TRACE_SUFFIX = ".xplane.pb"
 
@@ -61,20 +63,65 @@ def find_capture(path: Path) -> CaptureFiles:
     return CaptureFiles(path, run_dir.name, files)
 
 
-def _parse_file(path: Path) -> HostTrace:
-    space = read_xspace(path)
+# A host file at least this big, with several device planes, parses its planes in parallel.
+PARALLEL_PLANES_MIN_BYTES = 16 << 20
+_OVERFLOW = "implausible event times (beyond the int64 picosecond range)"
+
+
+def _parse_file(path: Path, plane_jobs: int = 1) -> HostTrace:
+    data = read_trace_bytes(path)
+    check_trace_bytes(data, path)
+    if plane_jobs > 1 and len(data) >= PARALLEL_PLANES_MIN_BYTES:
+        return _parse_planes_in_parallel(path, data, plane_jobs)
+    space = parse_xspace(data, path)
+    del data
     try:
-        host = parse_host(space, path)
+        return parse_host(space, path)
     except OverflowError as exc:
         # A timestamp or duration beyond int64 ps: the file is damaged (or not a device trace).
-        raise InputError("implausible event times (beyond the int64 picosecond range)", path=path) from exc
-    del space
-    return host
+        raise InputError(_OVERFLOW, path=path) from exc
 
 
-def _parse_file_or_failure(path: Path) -> HostTrace | HostFailure:
+def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
+    """Worker: parse one device plane from its bytes; a string result is the error's cause."""
+    plane_bytes, ref, platform, origin = job
+    plane = XPlane()
     try:
-        return _parse_file(path)
+        parse_message(plane, plane_bytes, ref.name)
+        return parse_device_plane(plane, ref, platform, origin)
+    except InputError as exc:
+        return exc.message
+    except OverflowError:
+        return _OVERFLOW
+
+
+def _parse_planes_in_parallel(path: Path, data: bytes, jobs: int) -> HostTrace:
+    """Parse a big host file's device planes in worker processes.
+
+    The main process reads only the plane list and the plane and line headers (the shadow schemas
+    keep events as raw bytes), so memory stays near one copy of the file plus the workers' planes.
+    """
+    raw = parse_message(XSpaceRawPlanes(), data, path)
+    del data
+    heads = [parse_message(XPlaneHead(), pb, path) for pb in raw.planes]
+    if not heads:
+        raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
+    platform, refs = device_planes([h.name for h in heads])
+    origin = origin_of(heads[r.index] for r in refs)
+    with ProcessPoolExecutor(max_workers=min(jobs, max(1, len(refs)))) as pool:
+        parts = list(pool.map(_plane_job, [(raw.planes[r.index], r, platform, origin) for r in refs]))
+    errors = [p for p in parts if isinstance(p, str)]
+    if errors:
+        raise InputError(errors[0], path=path)
+    aux = [parse_message(XPlane(), raw.planes[i], path) for i, h in enumerate(heads)
+           if h.name in ("/host:CPU", "/host:metadata")]
+    name = raw.hostnames[0] if raw.hostnames and raw.hostnames[0] else path.name.removesuffix(TRACE_SUFFIX)
+    return assemble_host(name, path, platform, refs, parts, aux)
+
+
+def _parse_file_or_failure(path: Path, plane_jobs: int = 1) -> HostTrace | HostFailure:
+    try:
+        return _parse_file(path, plane_jobs)
     except InputError as exc:
         return HostFailure(str(path), exc.one_line())
 
@@ -91,7 +138,8 @@ def load_capture(path: Path, jobs: int | None = None,
         for f in files:
             if progress:
                 progress(f"parsing {f.name}")
-            results.append(_parse_file_or_failure(f))
+            # A single host may still use every core, plane by plane.
+            results.append(_parse_file_or_failure(f, plane_jobs=jobs or os.cpu_count() or 1))
     else:
         if progress:
             progress(f"parsing {len(files)} hosts in {workers} processes")

@@ -184,6 +184,8 @@ class _HostBuilder:
         self.partial_overlaps = 0
         self.ops_without_ids = 0
         self.origin_ns = 0
+        self.plane_stats: dict[str, object] = {}
+        self.chip: int | None = None
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -223,12 +225,12 @@ class _HostBuilder:
             if not gpu and (m.program_id == 0 or m.symbol_id == 0):
                 self.ops_without_ids += 1
         self.ev_parts.append({
-            "device": np.full(len(mids), device, dtype=object),
+            "device": (device, len(mids)),
             "core": np.full(len(mids), core, dtype=np.int32),
             "chip": np.full(len(mids), chip, dtype=np.int32),
             "program_id": pids[pos],
-            "name": names[pos],
-            "category": cats[pos],
+            "name": (names, pos),  # (categories, codes): expanded once per host in events()
+            "category": (cats, pos),
             "start_ps": starts,
             "dur_ps": durs,
             "self_ps": self_ps,
@@ -310,19 +312,23 @@ class _HostBuilder:
             family = collective_family(op) or ("copy" if "copy" in op else "other")
             self.async_rows.append((device, core, op, family, s, s + d, "Async XLA Ops"))
 
-    def pair_async_from_ops(self, device: str, core: int, names: np.ndarray, starts: np.ndarray,
-                            ends: np.ndarray) -> None:
+    def pair_async_from_ops(self, device: str, core: int, names: np.ndarray, codes: np.ndarray,
+                            starts: np.ndarray, ends: np.ndarray) -> None:
         """Async windows from start/done pairs when the plane has no `Async XLA Ops` line.
 
         Each start pairs with the next done of the same key in time order. Unlike XProf's CLI,
         keys keep every numeric suffix, so double-suffix names (`all-gather-start.1.0`) pair.
+        `names[codes]` are the events' names; only events whose name is async are visited.
         """
+        roles = [async_role(n) for n in names.tolist()]
+        is_async = np.array([r is not None for r in roles], dtype=bool)
+        if not is_async.any():
+            return
+        keys = [async_pair_key(n) for n in names.tolist()]
         open_starts: dict[str, list[tuple[int, str]]] = {}
-        for name, s, e in zip(names.tolist(), starts.tolist(), ends.tolist()):
-            role = async_role(name)
-            if role is None:
-                continue
-            key = async_pair_key(name)
+        for i in np.flatnonzero(is_async[codes]).tolist():
+            code = codes[i]
+            name, role, key, s, e = names[code], roles[code], keys[code], int(starts[i]), int(ends[i])
             if role[0] == "start":
                 open_starts.setdefault(key, []).append((s, name))
             elif open_starts.get(key):
@@ -335,8 +341,11 @@ class _HostBuilder:
     def events(self) -> pd.DataFrame:
         if not self.ev_parts:
             return schemas.EVENTS.empty()
-        cols = {k: np.concatenate([p[k] for p in self.ev_parts]) for k in self.ev_parts[0]}
-        self.ev_parts.clear()
+        parts = self.ev_parts
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k not in _CODED}
+        for key in _CODED:
+            cols[key] = _categorical([p[key] for p in parts])
+        self.ev_parts = []
         n = len(cols["start_ps"])
         cols["host"] = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[self.host])
         programs = np.unique(cols["program_id"])
@@ -399,6 +408,27 @@ class _HostBuilder:
         })
 
 
+_CODED = ("device", "name", "category")
+
+
+def _categorical(pieces: list[tuple]) -> pd.Categorical:
+    """One categorical from per-line (categories, codes) or (value, length) pieces.
+
+    Building categoricals from millions of repeated Python strings costs seconds (hashing every
+    one); mapping each line's few distinct values to shared codes costs next to nothing.
+    """
+    index: dict[str, int] = {}
+    codes = []
+    for values, where in pieces:
+        if isinstance(where, (int, np.integer)):  # a constant value repeated `where` times
+            code = index.setdefault(values, len(index))
+            codes.append(np.full(int(where), code, dtype=np.int32))
+        else:
+            local = np.array([index.setdefault(v, len(index)) for v in values.tolist()], dtype=np.int32)
+            codes.append(local[where] if len(local) else np.zeros(0, dtype=np.int32))
+    return pd.Categorical.from_codes(np.concatenate(codes), categories=list(index))
+
+
 def _plane_chip(plane, stat_names, core: int) -> int:
     for st in plane.stats:
         if stat_names.get(st.metadata_id) == "core_details" and st.bytes_value:
@@ -438,59 +468,118 @@ def host_name(space, path: Path) -> str:
     return name[: -len(".xplane.pb")] if name.endswith(".xplane.pb") else path.stem
 
 
+@dataclass(frozen=True)
+class PlaneRef:
+    """A device plane to parse: its index in the XSpace and its role."""
+
+    index: int
+    name: str
+    core: int  # N of /device:TPU:N; SparseCore planes get N * 1000 + their number
+    sparse: bool
+
+
+def device_planes(names: list[str]) -> tuple[str, list[PlaneRef]]:
+    """The platform ("TPU", "GPU" or "CPU") and the device planes of a host, by plane name."""
+    tc, sc, gpu = [], [], []
+    for i, name in enumerate(names):
+        if m := TPU_CORE_PLANE.match(name):
+            tc.append(PlaneRef(i, name, int(m.group(1)), False))
+        elif m := TPU_SPARSE_PLANE.match(name):
+            sc.append(PlaneRef(i, name, int(m.group(1)) * 1000 + int(m.group(2)), True))
+        elif m := GPU_PLANE.match(name):
+            gpu.append(PlaneRef(i, name, int(m.group(1)), False))
+    if tc:
+        return "TPU", sorted(tc + sc, key=lambda r: r.core)
+    if gpu:
+        return "GPU", sorted(gpu, key=lambda r: r.core)
+    return "CPU", []
+
+
+def parse_device_plane(plane, ref: PlaneRef, platform: str, origin_ns: int) -> _HostBuilder:
+    """One device plane's parts, in a builder of its own (merged into the host's later).
+
+    Pure and picklable so that big hosts can parse their planes in worker processes.
+    """
+    b = _HostBuilder("", "")
+    b.origin_ns = origin_ns
+    stat_names = {k: md.name for k, md in plane.stat_metadata.items()}
+    sid = {name: k for k, name in stat_names.items()}
+    core = ref.core
+    b.plane_stats = {} if ref.sparse else stats_dict(plane.stats, stat_names)
+    chip = _plane_chip(plane, stat_names, core if not ref.sparse else core // 1000)
+    b.chip = None if ref.sparse else chip
+    lines = {ln.name: ln for ln in plane.lines}
+    gpu = platform == "GPU"
+    op_lines = [ln for ln in plane.lines if (ln.name in OP_LINES) or (gpu and ln.name not in GPU_NON_KERNEL_LINES)]
+    for line in op_lines:
+        b.add_op_line(plane, line, plane.name, core, chip, stat_names, sid, gpu)
+    for name in STEP_LINES:
+        if name in lines:
+            b.add_steps(plane, lines[name], plane.name, core, stat_names, sid)
+    for name in MODULE_LINES:
+        if name in lines:
+            b.add_modules(plane, lines[name], plane.name, core)
+    has_async_line = any(name in lines for name in ASYNC_LINES)
+    for name in ASYNC_LINES:
+        if name in lines:
+            b.add_async(plane, lines[name], plane.name, core, stat_names, sid)
+    if not has_async_line and platform == "TPU":
+        for part in b.ev_parts:
+            names, codes = part["name"]
+            b.pair_async_from_ops(plane.name, core, names, codes, part["start_ps"],
+                                  part["start_ps"] + part["dur_ps"])
+    return b
+
+
+def merge_planes(b: _HostBuilder, parts: list[_HostBuilder]) -> None:
+    """Fold per-plane builders into the host's builder, in plane order."""
+    for part in parts:
+        for key, meta in part.meta_rows.items():
+            b.meta_rows.setdefault(key, meta)
+        b.ev_parts.extend(part.ev_parts)
+        b.step_rows.extend(part.step_rows)
+        b.module_rows.extend(part.module_rows)
+        b.async_rows.extend(part.async_rows)
+        for pid, module in part.program_names.items():
+            b.program_names.setdefault(pid, module)
+        b.partial_overlaps += part.partial_overlaps
+        b.ops_without_ids += part.ops_without_ids
+        for w in part.warnings:
+            b.warn(w)
+
+
+def origin_of(planes) -> int:
+    """The earliest line timestamp over device planes (0 on real TPU traces)."""
+    return min((ln.timestamp_ns for p in planes for ln in p.lines), default=0)
+
+
 def parse_host(space, path: Path) -> HostTrace:
     """Turn one host's XSpace into its tables."""
-    host = host_name(space, path)
+    platform, refs = device_planes([p.name for p in space.planes])
+    origin = origin_of(space.planes[r.index] for r in refs)
+    parts = [parse_device_plane(space.planes[r.index], r, platform, origin) for r in refs]
+    aux = [p for p in space.planes if p.name in ("/host:CPU", "/host:metadata")]
+    return assemble_host(host_name(space, path), path, platform, refs, parts, aux)
+
+
+def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], parts: list[_HostBuilder],
+                  aux_planes) -> HostTrace:
+    """The host's tables from its parsed device planes and its host planes."""
     b = _HostBuilder(host, str(path))
-    tc_planes = [(int(m.group(1)), p) for p in space.planes if (m := TPU_CORE_PLANE.match(p.name))]
-    sc_planes = [(int(m.group(1)) * 1000 + int(m.group(2)), p) for p in space.planes
-                 if (m := TPU_SPARSE_PLANE.match(p.name))]
-    gpu_planes = [(int(m.group(1)), p) for p in space.planes if (m := GPU_PLANE.match(p.name))]
-    platform = "TPU" if tc_planes else ("GPU" if gpu_planes else "CPU")
-    device_planes = tc_planes + sc_planes if tc_planes else gpu_planes
-    first_stats: dict[str, object] = {}
-    chips: set[int] = set()
     host_threads = 0
     hlo_protos: dict[int, bytes] = {}
-    for plane in space.planes:
+    for plane in aux_planes:
         if plane.name == "/host:CPU":
             host_threads = len(plane.lines)
         elif plane.name == "/host:metadata":
             hlo_protos = _hlo_protos(plane, b)
-    b.origin_ns = min((ln.timestamp_ns for _, p in device_planes for ln in p.lines), default=0)
-    for core, plane in sorted(device_planes, key=lambda cp: cp[0]):
-        stat_names = {k: md.name for k, md in plane.stat_metadata.items()}
-        sid = {name: k for k, name in stat_names.items()}
-        is_sparse = TPU_SPARSE_PLANE.match(plane.name) is not None
-        if not first_stats and not is_sparse:
-            first_stats = stats_dict(plane.stats, stat_names)
-        chip = _plane_chip(plane, stat_names, core if not is_sparse else core // 1000)
-        if not is_sparse:
-            chips.add(chip)
-        lines = {ln.name: ln for ln in plane.lines}
-        gpu = platform == "GPU"
-        op_lines = [ln for ln in plane.lines if (ln.name in OP_LINES) or (gpu and ln.name not in GPU_NON_KERNEL_LINES)]
-        n_before = len(b.ev_parts)
-        for line in op_lines:
-            b.add_op_line(plane, line, plane.name, core, chip, stat_names, sid, gpu)
-        for name in STEP_LINES:
-            if name in lines:
-                b.add_steps(plane, lines[name], plane.name, core, stat_names, sid)
-        for name in MODULE_LINES:
-            if name in lines:
-                b.add_modules(plane, lines[name], plane.name, core)
-        has_async_line = any(name in lines for name in ASYNC_LINES)
-        for name in ASYNC_LINES:
-            if name in lines:
-                b.add_async(plane, lines[name], plane.name, core, stat_names, sid)
-        if not has_async_line and platform == "TPU":
-            for part in b.ev_parts[n_before:]:
-                b.pair_async_from_ops(plane.name, core, part["name"], part["start_ps"],
-                                      part["start_ps"] + part["dur_ps"])
+    merge_planes(b, parts)
+    first_stats = next((p.plane_stats for r, p in zip(refs, parts) if not r.sparse), {})
+    chips = {p.chip for p in parts if p.chip is not None}
     for pid, _ in hlo_protos.items():
         b.program_names.setdefault(pid, f"program {pid}")
-    n_sparse = len(sc_planes)
-    device = _device_info(platform, first_stats, len(tc_planes) if tc_planes else len(gpu_planes), chips, n_sparse)
+    n_cores = sum(1 for r in refs if not r.sparse)
+    device = _device_info(platform, first_stats, n_cores, chips, len(refs) - n_cores)
     if platform == "CPU":
         b.warn("no device plane (/device:TPU:N or /device:GPU:N): a host-only capture, e.g. jax.profiler "
                "on a CPU; there are no device ops to analyse")

@@ -22,8 +22,13 @@ _FIRST_TAGS = {0x0A, 0x12, 0x1A, 0x22}
 
 def read_xspace(path: Path):
     """Parse `path` as an XSpace; raise InputError with the cause on any failure."""
+    return parse_xspace(read_trace_bytes(path), path)
+
+
+def read_trace_bytes(path: Path) -> bytes:
+    """The file's bytes, with OS failures turned into InputError."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except IsADirectoryError as exc:
         raise InputError("is a directory, not a trace file", path=path) from exc
     except PermissionError as exc:
@@ -32,10 +37,10 @@ def read_xspace(path: Path):
         raise InputError("no such file", path=path) from exc
     except OSError as exc:
         raise InputError(f"cannot read file ({exc.strerror or exc})", path=path) from exc
-    return parse_xspace(data, path)
 
 
-def parse_xspace(data: bytes, path: Path | str = "<bytes>"):
+def check_trace_bytes(data: bytes, path: Path | str) -> None:
+    """Reject what cannot be an XSpace before handing it to protobuf, with a precise cause."""
     if not data:
         raise InputError("empty file, not an XProf trace", path=path)
     if data[:2] == b"\x1f\x8b":
@@ -43,14 +48,28 @@ def parse_xspace(data: bytes, path: Path | str = "<bytes>"):
                          hint="run `gunzip -k` on the file")
     if data[0] not in _FIRST_TAGS:
         raise InputError("not an XProf trace (does not start like an XSpace protobuf)", path=path)
-    space = XSpace()
+
+
+def decode_error(exc: Exception, path: Path | str) -> InputError:
+    cause = str(exc).split(": ")[-1].strip() or "unreadable wire format"
+    return InputError(f"corrupt or truncated XSpace protobuf ({cause.lower()})", path=path)
+
+
+def parse_message(message, data: bytes, path: Path | str):
+    """Parse `data` into `message`, turning protobuf's failures into InputError."""
     try:
-        space.ParseFromString(data)
+        message.ParseFromString(data)
     except DecodeError as exc:
-        cause = str(exc).split(": ")[-1].strip() or "unreadable wire format"
-        raise InputError(f"corrupt or truncated XSpace protobuf ({cause.lower()})", path=path) from exc
+        raise decode_error(exc, path) from exc
     except (ValueError, RuntimeError, TypeError) as exc:  # upb reports some malformed input this way
         raise InputError(f"corrupt XSpace protobuf ({exc})", path=path) from exc
+    return message
+
+
+def parse_xspace(data: bytes, path: Path | str = "<bytes>"):
+    check_trace_bytes(data, path)
+    space = XSpace()
+    parse_message(space, data, path)
     if not space.planes:
         raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
     return space

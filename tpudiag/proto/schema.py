@@ -292,3 +292,26 @@ MemoryAccessBreakdown = _payloads["MemoryAccessBreakdown"]
 CoreDetails = _payloads["CoreDetails"]
 HloProto = _hlo["HloProto"]
 HloModuleProto = _hlo["HloModuleProto"]
+
+# Shadow schemas, wire-compatible with XSpace, for reading a big host file plane by plane: the
+# planes stay raw bytes (handed whole to worker processes), and a plane's header can be read
+# without expanding its events (they are kept as unknown fields, i.e. as bytes).
+_SHADOW_MESSAGES = (
+    Message("XSpaceRawPlanes", (
+        Field("planes", 1, "bytes", repeated=True),
+        Field("hostnames", 4, "string", repeated=True),
+    )),
+    Message("XPlaneHead", (
+        Field("id", 1, "int64"),
+        Field("name", 2, "string"),
+        Field("lines", 3, "XLineHead", repeated=True),
+    )),
+    Message("XLineHead", (
+        Field("id", 1, "int64"),
+        Field("name", 2, "string"),
+        Field("timestamp_ns", 3, "int64"),
+    )),
+)
+_shadow = _build("tpudiag.shadow", "tpudiag/xplane_shadow.proto", _SHADOW_MESSAGES)
+XSpaceRawPlanes = _shadow["XSpaceRawPlanes"]
+XPlaneHead = _shadow["XPlaneHead"]

@@ -1,0 +1,94 @@
+"""Time and peak memory of `tpudiag report --format json` on a large one-host capture, beside xprof.
+
+The capture: 2 v6e chips x 834 steps x 1,200 ops = 2,001,600 `XLA Ops` events (~120 MB), the
+size used in shared/reference/xprof-trace-format.md §8. It is generated once into
+benchmarks/out/ (ignored by git) and reused.
+
+Each tool runs in its own process, measured with GNU time's maximum resident set size:
+- `tpudiag report --format json FILE`
+- `xprof get_hlo_stats RUN_DIR --bypass_cache` on a copy of the run directory, cold (xprof caches
+  its converted OpStats next to the trace and its CLI results in $TMPDIR; both are removed first).
+
+Usage: python benchmarks/bench_report.py [--skip-xprof] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tpudiag.writers.tpu_design import CaptureDesign, OpDef, Placed, write_capture
+
+OUT = Path(__file__).resolve().parent / "out"
+N_CHIPS, N_STEPS, OPS_PER_STEP = 2, 834, 1_200
+US = 1_000_000
+
+
+def make_capture(run_dir: Path) -> Path:
+    path = run_dir / "host0.xplane.pb"
+    if path.exists():
+        return path
+    ops = tuple(OpDef(f"fusion.{i}", "convolution fusion" if i % 3 == 0 else "loop fusion",
+                      flops=1e9 * (i % 7 + 1), bytes_accessed=1e6 * (i % 5 + 1),
+                      shape="bf16[1024,1024]{1,0:T(8,128)(2,1)}") for i in range(OPS_PER_STEP))
+
+    def schedule(chip: int, step: int) -> list[Placed]:
+        return [Placed(f"fusion.{i}", i * 8 * US, 7 * US) for i in range(OPS_PER_STEP)]
+
+    design = CaptureDesign("host0", "TPU v6 Lite", 918.0, 1640.0, "jit_big", 99, ops, N_CHIPS, N_STEPS,
+                           OPS_PER_STEP * 8 * US + 50 * US, schedule)
+    t0 = time.perf_counter()
+    write_capture(design, run_dir)
+    print(f"generated {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr)
+    return path
+
+
+def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS GB, exit code) of one command under GNU time."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        t0 = time.perf_counter()
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf.name, *cmd], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+        wall = time.perf_counter() - t0
+        text = Path(tf.name).read_text()
+    kb = int(re.findall(r"^(\d+)$", text, re.M)[-1])
+    return wall, kb / 1e6, proc.returncode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--skip-xprof", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    run_dir = OUT / "big_2m" / "plugins" / "profile" / "run"
+    trace = make_capture(run_dir)
+    bindir = Path(sys.executable).parent
+    results = {"events": N_CHIPS * N_STEPS * OPS_PER_STEP, "file_mb": trace.stat().st_size / 1e6}
+    runs = [measure([str(bindir / "tpudiag"), "report", "--format", "json", str(trace)])
+            for _ in range(args.repeat)]
+    results["tpudiag_report_json"] = {"wall_s": min(r[0] for r in runs), "peak_rss_gb": max(r[1] for r in runs),
+                                      "exit": runs[-1][2]}
+    if not args.skip_xprof:
+        copy = OUT / "xprof_copy"
+        shutil.rmtree(copy, ignore_errors=True)
+        copy.mkdir(parents=True)
+        shutil.copy(trace, copy / trace.name)
+        for cache in Path(tempfile.gettempdir()).glob("xprof_cli_cache_*"):
+            shutil.rmtree(cache, ignore_errors=True)
+        wall, rss, code = measure([str(bindir / "xprof"), "get_hlo_stats", str(copy), "--bypass_cache"])
+        results["xprof_get_hlo_stats_cold"] = {"wall_s": wall, "peak_rss_gb": rss, "exit": code}
+        shutil.rmtree(copy, ignore_errors=True)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
