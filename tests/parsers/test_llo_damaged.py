@@ -197,15 +197,38 @@ def test_binary_garbage_is_a_warning(pallas_copy):
     assert any("not UTF-8" in w for w in dump.warnings)
 
 
-def test_two_compiles_in_one_directory_keep_the_newest_and_warn(tmp_path):
-    shutil.copytree(FIXTURES / "v5e_pallas_r64", tmp_path / "d")
-    for p in (FIXTURES / "v5e_pallas_r512").iterdir():
+def _later_compile(source: Path, target: Path, shift_ns: int) -> None:
+    """Copy a fixture's jf files into `target` as if compiled `shift_ns` later in the same process."""
+    for p in source.iterdir():
         if p.is_file():
             stamp, rest = p.name.split("-", 1)
-            shutil.copy(p, tmp_path / "d" / f"{int(stamp) + 10**12}-{rest}")  # a later compile
+            shutil.copy(p, target / f"{int(stamp) + shift_ns}-{rest}")
+
+
+def test_two_compiles_of_one_module_read_the_newest_and_warn(tmp_path):
+    shutil.copytree(FIXTURES / "v5e_pallas_r64", tmp_path / "d")
+    _later_compile(FIXTURES / "v5e_pallas_r512", tmp_path / "d", 10**12)
     dump = load_llo_dump(tmp_path / "d")
-    assert any("2 compiles dumped into one directory" in w for w in dump.warnings)
+    assert any("2 compiles in this directory (`jit_f`, `jit_f`)" in w for w in dump.warnings)
     assert dump.ops.set_index("name").loc["f.1", "spill_stores"] == 18
+    assert len(dump.other_compiles) == 1 and dump.compile.timestamp_ns > dump.other_compiles[0].timestamp_ns
+
+
+def test_a_module_is_chosen_by_name_among_several_compiles(tmp_path):
+    """A process that compiled `jit_mlp` and then `jit_f` (Pallas) into one directory."""
+    shutil.copytree(FIXTURES / "v5e_mlp", tmp_path / "d")
+    _later_compile(FIXTURES / "v5e_pallas_r512", tmp_path / "d", 10**12)
+    shutil.copytree(FIXTURES / "v5e_pallas_r512" / "static", tmp_path / "d" / "static", dirs_exist_ok=True)
+    newest = load_llo_dump(tmp_path / "d")
+    assert newest.compile.module_name == "jit_f" and set(newest.ops["name"]) == {"f.1"}
+    assert [c.module_name for c in newest.other_compiles] == ["jit_mlp"]
+    mlp = load_llo_dump(tmp_path / "d", module="jit_mlp")
+    assert set(mlp.ops["name"]) == {"fusion.7", "all-reduce", "copy-start", "copy-done"}
+    assert mlp.ops.set_index("name").loc["fusion.7", "spill_stores"] == 107
+    assert set(mlp.static_profile["hlo"]) == {"fusion.7", "all-reduce"}  # f.1's estimate left out
+    with pytest.raises(InputError, match="no compile of module `jit_nope`") as err:
+        load_llo_dump(tmp_path / "d", module="jit_nope")
+    assert err.value.hint == "modules here: jit_f, jit_mlp"
 
 
 # Regressions: lines that match a pattern's shape but not a number's grammar.

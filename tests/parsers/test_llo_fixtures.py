@@ -16,7 +16,7 @@ from tpudiag.parsers.llo import load_llo_dump
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "llo"
 ALL = ("v5e_mlp", "v5e_pallas_r512", "v5e_pallas_r64", "v5e_collective", "v6e_mlp",
-       "v6e_collective", "v6e_mlp_misc")
+       "v6e_collective", "v6e_mlp_misc", "v5e_fsdp_train")
 
 # Independent spill greps (reference §7.1).
 VST_SPILL = re.compile(r"= vst[^\[]*\[vmem:\[#allocation\d+_spill")
@@ -66,6 +66,10 @@ def test_real_dumps_parse_without_warnings_and_with_declared_schemas(name):
     llo.SCHEDULE.require(dump.schedule)
     llo.VMEM_ALLOCATIONS.require(dump.vmem_allocations)
     assert not dump.ops.empty
+    assert dump.other_compiles == ()
+    expected_module = {"v5e_mlp": "jit_mlp", "v6e_mlp": "jit_mlp", "v5e_fsdp_train": "jit_step",
+                       "v6e_mlp_misc": ""}.get(name, "jit_f" if "pallas" in name else "jit_body")
+    assert dump.compile.module_name == expected_module
 
 
 # ---- the MLP: gelu(x @ w1) @ w2 on v5e, whose fusion spills ---------------------------------
@@ -251,10 +255,8 @@ def test_vmem_report_matches_its_json(name):
         assert blocks["block_bytes"].sum() <= v["total_size"]
 
 
-ALL_WITH_TRAIN = (*ALL, "v5e_fsdp_train")
 
-
-@pytest.mark.parametrize("name", ALL_WITH_TRAIN)
+@pytest.mark.parametrize("name", ALL)
 def test_every_program_spill_count_agrees_between_profile_and_utilization(name):
     """VSTORE:SPILL / VLOAD:FILL column sums == the bundle profile's VMEM_SPILL/FILL_COUNT, per op."""
     dump = _dump(name)
@@ -267,7 +269,7 @@ def test_every_program_spill_count_agrees_between_profile_and_utilization(name):
     assert checked > 0 or name == "v6e_mlp_misc"
 
 
-@pytest.mark.parametrize("name", [n for n in ALL_WITH_TRAIN if n != "v6e_mlp_misc"])
+@pytest.mark.parametrize("name", [n for n in ALL if n != "v6e_mlp_misc"])
 def test_ops_cycles_follow_the_static_profile(name):
     dump = _dump(name)
     ops = dump.ops.set_index("name")

@@ -170,6 +170,15 @@ class DumpFile:
 
 
 @dataclass(frozen=True)
+class LloCompile:
+    """One compile found in a dump directory (libtpu appends every compile of a process to it)."""
+
+    timestamp_ns: int  # the TLP program's timestamp; the compile's other programs follow it
+    module_name: str  # HLO module, e.g. jit_train_step; '' when no file names it
+    n_files: int
+
+
+@dataclass(frozen=True)
 class UtilizationColumn:
     name: str  # MXU, VALU, VSTORE:SPILL, ...
     capacity: int  # slots (MXUs for MXU) per bundle, from the CAPACTIY header
@@ -287,7 +296,7 @@ class LloDump:
     """Everything parsed from one `--xla_jf_dump_to` directory. Tables follow the schemas above."""
 
     path: str
-    files: tuple[DumpFile, ...]
+    files: tuple[DumpFile, ...]  # the files of the compile read (see `compile`)
     ops: pd.DataFrame  # OPS: one row per HLO op, the table to join with trace ops
     bundle_profile: pd.DataFrame  # BUNDLE_PROFILE
     static_profile: pd.DataFrame  # STATIC_PROFILE
@@ -299,6 +308,8 @@ class LloDump:
     schedules: tuple[ScheduleAnalysis, ...] = ()
     register_pressure: tuple[RegisterPressure, ...] = ()
     vmem_report: VmemReport | None = None
+    compile: LloCompile | None = None  # the compile read; None when the directory has no TLP files
+    other_compiles: tuple[LloCompile, ...] = ()  # further compiles in the directory, not read
     warnings: list[str] = field(default_factory=list)
 
     @property

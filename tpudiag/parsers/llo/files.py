@@ -9,10 +9,11 @@ is everything between the timestamp and the last `-NN-`.
 
 from __future__ import annotations
 
+import bisect
 import re
 from pathlib import Path
 
-from tpudiag.model.llo import DumpFile
+from tpudiag.model.llo import DumpFile, LloCompile
 
 _INDEXED = re.compile(r"^(?P<ts>[0-9]+)-(?P<program>.+)-(?P<index>[0-9]{2,})-(?P<label>[^/]+?)\.(?:txt|html|csv)$")
 _TLP_HLO = re.compile(r"^(?P<ts>[0-9]+)-(?P<program>.+)-hlo\.txt$")
@@ -67,3 +68,45 @@ def read_text(path: Path, warnings: list[str]) -> str | None:
     if "\ufffd" in text:
         warnings.append(f"`{path.name}`: not UTF-8 text; undecodable bytes replaced")
     return text
+
+
+TOP_LEVEL = "TLP"
+_HLO_MODULE = re.compile(r"^HloModule ([^\s,]+)")
+_VMEM_MODULE = re.compile(r'"module_name":\s*"([^"\\]*)"')
+
+
+def group_compiles(files: list[DumpFile]) -> list[tuple[int, list[DumpFile]]]:
+    """Split a directory's files by compile: [(TLP timestamp, files)], oldest first.
+
+    libtpu stamps each LLO program when it is created; a compile creates its TLP first and its
+    fusions after it (seen in every fixture), so a file belongs to the last TLP stamped at or
+    before it. Files older than every TLP go with the first compile; without any TLP there is a
+    single group with timestamp 0.
+    """
+    stamps = sorted({f.timestamp_ns for f in files if f.program == TOP_LEVEL})
+    if not stamps:
+        return [(0, list(files))]
+    groups: list[list[DumpFile]] = [[] for _ in stamps]
+    for f in files:
+        groups[max(bisect.bisect_right(stamps, f.timestamp_ns) - 1, 0)].append(f)
+    return list(zip(stamps, groups))
+
+
+def module_name(files: list[DumpFile]) -> str:
+    """The HLO module of a compile, from `TLP-hlo.txt`'s first line or the VMEM report; '' if neither."""
+    for label, pattern, limit in (("hlo", _HLO_MODULE, 4096), ("vmem_report", _VMEM_MODULE, 1 << 16)):
+        for f in files:
+            if f.program == TOP_LEVEL and f.label == label:
+                try:
+                    with open(f.path, "rb") as handle:
+                        head = handle.read(limit).decode("utf-8", errors="replace")
+                except OSError:
+                    continue  # the parser reports unreadable files
+                m = pattern.search(head)
+                if m is not None:
+                    return m.group(1)
+    return ""
+
+
+def describe(stamp: int, files: list[DumpFile]) -> LloCompile:
+    return LloCompile(stamp, module_name(files), len(files))

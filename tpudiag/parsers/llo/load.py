@@ -12,10 +12,10 @@ from pathlib import Path
 
 from tpudiag.errors import InputError
 from tpudiag.model import llo
-from tpudiag.model.llo import DumpFile, LloDump
+from tpudiag.model.llo import DumpFile, LloCompile, LloDump
 from tpudiag.parsers.llo.bundle_profile import parse_bundle_profile
-from tpudiag.parsers.llo.files import (PARSED_LABELS, STATIC_PROFILE_SUFFIX, classify, is_known_label,
-                                       read_text)
+from tpudiag.parsers.llo.files import (PARSED_LABELS, STATIC_PROFILE_SUFFIX, classify, describe,
+                                       group_compiles, is_known_label, read_text)
 from tpudiag.parsers.llo.ops import build_ops
 from tpudiag.parsers.llo.register_pressure import MAX_LIVE_RANGES, parse_register_pressure
 from tpudiag.parsers.llo.schedule import parse_schedule
@@ -53,25 +53,44 @@ def _static_files(entries: list[Path], extra: Path | None, warnings: list[str]) 
     return sorted(set(found))
 
 
-def _newest_per_program_and_label(files: list[DumpFile], warnings: list[str]) -> list[DumpFile]:
-    """One file per (program, label): several compiles into one directory keep only the newest."""
-    groups: dict[tuple[str, str], list[DumpFile]] = defaultdict(list)
-    for f in files:
-        groups[(f.program, f.label)].append(f)
-    tlp_stamps = {f.timestamp_ns for f in files if f.program == "TLP"}
-    if len(tlp_stamps) > 1:
-        warnings.append(f"{len(tlp_stamps)} compiles dumped into one directory; for each program "
-                        "only the newest dump is read (use one directory per compile)")
-    return sorted((max(g, key=lambda f: (f.timestamp_ns, f.index)) for g in groups.values()),
-                  key=lambda f: (f.timestamp_ns, f.program, f.index))
+def _select_compile(root: Path, files: list[DumpFile], module: str | None,
+                    warnings: list[str]) -> tuple[LloCompile | None, tuple[LloCompile, ...], list[DumpFile]]:
+    """The compile to read (`module`'s newest, else the newest), the others, and its files."""
+    groups = group_compiles(files)
+    described = [(describe(stamp, group), group) for stamp, group in groups]
+    if module is not None:
+        candidates = [(c, g) for c, g in described if c.module_name == module]
+        if not candidates:
+            names = sorted({c.module_name or "<unnamed>" for c, _ in described})
+            raise InputError(f"no compile of module `{module}` in this dump", path=root,
+                             hint=f"modules here: {', '.join(names)}")
+    else:
+        candidates = described
+    chosen, chosen_files = candidates[-1]
+    others = tuple(c for c, _ in described if c is not chosen)
+    if others:
+        names = ", ".join(f"`{c.module_name or '<unnamed>'}`" for c, _ in described)
+        warnings.append(f"{len(described)} compiles in this directory ({names}); read "
+                        f"`{chosen.module_name or '<unnamed>'}`, the newest"
+                        + (" of that module" if module is not None else "; pass `module` to choose"))
+    # Within one compile a (program, label) pair is unique; keep the newest should it repeat.
+    unique: dict[tuple[str, str], DumpFile] = {}
+    for f in sorted(chosen_files, key=lambda f: (f.timestamp_ns, f.index)):
+        unique[(f.program, f.label)] = f
+    ordered = sorted(unique.values(), key=lambda f: (f.timestamp_ns, f.program, f.index))
+    return (chosen if groups[0][0] != 0 else None), others, ordered
 
 
-def load_llo_dump(path: str | Path, *, static_profile_dir: str | Path | None = None,
+def load_llo_dump(path: str | Path, *, module: str | None = None,
+                  static_profile_dir: str | Path | None = None,
                   max_live_ranges: int = MAX_LIVE_RANGES) -> LloDump:
     """Parse an LLO dump directory (`--xla_jf_dump_to`) into an `LloDump`.
 
-    Static-profile textprotos are looked for in the directory, its subdirectories and
-    `static_profile_dir` (`--xla_jf_dump_static_llo_profile_to`, when it is elsewhere).
+    A process appends every compile to the directory; one is read: the newest, or the newest of
+    HLO module `module` (e.g. `jit_train_step`). Static-profile textprotos are looked for in the
+    directory, its subdirectories and `static_profile_dir`
+    (`--xla_jf_dump_static_llo_profile_to`, when it is elsewhere). They carry no timestamp, so
+    with several compiles only those naming an op of the chosen compile are kept.
     """
     root = Path(path)
     warnings: list[str] = []
@@ -98,7 +117,7 @@ def load_llo_dump(path: str | Path, *, static_profile_dir: str | Path | None = N
         labels = sorted(unknown_labels)
         warnings.append(f"{sum(unknown_labels.values())} file(s) with pass labels not parsed: "
                         + ", ".join(labels[:8]) + (" ..." if len(labels) > 8 else ""))
-    files = _newest_per_program_and_label(classified, warnings)
+    compile_, others, files = _select_compile(root, classified, module, warnings)
 
     profile_rows, schedule_rows, spill_rows, slot_rows, vmem_rows = [], [], [], [], []
     utilization, schedules, pressure = [], [], []
@@ -143,6 +162,9 @@ def load_llo_dump(path: str | Path, *, static_profile_dir: str | Path | None = N
         text = read_text(p, warnings)
         if text is not None:
             static_rows += parse_static_profile(text, p.name, warnings)
+    if others:
+        known = {r["hlo"] for r in profile_rows} | {f.program for f in files}
+        static_rows = [r for r in static_rows if r["hlo"] in known]
     _resolve_hlos(spill_rows, slot_rows, trees)
     _check_static_duplicates(static_rows, warnings)
 
@@ -162,7 +184,8 @@ def load_llo_dump(path: str | Path, *, static_profile_dir: str | Path | None = N
                    static_profile=static_profile, spill_instructions=spills, spill_slots=slots,
                    schedule=schedule, vmem_allocations=vmem, utilization=tuple(utilization),
                    schedules=tuple(schedules), register_pressure=tuple(pressure),
-                   vmem_report=vmem_report, warnings=list(dict.fromkeys(warnings)))
+                   vmem_report=vmem_report, compile=compile_, other_compiles=others,
+                   warnings=list(dict.fromkeys(warnings)))
 
 
 def _resolve_hlos(spill_rows: list[dict], slot_rows: list[dict], trees: dict[str, RegionTree]) -> None:
