@@ -135,10 +135,12 @@ def _device_plane(space: XSpaceBuilder, design: CaptureDesign, chip: int) -> Non
     op_ids = _op_metadata(plane, design)
     texts = {op.name: op.text() for op in design.ops}
     ts = design.line_timestamp_ns
+    # Line order matters to XProf: it intersects each op line's steps with the step markers
+    # seen so far, so the Steps line must come first or every step is dropped.
+    steps_line = plane.line("Steps", 1, ts) if design.steps_line else None
     modules = plane.line("XLA Modules", 2, ts) if design.modules_line else None
     ops_line = plane.line("XLA Ops", 3, ts)
     async_line = plane.line("Async XLA Ops", 4, ts) if design.async_line else None
-    steps_line = plane.line("Steps", 1, ts) if design.steps_line else None
     module_md = plane.event_metadata(f"{design.module}({design.program_id})")
     t = 0
     for i in range(design.n_steps):
