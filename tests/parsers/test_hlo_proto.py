@@ -40,6 +40,8 @@ def test_proto_gives_the_same_program_as_the_text_of_the_same_executable(name):
     for key, expected in text.instructions.items():
         got = proto.instructions[key]
         for f in dataclasses.fields(expected):
+            if f.name == "called_computations" and expected.wrapped_opcode and expected.opcode == "async-start":
+                continue  # sugared text (`slice-start`) does not print the wrapped computation
             assert getattr(got, f.name) == getattr(expected, f.name), (key, f.name)
     assert proto.schedule == text.schedule  # from HloModuleProto.schedule, not instruction order
     assert proto.async_pairs == text.async_pairs

@@ -235,6 +235,8 @@ def test_tpu7x_sparsecore_offloads():
     assert sorted(p.family for p in pairs) == ["all-gather", "all-gather", "reduce-scatter", "reduce-scatter"]
     assert all(p.thread == "sparsecore" and p.start.endswith("call-start") for p in pairs)
     assert all(p.done == p.start.replace("call-start", "call-done") for p in pairs)
+    starts = [program.instruction(p.start) for p in pairs]
+    assert {(s.opcode, s.wrapped_opcode) for s in starts} == {("async-start", "call")}
     prepare = program.instruction("prepare_start_all-gather.7.cloned.1.call-start")
     assert prepare.opcode == "custom-call" and prepare.async_role == "" and prepare.collective_family == ""
 
@@ -412,7 +414,7 @@ def test_older_text_forms_and_sync_all_reduce(tmp_path):
 }
 
 ENTRY %main (p: f32[8,128]) -> f32[8,128] {
-  %p = f32[8,128]{1,0:T(8,128)} parameter(0), metadata={op_name="x" source_file="/src/model.py" source_line=42}
+  %p = f32[8,128]{1,0:T(8,128)} parameter(0), metadata={op_name="p[\\'w1\\']" source_file="/src/model.py" source_line=42}
   %ar = f32[8,128]{1,0:T(8,128)} all-reduce(f32[8,128]{1,0:T(8,128)} %p), replica_groups={{0,1},{2,3}}, to_apply=%sum, backend_config="{\\"window_config\\":{\\"estimated_cycles\\":\\"12\\"}}"
   ROOT %cp = f32[8,128]{1,0:T(8,128)} collective-permute(%ar), source_target_pairs={{0,1},{1,0}}
 }
@@ -421,6 +423,7 @@ ENTRY %main (p: f32[8,128]) -> f32[8,128] {
     path.write_text(text)
     program = load_hlo_dump(path).programs[0]  # a single file is accepted too
     assert (program.instruction("p").source_file, program.instruction("p").source_line) == ("/src/model.py", 42)
+    assert program.instruction("p").op_name == "p['w1']"  # XLA escapes quotes C-style: `\'`
     ar = program.instruction("ar")
     assert ar.operands == ("p",) and ar.called_computations == ("sum",)
     assert (ar.collective_family, ar.async_role) == ("all-reduce", "")
@@ -428,3 +431,23 @@ ENTRY %main (p: f32[8,128]) -> f32[8,128] {
     assert program.instruction("cp").collective_family == "collective-permute"
     assert program.instruction("add", "sum").operands == ("a", "b")
     assert program.async_pairs == ()
+
+
+def test_async_sugar_is_read_as_async_start_wrapping_the_op():
+    """v5e prefetches slices of a big parameter as `slice-start`/`slice-done` (seen in a
+    transformer-block train step): printer sugar for async-start/-done wrapping `slice`, which is
+    how the proto of the same module states it."""
+    text = """HloModule m, is_scheduled=true
+
+ENTRY %main (p: bf16[4,512,1024]) -> bf16[1,512,1024] {
+  %p = bf16[4,512,1024]{2,1,0:T(8,128)(2,1)} parameter(0)
+  %slice-start = ((bf16[4,512,1024]{2,1,0:T(8,128)(2,1)}), bf16[1,512,1024]{2,1,0:T(8,128)(2,1)S(1)}, s32[]{:S(2)}) slice-start(%p), slice={[0:1], [0:512], [0:1024]}
+  ROOT %slice-done = bf16[1,512,1024]{2,1,0:T(8,128)(2,1)S(1)} slice-done(%slice-start)
+}
+"""
+    program = parse_hlo_text(text)
+    start, done = program.instruction("slice-start"), program.instruction("slice-done")
+    assert (start.opcode, start.wrapped_opcode, start.async_role) == ("async-start", "slice", "start")
+    assert (done.opcode, done.wrapped_opcode, done.async_role) == ("async-done", "slice", "done")
+    (pair,) = program.async_pairs
+    assert (pair.kind, pair.family, pair.adjacent) == ("slice", "", True)

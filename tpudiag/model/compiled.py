@@ -87,7 +87,7 @@ class Instruction:
 
     computation: str
     name: str  # without the leading %
-    opcode: str
+    opcode: str  # canonical: text sugar such as `slice-start` is read as async-start wrapping slice
     shape_text: str  # as written, layout included
     shape: Shape | None  # None when the shape text could not be parsed (a warning says so)
     operands: tuple[str, ...]
@@ -108,6 +108,7 @@ class Instruction:
     collective_family: str = ""  # all-gather, all-reduce, reduce-scatter, ...; '' for non-collectives
     async_role: str = ""  # 'start', 'done' or ''
     is_continuation: bool = False  # v5e async_collective_fusion: compute that also advances a collective
+    wrapped_opcode: str = ""  # for async-start/-update/-done: the op run asynchronously (slice, call, ...)
 
     @property
     def logical_bytes(self) -> int:

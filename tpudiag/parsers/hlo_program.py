@@ -36,6 +36,26 @@ COLLECTIVE_OPCODES = frozenset({
     "collective-broadcast", "send", "send-done", "recv", "recv-done",
 })
 
+# Opcodes XLA itself has for async work. Any other `X-start` / `X-update` / `X-done` in HLO text is
+# printer sugar for async-start/-update/-done wrapping a one-instruction computation running X
+# (`slice-start` on v5e, `call-start` on some TPU7x builds); both parsers canonicalise to these.
+NATIVE_ASYNC_OPCODES = frozenset({
+    "all-gather-start", "all-gather-done", "all-reduce-start", "all-reduce-done",
+    "collective-permute-start", "collective-permute-done", "copy-start", "copy-done",
+    "async-start", "async-update", "async-done", "send", "send-done", "recv", "recv-done",
+})
+
+
+def canonical_opcode(opcode: str) -> tuple[str, str]:
+    """(opcode, wrapped opcode) for an opcode as printed: `slice-start` -> ('async-start', 'slice')."""
+    if opcode in NATIVE_ASYNC_OPCODES:
+        return opcode, ""
+    for suffix in ("-start", "-update", "-done"):
+        if opcode.endswith(suffix) and len(opcode) > len(suffix):
+            return "async" + suffix, opcode[: -len(suffix)]
+    return opcode, ""
+
+
 # Instructions that cost nothing at run time: they do not count as work between an async start
 # and its done, and the pairing walks through them from a done back to its start.
 FREE_OPCODES = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "after-all"})
@@ -107,20 +127,30 @@ def finish_program(program: CompiledProgram) -> CompiledProgram:
                     return fam
         return ""
 
+    roots = {c.name: program.instructions.get((c.name, c.root)) for c in program.computations.values()}
     for key, inst in list(program.instructions.items()):
         cycles, source = backend_cycles(inst.backend_config)
         continuation = _is_continuation(inst)
         role = _async_role(inst)
+        wrapped = inst.wrapped_opcode
+        if not wrapped and inst.opcode.startswith("async-") and inst.called_computations:
+            root = roots.get(inst.called_computations[0])
+            wrapped = root.opcode if root is not None else ""
+        inst = dataclasses.replace(inst, wrapped_opcode=wrapped)
         program.instructions[key] = dataclasses.replace(
             inst, estimated_cycles=cycles, cycles_source=source, is_continuation=continuation,
             async_role=role, collective_family=_family(inst, continuation, role, family_in_body))
     program.async_pairs = tuple(_pair_async(program))
-    # A done often names nothing but its start (v5e: `async-collective-done`): take the start's family.
+    # A done often names nothing but its start (v5e: `async-collective-done`, an async-done
+    # without its wrapped computation): take the start's family and wrapped opcode.
     for pair in program.async_pairs:
+        start = program.instructions[(pair.computation, pair.start)]
         done = program.instructions[(pair.computation, pair.done)]
-        if pair.family and done.collective_family in ("", "collective"):
+        family = pair.family if pair.family and done.collective_family in ("", "collective") else done.collective_family
+        wrapped = done.wrapped_opcode or start.wrapped_opcode
+        if (family, wrapped) != (done.collective_family, done.wrapped_opcode):
             program.instructions[(pair.computation, pair.done)] = dataclasses.replace(
-                done, collective_family=pair.family)
+                done, collective_family=family, wrapped_opcode=wrapped)
     return program
 
 
@@ -129,6 +159,8 @@ def _family(inst: Instruction, continuation: bool, role: str, family_in_body) ->
         return ""  # compute that carries a collective step; the collective is its start/done
     if inst.opcode in COLLECTIVE_OPCODES:
         return collective_family(inst.opcode)
+    if inst.wrapped_opcode in COLLECTIVE_OPCODES:  # e.g. async-start wrapping reduce-scatter
+        return collective_family(inst.wrapped_opcode)
     if inst.opcode not in ("fusion", "async-start", "async-done", "call") or (
             inst.opcode == "call" and not role):
         return ""
@@ -184,7 +216,7 @@ def _find_start(done: str, insts: dict[str, Instruction], starts: set[str]) -> s
         if name in starts:
             return name
         inst = insts[name]
-        if inst.opcode in FREE_OPCODES or inst.is_continuation:
+        if inst.opcode in FREE_OPCODES or inst.is_continuation or inst.opcode == "async-update":
             queue.extend(inst.operands)
     return None
 
@@ -192,7 +224,7 @@ def _find_start(done: str, insts: dict[str, Instruction], starts: set[str]) -> s
 def _pair_kind(start: Instruction) -> str:
     if start.opcode == "copy-start":
         return "copy"
-    if start.opcode == "slice-start":
+    if start.wrapped_opcode == "slice":
         return "slice"
     if start.collective_family:
         return "collective"

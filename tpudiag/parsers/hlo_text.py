@@ -17,7 +17,6 @@ becomes a warning on the program and the rest is kept.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from tpudiag.model.compiled import (
     Instruction,
     MemorySpaceUsage,
 )
-from tpudiag.parsers.hlo_program import computation_from, finish_program
+from tpudiag.parsers.hlo_program import canonical_opcode, computation_from, finish_program
 from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
 
 HLO_SUFFIX = ".after_optimizations.txt"
@@ -248,7 +247,7 @@ def _parse_instruction(line: str, computation: str, position: int) -> tuple[Inst
     m = _OPCODE.match(line, shape_end)
     if m is None:
         raise _LineError(f"no opcode after the shape of `{head.group('name')}`")
-    opcode = m.group("op")
+    opcode, wrapped = canonical_opcode(m.group("op"))
     close = _matching(line, m.end() - 1)
     if close < 0:
         raise _LineError(f"unclosed operand list of `{head.group('name')}`")
@@ -277,7 +276,7 @@ def _parse_instruction(line: str, computation: str, position: int) -> tuple[Inst
         source_line=_int(meta.get("source_line")), backend_config=_backend_config(attrs.get("backend_config", "")),
         async_execution_thread=_unquote(attrs.get("async_execution_thread", "")),
         frontend_attributes=frontend, is_root=bool(head.group("root")), position=position,
-        parameter_number=param_number)
+        parameter_number=param_number, wrapped_opcode=wrapped)
     return inst, _int(meta.get("stack_frame_id"), default=None)
 
 
@@ -355,13 +354,15 @@ def _parse_braced(text: str) -> dict[str, str]:
     return {m.group(1): m.group(2).rstrip(",") for m in _META_ITEM.finditer(text)}
 
 
+_ESCAPE = re.compile(r"\\(.)")
+_ESCAPED = {"n": "\n", "t": "\t", "r": "\r"}
+
+
 def _unquote(value: str) -> str:
+    """A quoted HLO string's content. XLA escapes C-style (`\\'` too, which JSON lacks)."""
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] == '"':
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value[1:-1]
+        return _ESCAPE.sub(lambda m: _ESCAPED.get(m.group(1), m.group(1)), value[1:-1])
     return value
 
 
