@@ -4,7 +4,8 @@ The capture: 2 v6e chips x 834 steps x 1,200 ops = 2,001,600 `XLA Ops` events (~
 size used in shared/reference/xprof-trace-format.md §8. It is generated once into
 benchmarks/out/ (ignored by git) and reused.
 
-Each tool runs in its own process, measured with GNU time's maximum resident set size:
+Each tool runs in its own process; memory is the peak of the resident set summed over the process
+and its workers, sampled every 50 ms from /proc:
 - `tpudiag report --format json FILE`
 - `xprof get_hlo_stats RUN_DIR --bypass_cache` on a copy of the run directory, cold (xprof caches
   its converted OpStats next to the trace and its CLI results in $TMPDIR; both are removed first).
@@ -52,16 +53,45 @@ def make_capture(run_dir: Path) -> Path:
     return path
 
 
+def _tree_rss_kb(root: int) -> int:
+    """Resident memory of a process and all its descendants, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+        m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+        rss[int(entry.name)] = int(m.group(1)) if m else 0
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS GB, exit code) of one command under GNU time."""
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
-        t0 = time.perf_counter()
-        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf.name, *cmd], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
-        wall = time.perf_counter() - t0
-        text = Path(tf.name).read_text()
-    kb = int(re.findall(r"^(\d+)$", text, re.M)[-1])
-    return wall, kb / 1e6, proc.returncode
+    """(wall seconds, peak RSS GB summed over the process tree, exit code) of one command.
+
+    Worker processes run at the same time as their parent, so the peak of the tree's sum is what
+    the machine must hold; GNU time's maximum would report only the largest single process.
+    """
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, **(env or {})})
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss_kb(proc.pid))
+        time.sleep(0.05)
+    wall = time.perf_counter() - t0
+    return wall, peak / 1e6, proc.returncode
 
 
 def main() -> None:
