@@ -143,7 +143,15 @@ def test_findings_are_matched_by_rule_and_ops(runs):
     assert [f.rule for f in d.findings_resolved] == ["spill"]
     [kept] = d.findings_persisting
     assert (kept.base.saving_ps, kept.new.saving_ps) == (500 * US, 300 * US)
+    assert kept.saving_changed
     assert d.has_changes
+
+
+def test_a_finding_whose_saving_only_jitters_is_not_a_change(runs):
+    base = [_finding("exposed-collective", ("all-reduce.1",), 500 * US)]
+    new = [_finding("exposed-collective", ("all-reduce.1",), 501 * US)]  # +0.2 %: noise
+    [kept] = diff_analyses(runs["base"], runs["noise"], base, new).findings_persisting
+    assert not kept.saving_changed
 
 
 def test_without_findings_they_are_not_compared(runs):

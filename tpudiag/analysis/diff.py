@@ -135,6 +135,7 @@ class FindingChange:
 
     base: FindingRef
     new: FindingRef
+    saving_changed: bool = False  # beyond min_relative of the base saving and min_step_share of the step
 
 
 @dataclass(frozen=True)
@@ -318,12 +319,16 @@ def _finding_key(f: FindingRef) -> tuple:
     return (f.rule, f.host, tuple(sorted(f.ops)))
 
 
-def _compare_findings(base: Sequence[Finding], new: Sequence[Finding]):
+def _compare_findings(base: Sequence[Finding], new: Sequence[Finding], options: NoiseOptions, min_abs_ps: float):
     b = {_finding_key(r): r for r in map(_ref, base)}
     n = {_finding_key(r): r for r in map(_ref, new)}
     appeared = tuple(n[k] for k in n if k not in b)
     resolved = tuple(b[k] for k in b if k not in n)
-    persisting = tuple(FindingChange(b[k], n[k]) for k in n if k in b)
+
+    def moved(x: FindingRef, y: FindingRef) -> bool:
+        return abs(y.saving_ps - x.saving_ps) > max(options.min_relative * x.saving_ps, min_abs_ps)
+
+    persisting = tuple(FindingChange(b[k], n[k], moved(b[k], n[k])) for k in n if k in b)
     return appeared, resolved, persisting
 
 
@@ -415,8 +420,8 @@ def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding
     families.sort(key=lambda c: (-abs(c.change.delta_ps), c.name))
 
     rules_run = base_findings is not None and new_findings is not None
-    appeared, resolved, persisting = _compare_findings(base_findings or (), new_findings or ()) if rules_run \
-        else ((), (), ())
+    appeared, resolved, persisting = (_compare_findings(base_findings or (), new_findings or (), options, min_abs)
+                                      if rules_run else ((), (), ()))
     return Diff(base_input=base.profile.input_path, new_input=new.profile.input_path, base_run=base.profile.run,
                 new_run=new.profile.run, options=options, step_time=step_time, breakdown=tuple(breakdown),
                 collectives=tuple(families), ops=tuple(op_changes),

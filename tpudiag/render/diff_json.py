@@ -45,7 +45,8 @@ def diff_to_dict(diff: Diff) -> dict:
         "findings_compared": diff.findings_rules_run,
         "findings_appeared": [dataclasses.asdict(f) for f in diff.findings_appeared],
         "findings_resolved": [dataclasses.asdict(f) for f in diff.findings_resolved],
-        "findings_persisting": [{"base": dataclasses.asdict(p.base), "new": dataclasses.asdict(p.new)}
+        "findings_persisting": [{"base": dataclasses.asdict(p.base), "new": dataclasses.asdict(p.new),
+                                 "saving_changed": p.saving_changed}
                                 for p in diff.findings_persisting],
         "warnings": list(diff.warnings),
     }

@@ -19,7 +19,10 @@ def _named(title: str, rows: tuple[NamedChange, ...]) -> list[str]:
 
 
 def render_diff_markdown(diff: Diff, top: int = 25) -> str:
-    out = [f"# Diff: {code(diff.base_run or diff.base_input)} → {code(diff.new_run or diff.new_input)}", ""]
+    same_run = diff.base_run == diff.new_run and diff.base_input != diff.new_input
+    base_label, new_label = ((diff.base_input, diff.new_input) if same_run or not diff.base_run
+                             else (diff.base_run, diff.new_run))
+    out = [f"# Diff: {code(base_label)} → {code(new_label)}", ""]
     out += [f"- Base: {code(diff.base_input)}", f"- New: {code(diff.new_input)}", ""]
     st = diff.step_time
     if st is None:
@@ -55,7 +58,7 @@ def render_diff_markdown(diff: Diff, top: int = 25) -> str:
         for title, refs in (("Appeared", diff.findings_appeared), ("Went away", diff.findings_resolved)):
             out.append(f"- {title}: {len(refs)}")
             out += [f"  - {text(f.rule)} ({text(f.code)}, {text(f.severity)}): {prose(f.message)}" for f in refs]
-        moved = [p for p in diff.findings_persisting if p.base.saving_ps != p.new.saving_ps]
+        moved = [p for p in diff.findings_persisting if p.saving_changed]
         for p in moved:
             out.append(f"- Still present, saving changed: {text(p.new.rule)} ({', '.join(code(o) for o in p.new.ops)}) "
                        f"{fmt_time(p.base.saving_ps)} → {fmt_time(p.new.saving_ps)} "

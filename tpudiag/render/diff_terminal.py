@@ -76,7 +76,7 @@ def render_diff_terminal(diff: Diff, console: Console, top: int = 15) -> None:
             console.print(Text(f"{title}: {len(refs)}", style="bold"))
             for f in refs:
                 console.print(Text(f"  [{f.severity}] {f.rule} ({f.code}) {f.message}"))
-        moved = [p for p in diff.findings_persisting if p.base.saving_ps != p.new.saving_ps]
+        moved = [p for p in diff.findings_persisting if p.saving_changed]
         if moved:
             console.print(Text("Findings in both runs whose estimated saving changed", style="bold"))
             for p in moved:

@@ -1,0 +1,143 @@
+"""`tpudiag diff` and `tpudiag check` as a user runs them: outputs, snapshots and exit codes 0/1/2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.analysis.diff_designs import design, write
+from tests.conftest import REPO
+from tests.snapshot_util import assert_snapshot, normalise
+
+EXAMPLE = REPO / "examples" / "captures" / "train_v6e_4chip"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_COLOR": "1"})
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("captures")
+    return {
+        "root": root,
+        "base": write(root, "base", design(seed=1)),
+        "noise": write(root, "noise", design(seed=2)),  # ±1 % jitter only
+        "slow": write(root, "slow", design(seed=3, scale={"fusion.1": 1.2})),  # matmul 20 % slower
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# diff
+
+
+def test_diff_of_the_example_with_itself_matches_its_snapshot():
+    proc = run("diff", str(EXAMPLE), str(EXAMPLE), "--format", "md")
+    assert proc.returncode == 0, proc.stderr
+    assert "None of the 19 ops found in both runs changed beyond noise." in proc.stdout
+    assert_snapshot(normalise(proc.stdout, {str(EXAMPLE): "<example>"}), "diff_example_self.md")
+
+
+def test_diff_of_a_planted_slowdown_matches_its_snapshot(captures):
+    proc = run("diff", str(captures["base"]), str(captures["slow"]), "--format", "md")
+    assert proc.returncode == 0, proc.stderr
+    assert_snapshot(normalise(proc.stdout, {str(captures["root"]): "<tmp>"}), "diff_planted_slowdown.md")
+
+
+def test_diff_json_against_itself_has_no_changes():
+    proc = run("diff", str(EXAMPLE), str(EXAMPLE), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["has_changes"] is False
+    assert doc["step_time"]["verdict"] == "within noise" and doc["step_time"]["delta_ps"] == 0
+    assert doc["findings_compared"] is True and doc["findings_appeared"] == []
+    assert "noise band" in doc["noise"]["rule"]
+
+
+def test_diff_json_reports_the_planted_op_with_sign_and_size(captures):
+    proc = run("diff", str(captures["base"]), str(captures["slow"]), "--format", "json")
+    doc = json.loads(proc.stdout)
+    changed = [o for o in doc["ops"] if o["significant"]]
+    assert [o["name"] for o in changed] == ["fusion.1"]
+    assert changed[0]["verdict"] == "slower" and changed[0]["relative"] == pytest.approx(0.2, abs=0.01)
+    assert doc["step_time"]["verdict"] == "slower"
+
+
+def test_diff_terminal_says_within_noise_for_jitter(captures):
+    proc = run("diff", str(captures["base"]), str(captures["noise"]))
+    assert proc.returncode == 0, proc.stderr
+    assert "within noise" in proc.stdout and "No op changed beyond noise (3 matched)" in proc.stdout
+    assert "noise band" in proc.stdout
+
+
+def test_diff_with_a_missing_capture_is_an_input_error(tmp_path):
+    proc = run("diff", str(EXAMPLE), str(tmp_path / "missing"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# check: exit codes
+
+
+def test_check_passes_by_default_when_no_finding_is_high():
+    proc = run("check", str(EXAMPLE))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "check passed" in proc.stdout
+
+
+def test_check_fails_on_findings_at_or_above_fail_on():
+    proc = run("check", str(EXAMPLE), "--fail-on", "low", "--format", "json")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert doc["result"] == "fail" and doc["exit_code"] == 1
+    assert doc["checks"][0]["name"] == "findings" and not doc["checks"][0]["passed"]
+
+
+def test_check_fails_on_a_planted_regression_beyond_max_regression(captures):
+    proc = run("check", str(captures["slow"]), "--baseline", str(captures["base"]), "--max-regression", "5",
+               "--format", "json")
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    [step] = doc["checks"]
+    assert step["name"] == "step-time-regression" and not step["passed"]
+    assert doc["step_time"]["relative"] == pytest.approx(0.128, abs=0.015)
+
+
+def test_check_passes_a_regression_under_the_allowed_percentage(captures):
+    proc = run("check", str(captures["slow"]), "--baseline", str(captures["base"]), "--max-regression", "20")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_check_passes_noise_even_with_a_zero_budget(captures):
+    # 0 % allowed, but a ±1 % jitter stays inside the noise band: not a regression.
+    proc = run("check", str(captures["noise"]), "--baseline", str(captures["base"]), "--max-regression", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "pass  step-time-regression" in proc.stdout
+
+
+def test_check_a_faster_run_passes(captures):
+    proc = run("check", str(captures["base"]), "--baseline", str(captures["slow"]), "--max-regression", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-regression", "5"], "--max-regression needs --baseline"),
+    (["--fail-on", "catastrophic"], "unknown severity"),
+])
+def test_check_usage_errors_exit_2(args, message):
+    proc = run("check", str(EXAMPLE), *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_check_on_a_missing_capture_exits_2(tmp_path):
+    proc = run("check", str(tmp_path / "nope"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ")
