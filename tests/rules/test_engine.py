@@ -84,3 +84,23 @@ def test_registry_is_sorted_and_unique():
     codes = [r.code for r in RULES]
     assert codes == sorted(codes) and len(set(codes)) == len(codes)
     assert len({r.name for r in RULES}) == len(RULES)
+
+
+def test_severity_scale_boundaries_and_cap():
+    from tpudiag.rules.base import SeverityScale
+
+    scale = SeverityScale(high_share=0.15, medium_share=0.03)
+    assert scale.of(0.15, Severity.HIGH) == Severity.HIGH
+    assert scale.of(0.1499, Severity.HIGH) == Severity.MEDIUM
+    assert scale.of(0.03, Severity.HIGH) == Severity.MEDIUM
+    assert scale.of(0.0299, Severity.HIGH) == Severity.LOW
+    assert scale.of(0.5, Severity.MEDIUM) == Severity.MEDIUM  # a rule's own severity caps its findings
+
+
+def test_a_dominant_problem_is_high_severity(tmp_path: Path):
+    # The synchronous all-reduce stretched to 2 ms of a 10 ms step: 20 % exposed, above 15 %.
+    def schedule(chip, step):
+        return [sc.Placed("fusion.1", 0, 3000 * sc.US), sc.Placed("all-reduce.4", 3000 * sc.US, 2000 * sc.US)]
+
+    findings, _ = run_rules(sc.analyse(sc.design(sc.COLLECTIVE_OPS, schedule), tmp_path))
+    assert [(f.rule, f.severity) for f in findings] == [("exposed-collective", Severity.HIGH)]

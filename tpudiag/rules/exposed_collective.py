@@ -58,7 +58,8 @@ Options
 - `exposed_threshold` (0.1): covered fraction at or below which a window is exposed.
 - `min_exposed_fraction` (0.01): report synchronous collectives, or async windows, only when their
   exposed time per step is at least this fraction of the step time.
-- `high_share` (0.10): saving, as a fraction of the step, from which a finding is high severity.
+- `high_share` (0.15): saving, as a fraction of the step, from which a finding is high severity
+  (XProf's overview calls a step highly bound from 15 %, moderately from 3 %).
 - `medium_share` (0.03): saving fraction from which a finding is medium severity.
 - `max_evidence_rows` (5): ops listed as evidence per finding (families and the two worst steps
   are always listed).
@@ -92,7 +93,7 @@ class Options:
     hidden_threshold: float = 0.9
     exposed_threshold: float = 0.1
     min_exposed_fraction: float = 0.01
-    high_share: float = 0.10
+    high_share: float = 0.15
     medium_share: float = 0.03
     max_evidence_rows: int = 5
 

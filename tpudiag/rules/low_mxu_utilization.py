@@ -47,12 +47,14 @@ a loop fusion is not recognised unless the category or name says so.
 
 Options
 -------
-- `low_utilization` (0.5): flag ops whose FLOP utilization is below this.
-- `target_utilization` (0.7): utilization a well-shaped matmul reaches; savings are measured
-  against it.
+- `low_utilization` (0.5): flag ops whose FLOP utilization is below this (XProf's smart
+  suggestions call MXU utilization low below 50 %).
+- `target_utilization` (0.7): utilization a well-shaped matmul reaches (XProf: high above 70 %);
+  savings are measured against it.
 - `min_time_share` (0.02): ignore ops taking less than this share of device time.
 - `max_findings` (5): report at most this many ops, largest saving first.
-- `high_share` (0.10): saving, as a fraction of the step, from which a finding is high severity.
+- `high_share` (0.15): saving, as a fraction of the step, from which a finding is high severity
+  (XProf's overview calls a step highly bound from 15 %, moderately from 3 %).
 - `medium_share` (0.03): saving fraction from which a finding is medium severity.
 """
 
@@ -81,7 +83,7 @@ class Options:
     target_utilization: float = 0.7
     min_time_share: float = 0.02
     max_findings: int = 5
-    high_share: float = 0.10
+    high_share: float = 0.15
     medium_share: float = 0.03
 
     def __post_init__(self):

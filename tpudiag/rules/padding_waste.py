@@ -45,7 +45,8 @@ Options
 - `min_padding_fraction` (0.1): ignore results whose padding is below this share of padded bytes.
 - `min_time_share` (0.01): ignore ops taking less than this share of device time.
 - `max_findings` (5): report at most this many ops, largest saving first.
-- `high_share` (0.10): saving, as a fraction of the step, from which a finding is high severity.
+- `high_share` (0.15): saving, as a fraction of the step, from which a finding is high severity
+  (XProf's overview calls a step highly bound from 15 %, moderately from 3 %).
 - `medium_share` (0.03): saving fraction from which a finding is medium severity.
 """
 
@@ -68,7 +69,7 @@ class Options:
     min_padding_fraction: float = 0.1
     min_time_share: float = 0.01
     max_findings: int = 5
-    high_share: float = 0.10
+    high_share: float = 0.15
     medium_share: float = 0.03
 
     def __post_init__(self):

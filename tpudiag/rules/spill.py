@@ -40,7 +40,8 @@ Options
 -------
 - `min_spills` (1): report ops with at least this many spills plus fills.
 - `max_findings` (5): report at most this many ops.
-- `high_share` (0.10): saving, as a fraction of the step, from which a finding is high severity.
+- `high_share` (0.15): saving, as a fraction of the step, from which a finding is high severity
+  (XProf's overview calls a step highly bound from 15 %, moderately from 3 %).
 - `medium_share` (0.03): saving fraction from which a finding is medium severity.
 """
 
@@ -64,7 +65,7 @@ NAME = "spill"
 class Options:
     min_spills: int = 1
     max_findings: int = 5
-    high_share: float = 0.10
+    high_share: float = 0.15
     medium_share: float = 0.03
 
     def __post_init__(self):
