@@ -451,3 +451,21 @@ ENTRY %main (p: bf16[4,512,1024]) -> bf16[1,512,1024] {
     assert (done.opcode, done.wrapped_opcode, done.async_role) == ("async-done", "slice", "done")
     (pair,) = program.async_pairs
     assert (pair.kind, pair.family, pair.adjacent) == ("slice", "", True)
+
+
+def test_unpaired_async_ops_and_duplicate_names_warn():
+    text = """HloModule m, is_scheduled=true
+
+ENTRY %main (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0:T(256)} parameter(0)
+  %cs = (f32[8]{0:T(256)S(1)}, f32[8]{0:T(256)}, u32[]{:S(2)}) copy-start(%p)
+  %p = f32[8]{0:T(256)} parameter(0)
+  ROOT %cd = f32[8]{0:T(256)S(1)} copy-done(%p)
+}
+"""
+    program = parse_hlo_text(text, "pairs.txt")
+    assert program.async_pairs == ()
+    assert any("second instruction named `p`" in w for w in program.warnings)
+    assert any("`cd`" in w and "no start" in w for w in program.warnings)
+    assert any("`cs`" in w and "no done" in w for w in program.warnings)
+    assert all(w.startswith("`pairs.txt`") for w in program.warnings)

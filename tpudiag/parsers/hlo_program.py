@@ -189,7 +189,8 @@ def _pair_async(program: CompiledProgram) -> list[AsyncPair]:
                 continue
             start = _find_start(name, insts, starts)
             if start is None:
-                program.warnings.append(f"async done `{name}` in `{comp_name}` has no start it depends on")
+                program.warnings.append(
+                    f"`{program.path}`: async done `{name}` in `{comp_name}` has no start it depends on")
                 continue
             paired.add(start)
             s = insts[start]
@@ -200,7 +201,7 @@ def _pair_async(program: CompiledProgram) -> list[AsyncPair]:
                 family=s.collective_family, start_position=s.position, done_position=inst.position,
                 scheduled_between=work, thread=s.async_execution_thread))
         for start in sorted(starts - paired, key=lambda n: insts[n].position):
-            program.warnings.append(f"async start `{start}` in `{comp_name}` has no done")
+            program.warnings.append(f"`{program.path}`: async start `{start}` in `{comp_name}` has no done")
     return pairs
 
 

@@ -65,11 +65,15 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
     if root.is_file():
         program = load_hlo_text(root)
         return CompiledDump(path=str(root), programs=[program])
-    hlo_files = sorted(p for p in root.iterdir() if p.is_file() and p.name.endswith(HLO_SUFFIX))
+    try:
+        entries = sorted(root.iterdir())
+    except OSError as exc:
+        raise InputError(f"cannot list directory ({exc.strerror or exc})", path=root) from exc
+    hlo_files = [p for p in entries if p.is_file() and p.name.endswith(HLO_SUFFIX)]
     if not hlo_files:
         raise InputError(f"no `*{HLO_SUFFIX}` files: not an XLA dump directory", path=root,
                          hint="compile with XLA_FLAGS=--xla_dump_to=DIR and pass that DIR")
-    targets = {p.name[: -len(TARGET_SUFFIX)]: p for p in root.iterdir() if p.name.endswith(TARGET_SUFFIX)}
+    targets = {p.name[: -len(TARGET_SUFFIX)]: p for p in entries if p.name.endswith(TARGET_SUFFIX)}
     dump = CompiledDump(path=str(root), programs=[])
     errors: list[InputError] = []
     for hlo in hlo_files:
@@ -152,6 +156,7 @@ class _ModuleParser:
             name = m.group("name")
             is_entry = bool(m.group("entry"))
             comp_insts: list[Instruction] = []
+            seen: set[str] = set()
             i += 1
             closed = False
             while i < n:
@@ -162,7 +167,10 @@ class _ModuleParser:
                     break
                 if body.strip():
                     inst = self._instruction(body, name, len(comp_insts), i + 1)
-                    if inst is not None:
+                    if inst is not None and inst.name in seen:
+                        self.warn(f"line {i + 1}: second instruction named `{inst.name}` in `{name}` skipped")
+                    elif inst is not None:
+                        seen.add(inst.name)
                         comp_insts.append(inst)
                 i += 1
             if not closed:
