@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
@@ -200,3 +202,50 @@ def test_schedule_from_the_hlo_proto_a_capture_embeds(tmp_path: Path):
     assert f.saving.ps == 310 * US
     rows = {e.subject: dict(e.values) for e in f.evidence}
     assert rows["async-collective-start"]["schedule"] == "2 ops scheduled inside"
+
+
+def test_multi_host_saving_is_the_worst_core_of_any_host(tmp_path: Path):
+    # Two hosts of 2 chips each; host1's all-reduce takes 1,200 µs: the step waits for it.
+    def slow_host_schedule(chip, step):
+        return [p if p.op != "all-reduce.4" else sc.Placed(p.op, p.offset_ps, 1200 * US)
+                for p in sc.exposed_collectives_schedule(chip, step)]
+
+    run = tmp_path / "plugins" / "profile" / "run"
+    from tpudiag.writers.tpu_design import write_capture
+
+    write_capture(sc.exposed_collectives(), run)
+    write_capture(sc.design(sc.COLLECTIVE_OPS, slow_host_schedule, hostname="host1", first_chip=2), run)
+    from tpudiag.analysis.profile_analysis import analyze
+    from tpudiag.parsers.capture import load_capture
+
+    findings = _run(analyze(load_capture(run, jobs=1)))
+    sync = next(f for f in findings if f.message.startswith("synchronous"))
+    assert sync.saving.ps == 1200 * US and sync.host == ""
+    async_ = next(f for f in findings if f.message.startswith("async"))
+    assert async_.saving.ps == 830 * US and "36 windows" in async_.message
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(gaps=st.lists(st.integers(0, 400), min_size=3, max_size=3), inside=st.integers(0, 900),
+       done=st.integers(1, 500))
+def test_window_invariants(tmp_path_factory, gaps, inside, done):
+    """For any placement: covered + exposed = span, 0 <= ratio <= 1, savings never exceed the step."""
+
+    def schedule(chip, step):
+        t = gaps[0] * US
+        out = [sc.Placed("all-gather-start.1", t, 10 * US)]
+        t += 10 * US + gaps[1] * US
+        if inside:
+            out.append(sc.Placed("fusion.1", t, inside * US))
+            t += inside * US
+        out.append(sc.Placed("all-gather-done.1", t + gaps[2] * US, done * US))
+        return out
+
+    analysis = sc.analyse(sc.design(sc.COLLECTIVE_OPS, schedule), tmp_path_factory.mktemp("w"))
+    w = collective_windows(analysis)
+    assert len(w) == 6
+    assert (w["covered_ps"] + w["exposed_ps"] == w["span_ps"]).all()
+    assert w["overlap_ratio"].between(0, 1).all()
+    assert (w["covered_ps"] == inside * US).all()
+    for f in _run(analysis, min_exposed_fraction=0.0):
+        assert 0 < f.saving.ps <= sc.STEP
