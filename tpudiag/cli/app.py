@@ -66,7 +66,7 @@ def report(
     = None,
     ignore: Annotated[list[str] | None, typer.Option(help="Do not run these rules (names or codes)")] = None,
     config: Annotated[Path | None, typer.Option(help="Rule configuration file (TOML); default: a tpudiag.toml "
-                                                     "or pyproject.toml [tool.tpudiag] next to the input")] = None,
+                                                     "or pyproject.toml \\[tool.tpudiag] next to the input")] = None,
     fail_on: Annotated[str | None, typer.Option(help="Exit 1 when a finding at or above this severity "
                                                      "(info, low, medium, high) is reported")] = None,
     dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory for the rules: LLO "
