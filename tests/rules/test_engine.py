@@ -104,3 +104,10 @@ def test_a_dominant_problem_is_high_severity(tmp_path: Path):
 
     findings, _ = run_rules(sc.analyse(sc.design(sc.COLLECTIVE_OPS, schedule), tmp_path))
     assert [(f.rule, f.severity) for f in findings] == [("exposed-collective", Severity.HIGH)]
+
+
+def test_declared_tables_are_checked_before_a_rule_runs(tmp_path: Path):
+    analysis = sc.analyse(sc.low_mxu(), tmp_path)
+    analysis.ops = analysis.ops.drop(columns=["flop_rate"])
+    with pytest.raises(ValueError, match=r"ops table lacks columns \['flop_rate'\]"):
+        run_rules(analysis, RulesConfig(select=("low-mxu-utilization",)))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tpudiag.rules import RULES
-from tpudiag.rules.base import DOC_SECTIONS, INPUTS, doc_sections
+from tpudiag.rules.base import DOC_SECTIONS, INPUTS, TABLES, doc_sections
 
 HERE = Path(__file__).parent
 
@@ -20,6 +20,8 @@ def test_rule_is_complete(rule):
     assert re.fullmatch(r"TPD\d{3}", rule.code)
     assert re.fullmatch(r"[a-z]+(-[a-z]+)*", rule.name)
     assert set(rule.inputs) <= set(INPUTS) and "trace" in rule.inputs
+    assert set(rule.uses) <= set(INPUTS) and not set(rule.uses) & set(rule.inputs)
+    assert rule.tables and set(rule.tables) <= set(TABLES)
     sections = doc_sections(rule.doc)
     assert list(sections) == list(DOC_SECTIONS), f"{rule.name}: sections {list(sections)}"
     assert all(body.strip() for body in sections.values())

@@ -21,6 +21,7 @@ def rule_to_dict(rule) -> dict:
         "severity": rule.severity.label(),
         "inputs": list(rule.inputs),
         "uses": list(rule.uses),
+        "tables": list(rule.tables),
         "summary": rule.summary,
         "options": {f.name: getattr(rule.default_options(), f.name)
                     for f in dataclasses.fields(rule.options_type)},

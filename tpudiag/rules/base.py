@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.profile_analysis import Analysis
+from tpudiag.model import schemas
 from tpudiag.model.findings import Finding, Severity
 
 DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Savings estimate", "Known limits",
@@ -28,6 +29,24 @@ INPUTS: Mapping[str, str] = {
     "layouts": "needs layouts (op shapes with TPU tiled layouts and the layout parser)",
     "llo": "needs LLO dumps (`--dumps DIR`)",
     "hlo": "needs the compiled HLO (`--dumps DIR` of an XLA dump, or a capture that embeds it)",
+}
+
+
+def _host_tables(attr: str, schema):
+    def check(analysis: Analysis) -> None:
+        for host in analysis.profile.hosts:
+            schema.require(getattr(host, attr))
+    return check
+
+
+# Tables a rule may declare, with the check the engine runs before the rule: a missing or mistyped
+# column is a bug in the analysis, reported precisely instead of as a KeyError deep in a rule.
+TABLES: Mapping[str, Callable[[Analysis], None]] = {
+    "ops": lambda a: schemas.OPS.require(a.ops),
+    "steps": lambda a: schemas.STEPS.require(a.steps),
+    "events": _host_tables("events", schemas.EVENTS),
+    "op_metadata": _host_tables("op_metadata", schemas.OP_METADATA),
+    "async_windows": _host_tables("async_windows", schemas.ASYNC_WINDOWS),
 }
 
 
@@ -49,6 +68,7 @@ class Rule:
     check: Callable[[RuleContext, Any], list[Finding]]
     doc: str  # the module docstring
     uses: tuple[str, ...] = ()  # optional inputs (keys of INPUTS): used when present, never required
+    tables: tuple[str, ...] = ()  # analysis tables read (keys of TABLES), checked against their schemas
 
     @property
     def summary(self) -> str:

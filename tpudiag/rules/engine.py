@@ -13,7 +13,7 @@ from typing import Any
 from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import RuleSkip
-from tpudiag.rules.base import INPUTS, Rule, RuleContext
+from tpudiag.rules.base import INPUTS, TABLES, Rule, RuleContext
 from tpudiag.rules.config import RulesConfig
 
 
@@ -100,6 +100,8 @@ def run_rules(analysis: Analysis, config: RulesConfig | None = None,
         if missing:
             skipped.append(RuleSkip(rule.name, INPUTS.get(missing[0], f"needs {missing[0]}")))
             continue
+        for table in rule.tables:
+            TABLES[table](analysis)
         findings.extend(rule.check(ctx, options))
     findings.sort(key=lambda f: (-f.saving.ps, -int(f.severity), f.code, f.message))
     return findings, skipped

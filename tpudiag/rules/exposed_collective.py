@@ -356,4 +356,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, uses=("hlo",))
+            doc=__doc__, uses=("hlo",), tables=("events", "steps", "async_windows"))

@@ -256,4 +256,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__)
+            doc=__doc__, tables=("ops", "events", "steps", "op_metadata"))

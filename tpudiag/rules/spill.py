@@ -173,4 +173,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=("trace", "llo"), options_type=Options,
-            check=check, doc=__doc__)
+            check=check, doc=__doc__, tables=("events", "steps"))
