@@ -299,3 +299,16 @@ def test_training_step_async_collective_and_reduce_scatter_fusions():
     assert not any(n.startswith("async-collective") for n in ops.index)
     assert ops.loc["fusion.2", "register_pressure"] == 69
     assert ops.loc["fusion.2", "spill_stores"] == 10
+
+
+def test_spills_inside_loops_are_marked():
+    """The Pallas kernel body is a loop over the grid: post-ra puts its spills' region in `loop_body`."""
+    dump = _dump("v5e_pallas_r512")
+    post_ra = _file("v5e_pallas_r512", "f.1", "post-ra")
+    assert re.search(r"^\s*\$region23: #\{f.1\} parent=69 // pred_region$", post_ra, re.M)
+    assert re.search(r"^\s*\$region69: #\{f.1\} parent=1 // loop_body$", post_ra, re.M)
+    spills = dump.spill_instructions
+    assert (spills["region"] == 23).all() and spills["in_loop"].all()
+    assert spills["bundle"].is_monotonic_increasing
+    # Without post-ra (trimmed from the MLP fixture) nothing is claimed.
+    assert _dump("v5e_mlp").spill_instructions.query("program == 'fusion.7'")["in_loop"].isna().all()

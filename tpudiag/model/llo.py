@@ -32,7 +32,8 @@ KNOWN_UTILIZATION_COLUMNS = ("MXU", "XLU", "VALU", "VPOP", "EUP", "VLOAD", "VLOA
 KNOWN_PROFILE_UNITS = ("VECTOR_ALU", "VECTOR_POP", "VECTOR_EUP", "VECTOR_LOAD_AND_MISC",
                        "VECTOR_STORE", "VECTOR_MISC",
                        # v6e merges slots: its profile has these two instead of STORE / LOAD alone
-                       "VECTOR_LOAD_AND_STORE_AND_MISC", "VECTOR_STORE_AND_MISC", "SCALAR_ALU", "CMEM_LOAD", "SMEM_SPILL_COUNT",
+                       "VECTOR_LOAD_AND_STORE_AND_MISC", "VECTOR_STORE_AND_MISC",
+                       "SCALAR_ALU", "CMEM_LOAD", "SMEM_SPILL_COUNT",
                        "SMEM_FILL_COUNT", "VMEM_SPILL_COUNT", "VMEM_FILL_COUNT",
                        "VMEM_TO_HBM_ESTIMATED_STARVATION", "HBM_TO_VMEM_ESTIMATED_STARVATION")
 INDEXED_PROFILE_UNITS = ("MXU", "XLU")  # followed by _<index>
@@ -66,7 +67,8 @@ BUNDLE_PROFILE = LloTableSchema("llo_bundle_profile", (
     Column("block", "int32", "index of the `HLO:` block in the file; the same HLO may have several"),
     Column("hlo", "category", f"HLO instruction name (`fusion.7`), or `{NO_HLO}`"),
     Column("opcode", "category", "HLO opcode from the block header (`fusion`, `custom-call`), or ''"),
-    Column("calls", "category", "called computation (`all-reduce-scatter.2`, `async_collective_fusion.75`), or ''"),
+    Column("calls", "category", "called computation (`all-reduce-scatter.2`, `async_collective_fusion.75`) "
+                                "or ''"),
     Column("unit", "category", "functional unit or counter, e.g. MXU_0, VECTOR_STORE, VMEM_SPILL_COUNT"),
     Column("op", "category", "instruction kind on indexed units (`matmul_packed`), else ''"),
     Column("count", "int64", "static instruction count (numerator)"),
@@ -93,7 +95,8 @@ SPILL_INSTRUCTIONS = LloTableSchema("llo_spill_instructions", (
     Column("region", "Int64", "post-ra region holding the instruction; NA without post-ra"),
     Column("hlo", "category", "HLO op of that region (post-ra `#{...}`), else the program name; "
                               "'' for top-level code of no op"),
-    Column("in_loop", "boolean", "bundle is marked loop header/body/exit (LH/LB/LE)"),
+    Column("in_loop", "boolean", "the region is inside a loop (post-ra `// loop_body` etc.), so the "
+                                 "instruction runs once per iteration; NA without post-ra"),
 ))
 
 SPILL_SLOTS = LloTableSchema("llo_spill_slots", (

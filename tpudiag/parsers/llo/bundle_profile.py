@@ -13,8 +13,9 @@ import re
 from tpudiag.model.llo import INDEXED_PROFILE_UNITS, KNOWN_PROFILE_UNITS, NO_HLO
 
 _HEADER = re.compile(r"^HLO: (?P<text>.*)$")
+_FLOAT = r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|nan|-?inf"
 _LINE = re.compile(r"^ - (?P<unit>[A-Za-z0-9_]+)(?: (?P<op>[A-Za-z0-9_]+))?: "
-                   r"\((?P<num>[0-9]+)/(?P<den>[0-9]+)\) - (?P<frac>[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|nan|-?inf)$")
+                   rf"\((?P<num>[0-9]+)/(?P<den>[0-9]+)\) - (?P<frac>{_FLOAT})$")
 _INDEXED_UNIT = re.compile(rf"^(?:{'|'.join(INDEXED_PROFILE_UNITS)})_\d+$")
 # `%name = shape opcode(` : the opcode is the first lower-case word directly before `(` that
 # follows whitespace (layout tiles such as `T(8,128)` follow `:` or `)`, never a space).
@@ -60,8 +61,8 @@ def parse_bundle_profile(text: str, program: str, file_name: str, warnings: list
         unit = m["unit"]
         if unit not in KNOWN_PROFILE_UNITS and not _INDEXED_UNIT.match(unit):
             unknown_units.add(unit)
-        rows.append({"program": program, "block": block, "hlo": hlo, "opcode": opcode, "calls": calls, "unit": unit,
-                     "op": m["op"] or "", "count": int(m["num"]), "capacity": int(m["den"]),
+        rows.append({"program": program, "block": block, "hlo": hlo, "opcode": opcode, "calls": calls,
+                     "unit": unit, "op": m["op"] or "", "count": int(m["num"]), "capacity": int(m["den"]),
                      "fraction": float(m["frac"])})
     if unknown_units:
         warnings.append(f"`{file_name}`: unknown bundle-profile units {sorted(unknown_units)} "

@@ -8,11 +8,13 @@ directory that cannot be read, or holds no dump file at all, is an `InputError`.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tpudiag.errors import InputError
 from tpudiag.model import llo
-from tpudiag.model.llo import DumpFile, LloCompile, LloDump
+from tpudiag.model.llo import (BundleUtilization, DumpFile, LloCompile, LloDump, RegisterPressure,
+                               ScheduleAnalysis, VmemReport)
 from tpudiag.parsers.llo.bundle_profile import parse_bundle_profile
 from tpudiag.parsers.llo.files import (PARSED_LABELS, STATIC_PROFILE_SUFFIX, classify, describe,
                                        group_compiles, is_known_label, read_text)
@@ -111,80 +113,98 @@ def load_llo_dump(path: str | Path, *, module: str | None = None,
     if not classified and not static_paths:
         raise InputError("no LLO dump files here", path=root, hint=_HINT)
     if unknown_names:
-        warnings.append(f"{len(unknown_names)} file(s) not named like jf dump files, ignored: "
-                        + ", ".join(f"`{n}`" for n in unknown_names[:5]) + (" ..." if len(unknown_names) > 5 else ""))
+        shown = ", ".join(f"`{n}`" for n in unknown_names[:5]) + (" ..." if len(unknown_names) > 5 else "")
+        warnings.append(f"{len(unknown_names)} file(s) not named like jf dump files, ignored: {shown}")
     if unknown_labels:
         labels = sorted(unknown_labels)
         warnings.append(f"{sum(unknown_labels.values())} file(s) with pass labels not parsed: "
                         + ", ".join(labels[:8]) + (" ..." if len(labels) > 8 else ""))
     compile_, others, files = _select_compile(root, classified, module, warnings)
 
-    profile_rows, schedule_rows, spill_rows, slot_rows, vmem_rows = [], [], [], [], []
-    utilization, schedules, pressure = [], [], []
-    trees: dict[str, RegionTree] = {}
-    slot_programs, bundle_programs = set(), set()
-    vmem_report = None
+    parsed = _Parsed()
     for f in files:
-        if f.label not in PARSED_LABELS:
-            continue
-        text = read_text(Path(f.path), warnings)
-        if text is None:
-            continue
-        name = Path(f.path).name
-        if f.label == "hlo-static-bundle-profile":
-            profile_rows += parse_bundle_profile(text, f.program, name, warnings)
-        elif f.label == "final_hlo-static-per-bundle-utilization":
-            u = parse_utilization(text, f.program, name, warnings)
-            if u is not None:
-                utilization.append(u)
-        elif f.label == "schedule-analysis_final_bundles":
-            s, rows = parse_schedule(text, f.program, name, warnings)
-            schedule_rows += rows
-            if s is not None:
-                schedules.append(s)
-        elif f.label == "register-pressure":
-            pressure += parse_register_pressure(text, f.program, name, warnings, max_live_ranges)
-        elif f.label == "final_bundles":
-            spill_rows += parse_final_bundles(text, f.program, name, warnings)
-            bundle_programs.add(f.program)
-        elif f.label == "post-ra":
-            trees[f.program], rows = parse_post_ra(text, f.program)
-            slot_rows += rows
-            slot_programs.add(f.program)
-        elif f.label == "vmem_report":
-            if vmem_report is not None:
-                warnings.append(f"`{name}`: a second VMEM report; ignored")
-                continue
-            vmem_report, vmem_rows = parse_vmem_report(text, name, warnings)
-
+        if f.label in PARSED_LABELS:
+            text = read_text(Path(f.path), warnings)
+            if text is not None:
+                parsed.add(f, text, warnings, max_live_ranges)
     static_rows = []
     for p in static_paths:
         text = read_text(p, warnings)
         if text is not None:
             static_rows += parse_static_profile(text, p.name, warnings)
     if others:
-        known = {r["hlo"] for r in profile_rows} | {f.program for f in files}
+        known = {r["hlo"] for r in parsed.profile_rows} | {f.program for f in files}
         static_rows = [r for r in static_rows if r["hlo"] in known]
-    _resolve_hlos(spill_rows, slot_rows, trees)
     _check_static_duplicates(static_rows, warnings)
+    _resolve_hlos(parsed.spill_rows, parsed.slot_rows, parsed.trees)
+    return _assemble(root, files, parsed, static_rows, compile_, others, warnings)
 
-    programs = {f.program for f in files}
-    bundle_profile = llo.BUNDLE_PROFILE.frame(_columns(llo.BUNDLE_PROFILE, profile_rows))
-    static_profile = llo.STATIC_PROFILE.frame(_columns(llo.STATIC_PROFILE, static_rows))
-    spills = llo.SPILL_INSTRUCTIONS.frame(_columns(llo.SPILL_INSTRUCTIONS, spill_rows))
-    slots = llo.SPILL_SLOTS.frame(_columns(llo.SPILL_SLOTS, slot_rows))
-    schedule = llo.SCHEDULE.frame(_columns(llo.SCHEDULE, schedule_rows))
-    vmem = llo.VMEM_ALLOCATIONS.frame(_columns(llo.VMEM_ALLOCATIONS, vmem_rows))
-    ops = build_ops(programs=programs, bundle_profile=bundle_profile, static_profile=static_profile,
-                    spill_instructions=spills, spill_slots=slots, slot_programs=slot_programs,
-                    bundle_programs=bundle_programs, schedule=schedule, vmem_allocations=vmem,
-                    has_vmem_report=vmem_report is not None, utilization=tuple(utilization),
-                    schedules=tuple(schedules), register_pressure=tuple(pressure))
+
+@dataclass
+class _Parsed:
+    """Rows and facts gathered from a compile's files, before they become tables."""
+
+    profile_rows: list[dict] = field(default_factory=list)
+    schedule_rows: list[dict] = field(default_factory=list)
+    spill_rows: list[dict] = field(default_factory=list)
+    slot_rows: list[dict] = field(default_factory=list)
+    vmem_rows: list[dict] = field(default_factory=list)
+    utilization: list[BundleUtilization] = field(default_factory=list)
+    schedules: list[ScheduleAnalysis] = field(default_factory=list)
+    pressure: list[RegisterPressure] = field(default_factory=list)
+    trees: dict[str, RegionTree] = field(default_factory=dict)
+    vmem_report: VmemReport | None = None
+    vmem_report_seen: bool = False
+
+    def add(self, f: DumpFile, text: str, warnings: list[str], max_live_ranges: int) -> None:
+        name = Path(f.path).name
+        if f.label == "hlo-static-bundle-profile":
+            self.profile_rows += parse_bundle_profile(text, f.program, name, warnings)
+        elif f.label == "final_hlo-static-per-bundle-utilization":
+            u = parse_utilization(text, f.program, name, warnings)
+            if u is not None:
+                self.utilization.append(u)
+        elif f.label == "schedule-analysis_final_bundles":
+            s, rows = parse_schedule(text, f.program, name, warnings)
+            self.schedule_rows += rows
+            if s is not None:
+                self.schedules.append(s)
+        elif f.label == "register-pressure":
+            self.pressure += parse_register_pressure(text, f.program, name, warnings, max_live_ranges)
+        elif f.label == "final_bundles":
+            self.spill_rows += parse_final_bundles(text, f.program, name, warnings)
+        elif f.label == "post-ra":
+            self.trees[f.program], rows = parse_post_ra(text, f.program)
+            self.slot_rows += rows
+        elif f.label == "vmem_report" and not self.vmem_report_seen:  # one per compile (TLP)
+            self.vmem_report_seen = True
+            self.vmem_report, self.vmem_rows = parse_vmem_report(text, name, warnings)
+
+
+def _assemble(root: Path, files: list[DumpFile], parsed: _Parsed, static_rows: list[dict],
+              compile_: LloCompile | None, others: tuple[LloCompile, ...], warnings: list[str]) -> LloDump:
+    def table(schema: llo.LloTableSchema, rows: list[dict]):
+        return schema.frame({name: [r[name] for r in rows] for name in schema.names})
+
+    bundle_profile = table(llo.BUNDLE_PROFILE, parsed.profile_rows)
+    static_profile = table(llo.STATIC_PROFILE, static_rows)
+    spills = table(llo.SPILL_INSTRUCTIONS, parsed.spill_rows)
+    slots = table(llo.SPILL_SLOTS, parsed.slot_rows)
+    schedule = table(llo.SCHEDULE, parsed.schedule_rows)
+    vmem = table(llo.VMEM_ALLOCATIONS, parsed.vmem_rows)
+    labels = {(f.program, f.label) for f in files}
+    ops = build_ops(programs={f.program for f in files}, bundle_profile=bundle_profile,
+                    static_profile=static_profile, spill_instructions=spills, spill_slots=slots,
+                    slot_programs={p for p, label in labels if label == "post-ra"},
+                    bundle_programs={p for p, label in labels if label == "final_bundles"},
+                    schedule=schedule, vmem_allocations=vmem, has_vmem_report=parsed.vmem_report is not None,
+                    utilization=tuple(parsed.utilization), schedules=tuple(parsed.schedules),
+                    register_pressure=tuple(parsed.pressure))
     return LloDump(path=str(root), files=tuple(files), ops=ops, bundle_profile=bundle_profile,
                    static_profile=static_profile, spill_instructions=spills, spill_slots=slots,
-                   schedule=schedule, vmem_allocations=vmem, utilization=tuple(utilization),
-                   schedules=tuple(schedules), register_pressure=tuple(pressure),
-                   vmem_report=vmem_report, compile=compile_, other_compiles=others,
+                   schedule=schedule, vmem_allocations=vmem, utilization=tuple(parsed.utilization),
+                   schedules=tuple(parsed.schedules), register_pressure=tuple(parsed.pressure),
+                   vmem_report=parsed.vmem_report, compile=compile_, other_compiles=others,
                    warnings=list(dict.fromkeys(warnings)))
 
 
@@ -194,6 +214,7 @@ def _resolve_hlos(spill_rows: list[dict], slot_rows: list[dict], trees: dict[str
         tree = trees.get(row["program"])
         if tree is not None:
             row["region"] = tree.spill_region.get(row["instruction"])
+            row["in_loop"] = tree.in_loop(row["region"])
     for row in (*spill_rows, *slot_rows):
         tree = trees.get(row["program"])
         hlo = tree.hlo_of(row["region"]) if tree is not None and row.get("hlo") is None else row.get("hlo")
@@ -210,8 +231,3 @@ def _check_static_duplicates(rows: list[dict], warnings: list[str]) -> None:
     if dup:
         warnings.append(f"static profile: several estimates for {dup[:5]}; all kept in the table, "
                         "the ops table uses the last")
-
-
-def _columns(schema: llo.LloTableSchema, rows: list[dict]) -> dict[str, list]:
-    return {name: [r[name] for r in rows] for name in schema.names}
-

@@ -18,13 +18,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_BUNDLE = re.compile(r"^\s*(?P<addr>0x[0-9a-fA-F]+|[0-9]+)\s+(?P<keys>(?:[A-Z]{2}\s*)*):")
-_SPILL = re.compile(r"(?P<lhs>%\w+)\s*=\s*(?P<op>vst|vld|sst|sld)\b[^\[;]*\[(?P<space>vmem|smem):\[(?P<slot>#allocation\d+_spill)")
-_LOOP_KEYS = frozenset({"LH", "LB", "LE"})
+_BUNDLE = re.compile(r"^\s*(?P<addr>0x[0-9a-fA-F]+|[0-9]+)\s+(?:[A-Z]{2}\s*)*:")
+_SPILL = re.compile(r"(?P<lhs>%\w+)\s*=\s*(?P<op>vst|vld|sst|sld)\b[^\[;]*"
+                    r"\[(?P<space>vmem|smem):\[(?P<slot>#allocation\d+_spill)")
+# Region kinds (post-ra `// loop_body`) whose code runs once per iteration. The LB/LH keys of
+# final_bundles mark only a loop's first bundle, so they cannot say whether a bundle is inside one.
+_LOOP_KINDS = frozenset({"loop_header", "loop_header_branch", "loop_body", "loop_footer",
+                         "loop_footer_branch"})
 _KIND = {("vst", "vmem"): "vmem_spill", ("vld", "vmem"): "vmem_fill",
          ("sst", "smem"): "smem_spill", ("sld", "smem"): "smem_fill"}
 
-_REGION = re.compile(r"^\s*\$region(?P<id>\d+):(?:\s*#\{(?P<hlo>[^}]*)\})?(?:\s*parent=(?P<parent>\d+))?")
+_REGION = re.compile(r"^\s*\$region(?P<id>\d+):(?:\s*#\{(?P<hlo>[^}]*)\})?(?:\s*parent=(?P<parent>\d+))?"
+                     r"(?:\s*//\s*(?P<kind>\w+))?")
 _SLOT = re.compile(r"^\s*(?P<slot>#allocation\d+_spill) \[shape = '(?P<shape>[^']*)', "
                    r"space=(?P<space>\w+), size = (?P<size>0x[0-9a-fA-F]+|[0-9]+)")
 
@@ -40,16 +45,23 @@ class RegionTree:
 
     parent: dict[int, int] = field(default_factory=dict)
     hlo: dict[int, str] = field(default_factory=dict)
+    kind: dict[int, str] = field(default_factory=dict)  # loop_body, pred_region, ...
     spill_region: dict[str, int] = field(default_factory=dict)  # spill instruction result -> region
 
-    def hlo_of(self, region: int | None) -> str | None:
+    def _ancestors(self, region: int | None):
         seen = set()
         while region is not None and region not in seen:
             seen.add(region)
-            if region in self.hlo:
-                return self.hlo[region]
+            yield region
             region = self.parent.get(region)
-        return None
+
+    def in_loop(self, region: int | None) -> bool | None:
+        if region is None:
+            return None
+        return any(self.kind.get(r) in _LOOP_KINDS for r in self._ancestors(region))
+
+    def hlo_of(self, region: int | None) -> str | None:
+        return next((self.hlo[r] for r in self._ancestors(region) if r in self.hlo), None)
 
 
 def parse_post_ra(text: str, program: str) -> tuple[RegionTree, list[dict]]:
@@ -65,6 +77,8 @@ def parse_post_ra(text: str, program: str) -> tuple[RegionTree, list[dict]]:
                 tree.parent[current] = int(m["parent"])
             if m["hlo"]:
                 tree.hlo[current] = m["hlo"]
+            if m["kind"]:
+                tree.kind[current] = m["kind"]
             continue
         if current is not None and "_spill" in line:
             for spill in _SPILL.finditer(line):
@@ -87,14 +101,13 @@ def parse_final_bundles(text: str, program: str, file_name: str, warnings: list[
         if m is None:
             continue
         bundles += 1
-        in_loop = bool(_LOOP_KEYS.intersection(m["keys"].split()))
         for s in _SPILL.finditer(line):
             kind = _KIND.get((s["op"], s["space"]))
             if kind is None:  # e.g. a vst into SMEM: not a spill pattern we know
                 continue
             rows.append({"program": program, "kind": kind, "bundle": _number(m["addr"]),
                          "instruction": s["lhs"], "slot": s["slot"], "region": None, "hlo": None,
-                         "in_loop": in_loop})
+                         "in_loop": None})
     if bundles == 0:
         warnings.append(f"`{file_name}`: no bundle lines")
     return rows
