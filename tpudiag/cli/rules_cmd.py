@@ -44,7 +44,8 @@ def rules(output_format: Annotated[str, typer.Option("--format", "-f", help="ter
     for col in ("code", "name", "severity", "needs", "what it finds"):
         table.add_column(col, no_wrap=col != "what it finds")
     for r in RULES:
-        table.add_row(r.code, r.name, r.severity.label(), ", ".join(r.inputs), r.summary)
+        needs = ", ".join(r.inputs) + (f" (uses {', '.join(r.uses)})" if r.uses else "")
+        table.add_row(r.code, r.name, r.severity.label(), needs, r.summary)
     stdout_console().print(table)
 
 

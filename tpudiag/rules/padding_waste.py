@@ -55,7 +55,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
 
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, fmt_pct, op_events, per_step_worst_core, step_basis
