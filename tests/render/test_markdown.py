@@ -197,3 +197,11 @@ def test_output_into_a_missing_directory_is_an_input_error(tmp_path):
     proc = run_cli("report", str(EXAMPLE), "--format", "md", "-o", str(tmp_path / "nope" / "r.md"))
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "does not exist" in proc.stderr
+
+
+def test_a_host_only_capture_gets_a_plain_explanation_and_no_figures(tmp_path):
+    proc = run_cli("report", str(REPO / "examples" / "captures" / "cpu_jax_profiler"), "-f", "md",
+                   "-o", str(tmp_path / "r.md"))
+    assert proc.returncode == 0, proc.stderr
+    assert "This is a host-only capture" in (tmp_path / "r.md").read_text()
+    assert not list(tmp_path.glob("*.png"))

@@ -28,8 +28,8 @@ def _check_output(output: Path) -> None:
         raise UsageError("the output's directory does not exist", path=output.parent)
 
 
-def markdown_with_figures(report: Report, output: Path | None, top: int) -> tuple[str, Path]:
-    """The markdown text and the directory holding its figures."""
+def markdown_with_figures(report: Report, output: Path | None, top: int) -> tuple[str, Path, int]:
+    """The markdown text, the directory holding its figures and how many there are."""
     from tpudiag.render.figures import write_figures
     from tpudiag.render.markdown import render_markdown
 
@@ -43,7 +43,10 @@ def markdown_with_figures(report: Report, output: Path | None, top: int) -> tupl
         figures = write_figures(report, fig_dir, "report")
         links = {k: (f.path.as_posix(), f.alt) for k, f in figures.items()}
         note = f"PNG files in the temporary directory `{fig_dir.as_posix()}`"
-    return render_markdown(report, links, figures_note=note, top=top), fig_dir
+        if not figures:
+            fig_dir.rmdir()
+            note = "none (no data to draw)"
+    return render_markdown(report, links, figures_note=note, top=top), fig_dir, len(figures)
 
 
 def write_report(report: Report, output_format: str, output: Path | None, top: int = 15) -> None:
@@ -51,13 +54,14 @@ def write_report(report: Report, output_format: str, output: Path | None, top: i
     if output is not None:
         _check_output(output)
     if output_format == "md":
-        body, fig_dir = markdown_with_figures(report, output, top)
+        body, fig_dir, n_figures = markdown_with_figures(report, output, top)
         if output is None:
             sys.stdout.write(body)
-            sys.stderr.write(f"figures written to `{fig_dir.as_posix()}`\n")
+            sys.stderr.write(f"figures written to `{fig_dir.as_posix()}`\n" if n_figures
+                             else "no figures: nothing to draw\n")
         else:
             output.write_text(body, encoding="utf-8")
-            sys.stderr.write(f"wrote `{output}` (figures beside it)\n")
+            sys.stderr.write(f"wrote `{output}`" + (f" and {n_figures} figures beside it\n" if n_figures else "\n"))
         return
     if output_format == "json":
         from tpudiag.render.json_format import render_json

@@ -109,6 +109,9 @@ def _step_sentence(report: Report) -> str:
     where = f"{s.n_chips} chip{'s' * (s.n_chips != 1)} of {device}"
     if len(s.hosts) > 1:
         where += f" on {len(s.hosts)} hosts"
+    if s.platform == "CPU":
+        return ("This is a host-only capture (no TPU or GPU device plane, e.g. `jax.profiler` on a CPU): there are "
+                "no device ops or steps to analyse.")
     if st is None:
         return f"No training steps were found in this capture ({where}), so there is no step time to break down."
     spread = "" if st.min_ps == st.max_ps else f"; steps ranged from {fmt_time(st.min_ps)} to {fmt_time(st.max_ps)}"
