@@ -111,3 +111,12 @@ def test_declared_tables_are_checked_before_a_rule_runs(tmp_path: Path):
     analysis.ops = analysis.ops.drop(columns=["flop_rate"])
     with pytest.raises(ValueError, match=r"ops table lacks columns \['flop_rate'\]"):
         run_rules(analysis, RulesConfig(select=("low-mxu-utilization",)))
+
+
+def test_a_modelled_capture_has_no_measured_savings(tmp_path: Path):
+    # `tpudiag simulate` marks its captures: their times are estimates, so "measured" becomes "modelled".
+    analysis = sc.analyse(sc.exposed_collectives(), tmp_path)
+    analysis.profile.modelled = True
+    findings, _ = run_rules(analysis, RulesConfig(select=("exposed-collective",)))
+    assert findings and {f.saving.basis for f in findings} == {"modelled"}
+    assert all(f.saving.explanation.startswith("modelled capture: ") for f in findings)

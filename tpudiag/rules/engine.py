@@ -7,6 +7,7 @@ ranks findings by them but never adds them up.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -103,6 +104,11 @@ def run_rules(analysis: Analysis, config: RulesConfig | None = None,
         for table in rule.tables:
             TABLES[table](analysis)
         findings.extend(rule.check(ctx, options))
+    if analysis.profile.modelled:
+        # Times in a modelled capture (`tpudiag simulate`) are estimates: nothing in it is measured.
+        findings = [dataclasses.replace(f, saving=dataclasses.replace(
+            f.saving, basis="modelled", explanation=f"modelled capture: {f.saving.explanation}"))
+            if f.saving.basis == "measured" else f for f in findings]
     findings.sort(key=lambda f: (-f.saving.ps, -int(f.severity), f.code, f.message))
     return findings, skipped
 
