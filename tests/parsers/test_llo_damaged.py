@@ -99,6 +99,21 @@ def test_static_profile_alone_is_enough(tmp_path):
     assert dump.ops.set_index("name").loc["fusion.7", "estimated_cycles"] == 14170
 
 
+def test_deduplicated_estimates_keep_the_per_instance_cost(tmp_path):
+    # Built in code: no fixture compile deduplicated anything. Three identical fusions share one
+    # estimate of 500 cycles; a remote-DMA fusion carries a collective and prints 0.
+    (tmp_path / "fusion.3_static_llo_profile.textproto").write_text(
+        'hlo_op_estimate {\n  hlo_op_name: "fusion.3"\n  estimated_cycles: 500\n  num_equivalent_hlos: 3\n'
+        "  dma_instruction_type: DMA_INSTRUCTION_TYPE_NONE\n  hlo_instruction {\n    name: \"fusion.3\"\n  }\n}\n")
+    (tmp_path / "fusion.9_static_llo_profile.textproto").write_text(
+        'hlo_op_estimate {\n  hlo_op_name: "fusion.9"\n  estimated_cycles: 0\n  num_equivalent_hlos: 1\n'
+        "  dma_instruction_type: DMA_INSTRUCTION_TYPE_LOCAL_AND_REMOTE\n}\n")
+    ops = load_llo_dump(tmp_path).ops.set_index("name")
+    assert (ops.loc["fusion.3", "estimated_cycles"], ops.loc["fusion.3", "cycles_per_instance"]) == (1500, 500)
+    assert ops.loc["fusion.3", "num_equivalent_hlos"] == 3 and not ops.loc["fusion.3", "is_collective"]
+    assert pd.isna(ops.loc["fusion.9", "estimated_cycles"]) and ops.loc["fusion.9", "is_collective"]
+
+
 def test_static_profile_elsewhere_is_found_through_the_argument(tmp_path):
     shutil.copytree(FIXTURES / "v5e_mlp", tmp_path / "dump", ignore=shutil.ignore_patterns("static"))
     shutil.copytree(FIXTURES / "v5e_mlp" / "static", tmp_path / "elsewhere")

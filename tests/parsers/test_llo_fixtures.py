@@ -279,7 +279,9 @@ def test_ops_cycles_follow_the_static_profile(name):
             assert pd.isna(op["estimated_cycles"]) and op["is_collective"] and row.estimated_cycles == 0
         else:
             assert op["estimated_cycles"] == row.estimated_cycles * row.num_equivalent_hlos
+            assert op["cycles_per_instance"] == row.estimated_cycles
             assert op["cycles_status"] == "estimate"
+        assert op["num_equivalent_hlos"] == row.num_equivalent_hlos
 
 
 def test_training_step_async_collective_and_reduce_scatter_fusions():

@@ -31,7 +31,7 @@ KNOWN_UTILIZATION_COLUMNS = ("MXU", "XLU", "VALU", "VPOP", "EUP", "VLOAD", "VLOA
 # others stand alone. Counters (the *_COUNT and *_STARVATION units) count events, not slot issues.
 KNOWN_PROFILE_UNITS = ("VECTOR_ALU", "VECTOR_POP", "VECTOR_EUP", "VECTOR_LOAD_AND_MISC",
                        "VECTOR_STORE", "VECTOR_MISC",
-                       # v6e merges slots: its profile has these two instead of STORE / LOAD alone
+                       # v6e lists these two in place of VECTOR_STORE (its store slots are shared)
                        "VECTOR_LOAD_AND_STORE_AND_MISC", "VECTOR_STORE_AND_MISC",
                        "SCALAR_ALU", "CMEM_LOAD", "SMEM_SPILL_COUNT",
                        "SMEM_FILL_COUNT", "VMEM_SPILL_COUNT", "VMEM_FILL_COUNT",
@@ -139,6 +139,10 @@ OPS = LloTableSchema("llo_ops", (
     Column("is_collective", "bool", "collective op, reduce-scatter or async-collective fusion, or any op "
                                     "with remote DMA (static profile)"),
     Column("estimated_cycles", "Int64", "static-profile cycles x num_equivalent_hlos; NA when unknown"),
+    Column("cycles_per_instance", "Int64", "static-profile cycles of one instance: identical ops deduplicated "
+                                           "into this one do not get rows of their own, so a trace op "
+                                           "matching one of them has this cost"),
+    Column("num_equivalent_hlos", "Int64", "identical ops the estimate stands for (1 = just this one)"),
     Column("cycles_status", "category", "estimate | not-estimated-remote-dma | no-static-profile"),
     Column("spill_stores", "Int64", "VMEM spill stores (vst): bundle profile, else final_bundles"),
     Column("spill_fills", "Int64", "VMEM spill fills (vld)"),

@@ -99,6 +99,8 @@ def build_ops(*, programs: set[str], bundle_profile: pd.DataFrame, static_profil
         cols["is_collective"].append(remote or opcode in _COLLECTIVE_OPCODES or bool(collective_family(name))
                                      or bool(collective_family(called)) or called.startswith(_ASYNC_FUSION))
         cols["estimated_cycles"].append(None if est is None or remote else int(est.total_cycles))
+        cols["cycles_per_instance"].append(None if est is None or remote else int(est.estimated_cycles))
+        cols["num_equivalent_hlos"].append(None if est is None else int(est.num_equivalent_hlos))
         cols["cycles_status"].append("no-static-profile" if est is None
                                      else "not-estimated-remote-dma" if remote else "estimate")
 
