@@ -22,7 +22,7 @@ from tpudiag.errors import TpudiagError, UsageError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Performance diagnosis for TPU workloads from XProf captures and compiler dumps.")
 
-EXAMPLE_CAPTURE = Path(__file__).resolve().parents[2] / "examples" / "captures" / "train_v6e_4chip"
+EXAMPLE_CAPTURE = Path(__file__).resolve().parents[2] / "examples" / "models" / "captures" / "transformer_train_v5e"
 
 
 class OutputFormat(str, Enum):
