@@ -165,7 +165,7 @@ def collective_windows(ctx_or_analysis, options: Options | None = None) -> pd.Da
             sync = on & is_coll & ~is_async_op & (depth == 0) & ~np.isin(fam, ["send", "recv"])
             if sync.any():
                 rows.append(pd.DataFrame({
-                    "name": ev["name"].astype(str).to_numpy()[sync], "family": fam[sync], "kind": "sync",
+                    "name": np.asarray(names, dtype=object)[name_codes[sync]], "family": fam[sync], "kind": "sync",
                     "start_ps": start[sync], "end_ps": end[sync], "source": "XLA Ops"}))
             if not rows:
                 continue
