@@ -141,3 +141,13 @@ def test_check_on_a_missing_capture_exits_2(tmp_path):
     proc = run("check", str(tmp_path / "nope"))
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ")
+
+
+def test_diff_of_a_compile_output_with_itself_simulates_it_and_says_it_is_modelled():
+    compiled = REPO / "tests" / "compiler" / "fixtures" / "v5e_mlp_compile"
+    proc = run("diff", str(compiled), str(compiled), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["has_changes"] is False and doc["ops"]
+    assert doc["base"]["input"] == str(compiled)
+    assert "base run is modelled (`tpudiag simulate`), not measured" in doc["warnings"]

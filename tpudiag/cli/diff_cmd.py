@@ -22,15 +22,40 @@ class DiffFormat(str, Enum):
     json = "json"
 
 
-def analyse_capture(path: Path, config: Path | None, jobs: int | None):
-    """(analysis, findings) of one capture, with the rules configured for it."""
-    from tpudiag.analysis.profile_analysis import analyze
+COMPILE_RESULT = "result.json"  # marks a `tpudiag compile` output directory
+
+
+def is_compile_output(path: Path) -> bool:
+    return path.is_dir() and (path / COMPILE_RESULT).is_file()
+
+
+def _load(path: Path, jobs: int | None, clock_ghz: float | None):
+    """The profile of a capture, or of a compiled program through `tpudiag simulate` (modelled)."""
     from tpudiag.parsers.capture import load_capture
+
+    if not is_compile_output(path):
+        return load_capture(path, jobs=jobs)
+    import tempfile
+
+    from tpudiag.compiler.dumps import load_compile_output
+    from tpudiag.compiler.simulate import simulate
+
+    with tempfile.TemporaryDirectory(prefix="tpudiag-diff-") as tmp:
+        simulate(load_compile_output(path), Path(tmp), clock_ghz=clock_ghz)
+        profile = load_capture(Path(tmp), jobs=jobs)
+    profile.input_path = str(path)  # the temporary capture is gone; name what the user gave
+    profile.modelled = True
+    return profile
+
+
+def analyse_capture(path: Path, config: Path | None, jobs: int | None, clock_ghz: float | None = None):
+    """(analysis, findings) of one capture or compiled program, with the rules configured for it."""
+    from tpudiag.analysis.profile_analysis import analyze
     from tpudiag.rules import load_config, run_rules
 
     rules_config = load_config(path, config)
     rules_config.resolve()
-    analysis = analyze(load_capture(path, jobs=jobs))
+    analysis = analyze(_load(path, jobs, clock_ghz))
     findings, _ = run_rules(analysis, rules_config)
     return analysis, findings
 
@@ -45,8 +70,9 @@ def noise_options(min_change: float):
 
 
 def diff(
-    base: Annotated[Path, typer.Argument(help="Baseline capture: logdir, run directory or .xplane.pb file")],
-    new: Annotated[Path, typer.Argument(help="Capture to compare with the baseline")],
+    base: Annotated[Path, typer.Argument(help="Baseline: a capture (logdir, run directory or .xplane.pb file) "
+                                              "or a `tpudiag compile` output directory")],
+    new: Annotated[Path, typer.Argument(help="Capture or compile output to compare with the baseline")],
     output_format: Annotated[DiffFormat, typer.Option("--format", "-f", help="Output format")] = DiffFormat.terminal,
     min_change: Annotated[float, typer.Option(help="Smallest change reported, in percent of the base value; "
                                                    "the per-step spread can widen the band further")] = 2.0,
@@ -54,18 +80,22 @@ def diff(
     config: Annotated[Path | None, typer.Option(help="Rule configuration file (TOML) for both captures")] = None,
     jobs: Annotated[int | None, typer.Option(help="Processes for parsing hosts (default: CPU count)")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the diff to this file")] = None,
+    clock_ghz: Annotated[float | None, typer.Option(help="For compile outputs: the clock turning estimated cycles "
+                                                         "into time, as in `tpudiag simulate`")] = None,
 ) -> None:
     """Compare two captures step by step: step time, breakdown, collectives, ops and findings.
 
     A change is reported only beyond its noise band: the largest of --min-change percent of the
     base value and either run's spread over steps (half the p10-p90 range); see the output's last
     lines. Ops are matched by canonical-HLO fingerprint when unique, else by (module, name, shape).
+    A `tpudiag compile` output is first simulated (modelled times, as `tpudiag simulate`); the
+    output then says so.
     """
     from tpudiag.analysis.diff import diff_analyses
 
     options = noise_options(min_change)
-    base_analysis, base_findings = analyse_capture(base, config, jobs)
-    new_analysis, new_findings = analyse_capture(new, config, jobs)
+    base_analysis, base_findings = analyse_capture(base, config, jobs, clock_ghz)
+    new_analysis, new_findings = analyse_capture(new, config, jobs, clock_ghz)
     result = diff_analyses(base_analysis, new_analysis, base_findings, new_findings, options)
     if output_format is DiffFormat.terminal:
         from rich.console import Console
