@@ -75,6 +75,11 @@ def test_itemsize_per_dtype(dtype, nbytes):
     assert shape.logical_bytes == shape.padded_bytes == nbytes  # no layout: no padding
 
 
+def test_every_known_dtype_parses():
+    for dtype, bits in DTYPE_BITS.items():
+        assert parse_shape(f"{dtype}[16]").logical_bytes == 16 * bits // 8, dtype
+
+
 def test_sub_byte_sizes_round_up_to_whole_bytes():
     assert parse_shape("s4[3]").logical_bytes == 2
 
