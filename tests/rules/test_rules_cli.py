@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,12 @@ from tests.rules import scenarios as sc
 from tpudiag.rules import RULES
 
 
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160"}
-    return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=cwd)
+def run(*args: str) -> subprocess.CompletedProcess:
+    """`python -m tpudiag ARGS` from an empty directory, so no developer config is picked up."""
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160", "PYTHONPATH": str(sc.REPO)}
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, env=env,
+                              timeout=300, cwd=cwd)
 
 
 @pytest.fixture
