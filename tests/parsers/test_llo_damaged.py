@@ -99,6 +99,12 @@ def test_static_profile_alone_is_enough(tmp_path):
     assert dump.ops.set_index("name").loc["fusion.7", "estimated_cycles"] == 14170
 
 
+def test_a_missing_static_profile_directory_is_a_warning(tmp_path):
+    dump = load_llo_dump(FIXTURES / "v6e_mlp_misc", static_profile_dir=tmp_path / "nope")
+    assert dump.warnings == [f"`{tmp_path / 'nope'}`: static profile directory not found; cycle estimates unknown"]
+    assert (dump.ops["cycles_status"] == "no-static-profile").all()
+
+
 def test_deduplicated_estimates_keep_the_per_instance_cost(tmp_path):
     # Built in code: no fixture compile deduplicated anything. Three identical fusions share one
     # estimate of 500 cycles; a remote-DMA fusion carries a collective and prints 0.

@@ -46,6 +46,9 @@ def _list_dir(path: Path) -> list[Path]:
 def _static_files(entries: list[Path], extra: Path | None, warnings: list[str]) -> list[Path]:
     """Static-profile textprotos in the directory, its subdirectories and `extra`."""
     found: list[Path] = [p for p in entries if p.name.endswith(STATIC_PROFILE_SUFFIX)]
+    if extra is not None and not extra.is_dir():
+        warnings.append(f"`{extra}`: static profile directory not found; cycle estimates unknown")
+        extra = None
     dirs = [p for p in entries if p.is_dir()] + ([extra] if extra is not None else [])
     for d in dirs:
         try:
