@@ -89,5 +89,6 @@ def test_pallas_scoped_vmem_oom_is_one_clean_error_line(tmp_path, capsys):
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert info.value.code == 2 and "Traceback" not in err
     assert lines[0].startswith("error: compiling for v5e:2x2 failed: RESOURCE_EXHAUSTED")
-    assert "CompileTimeScopedVmemOom" in lines[0]
+    assert "CompileTimeScopedVmemOom: 18.36 MiB of scoped VMEM needed by `shard_map." in lines[0]
+    assert lines[0].endswith("limit 16.00 MiB (over by 2.36 MiB)")
     assert lines[1].startswith("hint: ") and "vmem_limit_bytes" in lines[1]

@@ -102,6 +102,27 @@ def compiler_error_line(stderr: str) -> str | None:
     return None
 
 
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.2f} MiB"
+
+
+def _compile_error(topology: Topology, result: dict) -> CompileError:
+    """The compiler's error as one line; VMEM OOMs get their budget, parsed by the LLO parser."""
+    from tpudiag.parsers.llo import parse_vmem_oom
+
+    message = result["message"].strip().rstrip(":")
+    budget = parse_vmem_oom(result.get("detail", "") or message)
+    if budget is None:
+        return CompileError(f"compiling for {topology.name} failed: {message}")
+    what = "scoped VMEM" if budget.kind == "scoped" else "VMEM"
+    op = f" by `{budget.hlo}`" if budget.hlo else ""
+    return CompileError(f"compiling for {topology.name} failed: {message}: {_mib(budget.used_bytes)} of {what} "
+                        f"needed{op}, limit {_mib(budget.limit_bytes)} (over by {_mib(budget.exceeded_by_bytes)})",
+                        hint="smaller blocks, or a larger `vmem_limit_bytes` in pltpu.CompilerParams"
+                        if budget.kind == "scoped" else "smaller blocks or fewer buffers: the program exceeds "
+                        "physical VMEM")
+
+
 def _prepare(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", path=out)
@@ -159,10 +180,7 @@ def compile_program(target: str, topology: Topology, out: Path, static_profile: 
     if proc.returncode == EXIT_INPUT_ERROR and result:
         raise InputError(result["message"], hint=result.get("hint") or None)
     if proc.returncode == EXIT_COMPILE_ERROR and result:
-        hint = None
-        if "vmem" in result["message"].lower():
-            hint = "smaller blocks, or a larger `vmem_limit_bytes` in pltpu.CompilerParams"
-        raise CompileError(f"compiling for {topology.name} failed: {result['message']}", hint=hint)
+        raise _compile_error(topology, result)
     if proc.returncode != 0 or result is None or result.get("status") != "ok":
         line = compiler_error_line(stderr)
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
