@@ -19,6 +19,8 @@ Evidence
 --------
 Per op: share of device time, achieved FLOP/s and utilization, operational intensity against the
 ridge point, the shapes parsed from `shape_with_layout` and the op's HLO text, and the reasons.
+With LLO dumps (`--dumps DIR`), the compiler's static MXU busy fraction for the op: when it is
+low too, the compiled tiling, not the runtime, keeps the MXUs idle.
 
 How to fix
 ----------
@@ -178,6 +180,22 @@ def _operands(hlo_text: str) -> list[Shape]:
     return parse_shapes(args[:end])
 
 
+def static_mxu_busy(llo) -> dict[str, float]:
+    """Op name -> the compiler's static MXU busy fraction, from LLO dumps' per-op tables (`ops`)."""
+    if llo is None:
+        return {}
+    dumps = llo if isinstance(llo, (list, tuple)) else (llo,)
+    out: dict[str, float] = {}
+    for dump in dumps:
+        table = getattr(dump, "ops", dump)
+        if not isinstance(table, pd.DataFrame) or not {"name", "mxu_busy_fraction"} <= set(table.columns):
+            continue
+        for name, value in zip(table["name"].astype(str), table["mxu_busy_fraction"]):
+            if pd.notna(value):
+                out[name] = float(value)
+    return out
+
+
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     ops = analysis.ops
@@ -209,6 +227,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                      ignore_index=True)
     hlo_text = dict(zip(meta["name"], meta["hlo_text"].astype(str)))
     events = op_events(analysis, grouped["name"])
+    static_busy = static_mxu_busy(ctx.extra.get("llo"))
     candidates = []
     for r in grouped.itertuples(index=False):
         total_s = r.total_time_ps / 1e12
@@ -227,6 +246,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         result = parse_shapes(r.shape)
         operands = _operands(hlo_text.get(r.name, ""))
         reasons, fixes = diagnose(result, operands, mxu, intensity, ridge)
+        busy = static_busy.get(r.name)
+        if busy is not None and busy < options.low_utilization:
+            reasons.append(f"the compiled code keeps the MXUs busy in only {fmt_pct(busy)} of its bundles "
+                           "(static LLO)")
         candidates.append((saving, r, util, share, intensity, target, reasons, fixes, result, operands))
     candidates.sort(key=lambda c: (-c[0], c[1].name))
     findings = []
@@ -245,6 +268,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             values.append(("result", str(result[0])))
         if operands:
             values.append(("operands", ", ".join(str(s) for s in operands[:3])))
+        if r.name in static_busy:
+            values.append(("static MXU busy", fmt_pct(static_busy[r.name])))
         explanation = (f"self time per step x (1 - {fmt_pct(util)} / {fmt_pct(target)} attainable), on the core "
                        "where the op takes longest")
         findings.append(Finding(
@@ -256,4 +281,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, tables=("ops", "events", "steps", "op_metadata"))
+            doc=__doc__, uses=("llo",), tables=("ops", "events", "steps", "op_metadata"))
