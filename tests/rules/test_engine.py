@@ -119,4 +119,4 @@ def test_a_modelled_capture_has_no_measured_savings(tmp_path: Path):
     analysis.profile.modelled = True
     findings, _ = run_rules(analysis, RulesConfig(select=("exposed-collective",)))
     assert findings and {f.saving.basis for f in findings} == {"modelled"}
-    assert all(f.saving.explanation.startswith("modelled capture: ") for f in findings)
+    assert all(f.saving.explanation.startswith("from a modelled capture, ") for f in findings)

@@ -107,7 +107,7 @@ def run_rules(analysis: Analysis, config: RulesConfig | None = None,
     if analysis.profile.modelled:
         # Times in a modelled capture (`tpudiag simulate`) are estimates: nothing in it is measured.
         findings = [dataclasses.replace(f, saving=dataclasses.replace(
-            f.saving, basis="modelled", explanation=f"modelled capture: {f.saving.explanation}"))
+            f.saving, basis="modelled", explanation=f"from a modelled capture, {f.saving.explanation}"))
             if f.saving.basis == "measured" else f for f in findings]
     findings.sort(key=lambda f: (-f.saving.ps, -int(f.severity), f.code, f.message))
     return findings, skipped
