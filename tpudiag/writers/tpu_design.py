@@ -87,6 +87,7 @@ class CaptureDesign:
     extra_plane_stats: dict = field(default_factory=dict)
     # (chip, step) -> explicit async windows; None pairs start/done ops by name instead
     async_windows: Callable[[int, int], Iterable[AsyncWindow]] | None = None
+    cores_per_chip: int = 1  # TensorCore planes per chip (2 on v4 and TPU7x as JAX exposes them)
 
     def step_length(self, chip: int, step: int) -> int:
         return self.step_ps_for(chip, step) if self.step_ps_for else self.step_ps
@@ -118,10 +119,12 @@ def _op_metadata(plane: PlaneBuilder, design: CaptureDesign) -> dict[str, int]:
 
 
 def _device_plane(space: XSpaceBuilder, design: CaptureDesign, chip: int) -> None:
-    global_chip = design.first_chip + chip
+    global_core = design.first_chip + chip
+    per_chip = max(1, design.cores_per_chip)
     plane = space.plane(f"/device:TPU:{chip}", plane_id=2 + 8 * chip)
-    details = CoreDetails(hostname=design.hostname, device_ordinal=chip, core_num=0, local_chip_id=chip,
-                          global_chip_id=global_chip, global_core_id=global_chip)
+    details = CoreDetails(hostname=design.hostname, device_ordinal=chip, core_num=chip % per_chip,
+                          local_chip_id=chip // per_chip, global_chip_id=global_core // per_chip,
+                          global_core_id=global_core)
     plane.set_stat("core_details", details.SerializeToString())
     if design.device_type:
         plane.set_stat("device_type_string", design.device_type)
