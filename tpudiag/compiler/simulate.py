@@ -126,7 +126,7 @@ def simulate(output: CompileOutput, logdir: Path, clock_ghz: float | None = None
         module=module, program_id=program_id, ops=_op_defs(output, timeline.ops), n_chips=n_devices,
         n_steps=steps, step_ps=max(timeline.step_ps, 1), schedule=lambda chip_i, step: timeline.placed,
         hlo_proto=_hlo_proto(output.hlo_proto), extra_plane_stats={MODELLED_STAT: 1},
-        async_windows=lambda chip_i, step: timeline.windows)
+        async_windows=lambda chip_i, step: timeline.windows, cores_per_chip=per_core)
     run_dir = logdir / "plugins" / "profile" / RUN_NAME
     path = write_capture(design, run_dir)
     return path, timeline, model

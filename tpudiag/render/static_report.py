@@ -60,7 +60,8 @@ def _cycles(value) -> str:
     return "-" if v is None else f"{v:,}"
 
 
-def render_static_terminal(report: StaticReport, console: Console, top: int = 20) -> None:
+def render_static_terminal(report: StaticReport, console: Console, top: int = 20,
+                           max_collectives: int = 30) -> None:
     mesh = " x ".join(f"{k}={v}" for k, v in report.mesh.items())
     console.print(f"[bold]tpudiag compile[/]  {report.target}  for {report.topology} "
                   f"({report.device_kind}, {report.n_devices} devices, mesh {mesh})")
@@ -74,9 +75,9 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
     ops = report.ops
     total = (f"{report.total_cycles:,} cycles" +
              (f" = {fmt_time(report.total_compute_ps)}" if report.total_compute_ps is not None else ""))
+    note = "; collectives get 0 cycles from the static profile" if report.static_profile else ""
     console.print(f"Σ estimated compute: {total} over {len(ops)} ops "
-                  f"({report.ops_without_cycles} without a compiler estimate; collectives get 0 cycles "
-                  "from the static profile)\n")
+                  f"({report.ops_without_cycles} without a compiler estimate{note})\n")
 
     table = Table(title=f"Ops by estimated time (top {min(top, len(ops))} of {len(ops)})", show_edge=False)
     for col, justify in (("#", "right"), ("op", "left"), ("category", "left"), ("cycles", "right"),
@@ -106,12 +107,15 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
         for col in ("pos", "collective", "family", "mode", "done", "ops between", "group", "payload", "ICI model"):
             ct.add_column(col, justify="right" if col in ("pos", "ops between", "group", "payload", "ICI model")
                           else "left")
-        for c in report.collectives:
+        shown = report.collectives[:max_collectives]
+        for c in shown:
             mode = c.mode + (f" ({c.thread})" if c.thread else "")
             between = "-" if c.mode == "sync" else (f"{c.ops_between}" + (" (adjacent)" if c.ops_between == 0 else ""))
             ct.add_row(str(c.start_position), f"`{c.name}`", c.family, mode, f"`{c.done}`" if c.done else "-",
                        between, str(c.group_size or "-"), fmt_bytes(c.payload_bytes), fmt_time(c.modelled_ps))
         console.print(ct)
+        if len(report.collectives) > len(shown):
+            console.print(f"… {len(report.collectives) - len(shown)} more collectives in --format json")
         console.print(f"ICI model: latency {fmt_time(report.model.ici.latency_ps)} + factor x bytes / "
                       f"{report.model.ici.bytes_per_s / 1e9:g} GB/s (ring factors; see docs/compile.md)")
     else:
