@@ -25,15 +25,16 @@ COLLECTIVE_FAMILIES = (
 
 # Checked in order: the first pattern found in the name (or category) wins, so the more
 # specific `reduce-scatter` is tested before `all-reduce` (all-reduce-scatter is a reduce-scatter).
+# Separators may be '-' (HLO opcodes, most names) or '_' (v6e names gathers `all_gather.3`).
 _FAMILY_PATTERNS = (
-    ("reduce-scatter", re.compile(r"reduce-scatter")),
-    ("ragged-all-to-all", re.compile(r"ragged-all-to-all")),
-    ("all-to-all", re.compile(r"all-to-all")),
-    ("all-gather", re.compile(r"all-gather")),
-    ("all-reduce", re.compile(r"all-reduce")),
-    ("collective-permute", re.compile(r"collective-permute")),
-    ("collective-broadcast", re.compile(r"collective-broadcast")),
-    ("collective", re.compile(r"async-collective")),
+    ("reduce-scatter", re.compile(r"reduce[-_]scatter")),
+    ("ragged-all-to-all", re.compile(r"ragged[-_]all[-_]to[-_]all")),
+    ("all-to-all", re.compile(r"all[-_]to[-_]all")),
+    ("all-gather", re.compile(r"all[-_]gather")),
+    ("all-reduce", re.compile(r"all[-_]reduce")),
+    ("collective-permute", re.compile(r"collective[-_]permute")),
+    ("collective-broadcast", re.compile(r"collective[-_]broadcast")),
+    ("collective", re.compile(r"async-collective(?![-_]fusion)")),
     ("send", re.compile(r"^send(?:-start|-done)?(?:\.\d+)*$")),
     ("recv", re.compile(r"^recv(?:-start|-done)?(?:\.\d+)*$")),
 )
