@@ -6,7 +6,8 @@ import pytest
 
 from tests.analysis.diff_designs import US, design, op_defs, write
 from tests.conftest import REPO
-from tpudiag.analysis.diff import NoiseOptions, StepStats, compare, diff_analyses, hlo_fingerprint
+from tpudiag.analysis.diff import (NoiseOptions, StepStats, bootstrap_ci, compare, compare_steps, diff_analyses,
+                                  hlo_fingerprint)
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.model.findings import Finding, Saving, Severity
 from tpudiag.parsers.capture import load_capture
@@ -123,7 +124,32 @@ def test_noise_band_is_the_largest_of_floor_and_spreads():
     assert c.significant and c.verdict == "slower"
 
 
-@pytest.mark.parametrize("kwargs", [{"quantiles": (0.9, 0.1)}, {"min_relative": -0.1}])
+def test_one_outlier_step_is_not_a_change_because_the_interval_includes_zero():
+    # Nine quiet steps and one 100 µs hiccup: the mean moves by 10 µs, past the spread-based band,
+    # but resampling the steps shows the change rests on that one step.
+    base = [0.0] * 9 + [100.0 * US]
+    new = [0.0] * 10
+    c = compare_steps(base, new, "mean", NoiseOptions())
+    assert abs(c.delta_ps) > c.noise_band_ps
+    assert c.ci_low_ps < 0 <= c.ci_high_ps
+    assert not c.significant
+    assert compare_steps(base, new, "mean", NoiseOptions(resamples=0)).significant  # without the interval
+
+
+def test_bootstrap_interval_is_reproducible_and_brackets_a_clear_shift():
+    base, new = [100.0, 101.0, 99.0, 100.5, 99.5], [120.0, 121.0, 119.0, 120.5, 119.5]
+    lo, hi = bootstrap_ci(base, new, "median", NoiseOptions())
+    assert 0 < lo <= 20 <= hi
+    assert bootstrap_ci(base, new, "median", NoiseOptions()) == (lo, hi)
+
+
+def test_the_planted_change_has_an_interval_around_it(runs):
+    op = {o.name: o for o in diff_analyses(runs["base"], runs["slow"]).ops}["fusion.1"].change
+    assert op.ci_low_ps < op.delta_ps < op.ci_high_ps and op.ci_low_ps > 0
+
+
+@pytest.mark.parametrize("kwargs", [{"quantiles": (0.9, 0.1)}, {"min_relative": -0.1}, {"confidence": 1.0},
+                                    {"resamples": -1}])
 def test_noise_options_validate_themselves(kwargs):
     with pytest.raises(ValueError, match="got"):
         NoiseOptions(**kwargs)

@@ -10,7 +10,9 @@ for breakdown parts, families and ops (they add up to busy time).
 
     band = max(min_relative x |base centre|,  larger of the two runs' spreads,  min_abs_ps)
 
-where a run's spread is half its p10-p90 range over steps. With uniform ±1 % jitter the spread is
+where a run's spread is half its p10-p90 range over steps, *and* a 95 % bootstrap confidence
+interval of the change (steps resampled with replacement in each run, fixed seed, so the output is
+reproducible) excludes zero. With uniform ±1 % jitter the spread is
 about 0.8 %, and two noisy runs of the same program differ by far less than the 2 % floor; a real
 20 % slowdown of an op clears both. For ops, `min_abs_ps` is `min_step_share` of the base step
 time, so changes too small to matter for the step are not listed as changes. Runs with fewer than
@@ -49,11 +51,17 @@ class NoiseOptions:
     min_relative: float = 0.02  # changes under 2 % of the base centre are never reported
     quantiles: tuple[float, float] = (0.10, 0.90)  # spread = half this range of per-step values
     min_step_share: float = 0.001  # op/family changes under 0.1 % of the base step are not reported
+    confidence: float = 0.95  # of the bootstrap interval of the change
+    resamples: int = 2000  # bootstrap resamples; 0 turns the interval off
+    seed: int = 0  # of the bootstrap, for reproducible output
 
     def __post_init__(self) -> None:
         lo, hi = self.quantiles
         if not 0 <= lo < hi <= 1:
             raise ValueError(f"quantiles must satisfy 0 <= lo < hi <= 1, got {self.quantiles}")
+        if not 0 < self.confidence < 1 or self.resamples < 0:
+            raise ValueError(f"confidence must be in (0, 1) and resamples >= 0, got confidence={self.confidence}, "
+                             f"resamples={self.resamples}")
         if self.min_relative < 0 or self.min_step_share < 0:
             raise ValueError(f"thresholds must be >= 0, got min_relative={self.min_relative}, "
                              f"min_step_share={self.min_step_share}")
@@ -77,7 +85,9 @@ class Change:
     delta_ps: float  # new centre - base centre
     relative: float | None  # delta / base centre; None when the base is 0
     noise_band_ps: float
-    significant: bool  # |delta| > noise band
+    significant: bool  # |delta| > noise band, and the confidence interval (when known) excludes 0
+    ci_low_ps: float | None = None  # bootstrap confidence interval of delta
+    ci_high_ps: float | None = None
 
     @property
     def verdict(self) -> str:
@@ -184,12 +194,36 @@ def step_stats(values: np.ndarray, centre: str, options: NoiseOptions) -> StepSt
     return StepStats(int(v.size), c, float(lo), float(hi), float(hi - lo) / 2)
 
 
-def compare(base: StepStats, new: StepStats, options: NoiseOptions, min_abs_ps: float = 0.0) -> Change:
+def compare(base: StepStats, new: StepStats, options: NoiseOptions, min_abs_ps: float = 0.0,
+            ci: tuple[float, float] | None = None) -> Change:
     """Compare two distributions against the noise band of the module docstring."""
     delta = new.centre_ps - base.centre_ps
     band = max(options.min_relative * abs(base.centre_ps), base.spread_ps, new.spread_ps, min_abs_ps)
     relative = delta / base.centre_ps if base.centre_ps else None
-    return Change(base, new, delta, relative, band, abs(delta) > band)
+    significant = abs(delta) > band and (ci is None or ci[0] > 0 or ci[1] < 0)
+    return Change(base, new, delta, relative, band, significant, *(ci or (None, None)))
+
+
+def bootstrap_ci(base: np.ndarray, new: np.ndarray, centre: str, options: NoiseOptions) -> tuple[float, float] | None:
+    """Confidence interval of centre(new) - centre(base), resampling each run's steps; None without data."""
+    b, n = np.asarray(base, dtype=np.float64), np.asarray(new, dtype=np.float64)
+    if options.resamples == 0 or b.size == 0 or n.size == 0:
+        return None
+    rng = np.random.default_rng(options.seed)
+    rb = b[rng.integers(0, b.size, size=(options.resamples, b.size))]
+    rn = n[rng.integers(0, n.size, size=(options.resamples, n.size))]
+    f = np.median if centre == "median" else np.mean
+    d = f(rn, axis=1) - f(rb, axis=1)
+    tail = (1 - options.confidence) / 2 * 100
+    lo, hi = np.percentile(d, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def compare_steps(base: np.ndarray, new: np.ndarray, centre: str, options: NoiseOptions,
+                  min_abs_ps: float = 0.0) -> Change:
+    """`compare` of two runs' per-step values, with the bootstrap interval."""
+    return compare(step_stats(base, centre, options), step_stats(new, centre, options), options, min_abs_ps,
+                   bootstrap_ci(base, new, centre, options))
 
 
 def _n_cores(analysis: Analysis) -> int:
@@ -375,7 +409,7 @@ def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding
     n_times, _ = combined_step_times(new.steps, len(new.profile.hosts))
     step_time = None
     if len(b_times) and len(n_times):
-        step_time = compare(step_stats(b_times, "median", options), step_stats(n_times, "median", options), options)
+        step_time = compare_steps(b_times, n_times, "median", options)
     base_step_ps = float(np.median(b_times)) if len(b_times) else 0.0
     min_abs = options.min_step_share * base_step_ps
 
@@ -383,9 +417,8 @@ def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding
     if not base.steps.empty and not new.steps.empty:
         for label, col in (("compute", "compute_ps"), ("collectives", "collective_ps"), ("infeed/outfeed", "io_ps"),
                            ("idle", "idle_ps")):
-            breakdown.append(NamedChange(label, compare(
-                step_stats(_per_step_mean_over_cores(base, col), "mean", options),
-                step_stats(_per_step_mean_over_cores(new, col), "mean", options), options, min_abs)))
+            breakdown.append(NamedChange(label, compare_steps(
+                _per_step_mean_over_cores(base, col), _per_step_mean_over_cores(new, col), "mean", options, min_abs)))
 
     b_ops, n_ops = _op_table(base), _op_table(new)
     b_steps, n_steps = _per_step_op_times(base, b_ops), _per_step_op_times(new, n_ops)
@@ -397,8 +430,7 @@ def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding
 
     op_changes = []
     for bk, nk, how in pairs:
-        ch = compare(step_stats(values(b_steps, bk), "mean", options),
-                     step_stats(values(n_steps, nk), "mean", options), options, min_abs)
+        ch = compare_steps(values(b_steps, bk), values(n_steps, nk), "mean", options, min_abs)
         ident = n_ids.loc[nk]
         op_changes.append(OpChange(str(ident["module"]), str(ident["name"]), str(b_ids.at[bk, "name"]),
                                    str(ident["category"]), str(ident["shape"]), how, ch))
@@ -415,8 +447,7 @@ def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding
     for fam in sorted(set(b_fam) | set(n_fam)):
         bv = b_fam.get(fam, np.zeros(b_steps.shape[1]))
         nv = n_fam.get(fam, np.zeros(n_steps.shape[1]))
-        families.append(NamedChange(fam, compare(step_stats(bv, "mean", options), step_stats(nv, "mean", options),
-                                                 options, min_abs)))
+        families.append(NamedChange(fam, compare_steps(bv, nv, "mean", options, min_abs)))
     families.sort(key=lambda c: (-abs(c.change.delta_ps), c.name))
 
     rules_run = base_findings is not None and new_findings is not None

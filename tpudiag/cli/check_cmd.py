@@ -52,11 +52,13 @@ def findings_check(findings, threshold) -> CheckResult:
 
 
 def regression_check(change, max_regression_pct: float) -> CheckResult:
+    from tpudiag.render.diff_format import fmt_ci
     from tpudiag.render.units import fmt_time
 
     rel = change.relative or 0.0
     detail = (f"median step time {fmt_time(change.base.centre_ps)} -> {fmt_time(change.new.centre_ps)} "
-              f"({100 * rel:+.1f}%; allowed +{max_regression_pct:g}%; noise band ±{fmt_time(change.noise_band_ps)})")
+              f"({100 * rel:+.1f}%; allowed +{max_regression_pct:g}%; noise band ±{fmt_time(change.noise_band_ps)}; "
+              f"95% interval {fmt_ci(change)})")
     failed = change.significant and change.delta_ps > 0 and rel * 100 > max_regression_pct
     return CheckResult("step-time-regression", not failed, detail)
 

@@ -21,7 +21,8 @@ def change_to_dict(c: Change | None) -> dict | None:
     return {"base": {k: _num(v) for k, v in dataclasses.asdict(c.base).items()},
             "new": {k: _num(v) for k, v in dataclasses.asdict(c.new).items()},
             "delta_ps": c.delta_ps, "relative": _num(c.relative), "noise_band_ps": c.noise_band_ps,
-            "significant": c.significant, "verdict": c.verdict}
+            "ci_low_ps": c.ci_low_ps, "ci_high_ps": c.ci_high_ps, "significant": c.significant,
+            "verdict": c.verdict}
 
 
 def _named(rows: tuple[NamedChange, ...]) -> list[dict]:

@@ -8,14 +8,14 @@ from tpudiag.render.diff_format import change_cells, fmt_delta, noise_rule
 from tpudiag.render.markdown import code, prose, table, text
 from tpudiag.render.units import fmt_time
 
-HEADER = ["base", "new", "change", "change %", "noise band", "verdict"]
+HEADER = ["base", "new", "change", "change %", "noise band", "95% interval", "verdict"]
 
 
 def _named(title: str, rows: tuple[NamedChange, ...]) -> list[str]:
     if not rows:
         return []
     body = [[text(r.name)] + change_cells(r.change) for r in rows]
-    return [f"## {title}", ""] + table(["", *HEADER], body, "lrrrrrl") + [""]
+    return [f"## {title}", ""] + table(["", *HEADER], body, "lrrrrrrl") + [""]
 
 
 def render_diff_markdown(diff: Diff, top: int = 25) -> str:
@@ -29,8 +29,8 @@ def render_diff_markdown(diff: Diff, top: int = 25) -> str:
         out += ["Step time: not comparable (a run has no steps).", ""]
     else:
         c = change_cells(st)
-        out += [f"**Step time (median over steps): {c[0]} → {c[1]}, {c[2]} ({c[3]}); noise band {c[4]}: "
-                f"{c[5]}.**", "",
+        out += [f"**Step time (median over steps): {c[0]} → {c[1]}, {c[2]} ({c[3]}); noise band {c[4]}; "
+                f"interval {c[5]}: {c[6]}.**", "",
                 f"Base p10–p90 {fmt_time(st.base.p10_ps)}–{fmt_time(st.base.p90_ps)} over {st.base.n_steps} steps; "
                 f"new {fmt_time(st.new.p10_ps)}–{fmt_time(st.new.p90_ps)} over {st.new.n_steps} steps.", ""]
     out += _named("Step breakdown (mean per step and core)", diff.breakdown)
@@ -45,7 +45,7 @@ def render_diff_markdown(diff: Diff, top: int = 25) -> str:
             name = code(o.name) if o.name == o.base_name else f"{code(o.base_name)} → {code(o.name)}"
             rows.append([name, text(o.category)] + change_cells(o.change)[:-1] + [o.matched_by])
         out += [f"{len(changed)} of {len(diff.ops)} matched ops; self time per step and core.", ""]
-        out += table(["op", "category", *HEADER[:-1], "matched by"], rows, "llrrrrrl") + [""]
+        out += table(["op", "category", *HEADER[:-1], "matched by"], rows, "llrrrrrrl") + [""]
     for title, items in (("Ops only in the new run", diff.appeared), ("Ops only in the base run", diff.disappeared)):
         if items:
             rows = [[code(r.name), text(r.category), code(r.shape), fmt_time(r.time_ps)] for r in items[:top]]

@@ -11,7 +11,7 @@ from tpudiag.analysis.diff import Diff, NamedChange
 from tpudiag.render.diff_format import change_cells, fmt_delta, noise_rule
 from tpudiag.render.units import fmt_time
 
-CHANGE_COLUMNS = ("base", "new", "change", "change %", "noise band", "verdict")
+CHANGE_COLUMNS = ("base", "new", "change", "change %", "noise band", "95% interval", "verdict")
 STYLE = {"slower": "red", "faster": "green", "within noise": "dim"}
 
 
@@ -34,8 +34,8 @@ def render_diff_terminal(diff: Diff, console: Console, top: int = 15) -> None:
     else:
         cells = change_cells(st)
         console.print(Text.assemble(
-            "Step time (median): ", f"{cells[0]} → {cells[1]}  {cells[2]} ({cells[3]}), noise band {cells[4]}: ",
-            (cells[5], f"bold {STYLE[cells[5]]}")))
+            "Step time (median): ", f"{cells[0]} → {cells[1]}  {cells[2]} ({cells[3]}), noise band {cells[4]}, "
+            f"interval {cells[5]}: ", (cells[6], f"bold {STYLE[cells[6]]}")))
         console.print(f"  base p10–p90 {fmt_time(st.base.p10_ps)}–{fmt_time(st.base.p90_ps)} over {st.base.n_steps} "
                       f"steps · new {fmt_time(st.new.p10_ps)}–{fmt_time(st.new.p90_ps)} over {st.new.n_steps} steps")
     if diff.breakdown:
