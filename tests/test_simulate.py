@@ -152,3 +152,12 @@ def test_xprof_hlo_stats_report_the_times_tpudiag_wrote(simulated, tmp_path):
         assert rec["occurrences"] == 12, p.op
         assert rec["total_time_us"] == pytest.approx(12 * p.dur_ps / 1e6, rel=1e-9, abs=1e-6), p.op
         assert rec["total_self_time_us"] == pytest.approx(12 * p.dur_ps / 1e6, rel=1e-9, abs=1e-6), p.op
+
+
+@pytest.mark.parametrize(("name", "clock_ghz"), [("transformer_train_v5e", None), ("llm_decode_v6e", 2.6)])
+def test_committed_example_captures_are_what_simulate_writes(name, clock_ghz, tmp_path):
+    """examples/models/regenerate.py's captures are reproducible from the committed dumps."""
+    models = Path(__file__).resolve().parents[1] / "examples" / "models"
+    path, _, _ = simulate(load_compile_output(models / "dumps" / name), tmp_path / "logdir", clock_ghz=clock_ghz)
+    committed = models / "captures" / name / "plugins" / "profile" / "modelled" / "modelled.xplane.pb"
+    assert path.read_bytes() == committed.read_bytes()
