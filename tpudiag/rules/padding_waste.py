@@ -23,7 +23,9 @@ How to fix
 ----------
 Choose sizes that are multiples of the tile: pad the vocabulary to a multiple of 128 (50257 →
 50304) and mask the extra logits; keep feature dims multiples of 128 and batch-like dims
-multiples of 8 (16 for bf16 and 32 for int8 where they pack rows).
+multiples of 8. A dim that fills less than half of its tile (a minor dim of 4 in a 128-lane
+tile) should not be padded: make a larger dim the minor one (transpose, or reshape to fold the
+small dim into a neighbour).
 
 Bad: `bf16[8192,50257]{1,0:T(8,128)(2,1)}` (the logits of GPT-2's vocabulary).
 Good: `bf16[8192,50304]{1,0:T(8,128)(2,1)}`.
@@ -37,12 +39,15 @@ upper bound for memory-bound ops; it overlaps with low-mxu-utilization for padde
 Known limits
 ------------
 Only the result shape is recorded in the trace; padded operands show up only through their
-producers. Needs `tpudiag.parsers.layout` and ops that carry a tiled layout; the rule is skipped
+producers. Results in VMEM (`S(1)`) are reported too (the evidence names the memory space):
+their padding costs VMEM capacity and vector work rather than HBM bandwidth. Needs `tpudiag.parsers.layout` and ops that carry a tiled layout; the rule is skipped
 otherwise.
 
 Options
 -------
 - `min_padding_fraction` (0.1): ignore results whose padding is below this share of padded bytes.
+- `min_padding_bytes` (65536): ignore results with fewer padding bytes than this: a scalar padded to
+  512 bytes costs latency, not bandwidth.
 - `min_time_share` (0.01): ignore ops taking less than this share of device time.
 - `max_findings` (5): report at most this many ops, largest saving first.
 - `high_share` (0.15): saving, as a fraction of the step, from which a finding is high severity
@@ -56,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
+from tpudiag.model.compiled import memory_space_name
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, fmt_pct, op_events, per_step_worst_core, step_basis
 
@@ -66,6 +72,7 @@ NAME = "padding-waste"
 @dataclass(frozen=True)
 class Options:
     min_padding_fraction: float = 0.1
+    min_padding_bytes: int = 65536
     min_time_share: float = 0.01
     max_findings: int = 5
     high_share: float = 0.15
@@ -110,6 +117,26 @@ def padded_dims(array: Any) -> list[tuple[int, int, int]]:
     return sorted(out)
 
 
+def fix_for(dims: list[tuple[int, int, int]]) -> str:
+    """One line: pad dims that nearly fill their tile; re-layout dims that fill less than half of it."""
+    pad = [(i, s, p) for i, s, p in dims if 2 * s >= p]
+    small = [(i, s, p) for i, s, p in dims if 2 * s < p]
+    parts = []
+    if pad:
+        parts.append("pad to tile multiples (" + ", ".join(f"dim {i}: {s} → {p}" for i, s, p in pad)
+                     + ") and mask or slice the extra elements")
+    if small:
+        parts.append(", ".join(f"dim {i} ({s} of a {p}-wide tile)" for i, s, p in small)
+                     + " is too small to pad: make a larger dim the minor one (transpose, or reshape to fold it "
+                     "into a neighbour)")
+    return "; ".join(parts) or "choose sizes that are multiples of the layout's tile and mask the extra elements"
+
+
+def _memory_space(shape: Any) -> str:
+    spaces = {getattr(getattr(a, "layout", None), "memory_space", 0) or 0 for a in _arrays(shape)}
+    return ", ".join(memory_space_name(s) for s in sorted(spaces))
+
+
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     parse = ctx.extra["layouts"]
@@ -142,22 +169,23 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         if padded <= 0 or padded <= logical:
             continue
         waste = (padded - logical) / padded
-        if waste < options.min_padding_fraction:
+        if waste < options.min_padding_fraction or padded - logical < options.min_padding_bytes:
             continue
         saving = per_step_worst_core(events[events["name"] == r.name], "self_ps", basis) * waste
         dims = [d for a in _arrays(shape) for d in padded_dims(a)]
-        candidates.append((saving, r, share, logical, padded, waste, dims))
+        candidates.append((saving, r, share, logical, padded, waste, dims, _memory_space(shape)))
     candidates.sort(key=lambda c: (-c[0], c[1].name))
     findings = []
-    for saving, r, share, logical, padded, waste, dims in candidates[:options.max_findings]:
+    for saving, r, share, logical, padded, waste, dims, space in candidates[:options.max_findings]:
         step_share = saving / basis.step_ps if basis.step_ps else 0.0
         dim_text = ", ".join(f"dim {i}: {s} → {p}" for i, s, p in dims)
         message = (f"`{r.name}` result `{r.shape}` is {fmt_pct(waste)} padding ({padded:,} bytes for {logical:,}) "
                    f"and takes {fmt_pct(share)} of device time")
-        fix = (f"choose tile-aligned sizes ({dim_text}) and mask or slice the extra elements" if dims
-               else "choose sizes that are multiples of the layout's tile and mask the extra elements")
+        fix = fix_for(dims)
         values = [("shape", str(r.shape)), ("logical bytes", f"{logical:,}"), ("padded bytes", f"{padded:,}"),
                   ("padding", fmt_pct(waste)), ("time share", fmt_pct(share))]
+        if space != "hbm":
+            values.append(("memory space", space))
         if dims:
             values.append(("padded dims", dim_text))
         findings.append(Finding(
