@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.analysis.diff_designs import US, design, op_defs, write
 from tests.conftest import REPO
@@ -183,3 +185,23 @@ def test_a_finding_whose_saving_only_jitters_is_not_a_change(runs):
 def test_without_findings_they_are_not_compared(runs):
     d = diff_analyses(runs["base"], runs["noise"])
     assert not d.findings_rules_run and not d.findings_appeared
+
+
+_steps = st.lists(st.floats(min_value=0, max_value=1e10, allow_nan=False), min_size=1, max_size=12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_steps, st.sampled_from(["mean", "median"]))
+def test_a_distribution_never_differs_from_itself(values, centre):
+    c = compare_steps(values, values, centre, NoiseOptions(resamples=200))
+    assert c.delta_ps == 0 and not c.significant
+
+
+@settings(max_examples=100, deadline=None)
+@given(_steps, _steps, st.sampled_from(["mean", "median"]))
+def test_swapping_the_runs_flips_the_sign(a, b, centre):
+    ab = compare_steps(a, b, centre, NoiseOptions(resamples=200))
+    ba = compare_steps(b, a, centre, NoiseOptions(resamples=200))
+    assert ab.delta_ps == pytest.approx(-ba.delta_ps, abs=1e-3)
+    if ab.significant and ba.significant:
+        assert ab.verdict != ba.verdict

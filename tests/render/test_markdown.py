@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from tests.analysis.diff_designs import design, write
@@ -205,3 +207,16 @@ def test_a_host_only_capture_gets_a_plain_explanation_and_no_figures(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "This is a host-only capture" in (tmp_path / "r.md").read_text()
     assert not list(tmp_path.glob("*.png"))
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab|`\\[]()<>!*_#:/.w &;\n")) | st.characters(), max_size=40))
+def test_any_string_stays_in_its_cell_without_markup(value):
+    for rendered in (code(value), text(value), prose(value)):
+        html = gfm_html("\n".join(table(["a", "b"], [[rendered, "z"]])))
+        assert len(re.findall(r"<td[ >]", html)) == 2
+        # The only tags in the cell are the ones the escaping itself introduces (code spans).
+        tags = set(re.findall(r"<(/?[a-z]+)", html))
+        assert tags <= {"table", "/table", "thead", "/thead", "tbody", "/tbody", "tr", "/tr", "th", "/th", "td",
+                        "/td", "code", "/code"}, (value, rendered, html)
