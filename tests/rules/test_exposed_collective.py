@@ -36,7 +36,9 @@ def test_sync_and_exposed_async_windows_are_measured(tmp_path: Path, snapshot):
     sync, async_ = by_kind["synchronous"], by_kind["async"]
     # Sync all-reduce: 800 µs on the slower chip, every step (the step time is the slowest core's).
     assert sync.saving.ps == 800 * US and sync.saving.basis == "measured"
-    assert "on v6e by default" in sync.message and ASYNC_FLAGS in sync.fix
+    assert "on v6e by default" in sync.message
+    # Only an all-reduce is synchronous: the async-collective flags would not change it.
+    assert ASYNC_FLAGS not in sync.fix and sync.fix.startswith("entry-level all-reduces stay synchronous")
     # Async: 410 (adjacent) + 20 (hidden) + 400 (partial, double suffix) µs per step.
     assert async_.saving.ps == 830 * US
     assert "6 exposed, 6 partial, 6 hidden" in async_.message
@@ -102,15 +104,27 @@ def test_bad_thresholds_are_rejected_with_both_values():
         Options(hidden_threshold=0.4, exposed_threshold=0.5)
 
 
+SYNC_GATHER = sc.OpDef("all-gather.5", "all-gather", bytes_accessed=1.0e7)
+
+
 @pytest.mark.parametrize(("device_type", "peaks", "expect"), [
-    ("TPU v5 lite", (197.0, 819.0), "overlap them with independent compute"),  # v5e: async by default
-    ("TPU v4", (275.0, 1200.0), "synchronous on v4 by default"),
-    ("TPU v5p", (459.0, 2765.0), "synchronous on v5p by default"),
+    ("TPU v6 Lite", (918.0, 1640.0), f"make the all-gathers asynchronous: compile with `{ASYNC_FLAGS}`"),
+    ("TPU v5 lite", (197.0, 819.0), "overlap the all-gathers with independent compute"),  # v5e: async by default
+    ("TPU v4", (275.0, 1200.0), "synchronous on v4 by default: try"),
+    ("TPU v5p", (459.0, 2765.0), "synchronous on v5p by default: try"),
 ])
 def test_sync_advice_follows_the_generation(tmp_path: Path, device_type, peaks, expect):
-    d = sc.with_device(sc.exposed_collectives(), device_type, *peaks)
+    # A synchronous all-gather next to the synchronous all-reduce: the flags are advised for the
+    # all-gather only, and the all-reduce gets its own advice on every generation.
+    def schedule(chip, step):
+        return sc.exposed_collectives_schedule(chip, step) + [sc.Placed("all-gather.5", 7000 * US, 300 * US)]
+
+    d = sc.design(sc.COLLECTIVE_OPS + (SYNC_GATHER,), schedule, device_type=device_type, peak_tflops=peaks[0],
+                  peak_hbm_gbs=peaks[1])
     sync = [f for f in _run(sc.analyse(d, tmp_path)) if f.message.startswith("synchronous")][0]
+    assert sync.saving.ps == 1100 * US  # 800 µs all-reduce + 300 µs all-gather on chip 1
     assert expect in sync.fix
+    assert "; entry-level all-reduces stay synchronous" in sync.fix
 
 
 @pytest.mark.xprof

@@ -27,11 +27,14 @@ compiled program".
 
 How to fix
 ----------
-Synchronous collectives on v6e: compile with `--xla_tpu_enable_async_collective_fusion=true
+Synchronous all-gathers (and other non-all-reduce collectives) on v6e: compile with
+`--xla_tpu_enable_async_collective_fusion=true
 --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true
 --xla_tpu_enable_async_collective_fusion_multiple_steps=true
 --xla_tpu_overlap_compute_collective_tc=true` (in `LIBTPU_INIT_ARGS`) so XLA overlaps them
-with compute; on v4 and v5p the same flags are worth trying (verified on v6e only). Exposed
+with compute; on v4 and v5p the same flags are worth trying (verified on v6e only). Entry-level
+all-reduces stay synchronous even on v5e, where all-gathers are async by default: make them
+smaller (bf16 gradients, fewer larger buckets) or shard the state (reduce-scatter + all-gather). Exposed
 async windows with no compute inside: give the scheduler independent work to place between
 start and done (start the collective earlier, prefetch the next layer's weights, split it).
 
@@ -242,13 +245,25 @@ def _names(names: list[str], limit: int = 3) -> str:
 
 def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
     if kind == "sync":
-        if generation == "v6e":
-            return (f"make them asynchronous: compile with `{ASYNC_FLAGS}` (in LIBTPU_INIT_ARGS) so XLA overlaps "
-                    "them with compute")
-        if generation in SYNC_BY_DEFAULT:
-            return (f"XLA leaves collectives synchronous on {generation} by default: try `{ASYNC_FLAGS}` "
-                    "(verified on v6e only), or shrink or reshard the collectives")
-        return "overlap them with independent compute (async collectives or a collective matmul)"
+        present = set(frame["family"])
+        others = sorted(present - {"all-reduce"})
+        parts = []
+        if others:
+            what = " and ".join(f"{f}s" for f in others)
+            if generation == "v6e":
+                parts.append(f"make the {what} asynchronous: compile with `{ASYNC_FLAGS}` (in LIBTPU_INIT_ARGS; "
+                             "verified to turn v6e all-gathers into async collective fusions)")
+            elif generation in SYNC_BY_DEFAULT:
+                parts.append(f"XLA leaves collectives synchronous on {generation} by default: try `{ASYNC_FLAGS}` "
+                             "(verified on v6e only)")
+            else:
+                parts.append(f"overlap the {what} with independent compute (async collectives or a collective "
+                             "matmul)")
+        if "all-reduce" in present:
+            parts.append("entry-level all-reduces stay synchronous even where XLA makes all-gathers async: shrink "
+                         "them (bf16 gradients, fewer and larger buckets) or shard the state so they become "
+                         "reduce-scatters and all-gathers that can overlap")
+        return "; ".join(parts)
     adjacent = int((~frame["compute_inside"] & (frame["klass"] != "hidden")).sum())
     if adjacent:
         return ("no compute is scheduled between start and done in "
