@@ -98,3 +98,12 @@ def test_llo_dumps_add_the_static_mxu_busy_fraction(analysis):
     assert "MXUs busy in only 22.0% of its bundles (static LLO)" in by_op["fusion.10"].message
     assert "static LLO" not in by_op["fusion.12"].message  # 81 %: the compiled code is not the problem
     assert dict(by_op["fusion.12"].evidence[0].values)["static MXU busy"] == "81.0%"
+
+
+def test_skipped_without_flops(tmp_path: Path):
+    # The collective scenario records no FLOPs on any op: nothing to compare with the peak.
+    findings, skipped = run_rules(sc.analyse(sc.exposed_collectives(), tmp_path),
+                                  RulesConfig(select=("low-mxu-utilization",)))
+    assert findings == []
+    assert [(s.rule, s.reason) for s in skipped] == [
+        ("low-mxu-utilization", "needs per-op FLOPs and a peak FLOP/s in the trace")]

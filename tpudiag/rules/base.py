@@ -26,6 +26,7 @@ DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Sav
 # Inputs a rule may declare, with the reason printed when the input is absent.
 INPUTS: Mapping[str, str] = {
     "trace": "needs a device trace with TPU ops",
+    "flops": "needs per-op FLOPs and a peak FLOP/s in the trace",
     "layouts": "needs layouts (op shapes with TPU tiled layouts and the layout parser)",
     "llo": "needs LLO dumps (`--dumps DIR`)",
     "hlo": "needs the compiled HLO (`--dumps DIR` of an XLA dump, or a capture that embeds it)",

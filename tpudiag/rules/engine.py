@@ -67,6 +67,8 @@ def available_inputs(analysis: Analysis, extra_inputs: Mapping[str, Any] | None,
     out: dict[str, Any] = {}
     if _has_tpu_trace(analysis):
         out["trace"] = analysis
+        if analysis.profile.hosts[0].device.peak_flops_per_s and (analysis.ops["flops"] > 0).any():
+            out["flops"] = analysis
     layouts = extra.get("layouts")
     if layouts is None and "trace" in out and "layouts" in wanted:
         layouts = default_layout_provider()

@@ -42,8 +42,8 @@ op takes longest. An upper bound that overlaps with padding-waste for padded mat
 
 Known limits
 ------------
-Ops without FLOPs in the trace, or a trace without a peak FLOP/s, cannot be judged and are left
-out. Dimensions come from the result shape and the operand shapes in the HLO text; which operand
+Ops without FLOPs in the trace cannot be judged and are left out; a trace with no FLOPs at all,
+or without a peak FLOP/s, skips the rule. Dimensions come from the result shape and the operand shapes in the HLO text; which operand
 dim is contracting is not known, so every minor dim of every operand is checked. A `dot` inside
 a loop fusion is not recognised unless the category or name says so.
 
@@ -280,5 +280,5 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     return findings
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace", "flops"), options_type=Options, check=check,
             doc=__doc__, uses=("llo",), tables=("ops", "events", "steps", "op_metadata"))
