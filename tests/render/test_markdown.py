@@ -220,3 +220,20 @@ def test_any_string_stays_in_its_cell_without_markup(value):
         tags = set(re.findall(r"<(/?[a-z]+)", html))
         assert tags <= {"table", "/table", "thead", "/thead", "tbody", "/tbody", "tr", "/tr", "th", "/th", "td",
                         "/td", "code", "/code"}, (value, rendered, html)
+
+
+def test_figures_draw_hostile_names_literally(tmp_path):
+    # `$...$` would start matplotlib mathtext; the label must be drawn as typed, without an error.
+    pytest.importorskip("matplotlib")
+    from tpudiag.render.figures import write_figures
+
+    name = "fusion.$x^{2}$_\\frac"
+    ops = (OpDef(name, "convolution fusion $a$", flops=1e12, bytes_accessed=1e9),)
+    d = CaptureDesign(hostname="h$0$", device_type="TPU v6 Lite", peak_tflops=918.0, peak_hbm_gbs=1640.0,
+                      module="m", program_id=1, ops=ops, n_chips=1, n_steps=2, step_ps=4000 * US,
+                      schedule=lambda chip, step: [Placed(name, 0, 3000 * US)])
+    write_capture(d, tmp_path / "run")
+    figures = write_figures(report_for(tmp_path / "run", rules=False), tmp_path / "out", "r")
+    assert {"roofline", "categories"} <= set(figures)
+    for f in figures.values():
+        assert_png(f.path)

@@ -79,14 +79,14 @@ def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
     fig = Figure(layout="constrained", figsize=(7.5, 4.8))
     ax = fig.add_subplot()
     xs = [o.operational_intensity for o in ops]
-    lo, hi = min(xs + [ridge]) / 4, max(xs + [ridge]) * 4
+    lo, hi = min(xs + [ridge]) / 10, max(xs + [ridge]) * 10
     n = 64
     grid = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
     ax.plot(grid, [min(s.peak_flops_per_s, x * s.hbm_bytes_per_s) for x in grid], color="black", lw=1.5,
             label="roofline (one core)")
     ax.axvline(ridge, color="grey", ls="--", lw=1)
-    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, lo * s.hbm_bytes_per_s), textcoords="offset points",
-                xytext=(4, 4), fontsize=8, color="grey")
+    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, 0), xycoords=("data", "axes fraction"),
+                textcoords="offset points", xytext=(4, 6), fontsize=8, color="grey")
     total = sum(o.self_time_ps for o in ops) or 1
     sizes = [20 + 600 * o.self_time_ps / total for o in ops]
     colors = ["#4C72B0" if o.bound_by == "Compute" else "#DD8452" for o in ops]
@@ -98,6 +98,8 @@ def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
                     arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"})
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # At least two decades on each axis, so only the major ticks (powers of ten) are labelled.
+    ax.set_ylim(min(min(o.flop_rate for o in ops) / 3, s.peak_flops_per_s / 100), s.peak_flops_per_s * 2)
     ax.set_xlabel("operational intensity (FLOP per byte accessed)")
     ax.set_ylabel("achieved FLOP/s per core")
     ax.set_title("Per-op roofline (marker area ~ self time; blue: compute-bound, orange: HBM-bound)",

@@ -211,6 +211,9 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
                 "compute; the gap between a point and the line is headroom. Ops without FLOPs (collectives, "
                 "copies) are not drawn."]
         out += _image(figures, "roofline")
+    elif figures:
+        out += ["", "No roofline figure: no op here records both FLOPs and bytes accessed, or the chip's peaks "
+                "are unknown."]
     return out + [""]
 
 
