@@ -101,7 +101,8 @@ def finding_lines(f: Finding, index: int) -> list[Text]:
     """One finding as printed: headline, saving and fix, then its first evidence rows."""
     lines = [Text.assemble(f"{index}. ", (f"[{f.severity.label()}] ", "bold"), (f"{f.code} {f.rule}", "cyan"),
                            f" {f.message}"),
-             Text(f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}: {f.saving.explanation})"),
+             Text(f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}: {f.saving.explanation})"
+                  if f.saving.ps > 0 else f"   saving: not estimated ({f.saving.explanation})"),
              Text(f"   fix: {f.fix}")]
     for e in f.evidence[:EVIDENCE_ROWS]:
         values = ", ".join(f"{label} {value}" for label, value in e.values)
