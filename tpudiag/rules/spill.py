@@ -158,7 +158,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             message += f"; {fmt_pct(fraction)} of its {rec.bundles} bundles"
             explanation = "self time per step x (spills + fills) / bundles"
         else:
-            explanation = "not estimated: the dump gives spill counts but no bundle count"
+            explanation = "the dump gives spill counts but no bundle count"
         values = [("spills", str(rec.spills)), ("fills", str(rec.fills))]
         if rec.bundles:
             values.append(("bundles", str(rec.bundles)))
