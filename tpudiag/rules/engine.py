@@ -3,6 +3,10 @@
 A rule runs only when every input it declares is present; otherwise it is skipped with the
 reason (`INPUTS`), never an error. Savings are per-rule upper bounds that overlap: the engine
 ranks findings by them but never adds them up.
+
+The engine, not the rules, builds the inputs that come from parsers: the layout parser's
+`parse_shape` for padding, and the HLO programs a capture embeds (parsed only when a selected rule
+uses them). Rule modules read what the context gives them and import no parser.
 """
 
 from __future__ import annotations
