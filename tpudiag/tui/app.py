@@ -30,7 +30,7 @@ VIEWS = (("overview", "Overview", OverviewView), ("findings", "Findings", Findin
 
 
 class MainViews(Container):
-    """The five views in tabs; a mouse click on a tab switches too."""
+    """The five views in tabs. A view is built the first time it is shown, so start-up stays quick."""
 
     def __init__(self, session: Session) -> None:
         super().__init__(id="main")
@@ -40,7 +40,17 @@ class MainViews(Container):
         with TabbedContent(initial="overview", id="tabs"):
             for view_id, title, cls in VIEWS:
                 with TabPane(title, id=view_id):
-                    yield cls(self.session, id=f"view-{view_id}")
+                    if view_id == "overview":
+                        yield cls(self.session, id=f"view-{view_id}")
+
+    async def ensure(self, view_id: str):
+        found = self.query(f"#view-{view_id}")
+        if found:
+            return found.first()
+        cls = next(c for v, _, c in VIEWS if v == view_id)
+        widget = cls(self.session, id=f"view-{view_id}")
+        await self.query_one(f"TabPane#{view_id}").mount(widget)
+        return widget
 
 
 class TpudiagApp(App):
@@ -59,7 +69,7 @@ class TpudiagApp(App):
     OverviewView > Static { margin-bottom: 1; }
     """
     ENABLE_COMMAND_PALETTE = False
-    BINDINGS = [Binding(k.keys, k.action, k.description, key_display=k.shown,
+    BINDINGS = [Binding(k.keys, k.action, k.footer, key_display=k.shown,
                         show=k.action not in ("back",)) for k in keys.GLOBAL]
 
     def __init__(self, path: Path | None = None, session: Session | None = None, cursor_blink: bool = True,
@@ -72,6 +82,7 @@ class TpudiagApp(App):
         self.cursor_blink = cursor_blink
         self.cwd = cwd
         self.history: list[str] = []
+        self._last_tab = ""
         self.exported: Path | None = None  # the last file written, for tests and the notification
 
     # -- layout and loading ----------------------------------------------------------------------------
@@ -123,9 +134,8 @@ class TpudiagApp(App):
     def _show_session(self) -> None:
         session = self.session
         self.query_one("#body").mount(MainViews(session))
+        self._last_tab = "overview"
         self.call_after_refresh(self._focus_view)
-        for inp in self.query(Input):
-            inp.cursor_blink = self.cursor_blink
 
     # -- navigation -----------------------------------------------------------------------------------
 
@@ -157,46 +167,49 @@ class TpudiagApp(App):
         while len(self.screen_stack) > 1:
             self.pop_screen()
 
-    def action_view(self, view_id: str, remember: bool = True) -> None:
+    async def action_view(self, view_id: str, remember: bool = True) -> None:
         if not self._has_session():
             return
         self._pop_to_main()
         current = self.current_view
         if remember and current and current != view_id:
             self.history.append(current)
+        await self._activate(view_id)
+
+    async def _activate(self, view_id: str) -> None:
+        await self.query_one(MainViews).ensure(view_id)
+        self._last_tab = view_id  # set first: the TabActivated that follows is ours, not a click
         self.query_one("#tabs", TabbedContent).active = view_id
         self.call_after_refresh(self._focus_view)
 
-    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        # Mouse clicks on tabs land here too: remember where we came from, once.
-        previous = getattr(self, "_last_tab", None)
+    async def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         new = event.pane.id
-        if previous and previous != new and (not self.history or self.history[-1] != previous):
-            self.history.append(previous)
+        if new == self._last_tab:
+            return
+        # A mouse click on a tab: remember where we came from and build the view if needed.
+        if self._last_tab:
+            self.history.append(self._last_tab)
         self._last_tab = new
+        await self.query_one(MainViews).ensure(new)
+        self.call_after_refresh(self._focus_view)
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         focused = self.focused
         if isinstance(focused, Input) and len(self.screen_stack) == 1:
             self._focus_view()
-            if self.current_view == "ops":
-                self._view_widget("ops").focus_main()
             return
         if len(self.screen_stack) > 1:
             self.pop_screen()
             return
         if self.history:
-            target = self.history.pop()
-            self._last_tab = target
-            self.query_one("#tabs", TabbedContent).active = target
-            self.call_after_refresh(self._focus_view)
+            await self._activate(self.history.pop())
         else:
             self.notify("nothing to go back to", timeout=2)
 
-    def action_search(self) -> None:
+    async def action_search(self) -> None:
         if not self._has_session():
             return
-        self.action_view("ops")
+        await self.action_view("ops")
         self.call_after_refresh(lambda: self._view_widget("ops").focus_search())
 
     def action_help(self) -> None:

@@ -14,35 +14,40 @@ class Key:
     action: str  # Textual action string
     description: str
     scope: str  # "global" or the view it works in
+    short: str = ""  # footer label; the description when empty
+
+    @property
+    def footer(self) -> str:
+        return self.short or self.description
 
 
 GLOBAL: tuple[Key, ...] = (
     Key("o", "o", "view('overview')", "Overview", "global"),
     Key("f", "f", "view('findings')", "Findings", "global"),
-    Key("p", "p", "view('ops')", "Ops table", "global"),
-    Key("t", "t", "view('timeline')", "Step timeline", "global"),
+    Key("p", "p", "view('ops')", "Ops table", "global", "Ops"),
+    Key("t", "t", "view('timeline')", "Step timeline", "global", "Timeline"),
     Key("h", "h", "view('hosts')", "Hosts", "global"),
-    Key("slash", "/", "search", "Search ops", "global"),
-    Key("e", "e", "export", "Export view as markdown", "global"),
+    Key("slash", "/", "search", "Search ops", "global", "Search"),
+    Key("e", "e", "export", "Export view as markdown", "global", "Export"),
     Key("question_mark", "?", "help", "Help", "global"),
     Key("escape", "esc", "back", "Back", "global"),
-    Key("k", "k", "kernels_lab", "Kernels lab (not yet)", "global"),
+    Key("k", "k", "kernels_lab", "Kernels lab (not yet)", "global", "Lab"),
     Key("q", "q", "quit", "Quit", "global"),
 )
 
 OPS: tuple[Key, ...] = (
-    Key("s", "s", "cycle_sort", "Next sort column", "ops"),
-    Key("r", "r", "reverse_sort", "Reverse sort", "ops"),
-    Key("c", "c", "clear_filters", "Clear filters", "ops"),
+    Key("s", "s", "cycle_sort", "Next sort column", "ops", "Sort"),
+    Key("r", "r", "reverse_sort", "Reverse sort", "ops", "Reverse"),
+    Key("c", "c", "clear_filters", "Clear filters", "ops", "Clear"),
     Key("enter", "enter", "open_op", "Op detail", "ops"),
 )
 
 FINDINGS: tuple[Key, ...] = (
-    Key("enter", "enter", "open_cited", "Open the cited op", "findings"),
+    Key("enter", "enter", "open_cited", "Open the cited op", "findings", "Cited op"),
 )
 
 TIMELINE: tuple[Key, ...] = (
-    Key("left_square_bracket,left", "[ ←", "step(-1)", "Previous step", "timeline"),
+    Key("left_square_bracket,left", "[ ←", "step(-1)", "Previous step", "timeline", "Prev step"),
     Key("right_square_bracket,right", "] →", "step(1)", "Next step", "timeline"),
 )
 

@@ -78,7 +78,7 @@ class HelpScreen(ModalScreen):
     HelpScreen { align: center middle; }
     #help { width: 76; height: auto; max-height: 90%; border: round $accent; background: $surface; padding: 0 1; }
     """
-    BINDINGS = [("escape", "app.pop_screen", "Close")]
+    BINDINGS = [("escape,question_mark", "app.pop_screen", "Close")]
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, show_header=True, padding=(0, 2))

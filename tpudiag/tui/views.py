@@ -30,7 +30,7 @@ MAX_OP_ROWS = 2000  # rows the ops table shows; filter to narrow a bigger captur
 
 
 def _bindings(table: tuple[keys.Key, ...]) -> list[Binding]:
-    return [Binding(k.keys, k.action, k.description, key_display=k.shown) for k in table]
+    return [Binding(k.keys, k.action, k.footer, key_display=k.shown) for k in table]
 
 
 def _legend() -> Text:
@@ -284,6 +284,7 @@ class OpsView(Vertical):
         yield DataTable(id="ops-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
+        self.query_one("#ops-search", Input).cursor_blink = getattr(self.app, "cursor_blink", True)
         self.refresh_table()
 
     def focus_main(self) -> None:
@@ -349,19 +350,24 @@ class OpsView(Vertical):
         ops = sort_ops(filter_ops(self.session.report.ops, self.filter), self.sort_key, self.descending)
         self.shown = ops[:MAX_OP_ROWS]
         table = self.query_one("#ops-table", DataTable)
-        table.clear(columns=True)
         sort_label = sort_column(self.sort_key).label
         arrow = " ▼" if self.descending else " ▲"
-        # A column with one value for every op (one host, one program) says nothing: leave it out.
-        hidden = {"host"} if len(self._facets.hosts) < 2 else set()
-        hidden |= {"program"} if len(self._facets.programs) < 2 else set()
-        self.columns = [i for i, label in enumerate(export.OP_HEADER) if label not in hidden]
+        if not self.columns:
+            # A column with one value for every op (one host, one program) says nothing: leave it out.
+            hidden = {"host"} if len(self._facets.hosts) < 2 else set()
+            hidden |= {"program"} if len(self._facets.programs) < 2 else set()
+            self.columns = [i for i, label in enumerate(export.OP_HEADER) if label not in hidden]
+            for i in self.columns:
+                # Two spaces of room for the sort arrow: a column keeps its first width.
+                table.add_column(export.OP_HEADER[i] + "  ", key=export.OP_HEADER[i])
         for i in self.columns:
             label = export.OP_HEADER[i]
-            table.add_column(label + (arrow if label == sort_label else ""), key=label)
+            table.columns[label].label = Text(label + (arrow if label == sort_label else ""))
+        table.clear()
         for n, op in enumerate(self.shown):
             cells = export.op_cells(op)
             table.add_row(*(escape(cells[i]) for i in self.columns), key=str(n))
+        table.refresh()
         total = len(self.session.report.ops)
         status = f"{len(ops)} of {total} ops · sorted by {sort_label} {'descending' if self.descending else 'ascending'}"
         if len(ops) > len(self.shown):
@@ -439,6 +445,9 @@ class TimelineView(VerticalScroll):
         if step is None:
             self.app.notify("no step " + ("before" if delta < 0 else "after") + f" step {self.timeline.step}")
             return
+        self.show_step(step)
+
+    def show_step(self, step: int) -> None:
         self.timeline = step_timeline(self.session.analysis, step)
         self.query_one(LaneChart).timeline = self.timeline
         self.query_one(LaneChart).refresh(layout=True)

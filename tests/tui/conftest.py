@@ -1,0 +1,117 @@
+"""TUI test harness: sessions with fixed findings, a Pilot runner at 120x40, text snapshots.
+
+As in posting and harlequin: the app is driven with Pilot at a fixed terminal size, the cursor
+does not blink, and the developer's own Textual settings (TEXTUAL_* variables) are kept out.
+Snapshots are the screen's text (`tests/tui/snapshots/*.txt`); regenerate them on purpose with
+`TPUDIAG_UPDATE_SNAPSHOTS=1 pytest tests/tui` and review the diff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("textual")
+
+from tests.conftest import REPO, US, small_design  # noqa: E402
+from tpudiag.model.findings import Evidence, Finding, Saving, Severity  # noqa: E402
+from tpudiag.tui.session import Session, load_session  # noqa: E402
+from tpudiag.writers.tpu_design import write_capture  # noqa: E402
+
+SIZE = (120, 40)
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+EXAMPLE = Path("examples/captures/train_v6e_4chip")  # relative: the path shows on screen
+
+# Findings made up for the screens, so snapshots do not change when a rule's wording does.
+FINDINGS = (
+    Finding("padded-logits", "TPD901", Severity.MEDIUM, "`fusion.8` pads 50257 to 50432 columns",
+            Saving(2_280 * US, "modelled", "self time per step x padding share"), "pad the vocabulary to 50432",
+            evidence=(Evidence("fusion.8", (("time share", "28.6%"), ("FLOP util", "49.4%"))),),
+            host="host0", ops=("fusion.8",)),
+    Finding("exposed-all-reduce", "TPD902", Severity.LOW, "`all-reduce.3` is exposed for 620 µs per step",
+            Saving(620 * US, "measured", "exposed time per step"), "make the all-reduce asynchronous",
+            host="host0", ops=("all-reduce.3",)),
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_developer_config(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("TEXTUAL"):
+            monkeypatch.delenv(name)
+
+
+def with_findings(session: Session, findings=FINDINGS, rules_run: bool = True) -> Session:
+    report = dataclasses.replace(session.report, findings=tuple(findings), rules_run=rules_run, rules_skipped=())
+    return dataclasses.replace(session, report=report)
+
+
+@pytest.fixture(scope="session")
+def example_session() -> Session:
+    old = Path.cwd()
+    os.chdir(REPO)
+    try:
+        return with_findings(load_session(EXAMPLE))
+    finally:
+        os.chdir(old)
+
+
+def _two_host_design(hostname: str, first_chip: int, slow_step: int | None):
+    def step_ps_for(chip: int, step: int) -> int:
+        return 10_800 * US if step == slow_step else 10_000 * US
+    return small_design(hostname=hostname, first_chip=first_chip, step_ps_for=step_ps_for)
+
+
+@pytest.fixture(scope="session")
+def two_host_session(tmp_path_factory) -> Session:
+    """Two hosts of 2 chips; host1's step 3 is 800 µs longer: the straggler."""
+    root = tmp_path_factory.mktemp("two_host")
+    run = root / "logdir" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    write_capture(_two_host_design("host0", 0, None), run)
+    write_capture(_two_host_design("host1", 2, 3), run)
+    old = Path.cwd()
+    os.chdir(root)
+    try:
+        return with_findings(load_session(Path("logdir")), findings=())
+    finally:
+        os.chdir(old)
+
+
+def screen_text(app) -> str:
+    """The current screen as plain text, one line per terminal row (trailing spaces dropped)."""
+    strips = app.screen._compositor.render_strips()  # what export_screenshot renders, without styles
+    return "\n".join(strip.text.rstrip() for strip in strips).rstrip() + "\n"
+
+
+def assert_snapshot(app, name: str) -> None:
+    text = screen_text(app)
+    path = SNAPSHOTS / f"{name}.txt"
+    if os.environ.get("TPUDIAG_UPDATE_SNAPSHOTS") == "1" or not path.exists():
+        if not os.environ.get("TPUDIAG_UPDATE_SNAPSHOTS") and os.environ.get("CI"):
+            pytest.fail(f"snapshot {path.name} is missing")
+        path.write_text(text, encoding="utf-8")
+    assert text == path.read_text(encoding="utf-8"), f"screen differs from snapshot {path.name}"
+
+
+def run(app, scenario, size=SIZE):
+    """Run `scenario(pilot)` against `app` at a fixed size; return the app."""
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()  # the tab underline is placed after the first layout
+            await scenario(pilot)
+    asyncio.run(main())
+    return app
+
+
+def make_app(session: Session, **kw):
+    from tpudiag.tui.app import TpudiagApp
+
+    app = TpudiagApp(session=session, cursor_blink=False, **kw)
+    app.animation_level = "none"  # the tab underline slides otherwise: screens would differ by timing
+    return app

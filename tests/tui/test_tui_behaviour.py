@@ -1,0 +1,196 @@
+"""Loading in a worker, exporting markdown, the mouse, and the honesty of empty states."""
+
+from __future__ import annotations
+
+from tests.conftest import REPO
+from tests.tui.conftest import EXAMPLE, make_app, run, screen_text
+from tpudiag.tui.app import TpudiagApp
+from tpudiag.tui.screens import LoadingPanel, OpDetailScreen
+from tpudiag.tui.session import rule_explanation
+
+
+async def press(pilot, *names):
+    for name in names:
+        await pilot.press(name)
+        await pilot.pause()
+
+
+async def wait_loaded(pilot, tries: int = 200):
+    for _ in range(tries):
+        if pilot.app.session is not None and pilot.app.query("#tabs"):
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("the capture did not load")
+
+
+def test_loads_in_a_worker_with_stages_then_shows_the_overview(monkeypatch):
+    monkeypatch.chdir(REPO)
+    stages = []
+    original = LoadingPanel.stage
+
+    def spy(self, index, text):
+        stages.append(index)
+        original(self, index, text)
+
+    monkeypatch.setattr(LoadingPanel, "stage", spy)
+    app = TpudiagApp(EXAMPLE, cursor_blink=False)
+    app.animation_level = "none"
+
+    async def scenario(pilot):
+        await wait_loaded(pilot)
+        await pilot.pause()
+        assert not pilot.app.query(LoadingPanel)
+        assert pilot.app.current_view == "overview"
+        assert "Duty cycle 85.1%" in screen_text(pilot.app)
+    run(app, scenario)
+    assert stages[0] == 0 and stages[-1] == 3 and stages == sorted(stages)
+
+
+def test_keys_while_loading_say_so(monkeypatch, tmp_path):
+    # A file that is not a trace: the worker fails and the panel shows the one-line error.
+    bad = tmp_path / "run" / "host0.xplane.pb"
+    bad.parent.mkdir()
+    bad.write_bytes(b"\x0a\xff\xff not a protobuf")
+    app = TpudiagApp(bad.parent, cursor_blink=False)
+
+    async def scenario(pilot):
+        for _ in range(100):
+            if "error:" in screen_text(pilot.app):
+                break
+            await pilot.pause(0.05)
+        text = screen_text(pilot.app)
+        assert "error:" in text and "press q to quit" in text
+        await press(pilot, "p")
+        assert any("still loading" in str(n.message) for n in pilot.app._notifications)
+    run(app, scenario)
+
+
+def test_export_writes_the_current_view_to_the_named_file(example_session, tmp_path):
+    async def scenario(pilot):
+        await press(pilot, "p", "s", "e", *"out/ops.md", "enter")
+    app = run(make_app(example_session, cwd=tmp_path), scenario)
+    target = tmp_path / "out" / "ops.md"
+    assert app.exported == target
+    text = target.read_text()
+    assert text.startswith("# tpudiag ops\n\nsorted by FLOP util (descending)")
+    assert "| fusion.7 |" in text
+
+
+def test_export_defaults_to_the_current_directory(example_session, tmp_path):
+    async def scenario(pilot):
+        await press(pilot, "t", "e", "enter")
+    app = run(make_app(example_session, cwd=tmp_path), scenario)
+    assert app.exported == tmp_path / "tpudiag-timeline.md"
+    assert "| host0 TPU:3 | 26.00 ms |" in app.exported.read_text()
+
+
+def test_export_of_the_op_detail_screen(example_session, tmp_path):
+    async def scenario(pilot):
+        await press(pilot, "p", "enter", "e", "enter")
+    app = run(make_app(example_session, cwd=tmp_path), scenario)
+    assert app.exported == tmp_path / "tpudiag-op.md"
+    assert app.exported.read_text().startswith("# `fusion.8` on host0")
+
+
+def test_export_never_writes_into_the_trace_directory(example_session):
+    trace_dir = example_session.trace_dir
+    before = sorted(p.name for p in trace_dir.rglob("*"))
+
+    async def scenario(pilot):
+        await press(pilot, "e", "enter")
+        assert any("refusing to write into the trace directory" in str(n.message)
+                   for n in pilot.app._notifications)
+    app = run(make_app(example_session, cwd=trace_dir / "plugins"), scenario)
+    assert app.exported is None
+    assert sorted(p.name for p in trace_dir.rglob("*")) == before
+
+
+def test_export_can_be_cancelled(example_session, tmp_path):
+    async def scenario(pilot):
+        await press(pilot, "e", "escape")
+    app = run(make_app(example_session, cwd=tmp_path), scenario)
+    assert app.exported is None and not list(tmp_path.iterdir())
+
+
+def test_mouse_click_on_a_tab_switches_and_back_returns(example_session):
+    async def scenario(pilot):
+        await pilot.click("#--content-tab-hosts")
+        await pilot.pause()
+        assert pilot.app.current_view == "hosts"
+        await press(pilot, "escape")
+        assert pilot.app.current_view == "overview"
+    run(make_app(example_session), scenario)
+
+
+def test_mouse_click_on_a_column_header_sorts(example_session):
+    async def scenario(pilot):
+        await press(pilot, "p")
+        table = pilot.app.query_one("#ops-table")
+        x = 0
+        for column in table.ordered_columns:
+            if str(column.label).startswith("FLOP util"):
+                break
+            x += column.get_render_width(table)
+        await pilot.click("#ops-table", offset=(x + 2, 0))
+        await pilot.pause()
+        ops = pilot.app.query_one("#view-ops")
+        assert ops.sort_key == "flop_util" and ops.descending
+        await pilot.pause(0.6)  # not a double click
+        await pilot.click("#ops-table", offset=(x + 2, 0))
+        await pilot.pause()
+        assert ops.sort_key == "flop_util" and not ops.descending
+    run(make_app(example_session), scenario)
+
+
+def test_mouse_click_on_a_row_opens_the_detail(example_session):
+    async def scenario(pilot):
+        await press(pilot, "p")
+        await pilot.click("#ops-table", offset=(3, 2))  # second row; the header is row 0
+        await pilot.click("#ops-table", offset=(3, 2))
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, OpDetailScreen)
+        assert pilot.app.screen.detail.op.name == example_session.report.ops[1].name
+    run(make_app(example_session), scenario)
+
+
+def test_filter_by_category_select(example_session):
+    async def scenario(pilot):
+        await press(pilot, "p")
+        ops = pilot.app.query_one("#view-ops")
+        pilot.app.query_one("#ops-category").value = "all-gather"
+        await pilot.pause()
+        assert {op.category for op in ops.shown} == {"all-gather"} and len(ops.shown) == 4
+    run(make_app(example_session), scenario)
+
+
+def test_the_explanation_comes_from_the_rule_registry_when_present():
+    text = rule_explanation("exposed-collective")
+    if text:  # the rule engine is optional in a build; when present its docs explain the finding
+        from tpudiag.rules.base import doc_sections
+        from tpudiag.rules.registry import get_rule
+
+        what = " ".join(doc_sections(get_rule("exposed-collective").doc)["What it does"].split())
+        assert text.startswith(what)
+    assert rule_explanation("no-such-rule") == ""
+
+
+def test_the_loader_runs_the_rule_engine_when_this_build_has_it(example_session, monkeypatch):
+    monkeypatch.chdir(REPO)
+    from tpudiag.tui.session import load_session
+
+    report = load_session(EXAMPLE).report
+    try:
+        import tpudiag.rules.engine  # noqa: F401
+    except ImportError:
+        assert not report.rules_run
+    else:
+        assert report.rules_run
+
+
+def test_op_detail_lists_the_findings_that_cite_it(example_session):
+    async def scenario(pilot):
+        await press(pilot, "f", "enter")
+        text = screen_text(pilot.app)
+        assert "Finding TPD901" in text and "HLO             %fusion.8 = bf16[8192,50257]" in text
+        assert "LLO             n/a: no LLO dumps" in text
+    run(make_app(example_session), scenario)
