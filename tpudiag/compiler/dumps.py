@@ -12,6 +12,7 @@ simulator stay independent of the parsers' entry points:
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ import pandas as pd
 from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
 from tpudiag.compiler.worker import HLO_PROTO_FILE, HLO_TEXT_FILE, RESULT_FILE
 from tpudiag.errors import InputError
-from tpudiag.model.compiled import CompiledProgram
+from tpudiag.model.compiled import CompiledProgram, leaf_arrays
 
 # Replica groups as XLA prints them: iota `[groups,size]<=[...]` or explicit `{{0,1},{2,3}}`.
 _GROUPS_IOTA = re.compile(r"replica_groups=\[(?P<dims>[\d,]+)\]<=")
@@ -33,6 +34,61 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=")
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%(?P<name>[\w.\-]+)\s.*\{\s*$")
 
 
+_MATMUL_LINE = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=.*?\s(?P<op>dot|convolution)\(")
+_LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{(?P<dims>[\d,]*)\}")
+_DIM_LABELS = re.compile(r"dim_labels=(?P<lhs>\w+)_(?P<rhs>\w+)->(?P<out>\w+)")
+_WINDOW_SIZE = re.compile(r"window=\{[^}]*?size=(?P<size>[\dx]+)")
+_LHS_DILATE = re.compile(r"window=\{[^}]*?lhs_dilate=(?P<d>[\dx]+)")
+
+
+def matmul_flops(text: str, program: CompiledProgram) -> dict[tuple[str, str], float]:
+    """(computation, instruction) -> FLOPs of each dot and convolution.
+
+    ADAPTER: `Instruction` does not keep `lhs_contracting_dims` or `dim_labels`; this reads those
+    attributes from the text and the operand shapes from the parsed program. dot: 2 x output
+    elements x contracted size; convolution: 2 x output elements x kernel input features x window
+    taps that land on real input (window size / lhs dilation, rounded up: XLA writes batched dots
+    as lhs-dilated convolutions).
+    """
+    flops: dict[tuple[str, str], float] = {}
+    computation = ""
+    for line in text.splitlines():
+        cm = _COMPUTATION.match(line)
+        if cm:
+            computation = cm.group("name")
+            continue
+        m = _MATMUL_LINE.match(line)
+        if m is None:
+            continue
+        inst = program.instructions.get((computation, m.group("name")))
+        if inst is None or inst.shape is None or len(inst.operands) < 2:
+            continue
+        out = leaf_arrays(inst.shape)
+        lhs = program.instructions.get((computation, inst.operands[0]))
+        rhs = program.instructions.get((computation, inst.operands[1]))
+        if not out or lhs is None or rhs is None or lhs.shape is None or rhs.shape is None:
+            continue
+        out_elems = math.prod(out[0].dims)
+        if m.group("op") == "dot":
+            dm = _LHS_CONTRACTING.search(line)
+            dims = leaf_arrays(lhs.shape)[0].dims
+            k = math.prod(dims[int(d)] for d in dm.group("dims").split(",") if d) if dm else 1
+        else:
+            lm = _DIM_LABELS.search(line)
+            if lm is None or "i" not in lm.group("rhs"):
+                continue
+            kernel = leaf_arrays(rhs.shape)[0].dims
+            k = kernel[lm.group("rhs").index("i")]
+            wm = _WINDOW_SIZE.search(line)
+            if wm:
+                sizes = [int(x) for x in wm.group("size").split("x")]
+                dm = _LHS_DILATE.search(line)  # XLA writes batched dots as lhs-dilated windows:
+                dilate = [int(x) for x in dm.group("d").split("x")] if dm else [1] * len(sizes)
+                k *= math.prod(-(-w // max(d, 1)) for w, d in zip(sizes, dilate))  # taps on real input
+        flops[(computation, inst.name)] = 2.0 * out_elems * k
+    return flops
+
+
 @dataclass
 class CompileOutput:
     """What one `tpudiag compile` run left behind, parsed."""
@@ -42,6 +98,7 @@ class CompileOutput:
     program: CompiledProgram
     spills: pd.DataFrame  # columns: hlo, spill_stores, spill_fills (empty without an LLO dump)
     group_sizes: dict[str, int]  # instruction name -> replica group size, where the text states one
+    matmul_flops: dict[tuple[str, str], float]  # (computation, instruction) -> dot/convolution FLOPs
     hlo_proto: bytes | None
     warnings: list[str] = field(default_factory=list)
 
@@ -148,4 +205,5 @@ def load_compile_output(path: Path) -> CompileOutput:
     proto_file = path / HLO_PROTO_FILE
     proto = proto_file.read_bytes() if proto_file.is_file() else None
     return CompileOutput(path=path, facts=facts, program=program, spills=_spills(path, warnings),
-                         group_sizes=replica_group_sizes(text), hlo_proto=proto, warnings=warnings)
+                         group_sizes=replica_group_sizes(text), matmul_flops=matmul_flops(text, program),
+                         hlo_proto=proto, warnings=warnings)

@@ -43,6 +43,8 @@ OP_ESTIMATE_COLUMNS = {
     "estimated_cycles": "compiler-estimated cycles (Int64, NA when the compiler gave none)",
     "cycles_source": "bundle_analysis_data (static LLO profile), window_config (classic model) or ''",
     "compute_ps": "estimated_cycles / clock (Int64, NA without cycles or clock)",
+    "flops": "FLOPs of the dots and convolutions the op runs (its fused computations included); "
+             "elementwise work is not counted",
     "logical_bytes": "operands + result, logical",
     "padded_bytes": "operands + result, in their tiled layouts",
     "hbm_bytes": "padded bytes of operands and result that live in HBM",
@@ -199,10 +201,35 @@ def _collective_payload(program: CompiledProgram, comp: str, inst: Instruction,
     return payload, int(size or n_devices)
 
 
+def _computation_flops(program: CompiledProgram, comp: str, matmul: dict[tuple[str, str], float],
+                       depth: int, memo: dict[tuple[str, int], float]) -> float:
+    """Dot/convolution FLOPs in `comp` and the computations it calls, `depth` levels down."""
+    key = (comp, depth)
+    if key not in memo:
+        total = 0.0
+        for sub in program.computation_instructions(comp):
+            total += matmul.get((comp, sub.name), 0.0)
+            if depth > 0:
+                total += sum(_computation_flops(program, c, matmul, depth - 1, memo)
+                             for c in sub.called_computations if c in program.computations)
+        memo[key] = total
+    return memo[key]
+
+
+def _op_flops(program: CompiledProgram, inst: Instruction, matmul: dict[tuple[str, str], float],
+              memo: dict[tuple[str, int], float]) -> float:
+    own = matmul.get((inst.computation, inst.name), 0.0)
+    return own + sum(_computation_flops(program, c, matmul, 3, memo)
+                     for c in inst.called_computations if c in program.computations)
+
+
 def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
-                 group_sizes: dict[str, int] | None = None, spills: pd.DataFrame | None = None) -> pd.DataFrame:
+                 group_sizes: dict[str, int] | None = None, spills: pd.DataFrame | None = None,
+                 matmul_flops: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
     """One row per working entry instruction, in schedule order (columns: OP_ESTIMATE_COLUMNS)."""
     group_sizes = group_sizes or {}
+    matmul_flops = matmul_flops or {}
+    memo: dict[tuple[str, int], float] = {}
     comp = program.entry
     partner: dict[str, tuple[str, str]] = {}
     for pair in program.async_pairs:
@@ -244,6 +271,7 @@ def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
                            ("category", xprof_category(program, inst)), ("family", family),
                            ("async_role", inst.async_role), ("partner", other), ("pair_kind", kind),
                            ("estimated_cycles", cycles), ("cycles_source", source), ("compute_ps", compute_ps),
+                           ("flops", _op_flops(program, inst, matmul_flops, memo)),
                            ("logical_bytes", inst.logical_bytes + op_logical),
                            ("padded_bytes", inst.padded_bytes + op_padded), ("hbm_bytes", hbm),
                            ("hbm_ps", hbm_ps), ("payload_bytes", payload), ("group_size", group),
@@ -253,6 +281,7 @@ def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
     df = pd.DataFrame(rows)
     for col in ("estimated_cycles", "compute_ps", "spill_stores", "spill_fills"):
         df[col] = pd.array([None if v is None or v is pd.NA else int(v) for v in rows[col]], dtype="Int64")
+    df["flops"] = np.asarray(rows["flops"], dtype=np.float64)
     for col in ("position", "logical_bytes", "padded_bytes", "hbm_bytes", "hbm_ps", "payload_bytes",
                 "group_size", "ici_ps", "window_ps", "duration_ps"):
         df[col] = np.asarray(rows[col], dtype=np.int64)

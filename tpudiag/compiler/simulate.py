@@ -83,7 +83,8 @@ def _op_defs(output: CompileOutput, ops: pd.DataFrame) -> tuple[OpDef, ...]:
         operands = ", ".join(f"%{o}" for o in inst.operands)
         text = f"%{inst.name} = {inst.shape_text} {inst.opcode}({operands})"
         source = f"{Path(inst.source_file).name}:{inst.source_line}" if inst.source_file else ""
-        defs.append(OpDef(name=row.name, category=str(row.category), bytes_accessed=float(row.hbm_bytes),
+        defs.append(OpDef(name=row.name, category=str(row.category), flops=float(row.flops),
+                          bytes_accessed=float(row.hbm_bytes),
                           shape=inst.shape_text, source=source, tf_op=inst.op_name, hlo_text=text))
     return tuple(defs)
 
@@ -109,7 +110,8 @@ def simulate(output: CompileOutput, logdir: Path, clock_ghz: float | None = None
     chip = chip_of(output)
     model = cost_model(output, clock_ghz, ici_gbps, ici_latency_us)
     n_devices = int(output.facts.get("n_devices", 1))
-    estimates = op_estimates(output.program, model, n_devices, output.group_sizes, output.spills)
+    estimates = op_estimates(output.program, model, n_devices, output.group_sizes, output.spills,
+                     output.matmul_flops)
     if model.clock_hz is None and estimates["estimated_cycles"].notna().any():
         raise UsageError(f"the {chip.generation} clock is not public, so cycles cannot become time",
                          hint="pass --clock-ghz (an assumption you state), e.g. --clock-ghz 1.5")

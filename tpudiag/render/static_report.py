@@ -25,7 +25,7 @@ def static_report_dict(report: StaticReport) -> dict:
             "position": int(row.position), "name": row.name, "opcode": row.opcode, "category": row.category,
             "family": row.family, "async_role": row.async_role, "partner": row.partner,
             "estimated_cycles": _int_or_none(row.estimated_cycles), "cycles_source": row.cycles_source,
-            "compute_ps": _int_or_none(row.compute_ps), "hbm_bytes": int(row.hbm_bytes), "hbm_ps": int(row.hbm_ps),
+            "compute_ps": _int_or_none(row.compute_ps), "flops": float(row.flops), "hbm_bytes": int(row.hbm_bytes), "hbm_ps": int(row.hbm_ps),
             "logical_bytes": int(row.logical_bytes), "padded_bytes": int(row.padded_bytes),
             "payload_bytes": int(row.payload_bytes), "group_size": int(row.group_size), "ici_ps": int(row.ici_ps),
             "window_ps": int(row.window_ps), "duration_ps": int(row.duration_ps),
