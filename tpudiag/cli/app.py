@@ -17,6 +17,7 @@ from rich.console import Console
 from tpudiag.cli import compile_cmd, rules_cmd
 from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
+from tpudiag.cli import lab_cmd
 from tpudiag.errors import TpudiagError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -122,6 +123,7 @@ compile_cmd.register(app)
 diff_cmd.register(app)
 check_cmd.register(app)
 tui_cmd.register(app)
+lab_cmd.register(app)
 
 
 @app.callback()

@@ -52,6 +52,11 @@ class Problem:
     def compute_dtype(self) -> str:
         return self.dtype
 
+    @property
+    def min_hbm_bytes(self) -> int:
+        """Each input read once, the output written once (what this kernel moves, too)."""
+        return hbm_bytes(self, None)
+
 
 @dataclass(frozen=True)
 class BlockSizes:
@@ -122,7 +127,7 @@ def make_inputs(p: Problem, seed: int = 0) -> list:
     return [jax.random.normal(k, (p.rows, p.cols), jnp.float32).astype(p.dtype) for k in keys]
 
 
-def hbm_bytes(p: Problem, blocks: BlockSizes) -> int:
+def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
     return p.rows * p.cols * (p.n_inputs * itemsize(p.dtype) + itemsize(p.out_dtype))
 
 

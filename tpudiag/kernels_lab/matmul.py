@@ -51,6 +51,13 @@ class Problem:
     def compute_dtype(self) -> str:
         return self.in_dtype
 
+    @property
+    def min_hbm_bytes(self) -> int:
+        """Each operand read once, the output written once: what an ideal kernel moves."""
+        in_b = itemsize(self.in_dtype)
+        return ((self.m * self.k + self.k * self.n + self.bias * self.n) * in_b
+                + self.m * self.n * itemsize(self.out_dtype))
+
 
 @dataclass(frozen=True)
 class BlockSizes:

@@ -58,6 +58,11 @@ class Problem:
     def compute_dtype(self) -> str:
         return self.dtype
 
+    @property
+    def min_hbm_bytes(self) -> int:
+        """Each input read once, the output written once (what this kernel moves, too)."""
+        return hbm_bytes(self, None)
+
 
 @dataclass(frozen=True)
 class BlockSizes:
@@ -144,7 +149,7 @@ def make_inputs(p: Problem, seed: int = 0) -> list:
     return [x, *params]
 
 
-def hbm_bytes(p: Problem, blocks: BlockSizes) -> int:
+def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
     """Each row is read and written once; parameter rows are fetched once (constant block index)."""
     return (p.rows * (p.cols * itemsize(p.dtype) + p.out_cols * itemsize(p.out_dtype))
             + p.n_params * p.cols * itemsize(p.dtype))

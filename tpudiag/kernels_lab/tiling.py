@@ -67,3 +67,16 @@ def check_vmem(what: str, needed_bytes: int, vmem_bytes: int) -> None:
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def scale_dim(d: int, factor: int) -> int:
+    """One dim shrunk by `factor`, keeping its alignment class: a multiple of 128 stays a multiple
+    of 128 (at least 128), of 8 stays of 8 (at least 8); a ragged dim stays ragged (ceil, nudged
+    off a multiple of 8), so edge blocks and padding are still exercised."""
+    if factor <= 1:
+        return d
+    for unit in (128, 8):
+        if d % unit == 0:
+            return max(unit, d // factor // unit * unit)
+    scaled = max(1, -(-d // factor))
+    return scaled + 1 if scaled > 8 and scaled % 8 == 0 else scaled

@@ -1,0 +1,77 @@
+"""BlockSizes validation: the (8,128) rule, K divisibility and the VMEM budget, with expected vs actual."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("jax", reason="the kernel families import jax")
+
+from tpudiag.kernels_lab import elementwise, matmul, reduction  # noqa: E402
+from tpudiag.kernels_lab.tiling import BlockSizeError, scale_dim  # noqa: E402
+from tpudiag.model.hardware import chip_for  # noqa: E402
+
+V5E_VMEM = chip_for("v5e").vmem_bytes
+V4_VMEM = chip_for("v4").vmem_bytes  # 16 MiB
+
+
+@pytest.mark.parametrize(("blocks", "message"), [
+    ((100, 128, 128), "x block (block_m, block_k): block second-minor dim must be a multiple of 8 or the full "
+                      "dim 256, got 100"),
+    ((128, 128, 200), "w block (block_k, block_n): block minor dim must be a multiple of 128 or the full dim "
+                      "384, got 200"),
+    ((128, 192, 128), "x block (block_m, block_k): block minor dim must be a multiple of 128 or the full dim "
+                      "512, got 192"),
+    ((512, 128, 128), "block rows 512 exceeds the array dim 256; expected at most 256"),
+    ((128, 384, 128), "block_k: block 384 must divide the dim 512"),
+])
+def test_matmul_block_errors_show_expected_and_actual(blocks, message):
+    p = matmul.Problem(256, 512, 384)
+    with pytest.raises(BlockSizeError) as exc:
+        matmul.BlockSizes(*blocks).validate(p, V5E_VMEM)
+    assert message in str(exc.value)
+
+
+def test_vmem_budget_counts_double_buffering():
+    p = matmul.Problem(4096, 4096, 4096, "float32", "float32")
+    b = matmul.BlockSizes(1024, 1024, 1024)
+    # 2 x (x + w + out) blocks of 4 MiB each + a 4 MiB f32 accumulator = 28 MiB
+    assert b.vmem_bytes(p) == 28 << 20
+    b.validate(p, V5E_VMEM)  # fits v5e's 128 MiB
+    with pytest.raises(BlockSizeError, match=r"blocks need 28\.00 MiB of VMEM \(2 buffers per blocked operand, "
+                                             r"plus scratch\); expected at most 16\.00 MiB"):
+        b.validate(p, V4_VMEM)
+
+
+@pytest.mark.parametrize(("fam", "problem", "blocks"), [
+    # near misses that are legal: full unaligned dims, 8-row bf16 blocks, a partial M block
+    (matmul, matmul.Problem(200, 256, 300), matmul.BlockSizes(200, 256, 300)),
+    (matmul, matmul.Problem(200, 256, 300, "bfloat16"), matmul.BlockSizes(8, 128, 128)),
+    (reduction, reduction.Problem(100, 200), reduction.BlockSizes(16)),
+    (elementwise, elementwise.Problem(96, 300), elementwise.BlockSizes(96, 300)),
+])
+def test_near_misses_are_accepted(fam, problem, blocks):
+    assert blocks.validate(problem, V5E_VMEM) is blocks
+
+
+def test_reduction_and_elementwise_errors():
+    with pytest.raises(BlockSizeError, match="block second-minor dim must be a multiple of 8 or the full dim 100, "
+                                             "got 12"):
+        reduction.BlockSizes(12).validate(reduction.Problem(100, 256), V5E_VMEM)
+    with pytest.raises(BlockSizeError, match="block minor dim must be a multiple of 128 or the full dim 300, got 64"):
+        elementwise.BlockSizes(8, 64).validate(elementwise.Problem(96, 300), V5E_VMEM)
+    with pytest.raises(BlockSizeError, match="expected at most 16.00 MiB"):
+        reduction.BlockSizes(4096).validate(reduction.Problem(8192, 4096, "softmax", "float32", "float32"), V4_VMEM)
+
+
+def test_problem_rejects_unknown_variants():
+    with pytest.raises(BlockSizeError, match="activation must be one of"):
+        matmul.Problem(8, 128, 128, activation="tanh")
+    with pytest.raises(BlockSizeError, match="reduction op must be one of"):
+        reduction.Problem(8, 128, op="max")
+
+
+def test_fit_and_scale_keep_blocks_legal():
+    p = matmul.Problem(8192, 4096, 50257)
+    assert matmul.fit(p, 1024, 1536, 1024) == matmul.BlockSizes(1024, 1024, 1024)  # K block divides K
+    assert scale_dim(4096, 16) == 256 and scale_dim(50257, 16) == 3142 and scale_dim(8192, 100) == 128
+    assert scale_dim(24, 2) == 8 and scale_dim(50257, 1) == 50257

@@ -1,0 +1,172 @@
+"""`tpudiag lab`: reproduce a profiled op as a Pallas TPU kernel, check its numerics, tune its blocks.
+
+jax is imported only inside the commands. Data goes to stdout; progress and diagnostics to stderr.
+Exit codes: 0 ok, 1 numerics mismatch (`check`), 2 usage or input error (including ops the lab
+cannot reproduce yet), 130 interrupted (`tune` keeps what it finished).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tpudiag.errors import InputError, UsageError
+
+lab_app = typer.Typer(no_args_is_help=True, help="Pallas kernel reproductions of profiled ops: extract, check, tune.")
+
+
+class LabFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+
+
+def _consoles():
+    from tpudiag.cli.app import stderr_console, stdout_console
+
+    return stdout_console(), stderr_console()
+
+
+@lab_app.command("extract")
+def extract(
+    path: Annotated[Path, typer.Argument(help="Logdir, run directory or .xplane.pb file")],
+    op: Annotated[str, typer.Option("--op", help="HLO op name, e.g. `fusion.2`")],
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Directory to write (default: lab-<op>)")] = None,
+    dump: Annotated[Path | None, typer.Option("--dump", help="XLA/libtpu dump directory with the op's HLO "
+                                                             "(operands, fusion body)")] = None,
+    topology: Annotated[str | None, typer.Option(help="Target topology (default: the capture's device, "
+                                                      "e.g. v6e:2x2)")] = None,
+    scale_down: Annotated[int, typer.Option("--scale-down", help="Divide every dim by N for the CPU run "
+                                                                 "(alignment kept); tune still uses the full "
+                                                                 "problem")] = 1,
+) -> None:
+    """Write a runnable reproduction of one op: `repro.py` (XLA reference + Pallas kernel) and `spec.json`."""
+    from tpudiag.kernels_lab.reproduce import write_repro
+    from tpudiag.kernels_lab.spec import extract_spec
+
+    spec = extract_spec(path, op, dump=dump, topology=topology, scale_down=scale_down)
+    out_dir = out if out is not None else Path(f"lab-{op}")
+    repro, blocks = write_repro(spec, out_dir)
+    console, _ = _consoles()
+    console.print(f"wrote `{repro}` and `{out_dir / 'spec.json'}`", markup=False, highlight=False)
+    console.print(f"  family {spec.family}: {spec.problem}", markup=False, highlight=False)
+    if spec.scale_down > 1:
+        console.print(f"  CPU run (--scale-down {spec.scale_down}): {spec.run_problem}", markup=False,
+                      highlight=False)
+    console.print(f"  blocks {blocks.label()} (default for {spec.generation}; run `tpudiag lab tune "
+                  f"{out_dir}` to sweep)", markup=False, highlight=False)
+    for line in spec.basis:
+        console.print(f"  basis: {line}", markup=False, highlight=False)
+    console.print(f"run it: `python {repro}`", markup=False, highlight=False)
+
+
+@lab_app.command("check")
+def check(
+    directory: Annotated[Path, typer.Argument(help="A reproduction directory from `tpudiag lab extract`")],
+    full: Annotated[bool, typer.Option("--full", help="Check the full profiled shapes (slow on CPU)")] = False,
+    output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
+) -> None:
+    """Numerics of the Pallas kernel against the XLA reference, on CPU in interpret mode; exit 1 on mismatch."""
+    repro = directory / "repro.py"
+    if not repro.is_file():
+        raise InputError("no repro.py here", path=directory, hint="create it with `tpudiag lab extract`")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    cmd = [sys.executable, str(repro), "--json", "--interpret"] + (["--full"] if full else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    result = None
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            result = json.loads(line)
+            break
+    if result is None:
+        tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-1:]) or f"exit status {proc.returncode}"
+        raise InputError(f"repro.py failed: {tail}", path=repro)
+    console, _ = _consoles()
+    if output_format is LabFormat.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        verdict = "OK" if result["ok"] else "MISMATCH"
+        shape = " ".join(f"{k}={v}" for k, v in result["problem"].items())
+        console.print(f"`{result['op']}` ({result['family']}) {shape}", markup=False, highlight=False)
+        console.print(f"  blocks {result['blocks']}, grid {tuple(result['grid'])}, CPU interpret mode"
+                      + (" (scaled-down problem)" if result["scaled_down"] else ""), markup=False, highlight=False)
+        console.print(f"numerics: max|pallas - xla| / max|xla| = {result['max_rel_err']:.3g}, tolerance "
+                      f"{result['tolerance']:.3g} for {result['tolerance_dtype']} -> {verdict}",
+                      markup=False, highlight=False)
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+@lab_app.command("tune")
+def tune(
+    directory: Annotated[Path, typer.Argument(help="A reproduction directory from `tpudiag lab extract`")],
+    topology: Annotated[str | None, typer.Option(help="TPU topology to compile for (default: spec.json's, "
+                                                      "from the capture's device)")] = None,
+    max_candidates: Annotated[int | None, typer.Option("--max-candidates", help="Sweep only the first N "
+                                                                                "candidates")] = None,
+    scale_down: Annotated[int, typer.Option("--scale-down", help="Sweep a problem with every dim / N "
+                                                                 "(faster compiles; the result is not "
+                                                                 "written into repro.py)")] = 1,
+    measure: Annotated[bool | None, typer.Option("--measure/--no-measure", help="Time on the attached TPU "
+                                                                                "(default: when one is present)")]
+    = None,
+    timeout: Annotated[float, typer.Option(help="Seconds allowed per compile")] = 900.0,
+    output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
+) -> None:
+    """Sweep block sizes: compile each for the TPU topology, reject what the compiler refuses, rank."""
+    from tpudiag.kernels_lab.reproduce import family_module, set_blocks
+    from tpudiag.kernels_lab.sweep import run_sweep
+
+    console, err = _consoles()
+    try:
+        result = run_sweep(directory, topology=topology, measure=measure, max_candidates=max_candidates,
+                           scale_down=scale_down, timeout_s=timeout,
+                           progress=lambda line: err.print(line, markup=False, highlight=False))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: finished candidates are kept in `{directory}`/tune-*.jsonl; run the same "
+                  "command again to resume", markup=False, highlight=False)
+        raise typer.Exit(130) from None
+    best = result.best
+    written = ""
+    if best is not None and scale_down == 1:
+        fam = family_module(result.family)
+        blocks = fam.BlockSizes(**best.blocks)
+        basis = (f"Best of {len(result.results)} candidates for {result.topology} by `tpudiag lab tune`: "
+                 f"{result.basis_text}. {_best_text(best)}")
+        set_blocks(directory / "repro.py", blocks, basis)
+        written = f"wrote {best.label} into `{directory / 'repro.py'}`"
+    elif best is not None:
+        written = f"not written into repro.py: swept a problem scaled down {scale_down}x"
+    if output_format is LabFormat.json:
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        from tpudiag.kernels_lab.render import render_sweep
+
+        render_sweep(result, console)
+        if written:
+            console.print(written, markup=False, highlight=False)
+    if written and output_format is LabFormat.json:
+        err.print(written, markup=False, highlight=False)
+    if best is None:
+        raise UsageError("no candidate compiled with an estimate to rank",
+                         hint="see the status column; try another topology (static estimates exist for "
+                              "v5e, v5p and v6e)")
+
+
+def _best_text(best) -> str:
+    parts = []
+    if best.measured_s is not None:
+        parts.append(f"{best.measured_s * 1e6:,.1f} us measured")
+    if best.est_cycles is not None:
+        parts.append(f"{best.est_cycles:,} estimated cycles")
+    return "; ".join(parts) + "." if parts else ""
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(lab_app, name="lab")

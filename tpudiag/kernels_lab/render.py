@@ -1,0 +1,56 @@
+"""Terminal table for a block-size sweep. Every number says what it is: measured, estimated, computed."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from tpudiag.kernels_lab.sweep import SweepResult
+
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:,.1f}"
+
+
+def render_sweep(result: SweepResult, console: Console) -> None:
+    xla = result.xla
+    scaled = f", problem scaled down {result.scale_down}x" if result.scale_down > 1 else ""
+    console.print(f"`{result.op_name}` ({result.family}) on {result.topology} ({result.device_kind or result.generation})"
+                  f"{scaled}", markup=False, highlight=False)
+    console.print(f"basis: {result.basis_text}", markup=False, highlight=False)
+    lines = []
+    if xla.measured_s is not None:
+        lines.append(f"XLA op measured in the capture: {_us(xla.measured_s)} us per occurrence (full problem, "
+                     "on the captured device)")
+    if xla.est_cycles is not None:
+        at = f" = {_us(xla.est_s)} us at {result.clock_hz / 1e9:g} GHz" if xla.est_s is not None else ""
+        lines.append(f"XLA reference compiled for {result.topology}: {xla.est_cycles:,} estimated cycles{at} "
+                     "(compiler estimate)")
+    elif xla.status != "ok" or xla.reason:
+        lines.append(f"XLA reference: {xla.status} {xla.reason}".rstrip())
+    lines.append(f"XLA HBM floor: {_us(xla.hbm_floor_s)} us (bytes accessed / HBM bandwidth, computed)")
+    for line in lines:
+        console.print("  " + line, markup=False, highlight=False)
+
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for name, justify in (("#", "right"), ("blocks", "left"), ("grid steps", "right"), ("VMEM MiB", "right"),
+                          ("est. cycles", "right"), ("est. us", "right"), ("HBM floor us", "right"),
+                          ("ranked us", "right"), ("measured us", "right"), ("x XLA est.", "right"),
+                          ("compile s", "right"), ("status", "left")):
+        table.add_column(name, justify=justify, no_wrap=name != "status")
+    rank = 0
+    for r in result.results:
+        ok = r.status == "ok"
+        rank += ok
+        ratio = (f"{r.est_cycles / xla.est_cycles:.2f}" if ok and r.est_cycles and xla.est_cycles else "-")
+        status = "ok" if ok and not r.reason else f"{r.status}: {r.reason}"
+        table.add_row(str(rank) if ok else "-", r.label, f"{r.grid_steps:,}", f"{r.vmem_bytes / 2**20:.1f}",
+                      f"{r.est_cycles:,}" if r.est_cycles is not None else "-", _us(r.est_s), _us(r.hbm_floor_s),
+                      _us(r.bounded_s), _us(r.measured_s), ratio,
+                      f"{r.compile_s:.1f}" if r.compile_s is not None else "-", status)
+    console.print(table)
+    console.print("est. = compiler estimate (static LLO profile, modelled); HBM floor = bytes the blocking moves / "
+                  "bandwidth (computed); ranked = max(est., floor); x XLA est. = est. cycles / XLA reference's "
+                  "est. cycles; VMEM MiB = our double-buffered estimate", markup=False, highlight=False,
+                  style="dim")
+    console.print(f"results: `{result.jsonl}`", markup=False, highlight=False)

@@ -1,0 +1,161 @@
+"""Write a standalone reproduction directory for one op: `repro.py` + `spec.json`.
+
+`repro.py` needs only jax: the tiling rule, the family module and the harness are copied into it
+verbatim (module docstrings, `from __future__` and tpudiag imports dropped), so what `lab check`
+tests and `lab tune` compiles is exactly the code the unit tests cover. The chosen block sizes sit
+between two marker lines that `lab tune` rewrites.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import importlib.util
+import re
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+from tpudiag.errors import InputError
+from tpudiag.kernels_lab.spec import OpSpec
+
+FAMILIES = ("matmul", "reduction", "elementwise")
+BLOCKS_BEGIN = "# lab: block sizes begin (rewritten by `tpudiag lab tune`)"
+BLOCKS_END = "# lab: block sizes end"
+_HERE = Path(__file__).resolve().parent
+
+
+def family_module(name: str) -> ModuleType:
+    """The family's module, imported on demand (it imports jax)."""
+    if name not in FAMILIES:
+        raise InputError(f"unknown kernel family {name!r}; expected one of {', '.join(FAMILIES)}")
+    return importlib.import_module(f"tpudiag.kernels_lab.{name}")
+
+
+def _inlined(path: Path) -> str:
+    """A module's source without its docstring, `from __future__` and tpudiag imports."""
+    source = path.read_text()
+    tree = ast.parse(source)
+    drop: set[int] = set()
+    for node in tree.body:
+        is_doc = (node is tree.body[0] and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                  and isinstance(node.value.value, str))
+        is_local_import = isinstance(node, ast.ImportFrom) and (node.module == "__future__"
+                                                                 or (node.module or "").startswith("tpudiag"))
+        if is_doc or is_local_import:
+            drop.update(range(node.lineno, node.end_lineno + 1))
+    lines = [line for i, line in enumerate(source.splitlines(), start=1) if i not in drop]
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def _comment(text: str, width: int = 100) -> str:
+    out = []
+    for para in text.splitlines() or [""]:
+        out += textwrap.wrap(para, width - 2, subsequent_indent="    ") or [""]
+    return "\n".join(f"# {line}".rstrip() for line in out)
+
+
+def blocks_source(blocks, basis: str) -> str:
+    fields = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(blocks).items())
+    return f"{BLOCKS_BEGIN}\n{_comment(basis)}\nBLOCKS = BlockSizes({fields})\n{BLOCKS_END}"
+
+
+def _header(spec: OpSpec) -> str:
+    measured = (f"{spec.measured_time_ps / 1e6:,.1f} us per occurrence (mean of {spec.occurrences}, measured in "
+                f"the capture on {spec.device_type or 'an unknown device'})" if spec.measured_time_ps else "unknown")
+    lines = [
+        f"Op `{spec.op_name}` ({spec.category}) of program `{spec.program}`, from `{spec.capture}`.",
+        f"Framework op: {spec.tf_op or 'unknown'}  source: {spec.source or 'unknown'}",
+        f"Output shape and layout: {spec.shape_with_layout}",
+        "Operand shapes and layouts: " + (", ".join(spec.operands) if spec.operands
+                                          else "not in the capture's HLO text"),
+        f"HLO: {spec.hlo_text[:400]}",
+        f"XLA time: {measured}",
+        f"Target: {spec.topology} ({spec.generation}), compiled against one device; VMEM "
+        f"{spec.vmem_bytes / 2**20:.0f} MiB",
+        f"Family: {spec.family}. How each fact was inferred:",
+        *[f"  - {b}" for b in spec.basis],
+        *[f"Note: {n}" for n in spec.notes],
+        f"Full problem (the op as profiled): {spec.problem}",
+        f"CPU problem: {spec.run_problem}" + (f" (every dim / {spec.scale_down})" if spec.scale_down > 1 else ""),
+    ]
+    return "\n".join(_comment(line) for line in lines)
+
+
+def render(spec: OpSpec, blocks, basis: str) -> str:
+    """The text of `repro.py`."""
+    parts = [
+        "#!/usr/bin/env python3",
+        f'"""Reproduction of `{spec.op_name}` as a Pallas TPU kernel beside its XLA reference.\n\n'
+        "Written by `tpudiag lab extract`. Run `python repro.py`: on a TPU it runs the full problem,\n"
+        "compiled; elsewhere the CPU problem in Pallas interpret mode. It prints a numerics check and\n"
+        'exits 1 on a mismatch. Needs only jax.\n"""',
+        "",
+        _header(spec),
+        "",
+        "from __future__ import annotations",
+        "",
+        "# ---- tiling rule (from tpudiag/kernels_lab/tiling.py) ----",
+        _inlined(_HERE / "tiling.py"),
+        f"# ---- kernel family (from tpudiag/kernels_lab/{spec.family}.py) ----",
+        _inlined(_HERE / f"{spec.family}.py"),
+        "# ---- harness (from tpudiag/kernels_lab/harness.py) ----",
+        _inlined(_HERE / "harness.py"),
+        "# ---- this op ----",
+        f"OP_NAME = {spec.op_name!r}",
+        f"PROBLEM = Problem(**{spec.problem!r})",
+        f"RUN_PROBLEM = Problem(**{spec.run_problem!r})",
+        f"VMEM_BYTES = {spec.vmem_bytes}  # {spec.generation}",
+        "",
+        blocks_source(blocks, basis),
+        "",
+        "",
+        "def main(argv=None) -> int:",
+        "    return run_main(sys.modules[__name__], op_name=OP_NAME, problem=PROBLEM, run_problem=RUN_PROBLEM,",
+        f"                    blocks=BLOCKS, vmem_bytes=VMEM_BYTES, scale_down={spec.scale_down}, argv=argv)",
+        "",
+        "",
+        'if __name__ == "__main__":',
+        "    sys.exit(main())",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def write_repro(spec: OpSpec, out_dir: Path) -> tuple[Path, object]:
+    """Write `spec.json` and `repro.py` with the family's default blocks for the target generation."""
+    fam = family_module(spec.family)
+    problem = fam.Problem(**spec.problem)
+    blocks = fam.default_blocks(problem, spec.generation).validate(problem, spec.vmem_bytes)
+    basis = (f"Default block sizes for {spec.generation} (the family's tuned table or its safe default), "
+             "not yet swept for this op")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "spec.json").write_text(spec.to_json())
+    repro = out_dir / "repro.py"
+    repro.write_text(render(spec, blocks, basis))
+    return repro, blocks
+
+
+def set_blocks(repro: Path, blocks, basis: str) -> None:
+    """Replace the block sizes between the markers of an existing `repro.py`."""
+    text = repro.read_text()
+    pattern = re.compile(re.escape(BLOCKS_BEGIN) + r".*?" + re.escape(BLOCKS_END), re.S)
+    if not pattern.search(text):
+        raise InputError("no block-size markers in the reproduction", path=repro,
+                         hint="re-run `tpudiag lab extract` to regenerate it")
+    repro.write_text(pattern.sub(lambda _: blocks_source(blocks, basis), text, count=1))
+
+
+def load_repro(out_dir: Path) -> ModuleType:
+    """Import `DIR/repro.py` as a module (it runs nothing at import)."""
+    path = out_dir / "repro.py"
+    if not path.is_file():
+        raise InputError("no repro.py here", path=out_dir, hint="create it with `tpudiag lab extract`")
+    name = f"tpudiag_lab_repro_{abs(hash(str(path.resolve())))}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    module_spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,361 @@
+"""What a profiled op is, as far as the lab needs: kernel family, problem shapes, dtypes, basis.
+
+Pure inference over the capture's op tables and HLO text (no jax). Every inferred fact records how
+it was inferred (`basis`), because a profile often carries only the output shape: a matmul's K then
+comes from its FLOP count, an elementwise fusion's input count from its bytes.
+
+Family rules, first match wins:
+
+1. collectives, while loops, tuple outputs, custom calls -> not reproducible (one-line reason);
+2. a `dot(`/`convolution(` in the HLO text, or the category `convolution fusion` -> matmul;
+3. a `reduce(` in the HLO text -> row reduction (sum);
+4. a `loop fusion` whose framework op name says softmax / layer norm / rms norm -> that reduction
+   (the capture's HLO text for loop fusions often omits the body);
+5. `loop fusion`, `copy`, elementwise categories -> elementwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tpudiag.errors import InputError, UsageError
+from tpudiag.kernels_lab.tiling import scale_dim
+from tpudiag.model.hardware import chip_for
+from tpudiag.model.hlo_names import collective_family
+
+
+class NotReproducible(UsageError):
+    """The op exists but no kernel family reproduces it yet; the message says why."""
+
+
+HLO_DTYPES = {"bf16": "bfloat16", "f32": "float32"}
+_SHAPE = re.compile(r"(?P<dtype>[a-z]+[0-9a-z]*)\[(?P<dims>[0-9,<=]*)\](?:\{(?P<layout>[^}]*)\})?")
+_OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call)\((?P<args>[^)]*)\)")
+MATMUL_CATEGORIES = ("convolution fusion", "convolution", "dot", "output fusion")
+ELEMENTWISE_CATEGORIES = ("loop fusion", "copy", "non-fusion elementwise", "data formatting")
+REDUCTION_HINTS = (("softmax", "softmax"), ("layer_norm", "layernorm"), ("layernorm", "layernorm"),
+                   ("rms_norm", "rmsnorm"), ("rmsnorm", "rmsnorm"))
+
+# Smallest single-host topology per generation; the lab compiles against one device of it.
+DEFAULT_TOPOLOGY = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2",
+                    "TPU7x": "TPU7x:2x2x1"}
+
+
+@dataclass(frozen=True)
+class ArrayText:
+    """One array shape from HLO text: HLO dtype, dims, minor-to-major order (None if not printed)."""
+
+    dtype: str
+    dims: tuple[int, ...]
+    minor_to_major: tuple[int, ...] | None
+    text: str
+
+    @property
+    def row_major(self) -> bool:
+        return self.minor_to_major is None or list(self.minor_to_major) == list(range(len(self.dims)))[::-1]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.dims)
+
+
+def parse_array(text: str) -> ArrayText | None:
+    """`bf16[8192,4096]{1,0:T(8,128)(2,1)}` -> ArrayText; None for tuples or unparseable text."""
+    text = text.strip()
+    m = _SHAPE.match(text)
+    if m is None or text.startswith("("):
+        return None
+    dims = tuple(int(d.replace("<=", "")) for d in m.group("dims").split(",") if d)
+    m2m = None
+    if m.group("layout") is not None:
+        order = m.group("layout").split(":")[0]
+        m2m = tuple(int(d) for d in order.split(",") if d.strip().isdigit())
+        if len(m2m) != len(dims):
+            m2m = None
+    return ArrayText(m.group("dtype"), dims, m2m, m.group(0))
+
+
+def operand_shapes(hlo_text: str) -> list[ArrayText]:
+    """Operand shapes printed inside the instruction's call parentheses (empty when not printed)."""
+    m = _OPERANDS.search(hlo_text)
+    if m is None:
+        return []
+    shapes = []
+    for arg in re.split(r",\s*(?![^{]*\})(?![^\[]*\])", m.group("args")):
+        a = parse_array(arg)
+        if a is not None:
+            shapes.append(a)
+    return shapes
+
+
+def topology_generation(topology: str) -> str:
+    """`v6e:2x2` -> `v6e` (the canonical generation name of tpudiag.model.hardware)."""
+    prefix = re.split(r"[:=_]", topology, maxsplit=1)[0]
+    chip = chip_for(prefix)
+    if chip is None:
+        raise UsageError(f"unknown TPU generation in topology {topology!r}",
+                         hint="use a libtpu topology name such as `v5e:2x2`, `v5p:2x2x1` or `v6e:2x2`")
+    return chip.generation
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Everything `spec.json` holds; `problem` and `run_problem` are the family's Problem fields."""
+
+    op_name: str
+    category: str
+    program: str
+    family: str
+    problem: dict
+    run_problem: dict
+    scale_down: int
+    shape_with_layout: str
+    operands: tuple[str, ...]
+    hlo_text: str
+    tf_op: str
+    source: str
+    basis: tuple[str, ...]
+    device_type: str
+    generation: str
+    topology: str
+    vmem_bytes: int
+    hbm_bytes_per_s: float
+    clock_hz: float | None
+    occurrences: int
+    measured_time_ps: float | None  # per occurrence, from the capture
+    flops: float  # per occurrence, from the capture
+    bytes_accessed: float  # per occurrence, from the capture
+    capture: str
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, path: Path) -> OpSpec:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read the reproduction's spec: {exc}", path=path) from exc
+        for key in ("basis", "operands", "notes"):
+            data[key] = tuple(data.get(key, ()))
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise InputError(f"spec.json does not match this tpudiag version: {exc}", path=path) from exc
+
+
+def _jnp_dtype(hlo_dtype: str, what: str, name: str) -> str:
+    if hlo_dtype not in HLO_DTYPES:
+        raise NotReproducible(f"`{name}` has {what} dtype {hlo_dtype}; the lab's kernels take "
+                              f"{' or '.join(HLO_DTYPES)} only")
+    return HLO_DTYPES[hlo_dtype]
+
+
+def _rows_cols(a: ArrayText) -> tuple[int, int]:
+    """Collapse leading dims (row-major layout) into rows; the minor dim is cols."""
+    if len(a.dims) == 1:
+        return 1, a.dims[0]
+    return math.prod(a.dims[:-1]), a.dims[-1]
+
+
+def scale_problem(family: str, p: dict, factor: int) -> dict:
+    q = dict(p)
+    dims = {"matmul": ("m", "k", "n"), "reduction": ("rows", "cols"), "elementwise": ("rows", "cols")}[family]
+    for key in dims:
+        q[key] = scale_dim(p[key], factor)
+    return q
+
+
+def _epilogue(body: str) -> tuple[str, bool, list[str]]:
+    """Activation and bias from a fused computation's text (empty text: none known)."""
+    rules = (("gelu", r"\b(tanh|erf)\(", "tanh/erf"), ("silu", r"\blogistic\(", "logistic"),
+             ("relu", r"\bmaximum\(", "maximum"))
+    activation, notes = "none", []
+    for act, pattern, seen in rules:
+        if re.search(pattern, body):
+            activation = act
+            notes.append(f"activation {act}: {seen} in the fusion body")
+            break
+    bias = bool(re.search(r"\badd\(", body) and re.search(r"\bbroadcast\(", body))
+    if bias:
+        notes.append("bias: an add of a broadcast in the fusion body")
+    return activation, bias, notes
+
+
+def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf_op: str, flops: float,
+          bytes_accessed: float, body: str = "") -> tuple[str, dict, list[str]]:
+    """(family, problem fields, basis) for one op, or NotReproducible with the reason."""
+    cat = category.lower()
+    family = collective_family(name, category)
+    if family:
+        raise NotReproducible(f"`{name}` is a collective ({family}); the lab reproduces single-chip "
+                              "compute kernels only")
+    if "while" in cat or name.startswith("while") or re.search(r"\bwhile\(", hlo_text):
+        raise NotReproducible(f"`{name}` is a while loop; its body's ops are reproducible one by one, "
+                              "the loop is not")
+    if "custom-call" in cat or re.search(r"\bcustom-call\(", hlo_text):
+        raise NotReproducible(f"`{name}` is a custom call (already a hand-written kernel)")
+    out = parse_array(shape_with_layout or hlo_text.split("=", 1)[-1].strip())
+    if out is None or not out.dims:
+        shown = shape_with_layout or "none"
+        raise NotReproducible(f"`{name}` has no array output shape the lab can read (shape: {shown})")
+    if not out.row_major:
+        raise NotReproducible(f"`{name}` writes layout {{{','.join(map(str, out.minor_to_major))}}}, a "
+                              "transposing layout change; the lab's kernels write row-major outputs only")
+    operands = operand_shapes(hlo_text)
+    out_dtype = _jnp_dtype(out.dtype, "output", name)
+    in_dtype = _jnp_dtype(operands[0].dtype, "operand", name) if operands else out_dtype
+    basis = [f"output {out.text} from the capture's shape_with_layout"]
+    basis.append(f"operand dtype {in_dtype} from the HLO operands" if operands else
+                 f"operand dtype {in_dtype}: assumed equal to the output's (no operands in the HLO text)")
+    rows, cols = _rows_cols(out)
+    tf_lower = tf_op.lower()
+
+    if re.search(r"\b(dot|convolution)\(", hlo_text + body) or cat in MATMUL_CATEGORIES:
+        basis.insert(0, "family matmul: " + ("a dot/convolution in the HLO text"
+                                              if re.search(r"\b(dot|convolution)\(", hlo_text + body)
+                                              else f"category `{category}`"))
+        m, n = rows, cols
+        k = None
+        if operands and len(operands[0].dims) >= 2 and math.prod(operands[0].dims[:-1]) == m:
+            k = operands[0].dims[-1]
+            basis.append(f"K={k} from the first operand {operands[0].text}")
+        elif flops > 0 and m * n > 0:
+            k_float = flops / (2.0 * m * n)
+            if abs(k_float - round(k_float)) < 1e-6 * k_float and round(k_float) >= 1:
+                k = int(round(k_float))
+                basis.append(f"K={k} from flops / (2*M*N) = {flops:.4g} / (2*{m}*{n})")
+        if k is None:
+            raise NotReproducible(f"`{name}` looks like a matmul but its contracting dim is unknown "
+                                  "(no operands in the HLO text and no whole K from its FLOP count)")
+        activation, bias, notes = _epilogue(body)
+        basis += notes or ["epilogue: none known (no fusion body); convert only if dtypes differ"]
+        return "matmul", dict(m=m, k=k, n=n, in_dtype=in_dtype, out_dtype=out_dtype, bias=bias,
+                              activation=activation), basis
+
+    if re.search(r"\breduce\(", hlo_text + body):
+        basis.insert(0, "family reduction (row sum): a reduce in the HLO text")
+        if operands:
+            r_cols = operands[0].numel // max(1, out.numel)
+            basis.append(f"reduced dim {r_cols} from the operand {operands[0].text}")
+        else:
+            in_bytes = bytes_accessed - out.numel * (2 if out_dtype == "bfloat16" else 4)
+            r_cols = int(round(in_bytes / (out.numel * (2 if in_dtype == "bfloat16" else 4))))
+            basis.append(f"reduced dim {r_cols} from bytes accessed minus the output's")
+        if r_cols < 1:
+            raise NotReproducible(f"`{name}` is a reduce whose input size is unknown")
+        return "reduction", dict(rows=out.numel, cols=r_cols, op="sum", dtype=in_dtype, out_dtype=out_dtype), basis
+
+    for needle, op in REDUCTION_HINTS:
+        if needle in tf_lower and "fusion" in cat:
+            basis.insert(0, f"family reduction ({op}): framework op `{tf_op}` names it (the HLO text "
+                            "has no fusion body)")
+            return "reduction", dict(rows=rows, cols=cols, op=op, dtype=in_dtype, out_dtype=out_dtype), basis
+
+    if cat in ELEMENTWISE_CATEGORIES or "fusion" in cat:
+        basis.insert(0, f"family elementwise: category `{category}`")
+        if operands:
+            n_inputs = sum(1 for a in operands if a.numel == out.numel) or 1
+            basis.append(f"{n_inputs} same-shaped inputs from the HLO operands")
+        elif bytes_accessed > 0:
+            out_b = out.numel * (2 if out_dtype == "bfloat16" else 4)
+            n_inputs = int(round(bytes_accessed / out_b)) - 1
+            basis.append(f"{max(1, min(8, n_inputs))} inputs from bytes accessed / output bytes - 1 = "
+                         f"{bytes_accessed:.4g} / {out_b} - 1 (a stand-in body: weighted sum)")
+        else:
+            n_inputs = 1
+            basis.append("1 input: no operands or byte count (a copy)")
+        return "elementwise", dict(rows=rows, cols=cols, n_inputs=max(1, min(8, n_inputs)), dtype=in_dtype,
+                                   out_dtype=out_dtype, activation=_epilogue(body)[0]), basis
+
+    raise NotReproducible(f"`{name}` has category `{category}`, which no kernel family covers yet")
+
+
+def find_in_dump(dump: Path, name: str) -> tuple[str, str]:
+    """The op's instruction line and its fused computation's text from an HLO dump directory
+    (`*after_optimizations*.txt` preferred, then `*hlo*.txt`); empty strings when absent."""
+    files = sorted(dump.rglob("*after_optimizations*.txt")) + sorted(dump.rglob("*hlo*.txt"))
+    line_re = re.compile(rf"^\s*(?:ROOT\s+)?%?{re.escape(name)} = .*$", re.M)
+    for path in files:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        m = line_re.search(text)
+        if m is None:
+            continue
+        line = m.group(0).strip()
+        body = ""
+        called = re.search(r"calls=%?([\w.\-]+)", line)
+        if called:
+            comp = re.search(rf"^%?{re.escape(called.group(1))} .*?\{{\n(.*?)^\}}", text, re.M | re.S)
+            if comp:
+                body = comp.group(1)
+        return line, body
+    return "", ""
+
+
+def extract_spec(capture: Path, op: str, *, dump: Path | None = None, topology: str | None = None,
+                 scale_down: int = 1) -> OpSpec:
+    """Load the capture, find `op`, infer its family and problem. Raises the project's errors."""
+    from tpudiag.analysis.profile_analysis import analyze
+    from tpudiag.parsers.capture import load_capture
+
+    if scale_down < 1:
+        raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
+    analysis = analyze(load_capture(capture))
+    ops = analysis.ops[analysis.ops["name"] == op]
+    if ops.empty:
+        names = sorted(set(analysis.ops["name"]))
+        raise UsageError(f"op `{op}` is not in the capture", path=capture,
+                         hint=f"ops in it include {', '.join(f'`{n}`' for n in names[:8])}")
+    row = ops.sort_values("total_time_ps", ascending=False).iloc[0]
+    host = next(h for h in analysis.profile.hosts if h.host == row["host"])
+    meta = host.op_metadata
+    meta = meta[(meta["name"] == op) & (meta["program_id"] == row["program_id"])]
+    hlo_text = str(meta["hlo_text"].iloc[0]) if not meta.empty else ""
+    flops = float(meta["flops"].iloc[0]) if not meta.empty else float(row["flops"]) / max(1, row["occurrences"])
+    nbytes = (float(meta["bytes_accessed"].iloc[0]) if not meta.empty
+              else float(row["bytes_accessed"]) / max(1, row["occurrences"]))
+    body = ""
+    notes = []
+    if dump is not None:
+        if not dump.is_dir():
+            raise UsageError("the dump directory does not exist", path=dump)
+        line, body = find_in_dump(dump, op)
+        if line:
+            hlo_text = line
+            notes.append(f"HLO text and fusion body from the dump `{dump}`")
+        else:
+            notes.append(f"`{op}` not found in the dump `{dump}`; used the capture's HLO text")
+    family, problem, basis = infer(name=op, category=str(row["category"]), shape_with_layout=str(row["shape_with_layout"]),
+                                   hlo_text=hlo_text, tf_op=str(row["tf_op"] or ""), flops=flops,
+                                   bytes_accessed=nbytes, body=body)
+    device = host.device
+    chip = device.chip
+    if topology is None:
+        if chip is None or chip.generation not in DEFAULT_TOPOLOGY:
+            raise UsageError(f"the capture's device `{device.device_type or 'unknown'}` is not a known TPU",
+                             hint="pass --topology, e.g. `--topology v5e:2x2`")
+        topology = DEFAULT_TOPOLOGY[chip.generation]
+    generation = topology_generation(topology)
+    target = chip_for(generation)
+    occurrences = int(row["occurrences"])
+    measured = float(row["self_time_ps"]) / occurrences if occurrences else None
+    if scale_down > 1:
+        notes.append(f"--scale-down {scale_down}: the CPU run divides every dim by {scale_down}, keeping "
+                     "multiples of 128 / 8 as such and ragged dims ragged; the full problem is what tune compiles")
+    return OpSpec(
+        op_name=op, category=str(row["category"]), program=str(row["module"]), family=family, problem=problem,
+        run_problem=scale_problem(family, problem, scale_down), scale_down=scale_down,
+        shape_with_layout=str(row["shape_with_layout"]),
+        operands=tuple(a.text for a in operand_shapes(hlo_text)), hlo_text=hlo_text, tf_op=str(row["tf_op"] or ""),
+        source=str(row["source"] or ""), basis=tuple(basis), device_type=device.device_type, generation=generation,
+        topology=topology, vmem_bytes=target.vmem_bytes, hbm_bytes_per_s=target.hbm_bytes_per_s,
+        clock_hz=target.clock_hz, occurrences=occurrences, measured_time_ps=measured, flops=flops,
+        bytes_accessed=nbytes, capture=str(capture), notes=tuple(notes))
