@@ -35,9 +35,10 @@ def text(value: object, strip: bool = True) -> str:
     s = _one_line(value) if strip else re.sub(r"\s+", " ", str(value))
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _MD_SPECIAL.sub(r"\\\1", s)
-    # GFM autolinks (`http://…`, `www.…`) need these characters as typed; an escape breaks the match.
+    # Autolinks need these characters as typed; an escape breaks the match. GFM links `http://…` and
+    # `www.…`; editor previews (markdown-it linkify) also link bare domains such as `model.py`.
     s = s.replace("://", r"\:\/\/")
-    s = re.sub(r"(?i)\bwww\.", lambda m: m.group(0)[:-1] + r"\.", s)
+    s = re.sub(r"(?<=\w)\.(?=[A-Za-z])", r"\\.", s)
     return s
 
 
