@@ -42,7 +42,8 @@ def test_v5e_compile_keeps_only_the_dumps_tpudiag_reads(tmp_path):
     assert facts["mesh"] == {"data": 2, "model": 2} and facts["static_profile"] is True
     xla = sorted(p.name for p in (run.out / "xla").iterdir())
     assert len(xla) == 4 and all(name.endswith(XLA_KEEP_SUFFIXES) and ".jit_step." in name for name in xla)
-    assert any(p.name.endswith("hlo-static-bundle-profile.txt") for p in (run.out / "llo").iterdir())
+    llo = [p.name for p in (run.out / "llo").iterdir()]
+    assert len(llo) == 1 and llo[0].endswith("-TLP-01-hlo-static-bundle-profile.txt")
     assert list((run.out / "static_profile").glob("*_static_llo_profile.textproto"))
     assert run.dump_bytes < 2_000_000  # the full dump of this program is ~50 MB
 

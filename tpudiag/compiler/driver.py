@@ -7,8 +7,8 @@ Output directory layout (what `tpudiag simulate` and the static report read):
     module.pb            the optimised HloModuleProto (embedded in modelled captures)
     xla/                 `--xla_dump_to`, trimmed to the main module's after-optimizations HLO,
                          buffer assignment, memory-usage report and target arguments
-    llo/                 `--xla_jf_dump_to` with `category_filter=misc`: the TLP bundle profile
-                         and buffer assignment (+ the TLP HLO and VMEM report libtpu always writes)
+    llo/                 `--xla_jf_dump_to` with `category_filter=misc`, trimmed to the files the
+                         LLO parser reads (the TLP bundle profile)
     static_profile/      `--xla_jf_dump_static_llo_profile_to`: one textproto per HLO op
     compiler-stderr.txt  the compiler's stderr (tail), for failures and for the record
 
@@ -147,12 +147,16 @@ def trim_xla_dump(xla_dir: Path, module: str) -> None:
 
 
 def trim_llo_dump(llo_dir: Path) -> None:
-    """Keep the TLP bundle profile, buffer assignment, HLO and VMEM report (misc + always-written)."""
+    """Keep the LLO files the LLO parser reads (with `misc`: the TLP bundle profile)."""
+    from tpudiag.parsers.llo.files import PARSED_LABELS, classify
+
     if not llo_dir.is_dir():
         return
-    wanted = ("hlo-static-bundle-profile", "buffer-assignment", "-hlo.txt", "vmem_report")
     for f in llo_dir.rglob("*"):
-        if f.is_file() and not any(w in f.name for w in wanted):
+        if not f.is_file():
+            continue
+        info = classify(f)
+        if info is None or info.label not in PARSED_LABELS:
             f.unlink()
 
 
