@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -12,8 +13,11 @@ from tpudiag.analysis.steps import StepSource, build_steps
 from tpudiag.model import schemas
 from tpudiag.model.findings import Finding
 from tpudiag.model.profile import Profile
-from tpudiag.model.report import (Breakdown, CategoryTime, Distribution, HostSummary, OpRow, Report, RuleSkip,
-                                  Summary)
+from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, OpRow, Report,
+                                  RuleSkip, Summary)
+
+if TYPE_CHECKING:
+    from tpudiag.analysis.join import JoinResult
 
 
 @dataclass
@@ -113,10 +117,11 @@ def _host_summaries(analysis: Analysis) -> list[HostSummary]:
     return out
 
 
-def _op_rows(analysis: Analysis) -> list[OpRow]:
+def _op_rows(analysis: Analysis, join: JoinResult | None = None) -> list[OpRow]:
     ops = analysis.ops.sort_values("self_time_ps", ascending=False, kind="stable")
     rows = []
-    for r in ops.itertuples(index=False):
+    compiled = _compiled_facts(join, ops.index)
+    for r, facts in zip(ops.itertuples(index=False), compiled):
         denom = analysis.core_time_ps.get(r.host, 0)
         rows.append(OpRow(
             host=r.host, program_id=int(r.program_id), program=r.module, name=r.name, category=r.category,
@@ -125,8 +130,21 @@ def _op_rows(analysis: Analysis) -> list[OpRow]:
             bytes_accessed=float(r.bytes_accessed), hbm_bytes=float(r.hbm_bytes), flop_rate=float(r.flop_rate),
             hbm_bw=float(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
             flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
-            bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source))
+            bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
+            **facts))
     return rows
+
+
+_JOINED_FIELDS = ("logical_bytes", "padded_bytes", "spill_stores", "spill_fills", "estimated_cycles")
+
+
+def _compiled_facts(join: JoinResult | None, index: pd.Index) -> list[dict]:
+    """Per op (in `index` order) the OpRow fields the join fills; None where it does not tell."""
+    if join is None:
+        return [{}] * len(index)
+    cols = join.columns.loc[index, list(_JOINED_FIELDS)]
+    return [{k: (None if v is pd.NA else int(v)) for k, v in zip(_JOINED_FIELDS, row)}
+            for row in cols.itertuples(index=False)]
 
 
 def _category_times(analysis: Analysis) -> list[CategoryTime]:
@@ -148,7 +166,8 @@ def _finite(x: float) -> float | None:
 
 
 def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_run: bool = False,
-                 rules_skipped: tuple[RuleSkip, ...] = (), dumps: tuple[str, ...] = ()) -> Report:
+                 rules_skipped: tuple[RuleSkip, ...] = (), dumps: tuple[str, ...] = (),
+                 join: JoinResult | None = None) -> Report:
     profile = analysis.profile
     hosts = _host_summaries(analysis)
     first = profile.hosts[0].device
@@ -168,6 +187,8 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_r
         warnings.append("no Steps line (an inference capture?): each execution of the busiest module counts as a step")
     warnings.extend(step_warnings)
     warnings.extend(profile.warnings)
+    if join is not None:
+        warnings.extend(join.warnings)
     device_types = sorted({h.device.device_type for h in profile.hosts})
     if len(device_types) > 1:
         warnings.append(f"hosts report different device types: {', '.join(device_types)}")
@@ -179,8 +200,11 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_r
         peaks_source=first.peaks_source, step_source=", ".join(sorted(sources)),
         step_time=_distribution(combined), host_spread_ps=spread,
         slowest_host=slowest.host if slowest and len(hosts) > 1 else "", breakdown=_breakdown(analysis.steps),
-        modelled=profile.modelled, dumps=dumps)
-    return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis)),
+        modelled=profile.modelled, dumps=dumps,
+        compiled=None if join is None else CompiledJoin(
+            n_ops=join.n_ops, with_layout=join.hlo_matched, with_llo=join.llo_matched,
+            from_dumps=join.dump_matched, sources=join.sources))
+    return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis, join)),
                   findings=tuple(sorted(findings, key=lambda f: (-f.saving.ps, -f.severity))),
                   rules_run=rules_run, rules_skipped=rules_skipped, warnings=tuple(dict.fromkeys(warnings)),
                   failures=tuple(f.message for f in profile.failures),

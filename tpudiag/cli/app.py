@@ -89,6 +89,11 @@ def report(
         except ValueError as exc:
             raise UsageError(f"--fail-on: {exc}") from exc
     target = path if path is not None else default_capture()
+    from tpudiag.cli.report_dumps import is_dump_directory, join_for_report, report_dump_directory
+
+    if is_dump_directory(target):  # compiler dumps without a trace: the static report of `tpudiag compile`
+        report_dump_directory(target, output_format.value, top=top)
+        return
     rules_config = load_config(target, config).with_cli(select, ignore)
     rules_config.resolve()  # option errors are usage errors: report them before reading the capture
     extra_inputs, dump_labels = rules_cmd.load_dump_inputs(dumps)
@@ -101,7 +106,7 @@ def report(
     analysis = analyze(profile)
     findings, skipped = run_rules(analysis, rules_config, extra_inputs)
     result = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
-                          dumps=dump_labels)
+                          dumps=dump_labels, join=join_for_report(analysis, extra_inputs))
     if output is not None or output_format is OutputFormat.md:
         from tpudiag.cli.outputs import write_report
 

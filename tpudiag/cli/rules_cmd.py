@@ -62,20 +62,23 @@ def rule(name: Annotated[str, typer.Argument(help="Rule name (e.g. exposed-colle
 
 def load_dump_inputs(paths: list[Path] | None) -> tuple[dict[str, Any], tuple[str, ...]]:
     """Extra rule inputs from `--dumps` directories: LLO dumps (`--xla_jf_dump_to`) and XLA dumps
-    (`--xla_dump_to`). A directory holding neither is an input error naming it."""
+    (`--xla_dump_to`); a `tpudiag compile` output directory gives both (its `llo/`, `static_profile/` and
+    `xla/`). A directory holding neither is an input error naming it."""
+    from tpudiag.compiler.dump_dir import dump_parts
     from tpudiag.parsers.hlo_text import load_hlo_dump
     from tpudiag.parsers.llo.load import load_llo_dump
 
     llo, hlo, labels = [], [], []
     for path in paths or ():
         found = []
+        parts = dump_parts(path)
         try:
-            llo.append(load_llo_dump(path))
+            llo.append(load_llo_dump(parts.llo, static_profile_dir=parts.static_profile))
             found.append("LLO")
         except InputError:
             pass
         try:
-            hlo.append(load_hlo_dump(path))
+            hlo.append(load_hlo_dump(parts.xla))
             found.append("XLA")
         except InputError:
             pass

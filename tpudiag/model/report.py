@@ -53,6 +53,17 @@ class HostSummary:
 
 
 @dataclass(frozen=True)
+class CompiledJoin:
+    """How many trace ops got compiled facts (`tpudiag.analysis.join`), and from where."""
+
+    n_ops: int
+    with_layout: int  # ops with logical/padded bytes
+    with_llo: int  # ops with LLO spills/cycles
+    from_dumps: int  # ops with a fact from a `--dumps` directory (not the capture's own HLO)
+    sources: tuple[str, ...]  # dump directories, or `capture`, that gave facts
+
+
+@dataclass(frozen=True)
 class Summary:
     input_path: str
     run: str
@@ -72,6 +83,7 @@ class Summary:
     breakdown: Breakdown | None
     modelled: bool
     dumps: tuple[str, ...] = ()
+    compiled: CompiledJoin | None = None  # how trace ops were joined to compiled programs
 
     @property
     def ridge_flops_per_byte(self) -> float | None:
@@ -104,6 +116,12 @@ class OpRow:
     family: str
     shape_with_layout: str
     source: str
+    # Compiled facts of the same op (`tpudiag.analysis.join`); None when no dump or embedded HLO tells.
+    logical_bytes: int | None = None  # operands + result
+    padded_bytes: int | None = None  # operands + result in their tiled layouts
+    spill_stores: int | None = None  # VMEM spill stores (LLO dump)
+    spill_fills: int | None = None  # VMEM spill fills (LLO dump)
+    estimated_cycles: int | None = None  # compiler estimate for one execution; never for remote DMA
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ def report_to_dict(report: Report) -> dict:
             **dataclasses.asdict(s.breakdown), "duty_cycle": s.breakdown.duty_cycle},
         "modelled": s.modelled,
         "dumps": list(s.dumps),
+        "compiled_join": None if s.compiled is None else dataclasses.asdict(s.compiled),
     }
     hosts = [{
         "host": h.host, "path": h.path, "device_type": h.device_type, "n_chips": h.n_chips, "n_cores": h.n_cores,

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import Breakdown, Report
-from tpudiag.render.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+from tpudiag.render.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 
 BAR_WIDTH = 30
 
@@ -43,6 +43,11 @@ def _header(report: Report) -> Group:
         lines.append(Text("Steps: none found (no Steps line and no XLA Modules executions)"))
     if s.dumps:
         lines.append(Text(f"Compiler dumps: {', '.join(s.dumps)}"))
+    c = s.compiled
+    if c is not None and (c.with_layout or c.with_llo or s.dumps):
+        lines.append(Text(f"Compiled facts joined to {max(c.with_layout, c.with_llo)} of {c.n_ops} ops "
+                          f"(layouts {c.with_layout}, LLO spills/cycles {c.with_llo}; from "
+                          f"{', '.join(c.sources) or 'nothing'})"))
     return Group(*lines)
 
 
@@ -84,14 +89,36 @@ def _ops_table(report: Report, top: int) -> Table:
     for col in ("op", "category", "self time", "share", "occ", "FLOP util", "HBM BW util", "bound by"):
         t.add_column(col, justify="left" if col in ("op", "category", "bound by") else "right",
                      overflow="fold" if col == "op" else "ellipsis")
-    for i, op in enumerate(report.ops[:top], start=1):
+    shown = report.ops[:top]
+    # Compiled facts (tpudiag.analysis.join) get columns only when some shown op has them.
+    padding = any(op.padded_bytes is not None for op in shown)
+    spills = any(op.spill_stores is not None for op in shown)
+    cycles = any(op.estimated_cycles is not None for op in shown)
+    for col, wanted in (("padded / logical", padding), ("spills st/ld", spills), ("est. cycles", cycles)):
+        if wanted:
+            t.add_column(col, justify="right")
+    for i, op in enumerate(shown, start=1):
         row = [str(i)]
         if multi_host:
             row.append(escape(op.host))
         row += [escape(op.name), escape(op.category), fmt_time(op.self_time_ps), fmt_pct(op.time_share),
                 str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization), op.bound_by]
+        if padding:
+            row.append(_padding_cell(op.padded_bytes, op.logical_bytes))
+        if spills:
+            row.append("-" if op.spill_stores is None else f"{op.spill_stores}/{op.spill_fills}")
+        if cycles:
+            row.append("-" if op.estimated_cycles is None else f"{op.estimated_cycles:,}")
         t.add_row(*row)
     return t
+
+
+def _padding_cell(padded: int | None, logical: int | None) -> str:
+    if padded is None:
+        return "-"
+    if not logical or padded == logical:
+        return fmt_bytes(padded)
+    return f"{fmt_bytes(padded)} / {fmt_bytes(logical)} ({padded / logical:.2f}x)"
 
 
 EVIDENCE_ROWS = 4

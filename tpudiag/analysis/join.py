@@ -1,0 +1,315 @@
+"""Join compiled facts to trace ops: layout bytes, spills and estimated cycles beside measured time.
+
+A trace op is one HLO instruction of one program: the ops table keys it by `program_id`, `module`
+(the HLO module name, e.g. `jit_train_step`) and `name` (the HLO instruction name, `fusion.7`).
+Compiled facts come from
+
+- HLO programs (`HloSource`): an XLA dump (`--xla_dump_to`) or the HloProto a capture embeds on
+  `/host:metadata`. A program joins a trace program by program id, else by module name; the
+  instruction of the same name gives the op's logical and padded bytes (operands + result, as
+  `instruction_bytes` counts them) and, when its backend_config has one, the compiler's cycles.
+- LLO dumps (`LloDump`, `--xla_jf_dump_to`): the per-op table gives spill stores and fills and the
+  static profile's cycles. A dump names its HLO module when its files do; otherwise it joins the
+  trace program whose op names it shares.
+
+Names alone are weak evidence: two compilations of one module share most instruction names
+(`fusion.7`) but not their shapes or costs. So a source joins a trace program only when most of
+the ops agree (`JoinOptions.min_agreement`): the name exists in the program and the trace's
+`shape_with_layout` equals the instruction's shape (when both are known); for an LLO dump, its
+op names exist in the program and their opcodes agree. A source that matches nothing becomes a
+warning naming it, never a silent empty column.
+
+Estimated cycles are per execution of the op (the static profile's `cycles_per_instance`; its
+`estimated_cycles` sums over identical ops deduplicated into one row). Ops the static profile does
+not estimate (remote DMA: collectives, `LOCAL_AND_REMOTE`) get NA, never their printed 0; so do
+the 0 cycles an HLO `bundle_analysis_data` gives a collective or an async start/done.
+
+Pure: no I/O. The CLI parses the dumps and the capture's protos and passes them in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tpudiag.model import schemas
+from tpudiag.model.compiled import CompiledProgram, Instruction
+from tpudiag.model.llo import NO_HLO, LloDump, LloTableSchema
+from tpudiag.model.schemas import Column
+
+CAPTURE_ORIGIN = "capture"  # HloSource.origin of the HloProtos a capture embeds
+
+# Per trace op, in the order of the ops table given to `join_compiled`.
+JOINED = LloTableSchema("joined_ops", (
+    Column("logical_bytes", "Int64", "operands + result, logical bytes; NA without a matching HLO program"),
+    Column("padded_bytes", "Int64", "operands + result in their tiled TPU layouts; NA without a matching program"),
+    Column("spill_stores", "Int64", "VMEM spill stores (LLO per-op table); NA without a matching LLO dump"),
+    Column("spill_fills", "Int64", "VMEM spill fills (LLO per-op table); NA without a matching LLO dump"),
+    Column("estimated_cycles", "Int64", "compiler-estimated cycles of one execution; NA when no dump estimates "
+                                        "it (remote DMA and collectives are never estimates)"),
+    Column("cycles_source", "category", "llo_static_profile, bundle_analysis_data or window_config (HLO "
+                                        "backend_config); '' when NA"),
+    Column("hlo_origin", "category", "dump directory or `capture` the HLO facts come from; '' when unmatched"),
+    Column("hlo_match", "category", "how the HLO program was found: program_id or module; '' when unmatched"),
+    Column("llo_origin", "category", "LLO dump directory the spill and cycle facts come from; '' when unmatched"),
+))
+
+_TRACE_COLUMNS = ["host", "program_id", "module", "name", "shape_with_layout"]
+_COMMENT = re.compile(r"/\*.*?\*/")
+
+
+@dataclass(frozen=True)
+class JoinOptions:
+    """Thresholds of the join.
+
+    min_agreement: the share of a trace program's ops (or of an LLO dump's ops) that must agree
+    with a compiled source for it to join at all; a different compilation of the same module
+    shares names but falls well below (transformer step, v6e dump against a v5e trace: 0.54).
+    """
+
+    min_agreement: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.min_agreement <= 1.0:
+            raise ValueError(f"min_agreement must be in (0, 1], got {self.min_agreement}")
+
+
+@dataclass(frozen=True)
+class HloSource:
+    """One compiled HLO program with its per-instruction bytes (`parsers.hlo_program.instruction_bytes`)."""
+
+    program: CompiledProgram
+    instruction_bytes: pd.DataFrame  # model.compiled.INSTRUCTION_BYTES of `program`
+    origin: str  # the dump directory, or CAPTURE_ORIGIN
+
+    @property
+    def from_dump(self) -> bool:
+        return self.origin != CAPTURE_ORIGIN
+
+
+@dataclass(frozen=True)
+class SourceMatch:
+    """How one compiled source fared against one trace program."""
+
+    kind: str  # 'hlo' or 'llo'
+    origin: str
+    module: str  # the source's HLO module ('' for an LLO dump that names none)
+    trace_program: str  # the trace module name
+    program_id: int
+    agreeing: int  # ops that agree (see the module docstring)
+    compared: int  # ops compared: the trace program's ops (HLO) or the dump's ops (LLO)
+    accepted: bool
+    how: str  # program_id or module (HLO); module or names (LLO)
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    columns: pd.DataFrame  # JOINED, indexed like the ops table given
+    n_ops: int
+    hlo_matched: int  # ops with layout bytes
+    llo_matched: int  # ops with LLO facts
+    dump_matched: int  # ops with a fact from a dump (not from the capture's own protos)
+    matches: tuple[SourceMatch, ...]
+    sources: tuple[str, ...]  # origins that joined at least one op
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _norm_shape(text: str) -> str:
+    return "".join(_COMMENT.sub("", text).split())
+
+
+def _by_name(program: CompiledProgram) -> dict[str, Instruction]:
+    """Instruction by name over every computation (HLO names are unique within a module)."""
+    out: dict[str, Instruction] = {}
+    for (_, name), inst in program.instructions.items():
+        out.setdefault(name, inst)
+    return out
+
+
+def _hlo_agreement(names: Sequence[str], shapes: Sequence[str], insts: dict[str, Instruction]) -> np.ndarray:
+    """Per trace op: its name is an instruction and the shapes agree where both are known."""
+    ok = np.zeros(len(names), dtype=bool)
+    for i, (name, shape) in enumerate(zip(names, shapes)):
+        inst = insts.get(name)
+        if inst is None:
+            continue
+        ok[i] = not shape or not inst.shape_text or _norm_shape(shape) == _norm_shape(inst.shape_text)
+    return ok
+
+
+def _hlo_cycles(inst: Instruction) -> tuple[int | None, str]:
+    if inst.estimated_cycles is None:
+        return None, ""
+    no_estimate = inst.collective_family or inst.async_role or inst.is_continuation
+    if inst.estimated_cycles == 0 and no_estimate:
+        return None, ""  # the static profile's 0 for remote DMA: not an estimate
+    return int(inst.estimated_cycles), inst.cycles_source
+
+
+def _int_or_na(value):
+    return pd.NA if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) else int(value)
+
+
+def _llo_names(dump: LloDump) -> pd.DataFrame:
+    ops = dump.ops
+    names = ops["name"].astype(str)
+    return ops[(names != "") & (names != NO_HLO) & ~names.str.startswith("<")].assign(name=names)
+
+
+def _llo_module(dump: LloDump) -> str:
+    return dump.compile.module_name if dump.compile is not None else ""
+
+
+def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterable[LloDump] = (),
+                  options: JoinOptions | None = None) -> JoinResult:
+    """Per trace op, the facts of the same op in the compiled sources (see the module docstring).
+
+    `ops` needs the OPS columns host, program_id, module, name and shape_with_layout. Sources are
+    tried in the order given for bytes (put dumps before the capture's protos); cycles come from
+    the LLO static profile first, then from the first HLO source that has an estimate.
+    """
+    options = options or JoinOptions()
+    schemas.OPS.require(ops, _TRACE_COLUMNS)
+    hlo = tuple(hlo)
+    llo = tuple(llo)
+    n = len(ops)
+    logical = [pd.NA] * n
+    padded = [pd.NA] * n
+    stores = [pd.NA] * n
+    fills = [pd.NA] * n
+    cycles = [pd.NA] * n
+    cycles_src = [""] * n
+    hlo_origin = [""] * n
+    hlo_how = [""] * n
+    llo_origin = [""] * n
+    from_dump = np.zeros(n, dtype=bool)
+    matches: list[SourceMatch] = []
+    warnings: list[str] = []
+
+    names_all = ops["name"].astype(str).to_numpy()
+    shapes_all = ops["shape_with_layout"].astype(str).fillna("").to_numpy()
+    shapes_all = np.where(ops["shape_with_layout"].isna().to_numpy(), "", shapes_all)
+    pids = ops["program_id"].to_numpy()
+    modules = ops["module"].astype(str).to_numpy()
+    keys = list(dict.fromkeys(zip(pids.tolist(), modules.tolist())))
+    insts = [_by_name(s.program) for s in hlo]
+    byte_tables = [s.instruction_bytes.drop_duplicates("name").set_index("name") for s in hlo]
+    llo_tables = [_llo_names(d) for d in llo]
+    llo_rows = [t.drop_duplicates("name", keep="last").set_index("name") for t in llo_tables]
+
+    for pid, module in keys:
+        rows = np.flatnonzero((pids == pid) & (modules == module))
+        names = names_all[rows]
+        accepted_hlo: list[int] = []
+        for k, source in enumerate(hlo):
+            prog = source.program
+            if prog.program_id is not None and prog.program_id == pid:
+                how = "program_id"
+            elif prog.module == module and (prog.program_id is None or source.from_dump):
+                how = "module"
+            else:
+                continue
+            agree = _hlo_agreement(names, shapes_all[rows], insts[k])
+            ok = bool(agree.any() and agree.sum() >= options.min_agreement * len(rows))
+            matches.append(SourceMatch("hlo", source.origin, prog.module, module, int(pid), int(agree.sum()),
+                                       len(rows), ok, how))
+            if not ok:
+                warnings.append(
+                    f"compiled program `{prog.module}` from `{source.origin}` does not match the trace's "
+                    f"`{module}`: only {int(agree.sum())} of {len(rows)} ops agree in name and shape "
+                    "(another compilation?); its layouts and cycles are not joined")
+                continue
+            accepted_hlo.append(k)
+            table = byte_tables[k]
+            for row, name, good in zip(rows, names, agree):
+                if not good:
+                    continue
+                if hlo_origin[row] == "":
+                    b = table.loc[name] if name in table.index else None
+                    if b is not None:
+                        logical[row] = int(b["logical_bytes"])
+                        padded[row] = int(b["padded_bytes"])
+                        hlo_origin[row] = source.origin
+                        hlo_how[row] = how
+                        from_dump[row] |= source.from_dump
+                if cycles[row] is pd.NA and cycles_src[row] == "":
+                    c, src = _hlo_cycles(insts[k][name])
+                    if c is not None:
+                        cycles[row], cycles_src[row] = c, src
+                        from_dump[row] |= source.from_dump
+        reference = set(names.tolist())
+        for k in accepted_hlo:
+            reference |= set(insts[k])
+        for j, dump in enumerate(llo):
+            named = _llo_module(dump)
+            if named and named != module:
+                continue
+            table = llo_tables[j]
+            if table.empty:
+                continue
+            found = table["name"].isin(reference).to_numpy()
+            conflicts = np.zeros(len(table), dtype=bool)
+            if accepted_hlo:
+                hlo_insts = insts[accepted_hlo[0]]
+                for i, (name, opcode) in enumerate(zip(table["name"], table["opcode"].astype(str))):
+                    inst = hlo_insts.get(name)
+                    conflicts[i] = bool(opcode) and inst is not None and inst.opcode != opcode and \
+                        inst.wrapped_opcode != opcode
+            agreeing = int((found & ~conflicts).sum())
+            ok = agreeing > 0 and agreeing >= options.min_agreement * len(table)
+            matches.append(SourceMatch("llo", dump.path, named, module, int(pid), agreeing, len(table), ok,
+                                       "module" if named else "names"))
+            if not ok:
+                if named or agreeing:
+                    warnings.append(
+                        f"LLO dump `{dump.path}` does not match the trace's `{module}`: only {agreeing} of "
+                        f"{len(table)} of its ops are ops of that program (another compilation?); its spills "
+                        "and cycles are not joined")
+                continue
+            facts = llo_rows[j]
+            for row, name in zip(rows, names):
+                if name not in facts.index or llo_origin[row]:
+                    continue
+                r = facts.loc[name]
+                llo_origin[row] = dump.path
+                from_dump[row] = True
+                stores[row] = _int_or_na(r["spill_stores"])
+                fills[row] = _int_or_na(r["spill_fills"])
+                status = str(r["cycles_status"])
+                if status == "estimate":
+                    cycles[row], cycles_src[row] = _int_or_na(r["cycles_per_instance"]), "llo_static_profile"
+                elif status == "not-estimated-remote-dma":
+                    cycles[row], cycles_src[row] = pd.NA, ""
+
+    columns = JOINED.frame({
+        "logical_bytes": logical, "padded_bytes": padded, "spill_stores": stores, "spill_fills": fills,
+        "estimated_cycles": cycles, "cycles_source": cycles_src, "hlo_origin": hlo_origin, "hlo_match": hlo_how,
+        "llo_origin": llo_origin})
+    columns.index = ops.index
+    used = [s for s in dict.fromkeys([*hlo_origin, *llo_origin]) if s]
+    given = [s.origin for s in hlo if s.from_dump] + [d.path for d in llo]
+    unused = [g for g in dict.fromkeys(given) if g not in used]
+    for origin in unused:
+        tried = [m for m in matches if m.origin == origin]
+        if not tried:
+            sides = {m for m in _source_modules(origin, hlo, llo) if m}
+            held = f"holds {', '.join(f'`{s}`' for s in sorted(sides))}" if sides else "names no module"
+            runs = ", ".join(f"`{m}`" for m in dict.fromkeys(modules.tolist())) or "no ops"
+            warnings.append(f"compiler dump `{origin}` matched none of the {n} trace ops: it {held}, the trace "
+                            f"runs {runs} (dumps from another compilation?)")
+    if given and not from_dump.any():
+        warnings.append(f"compiler dumps were given but none matched any of the {n} trace ops: no padding, "
+                        "spill or cycle figures come from them")
+    hlo_matched = int(columns["padded_bytes"].notna().sum())
+    llo_matched = int((columns["llo_origin"] != "").sum())
+    return JoinResult(columns=columns, n_ops=n, hlo_matched=hlo_matched, llo_matched=llo_matched,
+                      dump_matched=int(from_dump.sum()), matches=tuple(matches), sources=tuple(used),
+                      warnings=tuple(dict.fromkeys(warnings)))
+
+
+def _source_modules(origin: str, hlo: Sequence[HloSource], llo: Sequence[LloDump]) -> list[str]:
+    return [s.program.module for s in hlo if s.origin == origin] + [_llo_module(d) for d in llo if d.path == origin]

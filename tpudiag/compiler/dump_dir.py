@@ -1,0 +1,207 @@
+"""Compiler dump directories without a trace: recognise them and read them as a `CompileOutput`.
+
+`tpudiag report DIR` accepts, besides captures, what a compile leaves behind:
+
+- a `tpudiag compile` output directory (`result.json`, `xla/`, `llo/`, `static_profile/`);
+- an XLA dump (`--xla_dump_to`: `*.after_optimizations.txt`), an LLO dump (`--xla_jf_dump_to`)
+  or both in one directory; the LLO dump alone works when it holds `TLP-hlo.txt`, the HLO as the
+  backend saw it.
+
+A bare dump has no `result.json`, so what it holds stands in: the TPU generation comes from
+`target_arguments.txt` (`TPU_VERSION_VIPERFISH` `lite` = v5e, `TPU_VERSION_GHOSTLITE` = v6e), the
+device count from the module's `num_partitions`, and per-op cycles from the static LLO profile
+when the HLO text carries none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
+from tpudiag.compiler.dumps import CompileOutput, load_compile_output, replica_group_sizes
+from tpudiag.compiler.worker import RESULT_FILE
+from tpudiag.errors import InputError
+
+HLO_SUFFIX = ".after_optimizations.txt"
+TRACE_SUFFIX = ".xplane.pb"
+
+# target_arguments.txt `version` (and `variant`) -> generation, as seen in v5e, v6e and TPU7x dumps.
+TARGET_GENERATIONS = (
+    ("TPU_VERSION_VIPERFISH lite", "v5e"),
+    ("TPU_VERSION_GHOSTLITE", "v6e"),
+    ("TPU_VERSION_6acc60406", "TPU7x"),
+)
+
+_NUM_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
+_REPLICA_COUNT = re.compile(r"\breplica_count=(\d+)")
+
+
+@dataclass(frozen=True)
+class DumpParts:
+    """Where the pieces of a dump directory are: itself, or a compile output's subdirectories."""
+
+    root: Path
+    xla: Path
+    llo: Path
+    static_profile: Path | None
+
+
+def dump_parts(path: Path) -> DumpParts:
+    """The XLA, LLO and static-profile directories of `path` (a compile output's subdirs when present)."""
+    path = Path(path)
+    xla = path / XLA_DIR if (path / XLA_DIR).is_dir() else path
+    llo = path / LLO_DIR if (path / LLO_DIR).is_dir() else path
+    profile = path / PROFILE_DIR if llo != path and (path / PROFILE_DIR).is_dir() else None
+    return DumpParts(path, xla, llo, profile)
+
+
+def _looks_like_dump_file(p: Path) -> bool:
+    from tpudiag.parsers.llo.files import STATIC_PROFILE_SUFFIX, classify
+
+    return p.name.endswith(HLO_SUFFIX) or p.name.endswith(STATIC_PROFILE_SUFFIX) or classify(p) is not None
+
+
+def is_dump_directory(path: Path) -> bool:
+    """A directory holding compiler dumps and no trace (`*.xplane.pb`, `plugins/profile`)."""
+    path = Path(path)
+    if not path.is_dir() or (path / "plugins" / "profile").is_dir():
+        return False
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return False
+    if any(p.name.endswith(TRACE_SUFFIX) for p in entries):
+        return False
+    if (path / RESULT_FILE).is_file():
+        return True
+    parts = dump_parts(path)
+    for d in {parts.xla, parts.llo}:
+        try:
+            if any(p.is_file() and _looks_like_dump_file(p) for p in d.iterdir()):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def generation_for_target(target: str) -> str:
+    """The TPU generation a `target_arguments.txt` names ('' when unknown)."""
+    for prefix, generation in TARGET_GENERATIONS:
+        if target.startswith(prefix):
+            return generation
+    return ""
+
+
+def load_dump_directory(path: Path) -> CompileOutput:
+    """A `CompileOutput` from a compile output directory, or from a bare XLA and/or LLO dump."""
+    from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
+    from tpudiag.parsers.llo.load import load_llo_dump
+
+    path = Path(path)
+    if not path.is_dir():
+        raise InputError("no such directory", path=path)
+    if (path / RESULT_FILE).is_file():
+        return load_compile_output(path)
+    parts = dump_parts(path)
+    warnings: list[str] = []
+    program = dump = llo = None
+    try:
+        dump = load_hlo_dump(parts.xla)
+    except InputError as exc:
+        hlo_error = exc
+    try:
+        llo = load_llo_dump(parts.llo, static_profile_dir=parts.static_profile)
+        warnings.extend(llo.warnings)
+    except InputError:
+        llo = None
+    if dump is not None:
+        if llo is not None and llo.compile is not None and llo.compile.module_name:
+            named = [p for p in dump.programs if p.module == llo.compile.module_name]
+            program = (named or dump.programs)[-1]
+        else:
+            program = dump.programs[-1]
+        if len(dump.programs) > 1:
+            warnings.append(f"{len(dump.programs)} modules in this XLA dump; the static report shows "
+                            f"`{program.module}`")
+        warnings.extend(dump.warnings)
+    elif llo is not None:
+        tlp = next((f for f in llo.files if f.label == "hlo" and f.program == "TLP"), None)
+        if tlp is None:
+            raise InputError("an LLO dump without its HLO (no `TLP-hlo.txt`): cannot list its ops", path=path,
+                             hint="pass the XLA dump (`--xla_dump_to`) of the same compile, or both in one directory")
+        program = parse_hlo_text(Path(tlp.path).read_text(errors="replace"), tlp.path)
+    else:
+        raise InputError("neither an XLA dump (`*.after_optimizations.txt`) nor an LLO dump", path=path,
+                         hint=hlo_error.hint)
+    warnings.extend(program.warnings)
+    text = Path(program.path).read_text(errors="replace") if Path(program.path).is_file() else ""
+    header = text[:20000]
+    devices = 1
+    for pattern in (_NUM_PARTITIONS, _REPLICA_COUNT):
+        m = pattern.search(header)
+        if m:
+            devices *= int(m.group(1))
+    generation = generation_for_target(program.target)
+    if not generation:
+        raise InputError(f"cannot tell the TPU generation of this dump (target `{program.target or 'unknown'}`)",
+                         path=path, hint="the XLA dump's `*.target_arguments.txt` names it; keep it with the dump")
+    spills = _llo_spills(llo)
+    if llo is not None:
+        program = _with_static_cycles(program, llo)
+    facts = {"status": "ok", "generation": generation, "device_kind": "", "module": program.module,
+             "n_devices": devices, "target": str(path), "topology": f"{generation} ({devices} devices)",
+             "static_profile": bool(llo is not None and not llo.static_profile.empty)}
+    return CompileOutput(path=path, facts=facts, program=program, spills=spills,
+                         group_sizes=replica_group_sizes(text), hlo_proto=None, warnings=warnings,
+                         **_optional_fields(text, program))
+
+
+def _optional_fields(text: str, program) -> dict:
+    """Fields `CompileOutput` gained after this module was written, filled the way `load_compile_output` does."""
+    from tpudiag.compiler import dumps
+
+    names = {f.name for f in dataclasses.fields(CompileOutput)}
+    out = {}
+    if "matmul_flops" in names and hasattr(dumps, "matmul_flops"):
+        out["matmul_flops"] = dumps.matmul_flops(text, program)
+    return out
+
+
+def _llo_spills(llo) -> pd.DataFrame:
+    if llo is None or llo.ops.empty:
+        return pd.DataFrame({"hlo": pd.Series(dtype="string"), "spill_stores": pd.Series(dtype="Int64"),
+                             "spill_fills": pd.Series(dtype="Int64")})
+    ops = llo.ops
+    return pd.DataFrame({"hlo": ops["name"].astype("string"), "spill_stores": ops["spill_stores"].astype("Int64"),
+                         "spill_fills": ops["spill_fills"].astype("Int64")})
+
+
+def _with_static_cycles(program, llo):
+    """Give entry instructions without a cycle estimate the static LLO profile's (per instance).
+
+    The profile is what `bundle_analysis_data` carries in `compiled.as_text()`; ops it does not
+    estimate (remote DMA) get its 0, as there, so the cost model's fallback applies the same way.
+    """
+    ops = llo.ops
+    if ops.empty:
+        return program
+    by_name = {str(r.name): r for r in ops.itertuples(index=False)}
+    for key, inst in list(program.instructions.items()):
+        if inst.estimated_cycles is not None or inst.name not in by_name:
+            continue
+        row = by_name[inst.name]
+        status = str(row.cycles_status)
+        if status == "estimate" and row.cycles_per_instance is not pd.NA:
+            cycles = int(row.cycles_per_instance)
+        elif status == "not-estimated-remote-dma":
+            cycles = 0
+        else:
+            continue
+        program.instructions[key] = dataclasses.replace(inst, estimated_cycles=cycles,
+                                                         cycles_source="bundle_analysis_data")
+    return program
