@@ -74,10 +74,14 @@ def run(request: dict) -> int:
         _write(out, {"status": "input_error", "message": exc.message, "hint": exc.hint})
         return EXIT_INPUT_ERROR
 
-    import jax
-    import numpy as np
-    from jax.experimental import topologies
-    from jax.sharding import Mesh
+    try:
+        import jax
+        import numpy as np
+        from jax.experimental import topologies
+        from jax.sharding import Mesh
+    except ImportError as exc:
+        _write(out, {"status": "compile_error", "stage": "import", "message": f"cannot import jax: {exc}"})
+        return EXIT_COMPILE_ERROR
 
     from tpudiag.compiler.topology import default_mesh_shape
 

@@ -64,7 +64,7 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
                            max_collectives: int = 30) -> None:
     mesh = " x ".join(f"{k}={v}" for k, v in report.mesh.items())
     console.print(f"[bold]tpudiag compile[/]  {report.target}  for {report.topology} "
-                  f"({report.device_kind}, {report.n_devices} devices, mesh {mesh})")
+                  f"({report.device_kind}, {report.n_devices} device{'s' if report.n_devices != 1 else ''}, mesh {mesh})")
     timing = f"compile {report.compile_s:.1f} s" if report.compile_s is not None else "compile time unknown"
     if report.wall_s is not None:
         timing += f" ({report.wall_s:.1f} s with the worker process)"
