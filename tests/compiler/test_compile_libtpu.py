@@ -93,3 +93,14 @@ def test_pallas_scoped_vmem_oom_is_one_clean_error_line(tmp_path, capsys):
     assert "CompileTimeScopedVmemOom: 18.36 MiB of scoped VMEM needed by `shard_map." in lines[0]
     assert lines[0].endswith("limit 16.00 MiB (over by 2.36 MiB)")
     assert lines[1].startswith("hint: ") and "vmem_limit_bytes" in lines[1]
+
+
+def test_pallas_example_kernel_gets_the_compilers_cycle_estimate(tmp_path):
+    # 512^3 blocks of a 2048^3 bf16 matmul: 158,496 cycles with libtpu 0.0.42.1
+    # (shared/reference/tpu-compiler-dumps.md §8.2); other libtpu versions moved it by < 0.4 %.
+    run = compile_program(f"{EXAMPLES / 'pallas_matmul.py'}:matmul", parse_topology("v5e:2x2"), tmp_path / "out")
+    report = build_static_report(load_compile_output(run.out))
+    kernel = report.ops[report.ops["opcode"] == "custom-call"]
+    assert len(kernel) == 1 and not report.collectives
+    assert int(kernel["estimated_cycles"].iloc[0]) == pytest.approx(158_496, rel=0.02)
+    assert int(kernel["spill_stores"].iloc[0]) > 0  # 512^3 blocks spill (87 stores on 0.0.42.1)
