@@ -38,7 +38,7 @@ def test_sync_and_exposed_async_windows_are_measured(tmp_path: Path, snapshot):
     assert sync.saving.ps == 800 * US and sync.saving.basis == "measured"
     assert "on v6e by default" in sync.message
     # Only an all-reduce is synchronous: the async-collective flags would not change it.
-    assert ASYNC_FLAGS not in sync.fix and sync.fix.startswith("entry-level all-reduces stay synchronous")
+    assert ASYNC_FLAGS not in sync.fix and sync.fix.startswith("all-reduces stay synchronous at entry level")
     # Async: 410 (adjacent) + 20 (hidden) + 400 (partial, double suffix) µs per step.
     assert async_.saving.ps == 830 * US
     assert "6 exposed, 6 partial, 6 hidden" in async_.message
@@ -110,8 +110,8 @@ SYNC_GATHER = sc.OpDef("all-gather.5", "all-gather", bytes_accessed=1.0e7)
 @pytest.mark.parametrize(("device_type", "peaks", "expect"), [
     ("TPU v6 Lite", (918.0, 1640.0), f"make the all-gathers asynchronous: compile with `{ASYNC_FLAGS}`"),
     ("TPU v5 lite", (197.0, 819.0), "overlap the all-gathers with independent compute"),  # v5e: async by default
-    ("TPU v4", (275.0, 1200.0), "synchronous on v4 by default: try"),
-    ("TPU v5p", (459.0, 2765.0), "synchronous on v5p by default: try"),
+    ("TPU v4", (275.0, 1200.0), "all-gathers synchronous on v4 by default: try"),
+    ("TPU v5p", (459.0, 2765.0), "all-gathers synchronous on v5p by default: try"),
 ])
 def test_sync_advice_follows_the_generation(tmp_path: Path, device_type, peaks, expect):
     # A synchronous all-gather next to the synchronous all-reduce: the flags are advised for the
@@ -124,7 +124,7 @@ def test_sync_advice_follows_the_generation(tmp_path: Path, device_type, peaks, 
     sync = [f for f in _run(sc.analyse(d, tmp_path)) if f.message.startswith("synchronous")][0]
     assert sync.saving.ps == 1100 * US  # 800 µs all-reduce + 300 µs all-gather on chip 1
     assert expect in sync.fix
-    assert "; entry-level all-reduces stay synchronous" in sync.fix
+    assert "; all-reduces stay synchronous at entry level even on v5e" in sync.fix
 
 
 def _xprof_overlap(run: Path, tmp_path: Path) -> dict:

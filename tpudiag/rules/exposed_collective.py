@@ -27,14 +27,14 @@ compiled program".
 
 How to fix
 ----------
-Synchronous all-gathers (and other non-all-reduce collectives) on v6e: compile with
-`--xla_tpu_enable_async_collective_fusion=true
+Synchronous all-gathers on v6e: compile with `--xla_tpu_enable_async_collective_fusion=true
 --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true
 --xla_tpu_enable_async_collective_fusion_multiple_steps=true
---xla_tpu_overlap_compute_collective_tc=true` (in `LIBTPU_INIT_ARGS`) so XLA overlaps them
-with compute; on v4 and v5p the same flags are worth trying (verified on v6e only). Entry-level
-all-reduces stay synchronous even on v5e, where all-gathers are async by default: make them
-smaller (bf16 gradients, fewer larger buckets) or shard the state (reduce-scatter + all-gather). Exposed
+--xla_tpu_overlap_compute_collective_tc=true` (in `LIBTPU_INIT_ARGS`) so XLA turns them into
+async collective fusions that overlap compute; on v4 and v5p the same flags are worth trying
+(verified on v6e only). Entry-level all-reduces and reduce-scatters (`all-reduce-scatter`
+fusions) stay synchronous even on v5e, where all-gathers are async by default: make them smaller
+(bf16 gradients, fewer larger buckets) or reduce less often (accumulate over microbatches). Exposed
 async windows with no compute inside: give the scheduler independent work to place between
 start and done (start the collective earlier, prefetch the next layer's weights, split it).
 
@@ -243,26 +243,32 @@ def _names(names: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+REDUCING = ("all-reduce", "reduce-scatter")  # synchronous at entry level even on v5e (async all-gathers)
+
+
 def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
     if kind == "sync":
         present = set(frame["family"])
-        others = sorted(present - {"all-reduce"})
         parts = []
-        if others:
-            what = " and ".join(f"{f}s" for f in others)
+        if "all-gather" in present:
             if generation == "v6e":
-                parts.append(f"make the {what} asynchronous: compile with `{ASYNC_FLAGS}` (in LIBTPU_INIT_ARGS; "
+                parts.append(f"make the all-gathers asynchronous: compile with `{ASYNC_FLAGS}` (in LIBTPU_INIT_ARGS; "
                              "verified to turn v6e all-gathers into async collective fusions)")
             elif generation in SYNC_BY_DEFAULT:
-                parts.append(f"XLA leaves collectives synchronous on {generation} by default: try `{ASYNC_FLAGS}` "
+                parts.append(f"XLA leaves all-gathers synchronous on {generation} by default: try `{ASYNC_FLAGS}` "
                              "(verified on v6e only)")
             else:
-                parts.append(f"overlap the {what} with independent compute (async collectives or a collective "
+                parts.append("overlap the all-gathers with independent compute (async collectives or a collective "
                              "matmul)")
-        if "all-reduce" in present:
-            parts.append("entry-level all-reduces stay synchronous even where XLA makes all-gathers async: shrink "
-                         "them (bf16 gradients, fewer and larger buckets) or shard the state so they become "
-                         "reduce-scatters and all-gathers that can overlap")
+        others = sorted(present - {"all-gather", *REDUCING})
+        if others:
+            parts.append(f"overlap the {' and '.join(f + 's' for f in others)} with independent compute or make them "
+                         "smaller")
+        reducing = [f for f in REDUCING if f in present]
+        if reducing:
+            parts.append(f"{' and '.join(f + 's' for f in reducing)} stay synchronous at entry level even on v5e, "
+                         "where all-gathers are async: shrink them (bf16 gradients, fewer and larger buckets) or "
+                         "reduce less often (accumulate over microbatches)")
         return "; ".join(parts)
     adjacent = int((~frame["compute_inside"] & (frame["klass"] != "hidden")).sum())
     if adjacent:
