@@ -15,8 +15,10 @@ MODULE is a dotted module (importable from the current directory) or a path to a
 It must define FUNCTION and `example_args(mesh)`, returning a tuple of positional arguments,
 typically `jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P(...)))`.
 `mesh` is a jax Mesh over all devices of the topology with axes ("data", "model"), model = 2
-(override with `mesh_shape(n_devices)` returning an ordered {axis: size} dict). Optional
-`JIT_KWARGS` (a dict) is passed to jax.jit; an already-jitted FUNCTION is used as is.
+(override with `mesh_shape(n_devices)` returning an ordered {axis: size} dict); it is also
+the context mesh while lowering, so `jax.shard_map(..., mesh=None)` works (Pallas kernels need
+shard_map on a multi-device mesh). Optional `JIT_KWARGS` (a dict) is passed to jax.jit; an
+already-jitted FUNCTION is used as is. Examples: examples/models/*.py.
 
 The compiler runs in a subprocess (libtpu reads flags once per process and aborts on fatal
 errors). Only the dumps the diagnosis reads are kept in -o DIR: the optimised HLO, buffer
