@@ -141,6 +141,13 @@ def _hlo_agreement(names: Sequence[str], shapes: Sequence[str], insts: dict[str,
     return ok
 
 
+def _same_opcode(printed: str, inst: Instruction) -> bool:
+    """An LLO dump's opcode as printed (`slice-done`) against the parsed one (async-done wrapping slice)."""
+    if printed in (inst.opcode, inst.wrapped_opcode):
+        return True
+    return inst.opcode.startswith("async-") and printed == inst.wrapped_opcode + inst.opcode[len("async"):]
+
+
 def _hlo_cycles(inst: Instruction) -> tuple[int | None, str]:
     if inst.estimated_cycles is None:
         return None, ""
@@ -257,8 +264,7 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
                 hlo_insts = insts[accepted_hlo[0]]
                 for i, (name, opcode) in enumerate(zip(table["name"], table["opcode"].astype(str))):
                     inst = hlo_insts.get(name)
-                    conflicts[i] = bool(opcode) and inst is not None and inst.opcode != opcode and \
-                        inst.wrapped_opcode != opcode
+                    conflicts[i] = bool(opcode) and inst is not None and not _same_opcode(opcode, inst)
             agreeing = int((found & ~conflicts).sum())
             ok = agreeing > 0 and agreeing >= options.min_agreement * len(table)
             matches.append(SourceMatch("llo", dump.path, named, module, int(pid), agreeing, len(table), ok,

@@ -1,0 +1,274 @@
+"""The join of compiled facts to trace ops (`tpudiag.analysis.join`).
+
+Real inputs: the modelled captures under examples/models/captures were simulated from the dumps
+under examples/models/dumps, so their op names come from the same compilation and must all match;
+the v6e dumps of the same model (same module name, another compilation) and the unrelated test
+fixtures must not. Expected numbers are read from the dump text and from `instruction_bytes`,
+never from the join itself.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tpudiag.analysis.join import CAPTURE_ORIGIN, JOINED, HloSource, JoinOptions, join_compiled
+from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.model import schemas
+from tpudiag.parsers.capture import load_capture
+from tpudiag.parsers.hlo_program import instruction_bytes
+from tpudiag.parsers.hlo_proto import parse_capture_protos
+from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
+from tpudiag.parsers.llo.load import load_llo_dump
+from tests.conftest import REPO
+
+MODELS = REPO / "examples" / "models"
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def _sources(dump_dir: Path) -> list[HloSource]:
+    dump = load_hlo_dump(dump_dir)
+    return [HloSource(p, instruction_bytes(p), dump.path) for p in dump.programs]
+
+
+def _capture_sources(analysis) -> list[HloSource]:
+    host = analysis.profile.hosts[0]
+    return [HloSource(p, instruction_bytes(p), CAPTURE_ORIGIN) for p in parse_capture_protos(host.hlo_protos).values()]
+
+
+def _llo(model: str):
+    root = MODELS / "dumps" / model
+    return load_llo_dump(root / "llo", static_profile_dir=root / "static_profile")
+
+
+@pytest.fixture(scope="module")
+def train_v5e():
+    return analyze(load_capture(MODELS / "captures" / "transformer_train_v5e", jobs=1))
+
+
+@pytest.fixture(scope="module")
+def joined_v5e(train_v5e):
+    dump_dir = MODELS / "dumps" / "transformer_train_v5e" / "xla"
+    return join_compiled(train_v5e.ops, _sources(dump_dir) + _capture_sources(train_v5e),
+                         [_llo("transformer_train_v5e")])
+
+
+def _by_name(analysis, result) -> pd.DataFrame:
+    return pd.concat([analysis.ops[["name"]].astype({"name": str}), result.columns], axis=1).set_index("name")
+
+
+def test_same_compilation_matches_every_trace_op(train_v5e, joined_v5e):
+    r = joined_v5e
+    assert r.n_ops == len(train_v5e.ops) == 140
+    assert r.hlo_matched == 140 and r.dump_matched == 140
+    assert r.warnings == ()
+    assert list(r.columns.columns) == JOINED.names
+    assert r.columns.index.equals(train_v5e.ops.index)
+    # bytes from the dump given first, found by module name (text dumps carry no program id)
+    assert set(r.columns["hlo_origin"]) == {str(MODELS / "dumps" / "transformer_train_v5e" / "xla")}
+    assert set(r.columns["hlo_match"]) == {"module"}
+
+
+def test_bytes_equal_instruction_bytes_of_the_dump(train_v5e, joined_v5e):
+    program = load_hlo_dump(MODELS / "dumps" / "transformer_train_v5e" / "xla").programs[0]
+    expected = instruction_bytes(program).set_index("name")
+    got = _by_name(train_v5e, joined_v5e)
+    for name, row in got.iterrows():
+        assert row["logical_bytes"] == expected.loc[name, "logical_bytes"], name
+        assert row["padded_bytes"] == expected.loc[name, "padded_bytes"], name
+    assert (got["padded_bytes"] >= got["logical_bytes"]).all()  # padding only adds bytes
+    # one op by hand: dynamic-slice.11 = f32[256]{0:T(256)S(1)} of a f32[3,256] operand and an s32 index
+    inst = program.instruction("dynamic-slice.11")
+    assert inst.shape_text.startswith("f32[256]{0:T(256)")
+    assert got.loc["dynamic-slice.11", "logical_bytes"] == expected.loc["dynamic-slice.11", "logical_bytes"]
+
+
+def _profile_counts(unit: str) -> dict[str, int]:
+    """VMEM spill counts per HLO straight from the bundle-profile text."""
+    text = next((MODELS / "dumps" / "transformer_train_v5e" / "llo").glob("*hlo-static-bundle-profile.txt")).read_text()
+    counts: dict[str, int] = {}
+    current = None
+    for line in text.splitlines():
+        m = re.match(r"HLO: %(\S+) =", line)
+        if m:
+            current = m.group(1)
+            continue
+        m = re.match(rf"\s*- {unit}: \((\d+)/\d+\)", line)
+        if m and current is not None:
+            counts[current] = counts.get(current, 0) + int(m.group(1))
+    return counts
+
+
+def test_spills_match_the_bundle_profile_text(train_v5e, joined_v5e):
+    got = _by_name(train_v5e, joined_v5e)
+    stores, fills = _profile_counts("VMEM_SPILL_COUNT"), _profile_counts("VMEM_FILL_COUNT")
+    spilling = [n for n, c in stores.items() if c > 0 and n in got.index]
+    assert len(spilling) >= 3  # the step spills in its matmul fusions (fusion.150: 573)
+    assert got.loc["fusion.150", "spill_stores"] == 573
+    for name in spilling:
+        assert got.loc[name, "spill_stores"] == stores[name], name
+        assert got.loc[name, "spill_fills"] == fills[name], name
+    assert joined_v5e.llo_matched == sum(n in got.index for n in stores)
+
+
+def _static_profile(name: str) -> dict[str, str]:
+    text = (MODELS / "dumps" / "transformer_train_v5e" / "static_profile" /
+            f"{name}_static_llo_profile.textproto").read_text()
+    return dict(re.findall(r"^  (\w+): (\S+)", text, flags=re.M))
+
+
+def test_cycles_are_the_static_profile_per_instance_and_never_a_remote_dma_zero(train_v5e, joined_v5e):
+    got = _by_name(train_v5e, joined_v5e)
+    fields = _static_profile("dynamic-slice.11")
+    assert got.loc["dynamic-slice.11", "estimated_cycles"] == int(fields["estimated_cycles"]) == 2413
+    assert got.loc["dynamic-slice.11", "cycles_source"] == "llo_static_profile"
+    # add_multiply_fusion.2 stands for 3 identical ops: the per-execution figure, not the sum
+    fields = _static_profile("add_multiply_fusion.2")
+    assert int(fields["num_equivalent_hlos"]) == 3
+    if "add_multiply_fusion.2" in got.index:
+        assert got.loc["add_multiply_fusion.2", "estimated_cycles"] == int(fields["estimated_cycles"])
+    fields = _static_profile("all-gather.44")
+    assert fields["dma_instruction_type"].endswith("LOCAL_AND_REMOTE")
+    assert pd.isna(got.loc["all-gather.44", "estimated_cycles"])
+    assert got.loc["all-gather.44", "cycles_source"] == ""
+    collectives = train_v5e.ops["family"].astype(str) != ""
+    assert joined_v5e.columns.loc[collectives, "estimated_cycles"].isna().all()
+
+
+def test_capture_alone_gives_layouts_and_cycles_from_its_embedded_hlo(train_v5e):
+    sources = _capture_sources(train_v5e)
+    r = join_compiled(train_v5e.ops, sources)
+    assert r.hlo_matched == 140 and r.llo_matched == 0 and r.dump_matched == 0
+    assert r.warnings == () and r.sources == (CAPTURE_ORIGIN,)
+    assert set(r.columns["hlo_match"]) == {"program_id"}
+    expected = sources[0].instruction_bytes.set_index("name")
+    got = _by_name(train_v5e, r)
+    assert (got["padded_bytes"].astype("int64") == expected.loc[got.index, "padded_bytes"].to_numpy()).all()
+    assert got["spill_stores"].isna().all()
+    # bundle_analysis_data in the proto's backend_config; 0 for collectives is not an estimate
+    inst = sources[0].program.instruction("fusion.75")
+    assert got.loc["fusion.75", "estimated_cycles"] == inst.estimated_cycles == 1595
+    assert got.loc["fusion.75", "cycles_source"] == "bundle_analysis_data"
+    assert got.loc["all-reduce.4", "estimated_cycles"] is pd.NA
+
+
+def test_unrelated_dumps_match_nothing_and_say_so(train_v5e):
+    r = join_compiled(train_v5e.ops, _sources(FIXTURES / "dumps" / "v5e_mlp_train"),
+                      [load_llo_dump(FIXTURES / "llo" / "v5e_mlp")])
+    assert r.hlo_matched == 0 and r.llo_matched == 0 and r.dump_matched == 0
+    assert r.columns["padded_bytes"].isna().all() and r.columns["estimated_cycles"].isna().all()
+    text = "\n".join(r.warnings)
+    assert "v5e_mlp_train" in text and "`jit_step`" in text and "`jit_train_step`" in text
+    assert "v5e_mlp`" in text and "`jit_mlp`" in text
+    assert "none matched any of the 140 trace ops" in text
+
+
+def test_unrelated_dumps_beside_the_capture_keep_the_capture_layouts(train_v5e):
+    r = join_compiled(train_v5e.ops, _sources(FIXTURES / "dumps" / "v5e_mlp_train") + _capture_sources(train_v5e))
+    assert r.hlo_matched == 140 and r.dump_matched == 0
+    assert any("none matched" in w for w in r.warnings)
+
+
+def test_another_compilation_of_the_same_module_is_rejected(train_v5e):
+    """The v6e compile of the same step shares the module name and most op names, not the shapes."""
+    r = join_compiled(train_v5e.ops, _sources(MODELS / "dumps" / "transformer_train_v6e" / "xla"),
+                      [_llo("transformer_train_v6e")])
+    assert r.hlo_matched == 0 and r.llo_matched == 0
+    hlo = next(m for m in r.matches if m.kind == "hlo")
+    llo = next(m for m in r.matches if m.kind == "llo")
+    assert not hlo.accepted and hlo.how == "module" and 0 < hlo.agreeing < 0.9 * hlo.compared
+    assert not llo.accepted and 0 < llo.agreeing < 0.9 * llo.compared
+    assert any("does not match the trace's `jit_train_step`" in w and "transformer_train_v6e/xla" in w
+               for w in r.warnings)
+    assert any(w.startswith("LLO dump") for w in r.warnings)
+
+
+def test_every_llm_decode_llo_op_joins():
+    analysis = analyze(load_capture(MODELS / "captures" / "llm_decode_v5e", jobs=1))
+    llo = _llo("llm_decode_v5e")
+    r = join_compiled(analysis.ops, _capture_sources(analysis), [llo])
+    assert r.warnings == ()
+    names = set(analysis.ops["name"].astype(str))
+    assert r.llo_matched == len(set(llo.ops["name"].astype(str)) & names) == 131
+    assert r.hlo_matched == len(analysis.ops)
+
+
+# ---- small programs built in code ------------------------------------------------------------
+
+# One entry computation: a parameter laid out with the v5e tile of the compiler-dumps reference §9
+# (f32[3,1000] in T(4,128): 12,000 logical, 16,384 padded bytes) and a fusion reading it.
+SMALL_HLO = """HloModule jit_small, is_scheduled=true
+
+%fused (p: f32[3,1000]) -> f32[3,1000] {
+  %p = f32[3,1000]{1,0:T(4,128)} parameter(0)
+  ROOT %neg = f32[3,1000]{1,0:T(4,128)} negate(%p)
+}
+
+ENTRY %main (a: f32[3,1000]) -> f32[3,1000] {
+  %a = f32[3,1000]{1,0:T(4,128)} parameter(0)
+  ROOT %fusion.1 = f32[3,1000]{1,0:T(4,128)} fusion(%a), kind=kLoop, calls=%fused
+}
+"""
+
+
+def _ops(rows: list[tuple[str, str, str]], module: str = "jit_small", program_id: int = 7) -> pd.DataFrame:
+    """A trace ops table with just the join's key columns filled (name, shape_with_layout, host)."""
+    n = len(rows)
+    data = {c.name: [0] * n for c in schemas.OPS.columns}
+    data.update(host=[h for h, _, _ in rows], program_id=[program_id] * n, module=[module] * n,
+                name=[nm for _, nm, _ in rows], category=["loop fusion"] * n, bound_by=["Unknown"] * n,
+                family=[""] * n, shape_with_layout=[s for _, _, s in rows], source=[""] * n, tf_op=[""] * n)
+    return schemas.OPS.frame(data)
+
+
+def _small_source(origin: str = "dumpdir") -> HloSource:
+    program = parse_hlo_text(SMALL_HLO)
+    return HloSource(program, instruction_bytes(program), origin)
+
+
+def test_small_program_bytes_are_operands_plus_result_in_tiles():
+    ops = _ops([("h0", "fusion.1", "f32[3,1000]{1,0:T(4,128)}"), ("h1", "fusion.1", "")])
+    r = join_compiled(ops, [_small_source()])
+    assert r.columns["logical_bytes"].tolist() == [2 * 12_000, 2 * 12_000]  # every host's row
+    assert r.columns["padded_bytes"].tolist() == [2 * 16_384, 2 * 16_384]
+    assert r.columns["spill_stores"].isna().all()  # no LLO dump: unknown, not 0
+
+
+def test_a_shape_conflict_is_not_joined():
+    # near miss: right name, wrong shape (another compile of the module) -> no facts, a warning
+    ops = _ops([("h0", "fusion.1", "f32[3,999]{1,0:T(4,128)}")])
+    r = join_compiled(ops, [_small_source()])
+    assert r.hlo_matched == 0
+    assert any("only 0 of 1 ops agree" in w for w in r.warnings)
+
+
+def test_an_op_the_program_lacks_stays_unknown_below_the_threshold():
+    ops = _ops([("h0", "fusion.1", ""), ("h0", "copy.9", "")])  # 1 of 2 agree: 0.5
+    assert join_compiled(ops, [_small_source()]).hlo_matched == 0
+    r = join_compiled(ops, [_small_source()], options=JoinOptions(min_agreement=0.5))
+    assert r.columns["padded_bytes"].isna().tolist() == [False, True]
+
+
+def test_module_name_must_match_for_dump_programs():
+    r = join_compiled(_ops([("h0", "fusion.1", "")], module="jit_other"), [_small_source()])
+    assert r.hlo_matched == 0
+    assert any("`jit_small`" in w and "`jit_other`" in w for w in r.warnings)
+
+
+def test_no_sources_no_warnings():
+    r = join_compiled(_ops([("h0", "fusion.1", "")]))
+    assert r.warnings == () and r.hlo_matched == 0 and r.columns["padded_bytes"].isna().all()
+
+
+def test_missing_columns_fail_early():
+    with pytest.raises(ValueError, match="lacks columns"):
+        join_compiled(pd.DataFrame({"name": ["fusion.1"]}))
+
+
+@pytest.mark.parametrize("value", [0.0, 1.5])
+def test_options_validate(value):
+    with pytest.raises(ValueError, match="min_agreement"):
+        JoinOptions(min_agreement=value)
