@@ -1,0 +1,96 @@
+"""`tpudiag lab extract` and `lab check` end to end on the bundled example; repro.py as a plain script."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tpudiag.cli.app import main
+
+pytest.importorskip("jax", reason="the kernels lab needs jax (the tpu extra)")
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "captures" / "train_v6e_4chip"
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return exc.value.code or 0, out, err
+
+
+@pytest.fixture(scope="module")
+def qkv_repro(tmp_path_factory) -> Path:
+    """`fusion.2` (QKV projection, bf16 8192x4096 @ 4096x12288) with every dim / 16 for the CPU run."""
+    out = tmp_path_factory.mktemp("lab") / "qkv"
+    with pytest.raises(SystemExit) as exc:
+        main(["lab", "extract", str(EXAMPLE), "--op", "fusion.2", "-o", str(out), "--scale-down", "16"])
+    assert exc.value.code in (0, None)
+    return out
+
+
+def test_extract_writes_spec_and_repro(qkv_repro):
+    spec = json.loads((qkv_repro / "spec.json").read_text())
+    assert spec["family"] == "matmul" and spec["problem"]["k"] == 4096
+    assert spec["run_problem"] == dict(spec["problem"], m=512, k=256, n=768)
+    text = (qkv_repro / "repro.py").read_text()
+    assert not re.search(r"^\s*(from|import) tpudiag", text, re.M)  # standalone: jax only
+    assert "# Output shape and layout: bf16[8192,12288]{1,0:T(8,128)(2,1)}" in text
+    assert "BLOCKS = BlockSizes(block_m=1024, block_k=1024, block_n=1024)" in text  # v6e tuned default
+
+
+def test_repro_runs_as_a_plain_script_on_cpu(qkv_repro):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, str(qkv_repro / "repro.py")], capture_output=True, text=True, env=env,
+                          cwd=qkv_repro.parent, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "fusion.2 (matmul) m=512 k=256 n=768" in proc.stdout
+    assert "scaled down for the CPU from m=8192 k=4096 n=12288" in proc.stdout
+    assert "blocks bm=128 bk=128 bn=128, grid (4, 6, 2)" in proc.stdout  # 1024 blocks / 16, floored at 128
+    assert "tolerance 0.016 (bfloat16) -> OK" in proc.stdout
+
+
+def test_check_passes_and_fails_on_a_broken_reference(qkv_repro, capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "lab", "check", str(qkv_repro))
+    assert code == 0 and "-> OK" in out and "tolerance 0.016 for bfloat16" in out
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "spec.json").write_text((qkv_repro / "spec.json").read_text())
+    text = (qkv_repro / "repro.py").read_text()
+    needle = "    return _activate(y, p.activation).astype(p.out_dtype)"
+    assert needle in text
+    (broken / "repro.py").write_text(text.replace(needle, needle.replace("_activate(y", "_activate(1.1 * y")))
+    code, out, _ = run_cli(capsys, "lab", "check", str(broken))
+    assert code == 1 and "-> MISMATCH" in out
+
+
+@pytest.mark.parametrize(("op", "message"), [
+    ("all-reduce.3", "error: `all-reduce.3` is a collective (all-reduce); the lab reproduces single-chip compute "
+                     "kernels only\n"),
+    ("copy.1", "error: `copy.1` writes layout {0,1}, a transposing layout change; the lab's kernels write "
+               "row-major outputs only\n"),
+])
+def test_extract_refuses_with_one_line_and_exit_2(op, message, capsys, tmp_path):
+    code, out, err = run_cli(capsys, "lab", "extract", str(EXAMPLE), "--op", op, "-o", str(tmp_path / "x"))
+    assert code == 2 and err == message and out == ""
+    assert not (tmp_path / "x").exists()
+
+
+def test_check_without_repro_is_an_input_error(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "lab", "check", str(tmp_path))
+    assert code == 2 and "no repro.py here" in err and "hint: create it with `tpudiag lab extract`" in err
+
+
+def test_report_does_not_import_jax():
+    code = ("import sys; from tpudiag.cli.app import main\n"
+            "try:\n    main(['report', '--format', 'json'])\nexcept SystemExit:\n    pass\n"
+            "assert 'jax' not in sys.modules, 'report imported jax'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,0 +1,142 @@
+"""Family and shape inference for ops: the bundled example, HLO texts built in code, a dump directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tpudiag.errors import UsageError
+from tpudiag.kernels_lab.spec import NotReproducible, extract_spec, infer, parse_array
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "captures" / "train_v6e_4chip"
+
+
+def _infer(**kw):
+    args = dict(name="fusion.7", category="loop fusion", shape_with_layout="", hlo_text="", tf_op="", flops=0.0,
+                bytes_accessed=0.0, body="")
+    args.update(kw)
+    return infer(**args)
+
+
+@pytest.mark.parametrize(("op", "family", "problem"), [
+    # convolution fusion, no operands in the capture's HLO text: K from flops / (2*M*N)
+    ("fusion.2", "matmul", dict(m=8192, k=4096, n=12288, in_dtype="bfloat16", out_dtype="bfloat16", bias=False,
+                                activation="none")),
+    ("fusion.8", "matmul", dict(m=8192, k=4096, n=50257, in_dtype="bfloat16", out_dtype="bfloat16", bias=False,
+                                activation="none")),  # vocabulary not a multiple of 128
+    # loop fusions named by their framework op
+    ("fusion.1", "reduction", dict(rows=8192, cols=4096, op="layernorm", dtype="bfloat16", out_dtype="bfloat16")),
+    ("fusion.4", "reduction", dict(rows=8192, cols=4096, op="softmax", dtype="bfloat16", out_dtype="bfloat16")),
+    # adam update: bytes accessed = 3 x output bytes -> 2 inputs
+    ("fusion.12", "elementwise", dict(rows=4096, cols=4096, n_inputs=2, dtype="float32", out_dtype="float32",
+                                      activation="none")),
+])
+def test_example_ops_infer_family_and_problem(op, family, problem):
+    spec = extract_spec(EXAMPLE, op)
+    assert (spec.family, spec.problem) == (family, problem)
+    assert spec.topology == "v6e:2x2" and spec.generation == "v6e" and spec.clock_hz is None
+    assert spec.measured_time_ps > 0 and spec.occurrences > 0
+    assert spec.run_problem == spec.problem  # no --scale-down
+
+
+@pytest.mark.parametrize(("op", "reason"), [
+    ("all-reduce.3", "`all-reduce.3` is a collective (all-reduce); the lab reproduces single-chip compute kernels only"),
+    ("all-gather-start.1", "is a collective (all-gather)"),
+    ("all-reduce-scatter.4", "is a collective (reduce-scatter)"),
+    ("copy.1", "`copy.1` writes layout {0,1}, a transposing layout change"),
+])
+def test_example_ops_the_lab_cannot_reproduce_say_why(op, reason):
+    with pytest.raises(NotReproducible) as exc:
+        extract_spec(EXAMPLE, op)
+    assert reason in exc.value.one_line()
+    assert exc.value.exit_code == 2 and "\n" not in exc.value.one_line()
+
+
+def test_unknown_op_is_a_usage_error_with_a_hint():
+    with pytest.raises(UsageError) as exc:
+        extract_spec(EXAMPLE, "fusion.99")
+    assert "op `fusion.99` is not in the capture" in exc.value.one_line()
+    assert "`fusion.1`" in exc.value.hint
+
+
+def test_scale_down_keeps_alignment_classes():
+    spec = extract_spec(EXAMPLE, "fusion.8", scale_down=16)
+    assert spec.run_problem["m"] == 512 and spec.run_problem["k"] == 256
+    assert spec.run_problem["n"] == 3142 and spec.run_problem["n"] % 128  # still ragged
+    assert spec.problem["n"] == 50257
+
+
+def test_dot_with_operands_gives_k_and_input_dtype():
+    family, p, basis = _infer(category="convolution fusion", shape_with_layout="f32[512,1024]{1,0:T(8,128)}",
+                              hlo_text="%fusion.3 = f32[512,1024]{1,0:T(8,128)} fusion(bf16[512,768]{1,0:T(8,128)(2,1)} "
+                                       "%p0, bf16[768,1024]{1,0:T(8,128)(2,1)} %p1), kind=kOutput")
+    assert family == "matmul" and (p["m"], p["k"], p["n"]) == (512, 768, 1024)
+    assert (p["in_dtype"], p["out_dtype"]) == ("bfloat16", "float32")
+    assert any("K=768 from the first operand" in b for b in basis)
+
+
+def test_matmul_without_operands_or_whole_k_is_not_reproducible():
+    with pytest.raises(NotReproducible, match="contracting dim is unknown"):
+        _infer(category="convolution fusion", shape_with_layout="bf16[512,1024]", flops=2 * 512 * 1024 * 10.5)
+
+
+def test_reduce_in_hlo_text_is_a_row_sum():
+    family, p, _ = _infer(shape_with_layout="f32[4096]{0}",
+                          hlo_text="%fusion.5 = f32[4096]{0} fusion(f32[4096,1000]{1,0} %p), kind=kInput",
+                          body="%r = f32[4096]{0} reduce(f32[4096,1000]{1,0} %x, f32[] %c), dimensions={1}")
+    assert family == "reduction" and p == dict(rows=4096, cols=1000, op="sum", dtype="float32", out_dtype="float32")
+
+
+@pytest.mark.parametrize(("kw", "reason"), [
+    (dict(name="while.1", category="while"), "`while.1` is a while loop"),
+    (dict(shape_with_layout="(f32[8,128], f32[8])"), "has no array output shape the lab can read"),
+    (dict(shape_with_layout=""), "has no array output shape the lab can read (shape: none)"),
+    (dict(shape_with_layout="s8[64,128]{1,0}"), "has output dtype s8; the lab's kernels take bf16 or f32 only"),
+    (dict(category="custom-call", shape_with_layout="f32[8,128]"), "is a custom call"),
+    (dict(category="sort", shape_with_layout="f32[8,128]"), "has category `sort`, which no kernel family covers"),
+])
+def test_unsupported_ops_get_one_line_reasons(kw, reason):
+    with pytest.raises(NotReproducible) as exc:
+        _infer(**kw)
+    assert reason in exc.value.one_line()
+
+
+def test_elementwise_inputs_from_operands_and_body_activation():
+    family, p, _ = _infer(shape_with_layout="bf16[64,256]{1,0}",
+                          hlo_text="%fusion.9 = bf16[64,256]{1,0} fusion(bf16[64,256]{1,0} %a, bf16[64,256]{1,0} %b, "
+                                   "bf16[64,256]{1,0} %c), kind=kLoop",
+                          body="%t = f32[64,256] tanh(f32[64,256] %x)")
+    assert family == "elementwise" and p["n_inputs"] == 3 and p["activation"] == "gelu"
+
+
+def test_dump_supplies_operands_and_epilogue(tmp_path):
+    """A dump's HLO gives the op's operands (K from them, not from flops) and its fused body."""
+    from tpudiag.kernels_lab.spec import find_in_dump
+
+    (tmp_path / "module_0001.jit_step.after_optimizations.txt").write_text(
+        "HloModule jit_step\n\n"
+        "%fused_computation.2 (p0: bf16[64,128], p1: bf16[128,256], p2: bf16[256]) -> bf16[64,256] {\n"
+        "  %dot.1 = f32[64,256]{1,0} dot(bf16[64,128]{1,0} %p0, bf16[128,256]{1,0} %p1)\n"
+        "  %broadcast.1 = f32[64,256]{1,0} broadcast(f32[256]{0} %c), dimensions={1}\n"
+        "  %add.1 = f32[64,256]{1,0} add(f32[64,256]{1,0} %dot.1, f32[64,256]{1,0} %broadcast.1)\n"
+        "  %logistic.1 = f32[64,256]{1,0} logistic(f32[64,256]{1,0} %add.1)\n"
+        "  ROOT %convert.1 = bf16[64,256]{1,0} convert(f32[64,256]{1,0} %logistic.1)\n"
+        "}\n\n"
+        "ENTRY %main {\n"
+        "  ROOT %fusion.2 = bf16[64,256]{1,0:T(8,128)(2,1)} fusion(bf16[64,128]{1,0} %a, bf16[128,256]{1,0} %b, "
+        "bf16[256]{0} %c), kind=kOutput, calls=%fused_computation.2\n"
+        "}\n")
+    line, body = find_in_dump(tmp_path, "fusion.2")
+    assert line.startswith("ROOT %fusion.2 = bf16[64,256]") and "logistic" in body
+    family, p, basis = _infer(name="fusion.2", category="convolution fusion", shape_with_layout="bf16[64,256]{1,0}",
+                              hlo_text=line, body=body)
+    assert family == "matmul" and p["k"] == 128 and p["bias"] and p["activation"] == "silu"
+    assert find_in_dump(tmp_path, "fusion.3") == ("", "")
+
+
+def test_parse_array():
+    a = parse_array("bf16[8192,4096]{1,0:T(8,128)(2,1)}")
+    assert (a.dtype, a.dims, a.minor_to_major, a.row_major) == ("bf16", (8192, 4096), (1, 0), True)
+    assert not parse_array("bf16[8192,4096]{0,1:T(8,128)(2,1)}").row_major
+    assert parse_array("(f32[2], f32[3])") is None
