@@ -141,11 +141,12 @@ def load_dump_directory(path: Path) -> CompileOutput:
     warnings.extend(program.warnings)
     text = Path(program.path).read_text(errors="replace") if Path(program.path).is_file() else ""
     header = text[:20000]
-    devices = 1
-    for pattern in (_NUM_PARTITIONS, _REPLICA_COUNT):
+    mesh = {}
+    for key, pattern in (("partitions", _NUM_PARTITIONS), ("replicas", _REPLICA_COUNT)):
         m = pattern.search(header)
-        if m:
-            devices *= int(m.group(1))
+        if m and int(m.group(1)) > 1:
+            mesh[key] = int(m.group(1))
+    devices = mesh.get("partitions", 1) * mesh.get("replicas", 1)
     generation = generation_for_target(program.target)
     if not generation:
         raise InputError(f"cannot tell the TPU generation of this dump (target `{program.target or 'unknown'}`)",
@@ -153,8 +154,8 @@ def load_dump_directory(path: Path) -> CompileOutput:
     spills = _llo_spills(llo)
     if llo is not None:
         program = _with_static_cycles(program, llo)
-    facts = {"status": "ok", "generation": generation, "device_kind": "", "module": program.module,
-             "n_devices": devices, "target": str(path), "topology": f"{generation} ({devices} devices)",
+    facts = {"status": "ok", "generation": generation, "device_kind": program.target, "module": program.module,
+             "n_devices": devices, "target": str(path), "topology": generation, "mesh": mesh,
              "static_profile": bool(llo is not None and not llo.static_profile.empty)}
     return CompileOutput(path=path, facts=facts, program=program, spills=spills,
                          group_sizes=replica_group_sizes(text), hlo_proto=None, warnings=warnings,

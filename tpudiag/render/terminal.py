@@ -94,7 +94,7 @@ def _ops_table(report: Report, top: int) -> Table:
     padding = any(op.padded_bytes is not None for op in shown)
     spills = any(op.spill_stores is not None for op in shown)
     cycles = any(op.estimated_cycles is not None for op in shown)
-    for col, wanted in (("padded / logical", padding), ("spills st/ld", spills), ("est. cycles", cycles)):
+    for col, wanted in (("padded", padding), ("spills", spills), ("cycles", cycles)):
         if wanted:
             t.add_column(col, justify="right")
     for i, op in enumerate(shown, start=1):
@@ -116,9 +116,9 @@ def _ops_table(report: Report, top: int) -> Table:
 def _padding_cell(padded: int | None, logical: int | None) -> str:
     if padded is None:
         return "-"
-    if not logical or padded == logical:
+    if not logical or padded < 1.005 * logical:
         return fmt_bytes(padded)
-    return f"{fmt_bytes(padded)} / {fmt_bytes(logical)} ({padded / logical:.2f}x)"
+    return f"{fmt_bytes(padded)} ×{padded / logical:.2f}"  # x the logical bytes
 
 
 EVIDENCE_ROWS = 4
