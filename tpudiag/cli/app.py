@@ -57,8 +57,9 @@ def default_capture() -> Path:
 
 @app.command()
 def report(
-    path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file; "
-                                                     "default: the bundled example")] = None,
+    path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file, or a compiler "
+                                                     "dump directory alone (static report); default: the "
+                                                     "bundled example")] = None,
     output_format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format")]
     = OutputFormat.terminal,
     top: Annotated[int, typer.Option(help="Ops to list in the terminal report")] = 15,
@@ -70,8 +71,9 @@ def report(
                                                      "or pyproject.toml \\[tool.tpudiag] next to the input")] = None,
     fail_on: Annotated[str | None, typer.Option(help="Exit 1 when a finding at or above this severity "
                                                      "(info, low, medium, high) is reported")] = None,
-    dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory for the rules: LLO "
-                                                          "(--xla_jf_dump_to) or XLA (--xla_dump_to); repeatable")]
+    dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory for the rules and the "
+                                                          "per-op padding/spill/cycle columns: LLO (--xla_jf_dump_to), "
+                                                          "XLA (--xla_dump_to) or `tpudiag compile -o`; repeatable")]
     = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file; markdown "
                                                 "figures go beside it as <stem>-*.png")] = None,
