@@ -205,3 +205,50 @@ def test_swapping_the_runs_flips_the_sign(a, b, centre):
     assert ab.delta_ps == pytest.approx(-ba.delta_ps, abs=1e-3)
     if ab.significant and ba.significant:
         assert ab.verdict != ba.verdict
+
+
+def _compiled(analysis, padded_extra: dict[str, int], spills: dict[str, int]):
+    """Compiled facts per op row (as `JoinResult.columns`): 1 MiB logical, plus the given padding and spills."""
+    import pandas as pd
+
+    names = analysis.ops["name"].astype(str)
+    return pd.DataFrame({
+        "logical_bytes": pd.array([1 << 20] * len(names), dtype="Int64"),
+        "padded_bytes": pd.array([(1 << 20) + padded_extra.get(n, 0) for n in names], dtype="Int64"),
+        "spill_stores": pd.array([spills.get(n, 0) for n in names], dtype="Int64"),
+        "spill_fills": pd.array([None] * len(names), dtype="Int64"),
+    }, index=analysis.ops.index)
+
+
+def test_padding_and_spill_changes_come_from_the_compiled_facts(runs):
+    base = _compiled(runs["base"], {"fusion.1": 0}, {})
+    new = _compiled(runs["noise"], {"fusion.1": 3 << 20}, {"fusion.2": 12})  # same times, new layout and spills
+    d = diff_analyses(runs["base"], runs["noise"], base_compiled=base, new_compiled=new)
+    changed = {o.name: o for o in d.compiled_changes}
+    assert set(changed) == {"fusion.1", "fusion.2"}
+    assert (changed["fusion.1"].base_compiled.padding_bytes, changed["fusion.1"].new_compiled.padding_bytes) == \
+        (0, 3 << 20)
+    assert (changed["fusion.2"].base_compiled.spills, changed["fusion.2"].new_compiled.spills) == (0, 12)
+    assert d.has_changes and not d.significant_ops
+
+
+def test_without_compiled_facts_on_one_side_nothing_is_claimed(runs):
+    d = diff_analyses(runs["base"], runs["noise"], new_compiled=_compiled(runs["noise"], {"fusion.1": 1}, {}))
+    assert not d.compiled_changes
+    assert all(o.base_compiled is None and o.new_compiled is not None for o in d.ops)
+
+
+def test_padding_and_spill_changes_are_rendered_in_markdown_and_json(runs):
+    import json
+
+    from tpudiag.render.diff_json import render_diff_json
+    from tpudiag.render.diff_markdown import render_diff_markdown
+
+    d = diff_analyses(runs["base"], runs["noise"], base_compiled=_compiled(runs["base"], {}, {}),
+                      new_compiled=_compiled(runs["noise"], {"fusion.1": 3 << 20}, {}))
+    md = render_diff_markdown(d)
+    assert "## Padding and spills (compiled programs)" in md
+    assert "| `fusion.1` | convolution fusion | 0 B → 3 MiB | 0 → 0 |" in md
+    doc = json.loads(render_diff_json(d))
+    [op] = [o for o in doc["ops"] if o["compiled_changed"]]
+    assert op["new_compiled"]["padding_bytes"] == 3 << 20

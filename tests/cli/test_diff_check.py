@@ -151,3 +151,11 @@ def test_diff_of_a_compile_output_with_itself_simulates_it_and_says_it_is_modell
     assert doc["has_changes"] is False and doc["ops"]
     assert doc["base"]["input"] == str(compiled)
     assert "base run is modelled (`tpudiag simulate`), not measured" in doc["warnings"]
+
+
+def test_diff_of_a_compile_output_joins_its_padding_and_spills():
+    compiled = REPO / "tests" / "compiler" / "fixtures" / "v5e_mlp_compile"
+    doc = json.loads(run("diff", str(compiled), str(compiled), "--format", "json").stdout)
+    facts = [o["new_compiled"] for o in doc["ops"] if o["new_compiled"]]
+    assert facts and any(f["spills"] is not None for f in facts) and any(f["padded_bytes"] for f in facts)
+    assert not any(o["compiled_changed"] for o in doc["ops"])

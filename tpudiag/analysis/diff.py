@@ -23,8 +23,9 @@ metadata and backend config removed) when that fingerprint is unique in both run
 renamed by XLA (`fusion.123` -> `fusion.124`) still matches; otherwise by (module name, op name,
 result shape). Program ids are not used: they change with every recompilation.
 
-Findings are matched by (rule, ops cited, host); persisting ones show their saving before and after,
-which is where padding (padding-waste) and spill (spill) changes appear when those rules ran.
+Findings are matched by (rule, ops cited, host); persisting ones show their saving before and after.
+Padding and spills are compared per matched op when compiled programs are joined to both runs
+(the HLO a capture embeds, or `--dumps`): padded minus logical bytes, and spill stores + fills.
 """
 
 from __future__ import annotations
@@ -105,6 +106,21 @@ class NamedChange:
 
 
 @dataclass(frozen=True)
+class CompiledFacts:
+    """What the compiled program says about one op (`tpudiag.analysis.join`); None where it says nothing."""
+
+    logical_bytes: int | None = None  # operands + result
+    padded_bytes: int | None = None  # the same in their tiled TPU layouts
+    spills: int | None = None  # VMEM spill stores + fills (LLO dump)
+
+    @property
+    def padding_bytes(self) -> int | None:
+        if self.logical_bytes is None or self.padded_bytes is None:
+            return None
+        return self.padded_bytes - self.logical_bytes
+
+
+@dataclass(frozen=True)
 class OpChange:
     """An op present in both runs."""
 
@@ -115,6 +131,17 @@ class OpChange:
     shape: str
     matched_by: str  # "fingerprint" or "name"
     change: Change  # self time per step and core
+    base_compiled: CompiledFacts | None = None  # None: no compiled facts joined in that run
+    new_compiled: CompiledFacts | None = None
+
+    @property
+    def compiled_changed(self) -> bool:
+        """Padding bytes or spills differ, where both runs know them."""
+        b, n = self.base_compiled, self.new_compiled
+        if b is None or n is None:
+            return False
+        return ((b.padding_bytes is not None and n.padding_bytes is not None and b.padding_bytes != n.padding_bytes)
+                or (b.spills is not None and n.spills is not None and b.spills != n.spills))
 
 
 @dataclass(frozen=True)
@@ -172,11 +199,16 @@ class Diff:
         return tuple(o for o in self.ops if o.change.significant)
 
     @property
+    def compiled_changes(self) -> tuple[OpChange, ...]:
+        """Matched ops whose padding or spills changed (from compiled programs joined to each run)."""
+        return tuple(o for o in self.ops if o.compiled_changed)
+
+    @property
     def has_changes(self) -> bool:
         """Anything beyond noise: step time, breakdown, collectives, ops, or the set of ops or findings."""
         return bool((self.step_time and self.step_time.significant)
                     or any(c.change.significant for c in self.breakdown + self.collectives)
-                    or self.significant_ops or self.appeared or self.disappeared
+                    or self.significant_ops or self.compiled_changes or self.appeared or self.disappeared
                     or self.findings_appeared or self.findings_resolved)
 
 
@@ -261,9 +293,18 @@ def hlo_fingerprint(hlo_text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def _op_table(analysis: Analysis) -> pd.DataFrame:
-    """One row per (host, program, op) with module, category, shape and fingerprint."""
+COMPILED_COLUMNS = ("logical_bytes", "padded_bytes", "spill_stores", "spill_fills")
+
+
+def _op_table(analysis: Analysis, compiled: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (host, program, op) with module, category, shape, fingerprint and compiled facts."""
     ops = analysis.ops[["host", "program_id", "module", "name", "category", "shape_with_layout"]].copy()
+    for col in COMPILED_COLUMNS:
+        if compiled is not None and col in compiled.columns:
+            ops[col] = compiled[col].reindex(ops.index).astype("Float64").to_numpy(dtype=np.float64,
+                                                                                      na_value=np.nan)
+        else:
+            ops[col] = np.nan
     for col in ("host", "module", "name", "category"):
         ops[col] = ops[col].astype(str)
     ops["shape_with_layout"] = ops["shape_with_layout"].fillna("").astype(str)
@@ -313,8 +354,22 @@ def _op_identities(ops: pd.DataFrame) -> pd.DataFrame:
     first = ops.groupby("name_key", sort=False).agg(module=("module", "first"), name=("name", "first"),
                                                     category=("category", "first"),
                                                     shape=("shape_with_layout", "first"),
-                                                    fingerprint=("fingerprint", "first"))
+                                                    fingerprint=("fingerprint", "first"),
+                                                    **{c: (c, "first") for c in COMPILED_COLUMNS})
     return first
+
+
+def _facts(ids: pd.DataFrame, key: str, known: bool) -> CompiledFacts | None:
+    if not known:
+        return None
+
+    def num(col: str) -> int | None:
+        v = ids.at[key, col]
+        return None if pd.isna(v) else int(v)
+
+    stores, fills = num("spill_stores"), num("spill_fills")
+    spills = None if stores is None and fills is None else (stores or 0) + (fills or 0)
+    return CompiledFacts(num("logical_bytes"), num("padded_bytes"), spills)
 
 
 def _match(base_ids: pd.DataFrame, new_ids: pd.DataFrame) -> tuple[list[tuple[str, str, str]], set[str], set[str]]:
@@ -403,8 +458,13 @@ def _warnings(base: Analysis, new: Analysis) -> list[str]:
 
 def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding] | None = None,
                   new_findings: Sequence[Finding] | None = None,
-                  options: NoiseOptions = NoiseOptions()) -> Diff:
-    """The noise-aware comparison of two analysed captures; findings are compared when both are given."""
+                  options: NoiseOptions = NoiseOptions(), base_compiled: pd.DataFrame | None = None,
+                  new_compiled: pd.DataFrame | None = None) -> Diff:
+    """The noise-aware comparison of two analysed captures; findings are compared when both are given.
+
+    `base_compiled`/`new_compiled`: compiled facts per op (`JoinResult.columns` of
+    `tpudiag.analysis.join`, indexed like each analysis' ops table), for padding and spill changes.
+    """
     b_times, _ = combined_step_times(base.steps, len(base.profile.hosts))
     n_times, _ = combined_step_times(new.steps, len(new.profile.hosts))
     step_time = None
@@ -420,7 +480,7 @@ def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding
             breakdown.append(NamedChange(label, compare_steps(
                 _per_step_mean_over_cores(base, col), _per_step_mean_over_cores(new, col), "mean", options, min_abs)))
 
-    b_ops, n_ops = _op_table(base), _op_table(new)
+    b_ops, n_ops = _op_table(base, base_compiled), _op_table(new, new_compiled)
     b_steps, n_steps = _per_step_op_times(base, b_ops), _per_step_op_times(new, n_ops)
     b_ids, n_ids = _op_identities(b_ops), _op_identities(n_ops)
     pairs, only_base, only_new = _match(b_ids, n_ids)
@@ -433,7 +493,9 @@ def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding
         ch = compare_steps(values(b_steps, bk), values(n_steps, nk), "mean", options, min_abs)
         ident = n_ids.loc[nk]
         op_changes.append(OpChange(str(ident["module"]), str(ident["name"]), str(b_ids.at[bk, "name"]),
-                                   str(ident["category"]), str(ident["shape"]), how, ch))
+                                   str(ident["category"]), str(ident["shape"]), how, ch,
+                                   _facts(b_ids, bk, base_compiled is not None),
+                                   _facts(n_ids, nk, new_compiled is not None)))
     op_changes.sort(key=lambda o: (-abs(o.change.delta_ps), o.name))
 
     def presence(ids: pd.DataFrame, table: pd.DataFrame, keys: set[str]) -> tuple[OpPresence, ...]:

@@ -95,13 +95,13 @@ def check(
         except ValueError as exc:
             raise UsageError(f"--fail-on: {exc}") from exc
 
-    analysis, findings = analyse_capture(path, config, jobs)
+    analysis, findings, _ = analyse_capture(path, config, jobs)
     checks: list[CheckResult] = []
     step_change = None
     if threshold is not None:
         checks.append(findings_check(findings, threshold))
     if baseline is not None:
-        base_analysis, _ = analyse_capture(baseline, config, jobs)
+        base_analysis, _, _ = analyse_capture(baseline, config, jobs)
         d = diff_analyses(base_analysis, analysis, options=NoiseOptions())
         if d.step_time is None:
             raise InputError("cannot compare step times: a capture has no steps", path=path,

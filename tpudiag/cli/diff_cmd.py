@@ -48,16 +48,26 @@ def _load(path: Path, jobs: int | None, clock_ghz: float | None):
     return profile
 
 
-def analyse_capture(path: Path, config: Path | None, jobs: int | None, clock_ghz: float | None = None):
-    """(analysis, findings) of one capture or compiled program, with the rules configured for it."""
+def analyse_capture(path: Path, config: Path | None, jobs: int | None, clock_ghz: float | None = None,
+                    dumps: list[Path] | None = None):
+    """(analysis, findings, compiled facts per op) of one capture or compiled program.
+
+    The rules see `dumps` (and, for a compile output, its own dumps); the compiled facts join those
+    and the HLO the capture embeds to the ops (`tpudiag.analysis.join`).
+    """
     from tpudiag.analysis.profile_analysis import analyze
+    from tpudiag.cli.report_dumps import join_for_report
+    from tpudiag.cli.rules_cmd import load_dump_inputs
     from tpudiag.rules import load_config, run_rules
 
     rules_config = load_config(path, config)
     rules_config.resolve()
+    all_dumps = ([path] if is_compile_output(path) else []) + list(dumps or [])
+    extra_inputs, _ = load_dump_inputs(all_dumps)
     analysis = analyze(_load(path, jobs, clock_ghz))
-    findings, _ = run_rules(analysis, rules_config)
-    return analysis, findings
+    findings, _ = run_rules(analysis, rules_config, extra_inputs)
+    joined = join_for_report(analysis, extra_inputs)
+    return analysis, findings, joined.columns
 
 
 def noise_options(min_change: float):
@@ -82,6 +92,9 @@ def diff(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the diff to this file")] = None,
     clock_ghz: Annotated[float | None, typer.Option(help="For compile outputs: the clock turning estimated cycles "
                                                          "into time, as in `tpudiag simulate`")] = None,
+    base_dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory of BASE (LLO and/or XLA), "
+                                                               "for spills, padding and the rules; repeatable")] = None,
+    new_dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory of NEW; repeatable")] = None,
 ) -> None:
     """Compare two captures step by step: step time, breakdown, collectives, ops and findings.
 
@@ -94,9 +107,10 @@ def diff(
     from tpudiag.analysis.diff import diff_analyses
 
     options = noise_options(min_change)
-    base_analysis, base_findings = analyse_capture(base, config, jobs, clock_ghz)
-    new_analysis, new_findings = analyse_capture(new, config, jobs, clock_ghz)
-    result = diff_analyses(base_analysis, new_analysis, base_findings, new_findings, options)
+    base_analysis, base_findings, base_compiled = analyse_capture(base, config, jobs, clock_ghz, base_dumps)
+    new_analysis, new_findings, new_compiled = analyse_capture(new, config, jobs, clock_ghz, new_dumps)
+    result = diff_analyses(base_analysis, new_analysis, base_findings, new_findings, options,
+                           base_compiled=base_compiled, new_compiled=new_compiled)
     if output_format is DiffFormat.terminal:
         from rich.console import Console
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpudiag.analysis.diff import Change, Diff
-from tpudiag.render.units import fmt_time
+from tpudiag.render.units import fmt_bytes, fmt_time
 
 
 def fmt_delta(ps: float) -> str:
@@ -36,3 +36,14 @@ def change_cells(c: Change) -> list[str]:
     """base, new, delta, relative, band, confidence interval, verdict."""
     return [fmt_time(c.base.centre_ps), fmt_time(c.new.centre_ps), fmt_delta(c.delta_ps), fmt_relative(c.relative),
             f"±{fmt_time(c.noise_band_ps)}", fmt_ci(c), c.verdict]
+
+
+def compiled_cells(o) -> list[str]:
+    """Padding bytes base -> new, spills base -> new, for an `OpChange` with compiled facts."""
+    def pad(f):
+        return "n/a" if f is None or f.padding_bytes is None else fmt_bytes(f.padding_bytes)
+
+    def spills(f):
+        return "n/a" if f is None or f.spills is None else str(f.spills)
+
+    return [f"{pad(o.base_compiled)} → {pad(o.new_compiled)}", f"{spills(o.base_compiled)} → {spills(o.new_compiled)}"]

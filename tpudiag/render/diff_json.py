@@ -7,7 +7,7 @@ import json
 import math
 
 from tpudiag import __version__
-from tpudiag.analysis.diff import Change, Diff, NamedChange
+from tpudiag.analysis.diff import Change, CompiledFacts, Diff, NamedChange
 from tpudiag.render.diff_format import noise_rule
 
 
@@ -25,6 +25,10 @@ def change_to_dict(c: Change | None) -> dict | None:
             "verdict": c.verdict}
 
 
+def _facts(f: CompiledFacts | None) -> dict | None:
+    return None if f is None else {**dataclasses.asdict(f), "padding_bytes": f.padding_bytes}
+
+
 def _named(rows: tuple[NamedChange, ...]) -> list[dict]:
     return [{"name": r.name, **change_to_dict(r.change)} for r in rows]
 
@@ -40,7 +44,9 @@ def diff_to_dict(diff: Diff) -> dict:
         "breakdown": _named(diff.breakdown),
         "collectives": _named(diff.collectives),
         "ops": [{"module": o.module, "name": o.name, "base_name": o.base_name, "category": o.category,
-                 "shape": o.shape, "matched_by": o.matched_by, **change_to_dict(o.change)} for o in diff.ops],
+                 "shape": o.shape, "matched_by": o.matched_by, **change_to_dict(o.change),
+                 "base_compiled": _facts(o.base_compiled), "new_compiled": _facts(o.new_compiled),
+                 "compiled_changed": o.compiled_changed} for o in diff.ops],
         "appeared": [dataclasses.asdict(o) for o in diff.appeared],
         "disappeared": [dataclasses.asdict(o) for o in diff.disappeared],
         "findings_compared": diff.findings_rules_run,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tpudiag import __version__
 from tpudiag.analysis.diff import Diff, NamedChange
-from tpudiag.render.diff_format import change_cells, fmt_delta, noise_rule
+from tpudiag.render.diff_format import change_cells, compiled_cells, fmt_delta, noise_rule
 from tpudiag.render.markdown import code, prose, table, text
 from tpudiag.render.units import fmt_time
 
@@ -46,6 +46,12 @@ def render_diff_markdown(diff: Diff, top: int = 25) -> str:
             rows.append([name, text(o.category)] + change_cells(o.change)[:-1] + [o.matched_by])
         out += [f"{len(changed)} of {len(diff.ops)} matched ops; self time per step and core.", ""]
         out += table(["op", "category", *HEADER[:-1], "matched by"], rows, "llrrrrrrl") + [""]
+    if diff.compiled_changes:
+        rows = [[code(o.name), text(o.category)] + compiled_cells(o) for o in diff.compiled_changes[:top]]
+        out += ["## Padding and spills (compiled programs)", "",
+                "Padding: bytes the tiled TPU layouts add to operands and result; spills: VMEM spill stores + "
+                "fills. Compiler facts, not measurements.", ""]
+        out += table(["op", "category", "padding base → new", "spills base → new"], rows, "llrr") + [""]
     for title, items in (("Ops only in the new run", diff.appeared), ("Ops only in the base run", diff.disappeared)):
         if items:
             rows = [[code(r.name), text(r.category), code(r.shape), fmt_time(r.time_ps)] for r in items[:top]]

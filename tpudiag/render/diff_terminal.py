@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpudiag.analysis.diff import Diff, NamedChange
-from tpudiag.render.diff_format import change_cells, fmt_delta, noise_rule
+from tpudiag.render.diff_format import change_cells, compiled_cells, fmt_delta, noise_rule
 from tpudiag.render.units import fmt_time
 
 CHANGE_COLUMNS = ("base", "new", "change", "change %", "noise band", "95% interval", "verdict")
@@ -60,6 +60,15 @@ def render_diff_terminal(diff: Diff, console: Console, top: int = 15) -> None:
         console.print(t)
     else:
         console.print(f"No op changed beyond noise ({len(diff.ops)} matched)")
+    if diff.compiled_changes:
+        console.print()
+        t = Table(title="Padding and spills changed (compiled programs; compiler facts)", title_justify="left",
+                  show_edge=False)
+        for col in ("op", "category", "padding base → new", "spills base → new"):
+            t.add_column(col, justify="right" if "→" in col else "left")
+        for o in diff.compiled_changes[:top]:
+            t.add_row(escape(o.name), escape(o.category), *compiled_cells(o))
+        console.print(t)
     for title, rows in (("Ops only in NEW (appeared)", diff.appeared), ("Ops only in BASE (disappeared)",
                                                                         diff.disappeared)):
         if rows:
