@@ -159,3 +159,11 @@ def test_diff_of_a_compile_output_joins_its_padding_and_spills():
     facts = [o["new_compiled"] for o in doc["ops"] if o["new_compiled"]]
     assert facts and any(f["spills"] is not None for f in facts) and any(f["padded_bytes"] for f in facts)
     assert not any(o["compiled_changed"] for o in doc["ops"])
+
+
+def test_check_json_reports_an_input_error_on_stdout_too(tmp_path):
+    proc = run("check", str(tmp_path / "nope"), "--format", "json")
+    assert proc.returncode == 2
+    doc = json.loads(proc.stdout)
+    assert doc["result"] == "error" and doc["exit_code"] == 2 and "no such file" in doc["error"]
+    assert proc.stderr.startswith("error: ")

@@ -224,6 +224,14 @@ def test_output_file_works_for_json_too(tmp_path):
     assert not list(tmp_path.glob("*.png"))
 
 
+def test_output_file_works_for_the_terminal_format_without_colour(tmp_path):
+    out = tmp_path / "r.txt"
+    proc = run_cli("report", str(EXAMPLE), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    body = out.read_text()
+    assert "Top ops by self time" in body and "\x1b[" not in body
+
+
 def test_output_into_a_missing_directory_is_an_input_error(tmp_path):
     proc = run_cli("report", str(EXAMPLE), "--format", "md", "-o", str(tmp_path / "nope" / "r.md"))
     assert proc.returncode == 2

@@ -8,7 +8,9 @@ Exit codes:
 
 Defaults: with neither `--fail-on` nor `--baseline`, the gate fails on `high` findings. With
 `--baseline` and no `--max-regression`, the allowed rise of the median step time is 5 % (Marin's
-`track` gate). `--format json` prints one object for machines: `result`, `exit_code`, `checks`.
+`track` gate). `--format json` prints one object for machines: `result` (pass, fail or error),
+`exit_code`, `checks`, `step_time`, `findings`; on an input error, `result: error` with `error`
+and `hint` (the message is on stderr as well).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from tpudiag.errors import InputError, UsageError
+from tpudiag.errors import InputError, TpudiagError, UsageError
 
 DEFAULT_FAIL_ON = "high"
 DEFAULT_MAX_REGRESSION_PCT = 5.0
@@ -77,61 +79,67 @@ def check(
     jobs: Annotated[int | None, typer.Option(help="Processes for parsing hosts (default: CPU count)")] = None,
 ) -> None:
     """CI gate: exit 0 when every check passes, 1 when one fails, 2 on usage or input errors."""
-    from tpudiag.analysis.diff import NoiseOptions, diff_analyses
-    from tpudiag.cli.diff_cmd import analyse_capture
-    from tpudiag.model.findings import Severity
-    from tpudiag.render.json_format import _finding
+    try:
+        from tpudiag.analysis.diff import NoiseOptions, diff_analyses
+        from tpudiag.cli.diff_cmd import analyse_capture
+        from tpudiag.model.findings import Severity
+        from tpudiag.render.json_format import _finding
 
-    if max_regression is not None and baseline is None:
-        raise UsageError("--max-regression needs --baseline", hint="pass the baseline capture with --baseline")
-    if max_regression is not None and max_regression < 0:
-        raise UsageError(f"--max-regression must be >= 0, got {max_regression:g}")
-    if fail_on is None and baseline is None:
-        fail_on = DEFAULT_FAIL_ON
-    threshold = None
-    if fail_on is not None:
-        try:
-            threshold = Severity.parse(fail_on)
-        except ValueError as exc:
-            raise UsageError(f"--fail-on: {exc}") from exc
+        if max_regression is not None and baseline is None:
+            raise UsageError("--max-regression needs --baseline", hint="pass the baseline capture with --baseline")
+        if max_regression is not None and max_regression < 0:
+            raise UsageError(f"--max-regression must be >= 0, got {max_regression:g}")
+        if fail_on is None and baseline is None:
+            fail_on = DEFAULT_FAIL_ON
+        threshold = None
+        if fail_on is not None:
+            try:
+                threshold = Severity.parse(fail_on)
+            except ValueError as exc:
+                raise UsageError(f"--fail-on: {exc}") from exc
 
-    analysis, findings, _ = analyse_capture(path, config, jobs)
-    checks: list[CheckResult] = []
-    step_change = None
-    if threshold is not None:
-        checks.append(findings_check(findings, threshold))
-    if baseline is not None:
-        base_analysis, _, _ = analyse_capture(baseline, config, jobs)
-        d = diff_analyses(base_analysis, analysis, options=NoiseOptions())
-        if d.step_time is None:
-            raise InputError("cannot compare step times: a capture has no steps", path=path,
-                             hint="both captures need a Steps line or XLA Modules executions")
-        step_change = d.step_time
-        limit = DEFAULT_MAX_REGRESSION_PCT if max_regression is None else max_regression
-        checks.append(regression_check(step_change, limit))
+        analysis, findings, _ = analyse_capture(path, config, jobs)
+        checks: list[CheckResult] = []
+        step_change = None
+        if threshold is not None:
+            checks.append(findings_check(findings, threshold))
+        if baseline is not None:
+            base_analysis, _, _ = analyse_capture(baseline, config, jobs)
+            d = diff_analyses(base_analysis, analysis, options=NoiseOptions())
+            if d.step_time is None:
+                raise InputError("cannot compare step times: a capture has no steps", path=path,
+                                 hint="both captures need a Steps line or XLA Modules executions")
+            step_change = d.step_time
+            limit = DEFAULT_MAX_REGRESSION_PCT if max_regression is None else max_regression
+            checks.append(regression_check(step_change, limit))
 
-    passed = all(c.passed for c in checks)
-    code = 0 if passed else 1
-    if output_format is CheckFormat.json:
-        from tpudiag.render.diff_json import change_to_dict
+        passed = all(c.passed for c in checks)
+        code = 0 if passed else 1
+        if output_format is CheckFormat.json:
+            from tpudiag.render.diff_json import change_to_dict
 
-        sys.stdout.write(json.dumps({
-            "result": "pass" if passed else "fail", "exit_code": code, "input": str(path),
-            "baseline": None if baseline is None else str(baseline),
-            "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in checks],
-            "step_time": change_to_dict(step_change),
-            "findings": [_finding(f) for f in findings],
-        }, indent=2) + "\n")
-    else:
-        from tpudiag.cli.app import stdout_console
+            sys.stdout.write(json.dumps({
+                "result": "pass" if passed else "fail", "exit_code": code, "input": str(path),
+                "baseline": None if baseline is None else str(baseline),
+                "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in checks],
+                "step_time": change_to_dict(step_change),
+                "findings": [_finding(f) for f in findings],
+            }, indent=2) + "\n")
+        else:
+            from tpudiag.cli.app import stdout_console
 
-        console = stdout_console()
-        for c in checks:
-            console.print(Text.assemble(("pass" if c.passed else "FAIL", "green" if c.passed else "bold red"),
-                                        f"  {c.name}: {c.detail}"))
-        console.print(Text("check passed" if passed else "check failed", style="bold"))
-    if code:
-        raise typer.Exit(code)
+            console = stdout_console()
+            for c in checks:
+                console.print(Text.assemble(("pass" if c.passed else "FAIL", "green" if c.passed else "bold red"),
+                                            f"  {c.name}: {c.detail}"))
+            console.print(Text("check passed" if passed else "check failed", style="bold"))
+        if code:
+            raise typer.Exit(code)
+    except TpudiagError as exc:
+        if output_format is CheckFormat.json:  # machines get an answer on stdout too; main() prints stderr
+            sys.stdout.write(json.dumps({"result": "error", "exit_code": exc.exit_code, "error": exc.one_line(),
+                                         "hint": exc.hint}, indent=2) + "\n")
+        raise
 
 
 def register(app: typer.Typer) -> None:
