@@ -140,3 +140,20 @@ def test_parse_array():
     assert (a.dtype, a.dims, a.minor_to_major, a.row_major) == ("bf16", (8192, 4096), (1, 0), True)
     assert not parse_array("bf16[8192,4096]{0,1:T(8,128)(2,1)}").row_major
     assert parse_array("(f32[2], f32[3])") is None
+
+
+def test_real_v5e_dump_fusion_is_a_matmul_with_k_from_flops():
+    """`fusion.1` of the committed v5e MLP dump: operands by name only, a transposed convolution
+    (dim_labels=fb_io->bf) in its body. K comes from the FLOP count, not from the first parameter
+    (bf16[1024,512], the weight being updated), and the body's parameter shapes give the dtype."""
+    from tpudiag.kernels_lab.spec import find_in_dump, parameter_shapes
+
+    dump = Path(__file__).resolve().parents[1] / "fixtures" / "dumps" / "v5e_mlp_train"
+    line, body = find_in_dump(dump, "fusion.1")
+    assert line.startswith("%fusion.1 = bf16[1024,512]") and "convolution(" in body
+    assert [a.text for a in parameter_shapes(body)] == ["bf16[1024,512]", "bf16[256,1024]"]
+    family, p, basis = _infer(name="fusion.1", category="convolution fusion",
+                              shape_with_layout="bf16[1024,512]{1,0:T(8,128)(2,1)}", hlo_text=line,
+                              flops=2.0 * 1024 * 512 * 256, body=body)
+    assert family == "matmul" and (p["m"], p["k"], p["n"]) == (1024, 256, 512)
+    assert "family matmul: a dot/convolution in the HLO text" in basis

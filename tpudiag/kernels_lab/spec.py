@@ -92,6 +92,16 @@ def operand_shapes(hlo_text: str) -> list[ArrayText]:
     return shapes
 
 
+def parameter_shapes(body: str) -> list[ArrayText]:
+    """Parameter shapes from a fused computation's header `%name (p0: bf16[..], ...) -> ... {`."""
+    header = re.match(r"\s*%?[\w.\-]+ \((?P<params>.*?)\) -> ", body)
+    if header is None:
+        return []
+    shapes = [parse_array(s) for s in re.findall(r"[\w.\-]+: ([a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)",
+                                                   header.group("params"))]
+    return [s for s in shapes if s is not None]
+
+
 def topology_generation(topology: str) -> str:
     """`v6e:2x2` -> `v6e` (the canonical generation name of tpudiag.model.hardware)."""
     prefix = re.split(r"[:=_]", topology, maxsplit=1)[0]
@@ -207,7 +217,7 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
     if not out.row_major:
         raise NotReproducible(f"`{name}` writes layout {{{','.join(map(str, out.minor_to_major))}}}, a "
                               "transposing layout change; the lab's kernels write row-major outputs only")
-    operands = operand_shapes(hlo_text)
+    operands = operand_shapes(hlo_text) or parameter_shapes(body)
     out_dtype = _jnp_dtype(out.dtype, "output", name)
     in_dtype = _jnp_dtype(operands[0].dtype, "operand", name) if operands else out_dtype
     basis = [f"output {out.text} from the capture's shape_with_layout"]
@@ -221,20 +231,24 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
                                               if re.search(r"\b(dot|convolution)\(", hlo_text + body)
                                               else f"category `{category}`"))
         m, n = rows, cols
+        # The FLOP count is the robust source: operands of real fusions are often transposed
+        # (dim_labels=fb_io->bf) or include non-dot inputs; the first operand is the fallback.
         k = None
-        if operands and len(operands[0].dims) >= 2 and math.prod(operands[0].dims[:-1]) == m:
-            k = operands[0].dims[-1]
-            basis.append(f"K={k} from the first operand {operands[0].text}")
-        elif flops > 0 and m * n > 0:
+        if flops > 0 and m * n > 0:
             k_float = flops / (2.0 * m * n)
             if abs(k_float - round(k_float)) < 1e-6 * k_float and round(k_float) >= 1:
                 k = int(round(k_float))
                 basis.append(f"K={k} from flops / (2*M*N) = {flops:.4g} / (2*{m}*{n})")
+        if k is None and operands and len(operands[0].dims) >= 2 and math.prod(operands[0].dims[:-1]) == m:
+            k = operands[0].dims[-1]
+            basis.append(f"K={k} from the first operand {operands[0].text} (no usable FLOP count)")
         if k is None:
             raise NotReproducible(f"`{name}` looks like a matmul but its contracting dim is unknown "
                                   "(no operands in the HLO text and no whole K from its FLOP count)")
         activation, bias, notes = _epilogue(body)
-        basis += notes or ["epilogue: none known (no fusion body); convert only if dtypes differ"]
+        basis += notes or [("epilogue: no activation or bias add of a broadcast in the fusion body"
+                            if body else "epilogue: none known (no fusion body)")
+                           + "; convert only if dtypes differ"]
         return "matmul", dict(m=m, k=k, n=n, in_dtype=in_dtype, out_dtype=out_dtype, bias=bias,
                               activation=activation), basis
 
@@ -278,8 +292,10 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
 
 def find_in_dump(dump: Path, name: str) -> tuple[str, str]:
     """The op's instruction line and its fused computation's text from an HLO dump directory
-    (`*after_optimizations*.txt` preferred, then `*hlo*.txt`); empty strings when absent."""
-    files = sorted(dump.rglob("*after_optimizations*.txt")) + sorted(dump.rglob("*hlo*.txt"))
+    (`*after_optimizations.txt` preferred, then other HLO texts); empty strings when absent. The
+    body starts with the computation's header line, which carries its parameter shapes."""
+    files = sorted(dump.rglob("*after_optimizations.txt")) + sorted(
+        p for p in dump.rglob("*hlo*.txt") if not p.name.endswith("after_optimizations.txt"))
     line_re = re.compile(rf"^\s*(?:ROOT\s+)?%?{re.escape(name)} = .*$", re.M)
     for path in files:
         try:
@@ -293,9 +309,9 @@ def find_in_dump(dump: Path, name: str) -> tuple[str, str]:
         body = ""
         called = re.search(r"calls=%?([\w.\-]+)", line)
         if called:
-            comp = re.search(rf"^%?{re.escape(called.group(1))} .*?\{{\n(.*?)^\}}", text, re.M | re.S)
+            comp = re.search(rf"^%?{re.escape(called.group(1))} .*?\{{\n.*?^\}}", text, re.M | re.S)
             if comp:
-                body = comp.group(1)
+                body = comp.group(0)
         return line, body
     return "", ""
 

@@ -197,10 +197,11 @@ class _Worker:
         self.stderr.close()
 
 
-def _worker_env(dump_dir: Path | None) -> dict[str, str]:
+def _worker_env(dump_dir: Path | None, measure: bool) -> dict[str, str]:
     env = dict(os.environ)
     env.update(TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
-    env.setdefault("JAX_PLATFORMS", "cpu")
+    if not measure:  # deviceless: JAX's own backend stays on CPU; the topology comes from libtpu
+        env.setdefault("JAX_PLATFORMS", "cpu")
     if dump_dir is not None:
         flags = env.get("LIBTPU_INIT_ARGS", "")
         env["LIBTPU_INIT_ARGS"] = f"{flags} --xla_jf_dump_static_llo_profile_to={dump_dir}".strip()
@@ -294,7 +295,7 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
         index = compiled = 0
         while index < len(queue_):
             if worker is None:
-                worker = _Worker(out_dir, topology, problem_fields, measure, _worker_env(dump_dir))
+                worker = _Worker(out_dir, topology, problem_fields, measure, _worker_env(dump_dir, measure))
                 ready = worker.next(STARTUP_TIMEOUT_S)
                 if not ready or not ready.get("ready"):
                     reason = worker.crash_reason()
@@ -304,6 +305,8 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
                 device_kind = ready.get("device_kind", "")
             kind, b, r = queue_[index]
             label = "xla" if kind == "xla" else r.label
+            step = "[xla]" if kind == "xla" else f"[{compiled + 1}/{len(pending)}]"
+            progress(f"{step} compiling {'the XLA reference' if kind == 'xla' else label} ...")
             t0 = time.perf_counter()
             worker.send({"id": label, "kind": kind, "blocks": asdict(b) if b is not None else None})
             answer = worker.next(timeout_s)
