@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tpudiag.analysis.join import CAPTURE_ORIGIN, JOINED, HloSource, JoinOptions, join_compiled
 from tpudiag.analysis.profile_analysis import analyze
@@ -272,3 +274,35 @@ def test_missing_columns_fail_early():
 def test_options_validate(value):
     with pytest.raises(ValueError, match="min_agreement"):
         JoinOptions(min_agreement=value)
+
+
+def test_a_recompile_beside_the_right_program_is_no_warning():
+    other = parse_hlo_text(SMALL_HLO.replace("3,1000", "3,999"))  # same module, other shapes
+    sources = [HloSource(other, instruction_bytes(other), "dumpdir"), _small_source("dumpdir")]
+    r = join_compiled(_ops([("h0", "fusion.1", "f32[3,1000]{1,0:T(4,128)}")]), sources)
+    assert r.warnings == ()
+    assert r.columns["padded_bytes"].tolist() == [2 * 16_384]
+    assert [m.accepted for m in r.matches] == [False, True]
+
+
+def test_a_program_id_match_needs_names_only():
+    """The capture's own program (same id) is the program: a differently printed shape does not reject it."""
+    program = parse_hlo_text(SMALL_HLO)
+    program.program_id = 7
+    source = HloSource(program, instruction_bytes(program), CAPTURE_ORIGIN)
+    r = join_compiled(_ops([("h0", "fusion.1", "f32[3,1000]{1,0}")], program_id=7), [source])
+    assert r.columns["hlo_match"].tolist() == ["program_id"]
+    assert r.columns["padded_bytes"].tolist() == [2 * 16_384]
+    # the capture's program of another id is not this trace program's, whatever its module name
+    r = join_compiled(_ops([("h0", "fusion.1", "")], program_id=8), [source])
+    assert r.hlo_matched == 0 and r.matches == ()
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.permutations(range(140)))
+def test_the_join_is_per_op_whatever_the_row_order(train_v5e, joined_v5e, order):
+    shuffled = train_v5e.ops.iloc[list(order)]
+    r = join_compiled(shuffled, _sources(MODELS / "dumps" / "transformer_train_v5e" / "xla")
+                      + _capture_sources(train_v5e), [_llo("transformer_train_v5e")])
+    pd.testing.assert_frame_equal(r.columns.loc[joined_v5e.columns.index], joined_v5e.columns,
+                                  check_categorical=False)

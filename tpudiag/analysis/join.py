@@ -14,9 +14,10 @@ Compiled facts come from
 
 Names alone are weak evidence: two compilations of one module share most instruction names
 (`fusion.7`) but not their shapes or costs. So a source joins a trace program only when most of
-the ops agree (`JoinOptions.min_agreement`): the name exists in the program and the trace's
-`shape_with_layout` equals the instruction's shape (when both are known); for an LLO dump, its
-op names exist in the program and their opcodes agree. A source that matches nothing becomes a
+the ops agree (`JoinOptions.min_agreement`): the name exists in the program and, for a program
+found by module name, the trace's `shape_with_layout` equals the instruction's shape (when both
+are known; a program id identifies the compiled program itself, so names suffice there); for an
+LLO dump, its op names exist in the program and their opcodes agree. A source that matches nothing becomes a
 warning naming it, never a silent empty column.
 
 Estimated cycles are per execution of the op (the static profile's `cycles_per_instance`; its
@@ -212,6 +213,7 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
         rows = np.flatnonzero((pids == pid) & (modules == module))
         names = names_all[rows]
         accepted_hlo: list[int] = []
+        rejected: list[SourceMatch] = []
         for k, source in enumerate(hlo):
             prog = source.program
             if prog.program_id is not None and prog.program_id == pid:
@@ -220,15 +222,16 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
                 how = "module"
             else:
                 continue
-            agree = _hlo_agreement(names, shapes_all[rows], insts[k])
+            # A program id identifies the compiled program itself: names suffice. A module name does
+            # not (recompiles, other targets), so there the shapes must agree too.
+            shapes = shapes_all[rows] if how == "module" else np.full(len(rows), "", dtype=object)
+            agree = _hlo_agreement(names, shapes, insts[k])
             ok = bool(agree.any() and agree.sum() >= options.min_agreement * len(rows))
-            matches.append(SourceMatch("hlo", source.origin, prog.module, module, int(pid), int(agree.sum()),
-                                       len(rows), ok, how))
+            match = SourceMatch("hlo", source.origin, prog.module, module, int(pid), int(agree.sum()), len(rows),
+                                ok, how)
+            matches.append(match)
             if not ok:
-                warnings.append(
-                    f"compiled program `{prog.module}` from `{source.origin}` does not match the trace's "
-                    f"`{module}`: only {int(agree.sum())} of {len(rows)} ops agree in name and shape "
-                    "(another compilation?); its layouts and cycles are not joined")
+                rejected.append(match)
                 continue
             accepted_hlo.append(k)
             table = byte_tables[k]
@@ -248,6 +251,13 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
                     if c is not None:
                         cycles[row], cycles_src[row] = c, src
                         from_dump[row] |= source.from_dump
+        accepted_origins = {hlo[k].origin for k in accepted_hlo}
+        for m in rejected:  # a dump of several recompiles may hold the right one beside others
+            if m.origin not in accepted_origins:
+                warnings.append(
+                    f"compiled program `{m.module}` from `{m.origin}` does not match the trace's `{module}`: only "
+                    f"{m.agreeing} of {m.compared} ops agree in name and shape (another compilation?); its layouts "
+                    "and cycles are not joined")
         reference = set(names.tolist())
         for k in accepted_hlo:
             reference |= set(insts[k])
