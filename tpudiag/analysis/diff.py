@@ -87,7 +87,7 @@ class Change:
     relative: float | None  # delta / base centre; None when the base is 0
     noise_band_ps: float
     significant: bool  # |delta| > noise band, and the confidence interval (when known) excludes 0
-    ci_low_ps: float | None = None  # bootstrap confidence interval of delta
+    ci_low_ps: float | None = None  # bootstrap confidence interval of delta; None for an op inside its band
     ci_high_ps: float | None = None
 
     @property
@@ -252,10 +252,16 @@ def bootstrap_ci(base: np.ndarray, new: np.ndarray, centre: str, options: NoiseO
 
 
 def compare_steps(base: np.ndarray, new: np.ndarray, centre: str, options: NoiseOptions,
-                  min_abs_ps: float = 0.0) -> Change:
-    """`compare` of two runs' per-step values, with the bootstrap interval."""
-    return compare(step_stats(base, centre, options), step_stats(new, centre, options), options, min_abs_ps,
-                   bootstrap_ci(base, new, centre, options))
+                  min_abs_ps: float = 0.0, lazy_ci: bool = False) -> Change:
+    """`compare` of two runs' per-step values, with the bootstrap interval.
+
+    `lazy_ci`: skip the bootstrap when the change is inside the band anyway (the interval is then
+    None); used for ops, of which a big program has thousands.
+    """
+    b, n = step_stats(base, centre, options), step_stats(new, centre, options)
+    if lazy_ci and not compare(b, n, options, min_abs_ps).significant:
+        return compare(b, n, options, min_abs_ps)
+    return compare(b, n, options, min_abs_ps, bootstrap_ci(base, new, centre, options))
 
 
 def _n_cores(analysis: Analysis) -> int:
@@ -490,7 +496,7 @@ def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding
 
     op_changes = []
     for bk, nk, how in pairs:
-        ch = compare_steps(values(b_steps, bk), values(n_steps, nk), "mean", options, min_abs)
+        ch = compare_steps(values(b_steps, bk), values(n_steps, nk), "mean", options, min_abs, lazy_ci=True)
         ident = n_ids.loc[nk]
         op_changes.append(OpChange(str(ident["module"]), str(ident["name"]), str(b_ids.at[bk, "name"]),
                                    str(ident["category"]), str(ident["shape"]), how, ch,
