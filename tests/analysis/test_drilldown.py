@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from tests.conftest import small_design
-from tpudiag.analysis.drilldown import (OpFilter, facets, filter_ops, find_op, op_detail, padding_fraction, sort_ops)
+from tpudiag.analysis.drilldown import (OpFilter, facets, filter_ops, find_op, op_detail, op_padding, padding_fraction,
+                                        sort_ops, spills)
 from tpudiag.analysis.profile_analysis import analyze, build_report
 from tpudiag.model.findings import Finding, Saving, Severity
 from tpudiag.parsers.capture import load_capture
@@ -83,3 +84,14 @@ def test_op_detail_has_hlo_per_core_counts_and_citing_findings(loaded):
     assert d.findings == (cite,)
     assert d.spills is None and d.llo_available is False and d.padding == 0.0
     assert find_op(report, "nope") is None
+
+
+def test_compiled_join_wins_over_the_result_layout_and_spills_add_stores_and_fills(loaded):
+    _, report = loaded
+    op = find_op(report, "fusion.3")  # result f32[3,1000] in T(4,128): 27 % padding by its layout alone
+    assert op_padding(op) == pytest.approx(1 - 12000 / 16384)
+    joined = dataclasses.replace(op, padded_bytes=1000, logical_bytes=750, spill_stores=3, spill_fills=None)
+    assert op_padding(joined) == 0.25  # operands and result, as compiled
+    assert spills(joined) == 3 and spills(op) is None
+    ops = (op, dataclasses.replace(find_op(report, "fusion.1"), spill_stores=10, spill_fills=5))
+    assert names(sort_ops(ops, "spills")) == ["fusion.1", "fusion.3"]  # n/a last

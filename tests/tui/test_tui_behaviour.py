@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import REPO
 from tests.tui.conftest import EXAMPLE, make_app, run, screen_text
 from tpudiag.tui.app import TpudiagApp
@@ -192,5 +194,28 @@ def test_op_detail_lists_the_findings_that_cite_it(example_session):
         await press(pilot, "f", "enter")
         text = screen_text(pilot.app)
         assert "Finding TPD901" in text and "HLO             %fusion.8 = bf16[8192,50257]" in text
-        assert "LLO             n/a: no LLO dumps" in text
+        assert "LLO             n/a: no compiler dumps for this capture" in text
     run(make_app(example_session), scenario)
+
+
+def test_with_compiler_dumps_the_ops_sort_by_spills_and_the_detail_shows_llo_facts(monkeypatch):
+    # The modelled v5e transformer and its compiler dumps, both bundled (examples/models).
+    capture = REPO / "examples" / "models" / "captures" / "transformer_train_v5e"
+    dumps = REPO / "examples" / "models" / "dumps" / "transformer_train_v5e"
+    if not (capture.exists() and dumps.exists()):
+        pytest.skip("the bundled model captures are not in this checkout")
+    from tpudiag.tui.session import load_session
+
+    session = load_session(capture, dumps=(dumps,))
+    assert session.report.summary.dumps
+
+    async def scenario(pilot):
+        await press(pilot, "p", *"s" * 4)  # self time -> FLOP util -> HBM BW -> padding -> spills
+        ops = pilot.app.query_one("#view-ops")
+        assert ops.sort_key == "spills"
+        top = ops.shown[0]
+        assert top.spill_stores is not None
+        await press(pilot, "enter")
+        text = screen_text(pilot.app)
+        assert f"LLO             VMEM spills {top.spill_stores + (top.spill_fills or 0)} (stores {top.spill_stores}" in text
+    run(make_app(session), scenario)

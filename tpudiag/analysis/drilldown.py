@@ -2,8 +2,9 @@
 
 Pure functions of the `Report` (and, for the detail, the `Analysis` whose tables hold the HLO
 text and per-core counts). Values a capture does not carry are None, never 0: the views print
-them as n/a. Padding comes from the op's tiled layout when the layout parser can read it;
-spills need LLO dumps, which this build does not attach to ops yet, so they are always None.
+them as n/a. Padding is the compiled join's padded vs logical bytes (operands and result) when
+a dump or the capture's HLO gave them, else the result's tiled layout alone; spills are the LLO
+dump's VMEM spill stores plus fills, joined to the op (`tpudiag.analysis.join`).
 """
 
 from __future__ import annotations
@@ -53,9 +54,20 @@ def padding_fraction(shape_with_layout: str) -> float | None:
     return (padded - shape.logical_bytes) / padded if padded else None
 
 
+def op_padding(op: OpRow) -> float | None:
+    """Padding share of the op's bytes: compiled operands and result when joined, else its result."""
+    padded, logical = getattr(op, "padded_bytes", None), getattr(op, "logical_bytes", None)
+    if padded and logical is not None:
+        return (padded - logical) / padded
+    return padding_fraction(op.shape_with_layout)
+
+
 def spills(op: OpRow) -> int | None:
-    """Vector spills of the op's LLO program; None: no LLO dumps are attached to ops in this build."""
-    return None
+    """VMEM spill stores plus fills from the LLO dump; None when no LLO dump covers the op."""
+    stores, fills = getattr(op, "spill_stores", None), getattr(op, "spill_fills", None)
+    if stores is None and fills is None:
+        return None
+    return (stores or 0) + (fills or 0)
 
 
 @dataclass(frozen=True)
@@ -69,7 +81,7 @@ SORT_COLUMNS: tuple[SortColumn, ...] = (
     SortColumn("self_time", "self time", lambda op: float(op.self_time_ps)),
     SortColumn("flop_util", "FLOP util", lambda op: op.flop_utilization),
     SortColumn("hbm_bw", "HBM BW", lambda op: op.hbm_bw if op.hbm_bytes else None),
-    SortColumn("padding", "padding", lambda op: padding_fraction(op.shape_with_layout)),
+    SortColumn("padding", "padding", op_padding),
     SortColumn("spills", "spills", lambda op: None if spills(op) is None else float(spills(op))),
 )
 _SORT_BY_KEY = {c.key: c for c in SORT_COLUMNS}
@@ -164,7 +176,7 @@ def op_detail(analysis: Analysis, report: Report, op: OpRow) -> OpDetail:
         if not mine.empty:
             g = mine.groupby("device", observed=True).agg(n=("dur_ps", "size"), self_ps=("self_ps", "sum"))
             per_core = [CoreCount(str(d), int(r.n), int(r.self_ps)) for d, r in g.iterrows()]
-    return OpDetail(op=op, hlo_text=hlo_text, tf_op=tf_op, padding=padding_fraction(op.shape_with_layout),
+    return OpDetail(op=op, hlo_text=hlo_text, tf_op=tf_op, padding=op_padding(op),
                     spills=spills(op), per_core=tuple(per_core), findings=findings_citing(report, op),
                     llo_available=bool(report.summary.dumps))
 

@@ -15,6 +15,9 @@ TUI_HINT = "install it with `pip install 'tpudiag[tui]'`"
 def tui(
     path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file; "
                                                      "default: the bundled example")] = None,
+    dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory (LLO `--xla_jf_dump_to` or XLA "
+                                                          "`--xla_dump_to`) for per-op spills, padding and cycles; "
+                                                          "repeatable")] = None,
 ) -> None:
     """Browse a capture interactively: overview, findings, ops, step timeline, hosts."""
     try:
@@ -28,7 +31,10 @@ def tui(
 
     target = path if path is not None else default_capture()
     find_capture(target)  # a wrong PATH is a one-line error before the screen is taken over
-    TpudiagApp(target).run()
+    for d in dumps or ():
+        if not d.is_dir():
+            raise UsageError("--dumps: not a directory", path=d)
+    TpudiagApp(target, dumps=tuple(dumps or ())).run()
 
 
 def register(app: typer.Typer) -> None:

@@ -73,13 +73,14 @@ class TpudiagApp(App):
                         show=k.action not in ("back",)) for k in keys.GLOBAL]
 
     def __init__(self, path: Path | None = None, session: Session | None = None, cursor_blink: bool = True,
-                 cwd: Path | None = None) -> None:
+                 cwd: Path | None = None, dumps: tuple[Path, ...] = ()) -> None:
         super().__init__()
         if path is None and session is None:
             raise ValueError("give a capture path or a loaded session")
         self.path = Path(path) if path is not None else session.path
         self.session = session
         self.cursor_blink = cursor_blink
+        self.dumps = dumps
         self.cwd = cwd
         self.history: list[str] = []
         self._last_tab = ""
@@ -110,7 +111,7 @@ class TpudiagApp(App):
                 self.call_from_thread(self._stage, index, text)
 
         try:
-            session = load_session(self.path, progress)
+            session = load_session(self.path, progress, dumps=self.dumps)
         except TpudiagError as exc:
             self.call_from_thread(self._failed, exc)
             return

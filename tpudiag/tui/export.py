@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpudiag.analysis.drilldown import OpDetail, OpFilter, padding_fraction, spills
+from tpudiag.analysis.drilldown import OpDetail, OpFilter, op_padding, spills
 from tpudiag.analysis.stragglers import HostStepMatrix
 from tpudiag.analysis.timeline import StepTimeline
 from tpudiag.errors import UsageError
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import OpRow, Report
-from tpudiag.render.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+from tpudiag.render.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 
 
 def _cell(text: object) -> str:
@@ -86,16 +86,16 @@ def findings_md(report: Report, selected: Finding | None, explanation: str = "")
     return "\n".join(out) + "\n"
 
 
-OP_HEADER = ["op", "host", "program", "category", "self time", "share", "FLOP util", "HBM BW", "padding",
-             "spills"]
+# The sortable measures first, so a narrow terminal cuts the descriptive columns, not the numbers.
+OP_HEADER = ["op", "self time", "share", "FLOP util", "HBM BW", "padding", "spills", "host", "category", "program"]
 
 
 def op_cells(op: OpRow) -> list[str]:
     """The ops table's cells, shared by the TUI table and the markdown export."""
     sp = spills(op)
-    return [op.name, op.host, op.program, op.category, fmt_time(op.self_time_ps), fmt_pct(op.time_share),
-            fmt_pct(op.flop_utilization), fmt_bandwidth(op.hbm_bw) if op.hbm_bytes else "n/a",
-            fmt_pct(padding_fraction(op.shape_with_layout)), "n/a" if sp is None else str(sp)]
+    return [op.name, fmt_time(op.self_time_ps), fmt_pct(op.time_share), fmt_pct(op.flop_utilization),
+            fmt_bandwidth(op.hbm_bw) if op.hbm_bytes else "n/a", fmt_pct(op_padding(op)),
+            "n/a" if sp is None else str(sp), op.host, op.category, op.program]
 
 
 def ops_md(ops: tuple[OpRow, ...], f: OpFilter, sort_label: str, descending: bool) -> str:
@@ -120,11 +120,37 @@ def op_detail_md(d: OpDetail) -> str:
                f"{fmt_time(op.total_time_ps)}, {op.occurrences} occurrences")
     out.append(f"- FLOP/s {fmt_flops(op.flop_rate)} ({fmt_pct(op.flop_utilization)} of peak), HBM "
                f"{fmt_bandwidth(op.hbm_bw)} ({fmt_pct(op.hbm_utilization)}), bound by {op.bound_by}")
-    out.append(f"- padding {fmt_pct(d.padding)}, spills {'n/a' if d.spills is None else d.spills}")
-    out.append("- LLO: " + ("dumps given" if d.llo_available else "no LLO dumps for this capture"))
+    out.append(f"- padding {fmt_pct(d.padding)}{bytes_note(op)}")
+    out.append(f"- LLO: {llo_line(d)}")
     for f in d.findings:
         out.append(f"- finding {f.code} {f.rule}: {f.message}")
     return "\n".join(out) + "\n"
+
+
+def bytes_note(op: OpRow) -> str:
+    """Where the padding share comes from, with the bytes when the compiled join gave them."""
+    padded, logical = getattr(op, "padded_bytes", None), getattr(op, "logical_bytes", None)
+    if padded is None or logical is None:
+        return "  (of the result's tiled layout)" if op.shape_with_layout and ":T(" in op.shape_with_layout else ""
+    return f"  ({fmt_bytes(padded)} in tiled layouts for {fmt_bytes(logical)} of data, operands and result)"
+
+
+def llo_line(d: OpDetail) -> str:
+    """The op's LLO facts, or why there are none."""
+    op = d.op
+    stores, fills = getattr(op, "spill_stores", None), getattr(op, "spill_fills", None)
+    cycles = getattr(op, "estimated_cycles", None)
+    if stores is None and fills is None and cycles is None:
+        if d.llo_available:
+            return "n/a: the dumps given do not cover this op"
+        return "n/a: no compiler dumps for this capture (`tpudiag tui PATH --dumps DIR`)"
+    parts = []
+    if stores is not None or fills is not None:
+        parts.append(f"VMEM spills {d.spills} (stores {stores if stores is not None else 'n/a'}, "
+                     f"fills {fills if fills is not None else 'n/a'})")
+    if cycles is not None:
+        parts.append(f"estimated {cycles:,} cycles per execution (compiler estimate)")
+    return "  ·  ".join(parts)
 
 
 def timeline_md(t: StepTimeline) -> str:

@@ -50,10 +50,8 @@ class OpDetailScreen(Screen):
                             f"{fmt_pct(op.hbm_utilization)} of peak")
         intensity = "n/a" if op.operational_intensity is None else f"{op.operational_intensity:.4g} FLOP/B"
         grid.add_row("Intensity", f"{intensity}  ·  bound by {op.bound_by}")
-        grid.add_row("Padding", fmt_pct(d.padding))
-        grid.add_row("Spills", "n/a" if d.spills is None else str(d.spills))
-        grid.add_row("LLO", "dumps given" if d.llo_available
-                     else "n/a: no LLO dumps for this capture (compile with --xla_dump_to and pass them)")
+        grid.add_row("Padding", fmt_pct(d.padding) + export.bytes_note(op))
+        grid.add_row("LLO", export.llo_line(d))
         if d.per_core:
             grid.add_row("", "")
             grid.add_row("Per core", "  ".join(f"{c.device.removeprefix('/device:')}: {c.occurrences}× "
