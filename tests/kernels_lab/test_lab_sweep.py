@@ -111,5 +111,5 @@ def test_deviceless_sweep_ranks_by_the_compiler_estimates(need_libtpu, tmp_path,
     console = Console(width=220, record=True)
     render_sweep(again, console)
     table = console.export_text()
-    assert f"{ok[0]['est_cycles']:,}" in table and "rejected: scoped VMEM OOM" in table
+    assert f"{ok[0]['est_cycles']:,}" in table and "rejected [1]" in table and "[1] scoped VMEM OOM: allocation 18.36M" in table
     assert "(compiler estimate)" in table

@@ -37,18 +37,24 @@ def render_sweep(result: SweepResult, console: Console) -> None:
                           ("est. cycles", "right"), ("est. us", "right"), ("HBM floor us", "right"),
                           ("ranked us", "right"), ("measured us", "right"), ("x XLA est.", "right"),
                           ("compile s", "right"), ("status", "left")):
-        table.add_column(name, justify=justify, no_wrap=name != "status")
+        table.add_column(name, justify=justify, no_wrap=True)
     rank = 0
+    notes: list[str] = []
     for r in result.results:
         ok = r.status == "ok"
         rank += ok
         ratio = (f"{r.est_cycles / xla.est_cycles:.2f}" if ok and r.est_cycles and xla.est_cycles else "-")
-        status = "ok" if ok and not r.reason else f"{r.status}: {r.reason}"
+        status = r.status
+        if r.reason:  # reasons are long: a numbered note under the table
+            notes.append(r.reason)
+            status = f"{r.status} [{len(notes)}]"
         table.add_row(str(rank) if ok else "-", r.label, f"{r.grid_steps:,}", f"{r.vmem_bytes / 2**20:.1f}",
                       f"{r.est_cycles:,}" if r.est_cycles is not None else "-", _us(r.est_s), _us(r.hbm_floor_s),
                       _us(r.bounded_s), _us(r.measured_s), ratio,
                       f"{r.compile_s:.1f}" if r.compile_s is not None else "-", status)
     console.print(table)
+    for i, note in enumerate(notes, start=1):
+        console.print(f"[{i}] {note}", markup=False, highlight=False)
     console.print("est. = compiler estimate (static LLO profile, modelled); HBM floor = bytes the blocking moves / "
                   "bandwidth (computed); ranked = max(est., floor); x XLA est. = est. cycles / XLA reference's "
                   "est. cycles; VMEM MiB = our double-buffered estimate", markup=False, highlight=False,
