@@ -18,6 +18,7 @@ from tpudiag.model.report import Report
 PS_PER_MS = 1e9
 ROOFLINE_LABELS = 5  # ops labelled by name on the roofline, by self time
 DPI = 110
+MARKER_MAX_STEPS = 60  # above this, per-host step lines are drawn without point markers
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,8 @@ def _host_steps(report: Report, path: Path, Figure, Canvas) -> FigureFile | None
     fig = Figure(layout="constrained", figsize=(7.5, 3.6))
     ax = fig.add_subplot()
     for h in hosts:
-        ax.plot(h.step_numbers, [t / PS_PER_MS for t in h.step_times_ps], marker="o", ms=3, lw=1,
-                label=_plain(h.host))
+        ax.plot(h.step_numbers, [t / PS_PER_MS for t in h.step_times_ps], lw=1, label=_plain(h.host),
+                marker="o" if len(h.step_numbers) <= MARKER_MAX_STEPS else None, ms=3)
     ax.set_xlabel("step")
     ax.set_ylabel("step time (ms), slowest core")
     ax.set_title("Step time per host")
