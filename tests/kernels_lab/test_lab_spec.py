@@ -157,3 +157,23 @@ def test_real_v5e_dump_fusion_is_a_matmul_with_k_from_flops():
                               flops=2.0 * 1024 * 512 * 256, body=body)
     assert family == "matmul" and (p["m"], p["k"], p["n"]) == (1024, 256, 512)
     assert "family matmul: a dot/convolution in the HLO text" in basis
+
+
+def test_extract_with_a_dump_reads_the_fusion_body(tmp_path):
+    """`--dump`: the capture's op found in an XLA dump; its body's tanh makes the epilogue a gelu."""
+    (tmp_path / "module_0007.jit_train_step.after_optimizations.txt").write_text(
+        "%fused_computation.2 (param_0: bf16[8192,4096], param_1: bf16[4096,12288]) -> bf16[8192,12288] {\n"
+        "  %dot.3 = f32[8192,12288]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+        "  %tanh.1 = f32[8192,12288]{1,0} tanh(%dot.3)\n"
+        "  ROOT %convert.9 = bf16[8192,12288]{1,0} convert(%tanh.1)\n"
+        "}\n\n"
+        "ENTRY %main {\n"
+        "  %fusion.2 = bf16[8192,12288]{1,0:T(8,128)(2,1)} fusion(%p0, %p1), kind=kOutput, "
+        "calls=%fused_computation.2\n"
+        "}\n")
+    spec = extract_spec(EXAMPLE, "fusion.2", dump=tmp_path)
+    assert spec.problem["activation"] == "gelu" and spec.problem["k"] == 4096
+    assert spec.hlo_text.startswith("%fusion.2 = bf16[8192,12288]")
+    assert any("from the dump" in n for n in spec.notes)
+    # operands are printed by name only; their shapes come from the fused computation's parameters
+    assert spec.operands == ("bf16[8192,4096]", "bf16[4096,12288]")
