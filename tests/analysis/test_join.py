@@ -306,3 +306,31 @@ def test_the_join_is_per_op_whatever_the_row_order(train_v5e, joined_v5e, order)
                       + _capture_sources(train_v5e), [_llo("transformer_train_v5e")])
     pd.testing.assert_frame_equal(r.columns.loc[joined_v5e.columns.index], joined_v5e.columns,
                                   check_categorical=False)
+
+
+def test_a_dump_for_another_generation_is_refused_even_when_every_name_agrees():
+    """The Pallas matmul compiles to one op, `shard_map.19`, of the same shape on v5e and v6e."""
+    analysis = analyze(load_capture(MODELS / "captures" / "pallas_matmul_v5e", jobs=1))
+    chip = analysis.profile.hosts[0].device.chip
+    xla = MODELS / "dumps" / "pallas_matmul_v6e" / "xla"
+    dump = load_hlo_dump(xla)
+    assert dump.programs[0].target.startswith("TPU_VERSION_GHOSTLITE")  # v6e
+    sources = [HloSource(p, instruction_bytes(p), dump.path, "v6e") for p in dump.programs]
+    llo = _llo("pallas_matmul_v6e")
+    blind = join_compiled(analysis.ops, sources, [llo])
+    assert blind.dump_matched == 1  # names and shapes alone cannot tell
+    r = join_compiled(analysis.ops, sources, [llo], chip=chip)
+    assert r.dump_matched == 0 and r.hlo_matched == 0
+    assert any(f"`{xla}` was compiled for v6e, the trace ran on v5e" in w for w in r.warnings)
+    assert any(f"`{llo.path}` was compiled for v6e" in w for w in r.warnings)  # llo/ beside xla/
+
+
+def test_an_llo_dump_with_more_mxus_than_the_chip_is_refused():
+    analysis = analyze(load_capture(MODELS / "captures" / "pallas_matmul_v6e", jobs=1))
+    chip = analysis.profile.hosts[0].device.chip
+    assert chip.mxu_per_core == 2
+    llo = _llo("pallas_matmul_v5e")  # v5e: MXU_0..MXU_3 in its bundle profile
+    r = join_compiled(analysis.ops, (), [llo], chip=chip)
+    assert r.llo_matched == 0
+    assert any("compiled for 4+ MXUs per core, the trace's v6e has 2" in w for w in r.warnings)
+    assert join_compiled(analysis.ops, (), [_llo("pallas_matmul_v6e")], chip=chip).llo_matched == 1

@@ -17,8 +17,11 @@ Names alone are weak evidence: two compilations of one module share most instruc
 the ops agree (`JoinOptions.min_agreement`): the name exists in the program and, for a program
 found by module name, the trace's `shape_with_layout` equals the instruction's shape (when both
 are known; a program id identifies the compiled program itself, so names suffice there); for an
-LLO dump, its op names exist in the program and their opcodes agree. A source that matches nothing becomes a
-warning naming it, never a silent empty column.
+LLO dump, its op names exist in the program and their opcodes agree. Given the trace's chip, a
+source compiled for another target is refused outright: an XLA dump's `target_arguments` name
+the generation, an LLO dump's MXU count bounds it, and an LLO dump written with an XLA dump
+shares its target (a one-op Pallas program compiles to the same names and shapes on v5e and
+v6e). A source that matches nothing becomes a warning naming it, never a silent empty column.
 
 Estimated cycles are per execution of the op (the static profile's `cycles_per_instance`; its
 `estimated_cycles` sums over identical ops deduplicated into one row). Ops the static profile does
@@ -33,12 +36,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 import numpy as np
 import pandas as pd
 
 from tpudiag.model import schemas
 from tpudiag.model.compiled import CompiledProgram, Instruction
+from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.llo import NO_HLO, LloDump, LloTableSchema
 from tpudiag.model.schemas import Column
 
@@ -86,6 +91,7 @@ class HloSource:
     program: CompiledProgram
     instruction_bytes: pd.DataFrame  # model.compiled.INSTRUCTION_BYTES of `program`
     origin: str  # the dump directory, or CAPTURE_ORIGIN
+    generation: str = ""  # TPU generation the program was compiled for (dump target), '' when unknown
 
     @property
     def from_dump(self) -> bool:
@@ -172,18 +178,60 @@ def _llo_module(dump: LloDump) -> str:
     return dump.compile.module_name if dump.compile is not None else ""
 
 
+def _llo_mxus(dump: LloDump) -> tuple[int | None, bool]:
+    """MXUs per core the dump was compiled for: exact from a utilization capacity header, else a
+    lower bound from the highest `MXU_i` unit of the bundle profile; (None, False) when neither."""
+    for u in dump.utilization:
+        col = u.column("MXU")
+        if col is not None and col.capacity > 0:
+            return col.capacity, True
+    units = dump.bundle_profile["unit"].astype(str)
+    index = units[units.str.fullmatch(r"MXU_\d+")].str[4:].astype(int)
+    return (int(index.max()) + 1, False) if len(index) else (None, False)
+
+
+def _target_mismatches(chip: ChipSpec | None, hlo: Sequence[HloSource], llo: Sequence[LloDump]) -> dict[str, str]:
+    """Origin -> why its target is not the trace's chip (generation, MXUs per core)."""
+    if chip is None:
+        return {}
+    out: dict[str, str] = {}
+    for s in hlo:
+        if s.generation and s.generation.lower() != chip.generation.lower():
+            out[s.origin] = f"compiled for {s.generation}, the trace ran on {chip.generation}"
+    for d in llo:
+        mxus, exact = _llo_mxus(d)
+        if mxus is not None and (mxus > chip.mxu_per_core or (exact and mxus != chip.mxu_per_core)):
+            out[d.path] = (f"compiled for {mxus}{'' if exact else '+'} MXUs per core, the trace's "
+                           f"{chip.generation} has {chip.mxu_per_core}")
+            continue
+        # An LLO dump names no target; one written with a mistargeted XLA dump (the same directory,
+        # or `llo/` beside `xla/` in a `tpudiag compile` output) shares its target.
+        for s in hlo:
+            if s.origin in out and _same_compile_output(s.origin, d.path):
+                out[d.path] = out[s.origin]
+                break
+    return out
+
+
+def _same_compile_output(xla_dir: str, llo_dir: str) -> bool:
+    xla, llo = PurePath(xla_dir), PurePath(llo_dir)
+    return xla == llo or (xla.name == "xla" and llo.name == "llo" and xla.parent == llo.parent)
+
+
 def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterable[LloDump] = (),
-                  options: JoinOptions | None = None) -> JoinResult:
+                  options: JoinOptions | None = None, chip: ChipSpec | None = None) -> JoinResult:
     """Per trace op, the facts of the same op in the compiled sources (see the module docstring).
 
     `ops` needs the OPS columns host, program_id, module, name and shape_with_layout. Sources are
     tried in the order given for bytes (put dumps before the capture's protos); cycles come from
-    the LLO static profile first, then from the first HLO source that has an estimate.
+    the LLO static profile first, then from the first HLO source that has an estimate. With the
+    trace's `chip`, a source compiled for another target is not joined, however well names agree.
     """
     options = options or JoinOptions()
     schemas.OPS.require(ops, _TRACE_COLUMNS)
     hlo = tuple(hlo)
     llo = tuple(llo)
+    wrong_target = _target_mismatches(chip, hlo, llo)
     n = len(ops)
     logical = [pd.NA] * n
     padded = [pd.NA] * n
@@ -196,7 +244,8 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
     llo_origin = [""] * n
     from_dump = np.zeros(n, dtype=bool)
     matches: list[SourceMatch] = []
-    warnings: list[str] = []
+    warnings: list[str] = [f"compiler dump `{origin}` was {why}: its facts are not joined"
+                           for origin, why in wrong_target.items()]
 
     names_all = ops["name"].astype(str).to_numpy()
     shapes_all = ops["shape_with_layout"].astype(str).fillna("").to_numpy()
@@ -216,6 +265,8 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
         rejected: list[SourceMatch] = []
         for k, source in enumerate(hlo):
             prog = source.program
+            if source.origin in wrong_target:
+                continue
             if prog.program_id is not None and prog.program_id == pid:
                 how = "program_id"
             elif prog.module == module and (prog.program_id is None or source.from_dump):
@@ -263,6 +314,8 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
             reference |= set(insts[k])
         for j, dump in enumerate(llo):
             named = _llo_module(dump)
+            if dump.path in wrong_target:
+                continue
             if named and named != module:
                 continue
             table = llo_tables[j]
@@ -311,7 +364,7 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
     unused = [g for g in dict.fromkeys(given) if g not in used]
     for origin in unused:
         tried = [m for m in matches if m.origin == origin]
-        if not tried:
+        if not tried and origin not in wrong_target:
             sides = {m for m in _source_modules(origin, hlo, llo) if m}
             held = f"holds {', '.join(f'`{s}`' for s in sorted(sides))}" if sides else "names no module"
             runs = ", ".join(f"`{m}`" for m in dict.fromkeys(modules.tolist())) or "no ops"

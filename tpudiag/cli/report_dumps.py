@@ -17,6 +17,7 @@ from tpudiag.analysis.profile_analysis import Analysis
 
 
 def _hlo_sources(extra_inputs: Mapping[str, Any], analysis: Analysis) -> list[HloSource]:
+    from tpudiag.compiler.dump_dir import generation_for_target
     from tpudiag.errors import InputError
     from tpudiag.parsers.hlo_program import instruction_bytes
     from tpudiag.parsers.hlo_proto import parse_capture_protos
@@ -26,7 +27,8 @@ def _hlo_sources(extra_inputs: Mapping[str, Any], analysis: Analysis) -> list[Hl
         programs = getattr(dump, "programs", None)
         origin = getattr(dump, "path", "")
         for program in (programs if programs is not None else [dump]):
-            sources.append(HloSource(program, instruction_bytes(program), str(origin or program.path)))
+            sources.append(HloSource(program, instruction_bytes(program), str(origin or program.path),
+                                     generation_for_target(program.target)))
     seen: set[int] = set()
     for host in analysis.profile.hosts:
         protos = {pid: data for pid, data in host.hlo_protos.items() if pid not in seen}
@@ -44,7 +46,9 @@ def _hlo_sources(extra_inputs: Mapping[str, Any], analysis: Analysis) -> list[Hl
 def join_for_report(analysis: Analysis, extra_inputs: Mapping[str, Any] | None) -> JoinResult:
     """Join the `--dumps` (as `rules_cmd.load_dump_inputs` loaded them) and the capture's own HLO."""
     extra = extra_inputs or {}
-    return join_compiled(analysis.ops, _hlo_sources(extra, analysis), extra.get("llo") or ())
+    hosts = analysis.profile.hosts
+    chip = hosts[0].device.chip if hosts else None
+    return join_compiled(analysis.ops, _hlo_sources(extra, analysis), extra.get("llo") or (), chip=chip)
 
 
 def is_dump_directory(path: Path) -> bool:
