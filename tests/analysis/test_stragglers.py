@@ -25,6 +25,7 @@ def test_slowest_host_over_the_threshold_is_the_straggler():
     assert m.rows[1].straggler_steps == (2,) and m.rows[0].straggler_steps == ()
     assert m.rows[1].behind_fastest_ps == pytest.approx(104 / 3)
     assert m.straggler_on(2) == "b" and m.straggler_on(3) == ""
+    assert [r.slowest_step for r in m.rows] == [1, 2, 1]  # ties: the first step
 
 
 def test_threshold_is_an_option():

@@ -45,6 +45,7 @@ CASES = {
     ("timeline", "left"): (("t", "right"), lambda app: _step(app) == 10),
     ("timeline", "right_square_bracket"): (("t",), lambda app: _step(app) == 11),
     ("timeline", "right"): (("t", "right"), lambda app: _step(app) == 12),
+    ("hosts", "enter"): (("h",), lambda app: app.current_view == "timeline" and _step(app) == 10),
     ("op detail", "escape"): (("p", "enter"), lambda app: not isinstance(app.screen, OpDetailScreen)
                               and app.current_view == "ops"),
 }
@@ -122,6 +123,15 @@ def test_letters_typed_in_the_search_box_do_not_switch_views(example_session):
         assert app.current_view == "ops" and app.query_one("#view-ops").filter.text == "fusion.10"
         assert [op.name for op in app.query_one("#view-ops").shown] == ["fusion.10"]
     run(make_app(example_session), scenario)
+
+
+def test_enter_on_a_straggler_host_opens_its_slowest_step(two_host_session):
+    async def scenario(pilot):
+        await press(pilot, "h", "down", "enter")  # host1: step 3 is 800 µs longer
+        assert pilot.app.current_view == "timeline" and _step(pilot.app) == 3
+        await press(pilot, "escape")
+        assert pilot.app.current_view == "hosts"
+    run(make_app(two_host_session), scenario)
 
 
 def test_help_toggles_and_esc_closes_it(example_session):

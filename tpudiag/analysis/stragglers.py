@@ -36,6 +36,7 @@ class HostRow:
     mean_ps: float | None
     behind_fastest_ps: float | None  # mean minus the fastest host's mean
     straggler_steps: tuple[int, ...]  # steps on which this host is the straggler
+    slowest_step: int | None  # the step this host took longest on (the first such); None without steps
 
 
 @dataclass(frozen=True)
@@ -68,5 +69,12 @@ def host_step_matrix(hosts: tuple[HostSummary, ...], options: StragglerOptions =
         mean_ps=h.step_time.mean_ps if h.step_time else None,
         behind_fastest_ps=(h.step_time.mean_ps - fastest) if h.step_time and fastest is not None else None,
         straggler_steps=tuple(s.step for s in stragglers if s.host == h.host),
+        slowest_step=_slowest(by_host[h.host]),
     ) for h in hosts)
     return HostStepMatrix(steps=steps, rows=rows, stragglers=tuple(stragglers))
+
+
+def _slowest(times: dict[int, int]) -> int | None:
+    if not times:
+        return None
+    return max(sorted(times), key=lambda step: times[step])

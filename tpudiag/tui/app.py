@@ -232,6 +232,10 @@ class TpudiagApp(App):
             return
         self.push_screen(OpDetailScreen(op_detail(self.session.analysis, self.session.report, op)))
 
+    async def on_hosts_view_open_step(self, message: HostsView.OpenStep) -> None:
+        await self.action_view("timeline")
+        self._view_widget("timeline").show_step(message.step)
+
     # -- export ---------------------------------------------------------------------------------------
 
     def _current_markdown(self) -> tuple[str, str]:

@@ -51,10 +51,14 @@ TIMELINE: tuple[Key, ...] = (
     Key("right_square_bracket,right", "] →", "step(1)", "Next step", "timeline"),
 )
 
+HOSTS: tuple[Key, ...] = (
+    Key("enter", "enter", "open_host_step", "Timeline of the host's slowest step", "hosts", "Slowest step"),
+)
+
 DETAIL: tuple[Key, ...] = (
     Key("escape", "esc", "back", "Back to where you came from", "op detail"),
 )
 
-ALL: tuple[Key, ...] = GLOBAL + OPS + FINDINGS + TIMELINE + DETAIL
+ALL: tuple[Key, ...] = GLOBAL + OPS + FINDINGS + TIMELINE + HOSTS + DETAIL
 
 KERNELS_LAB_MESSAGE = "the kernels lab is not part of this build yet"

@@ -487,6 +487,11 @@ MAX_STEP_COLUMNS = 12
 
 
 class HostsView(Vertical):
+    class OpenStep(Message):
+        def __init__(self, step: int) -> None:
+            super().__init__()
+            self.step = step
+
     def __init__(self, session: Session, **kw) -> None:
         super().__init__(**kw)
         self.session = session
@@ -505,7 +510,8 @@ class HostsView(Vertical):
             note = f"no stragglers: on every step the slowest of {n} hosts is within 1% of the median"
         yield Static(Text(note), id="hosts-note")
         yield DataTable(id="hosts-table", cursor_type="row", zebra_stripes=True)
-        yield Static(Text("* marks the step's straggler (slowest host, ≥1% behind the median host)", style="dim"))
+        yield Static(Text("* marks the step's straggler (slowest host, ≥1% behind the median host) · "
+                          "enter: timeline of the host's slowest step", style="dim"))
 
     def on_mount(self) -> None:
         m = self.matrix
@@ -529,6 +535,14 @@ class HostsView(Vertical):
 
     def focus_main(self) -> None:
         self.query_one("#hosts-table", DataTable).focus()
+
+    @on(DataTable.RowSelected, "#hosts-table")
+    def _row(self, event: DataTable.RowSelected) -> None:
+        row = self.matrix.rows[event.cursor_row]
+        if row.slowest_step is None:
+            self.app.notify(f"{row.host} has no steps", severity="warning")
+            return
+        self.post_message(self.OpenStep(row.slowest_step))
 
     def markdown(self) -> str:
         return export.hosts_md(self.matrix)
