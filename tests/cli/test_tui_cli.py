@@ -61,3 +61,14 @@ def test_default_path_is_the_bundled_example(monkeypatch):
         main(["tui"])
     assert exc.value.code == 0
     assert started == [EXAMPLE_CAPTURE]
+
+
+def test_dumps_must_be_a_directory(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("textual")
+    from tpudiag.tui.app import TpudiagApp
+
+    monkeypatch.setattr(TpudiagApp, "run", lambda self: pytest.fail("the app must not start"))
+    with pytest.raises(SystemExit) as exc:
+        main(["tui", str(EXAMPLE_CAPTURE), "--dumps", str(tmp_path / "nope")])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: `{tmp_path / 'nope'}`: --dumps: not a directory"]
