@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -152,11 +153,35 @@ def test_report_on_xla_and_llo_dumps_in_one_directory(tmp_path):
     assert doc["static_profile"] is True and doc["generation"] == "v5e"
 
 
+def test_report_on_an_llo_dump_alone_reads_its_tlp_hlo(tmp_path):
+    """No XLA dump: the HLO is `TLP-hlo.txt`, the generation the one chip with its MXUs and VMEM."""
+    llo = FIXTURES / "llo" / "v5e_mlp"
+    proc = run("report", str(llo), "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["module"], doc["generation"], doc["n_devices"]) == ("jit_mlp", "v5e", 4)
+    assert any("inferred from the LLO dump" in w for w in doc["warnings"])
+    ops = {op["name"]: op for op in doc["ops"]}
+    text = (llo / "static" / "fusion.7_static_llo_profile.textproto").read_text()
+    cycles = int(re.search(r"^  estimated_cycles: (\d+)", text, flags=re.M).group(1))
+    assert ops["fusion.7"]["estimated_cycles"] == cycles == 14_170  # the reference's MLP figure
+    assert ops["all-reduce"]["estimated_cycles"] == 0 and ops["all-reduce"]["cycles_source"] == "bundle_analysis_data"
+
+
+def _tlp_hlo_only(tmp_path):
+    bare = tmp_path / "tlp-only"
+    bare.mkdir()
+    tlp = next((FIXTURES / "llo" / "v5e_mlp").glob("*-TLP-hlo.txt"))
+    shutil.copy(tlp, bare / tlp.name)
+    return bare
+
+
 @pytest.mark.parametrize("target, message", [
     (DUMPS / "llo", "an LLO dump without its HLO"),
-    (FIXTURES / "llo" / "v5e_mlp", "cannot tell the TPU generation"),
+    (_tlp_hlo_only, "cannot tell the TPU generation"),
 ])
 def test_dump_directory_it_cannot_report_is_one_line_exit_2(tmp_path, target, message):
+    target = target(tmp_path) if callable(target) else target
     proc = run("report", str(target), cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.splitlines()

@@ -10,7 +10,8 @@
 A bare dump has no `result.json`, so what it holds stands in: the TPU generation comes from
 `target_arguments.txt` (`TPU_VERSION_VIPERFISH` `lite` = v5e, `TPU_VERSION_GHOSTLITE` = v6e), the
 device count from the module's `num_partitions`, and per-op cycles from the static LLO profile
-when the HLO text carries none.
+when the HLO text carries none. Without `target_arguments.txt` (an LLO dump alone) the generation
+is the one chip whose MXUs per core and VMEM capacity match the LLO dump's.
 """
 
 from __future__ import annotations
@@ -97,6 +98,19 @@ def generation_for_target(target: str) -> str:
     return ""
 
 
+def generation_for_llo(llo) -> str:
+    """The generation an LLO dump was compiled for, from MXUs per core (the per-bundle utilization
+    capacity) and VMEM capacity (the VMEM report), when exactly one chip has both; else ''."""
+    from tpudiag.model.hardware import CHIPS
+
+    mxus = next((u.column("MXU").capacity for u in llo.utilization if u.column("MXU") is not None), None)
+    vmem = llo.vmem_report.capacity_bytes if llo.vmem_report is not None else None
+    if mxus is None or vmem is None:
+        return ""
+    found = [c.generation for c in CHIPS if c.mxu_per_core == mxus and c.vmem_bytes == vmem]
+    return found[0] if len(found) == 1 else ""
+
+
 def load_dump_directory(path: Path) -> CompileOutput:
     """A `CompileOutput` from a compile output directory, or from a bare XLA and/or LLO dump."""
     from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
@@ -148,13 +162,18 @@ def load_dump_directory(path: Path) -> CompileOutput:
             mesh[key] = int(m.group(1))
     devices = mesh.get("partitions", 1) * mesh.get("replicas", 1)
     generation = generation_for_target(program.target)
+    if not generation and llo is not None:
+        generation = generation_for_llo(llo)
+        if generation:
+            warnings.append(f"TPU generation {generation} inferred from the LLO dump (MXUs per core and VMEM "
+                            "capacity): no `target_arguments.txt` here")
     if not generation:
         raise InputError(f"cannot tell the TPU generation of this dump (target `{program.target or 'unknown'}`)",
                          path=path, hint="the XLA dump's `*.target_arguments.txt` names it; keep it with the dump")
     spills = _llo_spills(llo)
     if llo is not None:
         program = _with_static_cycles(program, llo)
-    facts = {"status": "ok", "generation": generation, "device_kind": program.target, "module": program.module,
+    facts = {"status": "ok", "generation": generation, "device_kind": program.target or "inferred from the LLO dump", "module": program.module,
              "n_devices": devices, "target": str(path), "topology": generation, "mesh": mesh,
              "static_profile": bool(llo is not None and not llo.static_profile.empty)}
     return CompileOutput(path=path, facts=facts, program=program, spills=spills,
