@@ -217,5 +217,6 @@ def test_with_compiler_dumps_the_ops_sort_by_spills_and_the_detail_shows_llo_fac
         assert top.spill_stores is not None
         await press(pilot, "enter")
         text = screen_text(pilot.app)
-        assert f"LLO             VMEM spills {top.spill_stores + (top.spill_fills or 0)} (stores {top.spill_stores}" in text
+        total = top.spill_stores + (top.spill_fills or 0)
+        assert f"LLO             VMEM spills {total} (stores {top.spill_stores}" in text
     run(make_app(session), scenario)

@@ -369,7 +369,8 @@ class OpsView(Vertical):
             table.add_row(*(escape(cells[i]) for i in self.columns), key=str(n))
         table.refresh()
         total = len(self.session.report.ops)
-        status = f"{len(ops)} of {total} ops · sorted by {sort_label} {'descending' if self.descending else 'ascending'}"
+        order = "descending" if self.descending else "ascending"
+        status = f"{len(ops)} of {total} ops · sorted by {sort_label} {order}"
         if len(ops) > len(self.shown):
             status += f" · showing the first {len(self.shown)}: filter to narrow"
         status += " · s sort · r reverse · c clear · enter detail"
