@@ -207,3 +207,9 @@ def test_bad_dumps_directory_is_one_line_exit_2(tmp_path):
 def test_an_empty_directory_is_still_not_a_capture(tmp_path):
     proc = run("report", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "xplane.pb" in proc.stderr
+
+
+def test_dumps_with_a_dump_directory_as_path_is_a_usage_error(tmp_path):
+    proc = run("report", str(DUMPS), "--dumps", str(DUMPS), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"error: `{DUMPS}`: `--dumps` joins compiled programs to a trace")

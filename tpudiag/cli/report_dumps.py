@@ -58,7 +58,7 @@ def is_dump_directory(path: Path) -> bool:
     return _is_dump(path)
 
 
-def report_dump_directory(path: Path, output_format: str, top: int) -> None:
+def report_dump_directory(path: Path, output_format: str, top: int, dumps: list[Path] | None = None) -> None:
     """Print the static report of `tpudiag compile` for a dump directory (terminal or json)."""
     import sys
 
@@ -68,6 +68,9 @@ def report_dump_directory(path: Path, output_format: str, top: int) -> None:
     from tpudiag.errors import UsageError
     from tpudiag.render.static_report import render_static_json, render_static_terminal
 
+    if dumps:
+        raise UsageError("`--dumps` joins compiled programs to a trace, and PATH is a compiler dump directory",
+                         path=path, hint="pass the capture as PATH and the dumps with --dumps")
     if output_format not in ("terminal", "json"):
         raise UsageError(f"a compiler dump directory gives the static report, which has no `{output_format}` format",
                          path=path, hint="use --format terminal or --format json")
