@@ -213,3 +213,11 @@ def test_dumps_with_a_dump_directory_as_path_is_a_usage_error(tmp_path):
     proc = run("report", str(DUMPS), "--dumps", str(DUMPS), cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"error: `{DUMPS}`: `--dumps` joins compiled programs to a trace")
+
+
+def test_static_report_of_a_dump_directory_to_a_file(tmp_path):
+    out = tmp_path / "static.json"
+    proc = run("report", str(DUMPS), "--format", "json", "-o", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and f"wrote `{out}`" in proc.stderr
+    assert json.loads(out.read_text())["kind"] == "tpudiag.static_report"

@@ -94,7 +94,7 @@ def report(
     from tpudiag.cli.report_dumps import is_dump_directory, join_for_report, report_dump_directory
 
     if is_dump_directory(target):  # compiler dumps without a trace: the static report of `tpudiag compile`
-        report_dump_directory(target, output_format.value, top=top, dumps=dumps)
+        report_dump_directory(target, output_format.value, top=top, dumps=dumps, output=output)
         return
     rules_config = load_config(target, config).with_cli(select, ignore)
     rules_config.resolve()  # option errors are usage errors: report them before reading the capture

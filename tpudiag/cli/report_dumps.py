@@ -58,14 +58,17 @@ def is_dump_directory(path: Path) -> bool:
     return _is_dump(path)
 
 
-def report_dump_directory(path: Path, output_format: str, top: int, dumps: list[Path] | None = None) -> None:
-    """Print the static report of `tpudiag compile` for a dump directory (terminal or json)."""
+def report_dump_directory(path: Path, output_format: str, top: int, dumps: list[Path] | None = None,
+                          output: Path | None = None) -> None:
+    """Print (or write to `output`) the static report of `tpudiag compile` for a dump directory."""
     import sys
 
-    from tpudiag.cli.app import stdout_console
+    from rich.console import Console
+
+    from tpudiag.cli.app import stderr_console, stdout_console
     from tpudiag.compiler.dump_dir import load_dump_directory
     from tpudiag.compiler.static_report import build_static_report
-    from tpudiag.errors import UsageError
+    from tpudiag.errors import InputError, UsageError
     from tpudiag.render.static_report import render_static_json, render_static_terminal
 
     if dumps:
@@ -75,7 +78,17 @@ def report_dump_directory(path: Path, output_format: str, top: int, dumps: list[
         raise UsageError(f"a compiler dump directory gives the static report, which has no `{output_format}` format",
                          path=path, hint="use --format terminal or --format json")
     report = build_static_report(load_dump_directory(path))
-    if output_format == "json":
+    if output is not None:
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                if output_format == "json":
+                    f.write(render_static_json(report) + "\n")
+                else:
+                    render_static_terminal(report, Console(file=f, width=140, color_system=None), top=top)
+        except OSError as exc:
+            raise InputError(f"cannot write the report ({exc.strerror or exc})", path=output) from exc
+        stderr_console().print(f"wrote `{output}`", highlight=False)
+    elif output_format == "json":
         sys.stdout.write(render_static_json(report) + "\n")
     else:
         render_static_terminal(report, stdout_console(), top=top)
