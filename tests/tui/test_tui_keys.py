@@ -134,6 +134,14 @@ def test_enter_on_a_straggler_host_opens_its_slowest_step(two_host_session):
     run(make_app(two_host_session), scenario)
 
 
+def test_kernels_lab_on_an_op_names_the_command_to_run(example_session):
+    async def scenario(pilot):
+        await press(pilot, "p", "enter", "k")
+        messages = [str(n.message) for n in pilot.app._notifications]
+        assert any(f"tpudiag lab extract {example_session.path} --op fusion.8" in m for m in messages)
+    run(make_app(example_session), scenario)
+
+
 def test_help_toggles_and_esc_closes_it(example_session):
     async def scenario(pilot):
         await press(pilot, "question_mark", "question_mark")

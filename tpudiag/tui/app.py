@@ -220,7 +220,9 @@ class TpudiagApp(App):
             self.push_screen(HelpScreen())
 
     def action_kernels_lab(self) -> None:
-        self.notify(keys.KERNELS_LAB_MESSAGE, title="kernels lab", severity="warning")
+        op = self.screen.detail.op.name if isinstance(self.screen, OpDetailScreen) else None
+        self.notify(f"{keys.KERNELS_LAB_MESSAGE}\n{keys.kernels_lab_hint(str(self.path), op)}", title="kernels lab",
+                    severity="warning")
 
     def on_ops_view_open_op(self, message: OpsView.OpenOp) -> None:
         self.push_screen(OpDetailScreen(op_detail(self.session.analysis, self.session.report, message.op)))

@@ -31,7 +31,7 @@ GLOBAL: tuple[Key, ...] = (
     Key("e", "e", "export", "Export view as markdown", "global", "Export"),
     Key("question_mark", "?", "help", "Help", "global"),
     Key("escape", "esc", "back", "Back", "global"),
-    Key("k", "k", "kernels_lab", "Kernels lab (not yet)", "global", "Lab"),
+    Key("k", "k", "kernels_lab", "Kernels lab (not wired up yet)", "global", "Lab"),
     Key("q", "q", "quit", "Quit", "global"),
 )
 
@@ -61,4 +61,9 @@ DETAIL: tuple[Key, ...] = (
 
 ALL: tuple[Key, ...] = GLOBAL + OPS + FINDINGS + TIMELINE + HOSTS + DETAIL
 
-KERNELS_LAB_MESSAGE = "the kernels lab is not part of this build yet"
+KERNELS_LAB_MESSAGE = "launching the kernels lab from the TUI is not wired up yet"
+
+
+def kernels_lab_hint(capture: str, op: str | None) -> str:
+    """What to run instead, for the op on screen when there is one."""
+    return f"run `tpudiag lab extract {capture} --op {op or 'NAME'}`"
