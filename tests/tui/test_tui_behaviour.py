@@ -20,6 +20,7 @@ async def press(pilot, *names):
 async def wait_loaded(pilot, tries: int = 200):
     for _ in range(tries):
         if pilot.app.session is not None and pilot.app.query("#tabs"):
+            await pilot.pause()  # the tabs activate their first pane after mounting
             return
         await pilot.pause(0.05)
     raise AssertionError("the capture did not load")
@@ -220,3 +221,35 @@ def test_with_compiler_dumps_the_ops_sort_by_spills_and_the_detail_shows_llo_fac
         total = top.spill_stores + (top.spill_fills or 0)
         assert f"LLO             VMEM spills {total} (stores {top.spill_stores}" in text
     run(make_app(session), scenario)
+
+
+def test_the_ui_answers_keys_while_a_slow_capture_loads(monkeypatch):
+    # Parsing is made slow on purpose: the worker thread holds it while the app keeps handling keys.
+    import threading
+
+    import tpudiag.tui.session as session_module
+
+    monkeypatch.chdir(REPO)
+    release = threading.Event()
+    original = session_module.load_capture
+
+    def slow_load(*args, **kwargs):
+        release.wait(timeout=10)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(session_module, "load_capture", slow_load)
+    app = TpudiagApp(EXAMPLE, cursor_blink=False)
+    app.animation_level = "none"
+
+    async def scenario(pilot):
+        await pilot.pause(0.2)
+        assert pilot.app.session is None and "1/4" in screen_text(pilot.app)
+        await press(pilot, "question_mark")
+        from tpudiag.tui.screens import HelpScreen
+
+        assert isinstance(pilot.app.screen, HelpScreen)  # answered while the worker is blocked
+        await press(pilot, "escape")
+        release.set()
+        await wait_loaded(pilot)
+        assert pilot.app.current_view == "overview"
+    run(app, scenario)
