@@ -32,12 +32,15 @@ def render_sweep(result: SweepResult, console: Console) -> None:
     for line in lines:
         console.print("  " + line, markup=False, highlight=False)
 
+    timed = result.clock_hz is not None
+    measured = any(r.measured_s is not None for r in result.results)
+    columns = [("#", True), ("blocks", True), ("steps", True), ("VMEM MiB", True), ("est. cycles", True),
+               ("est. us", timed), ("floor us", True), ("ranked us", timed), ("measured us", measured),
+               ("x XLA", True), ("compile s", True), ("status", True)]
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for name, justify in (("#", "right"), ("blocks", "left"), ("grid steps", "right"), ("VMEM MiB", "right"),
-                          ("est. cycles", "right"), ("est. us", "right"), ("HBM floor us", "right"),
-                          ("ranked us", "right"), ("measured us", "right"), ("x XLA est.", "right"),
-                          ("compile s", "right"), ("status", "left")):
-        table.add_column(name, justify=justify, no_wrap=True)
+    for name, shown in columns:
+        if shown:
+            table.add_column(name, justify="left" if name in ("blocks", "status") else "right", no_wrap=True)
     rank = 0
     notes: list[str] = []
     for r in result.results:
@@ -48,15 +51,16 @@ def render_sweep(result: SweepResult, console: Console) -> None:
         if r.reason:  # reasons are long: a numbered note under the table
             notes.append(r.reason)
             status = f"{r.status} [{len(notes)}]"
-        table.add_row(str(rank) if ok else "-", r.label, f"{r.grid_steps:,}", f"{r.vmem_bytes / 2**20:.1f}",
-                      f"{r.est_cycles:,}" if r.est_cycles is not None else "-", _us(r.est_s), _us(r.hbm_floor_s),
-                      _us(r.bounded_s), _us(r.measured_s), ratio,
-                      f"{r.compile_s:.1f}" if r.compile_s is not None else "-", status)
+        cells = [str(rank) if ok else "-", r.label, f"{r.grid_steps:,}", f"{r.vmem_bytes / 2**20:.1f}",
+                 f"{r.est_cycles:,}" if r.est_cycles is not None else "-", _us(r.est_s), _us(r.hbm_floor_s),
+                 _us(r.bounded_s), _us(r.measured_s), ratio,
+                 f"{r.compile_s:.1f}" if r.compile_s is not None else "-", status]
+        table.add_row(*[c for c, (_, shown) in zip(cells, columns, strict=True) if shown])
     console.print(table)
     for i, note in enumerate(notes, start=1):
         console.print(f"[{i}] {note}", markup=False, highlight=False)
-    console.print("est. = compiler estimate (static LLO profile, modelled); HBM floor = bytes the blocking moves / "
-                  "bandwidth (computed); ranked = max(est., floor); x XLA est. = est. cycles / XLA reference's "
-                  "est. cycles; VMEM MiB = our double-buffered estimate", markup=False, highlight=False,
-                  style="dim")
+    console.print("est. = compiler estimate (static LLO profile, modelled); floor = bytes the blocking moves / HBM "
+                  "bandwidth (computed); ranked = max(est., floor); x XLA = est. cycles / the XLA reference's est. "
+                  "cycles; VMEM MiB = our double-buffered estimate; steps = grid steps", markup=False,
+                  highlight=False, style="dim")
     console.print(f"results: `{result.jsonl}`", markup=False, highlight=False)

@@ -7,7 +7,8 @@ Rule (Pallas TPU): a block's two minor dims must each be a multiple of the hardw
 on the second-minor and minor dim, or equal to the full array dim. bf16 packs 2 rows per 32-bit
 sublane and its native tile is (16, 128), but the compiler accepts 8-row bf16 blocks and HBM
 layouts pad packed rows only to 8 (measured: `shared/reference/tpu-compiler-dumps.md` §9), so the
-hard rule is 8 for every dtype; the sweeps prefer multiples of 16 for bf16.
+hard rule is 8 for every dtype. An 8-row bf16 block compiles (deviceless, v6e: a bf16 softmax with
+8-row blocks); whether it is fast is for the sweep to say.
 
 VMEM: a pipelined block is double-buffered (two copies in flight per input and output), scratch is
 single. The sum must fit the generation's VMEM; the compiler's scoped limit (16 MiB default on v5e)
