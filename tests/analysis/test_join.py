@@ -334,3 +334,21 @@ def test_an_llo_dump_with_more_mxus_than_the_chip_is_refused():
     assert r.llo_matched == 0
     assert any("compiled for 4+ MXUs per core, the trace's v6e has 2" in w for w in r.warnings)
     assert join_compiled(analysis.ops, (), [_llo("pallas_matmul_v6e")], chip=chip).llo_matched == 1
+
+
+def test_the_report_carries_the_joined_facts_per_op(train_v5e, joined_v5e):
+    from tpudiag.analysis.profile_analysis import build_report
+
+    plain = build_report(train_v5e)
+    assert plain.summary.compiled is None
+    assert all(op.padded_bytes is None and op.estimated_cycles is None for op in plain.ops)
+    report = build_report(train_v5e, join=joined_v5e)
+    assert report.summary.compiled.n_ops == 140 and report.summary.compiled.with_llo == 92
+    got = _by_name(train_v5e, joined_v5e)
+    for op in report.ops:
+        row = got.loc[op.name]
+        assert op.padded_bytes == row["padded_bytes"] and op.logical_bytes == row["logical_bytes"]
+        assert op.spill_stores == (None if pd.isna(row["spill_stores"]) else row["spill_stores"])
+        assert op.estimated_cycles == (None if pd.isna(row["estimated_cycles"]) else row["estimated_cycles"])
+    # ops stay sorted by self time; the facts follow their op, not their position
+    assert [op.name for op in report.ops] == [op.name for op in plain.ops]

@@ -29,6 +29,9 @@ class Analysis:
     ops: pd.DataFrame  # schemas.OPS, every host
     step_sources: dict[str, StepSource]
     core_time_ps: dict[str, int]  # per host: sum over cores of each core's span
+    # Compiled facts per op (`tpudiag.analysis.join`), indexed like `ops`; set by the caller that
+    # has the dumps, before the rules run, so rules may read them too. None when not joined.
+    join: JoinResult | None = None
 
     @property
     def platform(self) -> str:
@@ -169,6 +172,7 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_r
                  rules_skipped: tuple[RuleSkip, ...] = (), dumps: tuple[str, ...] = (),
                  join: JoinResult | None = None) -> Report:
     profile = analysis.profile
+    join = join if join is not None else analysis.join
     hosts = _host_summaries(analysis)
     first = profile.hosts[0].device
     combined, step_warnings = combined_step_times(analysis.steps, len(profile.hosts))

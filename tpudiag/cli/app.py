@@ -106,9 +106,10 @@ def report(
     else:
         profile = load_capture(target, jobs=jobs)
     analysis = analyze(profile)
+    analysis.join = join_for_report(analysis, extra_inputs)  # compiled facts per op, for rules and report
     findings, skipped = run_rules(analysis, rules_config, extra_inputs)
     result = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
-                          dumps=dump_labels, join=join_for_report(analysis, extra_inputs))
+                          dumps=dump_labels)
     if output is not None or output_format is OutputFormat.md:
         from tpudiag.cli.outputs import write_report
 
