@@ -25,9 +25,10 @@ PHYSICAL_OOM = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of
 
 
 def test_compile_errors_become_one_line_reasons():
-    assert compile_error_reason(SCOPED_OOM) == ("scoped VMEM OOM: allocation 28.00M > limit 16.00M "
-                                                "(CompileTimeScopedVmemOom)")
-    assert compile_error_reason(PHYSICAL_OOM) == "VMEM OOM: used 449.80M of 128.00M vmem"
+    assert compile_error_reason(SCOPED_OOM) == ("scoped VMEM OOM (CompileTimeScopedVmemOom): 28.00 MiB needed, "
+                                                "limit 16.00 MiB")
+    assert compile_error_reason(PHYSICAL_OOM) == ("VMEM OOM (over physical VMEM): 449.80 MiB needed, "
+                                                  "limit 128.00 MiB")
     assert compile_error_reason("\nLoweringException: bad block\nmore") == "LoweringException: bad block"
 
 
@@ -84,7 +85,7 @@ def test_deviceless_sweep_ranks_by_the_compiler_estimates(need_libtpu, tmp_path,
     by_label = {r["label"]: r for r in result["results"]}
     oom = by_label["bm=1024 bk=1024 bn=1024"]
     assert oom["status"] == "rejected"
-    assert oom["reason"].startswith("scoped VMEM OOM: allocation 18.36M > limit 16.00M")
+    assert oom["reason"] == "scoped VMEM OOM (CompileTimeScopedVmemOom): 18.36 MiB needed, limit 16.00 MiB"
     ok = [r for r in result["results"] if r["status"] == "ok"]
     assert [r["label"] for r in ok] == ["bm=512 bk=2048 bn=512", "bm=1024 bk=512 bn=1024"]
     # the ranking agrees with the estimates the worker read, as kept in the JSONL
@@ -111,5 +112,5 @@ def test_deviceless_sweep_ranks_by_the_compiler_estimates(need_libtpu, tmp_path,
     console = Console(width=220, record=True)
     render_sweep(again, console)
     table = console.export_text()
-    assert f"{ok[0]['est_cycles']:,}" in table and "rejected [1]" in table and "[1] scoped VMEM OOM: allocation 18.36M" in table
+    assert f"{ok[0]['est_cycles']:,}" in table and "rejected [1]" in table and "[1] scoped VMEM OOM (CompileTimeScopedVmemOom): 18.36 MiB" in table
     assert "(compiler estimate)" in table

@@ -40,22 +40,20 @@ from tpudiag.model.hardware import chip_for
 STATIC_PROFILE_GENERATIONS = frozenset({"v5e", "v5p", "v6e"})
 STARTUP_TIMEOUT_S = 180.0
 
-_SCOPED = re.compile(r"Scoped allocation with size ([\d.]+\s*[KMG]?i?B?) and limit ([\d.]+\s*[KMG]?i?B?)")
-_PHYSICAL = re.compile(r"Used ([\d.]+\s*[KMG]?) of ([\d.]+\s*[KMG]?) vmem")
 _FATAL = re.compile(r"^F\d{4} .*$|^.*Check failed.*$", re.M)
+_OOM_KINDS = {"scoped": "scoped VMEM OOM (CompileTimeScopedVmemOom)", "capacity": "VMEM OOM (over physical VMEM)",
+              "allocation": "VMEM OOM (one allocation over physical VMEM)"}
 
 
 def compile_error_reason(text: str) -> str:
-    """One line for a compiler refusal: the VMEM OOM sizes when it is one, else the first line.
+    """One line for a compiler refusal: the VMEM budget when it is an OOM (parsed by
+    `tpudiag.parsers.llo.parse_vmem_oom`), else the error's first line."""
+    from tpudiag.parsers.llo import parse_vmem_oom
 
-    Kept here until `tpudiag.parsers.llo_dump` (VMEM OOM texts) lands; then call that instead.
-    """
-    m = _SCOPED.search(text)
-    if m:
-        return f"scoped VMEM OOM: allocation {m.group(1)} > limit {m.group(2)} (CompileTimeScopedVmemOom)"
-    m = _PHYSICAL.search(text)
-    if m:
-        return f"VMEM OOM: used {m.group(1)} of {m.group(2)} vmem"
+    budget = parse_vmem_oom(text)
+    if budget is not None:
+        return (f"{_OOM_KINDS.get(budget.kind, 'VMEM OOM')}: {budget.used_bytes / 2**20:.2f} MiB needed, "
+                f"limit {budget.limit_bytes / 2**20:.2f} MiB")
     first = next((line.strip() for line in text.splitlines() if line.strip()), "compiler error")
     return first[:200]
 
