@@ -207,7 +207,8 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_r
         modelled=profile.modelled, dumps=dumps,
         compiled=None if join is None else CompiledJoin(
             n_ops=join.n_ops, with_layout=join.hlo_matched, with_llo=join.llo_matched,
-            from_dumps=join.dump_matched, sources=join.sources))
+            from_dumps=join.dump_matched, sources=join.sources,
+            with_cycles=int(join.columns["estimated_cycles"].notna().sum())))
     return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis, join)),
                   findings=tuple(sorted(findings, key=lambda f: (-f.saving.ps, -f.severity))),
                   rules_run=rules_run, rules_skipped=rules_skipped, warnings=tuple(dict.fromkeys(warnings)),

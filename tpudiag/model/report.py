@@ -61,6 +61,7 @@ class CompiledJoin:
     with_llo: int  # ops with LLO spills/cycles
     from_dumps: int  # ops with a fact from a `--dumps` directory (not the capture's own HLO)
     sources: tuple[str, ...]  # dump directories, or `capture`, that gave facts
+    with_cycles: int = 0  # ops with an estimated cycle count (LLO static profile or HLO backend_config)
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ def _header(report: Report) -> Group:
     c = s.compiled
     if c is not None and (c.with_layout or c.with_llo or s.dumps):
         lines.append(Text(f"Compiled facts joined to {max(c.with_layout, c.with_llo)} of {c.n_ops} ops "
-                          f"(layouts {c.with_layout}, LLO spills/cycles {c.with_llo}; from "
-                          f"{', '.join(c.sources) or 'nothing'})"))
+                          f"(layouts {c.with_layout}, LLO spills {c.with_llo}, estimated cycles {c.with_cycles}; "
+                          f"from {', '.join(c.sources) or 'nothing'})"))
     return Group(*lines)
 
 
