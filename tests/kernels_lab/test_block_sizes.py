@@ -75,3 +75,13 @@ def test_fit_and_scale_keep_blocks_legal():
     assert matmul.fit(p, 1024, 1536, 1024) == matmul.BlockSizes(1024, 1024, 1024)  # K block divides K
     assert scale_dim(4096, 16) == 256 and scale_dim(50257, 16) == 3142 and scale_dim(8192, 100) == 128
     assert scale_dim(24, 2) == 8 and scale_dim(50257, 1) == 50257
+
+
+def test_transpose_blocks_obey_the_rule_in_both_roles():
+    from tpudiag.kernels_lab import transpose
+
+    # 8 rows is fine for the input block but becomes the output block's minor dim
+    with pytest.raises(BlockSizeError, match=r"output block \(block_cols, block_rows\): block minor dim must be a "
+                                             r"multiple of 128 or the full dim 256, got 8"):
+        transpose.BlockSizes(8, 128).validate(transpose.Problem(256, 384), V5E_VMEM)
+    transpose.BlockSizes(128, 128).validate(transpose.Problem(256, 384), V5E_VMEM)

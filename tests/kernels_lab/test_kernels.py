@@ -17,7 +17,7 @@ import pytest
 
 jax = pytest.importorskip("jax", reason="the kernels lab needs jax (the tpu extra)")
 
-from tpudiag.kernels_lab import elementwise, harness, matmul, reduction  # noqa: E402
+from tpudiag.kernels_lab import elementwise, harness, matmul, reduction, transpose  # noqa: E402
 
 VMEM = 128 << 20
 
@@ -90,10 +90,11 @@ def test_tolerance_is_the_looser_dtype():
     assert harness.tolerance_for(matmul.Problem(8, 128, 128, "float32", "float32")) == (1e-4, "float32")
 
 
-@pytest.mark.parametrize("fam", [matmul, reduction, elementwise])
+@pytest.mark.parametrize("fam", [matmul, reduction, elementwise, transpose])
 def test_candidates_and_defaults_are_legal_for_the_example_shapes(fam):
     problem = {"matmul": matmul.Problem(8192, 4096, 50257), "reduction": reduction.Problem(8192, 4096),
-               "elementwise": elementwise.Problem(4096, 4096, 2, "float32", "float32")}[fam.FAMILY]
+               "elementwise": elementwise.Problem(4096, 4096, 2, "float32", "float32"),
+               "transpose": transpose.Problem(8192, 4096)}[fam.FAMILY]
     for gen in ("v5e", "v6e", None):
         fam.default_blocks(problem, gen).validate(problem, VMEM)
     legal = 0
@@ -113,3 +114,14 @@ def test_matmul_hbm_bytes_match_the_reference_sweep():
     assert matmul.hbm_bytes(p, matmul.BlockSizes(512, 512, 512)) == 2048 * 2048 * 2 * (4 + 4 + 1)
     assert matmul.hbm_bytes(p, matmul.BlockSizes(512, 2048, 512)) == 2048 * 2048 * 2 * (1 + 4 + 1)
     assert np.isclose(p.min_hbm_bytes, 3 * 2048 * 2048 * 2)
+
+
+@pytest.mark.parametrize(("shape", "dtype", "blocks"), [
+    ((256, 384), "float32", (128, 128)),
+    ((256, 384), "bfloat16", (128, 128)),
+    ((300, 256), "bfloat16", (128, 256)),  # partial last row block
+    ((256, 384), "float32", (256, 384)),  # one block, full dims
+])
+def test_transpose_matches_reference(shape, dtype, blocks):
+    p = transpose.Problem(*shape, dtype=dtype)
+    _check(transpose, p, transpose.BlockSizes(*blocks))

@@ -74,13 +74,17 @@ def test_check_passes_and_fails_on_a_broken_reference(qkv_repro, capsys, tmp_pat
 @pytest.mark.parametrize(("op", "message"), [
     ("all-reduce.3", "error: `all-reduce.3` is a collective (all-reduce); the lab reproduces single-chip compute "
                      "kernels only\n"),
-    ("copy.1", "error: `copy.1` writes layout {0,1}, a transposing layout change; the lab's kernels write "
-               "row-major outputs only\n"),
 ])
 def test_extract_refuses_with_one_line_and_exit_2(op, message, capsys, tmp_path):
     code, out, err = run_cli(capsys, "lab", "extract", str(EXAMPLE), "--op", op, "-o", str(tmp_path / "x"))
     assert code == 2 and err == message and out == ""
     assert not (tmp_path / "x").exists()
+
+
+def test_extract_refuses_a_while_loop(capsys, small_capture, tmp_path):
+    code, out, err = run_cli(capsys, "lab", "extract", str(small_capture), "--op", "while.1", "-o", str(tmp_path / "w"))
+    assert code == 2 and out == ""
+    assert err == "error: `while.1` is a while loop; its body's ops are reproducible one by one, the loop is not\n"
 
 
 def test_check_without_repro_is_an_input_error(capsys, tmp_path):

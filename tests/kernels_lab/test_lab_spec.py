@@ -31,6 +31,8 @@ def _infer(**kw):
     # adam update: bytes accessed = 3 x output bytes -> 2 inputs
     ("fusion.12", "elementwise", dict(rows=4096, cols=4096, n_inputs=2, dtype="float32", out_dtype="float32",
                                       activation="none")),
+    # a copy into layout {0,1}: physically a transpose
+    ("copy.1", "transpose", dict(rows=8192, cols=4096, dtype="bfloat16")),
 ])
 def test_example_ops_infer_family_and_problem(op, family, problem):
     spec = extract_spec(EXAMPLE, op)
@@ -44,7 +46,6 @@ def test_example_ops_infer_family_and_problem(op, family, problem):
     ("all-reduce.3", "`all-reduce.3` is a collective (all-reduce); the lab reproduces single-chip compute kernels only"),
     ("all-gather-start.1", "is a collective (all-gather)"),
     ("all-reduce-scatter.4", "is a collective (reduce-scatter)"),
-    ("copy.1", "`copy.1` writes layout {0,1}, a transposing layout change"),
 ])
 def test_example_ops_the_lab_cannot_reproduce_say_why(op, reason):
     with pytest.raises(NotReproducible) as exc:
@@ -95,6 +96,8 @@ def test_reduce_in_hlo_text_is_a_row_sum():
     (dict(shape_with_layout="s8[64,128]{1,0}"), "has output dtype s8; the lab's kernels take bf16 or f32 only"),
     (dict(category="custom-call", shape_with_layout="f32[8,128]"), "is a custom call"),
     (dict(category="sort", shape_with_layout="f32[8,128]"), "has category `sort`, which no kernel family covers"),
+    (dict(shape_with_layout="f32[2,3,1000]{2,0,1:T(2,128)}"),
+     "writes layout {2,0,1}; the lab reproduces row-major outputs and 2-D copies into {0,1} only"),
 ])
 def test_unsupported_ops_get_one_line_reasons(kw, reason):
     with pytest.raises(NotReproducible) as exc:

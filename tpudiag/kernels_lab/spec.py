@@ -6,7 +6,8 @@ comes from its FLOP count, an elementwise fusion's input count from its bytes.
 
 Family rules, first match wins:
 
-1. collectives, while loops, tuple outputs, custom calls -> not reproducible (one-line reason);
+1. collectives, while loops, tuple outputs, custom calls -> not reproducible (one-line reason); a
+   copy into the column-major layout {0,1} -> transpose;
 2. a `dot(`/`convolution(` in the HLO text, or the category `convolution fusion` -> matmul;
 3. a `reduce(` in the HLO text -> row reduction (sum);
 4. a `loop fusion` whose framework op name says softmax / layer norm / rms norm -> that reduction
@@ -175,7 +176,8 @@ def _rows_cols(a: ArrayText) -> tuple[int, int]:
 
 def scale_problem(family: str, p: dict, factor: int) -> dict:
     q = dict(p)
-    dims = {"matmul": ("m", "k", "n"), "reduction": ("rows", "cols"), "elementwise": ("rows", "cols")}[family]
+    dims = {"matmul": ("m", "k", "n"), "reduction": ("rows", "cols"), "elementwise": ("rows", "cols"),
+            "transpose": ("rows", "cols")}[family]
     for key in dims:
         q[key] = scale_dim(p[key], factor)
     return q
@@ -214,9 +216,17 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
     if out is None or not out.dims:
         shown = shape_with_layout or "none"
         raise NotReproducible(f"`{name}` has no array output shape the lab can read (shape: {shown})")
+    is_copy = "copy" in cat or name.startswith("copy") or re.search(r"\bcopy\(", hlo_text + body)
+    if not out.row_major and len(out.dims) == 2 and out.minor_to_major == (0, 1) and is_copy:
+        dtype = _jnp_dtype(out.dtype, "output", name)
+        return "transpose", dict(rows=out.dims[0], cols=out.dims[1], dtype=dtype), [
+            "family transpose: a copy into layout {0,1} (column-major) is physically a 2-D transpose; the "
+            "reproduction writes x.T as a row-major array",
+            f"output {out.text} from the capture's shape_with_layout; input assumed {out.dtype}"
+            f"[{out.dims[0]},{out.dims[1]}]{{1,0}}"]
     if not out.row_major:
-        raise NotReproducible(f"`{name}` writes layout {{{','.join(map(str, out.minor_to_major))}}}, a "
-                              "transposing layout change; the lab's kernels write row-major outputs only")
+        raise NotReproducible(f"`{name}` writes layout {{{','.join(map(str, out.minor_to_major))}}}; the lab "
+                              "reproduces row-major outputs and 2-D copies into {0,1} only")
     operands = operand_shapes(hlo_text) or parameter_shapes(body)
     out_dtype = _jnp_dtype(out.dtype, "output", name)
     in_dtype = _jnp_dtype(operands[0].dtype, "operand", name) if operands else out_dtype

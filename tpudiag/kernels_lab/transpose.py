@@ -1,0 +1,138 @@
+"""Layout-changing copies: `{1,0}` -> `{0,1}` is, physically, a 2-D transpose.
+
+XLA's `copy` of `bf16[R,C]{1,0}` into `bf16[R,C]{0,1}` keeps the logical shape and reorders memory;
+plain JAX has no layouts, so the reproduction writes the physical result, `x.T` as a row-major
+`[C, R]` array. Grid `(R/br, C/bc)`, both "parallel": block (i, j) of x becomes block (j, i) of the
+output, so each block dim is a minor dim on one side and a second-minor dim on the other: both
+must satisfy the (8,128) rule in both roles (in practice multiples of 128, or the full dim).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from tpudiag.kernels_lab.tiling import cdiv, check_minor_dims, check_vmem, itemsize  # repro: inlined
+
+FAMILY = "transpose"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """x[rows, cols] -> out[cols, rows] = x.T (same dtype)."""
+
+    rows: int
+    cols: int
+    dtype: str = "bfloat16"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def out_dtype(self) -> str:
+        return self.dtype
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.dtype
+
+    @property
+    def flops(self) -> int:
+        return 0
+
+    @property
+    def min_hbm_bytes(self) -> int:
+        return hbm_bytes(self, None)
+
+
+@dataclass(frozen=True)
+class BlockSizes:
+    block_rows: int
+    block_cols: int
+
+    def vmem_bytes(self, p: Problem) -> int:
+        """Input and output blocks, each double-buffered."""
+        return 2 * 2 * self.block_rows * self.block_cols * itemsize(p.dtype)
+
+    def validate(self, p: Problem, vmem_bytes: int) -> BlockSizes:
+        check_minor_dims("input block (block_rows, block_cols)", (self.block_rows, self.block_cols),
+                         (p.rows, p.cols))
+        check_minor_dims("output block (block_cols, block_rows)", (self.block_cols, self.block_rows),
+                         (p.cols, p.rows))
+        check_vmem(f"transpose blocks {self.block_rows}x{self.block_cols}", self.vmem_bytes(p), vmem_bytes)
+        return self
+
+    def grid(self, p: Problem) -> tuple[int, int]:
+        return (cdiv(p.rows, self.block_rows), cdiv(p.cols, self.block_cols))
+
+    def label(self) -> str:
+        return f"rows={self.block_rows} cols={self.block_cols}"
+
+
+def reference(p: Problem, x):
+    return jnp.transpose(x)
+
+
+def _kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...].T
+
+
+@functools.partial(jax.jit, static_argnames=("p", "blocks", "interpret", "vmem_limit_bytes"))
+def pallas(x, *, p: Problem, blocks: BlockSizes, interpret: bool = False, vmem_limit_bytes: int | None = None):
+    br, bc = blocks.block_rows, blocks.block_cols
+    return pl.pallas_call(
+        _kernel,
+        out_shape=jax.ShapeDtypeStruct((p.cols, p.rows), p.dtype),
+        grid=blocks.grid(p),
+        in_specs=[pl.BlockSpec((br, bc), lambda i, j: (i, j))],
+        out_specs=pl.BlockSpec((bc, br), lambda i, j: (j, i)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
+                                             vmem_limit_bytes=vmem_limit_bytes),
+        cost_estimate=pl.CostEstimate(flops=0, transcendentals=0, bytes_accessed=hbm_bytes(p, blocks)),
+        interpret=interpret,
+    )(x)
+
+
+def input_structs(p: Problem) -> list[tuple[tuple[int, ...], str]]:
+    return [((p.rows, p.cols), p.dtype)]
+
+
+def make_inputs(p: Problem, seed: int = 0) -> list:
+    return [jax.random.normal(jax.random.PRNGKey(seed), (p.rows, p.cols), jnp.float32).astype(p.dtype)]
+
+
+def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
+    return 2 * p.rows * p.cols * itemsize(p.dtype)
+
+
+def fit(p: Problem, block_rows: int, block_cols: int) -> BlockSizes:
+    rows = p.rows if block_rows >= p.rows else max(128, block_rows // 128 * 128)
+    cols = p.cols if block_cols >= p.cols else max(128, block_cols // 128 * 128)
+    return BlockSizes(min(rows, p.rows), min(cols, p.cols))
+
+
+TUNED: tuple[tuple[str, int, tuple[int, int]], ...] = ()
+SAFE_DEFAULT = (512, 512)
+
+
+def default_blocks(p: Problem, generation: str | None) -> BlockSizes:
+    for gen, at_least, sizes in TUNED:
+        if gen == generation and p.rows * p.cols >= at_least:
+            return fit(p, *sizes)
+    return fit(p, *SAFE_DEFAULT)
+
+
+def candidates(p: Problem) -> list[BlockSizes]:
+    seen, out = set(), []
+    for sizes in [(1024, 1024), (512, 1024), (1024, 512), (512, 512), (256, 512), (256, 256), (128, 256),
+                  (128, 128)]:
+        b = fit(p, *sizes)
+        if b not in seen:
+            seen.add(b)
+            out.append(b)
+    return out
