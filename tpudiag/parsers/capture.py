@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,15 @@ def find_capture(path: Path) -> CaptureFiles:
     return CaptureFiles(path, run_dir.name, files)
 
 
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool that does not fork the caller: forking a process whose other threads hold
+    locks (JAX, a TUI, a test runner) can deadlock the child. Forkserver children start from a
+    clean server that has imported only the parsers."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["tpudiag.parsers.capture"])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+
 # A host file at least this big, with several device planes, parses its planes in parallel.
 PARALLEL_PLANES_MIN_BYTES = 16 << 20
 _OVERFLOW = "implausible event times (beyond the int64 picosecond range)"
@@ -108,7 +118,7 @@ def _parse_planes_in_parallel(path: Path, data: bytes, jobs: int) -> HostTrace:
         raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
     platform, refs = device_planes([h.name for h in heads])
     origin = origin_of(heads[r.index] for r in refs)
-    with ProcessPoolExecutor(max_workers=min(jobs, max(1, len(refs)))) as pool:
+    with _pool(min(jobs, max(1, len(refs)))) as pool:
         parts = list(pool.map(_plane_job, [(raw.planes[r.index], r, platform, origin) for r in refs]))
     errors = [p for p in parts if isinstance(p, str)]
     if errors:
@@ -143,7 +153,7 @@ def load_capture(path: Path, jobs: int | None = None,
     else:
         if progress:
             progress(f"parsing {len(files)} hosts in {workers} processes")
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with _pool(workers) as pool:
             results = list(pool.map(_parse_file_or_failure, files))
     hosts = [r for r in results if isinstance(r, HostTrace)]
     failures = [r for r in results if isinstance(r, HostFailure)]
