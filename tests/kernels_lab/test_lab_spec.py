@@ -180,3 +180,32 @@ def test_extract_with_a_dump_reads_the_fusion_body(tmp_path):
     assert any("from the dump" in n for n in spec.notes)
     # operands are printed by name only; their shapes come from the fused computation's parameters
     assert spec.operands == ("bf16[8192,4096]", "bf16[4096,12288]")
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_SHAPE_TEXT = st.one_of(
+    st.text(max_size=40),
+    st.builds(lambda dt, dims, layout: f"{dt}[{','.join(map(str, dims))}]{layout}",
+              st.sampled_from(["bf16", "f32", "s8", "pred", "f16", "u4"]),
+              st.lists(st.integers(0, 70000), max_size=4),
+              st.sampled_from(["", "{1,0}", "{0,1}", "{1,0:T(8,128)(2,1)}", "{2,0,1}", "{0}", "{:T(256)}", "{"])),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=_SHAPE_TEXT, category=st.sampled_from(["loop fusion", "convolution fusion", "copy", "while", "sort",
+                                                    "all-reduce", "custom-call", ""]),
+       flops=st.floats(0, 1e15), nbytes=st.floats(0, 1e12), tf_op=st.sampled_from(["", "x/softmax", "ln/layer_norm"]))
+def test_inference_never_fails_other_than_with_a_reason(shape, category, flops, nbytes, tf_op):
+    """Random shapes and categories: a family with positive dims, or NotReproducible; nothing else."""
+    try:
+        family, problem, basis = _infer(category=category, shape_with_layout=shape, tf_op=tf_op, flops=flops,
+                                        bytes_accessed=nbytes)
+    except NotReproducible as exc:
+        assert exc.one_line() and "\n" not in exc.one_line()
+        return
+    assert family in ("matmul", "reduction", "elementwise", "transpose") and basis
+    dims = [v for k, v in problem.items() if k in ("m", "k", "n", "rows", "cols", "n_inputs")]
+    assert all(isinstance(d, int) and d >= 1 for d in dims), problem

@@ -3,13 +3,14 @@
 Layout:
 
 - `tiling`: the (8,128) block rule and the VMEM budget check (standard library only).
-- `matmul`, `reduction`, `elementwise`: one kernel family per module, each with a frozen
+- `matmul`, `reduction`, `elementwise`, `transpose`: one kernel family per module, each with a frozen
   `BlockSizes` that validates itself, a plain-JAX reference, the Pallas kernel, sweep candidates
   and a tuned-configs table. They import jax at module level, so import them only when needed.
 - `spec`: what an op from a capture is (family, shapes, dtypes), inferred without jax.
 - `repro`: writes a standalone reproduction directory (`repro.py` + `spec.json`).
+- `harness`: runs a kernel beside its reference and compares numerics (also `repro.py`'s main).
 - `sweep`: compiles candidates for a TPU topology in a subprocess (`compile_worker`) and ranks
-  them.
+  them; `render` prints the table.
 
 Nothing here is imported by `tpudiag report`; jax loads only inside the lab commands.
 """

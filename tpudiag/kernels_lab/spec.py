@@ -216,6 +216,8 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
     if out is None or not out.dims:
         shown = shape_with_layout or "none"
         raise NotReproducible(f"`{name}` has no array output shape the lab can read (shape: {shown})")
+    if 0 in out.dims:
+        raise NotReproducible(f"`{name}` has an empty output ({out.text}): nothing to reproduce")
     is_copy = "copy" in cat or name.startswith("copy") or re.search(r"\bcopy\(", hlo_text + body)
     if not out.row_major and len(out.dims) == 2 and out.minor_to_major == (0, 1) and is_copy:
         dtype = _jnp_dtype(out.dtype, "output", name)
