@@ -431,7 +431,7 @@ def _compare_findings(base: Sequence[Finding], new: Sequence[Finding], options: 
 # The diff
 
 
-def _family_times(analysis: Analysis, ops: pd.DataFrame, per_step: pd.DataFrame) -> dict[str, np.ndarray]:
+def _family_times(ops: pd.DataFrame, per_step: pd.DataFrame) -> dict[str, np.ndarray]:
     ids = _op_identities(ops)
     fam = {k: collective_family(ids.at[k, "name"], ids.at[k, "category"]) for k in ids.index}
     out: dict[str, np.ndarray] = {}
@@ -510,7 +510,7 @@ def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding
                 for k in keys]
         return tuple(sorted(rows, key=lambda r: (-r.time_ps, r.name)))
 
-    b_fam, n_fam = _family_times(base, b_ops, b_steps), _family_times(new, n_ops, n_steps)
+    b_fam, n_fam = _family_times(b_ops, b_steps), _family_times(n_ops, n_steps)
     families = []
     for fam in sorted(set(b_fam) | set(n_fam)):
         bv = b_fam.get(fam, np.zeros(b_steps.shape[1]))
