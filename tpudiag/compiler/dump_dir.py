@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
-from tpudiag.compiler.dumps import CompileOutput, load_compile_output, replica_group_sizes
+from tpudiag.compiler.dumps import CompileOutput, load_compile_output, matmul_flops, replica_group_sizes
 from tpudiag.compiler.worker import RESULT_FILE
 from tpudiag.errors import InputError
 
@@ -177,19 +177,8 @@ def load_dump_directory(path: Path) -> CompileOutput:
              "n_devices": devices, "target": str(path), "topology": generation, "mesh": mesh,
              "static_profile": bool(llo is not None and not llo.static_profile.empty)}
     return CompileOutput(path=path, facts=facts, program=program, spills=spills,
-                         group_sizes=replica_group_sizes(text), hlo_proto=None, warnings=warnings,
-                         **_optional_fields(text, program))
-
-
-def _optional_fields(text: str, program) -> dict:
-    """Fields `CompileOutput` gained after this module was written, filled the way `load_compile_output` does."""
-    from tpudiag.compiler import dumps
-
-    names = {f.name for f in dataclasses.fields(CompileOutput)}
-    out = {}
-    if "matmul_flops" in names and hasattr(dumps, "matmul_flops"):
-        out["matmul_flops"] = dumps.matmul_flops(text, program)
-    return out
+                         group_sizes=replica_group_sizes(text), matmul_flops=matmul_flops(text, program),
+                         hlo_proto=None, warnings=warnings)
 
 
 def _llo_spills(llo) -> pd.DataFrame:
