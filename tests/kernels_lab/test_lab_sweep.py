@@ -114,3 +114,33 @@ def test_deviceless_sweep_ranks_by_the_compiler_estimates(need_libtpu, tmp_path,
     table = console.export_text()
     assert f"{ok[0]['est_cycles']:,}" in table and "rejected [1]" in table and "[1] scoped VMEM OOM (CompileTimeScopedVmemOom): 18.36 MiB" in table
     assert "(compiler estimate)" in table
+
+
+@pytest.mark.libtpu
+def test_interrupted_sweep_keeps_results_and_resumes(need_libtpu, tmp_path):
+    """Ctrl-C after the first candidate: the JSONL keeps it, a re-run compiles only the rest."""
+    from tpudiag.kernels_lab import matmul
+    from tpudiag.kernels_lab.reproduce import write_repro
+    from tpudiag.kernels_lab.sweep import run_sweep
+
+    out = tmp_path / "repro"
+    spec = matmul_spec()
+    small = dict(spec.problem, m=512, k=512, n=512)  # compiles in about a second
+    write_repro(OpSpec(**{**spec.__dict__, "problem": small}), out)
+    blocks = [matmul.BlockSizes(256, 512, 256), matmul.BlockSizes(128, 128, 128)]
+
+    def interrupt_after_first(line: str) -> None:
+        if line.startswith("[1/2] bm=256"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(out, topology="v5e:2x2", blocks=blocks, measure=False, progress=interrupt_after_first)
+    kept = [json.loads(line)["label"] for line in jsonl_path(out, "v5e:2x2").read_text().splitlines()]
+    assert kept == ["xla", "bm=256 bk=512 bn=256"]
+
+    progress: list[str] = []
+    result = run_sweep(out, topology="v5e:2x2", blocks=blocks, measure=False, progress=progress.append)
+    assert progress[0] == "compiling 1 configuration(s) of `fusion.7` for v5e:2x2 (1 already done)"
+    assert [line for line in progress if line.startswith("[1/1] bm=128 bk=128 bn=128:")]
+    assert {r.label for r in result.results if r.status == "ok"} == {"bm=256 bk=512 bn=256", "bm=128 bk=128 bn=128"}
+    assert result.best.label == "bm=256 bk=512 bn=256"  # fewer, bigger grid steps win
