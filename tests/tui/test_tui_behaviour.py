@@ -12,9 +12,8 @@ from tpudiag.tui.session import rule_explanation
 
 
 async def press(pilot, *names):
-    for name in names:
-        await pilot.press(name)
-        await pilot.pause()
+    await pilot.press(*names)  # Pilot waits for each key to be handled before the next
+    await pilot.pause()
 
 
 async def wait_loaded(pilot, tries: int = 200):

@@ -10,9 +10,8 @@ from tpudiag.tui.screens import ExportScreen, HelpScreen, OpDetailScreen
 
 
 async def press(pilot, *names):
-    for name in names:
-        await pilot.press(name)
-        await pilot.pause()
+    await pilot.press(*names)  # Pilot waits for each key to be handled before the next
+    await pilot.pause()
 
 
 # (key, what to press first) -> check(app). One case per documented key; the meta-test below keeps
