@@ -509,6 +509,9 @@ class HostsView(Vertical):
                     f"{worst.step}, {fmt_time(worst.lag_ps)} behind the median host")
         else:
             note = f"no stragglers: on every step the slowest of {n} hosts is within 1% of the median"
+        if len(m.steps) > MAX_STEP_COLUMNS:
+            note += (f" · step columns: the first {MAX_STEP_COLUMNS} of {len(m.steps)} "
+                     "(stragglers listed for every step)")
         yield Static(Text(note), id="hosts-note")
         yield DataTable(id="hosts-table", cursor_type="row", zebra_stripes=True)
         yield Static(Text("* marks the step's straggler (slowest host, ≥1% behind the median host) · "
