@@ -252,3 +252,22 @@ def test_the_ui_answers_keys_while_a_slow_capture_loads(monkeypatch):
         await wait_loaded(pilot)
         assert pilot.app.current_view == "overview"
     run(app, scenario)
+
+
+def test_regression_a_multi_host_capture_loads_inside_the_app(tmp_path, monkeypatch):
+    # Several hosts parse in a process pool. Started from inside the app, where stderr is Textual's
+    # capture object (fileno -1), multiprocessing's resource tracker failed with "bad value(s) in
+    # fds_to_keep" and the worker died with a traceback.
+    from tests.tui.conftest import _two_host_design
+    from tpudiag.writers.tpu_design import write_capture
+
+    run_dir = tmp_path / "logdir" / "plugins" / "profile" / "run"
+    write_capture(_two_host_design("host0", 0, None), run_dir)
+    write_capture(_two_host_design("host1", 2, 3), run_dir)
+    app = TpudiagApp(tmp_path / "logdir", cursor_blink=False)
+    app.animation_level = "none"
+
+    async def scenario(pilot):
+        await wait_loaded(pilot, tries=400)
+        assert pilot.app.session.report.summary.hosts == ("host0", "host1")
+    run(app, scenario)

@@ -22,7 +22,7 @@ from tpudiag.errors import TpudiagError
 from tpudiag.tui import keys
 from tpudiag.tui.export import export_target
 from tpudiag.tui.screens import ExportScreen, HelpScreen, LoadingPanel, OpDetailScreen
-from tpudiag.tui.session import Session, load_session
+from tpudiag.tui.session import Session, load_session, start_process_helpers
 from tpudiag.tui.views import FindingsView, HostsView, OpsView, OverviewView, TimelineView
 
 VIEWS = (("overview", "Overview", OverviewView), ("findings", "Findings", FindingsView), ("ops", "Ops", OpsView),
@@ -78,6 +78,8 @@ class TpudiagApp(App):
         if path is None and session is None:
             raise ValueError("give a capture path or a loaded session")
         self.path = Path(path) if path is not None else session.path
+        if session is None:
+            start_process_helpers()  # before Textual captures stderr (see the function)
         self.session = session
         self.cursor_blink = cursor_blink
         self.dumps = dumps

@@ -29,6 +29,18 @@ class Session:
     report: Report
 
 
+def start_process_helpers() -> None:
+    """Start multiprocessing's resource tracker now, while stderr is still the terminal.
+
+    Parsing several hosts uses a process pool, whose first use starts the tracker with stderr's
+    file descriptor. Inside a running Textual app stderr is a capture object whose `fileno()` is
+    -1, and starting the tracker there fails (`ValueError: bad value(s) in fds_to_keep`).
+    """
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+
+
 def trace_dir_of(path: Path) -> Path:
     path = Path(path).resolve()
     return path.parent if path.is_file() else path
