@@ -111,7 +111,9 @@ class OverviewView(VerticalScroll):
             t.append(f"Steps {st.count} (from {s.step_source}) · mean {fmt_time(st.mean_ps)} · "
                      f"p50 {fmt_time(st.p50_ps)} · p90 {fmt_time(st.p90_ps)}")
             if len(s.hosts) > 1:
-                t.append(f" · host spread {fmt_time(s.host_spread_ps)} (slowest {s.slowest_host})")
+                t.append(f" · host spread {fmt_time(s.host_spread_ps)}")
+                if s.host_spread_ps > 0:
+                    t.append(f" (slowest {s.slowest_host})")
         else:
             t.append("Steps: none found")
         b = s.breakdown
