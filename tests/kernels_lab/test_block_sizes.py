@@ -85,3 +85,22 @@ def test_transpose_blocks_obey_the_rule_in_both_roles():
                                              r"multiple of 128 or the full dim 256, got 8"):
         transpose.BlockSizes(8, 128).validate(transpose.Problem(256, 384), V5E_VMEM)
     transpose.BlockSizes(128, 128).validate(transpose.Problem(256, 384), V5E_VMEM)
+
+
+@pytest.mark.parametrize("generation", ["v5e", "v6e", "v5p", None])
+def test_tuned_defaults_fit_the_scoped_vmem_limit(generation):
+    """Defaults stay within the compiler's default scoped VMEM limit (16 MiB v5e, 32 MiB v6e; the
+    unmeasured generations get the safe budget), so an extracted repro compiles as written."""
+    from tpudiag.kernels_lab import transpose
+
+    limit = {"v6e": 32 << 20}.get(generation, 16 << 20)
+    problems = [(reduction, reduction.Problem(8192, 4096, "softmax")),
+                (reduction, reduction.Problem(8192, 4096, "layernorm", "float32", "float32")),
+                (reduction, reduction.Problem(8192, 50257, "softmax")),
+                (elementwise, elementwise.Problem(4096, 4096, 2, "float32", "float32")),
+                (elementwise, elementwise.Problem(8192, 50257, 8)),
+                (transpose, transpose.Problem(8192, 4096, "float32")),
+                (matmul, matmul.Problem(8192, 4096, 12288))]
+    for fam, p in problems:
+        b = fam.default_blocks(p, generation).validate(p, V5E_VMEM)
+        assert b.vmem_bytes(p) < limit, (fam.FAMILY, p, b)

@@ -137,16 +137,19 @@ def fit(p: Problem, block_rows: int, block_cols: int) -> BlockSizes:
     return BlockSizes(rows, cols)
 
 
-# (generation, at least this many elements, (block_rows, block_cols)); empty until a sweep fills it.
-TUNED: tuple[tuple[str, int, tuple[int, int]], ...] = ()
-SAFE_DEFAULT = (256, 1024)
+# Tuned (generation, block_cols, VMEM budget), sorted: as many rows of block_cols as fit the budget.
+# From deviceless sweeps of a 2-input f32 4096x4096 fusion (compiler estimates, libtpu 0.0.42.1,
+# docs/kernels-lab.md): v5e best at 512x1024 (12 MiB; 24 MiB blocks break the 16 MiB scoped
+# limit), v6e at 512x2048 (24 MiB). The safe default (256x1024 bf16 x 2 inputs: 3 MiB) fits all.
+TUNED: tuple[tuple[str, int, int], ...] = (("v5e", 1024, 12 << 20), ("v6e", 2048, 24 << 20))
+SAFE_DEFAULT = (1024, 3 << 20)
 
 
 def default_blocks(p: Problem, generation: str | None) -> BlockSizes:
-    for gen, at_least, sizes in TUNED:
-        if gen == generation and p.rows * p.cols >= at_least:
-            return fit(p, *sizes)
-    return fit(p, *SAFE_DEFAULT)
+    cols, budget = next(((c, b) for gen, c, b in TUNED if gen == generation), SAFE_DEFAULT)
+    cols = min(cols, p.cols)
+    per_row = BlockSizes(1, cols).vmem_bytes(p)
+    return fit(p, max(8, budget // per_row), cols)
 
 
 def candidates(p: Problem) -> list[BlockSizes]:

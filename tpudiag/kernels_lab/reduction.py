@@ -161,17 +161,19 @@ def fit(p: Problem, block_rows: int) -> BlockSizes:
     return BlockSizes(max(8, block_rows // 8 * 8))
 
 
-# (generation, at least this many columns, block_rows). No compiler sweep has filled this yet:
-# the safe default keeps a block near 1 MiB of f32 work.
-TUNED: tuple[tuple[str, int, int], ...] = ()
-SAFE_BLOCK_BYTES = 1 << 20
+# Tuned VMEM budget per generation, sorted: the most rows whose `vmem_bytes` fit it. From deviceless
+# sweeps of a bf16 softmax over 8192x4096 (compiler estimates, libtpu 0.0.42.1, docs/kernels-lab.md):
+# v5e best at rows=256 (12 MiB; 512 rows break the 16 MiB scoped limit), v6e at rows=512 (24 MiB,
+# scoped limit 32 MiB). The safe default (3 MiB) fits every generation's scoped limit.
+TUNED: tuple[tuple[str, int], ...] = (("v5e", 12 << 20), ("v6e", 24 << 20))
+SAFE_VMEM_BYTES = 3 << 20
 
 
 def default_blocks(p: Problem, generation: str | None) -> BlockSizes:
-    for gen, at_least, rows in TUNED:
-        if gen == generation and p.cols >= at_least:
-            return fit(p, rows)
-    return fit(p, max(8, SAFE_BLOCK_BYTES // (4 * p.cols)))
+    budget = dict(TUNED).get(generation, SAFE_VMEM_BYTES)
+    per_row = BlockSizes(1).vmem_bytes(p) - BlockSizes(0).vmem_bytes(p)
+    fixed = BlockSizes(0).vmem_bytes(p)
+    return fit(p, max(8, (budget - fixed) // per_row))
 
 
 def candidates(p: Problem) -> list[BlockSizes]:

@@ -23,7 +23,8 @@ def render_sweep(result: SweepResult, console: Console) -> None:
         lines.append(f"XLA op measured in the capture: {_us(xla.measured_s)} us per occurrence (full problem, "
                      "on the captured device)")
     if xla.est_cycles is not None:
-        at = f" = {_us(xla.est_s)} us at {result.clock_hz / 1e9:g} GHz" if xla.est_s is not None else ""
+        at = (f" = {_us(xla.est_s)} us at {result.clock_hz / 1e9:g} GHz, {_us(max(xla.est_s, xla.hbm_floor_s))} us "
+              "with the HBM floor" if xla.est_s is not None else "")
         lines.append(f"XLA reference compiled for {result.topology}: {xla.est_cycles:,} estimated cycles{at} "
                      "(compiler estimate)")
     elif xla.status != "ok" or xla.reason:

@@ -367,7 +367,9 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
 def _rank(results: list[CandidateResult], basis: str) -> list[CandidateResult]:
     def key(r: CandidateResult):
         value = {"measured": r.measured_s, "estimate+floor": r.bounded_s, "cycles": r.est_cycles}[basis]
-        return (r.status != "ok", value is None, value if value is not None else 0.0)
+        # ties (several candidates at the HBM floor) go to fewer estimated cycles, then fewer steps
+        return (r.status != "ok", value is None, value if value is not None else 0.0,
+                r.est_cycles if r.est_cycles is not None else 0, r.grid_steps)
 
     return sorted(results, key=key)
 
