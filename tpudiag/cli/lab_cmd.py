@@ -153,6 +153,8 @@ def tune(
             console.print(written, markup=False, highlight=False)
     if written and output_format is LabFormat.json:
         err.print(written, markup=False, highlight=False)
+    if best is None and result.basis == "measured":
+        raise UsageError("no candidate ran on the attached TPU", hint="see the status column and its notes")
     if best is None:
         raise UsageError("no candidate compiled with an estimate to rank",
                          hint="see the status column; try another topology (static estimates exist for "

@@ -27,7 +27,10 @@ def render_sweep(result: SweepResult, console: Console) -> None:
               "with the HBM floor" if xla.est_s is not None else "")
         lines.append(f"XLA reference compiled for {result.topology}: {xla.est_cycles:,} estimated cycles{at} "
                      "(compiler estimate)")
-    elif xla.status != "ok" or xla.reason:
+    if xla.reference_measured_s is not None:
+        lines.append(f"XLA reference measured on the attached TPU: {_us(xla.reference_measured_s)} us "
+                     "(median of 10 runs)")
+    if xla.est_cycles is None and (xla.status != "ok" or xla.reason):
         lines.append(f"XLA reference: {xla.status} {xla.reason}".rstrip())
     lines.append(f"XLA HBM floor: {_us(xla.hbm_floor_s)} us (bytes accessed / HBM bandwidth, computed)")
     for line in lines:
@@ -47,7 +50,11 @@ def render_sweep(result: SweepResult, console: Console) -> None:
     for r in result.results:
         ok = r.status == "ok"
         rank += ok
-        ratio = (f"{r.est_cycles / xla.est_cycles:.2f}" if ok and r.est_cycles and xla.est_cycles else "-")
+        if measured:  # measured against measured, estimate against estimate
+            ratio = (f"{r.measured_s / xla.reference_measured_s:.2f}"
+                     if ok and r.measured_s and xla.reference_measured_s else "-")
+        else:
+            ratio = (f"{r.est_cycles / xla.est_cycles:.2f}" if ok and r.est_cycles and xla.est_cycles else "-")
         status = r.status
         if r.reason:  # reasons are long: a numbered note under the table
             notes.append(r.reason)
@@ -62,6 +69,7 @@ def render_sweep(result: SweepResult, console: Console) -> None:
         console.print(f"[{i}] {note}", markup=False, highlight=False)
     console.print("est. = compiler estimate (static LLO profile, modelled); floor = bytes the blocking moves / HBM "
                   "bandwidth (computed); ranked = max(est., floor); x XLA = est. cycles / the XLA reference's est. "
-                  "cycles; VMEM MiB = our double-buffered estimate; steps = grid steps", markup=False,
+                  "cycles (measured / measured when timed on a TPU); VMEM MiB = our double-buffered estimate; "
+                  "steps = grid steps", markup=False,
                   highlight=False, style="dim")
     console.print(f"results: `{result.jsonl}`", markup=False, highlight=False)

@@ -93,6 +93,7 @@ class XlaBaseline:
     hbm_floor_s: float  # the capture's bytes accessed / HBM bandwidth
     status: str
     reason: str
+    reference_measured_s: float | None = None  # the reference timed on the attached TPU (--measure)
 
 
 @dataclass(frozen=True)
@@ -329,7 +330,8 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
                           if not static else "no bundle_analysis_data in the compiled module")
             est_s = cycles / clock if (cycles is not None and clock) else None
             if kind == "xla":
-                xla = XlaBaseline(xla_measured, cycles, est_s, xla_floor, status, reason)
+                xla = XlaBaseline(xla_measured, cycles, est_s, xla_floor, status, reason,
+                                  answer.get("measured_s"))
                 record(xla, "xla")
                 progress(f"[xla] reference: {_cycles_text(cycles)} ({time.perf_counter() - t0:.1f} s)")
                 continue
