@@ -281,6 +281,9 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         if needle in tf_lower and "fusion" in cat:
             basis.insert(0, f"family reduction ({op}): framework op `{tf_op}` names it (the HLO text "
                             "has no fusion body)")
+            if op in ("layernorm", "rmsnorm"):
+                basis.append("per-column scale" + (" and shift" if op == "layernorm" else "")
+                             + " parameters assumed, as in a standard layer; eps 1e-6")
             return "reduction", dict(rows=rows, cols=cols, op=op, dtype=in_dtype, out_dtype=out_dtype), basis
 
     if cat in ELEMENTWISE_CATEGORIES or "fusion" in cat:

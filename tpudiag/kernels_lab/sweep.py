@@ -39,6 +39,9 @@ from tpudiag.model.hardware import chip_for
 # Generations whose static LLO profile works (v4 and TPU7x abort: reference §3).
 STATIC_PROFILE_GENERATIONS = frozenset({"v5e", "v5p", "v6e"})
 STARTUP_TIMEOUT_S = 180.0
+# Above this many grid steps the static LLO profile takes tens of seconds per compile on a small VM
+# (8192x4096x4096 matmul, 256 steps: 22-41 s on 2 vCPUs; 2048^3, 16 steps: 2 s).
+LONG_COMPILE_STEPS = 128
 
 _FATAL = re.compile(r"^F\d{4} .*$|^.*Check failed.*$", re.M)
 _OOM_KINDS = {"scoped": "scoped VMEM OOM (CompileTimeScopedVmemOom)", "capacity": "VMEM OOM (over physical VMEM)",
@@ -284,6 +287,10 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
     if n_total:
         progress(f"compiling {n_total} configuration(s) of `{spec.op_name}` for {topology}"
                  + (f" ({len(candidates) - len(pending)} already done)" if len(candidates) > len(pending) else ""))
+    if pending and not measure and min(r.grid_steps for _, r in pending) > LONG_COMPILE_STEPS:
+        progress(f"hint: every candidate has more than {LONG_COMPILE_STEPS} grid steps; static-profile compiles "
+                 "of this size take tens of seconds to minutes each: `--scale-down N` or `--max-candidates N` "
+                 "shortens the sweep, and Ctrl-C keeps what has finished")
 
     device_kind = ""
     static = generation in STATIC_PROFILE_GENERATIONS
