@@ -91,7 +91,8 @@ def test_reduce_in_hlo_text_is_a_row_sum():
 
 @pytest.mark.parametrize(("kw", "reason"), [
     (dict(name="while.1", category="while"), "`while.1` is a while loop"),
-    (dict(shape_with_layout="(f32[8,128], f32[8])"), "has no array output shape the lab can read"),
+    (dict(shape_with_layout="(f32[8,128], f32[8])"), "`fusion.7` returns a tuple of 2 arrays"),
+    (dict(shape_with_layout="f32[]{:T(128)S(6)}"), "`fusion.7` returns a scalar (f32[]{:T(128)S(6)})"),
     (dict(shape_with_layout=""), "has no array output shape the lab can read (shape: none)"),
     (dict(shape_with_layout="s8[64,128]{1,0}"), "has output dtype s8; the lab's kernels take bf16 or f32 only"),
     (dict(category="custom-call", shape_with_layout="f32[8,128]"), "is a custom call"),

@@ -32,7 +32,7 @@ def render_sweep(result: SweepResult, console: Console) -> None:
                      "(median of 10 runs)")
     if xla.est_cycles is None and (xla.status != "ok" or xla.reason):
         lines.append(f"XLA reference: {xla.status} {xla.reason}".rstrip())
-    lines.append(f"XLA HBM floor: {_us(xla.hbm_floor_s)} us (bytes accessed / HBM bandwidth, computed)")
+    lines.append(f"XLA HBM floor: {_us(xla.hbm_floor_s)} us ({xla.hbm_floor_basis} / HBM bandwidth, computed)")
     for line in lines:
         console.print("  " + line, markup=False, highlight=False)
 

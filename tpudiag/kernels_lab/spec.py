@@ -212,7 +212,14 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
                               "the loop is not")
     if "custom-call" in cat or re.search(r"\bcustom-call\(", hlo_text):
         raise NotReproducible(f"`{name}` is a custom call (already a hand-written kernel)")
-    out = parse_array(shape_with_layout or hlo_text.split("=", 1)[-1].strip())
+    shape_text = (shape_with_layout or hlo_text.split("=", 1)[-1]).strip()
+    if shape_text.startswith("("):
+        n = len(re.findall(r"[a-z0-9]+\[[0-9,]*\]", shape_text))
+        raise NotReproducible(f"`{name}` returns a tuple of {n} arrays (e.g. an async collective fusion carrying "
+                              "its collective's state); the lab reproduces single-array outputs only")
+    out = parse_array(shape_text)
+    if out is not None and not out.dims:
+        raise NotReproducible(f"`{name}` returns a scalar ({out.text}); nothing worth a kernel")
     if out is None or not out.dims:
         shown = shape_with_layout or "none"
         raise NotReproducible(f"`{name}` has no array output shape the lab can read (shape: {shown})")

@@ -97,6 +97,7 @@ class XlaBaseline:
     status: str
     reason: str
     reference_measured_s: float | None = None  # the reference timed on the attached TPU (--measure)
+    hbm_floor_basis: str = "the capture's bytes accessed"
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,11 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
             continue
         pending.append((b, r))
 
-    xla_floor = (spec.bytes_accessed if scale_down == 1 else problem.min_hbm_bytes) / chip.hbm_bytes_per_s
+    if scale_down == 1 and spec.bytes_accessed > 0:
+        xla_floor, floor_basis = spec.bytes_accessed / chip.hbm_bytes_per_s, "the capture's bytes accessed"
+    else:
+        xla_floor = problem.min_hbm_bytes / chip.hbm_bytes_per_s
+        floor_basis = "the problem's inputs read and output written once"
     xla_measured = spec.measured_time_ps / 1e12 if spec.measured_time_ps else None
     xla = _xla_from_record(done["xla"]) if "xla" in done else None
     n_total = len(pending) + (xla is None)
@@ -338,7 +343,7 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
             est_s = cycles / clock if (cycles is not None and clock) else None
             if kind == "xla":
                 xla = XlaBaseline(xla_measured, cycles, est_s, xla_floor, status, reason,
-                                  answer.get("measured_s"))
+                                  answer.get("measured_s"), floor_basis)
                 record(xla, "xla")
                 progress(f"[xla] reference: {_cycles_text(cycles)} ({time.perf_counter() - t0:.1f} s)")
                 continue
@@ -357,7 +362,7 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
             shutil.rmtree(dump_dir, ignore_errors=True)
 
     if xla is None:
-        xla = XlaBaseline(xla_measured, None, None, xla_floor, "not compiled", "")
+        xla = XlaBaseline(xla_measured, None, None, xla_floor, "not compiled", "", None, floor_basis)
     if measure:
         basis, text = "measured", "ranked by time measured on the attached TPU (median of 10 runs)"
     elif clock:
