@@ -210,3 +210,16 @@ def test_inference_never_fails_other_than_with_a_reason(shape, category, flops, 
     assert family in ("matmul", "reduction", "elementwise", "transpose") and basis
     dims = [v for k, v in problem.items() if k in ("m", "k", "n", "rows", "cols", "n_inputs")]
     assert all(isinstance(d, int) and d >= 1 for d in dims), problem
+
+
+MODELLED_V5E = Path(__file__).resolve().parents[2] / "examples" / "models" / "captures" / "transformer_train_v5e"
+
+
+def test_modelled_v5e_capture_ops():
+    """The bundled modelled capture of a compiled transformer step (real HLO names and layouts, S(1)
+    memory spaces, async collective fusions returning tuples)."""
+    spec = extract_spec(MODELLED_V5E, "fusion.103")
+    assert spec.family == "matmul" and (spec.problem["m"], spec.problem["k"], spec.problem["n"]) == (1024, 256, 768)
+    assert spec.topology == "v5e:2x2" and spec.clock_hz == 1.5e9
+    with pytest.raises(NotReproducible, match="returns a tuple of 11 arrays"):
+        extract_spec(MODELLED_V5E, "fusion.198")
