@@ -43,7 +43,8 @@ def test_example_ops_infer_family_and_problem(op, family, problem):
 
 
 @pytest.mark.parametrize(("op", "reason"), [
-    ("all-reduce.3", "`all-reduce.3` is a collective (all-reduce); the lab reproduces single-chip compute kernels only"),
+    ("all-reduce.3",
+     "`all-reduce.3` is a collective (all-reduce); the lab reproduces single-chip compute kernels only"),
     ("all-gather-start.1", "is a collective (all-gather)"),
     ("all-reduce-scatter.4", "is a collective (reduce-scatter)"),
 ])
@@ -70,7 +71,8 @@ def test_scale_down_keeps_alignment_classes():
 
 def test_dot_with_operands_gives_k_and_input_dtype():
     family, p, basis = _infer(category="convolution fusion", shape_with_layout="f32[512,1024]{1,0:T(8,128)}",
-                              hlo_text="%fusion.3 = f32[512,1024]{1,0:T(8,128)} fusion(bf16[512,768]{1,0:T(8,128)(2,1)} "
+                              hlo_text="%fusion.3 = f32[512,1024]{1,0:T(8,128)} "
+                                       "fusion(bf16[512,768]{1,0:T(8,128)(2,1)} "
                                        "%p0, bf16[768,1024]{1,0:T(8,128)(2,1)} %p1), kind=kOutput")
     assert family == "matmul" and (p["m"], p["k"], p["n"]) == (512, 768, 1024)
     assert (p["in_dtype"], p["out_dtype"]) == ("bfloat16", "float32")

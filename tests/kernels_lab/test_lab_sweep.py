@@ -18,7 +18,8 @@ from tpudiag.kernels_lab.spec import OpSpec
 from tpudiag.kernels_lab.sweep import _load_done, compile_error_reason, jsonl_path
 
 SCOPED_OOM = ("JaxRuntimeError: RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out of memory in memory "
-              "space vmem while allocating on stack for %_lambda_.1 = f32[4096,4096]{1,0:T(8,128)} custom-call(…) … "
+              "space vmem while allocating on stack for %_lambda_.1 = f32[4096,4096]{1,0:T(8,128)} "
+              "custom-call(…) … "
               "Scoped allocation with size 28.00M and limit 16.00M exceeded scoped vmem limit by 12.00M.")
 PHYSICAL_OOM = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space vmem. "
                 "Used 449.80M of 128.00M vmem. Exceeded vmem capacity by 321.80M.")
@@ -112,7 +113,8 @@ def test_deviceless_sweep_ranks_by_the_compiler_estimates(need_libtpu, tmp_path,
     console = Console(width=220, record=True)
     render_sweep(again, console)
     table = console.export_text()
-    assert f"{ok[0]['est_cycles']:,}" in table and "rejected [1]" in table and "[1] scoped VMEM OOM (CompileTimeScopedVmemOom): 18.36 MiB" in table
+    assert f"{ok[0]['est_cycles']:,}" in table and "rejected [1]" in table
+    assert "[1] scoped VMEM OOM (CompileTimeScopedVmemOom): 18.36 MiB" in table
     assert "(compiler estimate)" in table
 
 

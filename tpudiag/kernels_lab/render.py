@@ -15,8 +15,9 @@ def _us(seconds: float | None) -> str:
 def render_sweep(result: SweepResult, console: Console) -> None:
     xla = result.xla
     scaled = f", problem scaled down {result.scale_down}x" if result.scale_down > 1 else ""
-    console.print(f"`{result.op_name}` ({result.family}) on {result.topology} ({result.device_kind or result.generation})"
-                  f"{scaled}", markup=False, highlight=False)
+    device = result.device_kind or result.generation
+    console.print(f"`{result.op_name}` ({result.family}) on {result.topology} ({device}){scaled}", markup=False,
+                  highlight=False)
     console.print(f"basis: {result.basis_text}", markup=False, highlight=False)
     lines = []
     if xla.measured_s is not None:

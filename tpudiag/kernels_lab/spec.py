@@ -371,7 +371,8 @@ def extract_spec(capture: Path, op: str, *, dump: Path | None = None, topology: 
             notes.append(f"HLO text and fusion body from the dump `{dump}`")
         else:
             notes.append(f"`{op}` not found in the dump `{dump}`; used the capture's HLO text")
-    family, problem, basis = infer(name=op, category=str(row["category"]), shape_with_layout=str(row["shape_with_layout"]),
+    family, problem, basis = infer(name=op, category=str(row["category"]),
+                                   shape_with_layout=str(row["shape_with_layout"]),
                                    hlo_text=hlo_text, tf_op=str(row["tf_op"] or ""), flops=flops,
                                    bytes_accessed=nbytes, body=body)
     device = host.device
@@ -392,7 +393,8 @@ def extract_spec(capture: Path, op: str, *, dump: Path | None = None, topology: 
         op_name=op, category=str(row["category"]), program=str(row["module"]), family=family, problem=problem,
         run_problem=scale_problem(family, problem, scale_down), scale_down=scale_down,
         shape_with_layout=str(row["shape_with_layout"]),
-        operands=tuple(a.text for a in operand_shapes(hlo_text) or parameter_shapes(body)), hlo_text=hlo_text, tf_op=str(row["tf_op"] or ""),
+        operands=tuple(a.text for a in operand_shapes(hlo_text) or parameter_shapes(body)), hlo_text=hlo_text,
+        tf_op=str(row["tf_op"] or ""),
         source=str(row["source"] or ""), basis=tuple(basis), device_type=device.device_type, generation=generation,
         topology=topology, vmem_bytes=target.vmem_bytes, hbm_bytes_per_s=target.hbm_bytes_per_s,
         clock_hz=target.clock_hz, occurrences=occurrences, measured_time_ps=measured, flops=flops,

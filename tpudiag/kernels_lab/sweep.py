@@ -233,7 +233,8 @@ def _load_done(path: Path, key: dict) -> dict[str, dict]:
 
 
 def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | None = None,
-              max_candidates: int | None = None, scale_down: int = 1, blocks: list | None = None, timeout_s: float = 600.0,
+              max_candidates: int | None = None, scale_down: int = 1, blocks: list | None = None,
+              timeout_s: float = 600.0,
               progress: Callable[[str], None] = lambda _: None) -> SweepResult:
     """Compile (or measure) every candidate, append each outcome to the JSONL, rank, return."""
     spec = OpSpec.from_json(out_dir / "spec.json")
@@ -374,7 +375,8 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
         text = (f"ranked by compiler-estimated cycles only: {generation}'s clock is not public, so cycles are "
                 "not converted to time nor compared with the HBM floor; compare candidates relative to each other")
     ordered = _rank([results[b.label()] for b in candidates if b.label() in results], basis)
-    return SweepResult(spec.op_name, spec.family, problem_fields, scale_down, topology, generation, device_kind, clock, basis, text,
+    return SweepResult(spec.op_name, spec.family, problem_fields, scale_down, topology, generation, device_kind, clock,
+                       basis, text,
                        tuple(ordered), xla, str(path))
 
 
