@@ -62,6 +62,13 @@ def test_unknown_op_is_a_usage_error_with_a_hint():
     assert "`fusion.1`" in exc.value.hint
 
 
+def test_capture_without_device_ops_says_so():
+    cpu = EXAMPLE.parent / "cpu_jax_profiler"
+    with pytest.raises(UsageError) as exc:
+        extract_spec(cpu, "dot.1")
+    assert "no device ops" in exc.value.hint
+
+
 def test_scale_down_keeps_alignment_classes():
     spec = extract_spec(EXAMPLE, "fusion.8", scale_down=16)
     assert spec.run_problem["m"] == 512 and spec.run_problem["k"] == 256

@@ -350,8 +350,9 @@ def extract_spec(capture: Path, op: str, *, dump: Path | None = None, topology: 
     ops = analysis.ops[analysis.ops["name"] == op]
     if ops.empty:
         names = sorted(set(analysis.ops["name"]))
-        raise UsageError(f"op `{op}` is not in the capture", path=capture,
-                         hint=f"ops in it include {', '.join(f'`{n}`' for n in names[:8])}")
+        hint = (f"ops in it include {', '.join(f'`{n}`' for n in names[:8])}" if names
+                else "the capture has no device ops (a CPU-only profile?); the lab needs a TPU capture")
+        raise UsageError(f"op `{op}` is not in the capture", path=capture, hint=hint)
     row = ops.sort_values("total_time_ps", ascending=False).iloc[0]
     host = next(h for h in analysis.profile.hosts if h.host == row["host"])
     meta = host.op_metadata
