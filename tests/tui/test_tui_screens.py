@@ -1,4 +1,8 @@
-"""Snapshot of every screen at 120x40, reached the way a user would (keys)."""
+"""Snapshot of every screen at 120x40, reached the way a user would (keys).
+
+Each journey starts one app and walks through several screens, checking a snapshot at each stop;
+every mismatch of a journey is reported together, by snapshot name.
+"""
 
 from __future__ import annotations
 
@@ -6,59 +10,55 @@ import pytest
 
 from tests.tui.conftest import assert_snapshot, make_app, run, with_findings
 
+# (keys to press, snapshot name) in order; each journey is one app.
+EXAMPLE_JOURNEYS = {
+    "findings": [((), "example_overview"), (("f",), "example_findings"), (("down",), "example_findings_second"),
+                 (("enter",), "example_op_detail_from_finding")],
+    "ops": [(("p",), "example_ops"), (("enter",), "example_op_detail_from_ops"),
+            (("escape", "e"), "example_export_dialog"), (("escape", "s"), "example_ops_sorted_flop_util"),
+            (("slash", *"all-reduce", "enter"), "example_ops_search_all_reduce")],
+    "timeline_hosts_help": [(("t",), "example_timeline"), (("right_square_bracket",), "example_timeline_next_step"),
+                            (("h",), "example_hosts_single"), (("question_mark",), "example_help")],
+}
+TWO_HOST_JOURNEY = [((), "two_host_overview"), (("p",), "two_host_ops"), (("t",), "two_host_timeline"),
+                    (("h",), "two_host_hosts")]
 
-def _keys(*keys):
+
+def _journey(stops):
+    failures = []
+
     async def scenario(pilot):
-        for key in keys:
-            await pilot.press(key)
-            await pilot.pause()
-    return scenario
+        for keys, name in stops:
+            if keys:
+                await pilot.press(*keys)
+                await pilot.pause()
+            try:
+                assert_snapshot(pilot.app, name)
+            except AssertionError as exc:
+                failures.append(str(exc).splitlines()[0])
+    return scenario, failures
 
 
-@pytest.mark.parametrize("name, keys", [
-    ("overview", ()),
-    ("findings", ("f",)),
-    ("findings_second", ("f", "down")),
-    ("ops", ("p",)),
-    ("ops_sorted_flop_util", ("p", "s")),
-    ("ops_search_all_reduce", ("slash", *"all-reduce", "enter")),
-    ("op_detail_from_ops", ("p", "enter")),
-    ("op_detail_from_finding", ("f", "enter")),
-    ("timeline", ("t",)),
-    ("timeline_next_step", ("t", "right_square_bracket")),
-    ("hosts_single", ("h",)),
-    ("help", ("question_mark",)),
-    ("export_dialog", ("p", "e")),
-])
-def test_example_snapshot(example_session, name, keys):
-    async def scenario(pilot):
-        await _keys(*keys)(pilot)
-        assert_snapshot(pilot.app, f"example_{name}")
+@pytest.mark.parametrize("journey", sorted(EXAMPLE_JOURNEYS))
+def test_example_snapshots(example_session, journey):
+    scenario, failures = _journey(EXAMPLE_JOURNEYS[journey])
     run(make_app(example_session), scenario)
+    assert not failures, failures
 
 
-@pytest.mark.parametrize("name, keys", [
-    ("overview", ()),
-    ("ops", ("p",)),
-    ("timeline", ("t",)),
-    ("hosts", ("h",)),
-])
-def test_two_host_snapshot(two_host_session, name, keys):
-    async def scenario(pilot):
-        await _keys(*keys)(pilot)
-        assert_snapshot(pilot.app, f"two_host_{name}")
+def test_two_host_snapshots(two_host_session):
+    scenario, failures = _journey(TWO_HOST_JOURNEY)
     run(make_app(two_host_session), scenario)
+    assert not failures, failures
 
 
 def test_findings_says_rules_not_run(example_session):
-    async def scenario(pilot):
-        await _keys("f")(pilot)
-        assert_snapshot(pilot.app, "findings_rules_not_run")
+    scenario, failures = _journey([(("f",), "findings_rules_not_run")])
     run(make_app(with_findings(example_session, findings=(), rules_run=False)), scenario)
+    assert not failures, failures
 
 
 def test_findings_says_no_findings(example_session):
-    async def scenario(pilot):
-        await _keys("f")(pilot)
-        assert_snapshot(pilot.app, "findings_none")
+    scenario, failures = _journey([(("f",), "findings_none")])
     run(make_app(with_findings(example_session, findings=(), rules_run=True)), scenario)
+    assert not failures, failures
