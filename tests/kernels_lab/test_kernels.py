@@ -125,3 +125,13 @@ def test_matmul_hbm_bytes_match_the_reference_sweep():
 def test_transpose_matches_reference(shape, dtype, blocks):
     p = transpose.Problem(*shape, dtype=dtype)
     _check(transpose, p, transpose.BlockSizes(*blocks))
+
+
+def test_tpu_semantics_interpreter_agrees_on_partial_blocks():
+    """pltpu.InterpretParams simulates VMEM and the pipeline's DMAs: partial edge blocks and the fused
+    epilogue still match the reference."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    p = matmul.Problem(200, 256, 300, "bfloat16", "bfloat16", bias=True, activation="gelu")
+    result = harness.numerics_check(matmul, p, matmul.BlockSizes(64, 128, 128), interpret=pltpu.InterpretParams())
+    assert result["ok"] and result["interpret"] == "tpu"

@@ -70,6 +70,9 @@ def extract(
 def check(
     directory: Annotated[Path, typer.Argument(help="A reproduction directory from `tpudiag lab extract`")],
     full: Annotated[bool, typer.Option("--full", help="Check the full profiled shapes (slow on CPU)")] = False,
+    tpu_interpret: Annotated[bool, typer.Option("--tpu-interpret", help="Use the TPU-semantics interpreter "
+                                                                        "(simulated VMEM and DMAs; slower)")]
+    = False,
     output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
 ) -> None:
     """Numerics of the Pallas kernel against the XLA reference, on CPU in interpret mode; exit 1 on mismatch."""
@@ -78,6 +81,7 @@ def check(
         raise InputError("no repro.py here", path=directory, hint="create it with `tpudiag lab extract`")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     cmd = [sys.executable, str(repro), "--json", "--interpret"] + (["--full"] if full else [])
+    cmd += ["--tpu-interpret"] if tpu_interpret else []
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     result = None
     for line in reversed(proc.stdout.splitlines()):
@@ -94,7 +98,8 @@ def check(
         verdict = "OK" if result["ok"] else "MISMATCH"
         shape = " ".join(f"{k}={v}" for k, v in result["problem"].items())
         console.print(f"`{result['op']}` ({result['family']}) {shape}", markup=False, highlight=False)
-        console.print(f"  blocks {result['blocks']}, grid {tuple(result['grid'])}, CPU interpret mode"
+        how = "TPU-semantics interpreter" if result["interpret"] == "tpu" else "interpret mode"
+        console.print(f"  blocks {result['blocks']}, grid {tuple(result['grid'])}, CPU {how}"
                       + (" (scaled-down problem)" if result["scaled_down"] else ""), markup=False, highlight=False)
         console.print(f"numerics: max|pallas - xla| / max|xla| = {result['max_rel_err']:.3g}, tolerance "
                       f"{result['tolerance']:.3g} for {result['tolerance_dtype']} -> {verdict}",

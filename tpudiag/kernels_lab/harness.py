@@ -25,6 +25,7 @@ import time
 
 import jax
 import numpy as np
+from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import scale_dim  # repro: inlined
 
@@ -49,8 +50,9 @@ def _wall(fn, args, reps: int) -> float:
     return float(np.median(times))
 
 
-def numerics_check(fam, problem, blocks, *, interpret: bool, seed: int = 0, time_reps: int = 0) -> dict:
-    """Run both on the same inputs; return the comparison as a JSON-ready dict."""
+def numerics_check(fam, problem, blocks, *, interpret, seed: int = 0, time_reps: int = 0) -> dict:
+    """Run both on the same inputs; return the comparison as a JSON-ready dict. `interpret` is a bool
+    or a `pltpu.InterpretParams` (the TPU-semantics interpreter)."""
     args = fam.make_inputs(problem, seed)
     kernel = jax.jit(lambda *a: fam.pallas(*a, p=problem, blocks=blocks, interpret=interpret))
     ref = jax.jit(lambda *a: fam.reference(problem, *a))
@@ -62,7 +64,8 @@ def numerics_check(fam, problem, blocks, *, interpret: bool, seed: int = 0, time
     tol, tol_dtype = tolerance_for(problem)
     result = {
         "family": fam.FAMILY, "problem": dataclasses.asdict(problem), "blocks": dataclasses.asdict(blocks),
-        "grid": list(blocks.grid(problem)), "backend": jax.default_backend(), "interpret": interpret,
+        "grid": list(blocks.grid(problem)), "backend": jax.default_backend(),
+        "interpret": interpret if isinstance(interpret, bool) else "tpu",
         "max_rel_err": err, "tolerance": tol, "tolerance_dtype": tol_dtype, "ok": bool(finite and err <= tol),
         "pallas_s": None, "reference_s": None,
     }
@@ -82,17 +85,22 @@ def run_main(fam, *, op_name: str, problem, run_problem, blocks, vmem_bytes: int
     parser = argparse.ArgumentParser(description=f"Reproduce `{op_name}`: Pallas kernel vs XLA reference")
     parser.add_argument("--full", action="store_true", help="run the op's full profiled shapes even off TPU")
     parser.add_argument("--interpret", action="store_true", help="force Pallas interpret mode")
+    parser.add_argument("--tpu-interpret", action="store_true",
+                        help="interpret with TPU semantics (pltpu.InterpretParams: simulated VMEM, DMAs and "
+                             "semaphores; slower, stricter)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args(argv)
     on_tpu = jax.default_backend() == "tpu"
-    interpret = args.interpret or not on_tpu
+    interpret = args.interpret or args.tpu_interpret or not on_tpu
     target = problem if (on_tpu or args.full) else run_problem
     # Scaled-down runs shrink the blocks by the same factor, so the grid keeps the full problem's shape
     # as far as the (8,128) rule allows.
     chosen = blocks if target == problem else fam.fit(
         target, *[scale_dim(b, scale_down) for b in dataclasses.astuple(blocks)])
     chosen.validate(target, vmem_bytes)
-    result = numerics_check(fam, target, chosen, interpret=interpret, time_reps=0 if interpret else 10)
+    mode = pltpu.InterpretParams() if args.tpu_interpret else interpret
+    result = numerics_check(fam, target, chosen, interpret=mode, time_reps=0 if interpret else 10)
+    result["interpret"] = "tpu" if args.tpu_interpret else interpret
     result["op"] = op_name
     result["scaled_down"] = target != problem
     if args.json:
@@ -102,7 +110,8 @@ def run_main(fam, *, op_name: str, problem, run_problem, blocks, vmem_bytes: int
     if target != problem:
         print(f"  scaled down for the CPU from {describe(problem)} (run with --full for the real shapes)")
     print(f"  blocks {chosen.label()}, grid {tuple(result['grid'])}")
-    mode = "Pallas interpret mode (timings not meaningful)" if interpret else "compiled Pallas kernel"
+    mode = ("Pallas TPU-semantics interpreter (timings not meaningful)" if args.tpu_interpret
+            else "Pallas interpret mode (timings not meaningful)" if interpret else "compiled Pallas kernel")
     print(f"  backend {result['backend']}, {mode}")
     verdict = "OK" if result["ok"] else "MISMATCH"
     print(f"numerics: max|pallas - xla| / max|xla| = {result['max_rel_err']:.3g}, tolerance "
