@@ -98,3 +98,17 @@ def test_report_does_not_import_jax():
             "assert 'jax' not in sys.modules, 'report imported jax'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_ops_lists_families_and_reasons(capsys):
+    code, out, _ = run_cli(capsys, "lab", "ops", str(EXAMPLE), "--top", "50", "--format", "json")
+    rows = {r["op_name"]: r for r in json.loads(out)}
+    assert code == 0 and len(rows) == 19
+    assert rows["fusion.8"]["family"] == "matmul" and rows["fusion.8"]["problem"]["n"] == 50257
+    assert rows["copy.1"]["family"] == "transpose" and rows["fusion.4"]["problem"]["op"] == "softmax"
+    assert rows["all-reduce.3"]["family"] == "" and "is a collective (all-reduce)" in rows["all-reduce.3"]["reason"]
+    shares = [r["time_share"] for r in rows.values()]
+    assert abs(sum(shares) - 1.0) < 1e-9 and shares == sorted(shares, reverse=True)  # invariant: a partition
+
+    code, out, _ = run_cli(capsys, "lab", "ops", str(EXAMPLE), "--top", "3")
+    assert "fusion.8" in out and "bf16 8192x4096 @ 4096x50257 -> bf16" in out

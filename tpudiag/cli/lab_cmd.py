@@ -33,6 +33,40 @@ def _consoles():
     return stdout_console(), stderr_console()
 
 
+@lab_app.command("ops")
+def ops(
+    path: Annotated[Path, typer.Argument(help="Logdir, run directory or .xplane.pb file")],
+    top: Annotated[int, typer.Option(help="Ops to list, by self time")] = 20,
+    output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
+) -> None:
+    """List a capture's ops by self time with the kernel family each maps to, or why none does."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from tpudiag.analysis.profile_analysis import analyze
+    from tpudiag.kernels_lab.spec import describe_problem, survey
+    from tpudiag.parsers.capture import load_capture
+
+    rows = survey(analyze(load_capture(path)), path, top)
+    console, _ = _consoles()
+    if output_format is LabFormat.json:
+        sys.stdout.write(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+        return
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for name, justify in (("op", "left"), ("category", "left"), ("time %", "right"), ("family", "left"),
+                          ("problem, or why not", "left")):
+        table.add_column(name, justify=justify, overflow="fold", no_wrap=name != "problem, or why not")
+    for r in rows:
+        if r.family:
+            detail = describe_problem(r.family, r.problem)
+        else:
+            detail = r.reason.removeprefix(f"`{r.op_name}` ")
+        table.add_row(r.op_name, r.category, f"{100 * r.time_share:.1f}", r.family or "-", detail)
+    console.print(table)
+    console.print(f"reproduce one: `tpudiag lab extract {path} --op NAME`", markup=False, highlight=False)
+
+
 @lab_app.command("extract")
 def extract(
     path: Annotated[Path, typer.Argument(help="Logdir, run directory or .xplane.pb file")],

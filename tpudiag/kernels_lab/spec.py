@@ -346,7 +346,62 @@ def extract_spec(capture: Path, op: str, *, dump: Path | None = None, topology: 
 
     if scale_down < 1:
         raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
-    analysis = analyze(load_capture(capture))
+    return spec_from_analysis(analyze(load_capture(capture)), capture, op, dump=dump, topology=topology,
+                              scale_down=scale_down)
+
+
+_SHORT = {"bfloat16": "bf16", "float32": "f32"}
+
+
+def describe_problem(family: str, p: dict) -> str:
+    """A short human form: `bf16 8192x4096 @ 4096x50257 -> bf16`, `softmax bf16[8192,4096]`."""
+    if family == "matmul":
+        epilogue = [x for x in ("bias" if p["bias"] else "", "" if p["activation"] == "none" else p["activation"]) if x]
+        return (f"{_SHORT[p['in_dtype']]} {p['m']}x{p['k']} @ {p['k']}x{p['n']} -> {_SHORT[p['out_dtype']]}"
+                + (f" (+{', '.join(epilogue)})" if epilogue else ""))
+    if family == "reduction":
+        return f"{p['op']} {_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> {_SHORT[p['out_dtype']]}"
+    if family == "elementwise":
+        act = "" if p["activation"] == "none" else f" ({p['activation']})"
+        return f"{p['n_inputs']} x {_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> {_SHORT[p['out_dtype']]}{act}"
+    if family == "transpose":
+        return f"{_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> [{p['cols']},{p['rows']}]"
+    return " ".join(f"{k}={v}" for k, v in p.items())
+
+
+@dataclass(frozen=True)
+class SurveyRow:
+    """One op of a capture and what the lab can do with it."""
+
+    op_name: str
+    category: str
+    self_time_ps: int  # summed over the capture (first host)
+    time_share: float  # of the host's summed op self time
+    family: str  # '' when not reproducible
+    problem: dict
+    reason: str  # why not, when family is ''
+
+
+def survey(analysis, capture: Path, top: int | None = None) -> list[SurveyRow]:
+    """The first host's ops by self time, each with its family and problem or the reason it has none."""
+    ops = analysis.ops[analysis.ops["host"] == analysis.ops["host"].iloc[0]] if len(analysis.ops) else analysis.ops
+    ops = ops.sort_values("self_time_ps", ascending=False)
+    total = float(ops["self_time_ps"].sum()) or 1.0
+    rows = []
+    for _, r in ops.head(top if top is not None else len(ops)).iterrows():
+        try:
+            spec = spec_from_analysis(analysis, capture, str(r["name"]), topology=None)
+            family, problem, reason = spec.family, spec.problem, ""
+        except UsageError as exc:
+            family, problem, reason = "", {}, exc.one_line()
+        rows.append(SurveyRow(str(r["name"]), str(r["category"]), int(r["self_time_ps"]),
+                              float(r["self_time_ps"]) / total, family, problem, reason))
+    return rows
+
+
+def spec_from_analysis(analysis, capture: Path, op: str, *, dump: Path | None = None, topology: str | None = None,
+                       scale_down: int = 1) -> OpSpec:
+    """`extract_spec` on an already analysed capture."""
     ops = analysis.ops[analysis.ops["name"] == op]
     if ops.empty:
         names = sorted(set(analysis.ops["name"]))
