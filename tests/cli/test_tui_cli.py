@@ -72,3 +72,15 @@ def test_dumps_must_be_a_directory(tmp_path, monkeypatch, capsys):
         main(["tui", str(EXAMPLE_CAPTURE), "--dumps", str(tmp_path / "nope")])
     assert exc.value.code == 2
     assert capsys.readouterr().err.splitlines() == [f"error: `{tmp_path / 'nope'}`: --dumps: not a directory"]
+
+
+def test_domain_and_plain_tui_modules_do_not_import_textual():
+    # Only the modules that draw import Textual; the queries behind the views stay plain Python.
+    modules = ["tpudiag.analysis.timeline", "tpudiag.analysis.drilldown", "tpudiag.analysis.stragglers",
+               "tpudiag.tui.session", "tpudiag.tui.export", "tpudiag.tui.keys", "tpudiag.cli.tui_cmd"]
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}:\n    importlib.import_module(m)\n"
+            "sys.stderr.write(repr(sorted(m for m in sys.modules if m.split('.')[0] == 'textual')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "[]"
