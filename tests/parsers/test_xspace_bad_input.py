@@ -153,3 +153,20 @@ def test_regression_out_of_range_device_offset_is_a_clean_error(tmp_path):
     f = space.write(tmp_path / "h.xplane.pb")
     with pytest.raises(InputError, match="implausible event times"):
         load_capture(f)
+
+
+def test_device_times_are_read_in_any_stat_order(tmp_path):
+    """The fast path expects device offset and duration first; other orders take the general path."""
+    from tpudiag.writers.xspace_builder import U64, XSpaceBuilder
+
+    space = XSpaceBuilder("h")
+    plane = space.plane("/device:TPU:0", 1)
+    md = plane.event_metadata("%f = f32[] fusion()", "f", {"program_id": U64(1), "symbol_id": U64(1)})
+    line = plane.line("XLA Ops", 3)
+    line.event(md, 0, 10, {"device_offset_ps": U64(100), "device_duration_ps": U64(7)})
+    line.event(md, 0, 10, {"group_id": 3, "device_duration_ps": U64(8), "device_offset_ps": U64(200)})
+    line.event(md, 300, 9, {"device_offset_ps": U64(400)})  # duration missing: the event's own span
+    host = load_capture(space.write(tmp_path / "h.xplane.pb")).hosts[0]
+    ev = host.events.sort_values("start_ps")
+    assert ev["start_ps"].tolist() == [100, 200, 300]
+    assert ev["dur_ps"].tolist() == [7, 8, 9]
