@@ -104,3 +104,23 @@ def test_tuned_defaults_fit_the_scoped_vmem_limit(generation):
     for fam, p in problems:
         b = fam.default_blocks(p, generation).validate(p, V5E_VMEM)
         assert b.vmem_bytes(p) < limit, (fam.FAMILY, p, b)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_DIM = st.integers(1, 70_000)
+_BLOCK = st.sampled_from([1, 8, 16, 100, 128, 256, 300, 512, 1024, 2048, 4096])
+
+
+@settings(max_examples=300, deadline=None)
+@given(m=_DIM, k=_DIM, n=_DIM, bm=_BLOCK, bk=_BLOCK, bn=_BLOCK, rows=_DIM, cols=_DIM)
+def test_fit_always_obeys_the_tiling_rule(m, k, n, bm, bk, bn, rows, cols):
+    """Whatever the dims and requested blocks, `fit` returns blocks the (8,128) rule accepts (VMEM aside)."""
+    from tpudiag.kernels_lab import transpose
+
+    unlimited = 1 << 62
+    matmul.fit(matmul.Problem(m, k, n), bm, bk, bn).validate(matmul.Problem(m, k, n), unlimited)
+    reduction.fit(reduction.Problem(rows, cols), bm).validate(reduction.Problem(rows, cols), unlimited)
+    elementwise.fit(elementwise.Problem(rows, cols), bm, bn).validate(elementwise.Problem(rows, cols), unlimited)
+    transpose.fit(transpose.Problem(rows, cols), bm, bn).validate(transpose.Problem(rows, cols), unlimited)

@@ -17,7 +17,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import (  # repro: inlined
-    BlockSizeError, cdiv, check_minor_dims, check_vmem, itemsize)
+    BlockSizeError, cdiv, check_minor_dims, check_vmem, fit_dim, itemsize)
 
 FAMILY = "elementwise"
 ACTIVATIONS = ("none", "gelu", "relu", "silu")
@@ -132,9 +132,7 @@ def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
 
 
 def fit(p: Problem, block_rows: int, block_cols: int) -> BlockSizes:
-    rows = p.rows if block_rows >= p.rows else max(8, block_rows // 8 * 8)
-    cols = p.cols if block_cols >= p.cols else max(128, block_cols // 128 * 128)
-    return BlockSizes(rows, cols)
+    return BlockSizes(fit_dim(block_rows, p.rows, 8), fit_dim(block_cols, p.cols, 128))
 
 
 # Tuned (generation, block_cols, VMEM budget), sorted: as many rows of block_cols as fit the budget.

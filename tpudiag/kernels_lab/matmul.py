@@ -18,7 +18,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import (  # repro: inlined
-    BlockSizeError, cdiv, check_divides, check_minor_dims, check_vmem, itemsize)
+    BlockSizeError, cdiv, check_divides, check_minor_dims, check_vmem, fit_dim, itemsize)
 
 FAMILY = "matmul"
 ACTIVATIONS = ("none", "gelu", "relu", "silu")
@@ -185,13 +185,6 @@ def hbm_bytes(p: Problem, blocks: BlockSizes) -> int:
     return total
 
 
-def _fit(block: int, dim: int, unit: int) -> int:
-    """`block` clamped to `dim`; the full dim when the clamp would break the tiling unit."""
-    if block >= dim:
-        return dim
-    return block if block % unit == 0 else dim
-
-
 def _fit_k(block: int, k: int) -> int:
     """The largest multiple of 128 not above `block` that divides K, else K itself."""
     b = min(block, k) // 128 * 128
@@ -204,7 +197,7 @@ def _fit_k(block: int, k: int) -> int:
 
 def fit(p: Problem, block_m: int, block_k: int, block_n: int) -> BlockSizes:
     """Nearest legal block sizes for this problem (clamped to dims, K block dividing K)."""
-    return BlockSizes(_fit(block_m, p.m, 8), _fit_k(block_k, p.k), _fit(block_n, p.n, 128))
+    return BlockSizes(fit_dim(block_m, p.m, 8), _fit_k(block_k, p.k), fit_dim(block_n, p.n, 128))
 
 
 # Tuned configurations: (generation, smallest of M/K/N at least, (bm, bk, bn)), sorted.

@@ -17,7 +17,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import (  # repro: inlined
-    BlockSizeError, cdiv, check_minor_dims, check_vmem, itemsize)
+    BlockSizeError, cdiv, check_minor_dims, check_vmem, fit_dim, itemsize)
 
 FAMILY = "reduction"
 OPS = ("softmax", "layernorm", "rmsnorm", "sum")
@@ -156,9 +156,7 @@ def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
 
 
 def fit(p: Problem, block_rows: int) -> BlockSizes:
-    if block_rows >= p.rows:
-        return BlockSizes(p.rows)
-    return BlockSizes(max(8, block_rows // 8 * 8))
+    return BlockSizes(fit_dim(block_rows, p.rows, 8))
 
 
 # Tuned VMEM budget per generation, sorted: the most rows whose `vmem_bytes` fit it. From deviceless

@@ -70,6 +70,13 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def fit_dim(block: int, dim: int, unit: int) -> int:
+    """The nearest legal block for one dim: `block` rounded down to the tiling unit (at least one
+    unit), or the full dim when that reaches it."""
+    b = max(unit, block // unit * unit)
+    return dim if b >= dim else b
+
+
 def scale_dim(d: int, factor: int) -> int:
     """One dim shrunk by `factor`, keeping its alignment class: a multiple of 128 stays a multiple
     of 128 (at least 128), of 8 stays of 8 (at least 8); a ragged dim stays ragged (ceil, nudged

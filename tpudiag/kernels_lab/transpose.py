@@ -17,7 +17,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpudiag.kernels_lab.tiling import cdiv, check_minor_dims, check_vmem, itemsize  # repro: inlined
+from tpudiag.kernels_lab.tiling import (  # repro: inlined
+    cdiv, check_minor_dims, check_vmem, fit_dim, itemsize)
 
 FAMILY = "transpose"
 
@@ -111,9 +112,8 @@ def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
 
 
 def fit(p: Problem, block_rows: int, block_cols: int) -> BlockSizes:
-    rows = p.rows if block_rows >= p.rows else max(128, block_rows // 128 * 128)
-    cols = p.cols if block_cols >= p.cols else max(128, block_cols // 128 * 128)
-    return BlockSizes(min(rows, p.rows), min(cols, p.cols))
+    # each block dim is a minor dim on one side of the transpose: 128-aligned or full
+    return BlockSizes(fit_dim(block_rows, p.rows, 128), fit_dim(block_cols, p.cols, 128))
 
 
 # Tuned (generation, VMEM budget), sorted: the biggest square block (multiple of 128) within it.
