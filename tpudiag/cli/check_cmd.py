@@ -55,7 +55,7 @@ def findings_check(findings, threshold) -> CheckResult:
 
 def regression_check(change, max_regression_pct: float) -> CheckResult:
     from tpudiag.render.diff_format import fmt_ci
-    from tpudiag.render.units import fmt_time
+    from tpudiag.model.units import fmt_time
 
     rel = change.relative or 0.0
     detail = (f"median step time {fmt_time(change.base.centre_ps)} -> {fmt_time(change.new.centre_ps)} "

@@ -109,7 +109,7 @@ def simulate_command(
     from tpudiag.cli.app import stdout_console
     from tpudiag.compiler.dumps import load_compile_output
     from tpudiag.compiler.simulate import simulate
-    from tpudiag.render.units import fmt_time
+    from tpudiag.model.units import fmt_time
 
     output = load_compile_output(dumpdir)
     path, timeline, model = simulate(output, out, clock_ghz=clock_ghz, ici_gbps=ici_gbps,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpudiag.analysis.diff import Change, Diff
-from tpudiag.render.units import fmt_bytes, fmt_time
+from tpudiag.model.units import fmt_bytes, fmt_time
 
 
 def fmt_delta(ps: float) -> str:

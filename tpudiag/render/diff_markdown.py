@@ -6,7 +6,7 @@ from tpudiag import __version__
 from tpudiag.analysis.diff import Diff, NamedChange
 from tpudiag.render.diff_format import change_cells, compiled_cells, fmt_delta, noise_rule
 from tpudiag.render.markdown import code, prose, table, text
-from tpudiag.render.units import fmt_time
+from tpudiag.model.units import fmt_time
 
 HEADER = ["base", "new", "change", "change %", "noise band", "95% interval", "verdict"]
 

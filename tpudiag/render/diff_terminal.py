@@ -9,7 +9,7 @@ from rich.text import Text
 
 from tpudiag.analysis.diff import Diff, NamedChange
 from tpudiag.render.diff_format import change_cells, compiled_cells, fmt_delta, noise_rule
-from tpudiag.render.units import fmt_time
+from tpudiag.model.units import fmt_time
 
 CHANGE_COLUMNS = ("base", "new", "change", "change %", "noise band", "95% interval", "verdict")
 STYLE = {"slower": "red", "faster": "green", "within noise": "dim"}

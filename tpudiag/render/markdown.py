@@ -17,7 +17,7 @@ from urllib.parse import quote
 from tpudiag import __version__
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import Breakdown, Report
-from tpudiag.render.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+from tpudiag.model.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
 
 TOP_OPS = 15
 TOP_PROBLEMS = 3

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tpudiag.compiler.static_report import StaticReport
-from tpudiag.render.units import fmt_bytes, fmt_time
+from tpudiag.model.units import fmt_bytes, fmt_time
 
 
 def _int_or_none(value) -> int | None:

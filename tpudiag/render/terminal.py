@@ -9,7 +9,7 @@ from rich.text import Text
 
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import Breakdown, Report
-from tpudiag.render.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
+from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 
 BAR_WIDTH = 30
 

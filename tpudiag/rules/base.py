@@ -18,6 +18,7 @@ import pandas as pd
 
 from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model import schemas
+from tpudiag.model.units import fmt_pct, fmt_time  # noqa: F401 (re-exported for the rules)
 from tpudiag.model.findings import Finding, Severity
 
 DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Savings estimate", "Known limits",
@@ -200,23 +201,6 @@ def op_events(analysis: Analysis, names) -> pd.DataFrame:
         return pd.DataFrame({"host": [], "core": [], "step": [], "name": [], "self_ps": []})
     return pd.concat(parts, ignore_index=True)
 
-
-def fmt_time(ps: float) -> str:
-    """Times in messages; the same units as the renderers (rules must not import render)."""
-    a = abs(ps)
-    if a >= 1e12:
-        return f"{ps / 1e12:.3g} s"
-    if a >= 1e9:
-        return f"{ps / 1e9:.2f} ms"
-    if a >= 1e6:
-        return f"{ps / 1e6:.1f} µs"
-    if a >= 1e3:
-        return f"{ps / 1e3:.1f} ns"
-    return f"{ps:.0f} ps"
-
-
-def fmt_pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
 
 
 def assign_steps(steps: pd.DataFrame, host: str, core: np.ndarray, start_ps: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from tpudiag.analysis.timeline import StepTimeline
 from tpudiag.errors import UsageError
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import OpRow, Report
-from tpudiag.render.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
+from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 
 
 def _cell(text: object) -> str:

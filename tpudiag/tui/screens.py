@@ -12,7 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar, Static
 
 from tpudiag.analysis.drilldown import OpDetail
-from tpudiag.render.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+from tpudiag.model.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
 from tpudiag.tui import export, keys
 from tpudiag.tui.session import STAGES
 

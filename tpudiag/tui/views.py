@@ -19,7 +19,7 @@ from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, IO, StepTimeli
                                        step_timeline)
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import OpRow, Report
-from tpudiag.render.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+from tpudiag.model.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
 from tpudiag.tui import export, keys
 from tpudiag.tui.session import Session, rule_explanation
 

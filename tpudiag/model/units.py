@@ -1,4 +1,7 @@
-"""Human-readable numbers with their units."""
+"""Human-readable numbers with their units, for every output: renderers, rule messages, the TUI.
+
+In the model package because rules may not import renderers, yet their messages must read the
+same as the report around them."""
 
 from __future__ import annotations
 
