@@ -80,16 +80,10 @@ def report(
 ) -> None:
     """Print where each step's time goes, which ops dominate it, and the rules' findings."""
     from tpudiag.analysis.profile_analysis import analyze, build_report
-    from tpudiag.model.findings import Severity
     from tpudiag.parsers.capture import load_capture
     from tpudiag.rules import load_config, run_rules
 
-    threshold = None
-    if fail_on is not None:
-        try:
-            threshold = Severity.parse(fail_on)
-        except ValueError as exc:
-            raise UsageError(f"--fail-on: {exc}") from exc
+    threshold = rules_cmd.parse_fail_on(fail_on)
     target = path if path is not None else default_capture()
     from tpudiag.cli.report_dumps import is_dump_directory, join_for_report, report_dump_directory
 

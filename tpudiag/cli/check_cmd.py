@@ -82,8 +82,8 @@ def check(
     try:
         from tpudiag.analysis.diff import NoiseOptions, diff_analyses
         from tpudiag.cli.diff_cmd import analyse_capture
-        from tpudiag.model.findings import Severity
-        from tpudiag.render.json_format import _finding
+        from tpudiag.cli.rules_cmd import parse_fail_on
+        from tpudiag.render.json_format import finding_to_dict
 
         if max_regression is not None and baseline is None:
             raise UsageError("--max-regression needs --baseline", hint="pass the baseline capture with --baseline")
@@ -91,12 +91,7 @@ def check(
             raise UsageError(f"--max-regression must be >= 0, got {max_regression:g}")
         if fail_on is None and baseline is None:
             fail_on = DEFAULT_FAIL_ON
-        threshold = None
-        if fail_on is not None:
-            try:
-                threshold = Severity.parse(fail_on)
-            except ValueError as exc:
-                raise UsageError(f"--fail-on: {exc}") from exc
+        threshold = parse_fail_on(fail_on)
 
         analysis, findings, _ = analyse_capture(path, config, jobs)
         checks: list[CheckResult] = []
@@ -123,7 +118,7 @@ def check(
                 "baseline": None if baseline is None else str(baseline),
                 "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in checks],
                 "step_time": change_to_dict(step_change),
-                "findings": [_finding(f) for f in findings],
+                "findings": [finding_to_dict(f) for f in findings],
             }, indent=2) + "\n")
         else:
             from tpudiag.cli.app import stdout_console

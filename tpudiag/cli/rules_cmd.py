@@ -94,6 +94,18 @@ def load_dump_inputs(paths: list[Path] | None) -> tuple[dict[str, Any], tuple[st
     return extra, tuple(labels)
 
 
+def parse_fail_on(text: str | None):
+    """`--fail-on SEVERITY` as a Severity (None when absent); a bad value is a usage error."""
+    from tpudiag.model.findings import Severity
+
+    if text is None:
+        return None
+    try:
+        return Severity.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--fail-on: {exc}") from exc
+
+
 def register(app: typer.Typer) -> None:
     app.command("rules")(rules)
     app.command("rule")(rule)

@@ -26,7 +26,7 @@ def _distribution(d: Distribution | None) -> dict | None:
     return None if d is None else dataclasses.asdict(d)
 
 
-def _finding(f: Finding) -> dict:
+def finding_to_dict(f: Finding) -> dict:
     return {
         "rule": f.rule,
         "code": f.code,
@@ -83,7 +83,7 @@ def report_to_dict(report: Report) -> dict:
         "hosts": hosts,
         "ops": ops,
         "categories": [dataclasses.asdict(c) for c in report.categories],
-        "findings": [_finding(f) for f in report.findings],
+        "findings": [finding_to_dict(f) for f in report.findings],
         "rules_run": report.rules_run,
         "rules_skipped": [dataclasses.asdict(r) for r in report.rules_skipped],
         "warnings": list(report.warnings),
