@@ -73,15 +73,18 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
-# A host file at least this big, with several device planes, parses its planes in parallel.
+# A host file at least this big, with several device planes, parses its planes in parallel
+# when at least this many processes are allowed. On 2 cores it does not pay: a 2M-event host took
+# 3.8 s either way and 0.5 GB more with two plane workers (benchmarks/bench_report.py).
 PARALLEL_PLANES_MIN_BYTES = 16 << 20
+PARALLEL_PLANES_MIN_JOBS = 3
 _OVERFLOW = "implausible event times (beyond the int64 picosecond range)"
 
 
 def _parse_file(path: Path, plane_jobs: int = 1) -> HostTrace:
     data = read_trace_bytes(path)
     check_trace_bytes(data, path)
-    if plane_jobs > 1 and len(data) >= PARALLEL_PLANES_MIN_BYTES:
+    if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and len(data) >= PARALLEL_PLANES_MIN_BYTES:
         return _parse_planes_in_parallel(path, data, plane_jobs)
     space = parse_xspace(data, path)
     del data

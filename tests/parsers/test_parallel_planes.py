@@ -1,0 +1,50 @@
+"""A big host file parses its planes in worker processes; the result must equal one process's."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tests.conftest import small_design
+from tpudiag.errors import InputError
+from tpudiag.parsers import capture
+from tpudiag.writers.tpu_design import write_capture
+
+
+@pytest.fixture
+def always_parallel(monkeypatch):
+    monkeypatch.setattr(capture, "PARALLEL_PLANES_MIN_BYTES", 0)
+
+
+def test_parallel_planes_equal_sequential(tmp_path, always_parallel):
+    f = write_capture(small_design(n_chips=3), tmp_path / "run")
+    together = capture._parse_file(f, plane_jobs=capture.PARALLEL_PLANES_MIN_JOBS)
+    alone = capture._parse_file(f, plane_jobs=1)
+    pd.testing.assert_frame_equal(together.events, alone.events)
+    pd.testing.assert_frame_equal(together.op_metadata, alone.op_metadata)
+    pd.testing.assert_frame_equal(together.step_markers, alone.step_markers)
+    pd.testing.assert_frame_equal(together.async_windows, alone.async_windows)
+    assert together.device == alone.device
+    assert together.host == alone.host == "host0"
+    assert together.warnings == alone.warnings
+
+
+def test_a_corrupt_plane_in_a_worker_is_a_clean_error(tmp_path, always_parallel):
+    from tpudiag.proto import XSpaceRawPlanes
+
+    f = write_capture(small_design(n_chips=2), tmp_path / "run")
+    raw = XSpaceRawPlanes()
+    raw.ParseFromString(f.read_bytes())
+    raw.planes[1] = raw.planes[1][:-7]  # a plane cut short inside its last event
+    f.write_bytes(raw.SerializeToString())
+    with pytest.raises(InputError) as info:
+        capture._parse_file(f, plane_jobs=capture.PARALLEL_PLANES_MIN_JOBS)
+    assert info.value.path == str(f)
+
+
+def test_two_cores_parse_in_one_process(tmp_path, monkeypatch, always_parallel):
+    called = []
+    monkeypatch.setattr(capture, "_parse_planes_in_parallel", lambda *a: called.append(a))
+    f = write_capture(small_design(), tmp_path / "run")
+    capture._parse_file(f, plane_jobs=2)
+    assert not called
