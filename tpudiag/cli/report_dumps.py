@@ -18,9 +18,8 @@ from tpudiag.analysis.profile_analysis import Analysis
 
 def _hlo_sources(extra_inputs: Mapping[str, Any], analysis: Analysis) -> list[HloSource]:
     from tpudiag.compiler.dump_dir import generation_for_target
-    from tpudiag.errors import InputError
     from tpudiag.parsers.hlo_program import instruction_bytes
-    from tpudiag.parsers.hlo_proto import parse_capture_protos
+    from tpudiag.parsers.hlo_proto import host_programs
 
     sources: list[HloSource] = []
     for dump in extra_inputs.get("hlo") or ():
@@ -31,13 +30,9 @@ def _hlo_sources(extra_inputs: Mapping[str, Any], analysis: Analysis) -> list[Hl
                                      generation_for_target(program.target)))
     seen: set[int] = set()
     for host in analysis.profile.hosts:
-        protos = {pid: data for pid, data in host.hlo_protos.items() if pid not in seen}
-        try:
-            programs = parse_capture_protos(protos, host.path)
-        except InputError as exc:
-            host.warnings.append(f"embedded HLO not used for layouts: {exc.one_line()}")
-            continue
-        for pid, program in programs.items():
+        for pid, program in host_programs(host).items():
+            if pid in seen:
+                continue
             seen.add(pid)
             sources.append(HloSource(program, instruction_bytes(program), CAPTURE_ORIGIN))
     return sources

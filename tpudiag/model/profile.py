@@ -41,6 +41,7 @@ class HostTrace:
     modules: pd.DataFrame
     async_windows: pd.DataFrame
     hlo_protos: dict[int, bytes] = field(default_factory=dict)
+    programs: dict | None = None  # the hlo_protos parsed, on first use (parsers.hlo_proto.host_programs)
     warnings: list[str] = field(default_factory=list)
     host_threads: int = 0
     modelled: bool = False  # device planes carry `tpudiag_modelled` (written by `tpudiag simulate`)

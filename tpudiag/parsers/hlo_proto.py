@@ -56,6 +56,23 @@ def parse_capture_protos(hlo_protos: dict[int, bytes], path: str = "<capture>") 
     return {pid: parse_hlo_proto(data, f"{path} program {pid}", pid) for pid, data in hlo_protos.items()}
 
 
+def host_programs(host) -> dict[int, CompiledProgram]:
+    """The programs a host's capture embeds, parsed once and kept on the host.
+
+    The rules and the compiled-facts join both need them; parsing is the costly part. A damaged
+    proto is left out with a warning on the host: the trace itself still counts.
+    """
+    if host.programs is None:
+        programs: dict[int, CompiledProgram] = {}
+        for pid, data in host.hlo_protos.items():
+            try:
+                programs[pid] = parse_hlo_proto(data, f"{host.path} program {pid}", pid)
+            except InputError as exc:
+                host.warnings.append(f"embedded HLO not used: {exc.one_line()}")
+        host.programs = programs
+    return host.programs
+
+
 def _program(module, path: str, program_id: int | None) -> CompiledProgram:
     warnings: list[str] = []
     comp_names = {c.id: c.name for c in module.computations}

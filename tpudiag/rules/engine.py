@@ -47,17 +47,9 @@ def compiled_programs(value: Any) -> tuple[Any, ...]:
 
 def _capture_programs(analysis: Analysis) -> tuple[Any, ...]:
     """Programs from the HloProtos a capture embeds; damaged ones are left out (the trace still counts)."""
-    from tpudiag.errors import InputError
-    from tpudiag.parsers.hlo_proto import parse_hlo_proto
+    from tpudiag.parsers.hlo_proto import host_programs
 
-    out = []
-    for host in analysis.profile.hosts:
-        for pid, data in host.hlo_protos.items():
-            try:
-                out.append(parse_hlo_proto(data, f"{host.path} program {pid}", pid))
-            except InputError:
-                continue
-    return tuple(out)
+    return tuple(p for host in analysis.profile.hosts for p in host_programs(host).values())
 
 
 def available_inputs(analysis: Analysis, extra_inputs: Mapping[str, Any] | None,
