@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO as REPO_ROOT
 from tests.conftest import US, small_design
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.parsers.capture import load_capture
@@ -127,3 +128,18 @@ def test_double_suffix_async_pairs_are_windows_for_tpudiag_not_for_xprof(tmp_pat
     theirs = xprof("analyze_async_overlap", run)["summary"]
     # xprof finds no exposed all-gather time here although 310 µs per window is uncovered.
     assert theirs["exposed_ps"] == 0
+
+
+def test_step_times_match_xprof_on_the_compiled_example(tmp_path):
+    """xprof needs the program's HLO (it decides `is_training` from it) before it reports steps:
+    the modelled capture of the example transformer embeds it, so its steps can be compared.
+    xprof keeps only the steps it considers complete; each step it reports must match ours."""
+    example = REPO_ROOT / "examples" / "models" / "captures" / "transformer_train_v5e"
+    copy = tmp_path / "capture"
+    shutil.copytree(example, copy)
+    run = next(copy.glob("plugins/profile/*"))
+    theirs = xprof("get_step_trace", run)["step_breakdown"]
+    assert theirs, "xprof reported no steps"
+    ours = analyze(load_capture(run)).steps.groupby("step")["dur_ps"].max()
+    for step in theirs:
+        assert ours[step["step_num"]] / 1e9 == pytest.approx(step["step_time_ms"], abs=5e-5)
