@@ -118,3 +118,13 @@ def test_report_never_writes_into_the_trace_directory(tmp_path):
 def test_help(args):
     proc = run(*args)
     assert proc.returncode == 0 and "Usage" in proc.stdout
+
+
+def test_bundled_example_joins_its_own_dumps_so_every_rule_runs():
+    proc = run("report", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["summary"]["modelled"] is True
+    assert len(doc["summary"]["dumps"]) == 1 and "transformer_train_v5e" in doc["summary"]["dumps"][0]
+    assert doc["rules_skipped"] == []
+    assert {f["rule"] for f in doc["findings"]} >= {"exposed-collective", "spill"}

@@ -24,6 +24,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Performance diagnosis for TPU workloads from XProf captures and compiler dumps.")
 
 EXAMPLE_CAPTURE = Path(__file__).resolve().parents[2] / "examples" / "models" / "captures" / "transformer_train_v5e"
+# The compiler dumps the example capture was simulated from: with no PATH, `report` joins them so
+# the bundled example shows every rule, spills included.
+EXAMPLE_DUMPS = Path(__file__).resolve().parents[2] / "examples" / "models" / "dumps" / "transformer_train_v5e"
 
 
 class OutputFormat(str, Enum):
@@ -85,6 +88,8 @@ def report(
 
     threshold = rules_cmd.parse_fail_on(fail_on)
     target = path if path is not None else default_capture()
+    if path is None and not dumps and EXAMPLE_DUMPS.exists():
+        dumps = [EXAMPLE_DUMPS]
     from tpudiag.cli.report_dumps import is_dump_directory, join_for_report, report_dump_directory
 
     if is_dump_directory(target):  # compiler dumps without a trace: the static report of `tpudiag compile`
