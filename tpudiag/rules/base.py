@@ -18,7 +18,6 @@ import pandas as pd
 
 from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model import schemas
-from tpudiag.model.units import fmt_pct, fmt_time  # noqa: F401 (re-exported for the rules)
 from tpudiag.model.findings import Finding, Severity
 
 DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Savings estimate", "Known limits",

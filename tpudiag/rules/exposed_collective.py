@@ -78,8 +78,9 @@ import pandas as pd
 from tpudiag.analysis.intervals import covered, merge
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
-from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, assign_steps, fmt_pct, fmt_time,
-                                per_step_worst_core, step_basis)
+from tpudiag.model.units import fmt_pct, fmt_time
+from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, assign_steps, per_step_worst_core,
+                                step_basis)
 
 CODE = "TPD101"
 NAME = "exposed-collective"

@@ -70,7 +70,8 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale, fmt_pct, op_events, per_step_worst_core, step_basis
+from tpudiag.model.units import fmt_pct
+from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
 
 CODE = "TPD102"
 NAME = "low-mxu-utilization"

@@ -63,7 +63,8 @@ from typing import Any
 
 from tpudiag.model.compiled import memory_space_name
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale, fmt_pct, op_events, per_step_worst_core, step_basis
+from tpudiag.model.units import fmt_pct
+from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
 
 CODE = "TPD103"
 NAME = "padding-waste"

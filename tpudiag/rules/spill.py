@@ -54,8 +54,8 @@ from typing import Any
 import pandas as pd
 
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
-from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, fmt_pct, fmt_time, op_events, per_step_worst_core,
-                                step_basis)
+from tpudiag.model.units import fmt_pct, fmt_time
+from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
 
 CODE = "TPD104"
 NAME = "spill"
