@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from tpudiag.compiler.driver import compiler_error_line
-from tpudiag.compiler.dumps import load_compile_output, replica_group_sizes
+from tpudiag.compiler.dumps import load_compile_output, replica_group_size
 from tpudiag.compiler.static_report import build_static_report
 from tpudiag.render.static_report import render_static_terminal, static_report_dict
 
@@ -75,8 +75,7 @@ def test_json_and_terminal_render(mlp_report):
     ("  %ar = f32[8]{0} all-reduce(%x), replica_groups=mesh['a'=2,'b'=4] {'a','b'}, to_apply=%a", 8),
 ])
 def test_replica_group_sizes_in_every_printed_form(line, size):
-    name = line.split("=")[0].strip().lstrip("%")
-    assert replica_group_sizes(line)[name] == size
+    assert replica_group_size(line) == size
 
 
 def test_compiler_error_line_prefers_the_glog_fatal_line():

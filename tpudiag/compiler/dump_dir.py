@@ -177,7 +177,7 @@ def load_dump_directory(path: Path) -> CompileOutput:
              "n_devices": devices, "target": str(path), "topology": generation, "mesh": mesh,
              "static_profile": bool(llo is not None and not llo.static_profile.empty)}
     return CompileOutput(path=path, facts=facts, program=program, spills=spills,
-                         group_sizes=replica_group_sizes(text), matmul_flops=matmul_flops(text, program),
+                         group_sizes=replica_group_sizes(program), matmul_flops=matmul_flops(program),
                          hlo_proto=None, warnings=warnings)
 
 

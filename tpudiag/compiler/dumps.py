@@ -30,46 +30,35 @@ _GROUPS_LIST = re.compile(r"replica_groups=\{\{(?P<first>[\d,\s]*)\}")
 # Mesh form (newer XLA): `replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_0'}`.
 _GROUPS_MESH = re.compile(r"replica_groups=mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<sel>[^}]*)\}")
 _MESH_AXIS = re.compile(r"'(?P<axis>[^']+)'\s*=\s*(?P<size>\d+)")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=")
-_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%(?P<name>[\w.\-]+)\s.*\{\s*$")
 
 
-_MATMUL_LINE = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=.*?\s(?P<op>dot|convolution)\(")
 _LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{(?P<dims>[\d,]*)\}")
 _DIM_LABELS = re.compile(r"dim_labels=(?P<lhs>\w+)_(?P<rhs>\w+)->(?P<out>\w+)")
 _WINDOW_SIZE = re.compile(r"window=\{[^}]*?size=(?P<size>[\dx]+)")
 _LHS_DILATE = re.compile(r"window=\{[^}]*?lhs_dilate=(?P<d>[\dx]+)")
 
 
-def matmul_flops(text: str, program: CompiledProgram) -> dict[tuple[str, str], float]:
+def matmul_flops(program: CompiledProgram) -> dict[tuple[str, str], float]:
     """(computation, instruction) -> FLOPs of each dot and convolution.
 
-    ADAPTER: `Instruction` does not keep `lhs_contracting_dims` or `dim_labels`; this reads those
-    attributes from the text and the operand shapes from the parsed program. dot: 2 x output
-    elements x contracted size; convolution: 2 x output elements x kernel input features x window
-    taps that land on real input (window size / lhs dilation, rounded up: XLA writes batched dots
-    as lhs-dilated convolutions).
+    `Instruction` keeps `lhs_contracting_dims`, `dim_labels` and `window` only as printed
+    attributes; this reads them there and the operand shapes from the parsed program. dot: 2 x
+    output elements x contracted size; convolution: 2 x output elements x kernel input features x
+    window taps that land on real input (window size / lhs dilation, rounded up: XLA writes batched
+    dots as lhs-dilated convolutions).
     """
     flops: dict[tuple[str, str], float] = {}
-    computation = ""
-    for line in text.splitlines():
-        cm = _COMPUTATION.match(line)
-        if cm:
-            computation = cm.group("name")
+    for (computation, _), inst in program.instructions.items():
+        if inst.opcode not in ("dot", "convolution") or inst.shape is None or len(inst.operands) < 2:
             continue
-        m = _MATMUL_LINE.match(line)
-        if m is None:
-            continue
-        inst = program.instructions.get((computation, m.group("name")))
-        if inst is None or inst.shape is None or len(inst.operands) < 2:
-            continue
+        line = inst.attributes_text()
         out = leaf_arrays(inst.shape)
         lhs = program.instructions.get((computation, inst.operands[0]))
         rhs = program.instructions.get((computation, inst.operands[1]))
         if not out or lhs is None or rhs is None or lhs.shape is None or rhs.shape is None:
             continue
         out_elems = math.prod(out[0].dims)
-        if m.group("op") == "dot":
+        if inst.opcode == "dot":
             dm = _LHS_CONTRACTING.search(line)
             dims = leaf_arrays(lhs.shape)[0].dims
             k = math.prod(dims[int(d)] for d in dm.group("dims").split(",") if d) if dm else 1
@@ -103,45 +92,37 @@ class CompileOutput:
     warnings: list[str] = field(default_factory=list)
 
 
-def replica_group_sizes(text: str) -> dict[str, int]:
-    """Instruction (and computation) name -> participants per replica group, from HLO text.
+def replica_group_size(text: str) -> int | None:
+    """Participants per replica group in printed attributes, in any of XLA's forms; None if absent."""
+    mesh = _GROUPS_MESH.search(text)
+    if mesh:
+        axes = {a.group("axis"): int(a.group("size")) for a in _MESH_AXIS.finditer(mesh.group("axes"))}
+        size = 1
+        for axis in re.findall(r"'([^']+)'", mesh.group("sel")) or list(axes):
+            size *= axes.get(axis, 1)
+        return size
+    m = _GROUPS_IOTA.search(text)
+    if m:
+        dims = [int(d) for d in m.group("dims").split(",") if d]
+        return dims[-1] if dims else None
+    m = _GROUPS_LIST.search(text)
+    if m:
+        return len([x for x in m.group("first").split(",") if x.strip()]) or None
+    return None
 
-    ADAPTER: `Instruction` does not keep `replica_groups`; this reads that one attribute. A
-    computation's entry is the size of the first collective inside it, so an async wrapper
+
+def replica_group_sizes(program: CompiledProgram) -> dict[str, int]:
+    """Instruction (and computation) name -> participants per replica group, where stated.
+
+    A computation's entry is the size of the first collective inside it, so an async wrapper
     fusion can find the size of the collective it calls.
     """
     sizes: dict[str, int] = {}
-    computation = ""
-    for line in text.splitlines():
-        cm = _COMPUTATION.match(line)
-        if cm:  # computation headers start at column 0; instructions are indented
-            computation = cm.group("name")
-            continue
-        if "replica_groups=" not in line:
-            continue
-        im = _INSTRUCTION.match(line)
-        if im is None:
-            continue
-        size = None
-        mesh = _GROUPS_MESH.search(line)
-        m = _GROUPS_IOTA.search(line)
-        if mesh:
-            axes = {a.group("axis"): int(a.group("size")) for a in _MESH_AXIS.finditer(mesh.group("axes"))}
-            chosen = re.findall(r"'([^']+)'", mesh.group("sel")) or list(axes)
-            size = 1
-            for axis in chosen:
-                size *= axes.get(axis, 1)
-        elif m:
-            dims = [int(d) for d in m.group("dims").split(",") if d]
-            size = dims[-1] if dims else None
-        else:
-            m = _GROUPS_LIST.search(line)
-            if m:
-                size = len([x for x in m.group("first").split(",") if x.strip()])
+    for (computation, _), inst in program.instructions.items():
+        size = replica_group_size(inst.attributes_text()) if inst.attributes else None
         if size:
-            sizes[im.group("name")] = size
-            if computation:
-                sizes.setdefault(f"computation:{computation}", size)
+            sizes[inst.name] = size
+            sizes.setdefault(f"computation:{computation}", size)
     return sizes
 
 
@@ -188,8 +169,7 @@ def load_compile_output(path: Path) -> CompileOutput:
     if (path / XLA_DIR).is_dir():
         dump = load_hlo_dump(path / XLA_DIR)
     if text_file.is_file():
-        text = text_file.read_text(errors="replace")
-        program = parse_hlo_text(text, text_file)
+        program = parse_hlo_text(text_file.read_text(errors="replace"), text_file)
         if dump is not None and dump.programs:  # buffers and memory report come from the XLA dump
             base = dump.programs[-1]
             program.allocations = base.allocations
@@ -198,12 +178,11 @@ def load_compile_output(path: Path) -> CompileOutput:
             program.target = base.target
     elif dump is not None and dump.programs:
         program = dump.programs[-1]
-        text = Path(program.path).read_text(errors="replace")
     else:
         raise InputError(f"no `{HLO_TEXT_FILE}` and no XLA dump here", path=path)
     warnings.extend(program.warnings)
     proto_file = path / HLO_PROTO_FILE
     proto = proto_file.read_bytes() if proto_file.is_file() else None
     return CompileOutput(path=path, facts=facts, program=program, spills=_spills(path, warnings),
-                         group_sizes=replica_group_sizes(text), matmul_flops=matmul_flops(text, program),
+                         group_sizes=replica_group_sizes(program), matmul_flops=matmul_flops(program),
                          hlo_proto=proto, warnings=warnings)

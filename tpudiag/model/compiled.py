@@ -109,6 +109,13 @@ class Instruction:
     async_role: str = ""  # 'start', 'done' or ''
     is_continuation: bool = False  # v5e async_collective_fusion: compute that also advances a collective
     wrapped_opcode: str = ""  # for async-start/-update/-done: the op run asynchronously (slice, call, ...)
+    # Attributes as printed after the operands (`replica_groups`, `lhs_contracting_dims`, `window`,
+    # ...), text input only; metadata, backend_config and frontend_attributes have fields above.
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    def attributes_text(self) -> str:
+        """The attributes as `key=value, ...`, the form they are printed in."""
+        return ", ".join(f"{k}={v}" for k, v in self.attributes)
 
     @property
     def logical_bytes(self) -> int:

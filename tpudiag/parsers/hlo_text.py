@@ -42,6 +42,9 @@ TARGET_SUFFIX = ".target_arguments.txt"
 _CALL_ATTRS = ("calls", "to_apply", "condition", "body", "branch_computations",
                "true_computation", "false_computation", "called_computations")
 
+# Attributes that have fields of their own on `Instruction`; the rest are kept as printed.
+_FIELD_ATTRS = frozenset({"metadata", "backend_config", "frontend_attributes"})
+
 _MAX_WARNINGS = 20  # per file; the rest are counted in one line
 
 _COMP_HEADER = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*\)\s*->\s*.*\{\s*$")
@@ -284,7 +287,8 @@ def _parse_instruction(line: str, computation: str, position: int) -> tuple[Inst
         source_line=_int(meta.get("source_line")), backend_config=_backend_config(attrs.get("backend_config", "")),
         async_execution_thread=_unquote(attrs.get("async_execution_thread", "")),
         frontend_attributes=frontend, is_root=bool(head.group("root")), position=position,
-        parameter_number=param_number, wrapped_opcode=wrapped)
+        parameter_number=param_number, wrapped_opcode=wrapped,
+        attributes=tuple((k, v) for k, v in attrs.items() if k not in _FIELD_ATTRS))
     return inst, _int(meta.get("stack_frame_id"), default=None)
 
 
