@@ -124,3 +124,17 @@ def test_gpu_capture_gives_an_op_table(tmp_path):
     assert ops["dot.3"].occurrences == 3 and ops["dot.3"].total_time_ps == 1_200_000
     assert ops["dot.3"].program == "jit_f"
     assert np.isclose(ops["add_fusion"].self_time_ps, 100_000)
+
+
+def test_regression_collective_named_by_category_only_counts_as_collective_time(write_design):
+    """`fusion` of category `all-reduce-scatter fusion` is a reduce-scatter in the ops table; the step
+    breakdown must count it as collective time too, not compute."""
+    ops = (OpDef("fusion.1", "convolution fusion", flops=1e9), OpDef("fusion", "all-reduce-scatter fusion"))
+
+    def sched(chip, step):
+        return [Placed("fusion.1", 0, 100 * US), Placed("fusion", 100 * US, 40 * US)]
+
+    run = write_design(CaptureDesign("h", "TPU v5 lite", None, None, "m", 1, ops, 1, 2, 200 * US, sched))
+    a = analyze(load_capture(run))
+    assert (a.steps["collective_ps"] == 40 * US).all()
+    assert a.ops.set_index("name").loc["fusion", "family"] == "reduce-scatter"

@@ -55,8 +55,7 @@ def build_steps(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
         return schemas.STEPS.empty(), source
     events = host.events
     step_col = np.full(len(events), -1, dtype=np.int64)
-    families = _families(events)
-    is_collective = families[events["name"].cat.codes.to_numpy()] if len(events) else np.zeros(0, bool)
+    is_collective = _collective_events(events)
     io_cats = np.array([str(c).lower() in IO_CATEGORIES for c in events["category"].cat.categories], dtype=bool)
     is_io = io_cats[events["category"].cat.codes.to_numpy()] if len(events) else np.zeros(0, bool)
     rows = []
@@ -102,9 +101,18 @@ def build_steps(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
     return schemas.STEPS.frame({c: table[c].to_numpy() for c in schemas.STEPS.names}), source
 
 
-def _families(events: pd.DataFrame) -> np.ndarray:
-    """Per name category: True when the op is a collective (sync, or the wait of an async one)."""
+def _collective_events(events: pd.DataFrame) -> np.ndarray:
+    """Per event: True when the op is a collective (sync, or the wait of an async one).
+
+    Judged on name and category together, as the ops table's `family` is, so an op named
+    `fusion` of category `all-reduce-scatter fusion` counts as collective time in both.
+    """
     if not len(events):
         return np.zeros(0, dtype=bool)
     names = events["name"].cat.categories
-    return np.array([bool(collective_family(str(n))) for n in names], dtype=bool)
+    cats = events["category"].cat.categories
+    pair = events["name"].cat.codes.to_numpy().astype(np.int64) * len(cats) + events["category"].cat.codes.to_numpy()
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    flags = np.array([bool(collective_family(str(names[p // len(cats)]), str(cats[p % len(cats)])))
+                      for p in pairs.tolist()], dtype=bool)
+    return flags[inverse]
