@@ -1,6 +1,7 @@
 import pytest
 
-from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family, has_double_suffix
+from tpudiag.model.hlo_names import (async_pair_key, async_role, collective_family, has_double_suffix, pair_async,
+                                      window_family)
 
 
 @pytest.mark.parametrize("name, category, family", [
@@ -27,3 +28,15 @@ def test_async_pairing_keeps_every_suffix():
     assert async_pair_key("all-gather-start.1") != async_pair_key("all-gather-done.1.0")
     assert async_role("fusion.3") is None
     assert has_double_suffix("all-gather-start.1.0") and not has_double_suffix("all-gather-start.1")
+
+
+def test_pair_async_pairs_each_start_with_the_next_done_of_its_key():
+    names = ["all-gather-start.1", "copy-start.2", "fusion.3", "all-gather-start.1", "all-gather-done.1",
+             "copy-done.2", "all-gather-done.1", "all-gather-done.1.0"]
+    assert pair_async(names) == [(0, 4), (1, 5), (3, 6)]  # the unmatched `.1.0` done pairs with nothing
+
+
+@pytest.mark.parametrize("name, family", [("all-gather-start.1", "all-gather"), ("copy-start.3", "copy"),
+                                          ("slice-start.2", "other")])
+def test_window_family(name, family):
+    assert window_family(name) == family

@@ -9,6 +9,8 @@ TPU names come in several forms: `all-gather-start.1`, double-suffix clones such
 from __future__ import annotations
 
 import re
+from collections import deque
+from collections.abc import Sequence
 
 COLLECTIVE_FAMILIES = (
     "reduce-scatter",
@@ -96,3 +98,28 @@ def has_double_suffix(name: str) -> bool:
 
 def is_io(category: str) -> bool:
     return category.lower() in IO_CATEGORIES
+
+
+def pair_async(names: Sequence[str]) -> list[tuple[int, int]]:
+    """(start index, done index) of async pairs in `names` (in time order), in order of the dones.
+
+    Each start pairs with the next done of the same key; keys keep every numeric suffix, so
+    double-suffix names (`all-gather-start.1.0`) pair, unlike in XProf's CLI.
+    """
+    open_starts: dict[str, deque[int]] = {}
+    pairs = []
+    for i, name in enumerate(names):
+        role = async_role(name)
+        if role is None:
+            continue
+        key = async_pair_key(name)
+        if role[0] == "start":
+            open_starts.setdefault(key, deque()).append(i)
+        elif open_starts.get(key):
+            pairs.append((open_starts[key].popleft(), i))
+    return pairs
+
+
+def window_family(start_name: str) -> str:
+    """What an async window moves: its collective family, else `copy`, else `other`."""
+    return collective_family(start_name) or ("copy" if "copy" in start_name else "other")

@@ -20,7 +20,7 @@ import pandas as pd
 from tpudiag.analysis.intervals import nest
 from tpudiag.model import schemas
 from tpudiag.model.hardware import chip_for
-from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
+from tpudiag.model.hlo_names import async_role, pair_async, window_family
 from tpudiag.model.profile import DeviceInfo, HostTrace
 from tpudiag.parsers.xspace import stat_value, stats_dict
 from tpudiag.proto import CoreDetails, MemoryAccessBreakdown
@@ -319,32 +319,23 @@ class _HostBuilder:
             if not op:
                 md = plane.event_metadata.get(mid)
                 op = _instruction_name(md)[0] if md is not None else f"<metadata {mid}>"
-            family = collective_family(op) or ("copy" if "copy" in op else "other")
-            self.async_rows.append((device, core, op, family, s, s + d, "Async XLA Ops"))
+            self.async_rows.append((device, core, op, window_family(op), s, s + d, "Async XLA Ops"))
 
     def pair_async_from_ops(self, device: str, core: int, names: np.ndarray, codes: np.ndarray,
                             starts: np.ndarray, ends: np.ndarray) -> None:
         """Async windows from start/done pairs when the plane has no `Async XLA Ops` line.
 
-        Each start pairs with the next done of the same key in time order. Unlike XProf's CLI,
-        keys keep every numeric suffix, so double-suffix names (`all-gather-start.1.0`) pair.
         `names[codes]` are the events' names; only events whose name is async are visited.
         """
-        roles = [async_role(n) for n in names.tolist()]
-        is_async = np.array([r is not None for r in roles], dtype=bool)
+        is_async = np.array([async_role(n) is not None for n in names.tolist()], dtype=bool)
         if not is_async.any():
             return
-        keys = [async_pair_key(n) for n in names.tolist()]
-        open_starts: dict[str, list[tuple[int, str]]] = {}
-        for i in np.flatnonzero(is_async[codes]).tolist():
-            code = codes[i]
-            name, role, key, s, e = names[code], roles[code], keys[code], int(starts[i]), int(ends[i])
-            if role[0] == "start":
-                open_starts.setdefault(key, []).append((s, name))
-            elif open_starts.get(key):
-                s0, start_name = open_starts[key].pop(0)
-                family = collective_family(start_name) or ("copy" if role[1].startswith("copy") else "other")
-                self.async_rows.append((device, core, start_name, family, s0, e, "start/done pair"))
+        idx = np.flatnonzero(is_async[codes])
+        async_names = names[codes[idx]].tolist()
+        for si, di in pair_async(async_names):
+            start_name = async_names[si]
+            self.async_rows.append((device, core, start_name, window_family(start_name), int(starts[idx[si]]),
+                                    int(ends[idx[di]]), "start/done pair"))
 
     # -- tables ------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
+from tpudiag.model.hlo_names import pair_async, window_family
 from tpudiag.proto import CoreDetails, MemoryAccessBreakdown
 from tpudiag.writers.xspace_builder import U64, PlaneBuilder, XSpaceBuilder
 
@@ -158,27 +158,19 @@ def _device_plane(space: XSpaceBuilder, design: CaptureDesign, chip: int) -> Non
             last = max(p.offset_ps + p.dur_ps for p in placed)
             modules.event(module_md, t + first, last - first,
                           {"run_id": U64(step), "group_id": step})
-        open_async: dict[str, list[Placed]] = {}
         if async_line is not None and design.async_windows is not None:
             for w in design.async_windows(chip, step):
                 md = plane.event_metadata(texts[w.op], f"async-{w.family or 'copy'}")
                 async_line.event(md, t + w.offset_ps, w.dur_ps, {"hlo_op": w.op, **group})
-        name_pairing = design.async_windows is None
         for p in placed:
             start = t + p.offset_ps
             ops_line.event(op_ids[p.op], start, p.dur_ps,
                            {"device_offset_ps": U64(start), "device_duration_ps": U64(p.dur_ps), **group})
-            role = async_role(p.op)
-            if async_line is None or role is None or not name_pairing:
-                continue
-            key = async_pair_key(p.op)
-            if role[0] == "start":
-                open_async.setdefault(key, []).append(p)
-            elif open_async.get(key):
-                s = open_async[key].pop(0)
-                family = collective_family(s.op) or "copy"
-                md = plane.event_metadata(texts[s.op], f"async-{family}")
-                async_line.event(md, t + s.offset_ps, p.offset_ps + p.dur_ps - s.offset_ps,
+        if async_line is not None and design.async_windows is None:  # windows from start/done names
+            for si, di in pair_async([p.op for p in placed]):
+                s, d = placed[si], placed[di]
+                md = plane.event_metadata(texts[s.op], f"async-{window_family(s.op)}")
+                async_line.event(md, t + s.offset_ps, d.offset_ps + d.dur_ps - s.offset_ps,
                                  {"hlo_op": s.op, **group})
         t += length + design.step_gap_ps
 
