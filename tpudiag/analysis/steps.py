@@ -109,10 +109,10 @@ def _collective_events(events: pd.DataFrame) -> np.ndarray:
     """
     if not len(events):
         return np.zeros(0, dtype=bool)
-    names = events["name"].cat.categories
-    cats = events["category"].cat.categories
-    pair = events["name"].cat.codes.to_numpy().astype(np.int64) * len(cats) + events["category"].cat.codes.to_numpy()
-    pairs, inverse = np.unique(pair, return_inverse=True)
-    flags = np.array([bool(collective_family(str(names[p // len(cats)]), str(cats[p % len(cats)])))
-                      for p in pairs.tolist()], dtype=bool)
-    return flags[inverse]
+    names = [str(n) for n in events["name"].cat.categories]
+    cats = [str(c) for c in events["category"].cat.categories]
+    # Distinct names and categories are few (thousands x tens): classify every combination once
+    # and look each event up, rather than sorting millions of (name, category) pairs.
+    table = np.array([[bool(collective_family(n, c)) for c in cats] for n in names], dtype=bool).reshape(
+        len(names), len(cats))
+    return table[events["name"].cat.codes.to_numpy(), events["category"].cat.codes.to_numpy()]
