@@ -65,3 +65,30 @@ def write_design(tmp_path: Path):
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+# The real v6e capture mangled in transit lives in ../shared, which a bare clone does not have.
+REAL_MANGLED = SHARED / "data" / "bad-inputs" / "tpu-v6e-inference-mangled.xplane.pb"
+
+
+def mangle_like_transit(data: bytes) -> bytes:
+    """What happened to the real v6e capture in transit: read as UTF-8 text, written back out.
+
+    Every byte sequence that is not valid UTF-8 became U+FFFD (`ef bf bd`), which breaks the
+    protobuf's varints and lengths the way the real file is broken.
+    """
+    return data.decode("utf-8", errors="replace").encode("utf-8")
+
+
+@pytest.fixture(params=["project-made", "real-v6e"])
+def mangled_capture(request, tmp_path: Path) -> Path:
+    """A mangled `.xplane.pb`: one the project makes (always), and the real one from ../shared."""
+    if request.param == "real-v6e":
+        if not REAL_MANGLED.exists():
+            pytest.skip(f"the real mangled capture is in ../shared, absent here ({REAL_MANGLED})")
+        return REAL_MANGLED
+    from tpudiag.writers.tpu_design import build_capture
+
+    path = tmp_path / "mangled" / "host9.xplane.pb"
+    path.parent.mkdir()
+    path.write_bytes(mangle_like_transit(build_capture(small_design()).serialize()))
+    return path

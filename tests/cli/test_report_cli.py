@@ -9,11 +9,10 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, SHARED
+from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "captures" / "train_v6e_4chip"
 CPU_EXAMPLE = REPO / "examples" / "captures" / "cpu_jax_profiler"
-MANGLED = SHARED / "data" / "bad-inputs" / "tpu-v6e-inference-mangled.xplane.pb"
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -47,13 +46,13 @@ def test_json_contract_keys():
     assert doc["ops"] == sorted(doc["ops"], key=lambda o: -o["self_time_ps"])
 
 
-def test_bad_input_is_one_line_exit_2_no_traceback():
-    proc = run("report", str(MANGLED))
+def test_bad_input_is_one_line_exit_2_no_traceback(mangled_capture):
+    proc = run("report", str(mangled_capture))
     assert proc.returncode == 2
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("error: `") and str(MANGLED) in lines[0] and "corrupt" in lines[0]
+    assert lines[0].startswith("error: `") and str(mangled_capture) in lines[0] and "corrupt" in lines[0]
     assert "Traceback" not in proc.stderr
 
 
@@ -92,10 +91,10 @@ def test_piped_output_has_no_escape_codes_or_spinner():
     assert "\x1b[" not in proc.stdout and "\x1b[" not in proc.stderr
 
 
-def test_bad_host_is_reported_and_the_others_analysed(tmp_path):
+def test_bad_host_is_reported_and_the_others_analysed(tmp_path, mangled_capture):
     good = next((EXAMPLE / "plugins" / "profile").glob("*/host0.xplane.pb"))
     (tmp_path / "host0.xplane.pb").write_bytes(good.read_bytes())
-    (tmp_path / "host1.xplane.pb").write_bytes(MANGLED.read_bytes())
+    (tmp_path / "host1.xplane.pb").write_bytes(mangled_capture.read_bytes())
     proc = run("report", str(tmp_path), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

@@ -8,7 +8,10 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tpudiag.cli.app import EXAMPLE_CAPTURE, main
+from tpudiag.cli.app import main
+from tpudiag.examples_data import bundled_capture
+
+EXAMPLE_CAPTURE = bundled_capture()
 
 
 def test_report_does_not_import_textual():

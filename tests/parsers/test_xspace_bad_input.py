@@ -9,21 +9,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import SHARED, small_design
+from tests.conftest import small_design
 from tpudiag.errors import InputError
 from tpudiag.parsers.capture import find_capture, load_capture
 from tpudiag.parsers.device_trace import parse_host
 from tpudiag.parsers.xspace import parse_xspace, read_xspace
 from tpudiag.writers.tpu_design import build_capture
 
-MANGLED = SHARED / "data" / "bad-inputs" / "tpu-v6e-inference-mangled.xplane.pb"
 GOOD = build_capture(small_design()).serialize()
 
 
-def test_real_mangled_v6e_trace_is_a_clean_error():
+def test_mangled_v6e_trace_is_a_clean_error(mangled_capture):
     with pytest.raises(InputError) as info:
-        read_xspace(MANGLED)
-    assert info.value.path == str(MANGLED)
+        read_xspace(mangled_capture)
+    assert info.value.path == str(mangled_capture)
     assert "corrupt" in info.value.message
 
 
@@ -88,9 +87,9 @@ def test_newest_run_is_used(tmp_path):
     assert find_capture(tmp_path).run == "2026_02_01_00_00_00"
 
 
-def test_one_bad_host_does_not_stop_the_others(tmp_path):
+def test_one_bad_host_does_not_stop_the_others(tmp_path, mangled_capture):
     (tmp_path / "good.xplane.pb").write_bytes(GOOD)
-    (tmp_path / "bad.xplane.pb").write_bytes(MANGLED.read_bytes())
+    (tmp_path / "bad.xplane.pb").write_bytes(mangled_capture.read_bytes())
     profile = load_capture(tmp_path, jobs=2)
     assert [h.host for h in profile.hosts] == ["host0"]
     assert len(profile.failures) == 1 and "bad.xplane.pb" in profile.failures[0].message

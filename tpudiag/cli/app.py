@@ -18,15 +18,11 @@ from tpudiag.cli import compile_cmd, rules_cmd
 from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
-from tpudiag.errors import TpudiagError, UsageError
+from tpudiag.errors import TpudiagError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Performance diagnosis for TPU workloads from XProf captures and compiler dumps.")
 
-EXAMPLE_CAPTURE = Path(__file__).resolve().parents[2] / "examples" / "models" / "captures" / "transformer_train_v5e"
-# The compiler dumps the example capture was simulated from: with no PATH, `report` joins them so
-# the bundled example shows every rule, spills included.
-EXAMPLE_DUMPS = Path(__file__).resolve().parents[2] / "examples" / "models" / "dumps" / "transformer_train_v5e"
 
 
 class OutputFormat(str, Enum):
@@ -52,10 +48,9 @@ def stderr_console() -> Console:
 
 
 def default_capture() -> Path:
-    if not EXAMPLE_CAPTURE.exists():
-        raise UsageError("no PATH given and the bundled example is not here",
-                         path=EXAMPLE_CAPTURE, hint="run from a checkout of tpudiag, or pass a capture PATH")
-    return EXAMPLE_CAPTURE
+    from tpudiag.examples_data import bundled_capture
+
+    return bundled_capture()
 
 
 @app.command()
@@ -88,8 +83,11 @@ def report(
 
     threshold = rules_cmd.parse_fail_on(fail_on)
     target = path if path is not None else default_capture()
-    if path is None and not dumps and EXAMPLE_DUMPS.exists():
-        dumps = [EXAMPLE_DUMPS]
+    if path is None and not dumps:
+        # With no PATH, join the dumps the example was simulated from, so every rule runs.
+        from tpudiag.examples_data import bundled_dumps
+
+        dumps = [d] if (d := bundled_dumps()) is not None else dumps
     from tpudiag.cli.report_dumps import is_dump_directory, join_for_report, report_dump_directory
 
     if is_dump_directory(target):  # compiler dumps without a trace: the static report of `tpudiag compile`
