@@ -44,10 +44,10 @@ import pandas as pd
 from tpudiag.model import schemas
 from tpudiag.model.compiled import CompiledProgram, Instruction
 from tpudiag.model.hardware import ChipSpec
+from tpudiag.model.inputs import CAPTURE_ORIGIN  # HloSource.origin of the HloProtos a capture embeds
 from tpudiag.model.llo import NO_HLO, LloDump, LloTableSchema
 from tpudiag.model.schemas import Column
 
-CAPTURE_ORIGIN = "capture"  # HloSource.origin of the HloProtos a capture embeds
 
 # Per trace op, in the order of the ops table given to `join_compiled`.
 JOINED = LloTableSchema("joined_ops", (

@@ -46,6 +46,7 @@ def report_to_dict(report: Report) -> dict:
     s = report.summary
     summary = {
         "input": s.input_path,
+        "mode": s.mode,
         "run": s.run,
         "platform": s.platform,
         "device_type": s.device_type,

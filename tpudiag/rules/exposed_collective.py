@@ -217,6 +217,11 @@ class ScheduleFacts:
         return ""
 
 
+def compiled_programs(ctx: RuleContext) -> tuple:
+    """The compiled HLO programs this rule reads (the one place it reaches compiled inputs)."""
+    return ctx.compiled.programs
+
+
 def schedule_facts(programs) -> ScheduleFacts | None:
     """Facts from compiled programs (`CompiledProgram`s); None without any."""
     if not programs:
@@ -224,7 +229,7 @@ def schedule_facts(programs) -> ScheduleFacts | None:
     between: dict[str, int] = {}
     sync: set[str] = set()
     for program in programs:
-        for pair in getattr(program, "async_pairs", ()):
+        for pair in program.async_pairs:
             if pair.kind == "collective":
                 between[pair.start] = len(pair.scheduled_between)
         for (computation, name), inst in program.instructions.items():
@@ -323,7 +328,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     basis = step_basis(analysis)
     scale = SeverityScale(options.high_share, options.medium_share)
     generation = _generation(analysis)
-    facts = schedule_facts(ctx.extra.get("hlo")) if hasattr(ctx, "extra") else None
+    facts = schedule_facts(compiled_programs(ctx))
     hosts = analysis.profile.hosts
     findings = []
     for kind in ("sync", "async"):
