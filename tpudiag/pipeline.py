@@ -287,6 +287,8 @@ def _modelled_analysis(output, path: Path, clock_ghz: float | None) -> Analysis:
         simulate(output, Path(tmp), clock_ghz=clock_ghz, roofline_without_clock=True)
         profile = load_capture(Path(tmp), jobs=1)
     profile.input_path = str(path)  # the temporary capture is gone; name what the user gave
+    for host in profile.hosts:
+        host.path = str(path)
     profile.modelled = True
     return analyze(profile)
 
