@@ -58,6 +58,7 @@ def load_session(path: Path, progress: Callable[[int, str], None] | None = None,
 
     path = Path(path)
     find_capture(path)  # fail fast with the precise input error
+    on_progress(STAGES[0])
     result = diagnose(path, dumps=dumps, progress=on_progress)
     return Session(path=path, trace_dir=trace_dir_of(path), profile=result.analysis.profile,
                    analysis=result.analysis, report=result.report, diagnosis=result)
