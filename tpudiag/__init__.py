@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from tpudiag.version import __version__
 
-__all__ = ["CompiledInputs", "Diagnosis", "Diff", "compare", "diagnose"]
+__all__ = ["CompiledInputs", "Diagnosis", "Diff", "__version__", "compare", "diagnose"]
 
 if TYPE_CHECKING:
     from tpudiag.pipeline import Diagnosis, Diff, compare, diagnose

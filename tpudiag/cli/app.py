@@ -5,7 +5,6 @@ Exit codes: 0 clean, 1 findings at or above `--fail-on`, 2 usage or input error.
 
 from __future__ import annotations
 
-import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -18,6 +17,7 @@ from tpudiag.cli import compile_cmd, rules_cmd
 from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
+from tpudiag.cli.console import stderr_console, stdout_console
 from tpudiag.errors import TpudiagError, UsageError
 # The bundled example (`tpudiag.examples_data`); names kept for callers of the CLI module.
 from tpudiag.examples_data import EXAMPLE_CAPTURE, EXAMPLE_DUMPS  # noqa: F401
@@ -37,22 +37,6 @@ class OutputFormat(str, Enum):
     terminal = "terminal"
     json = "json"
     md = "md"
-
-
-def _plain() -> bool:
-    # NO_COLOR (no-color.org) wins over FORCE_COLOR; rich alone would still emit bold and dim.
-    return bool(os.environ.get("NO_COLOR"))
-
-
-def stdout_console() -> Console:
-    # When piped, keep lines long enough for the tables.
-    return Console(width=None if sys.stdout.isatty() else 140, soft_wrap=False,
-                   color_system=None if _plain() else "auto")
-
-
-def stderr_console() -> Console:
-    return Console(stderr=True, width=None if sys.stderr.isatty() else 140,
-                   color_system=None if _plain() else "auto")
 
 
 def default_capture() -> Path:

@@ -125,7 +125,7 @@ def check(
                 "findings": [finding_to_dict(f) for f in findings],
             }, indent=2) + "\n")
         else:
-            from tpudiag.cli.app import stdout_console
+            from tpudiag.cli.console import stdout_console
 
             console = stdout_console()
             for c in checks:

@@ -64,7 +64,7 @@ def diff(
     if output_format is DiffFormat.terminal:
         from rich.console import Console
 
-        from tpudiag.cli.app import stdout_console
+        from tpudiag.cli.console import stdout_console
         from tpudiag.render.diff_terminal import render_diff_terminal
 
         if output is None:

@@ -28,7 +28,7 @@ class LabFormat(str, Enum):
 
 
 def _consoles():
-    from tpudiag.cli.app import stderr_console, stdout_console
+    from tpudiag.cli.console import stderr_console, stdout_console
 
     return stdout_console(), stderr_console()
 

@@ -31,7 +31,7 @@ def rule_to_dict(rule) -> dict:
 def rules(output_format: Annotated[str, typer.Option("--format", "-f", help="terminal or json")] = "terminal",
           ) -> None:
     """List every rule: code, name, severity, the inputs it needs."""
-    from tpudiag.cli.app import stdout_console
+    from tpudiag.cli.console import stdout_console
     from tpudiag.rules.registry import RULES
 
     if output_format == "json":

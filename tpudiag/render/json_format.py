@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 
-from tpudiag import __version__
+from tpudiag.version import __version__
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import Distribution, Report
 

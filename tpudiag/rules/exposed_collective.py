@@ -75,7 +75,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tpudiag.analysis.intervals import covered, merge
+from tpudiag.model.intervals import covered, merge
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
 from tpudiag.model.units import fmt_pct, fmt_time
