@@ -103,7 +103,7 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
         # Dumps alone: every time is the compiler's own estimate (cycles at the clock, else the
         # FLOPs/bytes roofline) laid out on a modelled timeline; nothing is measured.
         findings = [dataclasses.replace(f, saving=dataclasses.replace(
-            f.saving, basis=STATIC_BASIS, explanation=f"from the compiler's estimate, {f.saving.explanation}"))
+            f.saving, basis=STATIC_BASIS, explanation=f"on the timeline modelled from it, {f.saving.explanation}"))
             if f.saving.basis != STATIC_BASIS else f for f in findings]
     elif analysis is not None and analysis.profile.modelled:
         # Times in a modelled capture (`tpudiag simulate`) are estimates: nothing in it is measured.

@@ -121,12 +121,11 @@ def classify(ratio: float, options: Options) -> str:
     return "partial"
 
 
-def collective_windows(ctx_or_analysis, options: Options | None = None) -> pd.DataFrame:
+def collective_windows(analysis, options: Options | None = None) -> pd.DataFrame:
     """One row per async collective window and per synchronous collective, with its coverage.
 
     Columns: `WINDOW_COLUMNS`. `kind` is "async" or "sync"; `klass` hidden/partial/exposed.
     """
-    analysis = getattr(ctx_or_analysis, "analysis", ctx_or_analysis)
     options = options or Options()
     frames = []
     for host in analysis.profile.hosts:
