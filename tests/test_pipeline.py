@@ -128,3 +128,12 @@ def test_diff_shows_the_warnings_report_shows_for_mismatched_dumps(capsys):
     for w in report_doc["warnings"]:
         assert f"new: {w}" in diff_doc["warnings"]
     assert not any(w.startswith("base: ") and "matched" in w for w in diff_doc["warnings"])
+
+
+def test_check_gates_compiler_dumps_alone(capsys):
+    """`check` takes the same inputs as `report`: dumps alone are gated on their compiler-estimate findings."""
+    with pytest.raises(SystemExit) as exc:
+        main(["check", str(MODELS / "dumps" / "llm_decode_v5e"), "--fail-on", "high", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 1 and doc["result"] == "fail"
+    assert doc["findings"] and {f["savings_basis"] for f in doc["findings"]} == {"compiler estimate"}

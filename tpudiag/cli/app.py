@@ -18,20 +18,13 @@ from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
 from tpudiag.cli.console import stderr_console, stdout_console
+from tpudiag.cli.options import Chip
 from tpudiag.errors import TpudiagError, UsageError
 # The bundled example (`tpudiag.examples_data`); names kept for callers of the CLI module.
 from tpudiag.examples_data import EXAMPLE_CAPTURE, EXAMPLE_DUMPS  # noqa: F401
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Performance diagnosis for TPU workloads from XProf captures and compiler dumps.")
-
-class Chip(str, Enum):
-    v4 = "v4"
-    v5e = "v5e"
-    v5p = "v5p"
-    v6e = "v6e"
-    tpu7x = "tpu7x"
-
 
 class OutputFormat(str, Enum):
     terminal = "terminal"

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from tpudiag.cli.options import Chip
 from tpudiag.errors import UsageError
 
 
@@ -47,6 +48,7 @@ def diff(
     base_dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory of BASE (LLO and/or XLA), "
                                                                "for spills, padding and the rules; repeatable")] = None,
     new_dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory of NEW; repeatable")] = None,
+    chip: Annotated[Chip | None, typer.Option(help="TPU generation of compiler dumps that do not name it")] = None,
 ) -> None:
     """Compare two captures step by step: step time, breakdown, collectives, ops and findings.
 
@@ -60,7 +62,7 @@ def diff(
 
     options = noise_options(min_change)
     result = compare(base, new, base_dumps=base_dumps or (), new_dumps=new_dumps or (), config=config, jobs=jobs,
-                     clock_ghz=clock_ghz, noise=options).result
+                     clock_ghz=clock_ghz, noise=options, chip=chip.value if chip else None).result
     if output_format is DiffFormat.terminal:
         from rich.console import Console
 
