@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpudiag.analysis.intervals import covered, merge, nest, union_length
+from tpudiag.model.intervals import covered, merge, nest, union_length
 
 
 def test_nest_subtracts_direct_children_only():

@@ -190,11 +190,12 @@ ENTRY %main (p: f32[8]) -> f32[16] {
 
 
 def test_compiled_schedule_explains_exposure(tmp_path: Path):
+    from tpudiag.model.inputs import CompiledInputs, HloInput
     from tpudiag.parsers.hlo_text import parse_hlo_text
 
     program = parse_hlo_text(SCHEDULED_HLO)
     analysis = sc.analyse(sc.exposed_collectives(), tmp_path)
-    findings, _ = run_rules(analysis, RulesConfig(select=("exposed-collective",)), extra_inputs={"hlo": program})
+    findings, _ = run_rules(analysis, RulesConfig(select=("exposed-collective",)), CompiledInputs(hlo=(HloInput(program, "xla-dump"),)))
     sync = next(f for f in findings if f.message.startswith("synchronous"))
     async_ = next(f for f in findings if f.message.startswith("async"))
     assert "the compiled program issues `all-reduce.4` synchronously (the default on v6e)" in sync.message

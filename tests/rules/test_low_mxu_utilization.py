@@ -91,9 +91,11 @@ def test_llo_dumps_add_the_static_mxu_busy_fraction(analysis):
     import pandas as pd
     from types import SimpleNamespace
 
+    from tpudiag.model.inputs import CompiledInputs
+
     # The LLO parser's per-op table: fusion.10's compiled code keeps the MXUs busy 22 % of bundles.
     llo = SimpleNamespace(ops=pd.DataFrame({"name": ["fusion.10", "fusion.12"], "mxu_busy_fraction": [0.22, 0.81]}))
-    findings, _ = run_rules(analysis, RulesConfig(select=("low-mxu-utilization",)), extra_inputs={"llo": llo})
+    findings, _ = run_rules(analysis, RulesConfig(select=("low-mxu-utilization",)), CompiledInputs(llo=(llo,)))
     by_op = {f.ops[0]: f for f in findings}
     assert "MXUs busy in only 22.0% of its bundles (static LLO)" in by_op["fusion.10"].message
     assert "static LLO" not in by_op["fusion.12"].message  # 81 %: the compiled code is not the problem

@@ -39,7 +39,7 @@ def known_layouts(text: str):
 
 def _run(analysis, layouts=known_layouts, **options):
     return run_rules(analysis, RulesConfig(select=("padding-waste",), options={"padding-waste": options}),
-                     extra_inputs={"layouts": layouts})
+                     layouts=layouts)
 
 
 @pytest.fixture

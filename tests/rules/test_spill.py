@@ -15,6 +15,7 @@ import pytest
 
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
+from tpudiag.model.inputs import CompiledInputs
 from tpudiag.rules import RulesConfig, run_rules
 from tpudiag.rules.spill import op_spills
 
@@ -28,7 +29,7 @@ def llo_table(rows):
 
 def _run(analysis, llo, **options):
     return run_rules(analysis, RulesConfig(select=("spill",), options={"spill": options}),
-                     extra_inputs={"llo": llo})
+                     CompiledInputs(llo=(llo,)))
 
 
 @pytest.fixture
@@ -69,5 +70,19 @@ def test_min_spills_near_miss(analysis):
     assert len(_run(analysis, llo, min_spills=3)[0]) == 1
 
 
-def test_records_are_accepted_too():
-    assert op_spills([{"op": "fusion.1", "spills": 3, "fills": 4}])[0].fills == 4
+def test_op_spills_reads_every_dumps_table():
+    first = llo_table([("fusion.1", 3, 4, 100)])
+    second = llo_table([("fusion.2", 1, 0, pd.NA)])
+    assert [(r.op, r.spills, r.fills, r.bundles) for r in op_spills([first, second])] == [
+        ("fusion.1", 3, 4, 100), ("fusion.2", 1, 0, None)]
+
+
+def test_llo_dump_without_a_trace_still_reports_spills():
+    """No analysis (an LLO dump of unknown generation): spills are counted, the saving is 0."""
+    llo = llo_table([("fusion.12", 107, 523, 2100), ("fusion.13", 0, 0, 900)])
+    findings, skipped = run_rules(None, RulesConfig(select=("spill", "padding-waste")), CompiledInputs(llo=(llo,)),
+                                  static=True)
+    assert [f.ops for f in findings] == [("fusion.12",)]
+    assert findings[0].saving.ps == 0 and findings[0].saving.basis == "compiler estimate"
+    assert "not in the trace" in findings[0].message
+    assert [s.rule for s in skipped] == ["padding-waste"]

@@ -230,13 +230,13 @@ def test_the_ui_answers_keys_while_a_slow_capture_loads(monkeypatch):
 
     monkeypatch.chdir(REPO)
     release = threading.Event()
-    original = session_module.load_capture
+    original = session_module.diagnose
 
     def slow_load(*args, **kwargs):
         release.wait(timeout=10)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(session_module, "load_capture", slow_load)
+    monkeypatch.setattr(session_module, "diagnose", slow_load)
     app = TpudiagApp(EXAMPLE, cursor_blink=False)
     app.animation_level = "none"
 

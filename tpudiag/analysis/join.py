@@ -28,7 +28,7 @@ Estimated cycles are per execution of the op (the static profile's `cycles_per_i
 not estimate (remote DMA: collectives, `LOCAL_AND_REMOTE`) get NA, never their printed 0; so do
 the 0 cycles an HLO `bundle_analysis_data` gives a collective or an async start/done.
 
-Pure: no I/O. The CLI parses the dumps and the capture's protos and passes them in.
+Pure: no I/O. `tpudiag.pipeline` parses the dumps and the capture's protos and passes them in.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ import pandas as pd
 from tpudiag.model import schemas
 from tpudiag.model.compiled import CompiledProgram, Instruction
 from tpudiag.model.hardware import ChipSpec
+from tpudiag.model.inputs import CAPTURE_ORIGIN  # HloSource.origin of the HloProtos a capture embeds
 from tpudiag.model.llo import NO_HLO, LloDump, LloTableSchema
 from tpudiag.model.schemas import Column
 
-CAPTURE_ORIGIN = "capture"  # HloSource.origin of the HloProtos a capture embeds
 
 # Per trace op, in the order of the ops table given to `join_compiled`.
 JOINED = LloTableSchema("joined_ops", (

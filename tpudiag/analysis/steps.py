@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tpudiag.analysis.intervals import covered, merge
+from tpudiag.model.intervals import covered, merge
 from tpudiag.model import schemas
 from tpudiag.model.hlo_names import IO_CATEGORIES, collective_family
 from tpudiag.model.profile import HostTrace

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tpudiag.analysis.intervals import covered, merge
+from tpudiag.model.intervals import covered, merge
 from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model.hlo_names import collective_family, is_io
 

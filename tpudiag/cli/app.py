@@ -5,7 +5,6 @@ Exit codes: 0 clean, 1 findings at or above `--fail-on`, 2 usage or input error.
 
 from __future__ import annotations
 
-import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -18,33 +17,19 @@ from tpudiag.cli import compile_cmd, rules_cmd
 from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
-from tpudiag.errors import TpudiagError
+from tpudiag.cli.console import stderr_console, stdout_console
+from tpudiag.cli.options import Chip
+from tpudiag.errors import TpudiagError, UsageError
+# The bundled example (`tpudiag.examples_data`); names kept for callers of the CLI module.
+from tpudiag.examples_data import EXAMPLE_CAPTURE, EXAMPLE_DUMPS  # noqa: F401
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Performance diagnosis for TPU workloads from XProf captures and compiler dumps.")
-
-
 
 class OutputFormat(str, Enum):
     terminal = "terminal"
     json = "json"
     md = "md"
-
-
-def _plain() -> bool:
-    # NO_COLOR (no-color.org) wins over FORCE_COLOR; rich alone would still emit bold and dim.
-    return bool(os.environ.get("NO_COLOR"))
-
-
-def stdout_console() -> Console:
-    # When piped, keep lines long enough for the tables.
-    return Console(width=None if sys.stdout.isatty() else 140, soft_wrap=False,
-                   color_system=None if _plain() else "auto")
-
-
-def stderr_console() -> Console:
-    return Console(stderr=True, width=None if sys.stderr.isatty() else 140,
-                   color_system=None if _plain() else "auto")
 
 
 def default_capture() -> Path:
@@ -75,52 +60,72 @@ def report(
     = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file; markdown "
                                                 "figures go beside it as <stem>-*.png")] = None,
+    chip: Annotated[Chip | None, typer.Option(help="TPU generation, where the files do not say it (compiler "
+                                                   "dumps without `target_arguments.txt`)")] = None,
+    clock_ghz: Annotated[float | None, typer.Option(help="Compiler dumps alone: the clock turning estimated cycles "
+                                                         "into time (default: the public clock, else the "
+                                                         "FLOPs/bytes roofline)")] = None,
 ) -> None:
     """Print where each step's time goes, which ops dominate it, and the rules' findings."""
-    from tpudiag.analysis.profile_analysis import analyze, build_report
-    from tpudiag.parsers.capture import load_capture
-    from tpudiag.rules import load_config, run_rules
+    from tpudiag.pipeline import diagnose
 
     threshold = rules_cmd.parse_fail_on(fail_on)
-    target = path if path is not None else default_capture()
-    if path is None and not dumps:
-        # With no PATH, join the dumps the example was simulated from, so every rule runs.
-        from tpudiag.examples_data import bundled_dumps
-
-        dumps = [d] if (d := bundled_dumps()) is not None else dumps
-    from tpudiag.cli.report_dumps import is_dump_directory, join_for_report, report_dump_directory
-
-    if is_dump_directory(target):  # compiler dumps without a trace: the static report of `tpudiag compile`
-        report_dump_directory(target, output_format.value, top=top, dumps=dumps, output=output)
-        return
-    rules_config = load_config(target, config).with_cli(select, ignore)
-    rules_config.resolve()  # option errors are usage errors: report them before reading the capture
-    extra_inputs, dump_labels = rules_cmd.load_dump_inputs(dumps)
     err = stderr_console()
-    if err.is_terminal:
-        with err.status(f"reading {target}"):
-            profile = load_capture(target, jobs=jobs)
-    else:
-        profile = load_capture(target, jobs=jobs)
-    analysis = analyze(profile)
-    analysis.join = join_for_report(analysis, extra_inputs)  # compiled facts per op, for rules and report
-    findings, skipped = run_rules(analysis, rules_config, extra_inputs)
-    result = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
-                          dumps=dump_labels)
-    if output is not None or output_format is OutputFormat.md:
+    status = err.status("reading") if err.is_terminal else None
+
+    def progress(text: str) -> None:
+        if status is not None:
+            status.update(text)
+
+    if status is not None:
+        status.start()
+    try:
+        result = diagnose(path, dumps=dumps or (), config=config, chip=chip.value if chip else None, jobs=jobs,
+                          progress=progress, select=select, ignore=ignore, clock_ghz=clock_ghz)
+    finally:
+        if status is not None:
+            status.stop()
+    if result.mode == "static":
+        render_static(result, output_format.value, top, output)
+    elif output is not None or output_format is OutputFormat.md:
         from tpudiag.cli.outputs import write_report
 
-        write_report(result, output_format.value, output, top=top)
+        write_report(result.report, output_format.value, output, top=top)
     elif output_format is OutputFormat.json:
         from tpudiag.render.json_format import render_json
 
-        sys.stdout.write(render_json(result) + "\n")
+        sys.stdout.write(render_json(result.report) + "\n")
     else:
         from tpudiag.render.terminal import render_terminal
 
-        render_terminal(result, stdout_console(), top=top)
+        render_terminal(result.report, stdout_console(), top=top)
     if threshold is not None and any(f.severity >= threshold for f in result.findings):
         raise typer.Exit(1)
+
+
+def render_static(result, output_format: str, top: int, output: Path | None) -> None:
+    """Print (or write to `output`) the static report of compiler dumps with the rules' findings."""
+    from tpudiag.errors import InputError
+    from tpudiag.render.static_report import render_static_diagnosis_json, render_static_diagnosis_terminal
+
+    if output_format not in ("terminal", "json"):
+        raise UsageError(f"a compiler dump directory gives the static report, which has no `{output_format}` format",
+                         path=Path(result.input_path), hint="use --format terminal or --format json")
+    if output is not None:
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                if output_format == "json":
+                    f.write(render_static_diagnosis_json(result.report, result.static) + "\n")
+                else:
+                    render_static_diagnosis_terminal(result.report, result.static,
+                                                     Console(file=f, width=140, color_system=None), top=top)
+        except OSError as exc:
+            raise InputError(f"cannot write the report ({exc.strerror or exc})", path=output) from exc
+        stderr_console().print(f"wrote `{output}`", highlight=False)
+    elif output_format == "json":
+        sys.stdout.write(render_static_diagnosis_json(result.report, result.static) + "\n")
+    else:
+        render_static_diagnosis_terminal(result.report, result.static, stdout_console(), top=top)
 
 
 rules_cmd.register(app)

@@ -25,6 +25,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from tpudiag.cli.options import Chip
 from tpudiag.errors import InputError, TpudiagError, UsageError
 
 DEFAULT_FAIL_ON = "high"
@@ -77,12 +78,13 @@ def check(
     = CheckFormat.terminal,
     config: Annotated[Path | None, typer.Option(help="Rule configuration file (TOML)")] = None,
     jobs: Annotated[int | None, typer.Option(help="Processes for parsing hosts (default: CPU count)")] = None,
+    chip: Annotated[Chip | None, typer.Option(help="TPU generation of compiler dumps that do not name it")] = None,
 ) -> None:
     """CI gate: exit 0 when every check passes, 1 when one fails, 2 on usage or input errors."""
     try:
         from tpudiag.analysis.diff import NoiseOptions, diff_analyses
-        from tpudiag.cli.diff_cmd import analyse_capture
         from tpudiag.cli.rules_cmd import parse_fail_on
+        from tpudiag.pipeline import diagnose
         from tpudiag.render.json_format import finding_to_dict
 
         if max_regression is not None and baseline is None:
@@ -93,14 +95,18 @@ def check(
             fail_on = DEFAULT_FAIL_ON
         threshold = parse_fail_on(fail_on)
 
-        analysis, findings, _ = analyse_capture(path, config, jobs)
+        checked = diagnose(path, config=config, jobs=jobs, chip=chip.value if chip else None)
+        findings = checked.findings
         checks: list[CheckResult] = []
         step_change = None
         if threshold is not None:
             checks.append(findings_check(findings, threshold))
         if baseline is not None:
-            base_analysis, _, _ = analyse_capture(baseline, config, jobs)
-            d = diff_analyses(base_analysis, analysis, options=NoiseOptions())
+            base_diagnosis = diagnose(baseline, config=config, jobs=jobs, chip=chip.value if chip else None)
+            if base_diagnosis.analysis is None or checked.analysis is None:
+                raise InputError("cannot compare step times: an input has no timeline", path=path,
+                                 hint="pass captures, or dumps whose TPU generation is known (--chip)")
+            d = diff_analyses(base_diagnosis.analysis, checked.analysis, options=NoiseOptions())
             if d.step_time is None:
                 raise InputError("cannot compare step times: a capture has no steps", path=path,
                                  hint="both captures need a Steps line or XLA Modules executions")
@@ -121,7 +127,7 @@ def check(
                 "findings": [finding_to_dict(f) for f in findings],
             }, indent=2) + "\n")
         else:
-            from tpudiag.cli.app import stdout_console
+            from tpudiag.cli.console import stdout_console
 
             console = stdout_console()
             for c in checks:

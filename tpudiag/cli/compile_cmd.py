@@ -58,7 +58,7 @@ def compile_command(
     top: Annotated[int, typer.Option(help="Ops to list")] = 20,
     timeout_s: Annotated[float, typer.Option(help="Give up on the compile after this many seconds")] = 900.0,
 ) -> None:
-    from tpudiag.cli.app import stderr_console, stdout_console
+    from tpudiag.cli.console import stderr_console, stdout_console
     from tpudiag.compiler.driver import compile_program
     from tpudiag.compiler.dumps import load_compile_output
     from tpudiag.compiler.static_report import build_static_report
@@ -106,7 +106,7 @@ def simulate_command(
     ici_latency_us: Annotated[float | None, typer.Option(help="Fixed latency per collective, µs (default 2)")] = None,
     steps: Annotated[int, typer.Option(help="Steps to write (identical; modelled)")] = 3,
 ) -> None:
-    from tpudiag.cli.app import stdout_console
+    from tpudiag.cli.console import stdout_console
     from tpudiag.compiler.dumps import load_compile_output
     from tpudiag.compiler.simulate import simulate
     from tpudiag.model.units import fmt_time

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from tpudiag.cli.options import Chip
 from tpudiag.errors import UsageError
 
 
@@ -20,54 +21,6 @@ class DiffFormat(str, Enum):
     terminal = "terminal"
     md = "md"
     json = "json"
-
-
-COMPILE_RESULT = "result.json"  # marks a `tpudiag compile` output directory
-
-
-def is_compile_output(path: Path) -> bool:
-    return path.is_dir() and (path / COMPILE_RESULT).is_file()
-
-
-def _load(path: Path, jobs: int | None, clock_ghz: float | None):
-    """The profile of a capture, or of a compiled program through `tpudiag simulate` (modelled)."""
-    from tpudiag.parsers.capture import load_capture
-
-    if not is_compile_output(path):
-        return load_capture(path, jobs=jobs)
-    import tempfile
-
-    from tpudiag.compiler.dumps import load_compile_output
-    from tpudiag.compiler.simulate import simulate
-
-    with tempfile.TemporaryDirectory(prefix="tpudiag-diff-") as tmp:
-        simulate(load_compile_output(path), Path(tmp), clock_ghz=clock_ghz)
-        profile = load_capture(Path(tmp), jobs=jobs)
-    profile.input_path = str(path)  # the temporary capture is gone; name what the user gave
-    profile.modelled = True
-    return profile
-
-
-def analyse_capture(path: Path, config: Path | None, jobs: int | None, clock_ghz: float | None = None,
-                    dumps: list[Path] | None = None):
-    """(analysis, findings, compiled facts per op) of one capture or compiled program.
-
-    The rules see `dumps` (and, for a compile output, its own dumps); the compiled facts join those
-    and the HLO the capture embeds to the ops (`tpudiag.analysis.join`).
-    """
-    from tpudiag.analysis.profile_analysis import analyze
-    from tpudiag.cli.report_dumps import join_for_report
-    from tpudiag.cli.rules_cmd import load_dump_inputs
-    from tpudiag.rules import load_config, run_rules
-
-    rules_config = load_config(path, config)
-    rules_config.resolve()
-    all_dumps = ([path] if is_compile_output(path) else []) + list(dumps or [])
-    extra_inputs, _ = load_dump_inputs(all_dumps)
-    analysis = analyze(_load(path, jobs, clock_ghz))
-    findings, _ = run_rules(analysis, rules_config, extra_inputs)
-    joined = join_for_report(analysis, extra_inputs)
-    return analysis, findings, joined.columns
 
 
 def noise_options(min_change: float):
@@ -95,6 +48,7 @@ def diff(
     base_dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory of BASE (LLO and/or XLA), "
                                                                "for spills, padding and the rules; repeatable")] = None,
     new_dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory of NEW; repeatable")] = None,
+    chip: Annotated[Chip | None, typer.Option(help="TPU generation of compiler dumps that do not name it")] = None,
 ) -> None:
     """Compare two captures step by step: step time, breakdown, collectives, ops and findings.
 
@@ -104,17 +58,15 @@ def diff(
     A `tpudiag compile` output is first simulated (modelled times, as `tpudiag simulate`); the
     output then says so.
     """
-    from tpudiag.analysis.diff import diff_analyses
+    from tpudiag.pipeline import compare
 
     options = noise_options(min_change)
-    base_analysis, base_findings, base_compiled = analyse_capture(base, config, jobs, clock_ghz, base_dumps)
-    new_analysis, new_findings, new_compiled = analyse_capture(new, config, jobs, clock_ghz, new_dumps)
-    result = diff_analyses(base_analysis, new_analysis, base_findings, new_findings, options,
-                           base_compiled=base_compiled, new_compiled=new_compiled)
+    result = compare(base, new, base_dumps=base_dumps or (), new_dumps=new_dumps or (), config=config, jobs=jobs,
+                     clock_ghz=clock_ghz, noise=options, chip=chip.value if chip else None).result
     if output_format is DiffFormat.terminal:
         from rich.console import Console
 
-        from tpudiag.cli.app import stdout_console
+        from tpudiag.cli.console import stdout_console
         from tpudiag.render.diff_terminal import render_diff_terminal
 
         if output is None:

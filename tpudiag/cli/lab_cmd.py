@@ -28,9 +28,23 @@ class LabFormat(str, Enum):
 
 
 def _consoles():
-    from tpudiag.cli.app import stderr_console, stdout_console
+    from tpudiag.cli.console import stderr_console, stdout_console
 
     return stdout_console(), stderr_console()
+
+
+def _analysis(path: Path):
+    """The capture's analysis through the one pipeline; its warnings go to stderr as `report` shows them."""
+    from tpudiag.pipeline import diagnose
+
+    result = diagnose(path)
+    if result.analysis is None:
+        raise InputError("the lab needs a capture or dumps of a known TPU generation", path=path,
+                         hint="pass a capture, or --chip with the dumps' generation to `tpudiag report`")
+    _, err = _consoles()
+    for w in result.warnings:
+        err.print(f"warning: {w}", markup=False, highlight=False)
+    return result.analysis
 
 
 @lab_app.command("ops")
@@ -44,12 +58,10 @@ def ops(
 
     from rich.table import Table
 
-    from tpudiag.analysis.profile_analysis import analyze
     from tpudiag.kernels_lab.spec import describe_problem, survey
-    from tpudiag.parsers.capture import load_capture
 
-    rows = survey(analyze(load_capture(path)), path, top)
     console, _ = _consoles()
+    rows = survey(_analysis(path), path, top)
     if output_format is LabFormat.json:
         sys.stdout.write(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
         return
@@ -82,9 +94,11 @@ def extract(
 ) -> None:
     """Write a runnable reproduction of one op: `repro.py` (XLA reference + Pallas kernel) and `spec.json`."""
     from tpudiag.kernels_lab.reproduce import write_repro
-    from tpudiag.kernels_lab.spec import extract_spec
+    from tpudiag.kernels_lab.spec import spec_from_analysis
 
-    spec = extract_spec(path, op, dump=dump, topology=topology, scale_down=scale_down)
+    if scale_down < 1:
+        raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
+    spec = spec_from_analysis(_analysis(path), path, op, dump=dump, topology=topology, scale_down=scale_down)
     out_dir = out if out is not None else Path(f"lab-{op}")
     repro, blocks = write_repro(spec, out_dir)
     console, _ = _consoles()

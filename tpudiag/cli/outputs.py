@@ -75,7 +75,7 @@ def write_report(report: Report, output_format: str, output: Path | None, top: i
     from tpudiag.render.terminal import render_terminal
 
     if output is None:
-        from tpudiag.cli.app import stdout_console
+        from tpudiag.cli.console import stdout_console
 
         render_terminal(report, stdout_console(), top=top)
         return

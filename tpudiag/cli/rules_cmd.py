@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from tpudiag.errors import InputError, UsageError
+from tpudiag.errors import UsageError
 
 
 def rule_to_dict(rule) -> dict:
@@ -32,7 +31,7 @@ def rule_to_dict(rule) -> dict:
 def rules(output_format: Annotated[str, typer.Option("--format", "-f", help="terminal or json")] = "terminal",
           ) -> None:
     """List every rule: code, name, severity, the inputs it needs."""
-    from tpudiag.cli.app import stdout_console
+    from tpudiag.cli.console import stdout_console
     from tpudiag.rules.registry import RULES
 
     if output_format == "json":
@@ -58,40 +57,6 @@ def rule(name: Annotated[str, typer.Argument(help="Rule name (e.g. exposed-colle
         raise UsageError(f"unknown rule `{name}`", hint="`tpudiag rules` lists the rules")
     sys.stdout.write(f"{found.name} ({found.code}) · severity up to {found.severity.label()} · needs "
                      f"{', '.join(found.inputs)}\n\n{found.doc.strip()}\n")
-
-
-def load_dump_inputs(paths: list[Path] | None) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """Extra rule inputs from `--dumps` directories: LLO dumps (`--xla_jf_dump_to`) and XLA dumps
-    (`--xla_dump_to`); a `tpudiag compile` output directory gives both (its `llo/`, `static_profile/` and
-    `xla/`). A directory holding neither is an input error naming it."""
-    from tpudiag.compiler.dump_dir import dump_parts
-    from tpudiag.parsers.hlo_text import load_hlo_dump
-    from tpudiag.parsers.llo.load import load_llo_dump
-
-    llo, hlo, labels = [], [], []
-    for path in paths or ():
-        found = []
-        parts = dump_parts(path)
-        try:
-            llo.append(load_llo_dump(parts.llo, static_profile_dir=parts.static_profile))
-            found.append("LLO")
-        except InputError:
-            pass
-        try:
-            hlo.append(load_hlo_dump(parts.xla))
-            found.append("XLA")
-        except InputError:
-            pass
-        if not found:
-            raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`)",
-                             path=path, hint="pass the directory the compiler wrote its dump files to")
-        labels.append(f"{path} ({' + '.join(found)})")
-    extra: dict[str, Any] = {}
-    if llo:
-        extra["llo"] = tuple(llo)
-    if hlo:
-        extra["hlo"] = tuple(hlo)
-    return extra, tuple(labels)
 
 
 def parse_fail_on(text: str | None):

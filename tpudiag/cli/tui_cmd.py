@@ -25,11 +25,13 @@ def tui(
     except ImportError:
         raise UsageError("the terminal UI needs the `textual` package, which is not installed",
                          hint=TUI_HINT) from None
-    from tpudiag.cli.app import default_capture
+    from tpudiag.examples_data import bundled_capture, bundled_dumps
     from tpudiag.parsers.capture import find_capture
     from tpudiag.tui.app import TpudiagApp
 
-    target = path if path is not None else default_capture()
+    target = path if path is not None else bundled_capture()
+    if path is None and not dumps:
+        dumps = list(bundled_dumps())  # as `tpudiag report` with no PATH
     find_capture(target)  # a wrong PATH is a one-line error before the screen is taken over
     for d in dumps or ():
         if not d.is_dir():

@@ -111,8 +111,12 @@ def generation_for_llo(llo) -> str:
     return found[0] if len(found) == 1 else ""
 
 
-def load_dump_directory(path: Path) -> CompileOutput:
-    """A `CompileOutput` from a compile output directory, or from a bare XLA and/or LLO dump."""
+def load_dump_directory(path: Path, chip=None) -> CompileOutput:
+    """A `CompileOutput` from a compile output directory, or from a bare XLA and/or LLO dump.
+
+    `chip` (a `ChipSpec`, from `--chip`) supplies the generation when the files do not name it;
+    when they do and it differs, the files win and a warning says so.
+    """
     from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
     from tpudiag.parsers.llo.load import load_llo_dump
 
@@ -167,9 +171,14 @@ def load_dump_directory(path: Path) -> CompileOutput:
         if generation:
             warnings.append(f"TPU generation {generation} inferred from the LLO dump (MXUs per core and VMEM "
                             "capacity): no `target_arguments.txt` here")
+    if chip is not None and generation and generation != chip.generation:
+        warnings.append(f"--chip {chip.generation} ignored: the dump was compiled for {generation}")
+    elif chip is not None and not generation:
+        generation = chip.generation
+        warnings.append(f"TPU generation {generation} from --chip: the dump does not name it")
     if not generation:
         raise InputError(f"cannot tell the TPU generation of this dump (target `{program.target or 'unknown'}`)",
-                         path=path, hint="the XLA dump's `*.target_arguments.txt` names it; keep it with the dump")
+                         path=path, hint="the XLA dump's `*.target_arguments.txt` names it; keep it with the dump, or pass --chip")
     spills = _llo_spills(llo)
     if llo is not None:
         program = _with_static_cycles(program, llo)

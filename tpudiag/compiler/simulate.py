@@ -15,6 +15,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from tpudiag.compiler.dumps import CompileOutput
@@ -104,15 +105,37 @@ def cost_model(output: CompileOutput, clock_ghz: float | None, ici_gbps: float |
                               ici_latency_ps=int(ici_latency_us * 1e6) if ici_latency_us is not None else None)
 
 
+def roofline_durations(estimates: pd.DataFrame, chip: ChipSpec) -> pd.DataFrame:
+    """Durations with compute time from FLOPs at the chip's peak (per core), for a clock-less chip.
+
+    `duration_ps` already covers HBM and ICI time; this adds the compute side of the roofline so a
+    matmul is not timed by its bytes alone. Async halves keep their own (transfer-free) duration.
+    """
+    per_core_flops = chip.peak_bf16_flops_per_s / chip.tensorcores_per_chip
+    compute = (estimates["flops"].to_numpy() / per_core_flops * 1e12).astype("int64")
+    plain = (estimates["async_role"].fillna("") == "").to_numpy()
+    duration = estimates["duration_ps"].to_numpy().copy()
+    duration[plain] = np.maximum(duration[plain], compute[plain])
+    return estimates.assign(duration_ps=duration)
+
+
 def simulate(output: CompileOutput, logdir: Path, clock_ghz: float | None = None, ici_gbps: float | None = None,
-             ici_latency_us: float | None = None, steps: int = 3) -> tuple[Path, Timeline, CostModel]:
-    """Write `<logdir>/plugins/profile/modelled/<host>.xplane.pb`; return it with the timeline."""
+             ici_latency_us: float | None = None, steps: int = 3,
+             roofline_without_clock: bool = False) -> tuple[Path, Timeline, CostModel]:
+    """Write `<logdir>/plugins/profile/modelled/<host>.xplane.pb`; return it with the timeline.
+
+    Without a clock, estimated cycles cannot become time: that is a usage error unless
+    `roofline_without_clock`, where each op lasts its FLOPs/bytes roofline time instead (the
+    static report of `tpudiag report DUMPS` states which basis it used).
+    """
     chip = chip_of(output)
     model = cost_model(output, clock_ghz, ici_gbps, ici_latency_us)
     n_devices = int(output.facts.get("n_devices", 1))
     estimates = op_estimates(output.program, model, n_devices, output.group_sizes, output.spills,
                      output.matmul_flops)
-    if model.clock_hz is None and estimates["estimated_cycles"].notna().any():
+    if model.clock_hz is None and roofline_without_clock:
+        estimates = roofline_durations(estimates, chip)
+    elif model.clock_hz is None and estimates["estimated_cycles"].notna().any():
         raise UsageError(f"the {chip.generation} clock is not public, so cycles cannot become time",
                          hint="pass --clock-ghz (an assumption you state), e.g. --clock-ghz 1.5")
     if steps < 1:

@@ -96,14 +96,12 @@ def _collectives(output: CompileOutput, ops: pd.DataFrame) -> tuple[CollectiveSt
         if pair.computation != program.entry or pair.kind != "collective":
             continue
         paired_dones.add(pair.done)
-        between = getattr(pair, "scheduled_between", None)
-        if between is None:
-            between = getattr(pair, "work_between", ())
+        between = pair.scheduled_between
         row = by_name.loc[pair.start] if pair.start in by_name.index else None
         steps.append(CollectiveStep(
             name=pair.start, done=pair.done, family=pair.family, mode="async",
             start_position=pair.start_position, done_position=pair.done_position, ops_between=len(between),
-            thread=getattr(pair, "thread", ""),
+            thread=pair.thread,
             payload_bytes=int(row["payload_bytes"]) if row is not None else 0,
             group_size=int(row["group_size"]) if row is not None else 0,
             modelled_ps=int(row["window_ps"]) if row is not None else 0))

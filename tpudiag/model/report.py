@@ -85,6 +85,8 @@ class Summary:
     modelled: bool
     dumps: tuple[str, ...] = ()
     compiled: CompiledJoin | None = None  # how trace ops were joined to compiled programs
+    # `trace`: a measured capture; `static`: compiler dumps alone, times are the compiler's estimate
+    mode: str = "trace"
 
     @property
     def ridge_flops_per_byte(self) -> float | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tpudiag.analysis.intervals import nest
+from tpudiag.model.intervals import nest
 from tpudiag.model import schemas
 from tpudiag.model.hardware import chip_for
 from tpudiag.model.hlo_names import async_role, pair_async, window_family

@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError
 
 from tpudiag.errors import InputError
 from tpudiag.model.compiled import CompiledProgram, Instruction, Layout, Shape, TupleShape
+from tpudiag.model.inputs import CAPTURE_ORIGIN, HloInput
 from tpudiag.parsers.hlo_program import computation_from, finish_program
 from tpudiag.parsers.layout import ShapeSyntaxError, array_shape, shape_text
 from tpudiag.proto import HloModuleProto, HloProto
@@ -71,6 +72,18 @@ def host_programs(host) -> dict[int, CompiledProgram]:
                 host.warnings.append(f"embedded HLO not used: {exc.one_line()}")
         host.programs = programs
     return host.programs
+
+
+def capture_hlo_inputs(profile) -> tuple[HloInput, ...]:
+    """Every program the capture's hosts embed, once per program id (hosts of one SPMD run share them)."""
+    seen: set[int] = set()
+    out: list[HloInput] = []
+    for host in profile.hosts:
+        for pid, program in host_programs(host).items():
+            if pid not in seen:
+                seen.add(pid)
+                out.append(HloInput(program, CAPTURE_ORIGIN))
+    return tuple(out)
 
 
 def _program(module, path: str, program_id: int | None) -> CompiledProgram:

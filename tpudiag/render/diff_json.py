@@ -6,7 +6,7 @@ import dataclasses
 import json
 import math
 
-from tpudiag import __version__
+from tpudiag.version import __version__
 from tpudiag.analysis.diff import Change, CompiledFacts, Diff, NamedChange
 from tpudiag.render.diff_format import noise_rule
 

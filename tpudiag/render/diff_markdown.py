@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpudiag import __version__
+from tpudiag.version import __version__
 from tpudiag.analysis.diff import Diff, NamedChange
 from tpudiag.render.diff_format import change_cells, compiled_cells, fmt_delta, noise_rule
 from tpudiag.render.markdown import code, prose, table, text

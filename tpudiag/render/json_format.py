@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 
-from tpudiag import __version__
+from tpudiag.version import __version__
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import Distribution, Report
 
@@ -46,6 +46,7 @@ def report_to_dict(report: Report) -> dict:
     s = report.summary
     summary = {
         "input": s.input_path,
+        "mode": s.mode,
         "run": s.run,
         "platform": s.platform,
         "device_type": s.device_type,

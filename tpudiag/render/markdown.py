@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import quote
 
-from tpudiag import __version__
+from tpudiag.version import __version__
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import Breakdown, Report
 from tpudiag.model.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tpudiag.compiler.static_report import StaticReport
+from tpudiag.model.report import Report
 from tpudiag.model.units import fmt_bytes, fmt_time
 
 
@@ -144,3 +145,42 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
             f"{k.replace('_in_bytes', '').replace('_size', '')} {fmt_bytes(v)}" for k, v in report.memory.items()))
     for w in report.warnings[:5]:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
+
+
+def static_diagnosis_dict(report: Report, static: StaticReport | None) -> dict:
+    """The static mode's JSON: the trace report's contract keys (`summary` with `mode: static`,
+    `findings`, `rules_skipped`, `warnings`) plus the static report's own keys; `ops` are the
+    static report's per-op estimates (empty when no program could be read)."""
+    from tpudiag.render.json_format import report_to_dict
+
+    doc = report_to_dict(report)
+    if static is None:
+        return {**doc, "kind": "tpudiag.static_report", "ops": []}
+    return {**doc, **static_report_dict(static), "summary": doc["summary"], "warnings": doc["warnings"]}
+
+
+def render_static_diagnosis_json(report: Report, static: StaticReport | None) -> str:
+    return json.dumps(static_diagnosis_dict(report, static), indent=2)
+
+
+def render_static_diagnosis_terminal(report: Report, static: StaticReport | None, console: Console,
+                                     top: int = 20) -> None:
+    """The static report's tables, then the rules' findings and every warning."""
+    from rich.text import Text
+
+    from tpudiag.render.terminal import render_findings
+
+    if static is not None:
+        render_static_terminal(static, console, top=top)
+    else:
+        console.print(Text(f"tpudiag report  {report.summary.input_path}  (compiler dumps, no modelled timeline)",
+                           style="bold"))
+    console.print()
+    render_findings(report, console)
+    shown = set(static.warnings[:5]) if static is not None else set()  # the static tables printed these
+    rest = [w for w in report.warnings if w not in shown]
+    if rest:
+        console.print()
+        console.print(Text("Warnings", style="bold"))
+        for w in rest:
+            console.print(Text(f"  {w}"))

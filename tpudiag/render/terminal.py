@@ -155,6 +155,11 @@ def _findings(report: Report) -> Group:
     return Group(title, *body)
 
 
+def render_findings(report: Report, console: Console) -> None:
+    """The findings section alone (the static report prints its own tables above it)."""
+    console.print(_findings(report))
+
+
 def render_terminal(report: Report, console: Console, top: int = 15) -> None:
     console.print(_header(report))
     s = report.summary

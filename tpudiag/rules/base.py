@@ -1,7 +1,7 @@
 """What a rule is: a stable code, a kebab-case name, the inputs it needs, its options and its check.
 
-A rule is a pure function of a `RuleContext` (the analysed profile plus any extra inputs such as
-compiler dumps) and its frozen `Options`; it returns findings and never prints or reads files.
+A rule is a pure function of a `RuleContext` (the analysed profile, the compiled inputs and their
+join to the trace ops) and its frozen `Options`; it returns findings and never prints or reads files.
 The rule module's docstring is its user documentation, in the sections listed in `DOC_SECTIONS`.
 """
 
@@ -16,8 +16,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tpudiag.analysis.join import JoinResult
 from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model import schemas
+from tpudiag.model.hardware import ChipSpec
+from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.findings import Finding, Severity
 
 DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Savings estimate", "Known limits",
@@ -53,10 +56,25 @@ TABLES: Mapping[str, Callable[[Analysis], None]] = {
 
 @dataclass(frozen=True)
 class RuleContext:
-    """Everything a rule may look at. `extra` holds optional inputs keyed by `INPUTS` names."""
+    """Everything a rule may look at; the engine runs a rule only when the `INPUTS` it declares are here.
 
-    analysis: Analysis
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    analysis: the analysed capture (measured, or modelled from a compiled program in static mode);
+      None for compiler dumps that give no timeline (no generation known), where only rules that
+      do not need `trace` run.
+    compiled: LLO dumps and HLO programs (`CompiledInputs.programs` are the ones rules read).
+    join: compiled facts per trace op (`tpudiag.analysis.join`), None when nothing was joined.
+    layouts: the layout parser's `parse_shape` (text -> logical/padded bytes), injected so rule
+      modules import no parser.
+    chip: the TPU generation's spec when known (trace, dump target or `--chip`).
+    static: True when times come from the compiler's estimate, not a measured trace.
+    """
+
+    analysis: Analysis | None
+    compiled: CompiledInputs = field(default_factory=CompiledInputs)
+    join: JoinResult | None = None
+    layouts: Callable[[str], Any] | None = None
+    chip: ChipSpec | None = None
+    static: bool = False
 
 
 @dataclass(frozen=True)

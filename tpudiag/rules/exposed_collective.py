@@ -75,7 +75,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tpudiag.analysis.intervals import covered, merge
+from tpudiag.model.intervals import covered, merge
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
 from tpudiag.model.units import fmt_pct, fmt_time
@@ -121,12 +121,11 @@ def classify(ratio: float, options: Options) -> str:
     return "partial"
 
 
-def collective_windows(ctx_or_analysis, options: Options | None = None) -> pd.DataFrame:
+def collective_windows(analysis, options: Options | None = None) -> pd.DataFrame:
     """One row per async collective window and per synchronous collective, with its coverage.
 
     Columns: `WINDOW_COLUMNS`. `kind` is "async" or "sync"; `klass` hidden/partial/exposed.
     """
-    analysis = getattr(ctx_or_analysis, "analysis", ctx_or_analysis)
     options = options or Options()
     frames = []
     for host in analysis.profile.hosts:
@@ -217,6 +216,11 @@ class ScheduleFacts:
         return ""
 
 
+def compiled_programs(ctx: RuleContext) -> tuple:
+    """The compiled HLO programs this rule reads (the one place it reaches compiled inputs)."""
+    return ctx.compiled.programs
+
+
 def schedule_facts(programs) -> ScheduleFacts | None:
     """Facts from compiled programs (`CompiledProgram`s); None without any."""
     if not programs:
@@ -224,7 +228,7 @@ def schedule_facts(programs) -> ScheduleFacts | None:
     between: dict[str, int] = {}
     sync: set[str] = set()
     for program in programs:
-        for pair in getattr(program, "async_pairs", ()):
+        for pair in program.async_pairs:
             if pair.kind == "collective":
                 between[pair.start] = len(pair.scheduled_between)
         for (computation, name), inst in program.instructions.items():
@@ -323,7 +327,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     basis = step_basis(analysis)
     scale = SeverityScale(options.high_share, options.medium_share)
     generation = _generation(analysis)
-    facts = schedule_facts(ctx.extra.get("hlo")) if hasattr(ctx, "extra") else None
+    facts = schedule_facts(compiled_programs(ctx))
     hosts = analysis.profile.hosts
     findings = []
     for kind in ("sync", "async"):

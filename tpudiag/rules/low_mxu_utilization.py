@@ -181,20 +181,22 @@ def _operands(hlo_text: str) -> list[Shape]:
     return parse_shapes(args[:end])
 
 
-def static_mxu_busy(llo) -> dict[str, float]:
+def static_mxu_busy(dumps) -> dict[str, float]:
     """Op name -> the compiler's static MXU busy fraction, from LLO dumps' per-op tables (`ops`)."""
-    if llo is None:
-        return {}
-    dumps = llo if isinstance(llo, (list, tuple)) else (llo,)
     out: dict[str, float] = {}
     for dump in dumps:
-        table = getattr(dump, "ops", dump)
-        if not isinstance(table, pd.DataFrame) or not {"name", "mxu_busy_fraction"} <= set(table.columns):
+        table = dump.ops
+        if "mxu_busy_fraction" not in table.columns:
             continue
         for name, value in zip(table["name"].astype(str), table["mxu_busy_fraction"]):
             if pd.notna(value):
                 out[name] = float(value)
     return out
+
+
+def llo_dumps(ctx: RuleContext) -> tuple:
+    """The LLO dumps this rule reads (the one place it reaches compiled inputs)."""
+    return ctx.compiled.llo
 
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
@@ -228,7 +230,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                      ignore_index=True)
     hlo_text = dict(zip(meta["name"], meta["hlo_text"].astype(str)))
     events = op_events(analysis, grouped["name"])
-    static_busy = static_mxu_busy(ctx.extra.get("llo"))
+    static_busy = static_mxu_busy(llo_dumps(ctx))
     candidates = []
     for r in grouped.itertuples(index=False):
         total_s = r.total_time_ps / 1e12

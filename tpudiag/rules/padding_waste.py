@@ -140,7 +140,7 @@ def _memory_space(shape: Any) -> str:
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
-    parse = ctx.extra["layouts"]
+    parse = ctx.layouts
     basis = step_basis(analysis)
     scale = SeverityScale(options.high_share, options.medium_share)
     ops = analysis.ops

@@ -34,7 +34,8 @@ with other work.
 Known limits
 ------------
 Needs LLO dumps from the same compilation as the trace; skipped without them. Ops are matched by
-name; an op missing from the trace is reported with no time.
+name; an op missing from the trace is reported with no time. On an LLO dump alone (no trace and
+no TPU generation to model one) spills are still reported, with no saving.
 
 Options
 -------
@@ -55,7 +56,8 @@ import pandas as pd
 
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
+from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, op_events, per_step_worst_core,
+                                step_basis)
 
 CODE = "TPD104"
 NAME = "spill"
@@ -85,67 +87,43 @@ class OpSpills:
     bundles: int | None = None
 
 
-def _first(obj: Any, names: tuple[str, ...], default=None):
-    for n in names:
-        if isinstance(obj, dict) and n in obj:
-            return obj[n]
-        if hasattr(obj, n):
-            return getattr(obj, n)
-    return default
-
-
 def _na_int(value) -> int | None:
     return None if value is None or pd.isna(value) else int(value)
 
 
-def op_spills(llo: Any) -> list[OpSpills]:
-    """Per-op spill records from the `llo` input.
-
-    Accepts an LLO dump (or several) whose `ops` table has `name`, `spill_stores`, `spill_fills` and `bundles`
-    columns (the LLO parser's per-op table; NA = not in the dump), that table itself, or an
-    iterable of records with those facts.
-    """
-    if isinstance(llo, (list, tuple)) and llo and all(hasattr(d, "ops") for d in llo):
-        return [r for dump in llo for r in op_spills(dump)]
-    records: Iterable[Any] = _first(llo, ("ops", "op_spills", "spills"), llo)
-    if callable(records):
-        records = records()
-    if isinstance(records, pd.DataFrame):
-        df = records
-        if "name" not in df.columns or "spill_stores" not in df.columns:
-            return []
-        bundles = df["bundles"] if "bundles" in df.columns else [None] * len(df)
-        fills = df["spill_fills"] if "spill_fills" in df.columns else [None] * len(df)
-        return [OpSpills(str(n), _na_int(s) or 0, _na_int(f) or 0, _na_int(b) or None)
-                for n, s, f, b in zip(df["name"], df["spill_stores"], fills, bundles)]
-    if isinstance(records, dict):
-        records = [{"op": k, **(v if isinstance(v, dict) else vars(v))} for k, v in records.items()]
+def op_spills(dumps: Iterable[Any]) -> list[OpSpills]:
+    """Per-op spill records from LLO dumps' per-op tables (`ops`: `name`, `spill_stores`,
+    `spill_fills` and, when the dump has it, `bundles`; NA = the dump says nothing)."""
     out = []
-    for rec in records:
-        if isinstance(rec, OpSpills):
-            out.append(rec)
+    for dump in dumps:
+        df = dump.ops
+        if df.empty:
             continue
-        name = _first(rec, ("op", "name", "hlo_op", "op_name"))
-        if not name:
-            continue
-        spills = int(_first(rec, ("spills", "spill_count", "vmem_spills", "vmem_spill_count"), 0) or 0)
-        fills = int(_first(rec, ("fills", "fill_count", "vmem_fills", "vmem_fill_count"), 0) or 0)
-        bundles = _first(rec, ("bundles", "bundle_count", "n_bundles"))
-        out.append(OpSpills(str(name), spills, fills, int(bundles) if bundles else None))
+        bundles = df["bundles"] if "bundles" in df.columns else [None] * len(df)
+        out.extend(OpSpills(str(n), _na_int(s) or 0, _na_int(f) or 0, _na_int(b) or None)
+                   for n, s, f, b in zip(df["name"], df["spill_stores"], df["spill_fills"], bundles))
     return out
+
+
+def llo_dumps(ctx: RuleContext) -> tuple[Any, ...]:
+    """The LLO dumps this rule reads (the one place it reaches compiled inputs)."""
+    return ctx.compiled.llo
 
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
-    records = [r for r in op_spills(ctx.extra["llo"]) if r.spills + r.fills >= options.min_spills]
+    records = [r for r in op_spills(llo_dumps(ctx)) if r.spills + r.fills >= options.min_spills]
     if not records:
         return []
-    basis = step_basis(analysis)
+    # Without a timeline (an LLO dump of unknown generation) spills are still counted; the saving
+    # is then 0: the time they cost is unknown.
+    timed = analysis is not None and any(not h.events.empty for h in analysis.profile.hosts)
+    basis = step_basis(analysis) if timed else StepBasis(1, 0.0, True)
     scale = SeverityScale(options.high_share, options.medium_share)
-    events = op_events(analysis, {r.op for r in records})
+    events = op_events(analysis, {r.op for r in records}) if timed else None
     candidates = []
     for rec in records:
-        self_per_step = per_step_worst_core(events[events["name"] == rec.op], "self_ps", basis)
+        self_per_step = per_step_worst_core(events[events["name"] == rec.op], "self_ps", basis) if timed else 0.0
         fraction = min(1.0, (rec.spills + rec.fills) / rec.bundles) if rec.bundles else 0.0
         candidates.append((self_per_step * fraction, self_per_step, rec, fraction))
     candidates.sort(key=lambda c: (-c[0], -c[1], -(c[2].spills + c[2].fills), c[2].op))
@@ -168,9 +146,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             message=message, saving=Saving(int(round(saving)), "compiler estimate", explanation),
             fix="reduce live vector state: smaller block sizes or fewer values live across the loop",
             evidence=(Evidence(rec.op, tuple(values)),),
-            host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "", ops=(rec.op,)))
+            host=analysis.profile.hosts[0].host if timed and len(analysis.profile.hosts) == 1 else "",
+            ops=(rec.op,)))
     return findings
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=("trace", "llo"), options_type=Options,
-            check=check, doc=__doc__, tables=("events", "steps"))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=("llo",), options_type=Options,
+            check=check, doc=__doc__, uses=("trace",), tables=("events", "steps"))

@@ -1,0 +1,139 @@
+"""`tpudiag.diagnose()` / `compare()`: the one pipeline behind every command.
+
+- the CLI's JSON is `diagnose(...)` serialised, for every bundled example (captures and dumps);
+- compiler dumps alone get the rules they have inputs for, labelled `compiler estimate`;
+- the same inputs give the same warnings in `report` and `diff` (regression: mismatched dumps).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tpudiag
+from tests.conftest import REPO
+from tpudiag.cli.app import main
+from tpudiag.errors import UsageError
+from tpudiag.render.json_format import report_to_dict
+from tpudiag.render.static_report import static_diagnosis_dict
+
+MODELS = REPO / "examples" / "models"
+CAPTURES = sorted(p for p in (MODELS / "captures").iterdir() if p.is_dir())
+DUMP_DIRS = sorted(p for p in (MODELS / "dumps").iterdir() if p.is_dir())
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def cli_json(capsys, *args: str) -> dict:
+    try:
+        main(["report", *args, "--format", "json"])
+    except SystemExit as exc:
+        assert not exc.code, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def serialised(d) -> dict:
+    doc = static_diagnosis_dict(d.report, d.static) if d.mode == "static" else report_to_dict(d.report)
+    return json.loads(json.dumps(doc))
+
+
+@pytest.fixture(autouse=True)
+def _no_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no developer config leaks in
+    monkeypatch.setenv("NO_COLOR", "1")
+
+
+def test_import_is_lazy():
+    import subprocess
+    import sys
+
+    code = "import sys, tpudiag; print(sorted(m for m in sys.modules if m.startswith(('pandas', 'tpudiag.'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(REPO)}).stdout
+    assert out.strip() == "['tpudiag.version']"  # no pandas, no parsers, no pipeline until first use
+    assert callable(tpudiag.diagnose) and callable(tpudiag.compare)
+
+
+def test_cli_json_is_diagnose_serialised_for_the_default_example(capsys):
+    assert cli_json(capsys) == serialised(tpudiag.diagnose())
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.name)
+def test_cli_json_is_diagnose_serialised_for_each_capture(capsys, capture):
+    assert cli_json(capsys, str(capture)) == serialised(tpudiag.diagnose(capture))
+
+
+@pytest.mark.parametrize("dumps", DUMP_DIRS, ids=lambda p: p.name)
+def test_dumps_alone_are_static_and_labelled_compiler_estimate(capsys, dumps):
+    d = tpudiag.diagnose(dumps)
+    assert cli_json(capsys, str(dumps)) == serialised(d)
+    doc = serialised(d)
+    assert doc["summary"]["mode"] == "static"
+    assert {"summary", "ops", "findings", "warnings"} <= set(doc)
+    assert d.analysis is not None and d.analysis.profile.modelled
+    assert all(f.saving.basis == "compiler estimate" for f in d.findings)
+    assert {s.rule for s in d.skipped} <= {"low-mxu-utilization", "spill"}  # Pallas: no FLOPs; v6e: no LLO
+
+
+def test_llm_decode_dumps_alone_get_padding_spill_and_mxu_findings():
+    """v5e decode: `f32[3,50257]`-style arrays tiled (4,128)/(8,128), M = 3 matmuls, LLO spills."""
+    d = tpudiag.diagnose(MODELS / "dumps" / "llm_decode_v5e")
+    by_rule = {}
+    for f in d.findings:
+        by_rule.setdefault(f.rule, []).append(f)
+    assert {"padding-waste", "spill", "low-mxu-utilization"} <= set(by_rule)
+    assert all(f.saving.basis == "compiler estimate" for fs in by_rule.values() for f in fs)
+    # the concrete dim change, for array tiles and for the MXU
+    assert any(dict(f.evidence[0].values).get("padded dims") == "dim 2: 4 → 128" for f in by_rule["padding-waste"])
+    assert any("(4→128)" in f.fix for f in by_rule["low-mxu-utilization"])
+    assert all(f.saving.ps > 0 for f in by_rule["padding-waste"] + by_rule["low-mxu-utilization"])
+    frame = d.findings_frame()
+    assert list(frame["rule"]) == [f.rule for f in d.findings]
+    assert set(frame["saving_basis"]) == {"compiler estimate"}
+
+
+def test_llo_dump_without_target_reports_spills_and_skips_the_rest():
+    d = tpudiag.diagnose(MODELS / "dumps" / "transformer_train_v5e" / "llo")
+    assert d.mode == "static" and d.analysis is None and d.static is None
+    assert d.findings and {f.rule for f in d.findings} == {"spill"}
+    assert {s.rule for s in d.skipped} == {"exposed-collective", "low-mxu-utilization", "padding-waste"}
+    assert all(s.reason == "needs a device trace with TPU ops" for s in d.skipped)
+    assert d.ops_frame().empty and d.steps_frame().empty
+
+
+def test_chip_must_be_a_known_generation():
+    with pytest.raises(UsageError, match="unknown TPU generation `v9z`"):
+        tpudiag.diagnose(MODELS / "dumps" / "llm_decode_v5e", chip="v9z")
+
+
+def test_frames_of_a_capture():
+    d = tpudiag.diagnose(MODELS / "captures" / "llm_decode_v5e")
+    ops = d.ops_frame()
+    assert len(ops) == len(d.report.ops) and {"name", "self_time_ps", "padded_bytes"} <= set(ops.columns)
+    steps = d.steps_frame()
+    assert not steps.empty and (steps["dur_ps"] > 0).all()
+
+
+def test_diff_shows_the_warnings_report_shows_for_mismatched_dumps(capsys):
+    """Regression: `diff --new-dumps` of another program printed none of `report`'s mismatch warnings."""
+    capture = MODELS / "captures" / "transformer_train_v5e"
+    other = FIXTURES / "dumps" / "v5e_mlp_train"
+    report_doc = cli_json(capsys, str(capture), "--dumps", str(other))
+    assert any("none matched any of the 140 trace ops" in w for w in report_doc["warnings"])
+    try:
+        main(["diff", str(capture), str(capture), "--new-dumps", str(other), "--format", "json"])
+    except SystemExit as exc:
+        assert not exc.code
+    diff_doc = json.loads(capsys.readouterr().out)
+    for w in report_doc["warnings"]:
+        assert f"new: {w}" in diff_doc["warnings"]
+    assert not any(w.startswith("base: ") and "matched" in w for w in diff_doc["warnings"])
+
+
+def test_check_gates_compiler_dumps_alone(capsys):
+    """`check` takes the same inputs as `report`: dumps alone are gated on their compiler-estimate findings."""
+    with pytest.raises(SystemExit) as exc:
+        main(["check", str(MODELS / "dumps" / "llm_decode_v5e"), "--fail-on", "high", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 1 and doc["result"] == "fail"
+    assert doc["findings"] and {f["savings_basis"] for f in doc["findings"]} == {"compiler estimate"}

@@ -1,0 +1,15 @@
+"""Option types shared by several commands."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Chip(str, Enum):
+    """`--chip`: the TPU generation, where the files do not say it (`tpudiag.pipeline.CHIP_NAMES`)."""
+
+    v4 = "v4"
+    v5e = "v5e"
+    v5p = "v5p"
+    v6e = "v6e"
+    tpu7x = "tpu7x"

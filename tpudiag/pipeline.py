@@ -1,0 +1,333 @@
+"""The one diagnosis pipeline: input -> analysis -> compiled join -> rules -> report.
+
+`diagnose()` is what every command (`report`, `diff`, `check`, `tui`, `lab`) and a notebook call;
+`compare()` runs it on two inputs for `diff` and `check`. Inputs:
+
+- a capture (logdir, run directory or `.xplane.pb`), optionally with compiler dumps (`dumps=`);
+- compiler dumps alone (an XLA dump, an LLO dump, both, or a `tpudiag compile` output): the
+  static mode. The program is laid out on a modelled timeline from the compiler's own estimate
+  (cycles at the stated clock, else the FLOPs/bytes roofline; `tpudiag.compiler.simulate`) and
+  every rule that has its inputs runs on it; savings are labelled `compiler estimate`. When the
+  TPU generation is unknown (no target file, no `chip=`), no timeline can be modelled: the rules
+  that need only the dumps (spills) still run and the others are skipped with the reason.
+
+Warnings are collected once, here, so every command shows the same ones for the same inputs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from tpudiag.analysis.join import HloSource, JoinResult, join_compiled
+from tpudiag.analysis.profile_analysis import Analysis, analyze, build_report
+from tpudiag.errors import InputError, UsageError
+from tpudiag.model.findings import Finding
+from tpudiag.model.hardware import ChipSpec
+from tpudiag.model.inputs import CompiledInputs, HloInput
+from tpudiag.model.report import Report, RuleSkip, Summary
+
+if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
+    from tpudiag.analysis.diff import Diff as AnalysisDiff
+    from tpudiag.analysis.diff import NoiseOptions
+    from tpudiag.compiler.static_report import StaticReport
+
+CHIP_NAMES = ("v4", "v5e", "v5p", "v6e", "tpu7x")
+STAGES = ("reading host files", "analysing steps and ops", "running the rules", "building the report")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Everything one diagnosis found; `report` is what every renderer takes.
+
+    mode: `trace` (a capture, measured) or `static` (compiler dumps alone; times are the
+    compiler's estimate on a modelled timeline). `analysis` is None only in static mode when no
+    timeline could be modelled (unknown TPU generation). `static` is the per-op static report of
+    a compiler dump (None for a capture, or when no program could be read).
+    """
+
+    input_path: str
+    mode: str
+    analysis: Analysis | None
+    compiled: CompiledInputs
+    join: JoinResult | None
+    findings: tuple[Finding, ...]
+    skipped: tuple[RuleSkip, ...]
+    warnings: tuple[str, ...]
+    report: Report
+    static: StaticReport | None = None
+
+    def ops_frame(self) -> pd.DataFrame:
+        """One row per op (as the report lists them, slowest first), compiled facts included."""
+        from tpudiag.model.report import OpRow
+
+        cols = [f.name for f in OpRow.__dataclass_fields__.values()]
+        return pd.DataFrame([vars(o) for o in self.report.ops], columns=cols)
+
+    def steps_frame(self) -> pd.DataFrame:
+        """One row per (host, core, step): start, duration and the breakdown (`schemas.STEPS`)."""
+        from tpudiag.model import schemas
+
+        return self.analysis.steps.copy() if self.analysis is not None else schemas.STEPS.empty()
+
+    def findings_frame(self) -> pd.DataFrame:
+        """One row per finding: rule, code, severity, message, saving and its basis, fix, ops."""
+        rows = [{"rule": f.rule, "code": f.code, "severity": f.severity.label(), "message": f.message,
+                 "saving_ps": f.saving.ps, "saving_basis": f.saving.basis, "fix": f.fix,
+                 "host": f.host, "ops": ", ".join(f.ops)} for f in self.findings]
+        return pd.DataFrame(rows, columns=["rule", "code", "severity", "message", "saving_ps", "saving_basis",
+                                           "fix", "host", "ops"])
+
+
+@dataclass(frozen=True)
+class Diff:
+    """Two diagnoses and the noise-aware comparison of their analyses (`tpudiag.analysis.diff`)."""
+
+    base: Diagnosis
+    new: Diagnosis
+    result: AnalysisDiff  # its `warnings` include both inputs' diagnosis warnings, prefixed base:/new:
+
+
+def parse_chip(chip: str | ChipSpec | None) -> ChipSpec | None:
+    """`--chip` / `chip=` as a ChipSpec; a name not in `CHIP_NAMES` is a usage error."""
+    from tpudiag.model.hardware import chip_for
+
+    if chip is None or isinstance(chip, ChipSpec):
+        return chip
+    spec = chip_for(chip) if chip.lower() in CHIP_NAMES else None
+    if spec is None:
+        raise UsageError(f"--chip: unknown TPU generation `{chip}`", hint=f"use one of {', '.join(CHIP_NAMES)}")
+    return spec
+
+
+def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
+    """LLO dumps (`--xla_jf_dump_to`) and XLA dumps (`--xla_dump_to`) from directories; a `tpudiag
+    compile` output directory gives both (its `llo/`, `static_profile/` and `xla/`). A directory
+    holding neither is an input error naming it."""
+    from tpudiag.compiler.dump_dir import dump_parts, generation_for_target
+    from tpudiag.parsers.hlo_text import load_hlo_dump
+    from tpudiag.parsers.llo.load import load_llo_dump
+
+    llo, hlo, labels = [], [], []
+    for path in paths:
+        path = Path(path)
+        found = []
+        parts = dump_parts(path)
+        try:
+            llo.append(load_llo_dump(parts.llo, static_profile_dir=parts.static_profile))
+            found.append("LLO")
+        except InputError:
+            pass
+        try:
+            dump = load_hlo_dump(parts.xla)
+            hlo.extend(HloInput(p, str(dump.path), generation_for_target(p.target)) for p in dump.programs)
+            found.append("XLA")
+        except InputError:
+            pass
+        if not found:
+            raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`)",
+                             path=path, hint="pass the directory the compiler wrote its dump files to")
+        labels.append(f"{path} ({' + '.join(found)})")
+    return CompiledInputs(llo=tuple(llo), hlo=tuple(hlo), labels=tuple(labels))
+
+
+def _hlo_sources(compiled: CompiledInputs) -> list[HloSource]:
+    """The join's sources: dump programs first (their bytes win), then the capture's own."""
+    from tpudiag.parsers.hlo_program import instruction_bytes
+
+    return [HloSource(h.program, instruction_bytes(h.program), h.origin, h.generation)
+            for h in (*compiled.hlo, *compiled.embedded)]
+
+
+def _join(analysis: Analysis, compiled: CompiledInputs, chip: ChipSpec | None) -> JoinResult:
+    return join_compiled(analysis.ops, _hlo_sources(compiled), compiled.llo, chip=chip)
+
+
+def _rules_config(path: Path | None, config, select, ignore):
+    from tpudiag.rules import RulesConfig, load_config
+
+    if isinstance(config, RulesConfig):
+        rules_config = config
+    else:
+        rules_config = load_config(path, config)
+    rules_config = rules_config.with_cli(select, ignore)
+    rules_config.resolve()  # option errors are usage errors: report them before reading the input
+    return rules_config
+
+
+def _as_list(value: str | Sequence[str] | None) -> list[str] | None:
+    return [value] if isinstance(value, str) else (list(value) if value is not None else None)
+
+
+def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = (), config=None,
+             chip: str | ChipSpec | None = None, jobs: int | None = None,
+             progress: Callable[[str], None] | None = None, select: str | Sequence[str] | None = None,
+             ignore: str | Sequence[str] | None = None, clock_ghz: float | None = None) -> Diagnosis:
+    """Diagnose a capture, a capture with compiler dumps, or compiler dumps alone.
+
+    path: a logdir, run directory or `.xplane.pb`; or a compiler dump directory (static mode);
+      None: the bundled example and its dumps.
+    dumps: compiler dump directories joined to a capture's ops and given to the rules.
+    config: a rule configuration file (TOML) or a `RulesConfig`; None looks next to the input.
+    chip: the TPU generation (`v4`, `v5e`, `v5p`, `v6e`, `tpu7x`) where the files do not say it.
+    progress: called with a short text at each stage (and per host file while reading).
+    select / ignore: rule names or codes, as `--select` / `--ignore`.
+    clock_ghz: static mode: the clock turning estimated cycles into time (else the public one,
+      else the FLOPs/bytes roofline).
+
+    Raises the project's errors (`tpudiag.errors`) for unreadable inputs and bad options.
+    """
+    from tpudiag.compiler.dump_dir import is_dump_directory
+    from tpudiag.examples_data import bundled_capture, bundled_dumps
+
+    dumps = [Path(d) for d in dumps]
+    if path is None:
+        path = bundled_capture()
+        dumps = dumps or list(bundled_dumps())
+    path = Path(path)
+    chip_spec = parse_chip(chip)
+    rules_config = _rules_config(path, config, _as_list(select), _as_list(ignore))
+    if is_dump_directory(path):
+        if dumps:
+            raise UsageError("`--dumps` joins compiled programs to a trace, and PATH is a compiler dump directory",
+                             path=path, hint="pass the capture as PATH and the dumps with --dumps")
+        return _diagnose_static(path, rules_config, chip_spec, clock_ghz, progress)
+    return _diagnose_trace(path, dumps, rules_config, chip_spec, jobs, progress)
+
+
+def _stage(progress: Callable[[str], None] | None, i: int) -> None:
+    if progress is not None:
+        progress(STAGES[i])
+
+
+def _diagnose_trace(path: Path, dumps: list[Path], rules_config, chip: ChipSpec | None, jobs: int | None,
+                    progress: Callable[[str], None] | None) -> Diagnosis:
+    from tpudiag.parsers.capture import find_capture, load_capture
+    from tpudiag.parsers.hlo_proto import capture_hlo_inputs
+    from tpudiag.rules import run_rules
+
+    find_capture(path)  # fail fast with the precise input error, before parsing any dump
+    loaded = load_dumps(dumps)
+    _stage(progress, 0)
+    profile = load_capture(path, jobs=jobs, progress=progress)
+    _stage(progress, 1)
+    analysis = analyze(profile)
+    hosts = profile.hosts
+    trace_chip = hosts[0].device.chip if hosts else None
+    compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=trace_chip or chip)
+    join = _join(analysis, compiled, trace_chip)
+    analysis.join = join  # compiled facts per op, for the rules and the report
+    _stage(progress, 2)
+    findings, skipped = run_rules(analysis, rules_config, compiled, join=join, chip=compiled.chip)
+    _stage(progress, 3)
+    report = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
+                          dumps=compiled.labels, join=join)
+    return Diagnosis(input_path=str(path), mode="trace", analysis=analysis, compiled=compiled, join=join,
+                     findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report)
+
+
+def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz: float | None,
+                     progress: Callable[[str], None] | None) -> Diagnosis:
+    """Compiler dumps alone: a modelled timeline from the compiler's estimate when the generation is
+    known, the dump-only rules otherwise. Exit 2 (InputError) only when nothing can be read."""
+    from tpudiag.compiler.dump_dir import load_dump_directory
+    from tpudiag.compiler.static_report import build_static_report
+    from tpudiag.rules import run_rules
+
+    _stage(progress, 0)
+    compiled = load_dumps([path])
+    warnings: list[str] = []
+    output = static = analysis = join = None
+    try:
+        output = load_dump_directory(path, chip=chip)
+    except InputError as exc:
+        if not compiled.llo:
+            raise
+        warnings.append(f"no modelled timeline: {exc.message}; rules that need it are skipped"
+                        + (f" (hint: {exc.hint})" if exc.hint else ""))
+    if output is not None:
+        from tpudiag.compiler.simulate import chip_of
+
+        chip = chip_of(output)
+        static = build_static_report(output, clock_ghz=clock_ghz)
+        _stage(progress, 1)
+        analysis = _modelled_analysis(output, path, clock_ghz)
+        join = _join(analysis, compiled, chip)
+        analysis.join = join
+    compiled = replace(compiled, chip=chip)
+    for dump in compiled.llo:
+        warnings.extend(w for w in dump.warnings if output is None)
+    _stage(progress, 2)
+    findings, skipped = run_rules(analysis, rules_config, compiled, join=join, chip=chip, static=True)
+    _stage(progress, 3)
+    if analysis is not None:
+        analysis.profile.warnings.extend(static.warnings)
+        analysis.profile.warnings.extend(warnings)
+        report = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
+                              dumps=compiled.labels, join=join)
+        report = replace(report, summary=replace(report.summary, input_path=str(path), mode="static"))
+    else:
+        report = _dump_only_report(path, compiled, findings, skipped, warnings)
+    return Diagnosis(input_path=str(path), mode="static", analysis=analysis, compiled=compiled, join=join,
+                     findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
+                     static=static)
+
+
+def _modelled_analysis(output, path: Path, clock_ghz: float | None) -> Analysis:
+    """The compiled program on a modelled timeline (`tpudiag simulate`), analysed like a capture."""
+    from tpudiag.compiler.simulate import simulate
+    from tpudiag.parsers.capture import load_capture
+
+    with tempfile.TemporaryDirectory(prefix="tpudiag-static-") as tmp:
+        simulate(output, Path(tmp), clock_ghz=clock_ghz, roofline_without_clock=True)
+        profile = load_capture(Path(tmp), jobs=1)
+    profile.input_path = str(path)  # the temporary capture is gone; name what the user gave
+    for host in profile.hosts:
+        host.path = str(path)
+    profile.modelled = True
+    return analyze(profile)
+
+
+def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, warnings) -> Report:
+    """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
+    summary = Summary(
+        input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
+        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source="none", step_source="none",
+        step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
+        dumps=compiled.labels, mode="static")
+    return Report(summary=summary, hosts=(), ops=(),
+                  findings=tuple(sorted(findings, key=lambda f: (-f.saving.ps, -f.severity))), rules_run=True,
+                  rules_skipped=tuple(skipped), warnings=tuple(dict.fromkeys(warnings)))
+
+
+def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | str] = (),
+            new_dumps: Iterable[Path | str] = (), config=None, chip: str | ChipSpec | None = None,
+            jobs: int | None = None, clock_ghz: float | None = None,
+            noise: NoiseOptions | None = None) -> Diff:
+    """Diagnose `base` and `new` and compare them beyond run-to-run noise (`tpudiag diff`).
+
+    A compiler dump or `tpudiag compile` output is compared through its modelled timeline (static
+    mode); the result then says the run is modelled. The result's warnings hold both diagnoses'
+    warnings (prefixed `base:` / `new:`), so `diff` shows what `report` shows for the same input.
+    """
+    from tpudiag.analysis.diff import NoiseOptions, diff_analyses
+
+    b = diagnose(base, dumps=base_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz)
+    n = diagnose(new, dumps=new_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz)
+    for d in (b, n):
+        if d.analysis is None:
+            raise InputError("no timeline to compare: the TPU generation of these dumps is unknown",
+                             path=d.input_path, hint="pass --chip with the generation they were compiled for")
+    result = diff_analyses(b.analysis, n.analysis, list(b.findings), list(n.findings), noise or NoiseOptions(),
+                           base_compiled=b.join.columns if b.join is not None else None,
+                           new_compiled=n.join.columns if n.join is not None else None)
+    warnings = [*result.warnings, *(f"base: {w}" for w in b.warnings), *(f"new: {w}" for w in n.warnings)]
+    return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
+
+
+__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "compare", "diagnose", "load_dumps", "parse_chip"]
