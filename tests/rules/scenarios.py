@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.parsers.capture import load_capture
-from tpudiag.writers.tpu_design import CaptureDesign, OpDef, Placed, write_capture
+from tpudiag.writers.tpu_design import CaptureDesign, HostSpan, OpDef, Placed, write_capture
 
 REPO = Path(__file__).resolve().parents[2]
 US = 1_000_000  # ps per µs
@@ -175,7 +175,8 @@ def padding(**overrides) -> CaptureDesign:
 # -- healthy ---------------------------------------------------------------------------------------
 
 def healthy_schedule(chip: int, step: int) -> list[Placed]:
-    """Aligned bf16 matmuls at 60 % of peak, an all-gather hidden behind one of them, 9.5 ms busy."""
+    """Aligned bf16 matmuls at 60 % of peak, an all-gather hidden behind one of them; the step is
+    exactly as long as its ops (about 2.0 ms), so the TensorCores never idle."""
     return [
         Placed("all-gather-start.1", 0, 10 * US),
         Placed("fusion.13", 10 * US, ALIGNED_PS),
@@ -184,9 +185,68 @@ def healthy_schedule(chip: int, step: int) -> list[Placed]:
     ]
 
 
+HEALTHY_STEP = 20 * US + 2 * ALIGNED_PS
+
+
 def healthy(**overrides) -> CaptureDesign:
-    return design((ALIGNED, AG1_START, AG1_DONE), healthy_schedule, **overrides)
+    return design((ALIGNED, AG1_START, AG1_DONE), healthy_schedule, **{"step_ps": HEALTHY_STEP, **overrides})
 
 
 def with_device(d: CaptureDesign, device_type: str, peak_tflops: float, peak_hbm_gbs: float) -> CaptureDesign:
     return replace(d, device_type=device_type, peak_tflops=peak_tflops, peak_hbm_gbs=peak_hbm_gbs)
+
+
+# -- device-idle -----------------------------------------------------------------------------------
+
+# v6e decode (the issue's first capture): per execution seven weight matmuls x[32,8192] @ w[8192,8192]
+# (bf16), each reading 134 MB of weights at 85 % of 1,640 GB/s: OI 31.7 FLOP/B, 4.8 % of peak FLOP/s.
+DECODE_M, DECODE_K, DECODE_N = 32, 8192, 8192
+DECODE_BYTES = float((DECODE_M * DECODE_K + DECODE_K * DECODE_N + DECODE_M * DECODE_N) * 2)
+DECODE_FLOPS = 2.0 * DECODE_M * DECODE_K * DECODE_N
+DECODE_MM_PS = round(DECODE_BYTES / (0.85 * HBM) * 1e12)  # 97.1 µs
+DECODE_OPS = tuple(OpDef(
+    f"fusion.{30 + i}", "convolution fusion", flops=DECODE_FLOPS, bytes_accessed=DECODE_BYTES,
+    hbm_read_bytes=DECODE_BYTES - DECODE_M * DECODE_N * 2, hbm_write_bytes=DECODE_M * DECODE_N * 2,
+    shape=f"bf16[{DECODE_M},{DECODE_N}]{{1,0:T(8,128)(2,1)}}",
+    hlo_text=(f"%fusion.{30 + i} = bf16[{DECODE_M},{DECODE_N}]{{1,0}} fusion(bf16[{DECODE_M},{DECODE_K}]{{1,0}} %x, "
+              f"bf16[{DECODE_K},{DECODE_N}]{{1,0}} %w{i}), kind=kOutput, calls=%fused_computation.{30 + i}"))
+    for i in range(7))
+DECODE_BUSY = 7 * DECODE_MM_PS  # one execution, ops back to back
+DECODE_GAP = round(DECODE_BUSY * 3 / 7)  # the wait for the next dispatch: 30 % of each period
+DECODE_PERIOD = DECODE_BUSY + DECODE_GAP
+
+
+def decode_schedule(chip: int, step: int) -> list[Placed]:
+    return [Placed(op.name, i * DECODE_MM_PS, DECODE_MM_PS) for i, op in enumerate(DECODE_OPS)]
+
+
+def decode_host(step: int) -> list[HostSpan]:
+    """While the device waits, the Python thread runs the sampler and dispatches the next call."""
+    return [HostSpan("main/1", "$generate.py:88 sample_next", DECODE_BUSY, DECODE_GAP // 2),
+            HostSpan("main/1", "PjitFunction(decode_step)", DECODE_BUSY + DECODE_GAP // 2, DECODE_GAP // 2)]
+
+
+def decode_v6e(**overrides) -> CaptureDesign:
+    """No Steps line: each execution of `jit_decode_step` is a step, 10 of them, 30 % idle between."""
+    return design(DECODE_OPS, decode_schedule, **{
+        "module": "jit_decode_step", "steps_line": False, "n_steps": 10, "step_ps": DECODE_BUSY,
+        "step_gap_ps": DECODE_GAP, "host_spans": decode_host, **overrides})
+
+
+IDLE_WORK = OpDef("fusion.40", "loop fusion", bytes_accessed=1.0e9)
+IDLE_STEP = 10_000 * US
+
+
+def idle_training(idle_ps: int, host_span: str, **overrides) -> CaptureDesign:
+    """Steps of 10 ms with `idle_ps` of device idle at the end of each, covered by a host span named
+    `host_span` on the main thread (the last 90 % of the gap; the first 10 % shows nothing)."""
+    busy = IDLE_STEP - idle_ps
+
+    def schedule(chip: int, step: int) -> list[Placed]:
+        return [Placed("fusion.40", 0, busy // 2), Placed("fusion.40", busy // 2, busy - busy // 2)]
+
+    def host(step: int) -> list[HostSpan]:
+        return [HostSpan("main/1", "PjitFunction(train_step)", 0, 50 * US),
+                HostSpan("main/1", host_span, busy + idle_ps // 10, idle_ps - idle_ps // 10)]
+
+    return design((IDLE_WORK,), schedule, **{"n_steps": 5, "step_ps": IDLE_STEP, "host_spans": host, **overrides})
