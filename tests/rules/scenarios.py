@@ -250,3 +250,28 @@ def idle_training(idle_ps: int, host_span: str, **overrides) -> CaptureDesign:
                 HostSpan("main/1", host_span, busy + idle_ps // 10, idle_ps - idle_ps // 10)]
 
     return design((IDLE_WORK,), schedule, **{"n_steps": 5, "step_ps": IDLE_STEP, "host_spans": host, **overrides})
+
+
+# -- memory-bound ----------------------------------------------------------------------------------
+
+def decode_near_roof(hbm_share: float = 0.65, **overrides) -> CaptureDesign:
+    """Near miss: the decode matmuls at `hbm_share` of peak bandwidth (below the 70 % roof), no idle."""
+    dur = round(DECODE_BYTES / (hbm_share * HBM) * 1e12)
+
+    def schedule(chip: int, step: int) -> list[Placed]:
+        return [Placed(op.name, i * dur, dur) for i, op in enumerate(DECODE_OPS)]
+
+    return design(DECODE_OPS, schedule, **{"step_ps": 7 * dur, **overrides})
+
+
+ELEMENTWISE = OpDef("fusion.50", "loop fusion", bytes_accessed=3 * 2 * 4096 * 8192.0,
+                    shape="bf16[4096,8192]{1,0:T(8,128)(2,1)}")  # reads two bf16[4096,8192], writes one
+ELEMENTWISE_PS = round(ELEMENTWISE.bytes_accessed / (0.9 * HBM) * 1e12)  # 90 % of HBM bandwidth
+
+
+def elementwise_bound(**overrides) -> CaptureDesign:
+    """A training step whose largest op is an unfused elementwise fusion at 90 % of HBM bandwidth."""
+    def schedule(chip: int, step: int) -> list[Placed]:
+        return [Placed("fusion.13", 0, ALIGNED_PS), Placed("fusion.50", ALIGNED_PS, ELEMENTWISE_PS)]
+
+    return design((ALIGNED, ELEMENTWISE), schedule, **{"step_ps": ALIGNED_PS + ELEMENTWISE_PS, **overrides})
