@@ -275,3 +275,28 @@ def elementwise_bound(**overrides) -> CaptureDesign:
         return [Placed("fusion.13", 0, ALIGNED_PS), Placed("fusion.50", ALIGNED_PS, ELEMENTWISE_PS)]
 
     return design((ALIGNED, ELEMENTWISE), schedule, **{"step_ps": ALIGNED_PS + ELEMENTWISE_PS, **overrides})
+
+
+# -- Pallas / custom calls -------------------------------------------------------------------------
+
+PALLAS_M = PALLAS_K = PALLAS_N = 4096
+PALLAS_FLOPS = 2.0 * PALLAS_M * PALLAS_N * PALLAS_K
+PALLAS_PS = round(PALLAS_FLOPS / (0.12 * PEAK) * 1e12)  # ~12 % of the bf16 peak: 1.25 ms
+
+
+def pallas_matmul_op(dtype: str = "f32", cost_estimate: bool = False) -> OpDef:
+    """A Pallas matmul as the trace shows it: a `custom-call` with no FLOPs or bytes on its metadata."""
+    estimate = (f', "cost_estimate": {{"flops": {int(PALLAS_FLOPS)}, "transcendentals": 0, '
+                f'"bytes_accessed": {3 * PALLAS_M * PALLAS_N * 4}}}' if cost_estimate else "")
+    text = (f"%custom-call.1 = {dtype}[{PALLAS_M},{PALLAS_N}]{{1,0}} custom-call({dtype}[{PALLAS_M},{PALLAS_K}]{{1,0}} "
+            f"%a, {dtype}[{PALLAS_K},{PALLAS_N}]{{1,0}} %b), custom_call_target=\"tpu_custom_call\", "
+            f'backend_config={{"custom_call_config": {{"body": "TUxJUgA="{estimate}}}}}')
+    return OpDef("custom-call.1", "custom-call", shape=f"{dtype}[{PALLAS_M},{PALLAS_N}]{{1,0:T(8,128)}}",
+                 hlo_text=text)
+
+
+def pallas_f32(cost_estimate: bool = False, **overrides) -> CaptureDesign:
+    """The issue's second capture: the Pallas kernel is 100 % of each step, at ~12 % of the bf16 peak."""
+    op = pallas_matmul_op(cost_estimate=cost_estimate)
+    return design((op,), lambda chip, step: [Placed(op.name, 0, PALLAS_PS)],
+                  **{"module": "jit_pallas_matmul", "step_ps": PALLAS_PS, **overrides})

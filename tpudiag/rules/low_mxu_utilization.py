@@ -43,7 +43,9 @@ op takes longest. An upper bound that overlaps with padding-waste for padded mat
 Known limits
 ------------
 Memory-bound matmuls already at their roofline target get an info finding that refers them to
-`memory-bound`, which models the byte savings. Ops without FLOPs in the trace cannot be judged and are left out; a trace with no FLOPs at all,
+`memory-bound`, which models the byte savings. Custom calls (Pallas kernels) without FLOPs in the trace are judged with FLOPs from the
+kernel's declared `cost_estimate` or, for a two-operand matmul, from its shapes (the finding says
+which). Other ops without FLOPs in the trace cannot be judged and are left out; a trace with no FLOPs at all,
 or without a peak FLOP/s, skips the rule. Dimensions come from the result shape and the operand shapes in the HLO text; which operand
 dim is contracting is not known, so every minor dim of every operand is checked. A `dot` inside
 a loop fusion is not recognised unless the category or name says so.
@@ -70,6 +72,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tpudiag.analysis.custom_calls import derive_costs
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
@@ -198,6 +201,13 @@ def static_mxu_busy(llo) -> dict[str, float]:
     return out
 
 
+def derived_sources(analysis) -> dict[str, str]:
+    """Custom calls whose FLOPs the analysis derived (the trace gives none), with where they came from."""
+    meta = pd.concat([h.op_metadata for h in analysis.profile.hosts], ignore_index=True)
+    derived = derive_costs(meta)
+    return dict(zip(derived["name"], derived["source"]))
+
+
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     ops = analysis.ops
@@ -214,7 +224,9 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     total_core_ps = sum(analysis.core_time_ps.values())
     cats = ops["category"].astype(str)
     names = ops["name"].astype(str)
-    mask = np.array([is_matmul(n, c) for n, c in zip(names, cats)], dtype=bool) & (ops["flops"].to_numpy() > 0)
+    derived = derived_sources(analysis)
+    mask = np.array([is_matmul(n, c) or n in derived for n, c in zip(names, cats)], dtype=bool) & (
+        ops["flops"].to_numpy() > 0)
     cand = ops[mask]
     if cand.empty:
         return []
@@ -251,6 +263,9 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         result = parse_shapes(r.shape)
         operands = operand_shapes(hlo_text.get(r.name, ""))
         reasons, fixes = diagnose(result, operands, mxu, intensity, ridge)
+        if r.name in derived:
+            reasons.append("custom call: FLOPs from " + ("its declared cost_estimate" if derived[r.name] ==
+                                                         "cost_estimate" else "its operand and result shapes"))
         busy = static_busy.get(r.name)
         if busy is not None and busy < options.low_utilization:
             reasons.append(f"the compiled code keeps the MXUs busy in only {fmt_pct(busy)} of its bundles "
