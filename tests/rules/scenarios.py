@@ -300,3 +300,52 @@ def pallas_f32(cost_estimate: bool = False, **overrides) -> CaptureDesign:
     op = pallas_matmul_op(cost_estimate=cost_estimate)
     return design((op,), lambda chip, step: [Placed(op.name, 0, PALLAS_PS)],
                   **{"module": "jit_pallas_matmul", "step_ps": PALLAS_PS, **overrides})
+
+
+# -- straggler-host --------------------------------------------------------------------------------
+
+V5P_PEAK, V5P_HBM = 459e12, 2765e9
+STRAGGLER_BASE = 893 * US  # fusion.62 on the fast hosts
+STRAGGLER_RATIO = 3.8  # ... and 3.8x longer on the straggler
+STRAGGLER_AR_FAST, STRAGGLER_AR_SLOW = 2607 * US, 2107 * US  # fast hosts wait 500 µs longer in the all-reduce
+FAST_STEP = 5000 * US + 1500 * US + STRAGGLER_BASE + STRAGGLER_AR_FAST  # 10.0 ms
+STRAGGLER_OPS = (
+    matmul("fusion.60", 8192, 8192, 8192, 0.5)[0],
+    OpDef("fusion.61", "loop fusion", bytes_accessed=2.0e9),
+    matmul("fusion.62", 4096, 8192, 4096, 0.5)[0],
+    OpDef("all-reduce.63", "all-reduce", bytes_accessed=1.0e8),
+)
+_JITTER = (50 * US, -50 * US, 0, 25 * US, -25 * US)  # per step, the same on every host (the steps stay in lockstep)
+
+
+def straggler_hosts(slow_host: int = 2, slow_op_ps: int | None = None, slow_ar_ps: int = STRAGGLER_AR_SLOW,
+                    n_hosts: int = 4, slow_idle_ps: int = 0) -> list[CaptureDesign]:
+    """The issue's third capture: 4 v5p hosts x 4 chips, 5 steps of 10 ms; on `slow_host` fusion.62 takes
+    3.8x longer (893 µs -> 3,393 µs) and it waits 500 µs less in the all-reduce: its steps take 12.0 ms."""
+    slow_op_ps = round(STRAGGLER_BASE * STRAGGLER_RATIO) if slow_op_ps is None else slow_op_ps
+    out = []
+    for h in range(n_hosts):
+        slow = h == slow_host
+        op62 = slow_op_ps if slow else STRAGGLER_BASE
+        ar = slow_ar_ps if slow else STRAGGLER_AR_FAST
+        idle = slow_idle_ps if slow else 0  # device idle at the end of each of the slow host's steps
+
+        def schedule(chip: int, step: int, op62=op62, ar=ar) -> list[Placed]:
+            f60 = 5000 * US + _JITTER[(step - 1) % len(_JITTER)]
+            return [Placed("fusion.60", 0, f60), Placed("fusion.61", f60, 1500 * US),
+                    Placed("fusion.62", f60 + 1500 * US, op62), Placed("all-reduce.63", f60 + 1500 * US + op62, ar)]
+
+        def length(chip: int, step: int, op62=op62, ar=ar, idle=idle) -> int:
+            return 5000 * US + _JITTER[(step - 1) % len(_JITTER)] + 1500 * US + op62 + ar + idle
+
+        out.append(design(STRAGGLER_OPS, schedule, hostname=f"host{h}", device_type="TPU v5p",
+                          peak_tflops=V5P_PEAK / 1e12, peak_hbm_gbs=V5P_HBM / 1e9, n_chips=4, first_chip=4 * h,
+                          n_steps=5, step_ps_for=length))
+    return out
+
+
+def analyse_hosts(designs: list[CaptureDesign], root: Path) -> Analysis:
+    run = root / "plugins" / "profile" / "run"
+    for d in designs:
+        write_capture(d, run)
+    return analyze(load_capture(run, jobs=1))
