@@ -349,3 +349,30 @@ def analyse_hosts(designs: list[CaptureDesign], root: Path) -> Analysis:
     for d in designs:
         write_capture(d, run)
     return analyze(load_capture(run, jobs=1))
+
+
+# -- step-time-variance ----------------------------------------------------------------------------
+
+TRAIN_STEP_OP = OpDef("fusion.70", "loop fusion", bytes_accessed=1.0e9)
+CHECKPOINT_COPY = OpDef("copy.71", "copy", bytes_accessed=4.0e9)  # device-to-host copy of the weights
+CHECKPOINT_COPY_PS, CHECKPOINT_IDLE_PS = 6000 * US, 2000 * US
+
+
+def periodic_checkpoint(every: int = 5, copy_ps: int = CHECKPOINT_COPY_PS, idle_ps: int = CHECKPOINT_IDLE_PS,
+                        **overrides) -> CaptureDesign:
+    """20 steps of 10 ms; every `every`th step also copies the weights out (`copy_ps`) and idles
+    `idle_ps` while the host writes them: 18 ms with the defaults."""
+    def slow(step: int) -> bool:
+        return every > 0 and step % every == 0
+
+    def schedule(chip: int, step: int) -> list[Placed]:
+        out = [Placed("fusion.70", 0, STEP)]
+        if slow(step):
+            out.append(Placed("copy.71", STEP, copy_ps))
+        return out
+
+    def length(chip: int, step: int) -> int:
+        return STEP + (copy_ps + idle_ps if slow(step) else 0)
+
+    return design((TRAIN_STEP_OP, CHECKPOINT_COPY), schedule,
+                  **{"n_steps": 20, "step_ps_for": length, "n_chips": 1, **overrides})
