@@ -14,7 +14,8 @@ def test_cost_estimate_from_the_backend_config():
 
 
 def test_matmul_shapes_plain_and_transposed():
-    plain = "%c = bf16[128,512]{1,0} custom-call(bf16[128,256]{1,0} %a, bf16[256,512]{1,0} %b), custom_call_target=\"x\""
+    plain = ("%c = bf16[128,512]{1,0} custom-call(bf16[128,256]{1,0} %a, bf16[256,512]{1,0} %b), "
+             'custom_call_target="x"')
     assert matmul_cost(plain) == (2.0 * 128 * 512 * 256, float((128 * 512 + 128 * 256 + 256 * 512) * 2))
     transposed = "%c = f32[128,512]{1,0} custom-call(f32[256,128]{1,0} %a, f32[512,256]{1,0} %b)"
     assert matmul_cost(transposed)[0] == 2.0 * 128 * 512 * 256

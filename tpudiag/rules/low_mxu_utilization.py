@@ -43,10 +43,11 @@ op takes longest. An upper bound that overlaps with padding-waste for padded mat
 Known limits
 ------------
 Memory-bound matmuls already at their roofline target get an info finding that refers them to
-`memory-bound`, which models the byte savings. Custom calls (Pallas kernels) without FLOPs in the trace are judged with FLOPs from the
-kernel's declared `cost_estimate` or, for a two-operand matmul, from its shapes (the finding says
-which). Other ops without FLOPs in the trace cannot be judged and are left out; a trace with no FLOPs at all,
-or without a peak FLOP/s, skips the rule. Dimensions come from the result shape and the operand shapes in the HLO text; which operand
+`memory-bound`, which models the byte savings. Custom calls (Pallas kernels) without FLOPs in
+the trace are judged with FLOPs from the kernel's declared `cost_estimate` or, for a two-operand
+matmul, from its shapes (the finding says which). Other ops without FLOPs in the trace cannot be
+judged and are left out; a trace with no FLOPs at all, or without a peak FLOP/s, skips the rule.
+Dimensions come from the result shape and the operand shapes in the HLO text; which operand
 dim is contracting is not known, so every minor dim of every operand is checked. A `dot` inside
 a loop fusion is not recognised unless the category or name says so.
 

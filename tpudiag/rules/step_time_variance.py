@@ -178,7 +178,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     saving = Saving(int(round(excess_per_step)), "measured",
                     "the outlier steps' excess over the other steps' median, averaged over all steps")
     return [Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message, saving=saving,
-                    fix=fix, evidence=tuple(evidence), ops=tuple(str(n) for n in diff.head(options.max_differences).index))]
+                    fix=fix, evidence=tuple(evidence),
+                    ops=tuple(str(n) for n in diff.head(options.max_differences).index))]
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
