@@ -35,6 +35,18 @@ def test_v5p_host_with_one_slow_fusion(tmp_path: Path, snapshot):
     snapshot("straggler-host", render_findings([f]))
 
 
+def test_the_fast_hosts_wait_is_not_their_exposed_collective(tmp_path: Path):
+    a = sc.analyse_hosts(sc.straggler_hosts(), tmp_path)
+    findings, _ = run_rules(a, RulesConfig(select=("exposed-collective",)))
+    (f,) = findings
+    # The fast hosts' all-reduce: 2,607 µs, of which 500 µs is waiting for host2: 2,107 µs is their own.
+    assert f.saving.ps == pytest.approx(sc.STRAGGLER_AR_SLOW, rel=0.01)
+    assert "500.0 µs more per step is the other hosts waiting for straggler `host2`" in f.message
+    healthy = sc.analyse_hosts(sc.straggler_hosts(slow_host=-1), tmp_path / "healthy")
+    (g,) = run_rules(healthy, RulesConfig(select=("exposed-collective",)))[0]
+    assert g.saving.ps == pytest.approx(sc.STRAGGLER_AR_FAST, rel=0.01) and "straggler" not in g.message
+
+
 def test_idle_on_the_slow_host_is_named(tmp_path: Path):
     designs = sc.straggler_hosts(slow_op_ps=sc.STRAGGLER_BASE, slow_ar_ps=sc.STRAGGLER_AR_FAST,
                                  slow_idle_ps=1500 * US)

@@ -8,6 +8,7 @@ it is largest (the step time is the slowest core's).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,3 +65,33 @@ def op_time_per_step(analysis: Analysis) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame({"host": [], "name": [], "category": [], "self_ps": []})
     return pd.concat(parts, ignore_index=True)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    host: str
+    lag_ps: float  # its mean step time minus the other hosts' median
+    reference_ps: float  # the other hosts' median step time
+    band_ps: float  # the noise band the lag exceeds
+    others_wait_ps: float  # the other hosts' median collective time per step minus the straggler's (>= 0)
+
+
+def find_straggler(stats: list[HostStats], min_lag_fraction: float, noise_sigmas: float) -> Straggler | None:
+    """The host slower than the median of the others by more than the noise band (the larger of
+    `min_lag_fraction` of that median and `noise_sigmas` x the hosts' median step-time deviation)."""
+    if len(stats) < 2:
+        return None
+    noise = statistics.median(s.std_ps for s in stats)
+    found = []
+    for s in stats:
+        others = [o.step_ps for o in stats if o.host != s.host]
+        ref = statistics.median(others) if len(others) > 1 else min(others)
+        band = max(min_lag_fraction * ref, noise_sigmas * noise)
+        if s.step_ps - ref > band:
+            found.append((s.step_ps - ref, s.host, ref, band))
+    if not found:
+        return None
+    lag, host, ref, band = max(found)
+    slow = next(s for s in stats if s.host == host)
+    wait = statistics.median(o.collective_ps for o in stats if o.host != host) - slow.collective_ps
+    return Straggler(host, lag, ref, band, max(0.0, wait))

@@ -58,7 +58,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from tpudiag.analysis.host_compare import host_stats, op_time_per_step
+from tpudiag.analysis.host_compare import find_straggler, host_stats, op_time_per_step
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale
@@ -88,19 +88,11 @@ class Options:
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     stats = host_stats(analysis)
-    if len(stats) < 2:
+    found = find_straggler(stats, options.min_lag_fraction, options.noise_sigmas)
+    if found is None:
         return []
-    noise = statistics.median(s.std_ps for s in stats)
-    lags = []
-    for s in stats:
-        others = [o.step_ps for o in stats if o.host != s.host]
-        ref = statistics.median(others) if len(others) > 1 else min(others)
-        band = max(options.min_lag_fraction * ref, options.noise_sigmas * noise)
-        if s.step_ps - ref > band:
-            lags.append((s.step_ps - ref, s, ref, band))
-    if not lags:
-        return []
-    lag, slow, ref, band = max(lags, key=lambda x: (x[0], x[1].host))
+    slow = next(s for s in stats if s.host == found.host)
+    lag, ref, band = found.lag_ps, found.reference_ps, found.band_ps
     others = [o for o in stats if o.host != slow.host]
     ops = op_time_per_step(analysis)
     mine = ops[ops["host"] == slow.host].set_index("name")
@@ -114,7 +106,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     causes.sort(key=lambda c: (-c[0], c[1]))
     idle_extra = slow.idle_ps - statistics.median(o.idle_ps for o in others)
     io_extra = slow.io_ps - statistics.median(o.io_ps for o in others)
-    waiting = statistics.median(o.collective_ps for o in others) - slow.collective_ps
+    waiting = found.others_wait_ps
     parts = []
     if causes:
         extra, name, t, base, _ = causes[0]
