@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.parsers.capture import load_capture
-from tpudiag.writers.tpu_design import CaptureDesign, OpDef, Placed, write_capture
+from tpudiag.writers.tpu_design import CaptureDesign, HostSpan, OpDef, Placed, write_capture
 
 REPO = Path(__file__).resolve().parents[2]
 US = 1_000_000  # ps per µs
@@ -175,7 +175,8 @@ def padding(**overrides) -> CaptureDesign:
 # -- healthy ---------------------------------------------------------------------------------------
 
 def healthy_schedule(chip: int, step: int) -> list[Placed]:
-    """Aligned bf16 matmuls at 60 % of peak, an all-gather hidden behind one of them, 9.5 ms busy."""
+    """Aligned bf16 matmuls at 60 % of peak, an all-gather hidden behind one of them; the step is
+    exactly as long as its ops (about 2.0 ms), so the TensorCores never idle."""
     return [
         Placed("all-gather-start.1", 0, 10 * US),
         Placed("fusion.13", 10 * US, ALIGNED_PS),
@@ -184,9 +185,194 @@ def healthy_schedule(chip: int, step: int) -> list[Placed]:
     ]
 
 
+HEALTHY_STEP = 20 * US + 2 * ALIGNED_PS
+
+
 def healthy(**overrides) -> CaptureDesign:
-    return design((ALIGNED, AG1_START, AG1_DONE), healthy_schedule, **overrides)
+    return design((ALIGNED, AG1_START, AG1_DONE), healthy_schedule, **{"step_ps": HEALTHY_STEP, **overrides})
 
 
 def with_device(d: CaptureDesign, device_type: str, peak_tflops: float, peak_hbm_gbs: float) -> CaptureDesign:
     return replace(d, device_type=device_type, peak_tflops=peak_tflops, peak_hbm_gbs=peak_hbm_gbs)
+
+
+# -- device-idle -----------------------------------------------------------------------------------
+
+# v6e decode (the issue's first capture): per execution seven weight matmuls x[32,8192] @ w[8192,8192]
+# (bf16), each reading 134 MB of weights at 85 % of 1,640 GB/s: OI 31.7 FLOP/B, 4.8 % of peak FLOP/s.
+DECODE_M, DECODE_K, DECODE_N = 32, 8192, 8192
+DECODE_BYTES = float((DECODE_M * DECODE_K + DECODE_K * DECODE_N + DECODE_M * DECODE_N) * 2)
+DECODE_FLOPS = 2.0 * DECODE_M * DECODE_K * DECODE_N
+DECODE_MM_PS = round(DECODE_BYTES / (0.85 * HBM) * 1e12)  # 97.1 µs
+DECODE_OPS = tuple(OpDef(
+    f"fusion.{30 + i}", "convolution fusion", flops=DECODE_FLOPS, bytes_accessed=DECODE_BYTES,
+    hbm_read_bytes=DECODE_BYTES - DECODE_M * DECODE_N * 2, hbm_write_bytes=DECODE_M * DECODE_N * 2,
+    shape=f"bf16[{DECODE_M},{DECODE_N}]{{1,0:T(8,128)(2,1)}}",
+    hlo_text=(f"%fusion.{30 + i} = bf16[{DECODE_M},{DECODE_N}]{{1,0}} fusion(bf16[{DECODE_M},{DECODE_K}]{{1,0}} %x, "
+              f"bf16[{DECODE_K},{DECODE_N}]{{1,0}} %w{i}), kind=kOutput, calls=%fused_computation.{30 + i}"))
+    for i in range(7))
+DECODE_BUSY = 7 * DECODE_MM_PS  # one execution, ops back to back
+DECODE_GAP = round(DECODE_BUSY * 3 / 7)  # the wait for the next dispatch: 30 % of each period
+DECODE_PERIOD = DECODE_BUSY + DECODE_GAP
+
+
+def decode_schedule(chip: int, step: int) -> list[Placed]:
+    return [Placed(op.name, i * DECODE_MM_PS, DECODE_MM_PS) for i, op in enumerate(DECODE_OPS)]
+
+
+def decode_host(step: int) -> list[HostSpan]:
+    """While the device waits, the Python thread runs the sampler and dispatches the next call."""
+    return [HostSpan("main/1", "$generate.py:88 sample_next", DECODE_BUSY, DECODE_GAP // 2),
+            HostSpan("main/1", "PjitFunction(decode_step)", DECODE_BUSY + DECODE_GAP // 2, DECODE_GAP // 2)]
+
+
+def decode_v6e(**overrides) -> CaptureDesign:
+    """No Steps line: each execution of `jit_decode_step` is a step, 10 of them, 30 % idle between."""
+    return design(DECODE_OPS, decode_schedule, **{
+        "module": "jit_decode_step", "steps_line": False, "n_steps": 10, "step_ps": DECODE_BUSY,
+        "step_gap_ps": DECODE_GAP, "host_spans": decode_host, **overrides})
+
+
+IDLE_WORK = OpDef("fusion.40", "loop fusion", bytes_accessed=1.0e9)
+IDLE_STEP = 10_000 * US
+
+
+def idle_training(idle_ps: int, host_span: str, **overrides) -> CaptureDesign:
+    """Steps of 10 ms with `idle_ps` of device idle at the end of each, covered by a host span named
+    `host_span` on the main thread (the last 90 % of the gap; the first 10 % shows nothing)."""
+    busy = IDLE_STEP - idle_ps
+
+    def schedule(chip: int, step: int) -> list[Placed]:
+        return [Placed("fusion.40", 0, busy // 2), Placed("fusion.40", busy // 2, busy - busy // 2)]
+
+    def host(step: int) -> list[HostSpan]:
+        return [HostSpan("main/1", "PjitFunction(train_step)", 0, 50 * US),
+                HostSpan("main/1", host_span, busy + idle_ps // 10, idle_ps - idle_ps // 10)]
+
+    return design((IDLE_WORK,), schedule, **{"n_steps": 5, "step_ps": IDLE_STEP, "host_spans": host, **overrides})
+
+
+# -- memory-bound ----------------------------------------------------------------------------------
+
+def decode_near_roof(hbm_share: float = 0.65, **overrides) -> CaptureDesign:
+    """Near miss: the decode matmuls at `hbm_share` of peak bandwidth (below the 70 % roof), no idle."""
+    dur = round(DECODE_BYTES / (hbm_share * HBM) * 1e12)
+
+    def schedule(chip: int, step: int) -> list[Placed]:
+        return [Placed(op.name, i * dur, dur) for i, op in enumerate(DECODE_OPS)]
+
+    return design(DECODE_OPS, schedule, **{"step_ps": 7 * dur, **overrides})
+
+
+ELEMENTWISE = OpDef("fusion.50", "loop fusion", bytes_accessed=3 * 2 * 4096 * 8192.0,
+                    shape="bf16[4096,8192]{1,0:T(8,128)(2,1)}")  # reads two bf16[4096,8192], writes one
+ELEMENTWISE_PS = round(ELEMENTWISE.bytes_accessed / (0.9 * HBM) * 1e12)  # 90 % of HBM bandwidth
+
+
+def elementwise_bound(**overrides) -> CaptureDesign:
+    """A training step whose largest op is an unfused elementwise fusion at 90 % of HBM bandwidth."""
+    def schedule(chip: int, step: int) -> list[Placed]:
+        return [Placed("fusion.13", 0, ALIGNED_PS), Placed("fusion.50", ALIGNED_PS, ELEMENTWISE_PS)]
+
+    return design((ALIGNED, ELEMENTWISE), schedule, **{"step_ps": ALIGNED_PS + ELEMENTWISE_PS, **overrides})
+
+
+# -- Pallas / custom calls -------------------------------------------------------------------------
+
+PALLAS_M = PALLAS_K = PALLAS_N = 4096
+PALLAS_FLOPS = 2.0 * PALLAS_M * PALLAS_N * PALLAS_K
+PALLAS_PS = round(PALLAS_FLOPS / (0.12 * PEAK) * 1e12)  # ~12 % of the bf16 peak: 1.25 ms
+
+
+def pallas_matmul_op(dtype: str = "f32", cost_estimate: bool = False) -> OpDef:
+    """A Pallas matmul as the trace shows it: a `custom-call` with no FLOPs or bytes on its metadata."""
+    estimate = (f', "cost_estimate": {{"flops": {int(PALLAS_FLOPS)}, "transcendentals": 0, '
+                f'"bytes_accessed": {3 * PALLAS_M * PALLAS_N * 4}}}' if cost_estimate else "")
+    text = (f"%custom-call.1 = {dtype}[{PALLAS_M},{PALLAS_N}]{{1,0}} custom-call({dtype}[{PALLAS_M},{PALLAS_K}]{{1,0}} "
+            f"%a, {dtype}[{PALLAS_K},{PALLAS_N}]{{1,0}} %b), custom_call_target=\"tpu_custom_call\", "
+            f'backend_config={{"custom_call_config": {{"body": "TUxJUgA="{estimate}}}}}')
+    return OpDef("custom-call.1", "custom-call", shape=f"{dtype}[{PALLAS_M},{PALLAS_N}]{{1,0:T(8,128)}}",
+                 hlo_text=text)
+
+
+def pallas_f32(cost_estimate: bool = False, **overrides) -> CaptureDesign:
+    """The issue's second capture: the Pallas kernel is 100 % of each step, at ~12 % of the bf16 peak."""
+    op = pallas_matmul_op(cost_estimate=cost_estimate)
+    return design((op,), lambda chip, step: [Placed(op.name, 0, PALLAS_PS)],
+                  **{"module": "jit_pallas_matmul", "step_ps": PALLAS_PS, **overrides})
+
+
+# -- straggler-host --------------------------------------------------------------------------------
+
+V5P_PEAK, V5P_HBM = 459e12, 2765e9
+STRAGGLER_BASE = 893 * US  # fusion.62 on the fast hosts
+STRAGGLER_RATIO = 3.8  # ... and 3.8x longer on the straggler
+STRAGGLER_AR_FAST, STRAGGLER_AR_SLOW = 2607 * US, 2107 * US  # fast hosts wait 500 µs longer in the all-reduce
+FAST_STEP = 5000 * US + 1500 * US + STRAGGLER_BASE + STRAGGLER_AR_FAST  # 10.0 ms
+STRAGGLER_OPS = (
+    matmul("fusion.60", 8192, 8192, 8192, 0.5)[0],
+    OpDef("fusion.61", "loop fusion", bytes_accessed=2.0e9),
+    matmul("fusion.62", 4096, 8192, 4096, 0.5)[0],
+    OpDef("all-reduce.63", "all-reduce", bytes_accessed=1.0e8),
+)
+_JITTER = (50 * US, -50 * US, 0, 25 * US, -25 * US)  # per step, the same on every host (the steps stay in lockstep)
+
+
+def straggler_hosts(slow_host: int = 2, slow_op_ps: int | None = None, slow_ar_ps: int = STRAGGLER_AR_SLOW,
+                    n_hosts: int = 4, slow_idle_ps: int = 0) -> list[CaptureDesign]:
+    """The issue's third capture: 4 v5p hosts x 4 chips, 5 steps of 10 ms; on `slow_host` fusion.62 takes
+    3.8x longer (893 µs -> 3,393 µs) and it waits 500 µs less in the all-reduce: its steps take 12.0 ms."""
+    slow_op_ps = round(STRAGGLER_BASE * STRAGGLER_RATIO) if slow_op_ps is None else slow_op_ps
+    out = []
+    for h in range(n_hosts):
+        slow = h == slow_host
+        op62 = slow_op_ps if slow else STRAGGLER_BASE
+        ar = slow_ar_ps if slow else STRAGGLER_AR_FAST
+        idle = slow_idle_ps if slow else 0  # device idle at the end of each of the slow host's steps
+
+        def schedule(chip: int, step: int, op62=op62, ar=ar) -> list[Placed]:
+            f60 = 5000 * US + _JITTER[(step - 1) % len(_JITTER)]
+            return [Placed("fusion.60", 0, f60), Placed("fusion.61", f60, 1500 * US),
+                    Placed("fusion.62", f60 + 1500 * US, op62), Placed("all-reduce.63", f60 + 1500 * US + op62, ar)]
+
+        def length(chip: int, step: int, op62=op62, ar=ar, idle=idle) -> int:
+            return 5000 * US + _JITTER[(step - 1) % len(_JITTER)] + 1500 * US + op62 + ar + idle
+
+        out.append(design(STRAGGLER_OPS, schedule, hostname=f"host{h}", device_type="TPU v5p",
+                          peak_tflops=V5P_PEAK / 1e12, peak_hbm_gbs=V5P_HBM / 1e9, n_chips=4, first_chip=4 * h,
+                          n_steps=5, step_ps_for=length))
+    return out
+
+
+def analyse_hosts(designs: list[CaptureDesign], root: Path) -> Analysis:
+    run = root / "plugins" / "profile" / "run"
+    for d in designs:
+        write_capture(d, run)
+    return analyze(load_capture(run, jobs=1))
+
+
+# -- step-time-variance ----------------------------------------------------------------------------
+
+TRAIN_STEP_OP = OpDef("fusion.70", "loop fusion", bytes_accessed=1.0e9)
+CHECKPOINT_COPY = OpDef("copy.71", "copy", bytes_accessed=4.0e9)  # device-to-host copy of the weights
+CHECKPOINT_COPY_PS, CHECKPOINT_IDLE_PS = 6000 * US, 2000 * US
+
+
+def periodic_checkpoint(every: int = 5, copy_ps: int = CHECKPOINT_COPY_PS, idle_ps: int = CHECKPOINT_IDLE_PS,
+                        **overrides) -> CaptureDesign:
+    """20 steps of 10 ms; every `every`th step also copies the weights out (`copy_ps`) and idles
+    `idle_ps` while the host writes them: 18 ms with the defaults."""
+    def slow(step: int) -> bool:
+        return every > 0 and step % every == 0
+
+    def schedule(chip: int, step: int) -> list[Placed]:
+        out = [Placed("fusion.70", 0, STEP)]
+        if slow(step):
+            out.append(Placed("copy.71", STEP, copy_ps))
+        return out
+
+    def length(chip: int, step: int) -> int:
+        return STEP + (copy_ps + idle_ps if slow(step) else 0)
+
+    return design((TRAIN_STEP_OP, CHECKPOINT_COPY), schedule,
+                  **{"n_steps": 20, "step_ps_for": length, "n_chips": 1, **overrides})

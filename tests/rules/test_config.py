@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tpudiag.errors import UsageError
+from tpudiag.rules import RULES
 from tpudiag.rules.config import RulesConfig, find_config, load_config, parse_config
 
 
@@ -36,7 +37,7 @@ def test_tpudiag_toml_next_to_the_input_wins_over_the_working_directory(tmp_path
 def test_no_config_means_every_rule_with_defaults(tmp_path: Path):
     config = load_config(tmp_path, cwd=tmp_path)
     assert config == RulesConfig()
-    assert len(config.resolve()) == 4
+    assert len(config.resolve()) == len(RULES)
 
 
 def test_pyproject_without_a_tpudiag_table_is_not_a_config(tmp_path: Path):

@@ -32,7 +32,8 @@ def test_findings_are_ranked_by_saving_across_rules(tmp_path: Path):
     findings, skipped = run_rules(sc.analyse(sc.design(ops, schedule), tmp_path))
     savings = [f.saving.ps for f in findings]
     assert savings == sorted(savings, reverse=True)
-    assert {f.rule for f in findings} == {"exposed-collective", "low-mxu-utilization"}
+    # The steps end idle after 7.7 ms of 10: device-idle reports that too.
+    assert {f.rule for f in findings} == {"exposed-collective", "low-mxu-utilization", "device-idle"}
     assert "spill" in {s.rule for s in skipped}
 
 
@@ -104,7 +105,8 @@ def test_a_dominant_problem_is_high_severity(tmp_path: Path):
     def schedule(chip, step):
         return [sc.Placed("fusion.1", 0, 3000 * sc.US), sc.Placed("all-reduce.4", 3000 * sc.US, 2000 * sc.US)]
 
-    findings, _ = run_rules(sc.analyse(sc.design(sc.COLLECTIVE_OPS, schedule), tmp_path))
+    findings, _ = run_rules(sc.analyse(sc.design(sc.COLLECTIVE_OPS, schedule), tmp_path),
+                            RulesConfig(ignore=("device-idle",)))  # the step's last 5 ms are idle too
     assert [(f.rule, f.severity) for f in findings] == [("exposed-collective", Severity.HIGH)]
 
 

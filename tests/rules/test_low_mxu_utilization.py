@@ -109,3 +109,24 @@ def test_skipped_without_flops(tmp_path: Path):
     assert findings == []
     assert [(s.rule, s.reason) for s in skipped] == [
         ("low-mxu-utilization", "needs per-op FLOPs and a peak FLOP/s in the trace")]
+
+
+@pytest.mark.parametrize(("declared", "source"), [(True, "its declared cost_estimate"),
+                                                   (False, "its operand and result shapes")])
+def test_pallas_f32_matmul_is_judged(tmp_path: Path, declared, source):
+    # The second capture: a Pallas matmul (custom-call, no FLOPs in the trace) on f32 operands,
+    # 100 % of each step at 12 % of the bf16 peak.
+    findings = _run(sc.analyse(sc.pallas_f32(cost_estimate=declared), tmp_path))
+    (f,) = findings
+    assert f.ops == ("custom-call.1",) and f.severity.name == "HIGH"
+    assert "runs at 12.0% of peak FLOP/s for 100.0% of device time" in f.message
+    assert "f32 operands" in f.message and f"FLOPs from {source}" in f.message
+    assert "preferred_element_type=jnp.float32" in f.fix
+    assert f.saving.ps == pytest.approx(sc.PALLAS_PS * (1 - 0.12 / 0.7), rel=1e-3)
+
+
+def test_a_fast_bf16_pallas_matmul_is_a_near_miss(tmp_path: Path):
+    op = sc.pallas_matmul_op("bf16")
+    dur = round(sc.PALLAS_FLOPS / (0.55 * sc.PEAK) * 1e12)  # 55 %: above the 50 % bar
+    d = sc.design((op,), lambda chip, step: [sc.Placed(op.name, 0, dur)], step_ps=dur)
+    assert _run(sc.analyse(d, tmp_path)) == []

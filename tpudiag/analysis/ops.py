@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tpudiag.analysis.custom_calls import with_derived_costs
 from tpudiag.model import schemas
 from tpudiag.model.hlo_names import collective_family
 from tpudiag.model.profile import HostTrace
@@ -28,7 +29,9 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
                     module=("module", "first"))
                .reset_index())
     grouped["name"] = grouped["name"].astype(str)
-    meta = host.op_metadata.copy()
+    # Custom calls (Pallas kernels) carry no FLOPs in the trace: derive them where the HLO tells.
+    meta, _ = with_derived_costs(host.op_metadata)
+    meta = meta.copy()
     meta["name"] = meta["name"].astype(str)
     meta = meta.drop(columns=["host"])
     df = grouped.merge(meta, on=_KEYS, how="left", validate="one_to_one")

@@ -45,6 +45,8 @@ class HostTrace:
     warnings: list[str] = field(default_factory=list)
     host_threads: int = 0
     modelled: bool = False  # device planes carry `tpudiag_modelled` (written by `tpudiag simulate`)
+    # `/host:CPU` TraceMe events (schemas.HOST_EVENTS) on the device time origin; None: no host plane
+    host_events: pd.DataFrame | None = None
 
 
 @dataclass(frozen=True)

@@ -166,3 +166,10 @@ ASYNC_WINDOWS = TableSchema("async_windows", (
     Column("end_ps", "int64", "window end (done op ends)"),
     Column("source", "category", "'Async XLA Ops' line or 'start/done pair'"),
 ))
+
+HOST_EVENTS = TableSchema("host_events", (
+    Column("thread", "category", "host thread (the /host:CPU line's display name, else its name)"),
+    Column("name", "category", "TraceMe name, e.g. PjitFunction(train_step), TransferFromDevice"),
+    Column("start_ps", "int64", "start in ps on the device planes' time origin"),
+    Column("dur_ps", "int64", "duration in ps"),
+))

@@ -129,7 +129,7 @@ def _parse_planes_in_parallel(path: Path, data: bytes, jobs: int) -> HostTrace:
     aux = [parse_message(XPlane(), raw.planes[i], path) for i, h in enumerate(heads)
            if h.name in ("/host:CPU", "/host:metadata")]
     name = raw.hostnames[0] if raw.hostnames and raw.hostnames[0] else path.name.removesuffix(TRACE_SUFFIX)
-    return assemble_host(name, path, platform, refs, parts, aux)
+    return assemble_host(name, path, platform, refs, parts, aux, origin)
 
 
 def _parse_file_or_failure(path: Path, plane_jobs: int = 1) -> HostTrace | HostFailure:

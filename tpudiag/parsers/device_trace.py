@@ -22,6 +22,7 @@ from tpudiag.model import schemas
 from tpudiag.model.hardware import chip_for
 from tpudiag.model.hlo_names import async_role, pair_async, window_family
 from tpudiag.model.profile import DeviceInfo, HostTrace
+from tpudiag.parsers.host_plane import host_events
 from tpudiag.parsers.xspace import stat_value, stats_dict
 from tpudiag.proto import CoreDetails, MemoryAccessBreakdown
 
@@ -560,18 +561,20 @@ def parse_host(space, path: Path) -> HostTrace:
     origin = origin_of(space.planes[r.index] for r in refs)
     parts = [parse_device_plane(space.planes[r.index], r, platform, origin) for r in refs]
     aux = [p for p in space.planes if p.name in ("/host:CPU", "/host:metadata")]
-    return assemble_host(host_name(space, path), path, platform, refs, parts, aux)
+    return assemble_host(host_name(space, path), path, platform, refs, parts, aux, origin)
 
 
 def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], parts: list[_HostBuilder],
-                  aux_planes) -> HostTrace:
+                  aux_planes, origin_ns: int = 0) -> HostTrace:
     """The host's tables from its parsed device planes and its host planes."""
     b = _HostBuilder(host, str(path))
     host_threads = 0
     hlo_protos: dict[int, bytes] = {}
+    cpu_events = None
     for plane in aux_planes:
         if plane.name == "/host:CPU":
             host_threads = len(plane.lines)
+            cpu_events = host_events(plane, origin_ns)
         elif plane.name == "/host:metadata":
             hlo_protos = _hlo_protos(plane, b)
     merge_planes(b, parts)
@@ -598,7 +601,7 @@ def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], pa
     return HostTrace(host=host, path=str(path), device=device, events=b.events(), op_metadata=b.op_metadata(),
                      step_markers=steps, modules=b.modules(), async_windows=b.async_windows(),
                      hlo_protos=hlo_protos, warnings=b.warnings, host_threads=host_threads,
-                     modelled=bool(first_stats.get("tpudiag_modelled")))
+                     modelled=bool(first_stats.get("tpudiag_modelled")), host_events=cpu_events)
 
 
 def _hlo_protos(plane, b: _HostBuilder) -> dict[int, bytes]:

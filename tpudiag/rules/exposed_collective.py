@@ -53,7 +53,9 @@ Coverage counts compute ops on the same core only (not SparseCore or DMA engines
 other collectives, unlike XProf, which counts every non-async op. The trace alone does not say
 why a collective stayed synchronous: without the compiled HLO the advice follows from the op's
 name, category and the device generation. Ops are matched to the HLO by instruction name.
-Captures without steps count as one step.
+Captures without steps count as one step. On a multi-host capture with a straggling host (as
+straggler-host finds it, with its default options), the other hosts' extra collective time is
+their wait for that host: it is taken out of this rule's saving and left to straggler-host.
 
 Options
 -------
@@ -75,12 +77,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tpudiag.analysis.host_compare import find_straggler, host_stats
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, assign_steps, per_step_worst_core,
                                 step_basis)
+from tpudiag.rules.straggler_host import Options as StragglerOptions
 
 CODE = "TPD101"
 NAME = "exposed-collective"
@@ -319,6 +323,12 @@ def _evidence(frame: pd.DataFrame, basis: StepBasis, options: Options,
     return tuple(rows)
 
 
+def straggler_of(analysis):
+    """The straggling host, if any, with the collective time the others spend waiting for it."""
+    defaults = StragglerOptions()  # the straggler-host rule's default noise band
+    return find_straggler(host_stats(analysis), defaults.min_lag_fraction, defaults.noise_sigmas)
+
+
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     windows = collective_windows(analysis, options)
@@ -330,11 +340,17 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     facts = schedule_facts(compiled_programs(ctx))
     hosts = analysis.profile.hosts
     findings = []
+    # Other hosts waiting in collectives for a straggler is the straggler's problem (straggler-host).
+    straggler = straggler_of(analysis)
+    waiting = straggler.others_wait_ps if straggler is not None else 0.0
     for kind in ("sync", "async"):
         g = windows[windows["kind"] == kind]
         if g.empty:
             continue
         exposed = per_step_worst_core(g, "exposed_ps", basis)
+        wait_here = min(waiting, exposed)
+        waiting -= wait_here
+        exposed -= wait_here
         share = exposed / basis.step_ps if basis.step_ps else 0.0
         if exposed <= 0 or share < options.min_exposed_fraction:
             continue
@@ -368,6 +384,9 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             if doubles:
                 message += (f"; {doubles} have double-suffix names that XProf's analyze_async_overlap reports as "
                             "hidden")
+        if wait_here > 0:
+            message += (f"; {fmt_time(wait_here)} more per step is the other hosts waiting for straggler "
+                        f"`{straggler.host}`, left to straggler-host")
         explanation = ("largest exposed collective time on any core per step, averaged over "
                        f"{basis.n_steps} step{'s' * (basis.n_steps != 1)}"
                        + (" (no steps: whole capture)" if basis.whole_capture else ""))

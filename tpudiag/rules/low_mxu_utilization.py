@@ -42,8 +42,12 @@ op takes longest. An upper bound that overlaps with padding-waste for padded mat
 
 Known limits
 ------------
-Ops without FLOPs in the trace cannot be judged and are left out; a trace with no FLOPs at all,
-or without a peak FLOP/s, skips the rule. Dimensions come from the result shape and the operand shapes in the HLO text; which operand
+Memory-bound matmuls already at their roofline target get an info finding that refers them to
+`memory-bound`, which models the byte savings. Custom calls (Pallas kernels) without FLOPs in
+the trace are judged with FLOPs from the kernel's declared `cost_estimate` or, for a two-operand
+matmul, from its shapes (the finding says which). Other ops without FLOPs in the trace cannot be
+judged and are left out; a trace with no FLOPs at all, or without a peak FLOP/s, skips the rule.
+Dimensions come from the result shape and the operand shapes in the HLO text; which operand
 dim is contracting is not known, so every minor dim of every operand is checked. A `dot` inside
 a loop fusion is not recognised unless the category or name says so.
 
@@ -69,6 +73,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tpudiag.analysis.custom_calls import derive_costs
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
@@ -160,7 +165,7 @@ def diagnose(result: list[Shape], operands: list[Shape], mxu: int, intensity: fl
     return reasons, fixes
 
 
-def _operands(hlo_text: str) -> list[Shape]:
+def operand_shapes(hlo_text: str) -> list[Shape]:
     """Operand shapes from HLO text `%x = shape opcode(shape %a, shape %b), ...`."""
     if not hlo_text or "=" not in hlo_text:
         return []
@@ -199,6 +204,13 @@ def llo_dumps(ctx: RuleContext) -> tuple:
     return ctx.compiled.llo
 
 
+def derived_sources(analysis) -> dict[str, str]:
+    """Custom calls whose FLOPs the analysis derived (the trace gives none), with where they came from."""
+    meta = pd.concat([h.op_metadata for h in analysis.profile.hosts], ignore_index=True)
+    derived = derive_costs(meta)
+    return dict(zip(derived["name"], derived["source"]))
+
+
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     ops = analysis.ops
@@ -215,7 +227,9 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     total_core_ps = sum(analysis.core_time_ps.values())
     cats = ops["category"].astype(str)
     names = ops["name"].astype(str)
-    mask = np.array([is_matmul(n, c) for n, c in zip(names, cats)], dtype=bool) & (ops["flops"].to_numpy() > 0)
+    derived = derived_sources(analysis)
+    mask = np.array([is_matmul(n, c) or n in derived for n, c in zip(names, cats)], dtype=bool) & (
+        ops["flops"].to_numpy() > 0)
     cand = ops[mask]
     if cand.empty:
         return []
@@ -232,6 +246,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     events = op_events(analysis, grouped["name"])
     static_busy = static_mxu_busy(llo_dumps(ctx))
     candidates = []
+    referred = []  # memory-bound matmuls already at their roofline target: memory-bound judges them
     for r in grouped.itertuples(index=False):
         total_s = r.total_time_ps / 1e12
         util = (r.flops / total_s) / peak if total_s > 0 else 0.0
@@ -243,12 +258,17 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         target = options.target_utilization * attainable
         fraction = max(0.0, 1.0 - util / target) if target > 0 else 0.0
         if fraction <= 0:
+            if intensity is not None and ridge and intensity < ridge:
+                referred.append((r, util, share, intensity))
             continue
         self_per_step = per_step_worst_core(events[events["name"] == r.name], "self_ps", basis)
         saving = self_per_step * fraction
         result = parse_shapes(r.shape)
-        operands = _operands(hlo_text.get(r.name, ""))
+        operands = operand_shapes(hlo_text.get(r.name, ""))
         reasons, fixes = diagnose(result, operands, mxu, intensity, ridge)
+        if r.name in derived:
+            reasons.append("custom call: FLOPs from " + ("its declared cost_estimate" if derived[r.name] ==
+                                                         "cost_estimate" else "its operand and result shapes"))
         busy = static_busy.get(r.name)
         if busy is not None and busy < options.low_utilization:
             reasons.append(f"the compiled code keeps the MXUs busy in only {fmt_pct(busy)} of its bundles "
@@ -280,6 +300,21 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             saving=Saving(int(round(saving)), "modelled", explanation), fix=fix,
             evidence=(Evidence(r.name, tuple(values)),),
             host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "", ops=(r.name,)))
+    if referred:
+        referred.sort(key=lambda x: (-x[2], x[0].name))
+        names = tuple(r.name for r, *_ in referred)
+        first, util, share, intensity = referred[0]
+        more = f" and {len(referred) - 1} more" if len(referred) > 1 else ""
+        findings.append(Finding(
+            rule=NAME, code=CODE, severity=Severity.INFO,
+            message=(f"`{first.name}`{more} run at {fmt_pct(util)} of peak FLOP/s, on the HBM roof (operational "
+                     f"intensity {intensity:.0f} FLOP/B < ridge {ridge:.0f}): see `memory-bound`"),
+            saving=Saving(0, "modelled", "no MXU-side saving: the ops are as fast as their bytes allow"),
+            fix="move fewer bytes (see `tpudiag rule memory-bound`)",
+            evidence=tuple(Evidence(r.name, (("time share", fmt_pct(sh)), ("FLOP util", fmt_pct(u)),
+                                             ("op. intensity", f"{oi:.0f} FLOP/B (ridge {ridge:.0f})")))
+                           for r, u, sh, oi in referred[:options.max_findings]),
+            host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "", ops=names))
     return findings
 
 

@@ -62,6 +62,16 @@ class AsyncWindow:
     family: str = ""  # collective family, '' for copies
 
 
+@dataclass(frozen=True)
+class HostSpan:
+    """A `/host:CPU` TraceMe span on thread `thread`, at `offset_ps` from its step's start on chip 0."""
+
+    thread: str
+    name: str
+    offset_ps: int
+    dur_ps: int
+
+
 @dataclass
 class CaptureDesign:
     hostname: str
@@ -88,6 +98,8 @@ class CaptureDesign:
     # (chip, step) -> explicit async windows; None pairs start/done ops by name instead
     async_windows: Callable[[int, int], Iterable[AsyncWindow]] | None = None
     cores_per_chip: int = 1  # TensorCore planes per chip (2 on v4 and TPU7x as JAX exposes them)
+    # step -> host TraceMe spans (dispatch, transfers, compilation); None writes one empty main thread
+    host_spans: Callable[[int], Iterable[HostSpan]] | None = None
 
     def step_length(self, chip: int, step: int) -> int:
         return self.step_ps_for(chip, step) if self.step_ps_for else self.step_ps
@@ -184,8 +196,26 @@ def build_capture(design: CaptureDesign) -> XSpaceBuilder:
         meta.event_metadata(f"{design.module}({design.program_id})", stats={"Hlo Proto": design.hlo_proto},
                             metadata_id=design.program_id & 0x7FFFFFFFFFFFFFFF)
     host = space.plane("/host:CPU", plane_id=101)
-    host.line("main/1", 1, design.line_timestamp_ns)
+    if design.host_spans is None:
+        host.line("main/1", 1, design.line_timestamp_ns)
+    else:
+        _host_lines(host, design)
     return space
+
+
+def _host_lines(plane: PlaneBuilder, design: CaptureDesign) -> None:
+    """Host spans placed relative to each step's start on chip 0, one line per thread."""
+    spans: dict[str, list[tuple[int, int, str]]] = {}
+    t = 0
+    for i in range(design.n_steps):
+        step = design.first_step + i
+        for sp in design.host_spans(step):
+            spans.setdefault(sp.thread, []).append((t + sp.offset_ps, sp.dur_ps, sp.name))
+        t += design.step_length(0, step) + design.step_gap_ps
+    for line_id, (thread, events) in enumerate(spans.items(), start=1):
+        line = plane.line(thread, line_id, design.line_timestamp_ns)
+        for start, dur, name in sorted(events, key=lambda e: (e[0], -e[1])):
+            line.event(plane.event_metadata(name), start, dur)
 
 
 def write_capture(design: CaptureDesign, run_dir: Path) -> Path:

@@ -1,0 +1,55 @@
+"""step-time-variance (TPD108): periodic slow steps and what differs in them; near miss and healthy quiet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.rules import scenarios as sc
+from tests.rules.conftest import render_findings
+from tpudiag.model.findings import Severity
+from tpudiag.rules import RulesConfig, run_rules
+from tpudiag.rules.step_time_variance import Options, period
+
+US = sc.US
+
+
+def _run(analysis, **options):
+    findings, _ = run_rules(analysis, RulesConfig(select=("step-time-variance",),
+                                                  options={"step-time-variance": options}))
+    return findings
+
+
+def test_a_checkpoint_every_fifth_step(tmp_path: Path, snapshot):
+    (f,) = _run(sc.analyse(sc.periodic_checkpoint(), tmp_path))
+    # Designed: steps 5, 10, 15, 20 take 10 + 6 + 2 = 18 ms; the others 10 ms.
+    assert "4 of 20 steps take 18.00 ms against a median of 10.00 ms (every 5 steps" in f.message
+    ev = {e.subject: dict(e.values) for e in f.evidence}
+    assert ev["step 5"]["time"] == "18.00 ms"
+    assert "`copy.71` only there (+6.00 ms)" in f.message and "+2.00 ms idle" in f.message
+    assert f.ops == ("copy.71",) and "asynchronous" in f.fix
+    # 4 x 8 ms of excess over 20 steps: 1.6 ms per step on average, 13.8 % of the 11.6 ms mean: medium.
+    assert f.saving.ps == pytest.approx(1600 * US, rel=0.05) and f.saving.basis == "measured"
+    assert f.severity == Severity.MEDIUM
+    snapshot("step-time-variance", render_findings([f]))
+
+
+def test_near_miss_and_healthy(tmp_path: Path):
+    # Every 5th step 12 ms (1.2x the median, CV 0.08): under both bars.
+    near = sc.analyse(sc.periodic_checkpoint(copy_ps=1500 * US, idle_ps=500 * US), tmp_path / "near")
+    assert _run(near) == []
+    assert len(_run(near, outlier_factor=1.15)) == 1
+    healthy = sc.analyse(sc.periodic_checkpoint(every=0), tmp_path / "healthy")
+    findings, _ = run_rules(healthy)
+    assert [f for f in findings if f.severity >= Severity.LOW] == []
+
+
+def test_period_needs_three_evenly_spaced_outliers():
+    assert period([10, 20, 30]) == 10
+    assert period([10, 20]) is None and period([3, 7, 20]) is None and period([4, 5, 6]) is None
+
+
+def test_options_validate():
+    with pytest.raises(ValueError, match="outlier_factor"):
+        Options(outlier_factor=1.0)

@@ -1,0 +1,98 @@
+"""FLOPs and bytes for custom calls (Pallas kernels and others) that the trace gives none for.
+
+XProf takes custom calls' costs from the trace as they are, and a Pallas kernel's are 0, so its
+FLOP rate cannot be judged. Two sources, tried in order, each named in the `source` column:
+- `cost_estimate`: the kernel's declared `pl.CostEstimate`, which JAX writes into the custom
+  call's `backend_config` (`"cost_estimate": {"flops": ..., "bytes_accessed": ...}`);
+- `matmul shapes`: a custom call with two rank-2 operands `[M,K] x [K,N]` and an `[M,N]` result
+  (either operand may be transposed) is taken as a matmul: 2·M·N·K FLOPs, operands + result bytes.
+The LLO bundles' MXU instruction counts are static (no trip counts), so they are not used here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+_COST = re.compile(r'cost_estimate\\?"?\s*:\s*\{(?P<body>[^}]*)\}')
+_FIELD = r'{}\\?"?\s*:\s*(?P<v>[0-9.eE+]+)'
+_SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>\d+(?:,\d+)*)?\]")
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
+          "f64": 8, "s64": 8, "u64": 8}
+
+
+def is_custom_call(category: str, hlo_text: str) -> bool:
+    return "custom-call" in category.lower() or " custom-call(" in hlo_text
+
+
+def cost_estimate(hlo_text: str) -> tuple[float, float] | None:
+    """(flops, bytes_accessed) declared in the custom call's backend_config, else None."""
+    m = _COST.search(hlo_text or "")
+    if m is None:
+        return None
+    body = m.group("body")
+    flops = re.search(_FIELD.format("flops"), body)
+    nbytes = re.search(_FIELD.format("bytes_accessed"), body)
+    if flops is None:
+        return None
+    return float(flops.group("v")), float(nbytes.group("v")) if nbytes else 0.0
+
+
+def _shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
+    return [(m.group("dtype"), tuple(int(d) for d in m.group("dims").split(",")) if m.group("dims") else ())
+            for m in _SHAPE.finditer(text)]
+
+
+def matmul_cost(hlo_text: str) -> tuple[float, float] | None:
+    """(flops, bytes) when the custom call's shapes compose as a matmul, else None."""
+    if not hlo_text or "=" not in hlo_text or "custom-call(" not in hlo_text:
+        return None
+    lhs, rhs = hlo_text.split("=", 1)[1].split("custom-call(", 1)
+    results = _shapes(lhs)
+    operands = _shapes(rhs.split(")", 1)[0])
+    if len(results) != 1 or len(operands) != 2:
+        return None
+    (_, out), (_, a), (_, b) = results[0], operands[0], operands[1]
+    if len(out) != 2 or len(a) != 2 or len(b) != 2:
+        return None
+    m, n = out
+    k = a[1] if a[0] == m else a[0] if a[1] == m else None  # lhs [M,K] or transposed [K,M]
+    if k is None or b not in ((k, n), (n, k)):
+        return None
+    size = sum(math.prod(d) * _BYTES.get(t, 4) for t, d in (*results, *operands))
+    return 2.0 * m * n * k, float(size)
+
+
+def derive_costs(meta: pd.DataFrame) -> pd.DataFrame:
+    """(name, flops, bytes_accessed, source) per custom call in `meta` (op metadata) whose FLOPs are 0."""
+    rows = []
+    for name, category, flops, text in zip(meta["name"].astype(str), meta["category"].astype(str),
+                                           meta["flops"].to_numpy(), meta["hlo_text"].astype(str)):
+        if flops > 0 or not is_custom_call(category, text):
+            continue
+        for source, fn in (("cost_estimate", cost_estimate), ("matmul shapes", matmul_cost)):
+            cost = fn(text)
+            if cost is not None and cost[0] > 0:
+                rows.append((name, cost[0], cost[1], source))
+                break
+    return pd.DataFrame(rows, columns=["name", "flops", "bytes_accessed", "source"])
+
+
+def with_derived_costs(meta: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(op metadata with derived FLOPs and bytes filled in, the derived rows)."""
+    derived = derive_costs(meta)
+    if derived.empty:
+        return meta, derived
+    meta = meta.copy()
+    idx = pd.Index(meta["name"].astype(str))
+    for r in derived.itertuples(index=False):
+        at = np.flatnonzero(idx == r.name)
+        meta.loc[meta.index[at], "flops"] = r.flops
+        meta.loc[meta.index[at], "model_flops"] = r.flops
+        if r.bytes_accessed > 0 and (meta.loc[meta.index[at], "bytes_accessed"] <= 0).all():
+            meta.loc[meta.index[at], "bytes_accessed"] = r.bytes_accessed
+            meta.loc[meta.index[at], "hbm_bytes"] = r.bytes_accessed
+    return meta, derived

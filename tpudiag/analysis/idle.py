@@ -1,0 +1,202 @@
+"""TensorCore idle per step, host and core, and what the host was doing meanwhile.
+
+Idle is the part of a step's period that no top-level op covers. The period is the step marker
+for captures with a `Steps` line; for captures whose steps are module executions (inference, no
+`Steps` line) it runs from one execution's start to the next one's on the same core, so the gap
+between executions (waiting for the next dispatch) counts too. The last execution has no known
+period and is left out.
+
+Causes come from the host plane (`/host:CPU` TraceMe spans) overlapping each gap, by name:
+compilation in the loop, synchronisation (device-to-host transfers, `block_until_ready`), input
+(infeed, host-to-device transfers, data loading) and otherwise host-bound (Python, dispatch). Each
+gap's time is attributed once, in that order of precedence; time no host span covers is
+`unexplained`. Device infeed/outfeed ops are input waits too, counted separately (`io_ps`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tpudiag.model.intervals import covered, merge
+from tpudiag.analysis.profile_analysis import Analysis
+from tpudiag.model.profile import HostTrace
+
+# Causes in order of precedence: a gap covered by a compile span and a dispatch span is compilation.
+CAUSES = ("compilation", "synchronisation", "input", "host-bound")
+
+_CAUSE_PATTERNS = (
+    ("compilation", re.compile(r"compil|backend_compile|xlacompile|lower_jaxpr", re.I)),
+    ("synchronisation", re.compile(
+        r"transferfromdevice|transferliteralfromdevice|toliteral|copytohost|copy_to_host|d2h|device_get|"
+        r"block_until_ready|blockhostuntilready|blockuntilready|await|synchroniz|synchronis", re.I)),
+    ("input", re.compile(
+        r"infeed|transfertodevice|transferliteraltodevice|bufferfrompyval|device_put|h2d|getnext|iterator|"
+        r"dataloader|data_loader|tf\.data|grain|next_batch|load_batch|prefetch", re.I)),
+)
+
+
+def host_cause(name: str) -> str:
+    """The cause a host TraceMe name points at; anything unmatched is host-bound (Python or dispatch)."""
+    for cause, pattern in _CAUSE_PATTERNS:
+        if pattern.search(name):
+            return cause
+    return "host-bound"
+
+
+@dataclass(frozen=True)
+class IdleTables:
+    """`gaps`: one row per idle interval (host, core, step, start_ps, end_ps, between, and the ps of it
+    attributed to each cause in `CAUSES` plus `unexplained`). `steps`: per (host, core, step) the
+    period, idle, idle between executions, device I/O time, and the per-cause sums."""
+
+    gaps: pd.DataFrame
+    steps: pd.DataFrame
+    executions: bool  # True when any host's steps are module executions (periods run to the next one)
+
+
+_CAUSE_COLS = [f"{c.replace('-', '_')}_ps" for c in CAUSES] + ["unexplained_ps"]
+
+
+def cause_column(cause: str) -> str:
+    return f"{cause.replace('-', '_')}_ps"
+
+
+def _windows(steps: pd.DataFrame, executions: bool) -> pd.DataFrame:
+    """Per (core, step): the period [start, end) and the end of the execution itself."""
+    out = steps.sort_values(["core", "start_ps"]).copy()
+    out["exec_end_ps"] = out["start_ps"] + out["dur_ps"]
+    if executions:
+        nxt = out.groupby("core")["start_ps"].shift(-1)
+        out = out[nxt.notna()].copy()
+        out["end_ps"] = nxt[nxt.notna()].astype(np.int64)
+    else:
+        out["end_ps"] = out["exec_end_ps"]
+    return out
+
+
+def _gaps_on_core(ws: np.ndarray, we: np.ndarray, busy_s: np.ndarray, busy_e: np.ndarray):
+    """(window index, gap start, gap end) of the uncovered parts of each window."""
+    # Complement of the busy union, as sorted disjoint intervals over the whole timeline.
+    lo = np.iinfo(np.int64).min // 4
+    hi = np.iinfo(np.int64).max // 4
+    cs = np.concatenate([[lo], busy_e])
+    ce = np.concatenate([busy_s, [hi]])
+    keep = ce > cs
+    cs, ce = cs[keep], ce[keep]
+    first = np.searchsorted(ce, ws, side="right")
+    last = np.searchsorted(cs, we, side="left")
+    counts = np.clip(last - first, 0, None)
+    win = np.repeat(np.arange(len(ws)), counts)
+    idx = np.concatenate([np.arange(a, b) for a, b in zip(first, last) if b > a]) if counts.sum() else \
+        np.zeros(0, dtype=np.int64)
+    gs = np.maximum(cs[idx], ws[win])
+    ge = np.minimum(ce[idx], we[win])
+    ok = ge > gs
+    return win[ok], gs[ok], ge[ok]
+
+
+def _attribute(gs: np.ndarray, ge: np.ndarray, host: HostTrace) -> dict[str, np.ndarray]:
+    """Per gap, the ps attributed to each cause (exclusive, by precedence) and the unexplained rest."""
+    out = {col: np.zeros(len(gs), dtype=np.int64) for col in _CAUSE_COLS}
+    hev = host.host_events
+    if hev is None or hev.empty or not len(gs):
+        out["unexplained_ps"] = ge - gs
+        return out
+    names = hev["name"].cat.categories
+    cause_of_name = np.array([host_cause(str(n)) for n in names], dtype=object)
+    causes = cause_of_name[hev["name"].cat.codes.to_numpy()]
+    start = hev["start_ps"].to_numpy()
+    end = start + hev["dur_ps"].to_numpy()
+    done = np.zeros(len(gs), dtype=np.int64)
+    sel = np.zeros(len(hev), dtype=bool)
+    for cause in CAUSES:
+        sel |= causes == cause
+        so_far = covered(gs, ge, *merge(start[sel], end[sel]))  # union of this and earlier causes
+        out[cause_column(cause)] = so_far - done
+        done = so_far
+    out["unexplained_ps"] = (ge - gs) - done
+    return out
+
+
+def idle_tables(analysis: Analysis) -> IdleTables:
+    gap_parts, step_parts = [], []
+    executions = False
+    for host in analysis.profile.hosts:
+        steps = analysis.steps[analysis.steps["host"] == host.host]
+        if steps.empty:
+            continue
+        is_exec = analysis.step_sources[host.host].kind == "XLA Modules"
+        executions |= is_exec
+        ev = host.events
+        sparse_cat = np.array(["SparseCore" in str(d) for d in ev["device"].cat.categories], dtype=bool)
+        top = (ev["depth"].to_numpy() == 0) & ~sparse_cat[ev["device"].cat.codes.to_numpy()]
+        core_arr = ev["core"].to_numpy()
+        start = ev["start_ps"].to_numpy()
+        end = start + ev["dur_ps"].to_numpy()
+        for core, w in _windows(steps, is_exec).groupby("core", sort=True):
+            on = top & (core_arr == core)
+            bs, be = merge(start[on], end[on])
+            ws, we = w["start_ps"].to_numpy(), w["end_ps"].to_numpy()
+            win, gs, ge = _gaps_on_core(ws, we, bs, be)
+            exec_end = w["exec_end_ps"].to_numpy()[win]
+            between = np.clip(ge - np.maximum(gs, exec_end), 0, None)
+            attributed = _attribute(gs, ge, host)
+            gap = pd.DataFrame({"host": host.host, "core": int(core), "step": w["step"].to_numpy()[win],
+                                "start_ps": gs, "end_ps": ge, "idle_ps": ge - gs, "between_ps": between,
+                                **attributed})
+            gap_parts.append(gap)
+            per = gap.groupby("step")[["idle_ps", "between_ps", *_CAUSE_COLS]].sum()
+            frame = pd.DataFrame({"host": host.host, "core": int(core), "step": w["step"].to_numpy(),
+                                  "period_ps": we - ws, "io_ps": w["io_ps"].to_numpy()})
+            frame = frame.merge(per, left_on="step", right_index=True, how="left").fillna(0)
+            step_parts.append(frame)
+    cols = ["idle_ps", "between_ps", *_CAUSE_COLS]
+    gaps = pd.concat(gap_parts, ignore_index=True) if gap_parts else pd.DataFrame(
+        columns=["host", "core", "step", "start_ps", "end_ps", *cols])
+    steps = pd.concat(step_parts, ignore_index=True) if step_parts else pd.DataFrame(
+        columns=["host", "core", "step", "period_ps", "io_ps", *cols])
+    for c in ("period_ps", "io_ps", *cols):
+        steps[c] = steps[c].astype(np.int64)
+    return IdleTables(gaps=gaps, steps=steps, executions=executions)
+
+
+@dataclass(frozen=True)
+class HostIdle:
+    """One host's device idle, per step: the mean over steps of the least idle core (time when every
+    core of the host is idle at once is at most that), with its causes in the same proportion."""
+
+    host: str
+    n_steps: int
+    period_ps: float  # mean step period
+    idle_ps: float  # mean per step, least idle core
+    between_ps: float  # of which between executions
+    io_ps: float  # device infeed/outfeed time per step (mean, most I/O core)
+    causes_ps: dict[str, float]  # cause (CAUSES and "unexplained") -> mean ps per step
+    worst_step: int
+    worst_idle_ps: int
+
+    @property
+    def share(self) -> float:
+        return self.idle_ps / self.period_ps if self.period_ps else 0.0
+
+
+def host_idle(tables: IdleTables) -> list[HostIdle]:
+    out = []
+    steps = tables.steps
+    for host, hs in steps.groupby("host", sort=False, observed=True):
+        # Per step, the core with the least idle stands for the host (its cores run in lockstep).
+        least = hs.loc[hs.groupby("step")["idle_ps"].idxmin()].set_index("step")
+        period = hs.groupby("step")["period_ps"].max()
+        io = hs.groupby("step")["io_ps"].max()
+        causes = {c: float(least[cause_column(c)].mean()) for c in CAUSES}
+        causes["unexplained"] = float(least["unexplained_ps"].mean())
+        worst = int(least["idle_ps"].idxmax())
+        out.append(HostIdle(host=str(host), n_steps=len(least), period_ps=float(period.mean()),
+                            idle_ps=float(least["idle_ps"].mean()), between_ps=float(least["between_ps"].mean()),
+                            io_ps=float(io.mean()), causes_ps=causes, worst_step=worst,
+                            worst_idle_ps=int(least.loc[worst, "idle_ps"])))
+    return out

@@ -1,0 +1,150 @@
+"""TensorCores idle inside steps (or between module executions), with the host-side cause.
+
+What it does
+------------
+Measures, per host and step, the time no top-level op runs on a TensorCore: inside the step
+marker for captures with a `Steps` line, and from one execution's start to the next for captures
+whose steps are module executions (inference), so the wait for the next dispatch counts. A host's
+idle per step is its least idle core's (the time every core is idle at once is at most that).
+Where the host plane (`/host:CPU`) shows what the host was doing during the gaps, names the cause:
+host-bound (Python or dispatch), input-bound (infeed, host-to-device transfers, data loading;
+device infeed ops count here too), synchronisation (device-to-host copies, `block_until_ready`,
+`device_get`) or compilation inside the loop.
+
+Why it matters
+--------------
+An idle TensorCore does no work at full cost. A decode loop whose device waits 30 % of every
+step for the next dispatch is 30 % slower than its kernels, however well they are tuned; no
+device-side fix helps.
+
+Evidence
+--------
+Per host: idle per step and its share of the step, the part between executions, the time
+attributed to each cause, device I/O time, and the step with the most idle.
+
+How to fix
+----------
+Host-bound: keep the Python loop free of per-step host work, fold several steps into one jitted
+call (`lax.scan`, `fori_loop`), let JAX's asynchronous dispatch run ahead. Input-bound: prefetch
+batches onto the device ahead of use (a prefetching iterator, more loader workers). Synchronisation:
+drop per-step `block_until_ready`, `device_get` and `.item()`; fetch metrics every N steps.
+Compilation: keep shapes and static arguments fixed (pad to buckets) so the loop stops
+recompiling. Unexplained: capture the host too (Python tracer on) to see what it does.
+
+Bad: `for t in range(n): tok = decode(params, tok); print(int(tok[0]))` (a device-to-host sync per step).
+Good: `toks = decode_n(params, tok, n)` with the loop inside `lax.fori_loop`.
+
+Savings estimate
+----------------
+Measured: the idle time per step (the host with the most), an upper bound on what removing the
+gaps saves; the causes split it by the host spans that cover each gap. Overlaps with
+`step-time-variance` when a few steps hold most of the idle.
+
+Known limits
+------------
+Host spans and device ops are assumed to share a clock (XProf's trace viewer makes the same
+assumption). Causes are read from TraceMe names; a host thread busy in an unrelated span can be
+blamed. Idle waiting on another core (collective synchronisation) is not idle here: it shows as
+collective time.
+
+Options
+-------
+- `min_idle_share` (0.02): report when a host's idle is at least this share of its step.
+- `max_steps_shown` (3): evidence rows for the steps with the most idle.
+- `high_share` (0.15): idle, as a fraction of the step, from which a finding is high severity
+  (XProf's overview calls a step highly bound from 15 %, moderately from 3 %).
+- `medium_share` (0.03): idle fraction from which a finding is medium severity (XProf's overview
+  flags TensorCore idle from 3 %).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpudiag.analysis.idle import CAUSES, HostIdle, host_idle, idle_tables
+from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.units import fmt_pct, fmt_time
+from tpudiag.rules.base import Rule, RuleContext, SeverityScale
+
+CODE = "TPD105"
+NAME = "device-idle"
+
+FIXES = {
+    "host-bound": "keep per-step host work out of the loop: fold steps into one jitted call (`lax.scan`/"
+                  "`fori_loop`) and let asynchronous dispatch run ahead",
+    "input": "prefetch batches onto the device ahead of use (a prefetching iterator, more loader workers)",
+    "synchronisation": "drop per-step `block_until_ready`/`device_get`/`.item()`; fetch metrics every N steps",
+    "compilation": "stop recompiling in the loop: fixed shapes and static arguments (pad to buckets)",
+    "unexplained": "capture the host plane too (Python tracer on) to see what the host does in the gaps",
+}
+_LABEL = {"host-bound": "host-bound (Python or dispatch)", "input": "input-bound", "synchronisation":
+          "synchronisation (device-to-host waits)", "compilation": "compilation in the loop",
+          "unexplained": "cause not visible on the host plane"}
+
+
+@dataclass(frozen=True)
+class Options:
+    min_idle_share: float = 0.02
+    max_steps_shown: int = 3
+    high_share: float = 0.15
+    medium_share: float = 0.03
+
+    def __post_init__(self):
+        if not 0.0 <= self.min_idle_share < 1.0:
+            raise ValueError(f"min_idle_share must be in [0, 1), got {self.min_idle_share}")
+        if self.max_steps_shown < 0:
+            raise ValueError(f"max_steps_shown must be at least 0, got {self.max_steps_shown}")
+
+
+def main_cause(h: HostIdle) -> str:
+    """The cause holding the most idle; device infeed time makes a capture input-bound as well."""
+    causes = dict(h.causes_ps)
+    causes["input"] = causes.get("input", 0.0) + h.io_ps
+    return max(causes, key=lambda c: (causes[c], c != "unexplained"))
+
+
+def check(ctx: RuleContext, options: Options) -> list[Finding]:
+    tables = idle_tables(ctx.analysis)
+    hosts = [h for h in host_idle(tables) if h.period_ps > 0]
+    flagged = [h for h in hosts if (h.idle_ps + h.io_ps) / h.period_ps >= options.min_idle_share]
+    if not flagged:
+        return []
+    scale = SeverityScale(options.high_share, options.medium_share)
+    worst = max(flagged, key=lambda h: (h.idle_ps + h.io_ps, h.host))
+    cause = main_cause(worst)
+    waited = worst.idle_ps + worst.io_ps
+    share = waited / worst.period_ps
+    where = "between and inside module executions" if tables.executions else "inside steps"
+    cause_ps = worst.causes_ps.get(cause, 0.0) + (worst.io_ps if cause == "input" else 0.0)
+    of_idle = f" ({fmt_pct(cause_ps / waited)} of it)" if cause != "unexplained" and waited else ""
+    on = f"`{worst.host}`" if len(hosts) > 1 else "the TensorCores"
+    message = (f"{on} idle {fmt_time(waited)} of each {fmt_time(worst.period_ps)} step ({fmt_pct(share)}, "
+               f"{where}): {_LABEL[cause]}{of_idle}")
+    if len(flagged) > 1:
+        message += f"; {len(flagged)} of {len(hosts)} hosts idle at least {fmt_pct(options.min_idle_share)}"
+    evidence = []
+    for h in sorted(flagged, key=lambda h: (-(h.idle_ps + h.io_ps), h.host)):
+        values = [("idle per step", fmt_time(h.idle_ps)), ("share", fmt_pct(h.idle_ps / h.period_ps)),
+                  ("steps", str(h.n_steps))]
+        if tables.executions:
+            values.append(("between executions", fmt_time(h.between_ps)))
+        if h.io_ps:
+            values.append(("device infeed/outfeed", fmt_time(h.io_ps)))
+        for c in (*CAUSES, "unexplained"):
+            if h.causes_ps.get(c, 0.0) >= 0.01 * h.idle_ps:  # rounding leftovers are not a cause
+                values.append((c, fmt_time(h.causes_ps[c])))
+        values.append(("most idle step", f"{h.worst_step} ({fmt_time(h.worst_idle_ps)})"))
+        evidence.append(Evidence(h.host, tuple(values)))
+    steps = tables.steps[tables.steps["host"] == worst.host]
+    per_step = steps.groupby("step")["idle_ps"].min().sort_values(ascending=False, kind="stable")
+    for step, idle in per_step.head(options.max_steps_shown).items():
+        period = int(steps.loc[steps["step"] == step, "period_ps"].max())
+        evidence.append(Evidence(f"step {step}", (("idle", fmt_time(idle)), ("share", fmt_pct(idle / period)))))
+    saving = Saving(int(round(waited)), "measured",
+                    f"idle per step on `{worst.host}`, the host with the most; an upper bound")
+    return [Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message, saving=saving,
+                    fix=FIXES[cause], evidence=tuple(evidence), host=worst.host if len(hosts) == 1 else "")]
+
+
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
+            doc=__doc__, tables=("steps", "events"))

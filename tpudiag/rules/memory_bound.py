@@ -1,0 +1,229 @@
+"""Ops at or near the HBM bandwidth roof that dominate the step.
+
+What it does
+------------
+Finds the ops whose achieved HBM bandwidth (HBM bytes over total time, as XProf computes it) is
+at least `near_roof` of the peak (collectives left out), and reports them together when they hold at least
+`min_time_share` of device time: HBM bytes per step, achieved against peak bandwidth, and their
+operational intensity against the ridge point (peak FLOP/s / peak bandwidth). Such ops cannot go
+faster by retiling: only moving fewer bytes helps. For each op it models the levers: narrower
+weights (int8 or fp8) for matmuls, more rows per weight read (batch), and for other ops fusing
+with the producer or consumer so the output does not round-trip through HBM.
+
+Why it matters
+--------------
+A decode step whose weight matmuls run at 85 % of HBM bandwidth and 5 % of peak FLOP/s is as fast
+as its bytes allow; `low-mxu-utilization` sees the low FLOP rate but has no saving to offer. The
+time is bought back only by reading fewer bytes per useful FLOP.
+
+Evidence
+--------
+Per op: share of device time, HBM bytes per step, achieved bandwidth and its share of peak,
+operational intensity against the ridge, the weight operand for matmuls, and each lever's
+modelled saving.
+
+How to fix
+----------
+Matmuls reading weights: quantise weights to int8 or fp8 (the low-precision inference path,
+e.g. AQT or `jnp.int8` weights with per-channel scales) to halve the bytes of bf16 weights; serve
+more rows per weight read (a larger decode batch, more tokens per call). Other ops: let XLA fuse
+the op with its producer or consumer (remove the `optimization_barrier`, custom call or
+sharding change that splits them), or write a Pallas kernel that keeps the intermediate in VMEM.
+
+Bad: `bf16[32,8192] x bf16[8192,8192]` per token at 85 % of HBM bandwidth (OI 32 FLOP/B).
+Good: the same matmul with int8 weights (half the bytes) or a batch of 256 rows (OI 240 FLOP/B).
+
+Savings estimate
+----------------
+Modelled, at the achieved bandwidth: int8/fp8 weights save self time x weight bytes x (1 - 1 /
+bytes-per-element) / HBM bytes; fusing saves self time x output bytes / HBM bytes (the write
+avoided; the consumer's read is not counted). The finding's saving is the better lever per op,
+summed, per step on the core where each op takes longest. Batch is given as time per row, not as a
+step saving (the step does more work). Overlaps with low-mxu-utilization for the same matmuls.
+
+Known limits
+------------
+Weights are taken to be the largest operand of a matmul, from the operand shapes in the op's HLO
+text; without them the weight lever is not modelled. HBM bytes come from the trace's
+`memory_access_breakdown` (all bytes accessed without one). An op limited by VMEM or CMEM
+bandwidth is not judged.
+
+Options
+-------
+- `near_roof` (0.7): an op is on the HBM roof at this share of peak bandwidth or more (XProf's
+  roofline calls an op bound by the resource it uses most; 70 % is where retiling stops paying).
+- `min_time_share` (0.05): report when the roof-bound ops hold at least this share of device time.
+- `min_op_share` (0.01): ignore ops below this share of device time.
+- `max_ops_shown` (5): evidence rows for at most this many ops, largest time first.
+- `high_share` (0.15): saving, as a fraction of the step, from which a finding is high severity
+  (XProf's overview calls a step highly bound from 15 %, moderately from 3 %).
+- `medium_share` (0.03): saving fraction from which a finding is medium severity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
+from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
+from tpudiag.rules.low_mxu_utilization import Shape, is_matmul, operand_shapes, parse_shapes
+
+CODE = "TPD106"
+NAME = "memory-bound"
+
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
+                "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8}
+
+
+def dtype_bytes(dtype: str) -> float:
+    return 1.0 if dtype.startswith("f8") else float(_DTYPE_BYTES.get(dtype, 4))
+
+
+def shape_bytes(s: Shape) -> float:
+    return math.prod(s.dims) * dtype_bytes(s.dtype)
+
+
+@dataclass(frozen=True)
+class Options:
+    near_roof: float = 0.7
+    min_time_share: float = 0.05
+    min_op_share: float = 0.01
+    max_ops_shown: int = 5
+    high_share: float = 0.15
+    medium_share: float = 0.03
+
+    def __post_init__(self):
+        if not 0.0 < self.near_roof <= 1.0:
+            raise ValueError(f"near_roof must be in (0, 1], got {self.near_roof}")
+        if self.max_ops_shown < 1:
+            raise ValueError(f"max_ops_shown must be at least 1, got {self.max_ops_shown}")
+
+
+@dataclass(frozen=True)
+class Lever:
+    name: str
+    fraction: float  # of the op's self time
+
+
+def levers(name: str, category: str, hbm_bytes: float, result: list[Shape], operands: list[Shape]) -> list[Lever]:
+    """Modelled levers for one roof-bound op, from its shapes (bytes per occurrence)."""
+    out = []
+    if hbm_bytes <= 0:
+        return out
+    if is_matmul(name, category) and operands:
+        weight = max(operands, key=shape_bytes)
+        size = dtype_bytes(weight.dtype)
+        if size > 1:
+            saved = shape_bytes(weight) * (1 - 1 / size)
+            out.append(Lever(f"int8/fp8 weights ({weight} → 1 byte/element)", min(1.0, saved / hbm_bytes)))
+    elif result:
+        written = shape_bytes(result[0])
+        if 0 < written < hbm_bytes:
+            out.append(Lever("fuse with producer or consumer (output stays out of HBM)", written / hbm_bytes))
+    return out
+
+
+def batch_note(result: list[Shape], operands: list[Shape], hbm_bytes: float) -> str:
+    """Time per row when the rows double, at the same bandwidth (weights read once for twice the rows)."""
+    if not operands or not result or len(result[0].dims) < 2:
+        return ""
+    weight = shape_bytes(max(operands, key=shape_bytes))
+    rows = math.prod(result[0].dims[:-1])
+    doubled = weight + 2 * (hbm_bytes - weight)
+    per_row = doubled / (2 * hbm_bytes)
+    return f"{2 * rows} rows instead of {rows}: time per row x{per_row:.2f} (modelled)"
+
+
+def _hlo_texts(analysis) -> dict[str, str]:
+    meta = pd.concat([h.op_metadata for h in analysis.profile.hosts], ignore_index=True)
+    return dict(zip(meta["name"].astype(str), meta["hlo_text"].astype(str)))
+
+
+def check(ctx: RuleContext, options: Options) -> list[Finding]:
+    analysis = ctx.analysis
+    ops = analysis.ops
+    device = analysis.profile.hosts[0].device
+    peak_bw = device.hbm_bytes_per_s
+    if ops.empty or not peak_bw:
+        return []
+    basis = step_basis(analysis)
+    n_cores = sum(h.device.n_cores for h in analysis.profile.hosts) or 1
+    total_core_ps = sum(analysis.core_time_ps.values())
+    # Collectives move bytes over ICI, not only HBM: exposed-collective judges them.
+    ops = ops[ops["family"].astype(str) == ""]
+    grouped = (ops.assign(name=ops["name"].astype(str), category=ops["category"].astype(str))
+               .groupby("name", sort=False)
+               .agg(category=("category", "first"), flops=("flops", "sum"), hbm_bytes=("hbm_bytes", "sum"),
+                    total_time_ps=("total_time_ps", "sum"), self_time_ps=("self_time_ps", "sum"),
+                    occurrences=("occurrences", "sum"), shape=("shape_with_layout", "first"))
+               .reset_index())
+    grouped = grouped[(grouped["hbm_bytes"] > 0) & (grouped["total_time_ps"] > 0)]
+    bw = grouped["hbm_bytes"] / (grouped["total_time_ps"] / 1e12)
+    share = grouped["self_time_ps"] / total_core_ps if total_core_ps else grouped["self_time_ps"] * 0
+    roof = grouped[(bw / peak_bw >= options.near_roof) & (share >= options.min_op_share)]
+    if roof.empty or roof["self_time_ps"].sum() / total_core_ps < options.min_time_share:
+        return []
+    roof = roof.sort_values(["self_time_ps", "name"], ascending=[False, True])
+    texts = _hlo_texts(analysis)
+    events = op_events(analysis, roof["name"])
+    ridge = device.ridge_flops_per_byte
+    saving_ps = 0.0
+    rows = []
+    for r in roof.itertuples(index=False):
+        per_occ = r.hbm_bytes / r.occurrences
+        result, operands = parse_shapes(r.shape), operand_shapes(texts.get(r.name, ""))
+        options_here = levers(r.name, r.category, per_occ, result, operands)
+        self_step = per_step_worst_core(events[events["name"] == r.name], "self_ps", basis)
+        best = max(options_here, key=lambda lv: lv.fraction, default=None)
+        op_saving = self_step * best.fraction if best else 0.0
+        saving_ps += op_saving
+        rows.append((r, per_occ, result, operands, options_here, self_step, op_saving))
+    bytes_step = roof["hbm_bytes"].sum() / (basis.n_steps * n_cores)
+    achieved = roof["hbm_bytes"].sum() / (roof["total_time_ps"].sum() / 1e12)
+    flops = roof["flops"].sum()
+    oi = flops / roof["hbm_bytes"].sum()
+    roof_share = roof["self_time_ps"].sum() / total_core_ps
+    n = len(roof)
+    what = f"{n} ops" if n > 1 else f"`{roof['name'].iloc[0]}`"
+    message = (f"{what} on the HBM roof hold {fmt_pct(roof_share)} of device time: {fmt_bytes(bytes_step)} per step "
+               f"at {fmt_bandwidth(achieved)} ({fmt_pct(achieved / peak_bw)} of {fmt_bandwidth(peak_bw)}), "
+               f"operational intensity {oi:.0f} FLOP/B" + (f" vs ridge {ridge:.0f}" if ridge else ""))
+    evidence = []
+    for r, per_occ, result, operands, options_here, self_step, op_saving in rows[:options.max_ops_shown]:
+        op_bw = r.hbm_bytes / (r.total_time_ps / 1e12)
+        values = [("time share", fmt_pct(r.self_time_ps / total_core_ps)),
+                  ("HBM bytes/step", fmt_bytes(r.hbm_bytes / (basis.n_steps * n_cores))),
+                  ("bandwidth", f"{fmt_bandwidth(op_bw)} ({fmt_pct(op_bw / peak_bw)})"),
+                  ("op. intensity", f"{r.flops / r.hbm_bytes:.1f} FLOP/B")]
+        if operands:
+            values.append(("operands", ", ".join(str(s) for s in operands[:3])))
+        values.extend((lv.name, f"-{fmt_pct(lv.fraction)} ({fmt_time(self_step * lv.fraction)}/step)")
+                      for lv in options_here)
+        note = batch_note(result, operands, per_occ) if is_matmul(r.name, r.category) else ""
+        if note:
+            values.append(("larger batch", note))
+        evidence.append(Evidence(r.name, tuple(values)))
+    kinds = {lv.name.split(" (")[0] for row in rows for lv in row[4]}
+    fixes = []
+    if "int8/fp8 weights" in kinds:
+        fixes.append("quantise weights to int8/fp8 (half the bytes of bf16) and serve more rows per weight read")
+    if any(k.startswith("fuse") for k in kinds):
+        fixes.append("fuse the op with its producer or consumer so its output stays out of HBM")
+    fix = "; ".join(fixes) or "move fewer bytes: narrower dtypes, fused producers and consumers, larger batches"
+    step_share = saving_ps / basis.step_ps if basis.step_ps else 0.0
+    scale = SeverityScale(options.high_share, options.medium_share)
+    saving = Saving(int(round(saving_ps)), "modelled",
+                    "per op, the better of int8/fp8 weights or fusing, at the achieved bandwidth; "
+                    "on the core where each op takes longest")
+    return [Finding(rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity), message=message,
+                    saving=saving, fix=fix, evidence=tuple(evidence),
+                    host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "",
+                    ops=tuple(roof["name"]))]
+
+
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
+            doc=__doc__, tables=("ops", "events", "steps", "op_metadata"))
