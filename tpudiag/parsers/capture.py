@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpudiag.errors import InputError
+from tpudiag.errors import InputError, TpudiagError
 from tpudiag.model.profile import HostFailure, HostTrace, Profile
 from tpudiag.parsers.device_trace import (PlaneRef, assemble_host, device_planes, origin_of, parse_device_plane,
                                           parse_host)
@@ -82,17 +82,33 @@ _OVERFLOW = "implausible event times (beyond the int64 picosecond range)"
 
 
 def _parse_file(path: Path, plane_jobs: int = 1) -> HostTrace:
+    """One host file to its HostTrace, or InputError naming the file and the cause.
+
+    Damage that Python reports with its own exceptions (timestamps past int64, nesting past the
+    recursion limit) is input damage too, so it becomes InputError here, at the host boundary.
+    """
+    try:
+        return _parse_file_unchecked(path, plane_jobs)
+    except InputError as exc:
+        if exc.path is not None:
+            raise
+        # Raised deep in a value decoder that does not know the file: name it here.
+        raise InputError(exc.message, path=path, hint=exc.hint) from exc
+    except OverflowError as exc:
+        # A timestamp or duration beyond int64 ps: the file is damaged (or not a device trace).
+        raise InputError(_OVERFLOW, path=path) from exc
+    except RecursionError as exc:
+        raise InputError("nesting too deep to parse (a damaged or hostile trace)", path=path) from exc
+
+
+def _parse_file_unchecked(path: Path, plane_jobs: int) -> HostTrace:
     data = read_trace_bytes(path)
     check_trace_bytes(data, path)
     if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and len(data) >= PARALLEL_PLANES_MIN_BYTES:
         return _parse_planes_in_parallel(path, data, plane_jobs)
     space = parse_xspace(data, path)
     del data
-    try:
-        return parse_host(space, path)
-    except OverflowError as exc:
-        # A timestamp or duration beyond int64 ps: the file is damaged (or not a device trace).
-        raise InputError(_OVERFLOW, path=path) from exc
+    return parse_host(space, path)
 
 
 def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
@@ -106,6 +122,8 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
         return exc.message
     except OverflowError:
         return _OVERFLOW
+    except RecursionError:
+        return "nesting too deep to parse (a damaged or hostile trace)"
 
 
 def _parse_planes_in_parallel(path: Path, data: bytes, jobs: int) -> HostTrace:
@@ -133,9 +151,12 @@ def _parse_planes_in_parallel(path: Path, data: bytes, jobs: int) -> HostTrace:
 
 
 def _parse_file_or_failure(path: Path, plane_jobs: int = 1) -> HostTrace | HostFailure:
+    """The worker boundary: any project error becomes this host's failure, so the others go on."""
     try:
         return _parse_file(path, plane_jobs)
-    except InputError as exc:
+    except TpudiagError as exc:
+        if exc.path is None:
+            exc = InputError(exc.message, path=path, hint=exc.hint)
         return HostFailure(str(path), exc.one_line())
 
 
