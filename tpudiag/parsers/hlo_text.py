@@ -114,7 +114,12 @@ def parse_hlo_text(text: str, path: Path | str = "<text>") -> CompiledProgram:
     if "\x00" in text[:4096]:
         raise InputError("binary data, not HLO text", path=path)
     parser = _ModuleParser(text, str(path))
-    return finish_program(parser.parse())
+    try:
+        return finish_program(parser.parse())
+    except RecursionError as exc:
+        raise InputError("nesting too deep to parse (a damaged or hostile HLO file)", path=path) from exc
+    except OverflowError as exc:
+        raise InputError("a number beyond int64 (a damaged HLO file)", path=path) from exc
 
 
 class _ModuleParser:
