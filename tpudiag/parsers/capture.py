@@ -14,6 +14,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from tpudiag.errors import InputError, TpudiagError
 from tpudiag.model.profile import HostFailure, HostTrace, Profile
 from tpudiag.parsers.device_trace import (PlaneRef, assemble_host, device_planes, origin_of, parse_device_plane,
@@ -181,10 +184,61 @@ def load_capture(path: Path, jobs: int | None = None,
             results = list(pool.map(_parse_file_or_failure, files))
     hosts = [r for r in results if isinstance(r, HostTrace)]
     failures = [r for r in results if isinstance(r, HostFailure)]
+    hosts, failures, notes = reconcile_hosts(hosts, failures)
     if not hosts:
         if len(failures) == 1:
             raise InputError(failures[0].message)
         raise InputError(f"none of the {len(failures)} host files could be read; first: {failures[0].message}",
                          path=capture.input_path)
     return Profile(input_path=str(capture.input_path), run=capture.run, hosts=hosts, failures=failures,
-                   modelled=any(h.modelled for h in hosts))
+                   warnings=notes, modelled=any(h.modelled for h in hosts))
+
+
+_HOST_TABLES = ("events", "op_metadata", "modules", "async_windows")
+
+
+def reconcile_hosts(hosts: list[HostTrace], failures: list[HostFailure]
+                    ) -> tuple[list[HostTrace], list[HostFailure], list[str]]:
+    """Make the parsed hosts combinable: (hosts, failures, warnings).
+
+    Hosts are keyed by name everywhere downstream, so two files with the same XSpace hostname
+    (a capture copied twice, a host restarted) get their file's name added to tell them apart.
+    Host-only (CPU) files beside device hosts have no device ops and no steps: analysing them
+    with the others would empty the combined step time, so they are set aside with a reason.
+    """
+    notes: list[str] = []
+    device_hosts = [h for h in hosts if h.device.platform != "CPU"]
+    if device_hosts and len(device_hosts) < len(hosts):
+        for h in hosts:
+            if h.device.platform == "CPU":
+                failures = [*failures, HostFailure(h.path, f"`{h.path}`: no device plane (a host-only capture) "
+                                                           "beside device hosts; not analysed")]
+        hosts = device_hosts
+    counts: dict[str, int] = {}
+    for h in hosts:
+        counts[h.host] = counts.get(h.host, 0) + 1
+    taken = set(counts)
+    for h in hosts:
+        if counts[h.host] > 1:
+            new = _distinct_name(h, taken)
+            notes.append(f"hostname `{h.host}` appears in {counts[h.host]} files; `{Path(h.path).name}` "
+                         f"is shown as `{new}`")
+            _rename_host(h, new)
+    return hosts, failures, notes
+
+
+def _distinct_name(host: HostTrace, taken: set[str]) -> str:
+    base = f"{host.host} ({Path(host.path).name.removesuffix(TRACE_SUFFIX)})"
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base} #{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def _rename_host(host: HostTrace, name: str) -> None:
+    host.host = name
+    for attr in _HOST_TABLES:
+        df = getattr(host, attr)
+        if "host" in df.columns:
+            df["host"] = pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), categories=[name])
