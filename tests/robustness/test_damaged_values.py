@@ -189,3 +189,19 @@ def test_llo_dump_with_20_digit_numbers_is_a_clean_error(tmp_path):
             f.write_text(re.sub(r"(?<![\w.])(\d{2,})(?![\w.])", "9" * 20, f.read_text(errors="replace")))
     with pytest.raises(InputError, match="beyond int64"):
         load_llo_dump(dump)
+
+
+def test_hlo_proto_with_absurd_dims_is_parsed_with_the_shape_set_aside():
+    from tpudiag.parsers.hlo_proto import parse_hlo_proto
+    from tpudiag.proto import HloModuleProto
+
+    module = HloModuleProto()
+    module.ParseFromString((HLO_FIXTURE / "module.pb").read_bytes())
+    inst = next(i for c in module.computations for i in c.instructions if len(i.shape.dimensions) >= 2)
+    inst.shape.dimensions[0] = (1 << 62)  # 2^62 rows: past any memory, past int64 bytes
+    try:
+        program = parse_hlo_proto(module.SerializeToString(), "m.pb")
+    except InputError as exc:
+        assert "m.pb" in exc.one_line()
+        return
+    assert program.instructions
