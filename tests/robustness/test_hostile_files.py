@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -30,13 +29,17 @@ needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipe
 
 
 def run_python(code: str, timeout_s: float = 60, mem_bytes: int | None = None) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh interpreter; a hang fails the test through the timeout."""
-    def limit():
-        if mem_bytes is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+    """Run `code` in a fresh interpreter; a hang fails the test through the timeout.
+
+    The memory cap is set by the child itself: a `preexec_fn` would make subprocess fork this
+    (multithreaded, JAX-importing) test process.
+    """
+    code = textwrap.dedent(code)
+    if mem_bytes is not None:
+        code = f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({mem_bytes}, {mem_bytes}))\n" + code
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout_s, env=env, preexec_fn=limit)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout_s, env=env)
 
 
 def run_cli(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
