@@ -88,8 +88,8 @@ def mutated_captures(draw):
     stats = _stat_groups(space)
     events = [ev for p in space.planes for ln in p.lines for ev in ln.events]
     for _ in range(draw(st.integers(1, 6))):
-        what = draw(st.sampled_from(["stat", "stat", "named_stat", "named_stat", "event", "plane_name", "line_name", "drop_events",
-                                     "metadata_name", "timestamp"]))
+        what = draw(st.sampled_from(["stat", "stat", "named_stat", "named_stat", "event", "plane_name", "line_name",
+                                     "drop_events", "metadata_name", "timestamp"]))
         if what == "stat":
             group = stats[draw(st.sampled_from(sorted(stats)))]
             target = group[draw(st.integers(0, len(group) - 1))]
@@ -253,7 +253,8 @@ STATIC_TEXT = next((LLO_DIR / "static").rglob("*.textproto")).read_text()
 OTHER_PARSERS = {
     "bundle-profile": (TLP_PROFILE, lambda t, w: parse_bundle_profile(t, "TLP", "p.txt", w)),
     "static-profile": (STATIC_TEXT, lambda t, w: parse_static_profile(t, "s.textproto", w)),
-    "register-pressure": (next((LLO_DIR.parent / "v5e_pallas_r512").glob("*-register-pressure.txt")).read_text(), lambda t, w: parse_register_pressure(t, "TLP", "r.txt", w, 100)),
+    "register-pressure": (next((LLO_DIR.parent / "v5e_pallas_r512").glob("*-register-pressure.txt")).read_text(),
+                          lambda t, w: parse_register_pressure(t, "f.1", "r.txt", w, 100)),
 }
 
 

@@ -516,7 +516,8 @@ def _plane_chip(plane, stat_names, core: int) -> int:
 # of magnitude above any TPU or GPU core.
 MAX_PEAK_TERAFLOPS = 1e5
 MAX_PEAK_HBM_GB_PER_S = 1e5
-IMPLAUSIBLE_PEAKS = "implausible peak FLOP/s or HBM bandwidth in the trace (not finite, negative or absurdly high); ignored"
+IMPLAUSIBLE_PEAKS = ("implausible peak FLOP/s or HBM bandwidth in the trace (not finite, negative or absurdly "
+                     "high); ignored")
 
 
 def trace_peaks(plane_stats: dict[str, object]) -> tuple[float, float]:

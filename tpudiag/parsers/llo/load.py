@@ -103,8 +103,8 @@ def load_llo_dump(path: str | Path, *, module: str | None = None,
     except (OverflowError, RecursionError) as exc:
         # Numbers past int64 (a 20-digit cycle count) or absurd nesting that the per-table
         # checks did not catch: the dump is damaged; say so rather than show a traceback.
-        raise InputError(f"damaged LLO dump: {'a number beyond int64' if isinstance(exc, OverflowError) else 'nesting too deep'}",
-                         path=root) from exc
+        cause = "a number beyond int64" if isinstance(exc, OverflowError) else "nesting too deep"
+        raise InputError(f"damaged LLO dump: {cause}", path=root) from exc
 
 
 def _load(root: Path, module: str | None, static_profile_dir: str | Path | None, max_live_ranges: int) -> LloDump:
