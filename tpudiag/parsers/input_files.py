@@ -71,16 +71,6 @@ def _os_error(exc: OSError, path: Path | str) -> InputError:
     return InputError(f"cannot read file ({exc.strerror or exc})", path=path)
 
 
-def check_regular_file(path: Path | str) -> None:
-    """InputError unless `path` (links followed) is a regular file. Never opens it."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise _os_error(exc, path) from exc
-    if not stat.S_ISREG(mode):
-        raise InputError(f"{_kind(mode)}, not a regular file; not read", path=path)
-
-
 def read_input_bytes(path: Path | str, limits: ReadLimits | None = None, *, limit: int = -1) -> bytes:
     """The bytes of the regular file `path` (its first `limit` bytes when limit >= 0).
 
