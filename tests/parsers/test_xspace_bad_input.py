@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import small_design
+import tpudiag.parsers.input_files as input_files
 from tpudiag.errors import InputError
 from tpudiag.parsers.capture import find_capture, load_capture
 from tpudiag.parsers.device_trace import parse_host
@@ -54,11 +55,11 @@ def test_unreadable_file(tmp_path, monkeypatch):
     f = tmp_path / "h.xplane.pb"
     f.write_bytes(GOOD)
 
-    def deny(self):
+    def deny(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
     # Tests run as root in CI, where chmod 000 does not stop reads: simulate the OS refusing.
-    monkeypatch.setattr(Path, "read_bytes", deny)
+    monkeypatch.setattr(input_files.os, "open", deny)
     with pytest.raises(InputError, match="permission denied"):
         read_xspace(f)
 

@@ -27,6 +27,7 @@ from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
 from tpudiag.compiler.dumps import CompileOutput, load_compile_output, matmul_flops, replica_group_sizes
 from tpudiag.compiler.worker import RESULT_FILE
 from tpudiag.errors import InputError
+from tpudiag.parsers.input_files import read_input_text
 
 HLO_SUFFIX = ".after_optimizations.txt"
 TRACE_SUFFIX = ".xplane.pb"
@@ -152,12 +153,12 @@ def load_dump_directory(path: Path, chip=None) -> CompileOutput:
         if tlp is None:
             raise InputError("an LLO dump without its HLO (no `TLP-hlo.txt`): cannot list its ops", path=path,
                              hint="pass the XLA dump (`--xla_dump_to`) of the same compile, or both in one directory")
-        program = parse_hlo_text(Path(tlp.path).read_text(errors="replace"), tlp.path)
+        program = parse_hlo_text(read_input_text(tlp.path), tlp.path)
     else:
         raise InputError("neither an XLA dump (`*.after_optimizations.txt`) nor an LLO dump", path=path,
                          hint=hlo_error.hint)
     warnings.extend(program.warnings)
-    text = Path(program.path).read_text(errors="replace") if Path(program.path).is_file() else ""
+    text = read_input_text(program.path, limit=20000) if Path(program.path).is_file() else ""
     header = text[:20000]
     mesh = {}
     for key, pattern in (("partitions", _NUM_PARTITIONS), ("replicas", _REPLICA_COUNT)):

@@ -22,6 +22,7 @@ import pandas as pd
 from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
 from tpudiag.compiler.worker import HLO_PROTO_FILE, HLO_TEXT_FILE, RESULT_FILE
 from tpudiag.errors import InputError
+from tpudiag.parsers.input_files import read_input_bytes, read_input_text
 from tpudiag.model.compiled import CompiledProgram, leaf_arrays
 
 # Replica groups as XLA prints them: iota `[groups,size]<=[...]` or explicit `{{0,1},{2,3}}`.
@@ -157,8 +158,8 @@ def load_compile_output(path: Path) -> CompileOutput:
         raise InputError(f"no `{RESULT_FILE}` here: not a `tpudiag compile` output directory", path=path,
                          hint="run `tpudiag compile MODULE:FUNCTION --topology v5e:2x2 -o DIR` first")
     try:
-        facts = json.loads(result.read_text())
-    except (OSError, ValueError) as exc:
+        facts = json.loads(read_input_text(result))
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"unreadable `{RESULT_FILE}`: {exc}", path=path) from exc
     if facts.get("status") != "ok":
         raise InputError(f"the compile recorded here did not succeed ({facts.get('message', 'no message')})",
@@ -169,7 +170,7 @@ def load_compile_output(path: Path) -> CompileOutput:
     if (path / XLA_DIR).is_dir():
         dump = load_hlo_dump(path / XLA_DIR)
     if text_file.is_file():
-        program = parse_hlo_text(text_file.read_text(errors="replace"), text_file)
+        program = parse_hlo_text(read_input_text(text_file), text_file)
         if dump is not None and dump.programs:  # buffers and memory report come from the XLA dump
             base = dump.programs[-1]
             program.allocations = base.allocations
@@ -182,7 +183,7 @@ def load_compile_output(path: Path) -> CompileOutput:
         raise InputError(f"no `{HLO_TEXT_FILE}` and no XLA dump here", path=path)
     warnings.extend(program.warnings)
     proto_file = path / HLO_PROTO_FILE
-    proto = proto_file.read_bytes() if proto_file.is_file() else None
+    proto = read_input_bytes(proto_file) if proto_file.is_file() else None
     return CompileOutput(path=path, facts=facts, program=program, spills=_spills(path, warnings),
                          group_sizes=replica_group_sizes(program), matmul_flops=matmul_flops(program),
                          hlo_proto=proto, warnings=warnings)

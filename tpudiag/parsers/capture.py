@@ -14,7 +14,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpudiag.errors import InputError
+import numpy as np
+import pandas as pd
+
+from tpudiag.errors import InputError, TpudiagError
 from tpudiag.model.profile import HostFailure, HostTrace, Profile
 from tpudiag.parsers.device_trace import (PlaneRef, assemble_host, device_planes, origin_of, parse_device_plane,
                                           parse_host)
@@ -82,17 +85,33 @@ _OVERFLOW = "implausible event times (beyond the int64 picosecond range)"
 
 
 def _parse_file(path: Path, plane_jobs: int = 1) -> HostTrace:
+    """One host file to its HostTrace, or InputError naming the file and the cause.
+
+    Damage that Python reports with its own exceptions (timestamps past int64, nesting past the
+    recursion limit) is input damage too, so it becomes InputError here, at the host boundary.
+    """
+    try:
+        return _parse_file_unchecked(path, plane_jobs)
+    except InputError as exc:
+        if exc.path is not None:
+            raise
+        # Raised deep in a value decoder that does not know the file: name it here.
+        raise InputError(exc.message, path=path, hint=exc.hint) from exc
+    except OverflowError as exc:
+        # A timestamp or duration beyond int64 ps: the file is damaged (or not a device trace).
+        raise InputError(_OVERFLOW, path=path) from exc
+    except RecursionError as exc:
+        raise InputError("nesting too deep to parse (a damaged or hostile trace)", path=path) from exc
+
+
+def _parse_file_unchecked(path: Path, plane_jobs: int) -> HostTrace:
     data = read_trace_bytes(path)
     check_trace_bytes(data, path)
     if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and len(data) >= PARALLEL_PLANES_MIN_BYTES:
         return _parse_planes_in_parallel(path, data, plane_jobs)
     space = parse_xspace(data, path)
     del data
-    try:
-        return parse_host(space, path)
-    except OverflowError as exc:
-        # A timestamp or duration beyond int64 ps: the file is damaged (or not a device trace).
-        raise InputError(_OVERFLOW, path=path) from exc
+    return parse_host(space, path)
 
 
 def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
@@ -106,6 +125,8 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
         return exc.message
     except OverflowError:
         return _OVERFLOW
+    except RecursionError:
+        return "nesting too deep to parse (a damaged or hostile trace)"
 
 
 def _parse_planes_in_parallel(path: Path, data: bytes, jobs: int) -> HostTrace:
@@ -133,9 +154,12 @@ def _parse_planes_in_parallel(path: Path, data: bytes, jobs: int) -> HostTrace:
 
 
 def _parse_file_or_failure(path: Path, plane_jobs: int = 1) -> HostTrace | HostFailure:
+    """The worker boundary: any project error becomes this host's failure, so the others go on."""
     try:
         return _parse_file(path, plane_jobs)
-    except InputError as exc:
+    except TpudiagError as exc:
+        if exc.path is None:
+            exc = InputError(exc.message, path=path, hint=exc.hint)
         return HostFailure(str(path), exc.one_line())
 
 
@@ -160,10 +184,61 @@ def load_capture(path: Path, jobs: int | None = None,
             results = list(pool.map(_parse_file_or_failure, files))
     hosts = [r for r in results if isinstance(r, HostTrace)]
     failures = [r for r in results if isinstance(r, HostFailure)]
+    hosts, failures, notes = reconcile_hosts(hosts, failures)
     if not hosts:
         if len(failures) == 1:
             raise InputError(failures[0].message)
         raise InputError(f"none of the {len(failures)} host files could be read; first: {failures[0].message}",
                          path=capture.input_path)
     return Profile(input_path=str(capture.input_path), run=capture.run, hosts=hosts, failures=failures,
-                   modelled=any(h.modelled for h in hosts))
+                   warnings=notes, modelled=any(h.modelled for h in hosts))
+
+
+_HOST_TABLES = ("events", "op_metadata", "modules", "async_windows")
+
+
+def reconcile_hosts(hosts: list[HostTrace], failures: list[HostFailure]
+                    ) -> tuple[list[HostTrace], list[HostFailure], list[str]]:
+    """Make the parsed hosts combinable: (hosts, failures, warnings).
+
+    Hosts are keyed by name everywhere downstream, so two files with the same XSpace hostname
+    (a capture copied twice, a host restarted) get their file's name added to tell them apart.
+    Host-only (CPU) files beside device hosts have no device ops and no steps: analysing them
+    with the others would empty the combined step time, so they are set aside with a reason.
+    """
+    notes: list[str] = []
+    device_hosts = [h for h in hosts if h.device.platform != "CPU"]
+    if device_hosts and len(device_hosts) < len(hosts):
+        for h in hosts:
+            if h.device.platform == "CPU":
+                failures = [*failures, HostFailure(h.path, f"`{h.path}`: no device plane (a host-only capture) "
+                                                           "beside device hosts; not analysed")]
+        hosts = device_hosts
+    counts: dict[str, int] = {}
+    for h in hosts:
+        counts[h.host] = counts.get(h.host, 0) + 1
+    taken = set(counts)
+    for h in hosts:
+        if counts[h.host] > 1:
+            new = _distinct_name(h, taken)
+            notes.append(f"hostname `{h.host}` appears in {counts[h.host]} files; `{Path(h.path).name}` "
+                         f"is shown as `{new}`")
+            _rename_host(h, new)
+    return hosts, failures, notes
+
+
+def _distinct_name(host: HostTrace, taken: set[str]) -> str:
+    base = f"{host.host} ({Path(host.path).name.removesuffix(TRACE_SUFFIX)})"
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base} #{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def _rename_host(host: HostTrace, name: str) -> None:
+    host.host = name
+    for attr in _HOST_TABLES:
+        df = getattr(host, attr)
+        if "host" in df.columns:
+            df["host"] = pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), categories=[name])

@@ -56,20 +56,43 @@ class _OpMeta:
     hlo_text: str
 
 
-def _as_int(value) -> int:
+_INT64_MAX = (1 << 63) - 1
+# Longest plausible device event or step: a day. Profiles capture seconds to minutes; a longer
+# span (e.g. 2^62 ps, 53 days) is damage, and summing such spans overflows int64.
+MAX_EVENT_PS = 86_400 * 10**12
+
+
+def _as_int(value) -> int | None:
+    """A non-negative int64 from a stat value; None when it is not one.
+
+    Strings must be ASCII digits: `str.isdigit` also accepts `²`, which `int()` rejects.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return None
     if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, float):
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return 0
+        v = int(value)
+    elif isinstance(value, float):
+        if not np.isfinite(value):
+            return None
+        v = int(value)
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        v = int(value.strip())
+    else:
+        return None
+    return v if 0 <= v <= _INT64_MAX else None
 
 
-def _as_float(value) -> float:
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return float(value)
-    return 0.0
+def _as_float(value) -> float | None:
+    """A finite, non-negative float from a stat value; None when it is not one."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    v = float(value)
+    return v if np.isfinite(v) and v >= 0 else None
+
+
+def plausible_spans(starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
+    """Mask of events whose duration is in [0, MAX_EVENT_PS] and whose end fits in int64."""
+    return (durs >= 0) & (durs <= MAX_EVENT_PS) & (starts <= _INT64_MAX - MAX_EVENT_PS)
 
 
 def _instruction_name(md) -> tuple[str, str]:
@@ -96,18 +119,31 @@ def _hbm_bytes(breakdown: bytes, bytes_accessed: float) -> float:
     return float(sum(m.bytes_accessed for m in msg.memory_accessed if m.memory_space in (0, HBM_SPACE)))
 
 
-def _op_meta(md, stat_names: dict[int, str]) -> _OpMeta:
+def _op_meta(md, stat_names: dict[int, str], bad: list[str] | None = None) -> _OpMeta:
+    """The op's facts from its metadata; unusable values count as absent and are named in `bad`."""
     name, hlo_text = _instruction_name(md)
     st = stats_dict(md.stats, stat_names)
-    bytes_accessed = _as_float(st.get("bytes_accessed", 0.0))
+
+    def number(key: str, parse, default):
+        raw = st.get(key)
+        if raw is None:
+            return default
+        value = parse(raw)
+        if value is None:
+            if bad is not None:
+                bad.append(key)
+            return default
+        return value
+
+    bytes_accessed = number("bytes_accessed", _as_float, 0.0)
     breakdown = st.get("memory_access_breakdown", b"")
     return _OpMeta(
         name=name,
-        program_id=_as_int(st.get("program_id", 0)),
-        symbol_id=_as_int(st.get("symbol_id", 0)),
+        program_id=number("program_id", _as_int, 0),
+        symbol_id=number("symbol_id", _as_int, 0),
         category=str(st.get("hlo_category", "") or ""),
-        flops=_as_float(st.get("flops", 0.0)),
-        model_flops=_as_float(st.get("model_flops", 0.0)),
+        flops=number("flops", _as_float, 0.0),
+        model_flops=number("model_flops", _as_float, 0.0),
         bytes_accessed=bytes_accessed,
         hbm_bytes=_hbm_bytes(breakdown if isinstance(breakdown, bytes) else b"", bytes_accessed),
         shape_with_layout=str(st.get("shape_with_layout", "") or ""),
@@ -202,6 +238,17 @@ class _HostBuilder:
         if message not in self.warnings:
             self.warnings.append(message)
 
+    def drop_implausible(self, mids: np.ndarray, starts: np.ndarray, durs: np.ndarray,
+                         line: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The events with a plausible timespan; the others are dropped with a warning."""
+        keep = plausible_spans(starts, durs)
+        if keep.all():
+            return mids, starts, durs
+        n_bad = int(len(keep) - keep.sum())
+        self.warn(f"{n_bad} events on a `{line}` line dropped: negative duration, or longer than a day "
+                  "(damaged timestamps)")
+        return mids[keep], starts[keep], durs[keep]
+
     # -- op lines ----------------------------------------------------------------------------
 
     def add_op_line(self, plane, line, device: str, core: int, chip: int, stat_names, sid, gpu: bool) -> None:
@@ -210,11 +257,16 @@ class _HostBuilder:
         else:
             mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"),
                                             self.origin_ns)
+            mids, starts, durs = self.drop_implausible(mids, starts, durs, line.name)
             metas = {}
+            bad: list[str] = []
             for mid in np.unique(mids).tolist():
                 md = plane.event_metadata.get(mid)
-                metas[mid] = _op_meta(md, stat_names) if md is not None else _OpMeta(
+                metas[mid] = _op_meta(md, stat_names, bad) if md is not None else _OpMeta(
                     f"<metadata {mid}>", 0, 0, "", 0, 0, 0, 0, "", "", "", "")
+            if bad:
+                self.warn(f"{len(bad)} op metadata values that are not finite non-negative numbers "
+                          f"({', '.join(sorted(set(bad)))}) were ignored")
         if len(mids) == 0:
             return
         order = np.lexsort((-durs, starts))
@@ -279,7 +331,8 @@ class _HostBuilder:
                 if module and pid:
                     self.program_names.setdefault(pid, module)
             keys.append(k)
-        return np.frombuffer(keys, dtype=np.int64), starts, durs, metas
+        keys_arr, starts, durs = self.drop_implausible(np.frombuffer(keys, dtype=np.int64), starts, durs, line.name)
+        return keys_arr, starts, durs, metas
 
     # -- other device lines ------------------------------------------------------------------
 
@@ -287,19 +340,30 @@ class _HostBuilder:
         mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"),
                                         self.origin_ns)
         groups = _event_stat_column(line, sid.get("group_id"))
-        for i, (mid, s, d, g) in enumerate(zip(mids.tolist(), starts.tolist(), durs.tolist(), groups)):
+        keep = plausible_spans(starts, durs)
+        dropped = 0
+        for i, (mid, s, d, g, ok) in enumerate(zip(mids.tolist(), starts.tolist(), durs.tolist(), groups,
+                                                   keep.tolist())):
             if g is None:
                 md = plane.event_metadata.get(mid)
-                g = int(md.name) if md is not None and md.name.isdigit() else i
+                g = _as_int(md.name) if md is not None and md.name else None
+                g = i if g is None else g
+            if not ok or not 0 <= g <= _INT64_MAX:
+                dropped += 1
+                continue
             self.step_rows.append((device, core, int(g), s, d))
+        if dropped:
+            self.warn(f"{dropped} step markers dropped: negative duration, longer than a day, or a step "
+                      "number beyond int64 (damaged values)")
 
     def add_modules(self, plane, line, device: str, core: int) -> None:
-        mids, starts, durs = _read_line(line, None, None, self.origin_ns)
+        mids, starts, durs = self.drop_implausible(*_read_line(line, None, None, self.origin_ns), line.name)
         for mid, s, d in zip(mids.tolist(), starts.tolist(), durs.tolist()):
             md = plane.event_metadata.get(mid)
             name = md.name if md is not None else ""
             m = _MODULE_NAME.match(name)
-            module, pid = (m.group("module"), int(m.group("id"))) if m else (name, 0)
+            module, pid = (m.group("module"), _as_int(m.group("id"))) if m else (name, 0)
+            pid = pid or 0
             if pid:
                 self.program_names.setdefault(pid, module)
             self.module_rows.append((device, core, pid, module, s, d))
@@ -316,6 +380,12 @@ class _HostBuilder:
                     value = str(stat_value(st, stat_names))
                     break
             hlo_ops.append(value)
+        keep = plausible_spans(starts, durs)
+        if not keep.all():
+            self.warn(f"{int(len(keep) - keep.sum())} events on a `{line.name}` line dropped: negative "
+                      "duration, or longer than a day (damaged timestamps)")
+            hlo_ops = [op for op, ok in zip(hlo_ops, keep.tolist()) if ok]
+            mids, starts, durs = mids[keep], starts[keep], durs[keep]
         for mid, s, d, op in zip(mids.tolist(), starts.tolist(), durs.tolist(), hlo_ops):
             if not op:
                 md = plane.event_metadata.get(mid)
@@ -443,12 +513,33 @@ def _plane_chip(plane, stat_names, core: int) -> int:
     return core
 
 
+# Per-core peaks beyond these are damage, not hardware: 100 PFLOP/s and 100 TB/s are two orders
+# of magnitude above any TPU or GPU core.
+MAX_PEAK_TERAFLOPS = 1e5
+MAX_PEAK_HBM_GB_PER_S = 1e5
+IMPLAUSIBLE_PEAKS = ("implausible peak FLOP/s or HBM bandwidth in the trace (not finite, negative or absurdly "
+                     "high); ignored")
+
+
+def trace_peaks(plane_stats: dict[str, object]) -> tuple[float, float]:
+    """(peak TFLOP/s, peak HBM GB/s) from the plane's stats; 0 for absent or implausible values."""
+    tf = _as_float(plane_stats.get("peak_teraflops_per_second", 0.0))
+    hbm = _as_float(plane_stats.get("peak_hbm_bw_gigabytes_per_second", 0.0))
+    return (tf if tf is not None and tf <= MAX_PEAK_TERAFLOPS else 0.0,
+            hbm if hbm is not None and hbm <= MAX_PEAK_HBM_GB_PER_S else 0.0)
+
+
+def _peaks_damaged(plane_stats: dict[str, object]) -> bool:
+    tf, hbm = trace_peaks(plane_stats)
+    given = [plane_stats.get(k) for k in ("peak_teraflops_per_second", "peak_hbm_bw_gigabytes_per_second")]
+    return any(v is not None and v != 0 and p == 0 for v, p in zip(given, (tf, hbm)))
+
+
 def _device_info(platform: str, plane_stats: dict[str, object], n_cores: int, chips: set[int],
                  n_sparse: int) -> DeviceInfo:
     device_type = str(plane_stats.get("device_type_string", "") or plane_stats.get("gpu_device_name", "") or "")
     chip = chip_for(device_type) if platform == "TPU" else None
-    peak_tf = _as_float(plane_stats.get("peak_teraflops_per_second", 0.0))
-    peak_hbm = _as_float(plane_stats.get("peak_hbm_bw_gigabytes_per_second", 0.0))
+    peak_tf, peak_hbm = trace_peaks(plane_stats)
     if peak_tf > 0 and peak_hbm > 0:
         peak_flops, hbm_bw, source = peak_tf * 1e12, peak_hbm * 1e9, "trace"
     elif chip is not None:
@@ -584,6 +675,8 @@ def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], pa
         b.program_names.setdefault(pid, f"program {pid}")
     n_cores = sum(1 for r in refs if not r.sparse)
     device = _device_info(platform, first_stats, n_cores, chips, len(refs) - n_cores)
+    if _peaks_damaged(first_stats):
+        b.warn(IMPLAUSIBLE_PEAKS)
     if platform == "CPU":
         b.warn("no device plane (/device:TPU:N or /device:GPU:N): a host-only capture, e.g. jax.profiler "
                "on a CPU; there are no device ops to analyse")

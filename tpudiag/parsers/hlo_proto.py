@@ -49,7 +49,12 @@ def parse_hlo_proto(data: bytes, path: str = "<proto>", program_id: int | None =
             raise InputError(f"corrupt HLO proto ({exc})", path=path) from exc
     if not module.computations:
         raise InputError("HLO proto has no computations", path=path)
-    return finish_program(_program(module, path, program_id))
+    try:
+        return finish_program(_program(module, path, program_id))
+    except RecursionError as exc:
+        raise InputError("HLO proto nested too deep to parse (damaged)", path=path) from exc
+    except OverflowError as exc:
+        raise InputError("a number beyond int64 in the HLO proto (damaged)", path=path) from exc
 
 
 def parse_capture_protos(hlo_protos: dict[int, bytes], path: str = "<capture>") -> dict[int, CompiledProgram]:

@@ -30,6 +30,7 @@ from tpudiag.model.compiled import (
     MemorySpaceUsage,
 )
 from tpudiag.parsers.hlo_program import canonical_opcode, computation_from, finish_program
+from tpudiag.parsers.input_files import read_input_text
 from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
 
 HLO_SUFFIX = ".after_optimizations.txt"
@@ -72,7 +73,9 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
         entries = sorted(root.iterdir())
     except OSError as exc:
         raise InputError(f"cannot list directory ({exc.strerror or exc})", path=root) from exc
-    hlo_files = [p for p in entries if p.is_file() and p.name.endswith(HLO_SUFFIX)]
+    # Not only regular files: a FIFO or device named like a dump is reported (and skipped) by
+    # load_hlo_text's regular-file check rather than silently ignored.
+    hlo_files = [p for p in entries if not p.is_dir() and p.name.endswith(HLO_SUFFIX)]
     if not hlo_files:
         raise InputError(f"no `*{HLO_SUFFIX}` files: not an XLA dump directory", path=root,
                          hint="compile with XLA_FLAGS=--xla_dump_to=DIR and pass that DIR")
@@ -103,13 +106,7 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
 def load_hlo_text(path: Path | str) -> CompiledProgram:
     """Parse one HLO module text file (a dump's `*after_optimizations.txt` or `c.as_text()`)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except IsADirectoryError as exc:
-        raise InputError("is a directory, not an HLO text file", path=path) from exc
-    except OSError as exc:
-        raise InputError(f"cannot read file ({exc.strerror or exc})", path=path) from exc
-    return parse_hlo_text(data.decode("utf-8", errors="replace"), path)
+    return parse_hlo_text(read_input_text(path), path)
 
 
 def parse_hlo_text(text: str, path: Path | str = "<text>") -> CompiledProgram:
@@ -117,7 +114,12 @@ def parse_hlo_text(text: str, path: Path | str = "<text>") -> CompiledProgram:
     if "\x00" in text[:4096]:
         raise InputError("binary data, not HLO text", path=path)
     parser = _ModuleParser(text, str(path))
-    return finish_program(parser.parse())
+    try:
+        return finish_program(parser.parse())
+    except RecursionError as exc:
+        raise InputError("nesting too deep to parse (a damaged or hostile HLO file)", path=path) from exc
+    except OverflowError as exc:
+        raise InputError("a number beyond int64 (a damaged HLO file)", path=path) from exc
 
 
 class _ModuleParser:
@@ -389,7 +391,12 @@ def _int(value, default: int | None = 0):
 
 def _only_target(targets: dict[str, Path]) -> Path | None:
     """A directory's target file when every compile in it targeted the same chip."""
-    texts = {p.read_text(errors="replace") for p in targets.values()}
+    texts = set()
+    for p in targets.values():
+        try:
+            texts.add(read_input_text(p, limit=4096))
+        except InputError:
+            return None  # an unreadable target file: no chip from it, as when targets differ
     return next(iter(targets.values())) if len(texts) == 1 else None
 
 
@@ -398,11 +405,10 @@ def _attach(program: CompiledProgram, path: Path, parse, what: str, limit: int =
     if not path.exists():
         return
     try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            text = f.read(limit)
+        text = read_input_text(path, limit=limit)
         parse(program, text)
-    except OSError as exc:
-        program.warnings.append(f"`{path}`: cannot read {what} ({exc.strerror or exc}); ignored")
+    except InputError as exc:
+        program.warnings.append(f"cannot read {what}: {exc.one_line()}; ignored")
     except (ValueError, IndexError) as exc:
         program.warnings.append(f"`{path}`: unreadable {what} ({exc}); ignored")
 

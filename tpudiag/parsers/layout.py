@@ -34,6 +34,11 @@ DTYPE_BITS = {
 }
 
 
+# No device holds an array of 2^56 bytes (64 PiB); a bigger one is a damaged shape, and its byte
+# counts would not fit the int64 columns downstream.
+MAX_ARRAY_BYTES = 1 << 56
+
+
 class ShapeSyntaxError(ValueError):
     """Shape text this parser does not understand; callers turn it into a warning or InputError."""
 
@@ -59,9 +64,11 @@ def array_shape(dtype: str, dims: tuple[int, ...], layout: Layout | None) -> Arr
     """An ArrayShape with its logical and padded bytes computed."""
     if dtype not in DTYPE_BITS:
         raise ShapeSyntaxError(f"unknown element type {dtype!r}")
+    padded = padded_bytes(dtype, dims, layout)
+    if padded > MAX_ARRAY_BYTES:
+        raise ShapeSyntaxError(f"implausible array size ({padded:.3g} bytes) for {dtype}{list(dims)}"[:200])
     return ArrayShape(dtype=dtype, dims=dims, layout=layout,
-                      logical_bytes=logical_bytes(dtype, dims),
-                      padded_bytes=padded_bytes(dtype, dims, layout))
+                      logical_bytes=logical_bytes(dtype, dims), padded_bytes=padded)
 
 
 def logical_bytes(dtype: str, dims: tuple[int, ...]) -> int:
@@ -120,9 +127,20 @@ def _bytes(elements: int, bits: int) -> int:
     return -(-elements * bits // 8)
 
 
+def _size(text: str, default: int) -> int:
+    """A non-negative ASCII integer, else `default` (`*` tiles, damage)."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() else default
+
+
 _DTYPE = re.compile(r"[a-z][a-z0-9]*")
 _INT = re.compile(r"-?\d+")
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
+
+
+# XLA nests tuples a few levels (a while loop's state holding a tuple); far deeper nesting is a
+# damaged or hostile file, and would otherwise exhaust Python's recursion limit.
+MAX_TUPLE_DEPTH = 64
 
 
 class _Scanner:
@@ -153,9 +171,11 @@ class _Scanner:
             raise ShapeSyntaxError(f"expected {ch!r} at {got!r} in shape {self.text[:200]!r}")
         self.pos += 1
 
-    def shape(self) -> Shape:
+    def shape(self, depth: int = 0) -> Shape:
         self.skip_space()
         if self.peek() == "(":
+            if depth >= MAX_TUPLE_DEPTH:
+                raise ShapeSyntaxError(f"tuple shapes nested over {MAX_TUPLE_DEPTH} deep in shape {self.text[:200]!r}")
             self.pos += 1
             elements: list[Shape] = []
             self.skip_space()
@@ -163,7 +183,7 @@ class _Scanner:
                 self.pos += 1
                 return TupleShape(())
             while True:
-                elements.append(self.shape())
+                elements.append(self.shape(depth + 1))
                 self.skip_space()
                 if self.peek() == ",":
                     self.pos += 1
@@ -193,7 +213,7 @@ class _Scanner:
         dims = []
         for part in body.split(","):
             part = part.strip().removeprefix("<=")  # dynamic dim: its bound
-            if not part.isdigit():
+            if not (part.isascii() and part.isdigit()):  # isdigit alone accepts `²`
                 raise ShapeSyntaxError(f"dimension {part!r} is not a size in shape {self.text[:200]!r}")
             dims.append(int(part))
         return tuple(dims)
@@ -220,12 +240,12 @@ class _Scanner:
                     raise ShapeSyntaxError(f"unclosed '(' in layout {{{body}}}")
                 inner = attrs[i + 1:close]
                 if last_letter == "T":
-                    tiles.append(tuple(int(x) if x.strip().lstrip("-").isdigit() else 1
+                    tiles.append(tuple(-_size(x.strip()[1:], -1) if x.strip().startswith("-") else _size(x, 1)
                                        for x in inner.split(",")))
                 elif last_letter == "E":
-                    bits = int(inner)
+                    bits = _size(inner, 0)
                 elif last_letter == "S":
-                    space = int(inner)
+                    space = _size(inner, 0)
                 i = close + 1
                 continue
             if ch.isalpha() or ch == "#":

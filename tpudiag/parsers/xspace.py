@@ -5,13 +5,12 @@ Every failure names the file and its cause; protobuf's own exceptions never esca
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
 from tpudiag.errors import InputError
+from tpudiag.parsers.input_files import default_limits, inflate_bounded, read_input_bytes
 from tpudiag.proto import XSpace
 
 # An XSpace's first field is `planes` (1, length-delimited) or, rarely, one of the string lists
@@ -26,17 +25,8 @@ def read_xspace(path: Path):
 
 
 def read_trace_bytes(path: Path) -> bytes:
-    """The file's bytes, with OS failures turned into InputError."""
-    try:
-        return path.read_bytes()
-    except IsADirectoryError as exc:
-        raise InputError("is a directory, not a trace file", path=path) from exc
-    except PermissionError as exc:
-        raise InputError("permission denied", path=path) from exc
-    except FileNotFoundError as exc:
-        raise InputError("no such file", path=path) from exc
-    except OSError as exc:
-        raise InputError(f"cannot read file ({exc.strerror or exc})", path=path) from exc
+    """The file's bytes: a regular file only, within the size cap; failures are InputError."""
+    return read_input_bytes(path)
 
 
 def check_trace_bytes(data: bytes, path: Path | str) -> None:
@@ -83,10 +73,10 @@ def stat_value(stat, stat_names: dict[int, str]):
     if kind == "ref_value":
         return stat_names.get(stat.ref_value, "")
     if kind == "compressed_str_value":
-        try:
-            return gzip.decompress(stat.compressed_str_value).decode("utf-8", "replace")
-        except (OSError, EOFError, zlib.error):
-            return ""
+        # Damaged compressed text reads as "" (XProf shows nothing either); a bomb is an error.
+        text = inflate_bounded(stat.compressed_str_value, default_limits().max_inflated_bytes,
+                               "a gzip-compressed stat value")
+        return "" if text is None else text.decode("utf-8", "replace")
     return getattr(stat, kind)
 
 

@@ -13,7 +13,9 @@ import bisect
 import re
 from pathlib import Path
 
+from tpudiag.errors import InputError
 from tpudiag.model.llo import DumpFile, LloCompile
+from tpudiag.parsers.input_files import read_input_bytes
 
 _INDEXED = re.compile(r"^(?P<ts>[0-9]+)-(?P<program>.+)-(?P<index>[0-9]{2,})-(?P<label>[^/]+?)\.(?:txt|html|csv)$")
 _TLP_HLO = re.compile(r"^(?P<ts>[0-9]+)-(?P<program>.+)-hlo\.txt$")
@@ -60,9 +62,9 @@ def read_text(path: Path, warnings: list[str]) -> str | None:
     file still yields whatever lines of it are intact.
     """
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        warnings.append(f"`{path.name}`: cannot read ({exc.strerror or exc})")
+        data = read_input_bytes(path)
+    except InputError as exc:  # a FIFO, a device, over the size cap, unreadable
+        warnings.append(f"`{path.name}`: {exc.message}; skipped")
         return None
     text = data.decode("utf-8", errors="replace")
     if "\ufffd" in text:
@@ -98,9 +100,8 @@ def module_name(files: list[DumpFile]) -> str:
         for f in files:
             if f.program == TOP_LEVEL and f.label == label:
                 try:
-                    with open(f.path, "rb") as handle:
-                        head = handle.read(limit).decode("utf-8", errors="replace")
-                except OSError:
+                    head = read_input_bytes(f.path, limit=limit).decode("utf-8", errors="replace")
+                except InputError:
                     continue  # the parser reports unreadable files
                 m = pattern.search(head)
                 if m is not None:

@@ -98,6 +98,16 @@ def load_llo_dump(path: str | Path, *, module: str | None = None,
     with several compiles only those naming an op of the chosen compile are kept.
     """
     root = Path(path)
+    try:
+        return _load(root, module, static_profile_dir, max_live_ranges)
+    except (OverflowError, RecursionError) as exc:
+        # Numbers past int64 (a 20-digit cycle count) or absurd nesting that the per-table
+        # checks did not catch: the dump is damaged; say so rather than show a traceback.
+        cause = "a number beyond int64" if isinstance(exc, OverflowError) else "nesting too deep"
+        raise InputError(f"damaged LLO dump: {cause}", path=root) from exc
+
+
+def _load(root: Path, module: str | None, static_profile_dir: str | Path | None, max_live_ranges: int) -> LloDump:
     warnings: list[str] = []
     entries = _list_dir(root)
     static_paths = _static_files(entries, None if static_profile_dir is None else Path(static_profile_dir),
@@ -189,6 +199,13 @@ def _assemble(root: Path, files: list[DumpFile], parsed: _Parsed, static_rows: l
     def table(schema: llo.LloTableSchema, rows: list[dict]):
         return schema.frame({name: [r[name] for r in rows] for name in schema.names})
 
+    parsed.profile_rows = _drop_overflowing(parsed.profile_rows, "bundle profile", warnings)
+    static_rows = _drop_overflowing(static_rows, "static profile", warnings)
+    parsed.spill_rows = _drop_overflowing(parsed.spill_rows, "spill", warnings)
+    parsed.slot_rows = _drop_overflowing(parsed.slot_rows, "spill slot", warnings)
+    parsed.schedule_rows = _drop_overflowing(parsed.schedule_rows, "schedule", warnings)
+    parsed.vmem_rows = _drop_overflowing(parsed.vmem_rows, "VMEM allocation", warnings)
+
     bundle_profile = table(llo.BUNDLE_PROFILE, parsed.profile_rows)
     static_profile = table(llo.STATIC_PROFILE, static_rows)
     spills = table(llo.SPILL_INSTRUCTIONS, parsed.spill_rows)
@@ -209,6 +226,23 @@ def _assemble(root: Path, files: list[DumpFile], parsed: _Parsed, static_rows: l
                    schedules=tuple(parsed.schedules), register_pressure=tuple(parsed.pressure),
                    vmem_report=parsed.vmem_report, compile=compile_, other_compiles=others,
                    warnings=list(dict.fromkeys(warnings)))
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _drop_overflowing(rows: list[dict], what: str, warnings: list[str]) -> list[dict]:
+    """Rows whose whole numbers fit the tables' int64 columns; the others dropped with a warning.
+
+    A 20-digit cycle count or size is damage (no compile counts past 2^63), and numpy cannot store it.
+    """
+    def fits(row: dict) -> bool:
+        return all(_INT64[0] <= v <= _INT64[1] for v in row.values() if isinstance(v, int))
+
+    kept = [r for r in rows if fits(r)]
+    if len(kept) < len(rows):
+        warnings.append(f"{len(rows) - len(kept)} {what} row(s) with numbers beyond int64 dropped (damaged dump)")
+    return kept
 
 
 def _resolve_hlos(spill_rows: list[dict], slot_rows: list[dict], trees: dict[str, RegionTree]) -> None:
