@@ -131,3 +131,18 @@ def test_every_family_in_the_example_reproduces_and_agrees(op, tmp_path):
     blocks.validate(repro.RUN_PROBLEM, repro.VMEM_BYTES)
     result = numerics_check(repro, repro.RUN_PROBLEM, blocks, interpret=True)
     assert result["ok"], result
+
+
+BUNDLED = Path(__file__).resolve().parents[2] / "examples" / "models" / "captures" / "transformer_train_v5e"
+
+
+@pytest.mark.skipif(not BUNDLED.exists(), reason="the bundled example is not in this checkout")
+def test_ops_and_extract_default_to_the_bundled_example_with_its_dumps(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "lab", "ops", "--top", "3")
+    assert code == 0 and "transformer_train_v5e" in out
+    code, out, _ = run_cli(capsys, "lab", "extract", "--op", "fusion.144", "-o", str(tmp_path / "f"))
+    assert code == 0
+    spec = json.loads((tmp_path / "f" / "spec.json").read_text())
+    assert spec["capture"] == str(BUNDLED)
+    # the example's dumps were joined: operand shapes come from the fused computation's parameters
+    assert spec["operands"] and any("from the dump" in n for n in spec["notes"])

@@ -27,6 +27,17 @@ class LabFormat(str, Enum):
     json = "json"
 
 
+def _capture_or_example(path: Path | None, dump: Path | None) -> tuple[Path, Path | None]:
+    """The capture to read and the dump to join: PATH as given, or the bundled example with its own
+    compiler dumps (operand shapes and fusion bodies), as `report` does with no PATH."""
+    if path is not None:
+        return path, dump
+    from tpudiag.cli.app import EXAMPLE_DUMPS, default_capture
+
+    target = default_capture()
+    return target, dump if dump is not None else (EXAMPLE_DUMPS if EXAMPLE_DUMPS.is_dir() else None)
+
+
 def _consoles():
     from tpudiag.cli.app import stderr_console, stdout_console
 
@@ -35,7 +46,8 @@ def _consoles():
 
 @lab_app.command("ops")
 def ops(
-    path: Annotated[Path, typer.Argument(help="Logdir, run directory or .xplane.pb file")],
+    path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file; default: the "
+                                                     "bundled example")] = None,
     top: Annotated[int, typer.Option(help="Ops to list, by self time")] = 20,
     output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
 ) -> None:
@@ -48,7 +60,8 @@ def ops(
     from tpudiag.kernels_lab.spec import describe_problem, survey
     from tpudiag.parsers.capture import load_capture
 
-    rows = survey(analyze(load_capture(path)), path, top)
+    path, dump = _capture_or_example(path, None)
+    rows = survey(analyze(load_capture(path)), path, top, dump=dump)
     console, _ = _consoles()
     if output_format is LabFormat.json:
         sys.stdout.write(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
@@ -69,8 +82,9 @@ def ops(
 
 @lab_app.command("extract")
 def extract(
-    path: Annotated[Path, typer.Argument(help="Logdir, run directory or .xplane.pb file")],
     op: Annotated[str, typer.Option("--op", help="HLO op name, e.g. `fusion.2`")],
+    path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file; default: the "
+                                                     "bundled example (with its compiler dumps)")] = None,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Directory to write (default: lab-<op>)")] = None,
     dump: Annotated[Path | None, typer.Option("--dump", help="XLA/libtpu dump directory with the op's HLO "
                                                              "(operands, fusion body)")] = None,
@@ -84,6 +98,7 @@ def extract(
     from tpudiag.kernels_lab.reproduce import write_repro
     from tpudiag.kernels_lab.spec import extract_spec
 
+    path, dump = _capture_or_example(path, dump)
     spec = extract_spec(path, op, dump=dump, topology=topology, scale_down=scale_down)
     out_dir = out if out is not None else Path(f"lab-{op}")
     repro, blocks = write_repro(spec, out_dir)

@@ -200,8 +200,12 @@ def _epilogue(body: str) -> tuple[str, bool, list[str]]:
 
 
 def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf_op: str, flops: float,
-          bytes_accessed: float, body: str = "") -> tuple[str, dict, list[str]]:
-    """(family, problem fields, basis) for one op, or NotReproducible with the reason."""
+          bytes_accessed: float, body: str = "", operands: list[ArrayText] | None = None,
+          operands_from: str = "") -> tuple[str, dict, list[str]]:
+    """(family, problem fields, basis) for one op, or NotReproducible with the reason. `operands`
+    (resolved by the caller) default to the shapes printed in `hlo_text` or the body's parameters."""
+    if operands is None:
+        operands, operands_from = resolve_operands(hlo_text, body, lambda _name: "")
     cat = category.lower()
     family = collective_family(name, category)
     if family:
@@ -236,11 +240,10 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
     if not out.row_major:
         raise NotReproducible(f"`{name}` writes layout {{{','.join(map(str, out.minor_to_major))}}}; the lab "
                               "reproduces row-major outputs and 2-D copies into {0,1} only")
-    operands = operand_shapes(hlo_text) or parameter_shapes(body)
     out_dtype = _jnp_dtype(out.dtype, "output", name)
     in_dtype = _jnp_dtype(operands[0].dtype, "operand", name) if operands else out_dtype
     basis = [f"output {out.text} from the capture's shape_with_layout"]
-    basis.append(f"operand dtype {in_dtype} from the HLO operands" if operands else
+    basis.append(f"operand dtype {in_dtype} from {operands_from}" if operands else
                  f"operand dtype {in_dtype}: assumed equal to the output's (no operands in the HLO text)")
     rows, cols = _rows_cols(out)
     tf_lower = tf_op.lower()
@@ -312,30 +315,60 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
     raise NotReproducible(f"`{name}` has category `{category}`, which no kernel family covers yet")
 
 
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+) = (?P<rest>.*)$", re.M)
+_COMPUTATION = re.compile(r"^%?(?P<name>[\w.\-]+) [^\n]*?\{\n.*?^\}", re.M | re.S)
+
+
+class DumpIndex:
+    """An HLO dump directory read once: each instruction's line and each computation's text by name
+    (`*after_optimizations.txt` first, then other HLO texts; the first file naming an op wins)."""
+
+    def __init__(self, dump: Path):
+        self.dump = dump
+        self.lines: dict[str, str] = {}
+        self.computations: dict[str, str] = {}
+        files = sorted(dump.rglob("*after_optimizations.txt")) + sorted(
+            p for p in dump.rglob("*hlo*.txt") if not p.name.endswith("after_optimizations.txt"))
+        for path in files:
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            for m in _INSTR.finditer(text):
+                self.lines.setdefault(m.group("name"), m.group(0).strip())
+            for m in _COMPUTATION.finditer(text):
+                self.computations.setdefault(m.group("name"), m.group(0))
+
+    def find(self, name: str) -> tuple[str, str]:
+        """The op's instruction line and its called computation's text (empty strings when absent).
+        The body starts with the computation's header line, which carries its parameter shapes."""
+        line = self.lines.get(name, "")
+        called = re.search(r"calls=%?([\w.\-]+)", line)
+        return line, (self.computations.get(called.group(1), "") if called else "")
+
+    def shape_of(self, name: str) -> str:
+        """The result shape text of the instruction `name` (a tuple shape included), or ''."""
+        rest = self.lines.get(name, "").split(" = ", 1)[-1]
+        if rest.startswith("("):
+            depth = 0
+            for i, ch in enumerate(rest):
+                depth += {"(": 1, ")": -1}.get(ch, 0)
+                if depth == 0:
+                    return rest[:i + 1]
+        m = _SHAPE.match(rest)
+        return m.group(0) if m else ""
+
+
 def find_in_dump(dump: Path, name: str) -> tuple[str, str]:
     """The op's instruction line and its fused computation's text from an HLO dump directory
-    (`*after_optimizations.txt` preferred, then other HLO texts); empty strings when absent. The
-    body starts with the computation's header line, which carries its parameter shapes."""
-    files = sorted(dump.rglob("*after_optimizations.txt")) + sorted(
-        p for p in dump.rglob("*hlo*.txt") if not p.name.endswith("after_optimizations.txt"))
-    line_re = re.compile(rf"^\s*(?:ROOT\s+)?%?{re.escape(name)} = .*$", re.M)
-    for path in files:
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            continue
-        m = line_re.search(text)
-        if m is None:
-            continue
-        line = m.group(0).strip()
-        body = ""
-        called = re.search(r"calls=%?([\w.\-]+)", line)
-        if called:
-            comp = re.search(rf"^%?{re.escape(called.group(1))} .*?\{{\n.*?^\}}", text, re.M | re.S)
-            if comp:
-                body = comp.group(0)
-        return line, body
-    return "", ""
+    (`*after_optimizations.txt` preferred, then other HLO texts); empty strings when absent."""
+    return DumpIndex(dump).find(name)
+
+
+def operand_names(hlo_text: str) -> list[str]:
+    """`%name` operands of the instruction's call parentheses, in order."""
+    m = re.search(r"=\s*(?:\([^=]*?\)|\S+)\s+[\w\-]+\((?P<args>[^)]*)\)", hlo_text)
+    return re.findall(r"%([\w.\-]+)", m.group("args")) if m else []
 
 
 def extract_spec(capture: Path, op: str, *, dump: Path | None = None, topology: str | None = None,
@@ -382,15 +415,17 @@ class SurveyRow:
     reason: str  # why not, when family is ''
 
 
-def survey(analysis, capture: Path, top: int | None = None) -> list[SurveyRow]:
-    """The first host's ops by self time, each with its family and problem or the reason it has none."""
+def survey(analysis, capture: Path, top: int | None = None, *, dump: Path | None = None) -> list[SurveyRow]:
+    """The first host's ops by self time, each with its family and problem or the reason it has none.
+    With `dump` (an HLO dump of the same program) operand shapes and fusion bodies come from it."""
+    index = _dump_index(dump)
     ops = analysis.ops[analysis.ops["host"] == analysis.ops["host"].iloc[0]] if len(analysis.ops) else analysis.ops
     ops = ops.sort_values("self_time_ps", ascending=False)
     total = float(ops["self_time_ps"].sum()) or 1.0
     rows = []
     for _, r in ops.head(top if top is not None else len(ops)).iterrows():
         try:
-            spec = spec_from_analysis(analysis, capture, str(r["name"]), topology=None)
+            spec = spec_from_analysis(analysis, capture, str(r["name"]), topology=None, dump=index)
             family, problem, reason = spec.family, spec.problem, ""
         except UsageError as exc:
             family, problem, reason = "", {}, exc.one_line()
@@ -399,9 +434,32 @@ def survey(analysis, capture: Path, top: int | None = None) -> list[SurveyRow]:
     return rows
 
 
-def spec_from_analysis(analysis, capture: Path, op: str, *, dump: Path | None = None, topology: str | None = None,
+def _dump_index(dump) -> DumpIndex | None:
+    if dump is None or isinstance(dump, DumpIndex):
+        return dump
+    if not dump.is_dir():
+        raise UsageError("the dump directory does not exist", path=dump)
+    return DumpIndex(dump)
+
+
+def resolve_operands(hlo_text: str, body: str, shape_of) -> tuple[list[ArrayText], str]:
+    """Operand shapes and where they came from: printed in the instruction, the fused computation's
+    parameters, or each `%name` operand looked up with `shape_of(name)` (tuple-shaped and unknown
+    operands are skipped, so the list may be shorter than the operand list)."""
+    shapes = operand_shapes(hlo_text)
+    if shapes:
+        return shapes, "the HLO operands"
+    shapes = parameter_shapes(body)
+    if shapes:
+        return shapes, "the fused computation's parameters"
+    found = [parse_array(shape_of(n)) for n in operand_names(hlo_text)]
+    found = [a for a in found if a is not None]
+    return found, ("the operands' own instructions" if found else "")
+
+
+def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology: str | None = None,
                        scale_down: int = 1) -> OpSpec:
-    """`extract_spec` on an already analysed capture."""
+    """`extract_spec` on an already analysed capture; `dump` is a directory or a `DumpIndex`."""
     ops = analysis.ops[analysis.ops["name"] == op]
     if ops.empty:
         names = sorted(set(analysis.ops["name"]))
@@ -418,19 +476,27 @@ def spec_from_analysis(analysis, capture: Path, op: str, *, dump: Path | None = 
               else float(row["bytes_accessed"]) / max(1, row["occurrences"]))
     body = ""
     notes = []
-    if dump is not None:
-        if not dump.is_dir():
-            raise UsageError("the dump directory does not exist", path=dump)
-        line, body = find_in_dump(dump, op)
+    index = _dump_index(dump)
+    if index is not None:
+        line, body = index.find(op)
         if line:
             hlo_text = line
-            notes.append(f"HLO text and fusion body from the dump `{dump}`")
+            notes.append(f"HLO text and fusion body from the dump `{index.dump}`")
         else:
-            notes.append(f"`{op}` not found in the dump `{dump}`; used the capture's HLO text")
+            notes.append(f"`{op}` not found in the dump `{index.dump}`; used the capture's HLO text")
+    program_ops = analysis.ops[analysis.ops["program_id"] == row["program_id"]]
+    capture_shapes = dict(zip(program_ops["name"].astype(str), program_ops["shape_with_layout"].astype(str),
+                              strict=True))
+
+    def shape_of(name: str) -> str:
+        return (index.shape_of(name) if index is not None else "") or capture_shapes.get(name, "")
+
+    operands, operands_from = resolve_operands(hlo_text, body, shape_of)
     family, problem, basis = infer(name=op, category=str(row["category"]),
                                    shape_with_layout=str(row["shape_with_layout"]),
                                    hlo_text=hlo_text, tf_op=str(row["tf_op"] or ""), flops=flops,
-                                   bytes_accessed=nbytes, body=body)
+                                   bytes_accessed=nbytes, body=body, operands=operands,
+                                   operands_from=operands_from)
     device = host.device
     chip = device.chip
     if topology is None:
@@ -449,7 +515,7 @@ def spec_from_analysis(analysis, capture: Path, op: str, *, dump: Path | None = 
         op_name=op, category=str(row["category"]), program=str(row["module"]), family=family, problem=problem,
         run_problem=scale_problem(family, problem, scale_down), scale_down=scale_down,
         shape_with_layout=str(row["shape_with_layout"]),
-        operands=tuple(a.text for a in operand_shapes(hlo_text) or parameter_shapes(body)), hlo_text=hlo_text,
+        operands=tuple(a.text for a in operands), hlo_text=hlo_text,
         tf_op=str(row["tf_op"] or ""),
         source=str(row["source"] or ""), basis=tuple(basis), device_type=device.device_type, generation=generation,
         topology=topology, vmem_bytes=target.vmem_bytes, hbm_bytes_per_s=target.hbm_bytes_per_s,
