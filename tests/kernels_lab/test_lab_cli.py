@@ -102,8 +102,13 @@ def test_report_does_not_import_jax():
 
 def test_ops_lists_families_and_reasons(capsys):
     code, out, _ = run_cli(capsys, "lab", "ops", str(EXAMPLE), "--top", "50", "--format", "json")
-    rows = {r["op_name"]: r for r in json.loads(out)}
+    data = json.loads(out)
+    rows = {r["op_name"]: r for r in data["ops"]}
     assert code == 0 and len(rows) == 19
+    cov = data["coverage"]
+    assert cov["compute_reproducible_ps"] == sum(r["self_time_ps"] for r in rows.values()
+                                                 if r["family"] and not r["category"].startswith("all-"))
+    assert 0.0 <= cov["collective_share"] <= 1.0 and "all-reduce" in cov["collective_families"]
     assert rows["fusion.8"]["family"] == "matmul" and rows["fusion.8"]["problem"]["n"] == 50257
     assert rows["copy.1"]["family"] == "transpose" and rows["fusion.4"]["problem"]["op"] == "softmax"
     assert rows["all-reduce.3"]["family"] == "" and "is a collective (all-reduce)" in rows["all-reduce.3"]["reason"]
@@ -112,6 +117,7 @@ def test_ops_lists_families_and_reasons(capsys):
 
     code, out, _ = run_cli(capsys, "lab", "ops", str(EXAMPLE), "--top", "3")
     assert "fusion.8" in out and "bf16 8192x4096 @ 4096x50257 -> bf16" in out
+    assert re.search(r"reproducible: \d+\.\d % of compute time, \d+\.\d % of collective time", out)
 
 
 @pytest.mark.parametrize("op", ["fusion.1", "fusion.4", "fusion.8", "fusion.9", "fusion.12", "copy.1"])

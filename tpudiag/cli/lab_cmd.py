@@ -57,14 +57,18 @@ def ops(
     from rich.table import Table
 
     from tpudiag.analysis.profile_analysis import analyze
-    from tpudiag.kernels_lab.spec import describe_problem, survey
+    from tpudiag.kernels_lab.spec import coverage, describe_problem, survey
     from tpudiag.parsers.capture import load_capture
 
     path, dump = _capture_or_example(path, None)
-    rows = survey(analyze(load_capture(path)), path, top, dump=dump)
+    all_rows = survey(analyze(load_capture(path)), path, None, dump=dump)
+    cov = coverage(all_rows)
+    rows = all_rows[:top]
     console, _ = _consoles()
     if output_format is LabFormat.json:
-        sys.stdout.write(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+        data = {"ops": [asdict(r) for r in rows], "coverage": dict(asdict(cov), compute_share=cov.compute_share,
+                                                                   collective_share=cov.collective_share)}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for name, justify in (("op", "left"), ("category", "left"), ("time %", "right"), ("family", "left"),
@@ -77,6 +81,12 @@ def ops(
             detail = r.reason.removeprefix(f"`{r.op_name}` ")
         table.add_row(r.op_name, r.category, f"{100 * r.time_share:.1f}", r.family or "-", detail)
     console.print(table)
+    missing = [f for f in cov.collective_families if f not in cov.collective_families_reproducible]
+    console.print(f"reproducible: {100 * cov.compute_share:.1f} % of compute time, {100 * cov.collective_share:.1f} % "
+                  f"of collective time (self time, first host); collective families "
+                  f"{', '.join(cov.collective_families_reproducible) or 'none'} of "
+                  f"{', '.join(cov.collective_families) or 'none'}" + (f" (not: {', '.join(missing)})" if missing else ""),
+                  markup=False, highlight=False)
     console.print(f"reproduce one: `tpudiag lab extract {path} --op NAME`", markup=False, highlight=False)
 
 

@@ -176,6 +176,11 @@ def _rows_cols(a: ArrayText) -> tuple[int, int]:
 
 def scale_problem(family: str, p: dict, factor: int) -> dict:
     q = dict(p)
+    if family == "multi_output":
+        q.update(m=scale_dim(p["m"], factor), n=scale_dim(p["n"], factor),
+                 k=scale_dim(p["k"], factor) if p["kind"] == "matmul" else 1,
+                 extras=[[scale_dim(r, factor), scale_dim(c, factor), d, role] for r, c, d, role in p["extras"]])
+        return q
     dims = {"matmul": ("m", "k", "n"), "reduction": ("rows", "cols"), "elementwise": ("rows", "cols"),
             "transpose": ("rows", "cols")}[family]
     for key in dims:
@@ -218,9 +223,8 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         raise NotReproducible(f"`{name}` is a custom call (already a hand-written kernel)")
     shape_text = (shape_with_layout or hlo_text.split("=", 1)[-1]).strip()
     if shape_text.startswith("("):
-        n = len(re.findall(r"[a-z0-9]+\[[0-9,]*\]", shape_text))
-        raise NotReproducible(f"`{name}` returns a tuple of {n} arrays (e.g. an async collective fusion carrying "
-                              "its collective's state); the lab reproduces single-array outputs only")
+        return _infer_tuple(name=name, category=category, shape_text=shape_text, hlo_text=hlo_text, body=body,
+                            flops=flops, operands=operands)
     out = parse_array(shape_text)
     if out is not None and not out.dims:
         raise NotReproducible(f"`{name}` returns a scalar ({out.text}); nothing worth a kernel")
@@ -359,6 +363,60 @@ class DumpIndex:
         return m.group(0) if m else ""
 
 
+_ALIAS = re.compile(r"\{(\d+)\}:\s*\((\d+),")
+
+
+def _infer_tuple(*, name: str, category: str, shape_text: str, hlo_text: str, body: str, flops: float,
+                 operands: list[ArrayText]) -> tuple[str, dict, list[str]]:
+    """A fusion returning a tuple -> the multi_output family: its bf16/f32 arrays are the kernel's
+    outputs (the first non-aliased one is the primary), scalars and integer outputs are state."""
+    elements = [parse_array(t) for t in re.findall(r"[a-z][a-z0-9]*\[[0-9,]*\](?:\{[^}]*\})?", shape_text)]
+    n = len(elements)
+    aliased = {int(o) for o, _ in _ALIAS.findall(hlo_text.split("output_to_operand_aliasing=", 1)[-1]
+                                                 if "output_to_operand_aliasing=" in hlo_text else "")}
+    arrays = [(i, a) for i, a in enumerate(elements) if a is not None and a.dims and a.dtype in HLO_DTYPES
+              and 0 not in a.dims]
+    state = [a.text for a in elements if a is not None and (a.dtype not in HLO_DTYPES or not a.dims)]
+    primary = next(((i, a) for i, a in arrays if i not in aliased), None)
+    if primary is None:
+        raise NotReproducible(f"`{name}` returns a tuple of {n} arrays with no bf16/f32 output that is not "
+                              "aliased to an operand (state only): nothing to compute")
+    i0, out = primary
+    m, ncols = _rows_cols(out)
+    basis = [f"family multi_output: a tuple of {n} arrays; output {i0} {out.text} is the primary"]
+    if state:
+        basis.append(f"{len(state)} state outputs not reproduced (scalars / integer indices and sync flags, "
+                     f"e.g. {state[0]})")
+    if aliased:
+        basis.append(f"outputs {sorted(aliased)} alias operands (output_to_operand_aliasing): carried in HBM, "
+                     "untouched on one chip")
+    extras = []
+    for i, a in arrays:
+        if i == i0:
+            continue
+        r, c = _rows_cols(a)
+        extras.append([r, c, HLO_DTYPES[a.dtype], "carried" if i in aliased else "computed"])
+    if any(not a.row_major for _, a in arrays):
+        basis.append("non-row-major output layouts are written row-major (the relayout is not reproduced)")
+    out_dtype = HLO_DTYPES[out.dtype]
+    in_dtype = HLO_DTYPES.get(operands[0].dtype, out_dtype) if operands else out_dtype
+    is_matmul = bool(re.search(r"\b(dot|convolution)\(", hlo_text + body)) or category.lower() in MATMUL_CATEGORIES
+    if is_matmul:
+        k_float = flops / (2.0 * m * ncols) if flops > 0 else 0.0
+        if k_float < 1 or abs(k_float - round(k_float)) > 1e-6 * k_float:
+            raise NotReproducible(f"`{name}` is a multi-output matmul fusion whose contracting dim is unknown "
+                                  f"(no whole K from its FLOP count {flops:.4g})")
+        k = int(round(k_float))
+        basis.append(f"primary is a matmul: K={k} from flops / (2*M*N) = {flops:.4g} / (2*{m}*{ncols})")
+        return "multi_output", dict(kind="matmul", m=m, n=ncols, k=k, n_inputs=1, in_dtype=in_dtype,
+                                    out_dtype=out_dtype, extras=extras), basis
+    n_inputs = max(1, min(8, sum(1 for a in operands if a.numel == out.numel)))
+    basis.append(f"primary is elementwise over {n_inputs} same-sized inputs (a stand-in body: weighted sum); "
+                 "computed extras are 2*e of their own input (stand-in)")
+    return "multi_output", dict(kind="elementwise", m=m, n=ncols, k=1, n_inputs=n_inputs, in_dtype=in_dtype,
+                                out_dtype=out_dtype, extras=extras), basis
+
+
 def find_in_dump(dump: Path, name: str) -> tuple[str, str]:
     """The op's instruction line and its fused computation's text from an HLO dump directory
     (`*after_optimizations.txt` preferred, then other HLO texts); empty strings when absent."""
@@ -399,6 +457,12 @@ def describe_problem(family: str, p: dict) -> str:
         return f"{p['n_inputs']} x {_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> {_SHORT[p['out_dtype']]}{act}"
     if family == "transpose":
         return f"{_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> [{p['cols']},{p['rows']}]"
+    if family == "multi_output":
+        head = (f"{_SHORT[p['in_dtype']]} {p['m']}x{p['k']} @ {p['k']}x{p['n']}" if p["kind"] == "matmul"
+                else f"{p['n_inputs']} x {_SHORT[p['in_dtype']]}[{p['m']},{p['n']}]")
+        carried = sum(1 for e in p["extras"] if e[3] == "carried")
+        return (f"{head} -> {_SHORT[p['out_dtype']]} + {len(p['extras']) - carried} computed, {carried} carried "
+                "outputs")
     return " ".join(f"{k}={v}" for k, v in p.items())
 
 
@@ -455,6 +519,37 @@ def resolve_operands(hlo_text: str, body: str, shape_of) -> tuple[list[ArrayText
     found = [parse_array(shape_of(n)) for n in operand_names(hlo_text)]
     found = [a for a in found if a is not None]
     return found, ("the operands' own instructions" if found else "")
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Share of a host's op self time the lab reproduces, split into compute and collectives."""
+
+    compute_ps: int
+    compute_reproducible_ps: int
+    collective_ps: int
+    collective_reproducible_ps: int
+    collective_families: tuple[str, ...]  # families present in the capture
+    collective_families_reproducible: tuple[str, ...]
+
+    @property
+    def compute_share(self) -> float:
+        return self.compute_reproducible_ps / self.compute_ps if self.compute_ps else 0.0
+
+    @property
+    def collective_share(self) -> float:
+        return self.collective_reproducible_ps / self.collective_ps if self.collective_ps else 0.0
+
+
+def coverage(rows: list[SurveyRow]) -> Coverage:
+    """Coverage over a full survey (call `survey` with top=None)."""
+    comp = [r for r in rows if not collective_family(r.op_name, r.category)]
+    coll = [r for r in rows if collective_family(r.op_name, r.category)]
+    fams = sorted({collective_family(r.op_name, r.category) for r in coll})
+    done = sorted({collective_family(r.op_name, r.category) for r in coll if r.family})
+    return Coverage(sum(r.self_time_ps for r in comp), sum(r.self_time_ps for r in comp if r.family),
+                    sum(r.self_time_ps for r in coll), sum(r.self_time_ps for r in coll if r.family),
+                    tuple(fams), tuple(done))
 
 
 def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology: str | None = None,
