@@ -29,7 +29,8 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import scale_dim  # repro: inlined
 
-TOLERANCES = {"float32": 1e-4, "bfloat16": 1.6e-2}
+# Integer data movement must be exact.
+TOLERANCES = {"float32": 1e-4, "bfloat16": 1.6e-2, "int32": 0.0, "uint32": 0.0, "int8": 0.0}
 
 
 def tolerance_for(problem) -> tuple[float, str]:

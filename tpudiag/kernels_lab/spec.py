@@ -35,7 +35,8 @@ class NotReproducible(UsageError):
 
 HLO_DTYPES = {"bf16": "bfloat16", "f32": "float32"}
 _SHAPE = re.compile(r"(?P<dtype>[a-z]+[0-9a-z]*)\[(?P<dims>[0-9,<=]*)\](?:\{(?P<layout>[^}]*)\})?")
-_OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call)\((?P<args>[^)]*)\)")
+_OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call|reshape|dynamic-slice|dynamic-update-slice)"
+                       r"\((?P<args>[^)]*)\)")
 MATMUL_CATEGORIES = ("convolution fusion", "convolution", "dot", "output fusion")
 ELEMENTWISE_CATEGORIES = ("loop fusion", "copy", "non-fusion elementwise", "data formatting")
 REDUCTION_HINTS = (("softmax", "softmax"), ("layer_norm", "layernorm"), ("layernorm", "layernorm"),
@@ -176,6 +177,17 @@ def _rows_cols(a: ArrayText) -> tuple[int, int]:
 
 def scale_problem(family: str, p: dict, factor: int) -> dict:
     q = dict(p)
+    if family == "datamove":
+        def sd(d):
+            return [scale_dim(x, factor) for x in d]
+        if p["op"] in ("copy", "relayout") and p["in_dims"] != p["out_dims"]:
+            return q  # a reshape cannot scale its two shapes independently: run the full problem
+        q.update(in_dims=sd(p["in_dims"]), out_dims=sd(p["out_dims"]))
+        if p.get("update_dims"):
+            q["update_dims"] = [min(u, o) for u, o in zip(sd(p["update_dims"]), q["out_dims"], strict=True)]
+        if p["op"] == "dynamic_slice":
+            q["out_dims"] = [min(o, i) for o, i in zip(q["out_dims"], q["in_dims"], strict=True)]
+        return q
     if family == "multi_output":
         q.update(m=scale_dim(p["m"], factor), n=scale_dim(p["n"], factor),
                  k=scale_dim(p["k"], factor) if p["kind"] == "matmul" else 1,
@@ -241,11 +253,20 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
             "reproduction writes x.T as a row-major array",
             f"output {out.text} from the capture's shape_with_layout; input assumed {out.dtype}"
             f"[{out.dims[0]},{out.dims[1]}]{{1,0}}"]
+    moved = _infer_datamove(name=name, cat=cat, out=out, text=hlo_text + body, operands=operands,
+                            operands_from=operands_from, is_copy=bool(is_copy))
+    if moved is not None:
+        return moved
     if not out.row_major:
         raise NotReproducible(f"`{name}` writes layout {{{','.join(map(str, out.minor_to_major))}}}; the lab "
                               "reproduces row-major outputs and 2-D copies into {0,1} only")
     out_dtype = _jnp_dtype(out.dtype, "output", name)
-    in_dtype = _jnp_dtype(operands[0].dtype, "operand", name) if operands else out_dtype
+    # Masks and indices (pred, s32) among the operands are not the data: take the first float operand.
+    float_operands = [a for a in operands if a.dtype in HLO_DTYPES]
+    if operands and not float_operands:
+        _jnp_dtype(operands[0].dtype, "operand", name)  # raises with the operand's dtype
+    operands = float_operands
+    in_dtype = HLO_DTYPES[operands[0].dtype] if operands else out_dtype
     basis = [f"output {out.text} from the capture's shape_with_layout"]
     basis.append(f"operand dtype {in_dtype} from {operands_from}" if operands else
                  f"operand dtype {in_dtype}: assumed equal to the output's (no operands in the HLO text)")
@@ -363,6 +384,67 @@ class DumpIndex:
         return m.group(0) if m else ""
 
 
+DATAMOVE_DTYPES = dict(HLO_DTYPES, s32="int32", u32="uint32", s8="int8")
+
+
+def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands: list[ArrayText],
+                    operands_from: str, is_copy: bool) -> tuple[str, dict, list[str]] | None:
+    """The datamove family for prefetch copies, relayouts, dynamic slices and updates; None otherwise."""
+    if cat in ("copy-done", "copy-start") or name.startswith(("copy-done", "copy-start")):
+        op = "copy"
+    elif cat == "dynamic-slice" or name.startswith("dynamic-slice") or re.search(r"\bdynamic-slice\(", text):
+        op = "dynamic_slice"
+    elif (cat == "dynamic-update-slice" or name.startswith("dynamic-update-slice")
+          or re.search(r"\bdynamic-update-slice\(", text)):
+        op = "dynamic_update_slice"
+    elif cat == "reshape" or name.startswith("reshape") or (is_copy and not out.row_major):
+        op = "relayout"
+    else:
+        return None
+    if out.dtype not in DATAMOVE_DTYPES:
+        raise NotReproducible(f"`{name}` moves dtype {out.dtype}; the datamove family takes "
+                              f"{', '.join(DATAMOVE_DTYPES)}")
+    dtype = DATAMOVE_DTYPES[out.dtype]
+    dims = out.dims
+    basis = [f"family datamove ({op}): " + {"copy": f"category `{cat}` (a memory-space prefetch copy; "
+                                                    "reproduced as one HBM -> HBM DMA of the same bytes)",
+                                            "dynamic_slice": "a dynamic-slice (one DMA of the window)",
+                                            "dynamic_update_slice": "a dynamic-update-slice (the update DMAed "
+                                                                    "into the aliased operand)",
+                                            "relayout": "a reshape or copy that writes another tiled layout"}[op],
+             f"output {out.text} from the capture's shape_with_layout"]
+    first = operands[0] if operands else None
+    if op == "copy":
+        return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype), basis
+    if op == "dynamic_slice":
+        if first is not None and len(first.dims) == len(dims) and all(i >= o for i, o in zip(first.dims, dims)):
+            in_dims = list(first.dims)
+            basis.append(f"operand {first.text} from {operands_from}")
+        else:
+            in_dims = [2 * dims[0], *dims[1:]]
+            basis.append(f"operand shape unknown: assumed {in_dims} (twice the window's leading dim)")
+        return "datamove", dict(op=op, in_dims=in_dims, out_dims=list(dims), dtype=dtype), basis
+    if op == "dynamic_update_slice":
+        upd = operands[1] if len(operands) > 1 else None
+        if upd is not None and len(upd.dims) == len(dims) and all(u <= o for u, o in zip(upd.dims, dims)):
+            update = list(upd.dims)
+            basis.append(f"update {upd.text} from {operands_from}")
+        else:
+            update = [max(1, dims[0] // 2), *dims[1:]]
+            basis.append(f"update shape unknown: assumed {update} (half the leading dim)")
+        return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype, update_dims=update), basis
+    perm = list(reversed(out.minor_to_major)) if out.minor_to_major is not None else list(range(len(dims)))
+    if first is not None and first.numel == out.numel:
+        in_dims = list(first.dims)
+        basis.append(f"operand {first.text} from {operands_from}")
+    else:
+        in_dims = list(dims)
+        basis.append("operand shape unknown: assumed the output's logical shape")
+    basis.append(f"physical order (major to minor) {perm} from the output layout; the reproduction writes "
+                 "transpose(reshape(x), perm) row-major")
+    return "datamove", dict(op=op, in_dims=in_dims, out_dims=list(dims), dtype=dtype, perm=perm), basis
+
+
 _ALIAS = re.compile(r"\{(\d+)\}:\s*\((\d+),")
 
 
@@ -457,6 +539,11 @@ def describe_problem(family: str, p: dict) -> str:
         return f"{p['n_inputs']} x {_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> {_SHORT[p['out_dtype']]}{act}"
     if family == "transpose":
         return f"{_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> [{p['cols']},{p['rows']}]"
+    if family == "datamove":
+        short = {"int32": "s32", "uint32": "u32", "int8": "s8"}.get(p["dtype"]) or _SHORT[p["dtype"]]
+        extra = f" perm {p['perm']}" if p["op"] == "relayout" else (
+            f" update {p['update_dims']}" if p["op"] == "dynamic_update_slice" else "")
+        return f"{p['op']} {short}{p['in_dims']} -> {p['out_dims']}{extra}"
     if family == "multi_output":
         head = (f"{_SHORT[p['in_dtype']]} {p['m']}x{p['k']} @ {p['k']}x{p['n']}" if p["kind"] == "matmul"
                 else f"{p['n_inputs']} x {_SHORT[p['in_dtype']]}[{p['m']},{p['n']}]")
