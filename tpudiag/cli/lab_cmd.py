@@ -27,6 +27,17 @@ class LabFormat(str, Enum):
     json = "json"
 
 
+def _capture_or_example(path: Path | None, dump: Path | None) -> tuple[Path, Path | None]:
+    """The capture to read and the dump to join: PATH as given, or the bundled example with its own
+    compiler dumps (operand shapes and fusion bodies), as `report` does with no PATH."""
+    if path is not None:
+        return path, dump
+    from tpudiag.examples_data import bundled_capture, bundled_dumps
+
+    target = bundled_capture()
+    return target, dump if dump is not None else next(iter(bundled_dumps()), None)
+
+
 def _consoles():
     from tpudiag.cli.console import stderr_console, stdout_console
 
@@ -49,7 +60,8 @@ def _analysis(path: Path):
 
 @lab_app.command("ops")
 def ops(
-    path: Annotated[Path, typer.Argument(help="Logdir, run directory or .xplane.pb file")],
+    path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file; default: the "
+                                                     "bundled example")] = None,
     top: Annotated[int, typer.Option(help="Ops to list, by self time")] = 20,
     output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
 ) -> None:
@@ -58,12 +70,17 @@ def ops(
 
     from rich.table import Table
 
-    from tpudiag.kernels_lab.spec import describe_problem, survey
+    from tpudiag.kernels_lab.spec import coverage, describe_problem, survey
 
+    path, dump = _capture_or_example(path, None)
+    all_rows = survey(_analysis(path), path, None, dump=dump)
+    cov = coverage(all_rows)
+    rows = all_rows[:top]
     console, _ = _consoles()
-    rows = survey(_analysis(path), path, top)
     if output_format is LabFormat.json:
-        sys.stdout.write(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+        data = {"ops": [asdict(r) for r in rows], "coverage": dict(asdict(cov), compute_share=cov.compute_share,
+                                                                   collective_share=cov.collective_share)}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for name, justify in (("op", "left"), ("category", "left"), ("time %", "right"), ("family", "left"),
@@ -76,13 +93,20 @@ def ops(
             detail = r.reason.removeprefix(f"`{r.op_name}` ")
         table.add_row(r.op_name, r.category, f"{100 * r.time_share:.1f}", r.family or "-", detail)
     console.print(table)
+    missing = [f for f in cov.collective_families if f not in cov.collective_families_reproducible]
+    console.print(f"reproducible: {100 * cov.compute_share:.1f} % of compute time, {100 * cov.collective_share:.1f} % "
+                  f"of collective time (self time, first host); collective families "
+                  f"{', '.join(cov.collective_families_reproducible) or 'none'} of "
+                  f"{', '.join(cov.collective_families) or 'none'}" + (f" (not: {', '.join(missing)})" if missing else ""),
+                  markup=False, highlight=False)
     console.print(f"reproduce one: `tpudiag lab extract {path} --op NAME`", markup=False, highlight=False)
 
 
 @lab_app.command("extract")
 def extract(
-    path: Annotated[Path, typer.Argument(help="Logdir, run directory or .xplane.pb file")],
     op: Annotated[str, typer.Option("--op", help="HLO op name, e.g. `fusion.2`")],
+    path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file; default: the "
+                                                     "bundled example (with its compiler dumps)")] = None,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Directory to write (default: lab-<op>)")] = None,
     dump: Annotated[Path | None, typer.Option("--dump", help="XLA/libtpu dump directory with the op's HLO "
                                                              "(operands, fusion body)")] = None,
@@ -98,6 +122,7 @@ def extract(
 
     if scale_down < 1:
         raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
+    path, dump = _capture_or_example(path, dump)
     spec = spec_from_analysis(_analysis(path), path, op, dump=dump, topology=topology, scale_down=scale_down)
     out_dir = out if out is not None else Path(f"lab-{op}")
     repro, blocks = write_repro(spec, out_dir)

@@ -29,7 +29,8 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import scale_dim  # repro: inlined
 
-TOLERANCES = {"float32": 1e-4, "bfloat16": 1.6e-2}
+# Integer data movement must be exact.
+TOLERANCES = {"float32": 1e-4, "bfloat16": 1.6e-2, "int32": 0.0, "uint32": 0.0, "int8": 0.0}
 
 
 def tolerance_for(problem) -> tuple[float, str]:
@@ -56,23 +57,39 @@ def numerics_check(fam, problem, blocks, *, interpret, seed: int = 0, time_reps:
     args = fam.make_inputs(problem, seed)
     kernel = jax.jit(lambda *a: fam.pallas(*a, p=problem, blocks=blocks, interpret=interpret))
     ref = jax.jit(lambda *a: fam.reference(problem, *a))
-    out = np.asarray(jax.block_until_ready(kernel(*args)), dtype=np.float32)
-    want = np.asarray(jax.block_until_ready(ref(*args)), dtype=np.float32)
-    scale = float(np.max(np.abs(want))) if want.size else 0.0
-    finite = bool(np.isfinite(out).all() or not np.isfinite(want).all())
-    err = float(np.max(np.abs(out - want))) / max(scale, 1e-30) if finite else float("inf")
+    got = jax.block_until_ready(kernel(*args))
+    expected = jax.block_until_ready(ref(*args))
+    # A multi-output kernel returns a tuple: each output is compared with its own reference output.
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    if len(got) != len(expected):
+        raise ValueError(f"the kernel returns {len(got)} outputs, the reference {len(expected)}")
+    errors = [_rel_err(np.asarray(o, dtype=np.float32), np.asarray(w, dtype=np.float32))
+              for o, w in zip(got, expected, strict=True)]
+    err = max(errors)
+    finite = err != float("inf")
     tol, tol_dtype = tolerance_for(problem)
     result = {
         "family": fam.FAMILY, "problem": dataclasses.asdict(problem), "blocks": dataclasses.asdict(blocks),
         "grid": list(blocks.grid(problem)), "backend": jax.default_backend(),
         "interpret": interpret if isinstance(interpret, bool) else "tpu",
-        "max_rel_err": err, "tolerance": tol, "tolerance_dtype": tol_dtype, "ok": bool(finite and err <= tol),
+        "max_rel_err": err, "output_errors": errors, "tolerance": tol, "tolerance_dtype": tol_dtype, "ok": bool(finite and err <= tol),
         "pallas_s": None, "reference_s": None,
     }
     if time_reps:
         result["pallas_s"] = _wall(kernel, args, time_reps)
         result["reference_s"] = _wall(ref, args, time_reps)
     return result
+
+
+def _rel_err(out, want) -> float:
+    """max|out - want| / max|want|; inf when the kernel produced non-finite values the reference has not."""
+    if out.shape != want.shape:
+        return float("inf")
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    if not (np.isfinite(out).all() or not np.isfinite(want).all()):
+        return float("inf")
+    return float(np.max(np.abs(out - want))) / max(scale, 1e-30) if want.size else 0.0
 
 
 def describe(problem) -> str:

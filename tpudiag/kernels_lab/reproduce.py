@@ -21,7 +21,7 @@ from types import ModuleType
 from tpudiag.errors import InputError
 from tpudiag.kernels_lab.spec import OpSpec
 
-FAMILIES = ("matmul", "reduction", "elementwise", "transpose")
+FAMILIES = ("matmul", "reduction", "elementwise", "transpose", "multi_output", "datamove")
 BLOCKS_BEGIN = "# lab: block sizes begin (rewritten by `tpudiag lab tune`)"
 BLOCKS_END = "# lab: block sizes end"
 _HERE = Path(__file__).resolve().parent

@@ -35,7 +35,8 @@ class NotReproducible(UsageError):
 
 HLO_DTYPES = {"bf16": "bfloat16", "f32": "float32"}
 _SHAPE = re.compile(r"(?P<dtype>[a-z]+[0-9a-z]*)\[(?P<dims>[0-9,<=]*)\](?:\{(?P<layout>[^}]*)\})?")
-_OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call)\((?P<args>[^)]*)\)")
+_OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call|reshape|dynamic-slice|dynamic-update-slice)"
+                       r"\((?P<args>[^)]*)\)")
 MATMUL_CATEGORIES = ("convolution fusion", "convolution", "dot", "output fusion")
 ELEMENTWISE_CATEGORIES = ("loop fusion", "copy", "non-fusion elementwise", "data formatting")
 REDUCTION_HINTS = (("softmax", "softmax"), ("layer_norm", "layernorm"), ("layernorm", "layernorm"),
@@ -176,6 +177,22 @@ def _rows_cols(a: ArrayText) -> tuple[int, int]:
 
 def scale_problem(family: str, p: dict, factor: int) -> dict:
     q = dict(p)
+    if family == "datamove":
+        def sd(d):
+            return [scale_dim(x, factor) for x in d]
+        if p["op"] in ("copy", "relayout") and p["in_dims"] != p["out_dims"]:
+            return q  # a reshape cannot scale its two shapes independently: run the full problem
+        q.update(in_dims=sd(p["in_dims"]), out_dims=sd(p["out_dims"]))
+        if p.get("update_dims"):
+            q["update_dims"] = [min(u, o) for u, o in zip(sd(p["update_dims"]), q["out_dims"], strict=True)]
+        if p["op"] == "dynamic_slice":
+            q["out_dims"] = [min(o, i) for o, i in zip(q["out_dims"], q["in_dims"], strict=True)]
+        return q
+    if family == "multi_output":
+        q.update(m=scale_dim(p["m"], factor), n=scale_dim(p["n"], factor),
+                 k=scale_dim(p["k"], factor) if p["kind"] == "matmul" else 1,
+                 extras=[[scale_dim(r, factor), scale_dim(c, factor), d, role] for r, c, d, role in p["extras"]])
+        return q
     dims = {"matmul": ("m", "k", "n"), "reduction": ("rows", "cols"), "elementwise": ("rows", "cols"),
             "transpose": ("rows", "cols")}[family]
     for key in dims:
@@ -200,8 +217,12 @@ def _epilogue(body: str) -> tuple[str, bool, list[str]]:
 
 
 def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf_op: str, flops: float,
-          bytes_accessed: float, body: str = "") -> tuple[str, dict, list[str]]:
-    """(family, problem fields, basis) for one op, or NotReproducible with the reason."""
+          bytes_accessed: float, body: str = "", operands: list[ArrayText] | None = None,
+          operands_from: str = "") -> tuple[str, dict, list[str]]:
+    """(family, problem fields, basis) for one op, or NotReproducible with the reason. `operands`
+    (resolved by the caller) default to the shapes printed in `hlo_text` or the body's parameters."""
+    if operands is None:
+        operands, operands_from = resolve_operands(hlo_text, body, lambda _name: "")
     cat = category.lower()
     family = collective_family(name, category)
     if family:
@@ -214,9 +235,8 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         raise NotReproducible(f"`{name}` is a custom call (already a hand-written kernel)")
     shape_text = (shape_with_layout or hlo_text.split("=", 1)[-1]).strip()
     if shape_text.startswith("("):
-        n = len(re.findall(r"[a-z0-9]+\[[0-9,]*\]", shape_text))
-        raise NotReproducible(f"`{name}` returns a tuple of {n} arrays (e.g. an async collective fusion carrying "
-                              "its collective's state); the lab reproduces single-array outputs only")
+        return _infer_tuple(name=name, category=category, shape_text=shape_text, hlo_text=hlo_text, body=body,
+                            flops=flops, operands=operands)
     out = parse_array(shape_text)
     if out is not None and not out.dims:
         raise NotReproducible(f"`{name}` returns a scalar ({out.text}); nothing worth a kernel")
@@ -233,14 +253,22 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
             "reproduction writes x.T as a row-major array",
             f"output {out.text} from the capture's shape_with_layout; input assumed {out.dtype}"
             f"[{out.dims[0]},{out.dims[1]}]{{1,0}}"]
+    moved = _infer_datamove(name=name, cat=cat, out=out, text=hlo_text + body, operands=operands,
+                            operands_from=operands_from, is_copy=bool(is_copy))
+    if moved is not None:
+        return moved
     if not out.row_major:
         raise NotReproducible(f"`{name}` writes layout {{{','.join(map(str, out.minor_to_major))}}}; the lab "
                               "reproduces row-major outputs and 2-D copies into {0,1} only")
-    operands = operand_shapes(hlo_text) or parameter_shapes(body)
     out_dtype = _jnp_dtype(out.dtype, "output", name)
-    in_dtype = _jnp_dtype(operands[0].dtype, "operand", name) if operands else out_dtype
+    # Masks and indices (pred, s32) among the operands are not the data: take the first float operand.
+    float_operands = [a for a in operands if a.dtype in HLO_DTYPES]
+    if operands and not float_operands:
+        _jnp_dtype(operands[0].dtype, "operand", name)  # raises with the operand's dtype
+    operands = float_operands
+    in_dtype = HLO_DTYPES[operands[0].dtype] if operands else out_dtype
     basis = [f"output {out.text} from the capture's shape_with_layout"]
-    basis.append(f"operand dtype {in_dtype} from the HLO operands" if operands else
+    basis.append(f"operand dtype {in_dtype} from {operands_from}" if operands else
                  f"operand dtype {in_dtype}: assumed equal to the output's (no operands in the HLO text)")
     rows, cols = _rows_cols(out)
     tf_lower = tf_op.lower()
@@ -312,30 +340,175 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
     raise NotReproducible(f"`{name}` has category `{category}`, which no kernel family covers yet")
 
 
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+) = (?P<rest>.*)$", re.M)
+_COMPUTATION = re.compile(r"^%?(?P<name>[\w.\-]+) [^\n]*?\{\n.*?^\}", re.M | re.S)
+
+
+class DumpIndex:
+    """An HLO dump directory read once: each instruction's line and each computation's text by name
+    (`*after_optimizations.txt` first, then other HLO texts; the first file naming an op wins)."""
+
+    def __init__(self, dump: Path):
+        self.dump = dump
+        self.lines: dict[str, str] = {}
+        self.computations: dict[str, str] = {}
+        files = sorted(dump.rglob("*after_optimizations.txt")) + sorted(
+            p for p in dump.rglob("*hlo*.txt") if not p.name.endswith("after_optimizations.txt"))
+        for path in files:
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            for m in _INSTR.finditer(text):
+                self.lines.setdefault(m.group("name"), m.group(0).strip())
+            for m in _COMPUTATION.finditer(text):
+                self.computations.setdefault(m.group("name"), m.group(0))
+
+    def find(self, name: str) -> tuple[str, str]:
+        """The op's instruction line and its called computation's text (empty strings when absent).
+        The body starts with the computation's header line, which carries its parameter shapes."""
+        line = self.lines.get(name, "")
+        called = re.search(r"calls=%?([\w.\-]+)", line)
+        return line, (self.computations.get(called.group(1), "") if called else "")
+
+    def shape_of(self, name: str) -> str:
+        """The result shape text of the instruction `name` (a tuple shape included), or ''."""
+        rest = self.lines.get(name, "").split(" = ", 1)[-1]
+        if rest.startswith("("):
+            depth = 0
+            for i, ch in enumerate(rest):
+                depth += {"(": 1, ")": -1}.get(ch, 0)
+                if depth == 0:
+                    return rest[:i + 1]
+        m = _SHAPE.match(rest)
+        return m.group(0) if m else ""
+
+
+DATAMOVE_DTYPES = dict(HLO_DTYPES, s32="int32", u32="uint32", s8="int8")
+
+
+def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands: list[ArrayText],
+                    operands_from: str, is_copy: bool) -> tuple[str, dict, list[str]] | None:
+    """The datamove family for prefetch copies, relayouts, dynamic slices and updates; None otherwise."""
+    if cat in ("copy-done", "copy-start") or name.startswith(("copy-done", "copy-start")):
+        op = "copy"
+    elif cat == "dynamic-slice" or name.startswith("dynamic-slice") or re.search(r"\bdynamic-slice\(", text):
+        op = "dynamic_slice"
+    elif (cat == "dynamic-update-slice" or name.startswith("dynamic-update-slice")
+          or re.search(r"\bdynamic-update-slice\(", text)):
+        op = "dynamic_update_slice"
+    elif cat == "reshape" or name.startswith("reshape") or (is_copy and not out.row_major):
+        op = "relayout"
+    else:
+        return None
+    if out.dtype not in DATAMOVE_DTYPES:
+        raise NotReproducible(f"`{name}` moves dtype {out.dtype}; the datamove family takes "
+                              f"{', '.join(DATAMOVE_DTYPES)}")
+    dtype = DATAMOVE_DTYPES[out.dtype]
+    dims = out.dims
+    basis = [f"family datamove ({op}): " + {"copy": f"category `{cat}` (a memory-space prefetch copy; "
+                                                    "reproduced as one HBM -> HBM DMA of the same bytes)",
+                                            "dynamic_slice": "a dynamic-slice (one DMA of the window)",
+                                            "dynamic_update_slice": "a dynamic-update-slice (the update DMAed "
+                                                                    "into the aliased operand)",
+                                            "relayout": "a reshape or copy that writes another tiled layout"}[op],
+             f"output {out.text} from the capture's shape_with_layout"]
+    first = operands[0] if operands else None
+    if op == "copy":
+        return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype), basis
+    if op == "dynamic_slice":
+        if first is not None and len(first.dims) == len(dims) and all(i >= o for i, o in zip(first.dims, dims)):
+            in_dims = list(first.dims)
+            basis.append(f"operand {first.text} from {operands_from}")
+        else:
+            in_dims = [2 * dims[0], *dims[1:]]
+            basis.append(f"operand shape unknown: assumed {in_dims} (twice the window's leading dim)")
+        return "datamove", dict(op=op, in_dims=in_dims, out_dims=list(dims), dtype=dtype), basis
+    if op == "dynamic_update_slice":
+        upd = operands[1] if len(operands) > 1 else None
+        if upd is not None and len(upd.dims) == len(dims) and all(u <= o for u, o in zip(upd.dims, dims)):
+            update = list(upd.dims)
+            basis.append(f"update {upd.text} from {operands_from}")
+        else:
+            update = [max(1, dims[0] // 2), *dims[1:]]
+            basis.append(f"update shape unknown: assumed {update} (half the leading dim)")
+        return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype, update_dims=update), basis
+    perm = list(reversed(out.minor_to_major)) if out.minor_to_major is not None else list(range(len(dims)))
+    if first is not None and first.numel == out.numel:
+        in_dims = list(first.dims)
+        basis.append(f"operand {first.text} from {operands_from}")
+    else:
+        in_dims = list(dims)
+        basis.append("operand shape unknown: assumed the output's logical shape")
+    basis.append(f"physical order (major to minor) {perm} from the output layout; the reproduction writes "
+                 "transpose(reshape(x), perm) row-major")
+    return "datamove", dict(op=op, in_dims=in_dims, out_dims=list(dims), dtype=dtype, perm=perm), basis
+
+
+_ALIAS = re.compile(r"\{(\d+)\}:\s*\((\d+),")
+
+
+def _infer_tuple(*, name: str, category: str, shape_text: str, hlo_text: str, body: str, flops: float,
+                 operands: list[ArrayText]) -> tuple[str, dict, list[str]]:
+    """A fusion returning a tuple -> the multi_output family: its bf16/f32 arrays are the kernel's
+    outputs (the first non-aliased one is the primary), scalars and integer outputs are state."""
+    elements = [parse_array(t) for t in re.findall(r"[a-z][a-z0-9]*\[[0-9,]*\](?:\{[^}]*\})?", shape_text)]
+    n = len(elements)
+    aliased = {int(o) for o, _ in _ALIAS.findall(hlo_text.split("output_to_operand_aliasing=", 1)[-1]
+                                                 if "output_to_operand_aliasing=" in hlo_text else "")}
+    arrays = [(i, a) for i, a in enumerate(elements) if a is not None and a.dims and a.dtype in HLO_DTYPES
+              and 0 not in a.dims]
+    state = [a.text for a in elements if a is not None and (a.dtype not in HLO_DTYPES or not a.dims)]
+    primary = next(((i, a) for i, a in arrays if i not in aliased), None)
+    if primary is None:
+        raise NotReproducible(f"`{name}` returns a tuple of {n} arrays with no bf16/f32 output that is not "
+                              "aliased to an operand (state only): nothing to compute")
+    i0, out = primary
+    m, ncols = _rows_cols(out)
+    basis = [f"family multi_output: a tuple of {n} arrays; output {i0} {out.text} is the primary"]
+    if state:
+        basis.append(f"{len(state)} state outputs not reproduced (scalars / integer indices and sync flags, "
+                     f"e.g. {state[0]})")
+    if aliased:
+        basis.append(f"outputs {sorted(aliased)} alias operands (output_to_operand_aliasing): carried in HBM, "
+                     "untouched on one chip")
+    extras = []
+    for i, a in arrays:
+        if i == i0:
+            continue
+        r, c = _rows_cols(a)
+        extras.append([r, c, HLO_DTYPES[a.dtype], "carried" if i in aliased else "computed"])
+    if any(not a.row_major for _, a in arrays):
+        basis.append("non-row-major output layouts are written row-major (the relayout is not reproduced)")
+    out_dtype = HLO_DTYPES[out.dtype]
+    in_dtype = HLO_DTYPES.get(operands[0].dtype, out_dtype) if operands else out_dtype
+    is_matmul = bool(re.search(r"\b(dot|convolution)\(", hlo_text + body)) or category.lower() in MATMUL_CATEGORIES
+    if is_matmul:
+        k_float = flops / (2.0 * m * ncols) if flops > 0 else 0.0
+        if k_float < 1 or abs(k_float - round(k_float)) > 1e-6 * k_float:
+            raise NotReproducible(f"`{name}` is a multi-output matmul fusion whose contracting dim is unknown "
+                                  f"(no whole K from its FLOP count {flops:.4g})")
+        k = int(round(k_float))
+        basis.append(f"primary is a matmul: K={k} from flops / (2*M*N) = {flops:.4g} / (2*{m}*{ncols})")
+        return "multi_output", dict(kind="matmul", m=m, n=ncols, k=k, n_inputs=1, in_dtype=in_dtype,
+                                    out_dtype=out_dtype, extras=extras), basis
+    n_inputs = max(1, min(8, sum(1 for a in operands if a.numel == out.numel)))
+    basis.append(f"primary is elementwise over {n_inputs} same-sized inputs (a stand-in body: weighted sum); "
+                 "computed extras are 2*e of their own input (stand-in)")
+    return "multi_output", dict(kind="elementwise", m=m, n=ncols, k=1, n_inputs=n_inputs, in_dtype=in_dtype,
+                                out_dtype=out_dtype, extras=extras), basis
+
+
 def find_in_dump(dump: Path, name: str) -> tuple[str, str]:
     """The op's instruction line and its fused computation's text from an HLO dump directory
-    (`*after_optimizations.txt` preferred, then other HLO texts); empty strings when absent. The
-    body starts with the computation's header line, which carries its parameter shapes."""
-    files = sorted(dump.rglob("*after_optimizations.txt")) + sorted(
-        p for p in dump.rglob("*hlo*.txt") if not p.name.endswith("after_optimizations.txt"))
-    line_re = re.compile(rf"^\s*(?:ROOT\s+)?%?{re.escape(name)} = .*$", re.M)
-    for path in files:
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            continue
-        m = line_re.search(text)
-        if m is None:
-            continue
-        line = m.group(0).strip()
-        body = ""
-        called = re.search(r"calls=%?([\w.\-]+)", line)
-        if called:
-            comp = re.search(rf"^%?{re.escape(called.group(1))} .*?\{{\n.*?^\}}", text, re.M | re.S)
-            if comp:
-                body = comp.group(0)
-        return line, body
-    return "", ""
+    (`*after_optimizations.txt` preferred, then other HLO texts); empty strings when absent."""
+    return DumpIndex(dump).find(name)
+
+
+def operand_names(hlo_text: str) -> list[str]:
+    """`%name` operands of the instruction's call parentheses, in order."""
+    m = re.search(r"=\s*(?:\([^=]*?\)|\S+)\s+[\w\-]+\((?P<args>[^)]*)\)", hlo_text)
+    return re.findall(r"%([\w.\-]+)", m.group("args")) if m else []
 
 
 def extract_spec(capture: Path, op: str, *, dump: Path | None = None, topology: str | None = None,
@@ -366,6 +539,17 @@ def describe_problem(family: str, p: dict) -> str:
         return f"{p['n_inputs']} x {_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> {_SHORT[p['out_dtype']]}{act}"
     if family == "transpose":
         return f"{_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> [{p['cols']},{p['rows']}]"
+    if family == "datamove":
+        short = {"int32": "s32", "uint32": "u32", "int8": "s8"}.get(p["dtype"]) or _SHORT[p["dtype"]]
+        extra = f" perm {p['perm']}" if p["op"] == "relayout" else (
+            f" update {p['update_dims']}" if p["op"] == "dynamic_update_slice" else "")
+        return f"{p['op']} {short}{p['in_dims']} -> {p['out_dims']}{extra}"
+    if family == "multi_output":
+        head = (f"{_SHORT[p['in_dtype']]} {p['m']}x{p['k']} @ {p['k']}x{p['n']}" if p["kind"] == "matmul"
+                else f"{p['n_inputs']} x {_SHORT[p['in_dtype']]}[{p['m']},{p['n']}]")
+        carried = sum(1 for e in p["extras"] if e[3] == "carried")
+        return (f"{head} -> {_SHORT[p['out_dtype']]} + {len(p['extras']) - carried} computed, {carried} carried "
+                "outputs")
     return " ".join(f"{k}={v}" for k, v in p.items())
 
 
@@ -382,15 +566,17 @@ class SurveyRow:
     reason: str  # why not, when family is ''
 
 
-def survey(analysis, capture: Path, top: int | None = None) -> list[SurveyRow]:
-    """The first host's ops by self time, each with its family and problem or the reason it has none."""
+def survey(analysis, capture: Path, top: int | None = None, *, dump: Path | None = None) -> list[SurveyRow]:
+    """The first host's ops by self time, each with its family and problem or the reason it has none.
+    With `dump` (an HLO dump of the same program) operand shapes and fusion bodies come from it."""
+    index = _dump_index(dump)
     ops = analysis.ops[analysis.ops["host"] == analysis.ops["host"].iloc[0]] if len(analysis.ops) else analysis.ops
     ops = ops.sort_values("self_time_ps", ascending=False)
     total = float(ops["self_time_ps"].sum()) or 1.0
     rows = []
     for _, r in ops.head(top if top is not None else len(ops)).iterrows():
         try:
-            spec = spec_from_analysis(analysis, capture, str(r["name"]), topology=None)
+            spec = spec_from_analysis(analysis, capture, str(r["name"]), topology=None, dump=index)
             family, problem, reason = spec.family, spec.problem, ""
         except UsageError as exc:
             family, problem, reason = "", {}, exc.one_line()
@@ -399,9 +585,63 @@ def survey(analysis, capture: Path, top: int | None = None) -> list[SurveyRow]:
     return rows
 
 
-def spec_from_analysis(analysis, capture: Path, op: str, *, dump: Path | None = None, topology: str | None = None,
+def _dump_index(dump) -> DumpIndex | None:
+    if dump is None or isinstance(dump, DumpIndex):
+        return dump
+    if not dump.is_dir():
+        raise UsageError("the dump directory does not exist", path=dump)
+    return DumpIndex(dump)
+
+
+def resolve_operands(hlo_text: str, body: str, shape_of) -> tuple[list[ArrayText], str]:
+    """Operand shapes and where they came from: printed in the instruction, the fused computation's
+    parameters, or each `%name` operand looked up with `shape_of(name)` (tuple-shaped and unknown
+    operands are skipped, so the list may be shorter than the operand list)."""
+    shapes = operand_shapes(hlo_text)
+    if shapes:
+        return shapes, "the HLO operands"
+    shapes = parameter_shapes(body)
+    if shapes:
+        return shapes, "the fused computation's parameters"
+    found = [parse_array(shape_of(n)) for n in operand_names(hlo_text)]
+    found = [a for a in found if a is not None]
+    return found, ("the operands' own instructions" if found else "")
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Share of a host's op self time the lab reproduces, split into compute and collectives."""
+
+    compute_ps: int
+    compute_reproducible_ps: int
+    collective_ps: int
+    collective_reproducible_ps: int
+    collective_families: tuple[str, ...]  # families present in the capture
+    collective_families_reproducible: tuple[str, ...]
+
+    @property
+    def compute_share(self) -> float:
+        return self.compute_reproducible_ps / self.compute_ps if self.compute_ps else 0.0
+
+    @property
+    def collective_share(self) -> float:
+        return self.collective_reproducible_ps / self.collective_ps if self.collective_ps else 0.0
+
+
+def coverage(rows: list[SurveyRow]) -> Coverage:
+    """Coverage over a full survey (call `survey` with top=None)."""
+    comp = [r for r in rows if not collective_family(r.op_name, r.category)]
+    coll = [r for r in rows if collective_family(r.op_name, r.category)]
+    fams = sorted({collective_family(r.op_name, r.category) for r in coll})
+    done = sorted({collective_family(r.op_name, r.category) for r in coll if r.family})
+    return Coverage(sum(r.self_time_ps for r in comp), sum(r.self_time_ps for r in comp if r.family),
+                    sum(r.self_time_ps for r in coll), sum(r.self_time_ps for r in coll if r.family),
+                    tuple(fams), tuple(done))
+
+
+def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology: str | None = None,
                        scale_down: int = 1) -> OpSpec:
-    """`extract_spec` on an already analysed capture."""
+    """`extract_spec` on an already analysed capture; `dump` is a directory or a `DumpIndex`."""
     ops = analysis.ops[analysis.ops["name"] == op]
     if ops.empty:
         names = sorted(set(analysis.ops["name"]))
@@ -418,19 +658,27 @@ def spec_from_analysis(analysis, capture: Path, op: str, *, dump: Path | None = 
               else float(row["bytes_accessed"]) / max(1, row["occurrences"]))
     body = ""
     notes = []
-    if dump is not None:
-        if not dump.is_dir():
-            raise UsageError("the dump directory does not exist", path=dump)
-        line, body = find_in_dump(dump, op)
+    index = _dump_index(dump)
+    if index is not None:
+        line, body = index.find(op)
         if line:
             hlo_text = line
-            notes.append(f"HLO text and fusion body from the dump `{dump}`")
+            notes.append(f"HLO text and fusion body from the dump `{index.dump}`")
         else:
-            notes.append(f"`{op}` not found in the dump `{dump}`; used the capture's HLO text")
+            notes.append(f"`{op}` not found in the dump `{index.dump}`; used the capture's HLO text")
+    program_ops = analysis.ops[analysis.ops["program_id"] == row["program_id"]]
+    capture_shapes = dict(zip(program_ops["name"].astype(str), program_ops["shape_with_layout"].astype(str),
+                              strict=True))
+
+    def shape_of(name: str) -> str:
+        return (index.shape_of(name) if index is not None else "") or capture_shapes.get(name, "")
+
+    operands, operands_from = resolve_operands(hlo_text, body, shape_of)
     family, problem, basis = infer(name=op, category=str(row["category"]),
                                    shape_with_layout=str(row["shape_with_layout"]),
                                    hlo_text=hlo_text, tf_op=str(row["tf_op"] or ""), flops=flops,
-                                   bytes_accessed=nbytes, body=body)
+                                   bytes_accessed=nbytes, body=body, operands=operands,
+                                   operands_from=operands_from)
     device = host.device
     chip = device.chip
     if topology is None:
@@ -449,7 +697,7 @@ def spec_from_analysis(analysis, capture: Path, op: str, *, dump: Path | None = 
         op_name=op, category=str(row["category"]), program=str(row["module"]), family=family, problem=problem,
         run_problem=scale_problem(family, problem, scale_down), scale_down=scale_down,
         shape_with_layout=str(row["shape_with_layout"]),
-        operands=tuple(a.text for a in operand_shapes(hlo_text) or parameter_shapes(body)), hlo_text=hlo_text,
+        operands=tuple(a.text for a in operands), hlo_text=hlo_text,
         tf_op=str(row["tf_op"] or ""),
         source=str(row["source"] or ""), basis=tuple(basis), device_type=device.device_type, generation=generation,
         topology=topology, vmem_bytes=target.vmem_bytes, hbm_bytes_per_s=target.hbm_bytes_per_s,

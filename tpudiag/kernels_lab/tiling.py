@@ -21,7 +21,7 @@ SUBLANE = 8  # second-minor tile
 LANE = 128  # minor tile
 BUFFERING = 2  # pipeline buffers per blocked input/output
 
-_ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int32": 4}
+_ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int32": 4, "uint32": 4}
 
 
 class BlockSizeError(ValueError):

@@ -1,0 +1,211 @@
+"""Data movement: copies, layout changes, dynamic-slice and dynamic-update-slice.
+
+These ops compute nothing; their cost is the bytes they move and how (DMA descriptors, re-tiling).
+Each op is one `pallas_call` without a grid:
+
+- `copy` (a `copy-start/copy-done` prefetch, a plain copy): one DMA HBM -> HBM (`pl.ANY` on both
+  sides, `pltpu.make_async_copy` with a DMA semaphore). On a TPU the captured copy moved HBM ->
+  VMEM (memory-space assignment); one chip's reproduction moves the same bytes between HBM buffers.
+- `relayout` (a copy or reshape that writes another tiled layout): the physical result is
+  `transpose(reshape(x, dims), perm)` with `perm` the output's major-to-minor order; the whole array
+  is one VMEM block, reshaped and transposed by the vector units (Mosaic supports only some
+  relayouts: a deviceless compile says which).
+- `dynamic_slice`: start indices in SMEM, clamped as XLA clamps them, one DMA of the window.
+- `dynamic_update_slice`: the operand aliased to the output in HBM, one DMA of the update into the
+  window (nothing else moves).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import asdict, dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from tpudiag.kernels_lab.tiling import BlockSizeError, check_vmem, itemsize  # repro: inlined
+
+FAMILY = "datamove"
+OPS = ("copy", "relayout", "dynamic_slice", "dynamic_update_slice")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """`in_dims` -> `out_dims`; `perm` (relayout) is the output's major-to-minor dim order;
+    `update_dims` (dynamic_update_slice) the update's shape."""
+
+    op: str
+    in_dims: tuple
+    out_dims: tuple
+    dtype: str = "bfloat16"
+    perm: tuple = ()
+    update_dims: tuple = ()
+
+    def __post_init__(self):
+        for name in ("in_dims", "out_dims", "perm", "update_dims"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))  # lists from spec.json
+        if self.op not in OPS:
+            raise BlockSizeError(f"op must be one of {OPS}, got {self.op!r}")
+        if self.op in ("copy", "relayout") and math.prod(self.in_dims) != math.prod(self.out_dims):
+            raise BlockSizeError(f"{self.op}: {self.in_dims} and {self.out_dims} hold different element counts")
+        if self.op == "relayout" and sorted(self.perm) != list(range(len(self.out_dims))):
+            raise BlockSizeError(f"relayout: perm must be a permutation of 0..{len(self.out_dims) - 1}, "
+                                 f"got {self.perm}")
+        if self.op == "dynamic_slice" and any(o > i for o, i in zip(self.out_dims, self.in_dims, strict=True)):
+            raise BlockSizeError(f"dynamic_slice: window {self.out_dims} exceeds the operand {self.in_dims}")
+        if self.op == "dynamic_update_slice" and any(
+                u > o for u, o in zip(self.update_dims, self.out_dims, strict=True)):
+            raise BlockSizeError(f"dynamic_update_slice: update {self.update_dims} exceeds {self.out_dims}")
+
+    @property
+    def out_dtype(self) -> str:
+        return self.dtype
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.dtype
+
+    @property
+    def flops(self) -> int:
+        return 0
+
+    @property
+    def min_hbm_bytes(self) -> int:
+        return hbm_bytes(self, None)
+
+
+@dataclass(frozen=True)
+class BlockSizes:
+    """No blocking: one DMA or one whole-array VMEM block. `whole` is always 1."""
+
+    whole: int = 1
+
+    def vmem_bytes(self, p: Problem) -> int:
+        if p.op != "relayout":
+            return 0
+        return 2 * 2 * math.prod(p.out_dims) * itemsize(p.dtype)  # input and output, double-buffered
+
+    def validate(self, p: Problem, vmem_bytes: int) -> BlockSizes:
+        if self.whole != 1:
+            raise BlockSizeError(f"datamove has no block sizes: whole must be 1, got {self.whole}")
+        check_vmem(f"{p.op} of {p.out_dims}", self.vmem_bytes(p), vmem_bytes)
+        return self
+
+    def grid(self, p: Problem) -> tuple[int, ...]:
+        return ()
+
+    def label(self) -> str:
+        return "whole array"
+
+
+def input_structs(p: Problem) -> list[tuple[tuple[int, ...], str]]:
+    structs = [(p.in_dims, p.dtype)]
+    if p.op == "dynamic_update_slice":
+        structs.append((p.update_dims, p.dtype))
+    if p.op in ("dynamic_slice", "dynamic_update_slice"):
+        structs.append(((len(p.out_dims),), "int32"))
+    return structs
+
+
+def make_inputs(p: Problem, seed: int = 0) -> list:
+    keys = jax.random.split(jax.random.PRNGKey(seed), 3)
+    out = []
+    for i, (shape, dtype) in enumerate(input_structs(p)):
+        if dtype == "int32" and i == len(input_structs(p)) - 1 and p.op.startswith("dynamic"):
+            # start indices, some past the end so the clamp is exercised
+            bound = p.in_dims if p.op == "dynamic_slice" else p.out_dims
+            out.append(jax.random.randint(keys[2], shape, 0, jnp.asarray(bound) + 2, jnp.int32))
+        elif jnp.issubdtype(jnp.dtype(dtype), jnp.integer):
+            out.append(jax.random.randint(keys[i], shape, 0, 1 << 7, jnp.int32).astype(dtype))
+        else:
+            out.append(jax.random.normal(keys[i], shape, jnp.float32).astype(dtype))
+    return out
+
+
+def reference(p: Problem, *args):
+    x = args[0]
+    if p.op == "copy":
+        return x.reshape(p.out_dims)
+    if p.op == "relayout":
+        return jnp.transpose(x.reshape(p.out_dims), p.perm)
+    if p.op == "dynamic_slice":
+        return jax.lax.dynamic_slice(x, tuple(args[1]), p.out_dims)
+    return jax.lax.dynamic_update_slice(x, args[1], tuple(args[2]))
+
+
+def _starts(idx_ref, limits):
+    # XLA clamps each start so the window stays inside the array
+    return [jnp.clip(idx_ref[d], 0, lim) for d, lim in enumerate(limits)]
+
+
+def _kernel(*refs, p: Problem):
+    if p.op == "copy":
+        x_ref, o_ref, sem = refs
+        copy = pltpu.make_async_copy(x_ref, o_ref, sem)
+    elif p.op == "relayout":
+        x_ref, o_ref = refs
+        o_ref[...] = jnp.transpose(x_ref[...].reshape(p.out_dims), p.perm)
+        return
+    elif p.op == "dynamic_slice":
+        x_ref, idx_ref, o_ref, sem = refs
+        starts = _starts(idx_ref, [i - o for i, o in zip(p.in_dims, p.out_dims, strict=True)])
+        window = tuple(pl.ds(s, n) for s, n in zip(starts, p.out_dims, strict=True))
+        copy = pltpu.make_async_copy(x_ref.at[window], o_ref, sem)
+    else:
+        _x_ref, u_ref, idx_ref, o_ref, sem = refs
+        starts = _starts(idx_ref, [o - u for o, u in zip(p.out_dims, p.update_dims, strict=True)])
+        window = tuple(pl.ds(s, n) for s, n in zip(starts, p.update_dims, strict=True))
+        copy = pltpu.make_async_copy(u_ref, o_ref.at[window], sem)
+    copy.start()
+    copy.wait()
+
+
+@functools.partial(jax.jit, static_argnames=("p", "blocks", "interpret", "vmem_limit_bytes"))
+def pallas(*args, p: Problem, blocks: BlockSizes, interpret: bool = False, vmem_limit_bytes: int | None = None):
+    any_spec = pl.BlockSpec(memory_space=pl.ANY)
+    smem = pl.BlockSpec(memory_space=pltpu.SMEM)
+    dma = [pltpu.SemaphoreType.DMA(())]
+    out_dims = p.out_dims if p.op != "relayout" else tuple(p.out_dims[d] for d in p.perm)
+    args = list(args)
+    if p.op == "copy":
+        args[0] = args[0].reshape(p.out_dims)  # a bitcast: the DMA copies the same bytes
+        in_specs, out_spec, scratch, aliases = [any_spec], any_spec, dma, {}
+    elif p.op == "relayout":
+        in_specs, out_spec, scratch, aliases = None, None, [], {}
+    elif p.op == "dynamic_slice":
+        in_specs, out_spec, scratch, aliases = [any_spec, smem], any_spec, dma, {}
+    else:
+        in_specs, out_spec, scratch, aliases = [any_spec, any_spec, smem], any_spec, dma, {0: 0}
+    kwargs = {} if in_specs is None else dict(in_specs=in_specs, out_specs=out_spec)
+    return pl.pallas_call(
+        functools.partial(_kernel, p=p),
+        out_shape=jax.ShapeDtypeStruct(out_dims, p.dtype),
+        scratch_shapes=scratch,
+        input_output_aliases=aliases,
+        compiler_params=pltpu.CompilerParams(vmem_limit_bytes=vmem_limit_bytes),
+        cost_estimate=pl.CostEstimate(flops=0, transcendentals=0, bytes_accessed=hbm_bytes(p, blocks)),
+        interpret=interpret,
+        **kwargs,
+    )(*args)
+
+
+def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
+    """What the op must move: the window (slice), the update (update-slice) or the array (copies)
+    read once and written once."""
+    moved = {"dynamic_slice": p.out_dims, "dynamic_update_slice": p.update_dims}.get(p.op, p.out_dims)
+    return 2 * math.prod(moved) * itemsize(p.dtype)
+
+
+def fit(p: Problem, whole: int = 1) -> BlockSizes:
+    return BlockSizes(1)
+
+
+def default_blocks(p: Problem, generation: str | None) -> BlockSizes:
+    return BlockSizes(1)
+
+
+def candidates(p: Problem) -> list[BlockSizes]:
+    return [BlockSizes(1)]
