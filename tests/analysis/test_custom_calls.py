@@ -25,3 +25,29 @@ def test_shapes_that_do_not_compose_are_not_a_matmul():
     assert matmul_cost("%c = f32[128,512]{1,0} custom-call(f32[128,300]{1,0} %a, f32[256,512]{1,0} %b)") is None
     assert matmul_cost("%c = f32[128]{0} custom-call(f32[128]{0} %a)") is None  # elementwise kernel
     assert matmul_cost("%c = f32[8,8]{1,0} fusion(f32[8,8]{1,0} %a, f32[8,8]{1,0} %b)") is None
+
+
+def test_matmul_shapes_behind_tiled_layouts():
+    # TPU long names carry tiled layouts whose parentheses must not end the operand list.
+    tiled = ("%shard_map.19 = bf16[2048,2048]{1,0:T(8,128)(2,1)} custom-call(bf16[2048,2048]{1,0:T(8,128)(2,1)} "
+             "%param.2, bf16[2048,2048]{1,0:T(8,128)(2,1)} %param.3), custom_call_target=\"tpu_custom_call\"")
+    assert matmul_cost(tiled)[0] == 2.0 * 2048 ** 3
+
+
+def test_a_modelled_pallas_matmul_gets_its_flops_from_the_operand_shapes(tmp_path):
+    """simulate prints operand shapes in long names, as a real trace does, so the kernel's FLOPs are derived."""
+    import pytest
+
+    from tpudiag.compiler.dumps import load_compile_output
+    from tpudiag.compiler.simulate import simulate
+    from tpudiag.examples_data import EXAMPLE_DUMPS
+    from tpudiag.pipeline import diagnose
+
+    dumps = EXAMPLE_DUMPS.parent / "pallas_matmul_v5e"
+    if not dumps.is_dir():
+        pytest.skip(f"no Pallas example dumps at {dumps}: only a checkout has them")
+    simulate(load_compile_output(dumps), tmp_path / "logdir")
+    ops = diagnose(str(tmp_path / "logdir")).analysis.ops
+    kernel = ops[ops["category"] == "custom-call"].iloc[0]
+    assert kernel["flops"] == 2.0 * 2048 ** 3 * kernel["occurrences"]
+    assert 0.5 < kernel["flop_utilization"] <= 1.0  # a healthy tiled bf16 matmul, near the roofline

@@ -20,6 +20,7 @@ import pandas as pd
 _COST = re.compile(r'cost_estimate\\?"?\s*:\s*\{(?P<body>[^}]*)\}')
 _FIELD = r'{}\\?"?\s*:\s*(?P<v>[0-9.eE+]+)'
 _SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>\d+(?:,\d+)*)?\]")
+_LAYOUT = re.compile(r"\{[^{}]*\}")
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
           "f64": 8, "s64": 8, "u64": 8}
 
@@ -50,7 +51,9 @@ def matmul_cost(hlo_text: str) -> tuple[float, float] | None:
     """(flops, bytes) when the custom call's shapes compose as a matmul, else None."""
     if not hlo_text or "=" not in hlo_text or "custom-call(" not in hlo_text:
         return None
-    lhs, rhs = hlo_text.split("=", 1)[1].split("custom-call(", 1)
+    # Layouts like `{1,0:T(8,128)(2,1)}` hold parentheses that would end the operand list early.
+    text = _LAYOUT.sub("", hlo_text)
+    lhs, rhs = text.split("=", 1)[1].split("custom-call(", 1)
     results = _shapes(lhs)
     operands = _shapes(rhs.split(")", 1)[0])
     if len(results) != 1 or len(operands) != 2:

@@ -76,12 +76,18 @@ def _hlo_proto(module_proto: bytes | None) -> bytes | None:
     return b"\x0a" + bytes(varint) + module_proto
 
 
+def _operand_text(program, computation: str, name: str) -> str:
+    """`shape %name`, as XProf's op long names print operands (a custom call's matmul shapes come from them)."""
+    operand = program.instructions.get((computation, name))
+    return f"{operand.shape_text} %{name}" if operand is not None and operand.shape_text else f"%{name}"
+
+
 def _op_defs(output: CompileOutput, ops: pd.DataFrame) -> tuple[OpDef, ...]:
     program = output.program
     defs = []
     for row in ops.itertuples(index=False):
         inst = program.instruction(row.name)
-        operands = ", ".join(f"%{o}" for o in inst.operands)
+        operands = ", ".join(_operand_text(program, inst.computation, o) for o in inst.operands)
         text = f"%{inst.name} = {inst.shape_text} {inst.opcode}({operands})"
         source = f"{Path(inst.source_file).name}:{inst.source_line}" if inst.source_file else ""
         defs.append(OpDef(name=row.name, category=str(row.category), flops=float(row.flops),
