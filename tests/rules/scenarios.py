@@ -376,3 +376,20 @@ def periodic_checkpoint(every: int = 5, copy_ps: int = CHECKPOINT_COPY_PS, idle_
 
     return design((TRAIN_STEP_OP, CHECKPOINT_COPY), schedule,
                   **{"n_steps": 20, "step_ps_for": length, "n_chips": 1, **overrides})
+
+
+# -- collectives inside a layer loop -------------------------------------------------------------
+
+LOOP_OP = OpDef("while.7", "while", shape="(s32[], f32[8])")
+
+
+def looped_collectives_schedule(chip: int, step: int) -> list[Placed]:
+    """`exposed_collectives_schedule` inside a `while` op (a scanned layer loop) that spans it all:
+    the same windows and known values, nested one level deeper."""
+    inner = [Placed(p.op, p.offset_ps + 10 * US, p.dur_ps) for p in exposed_collectives_schedule(chip, step)]
+    end = max(p.offset_ps + p.dur_ps for p in inner)
+    return [Placed(LOOP_OP.name, 5 * US, end)] + inner  # from 5 µs to 5 µs past the last op
+
+
+def looped_collectives(**overrides) -> CaptureDesign:
+    return design(COLLECTIVE_OPS + (LOOP_OP,), looped_collectives_schedule, **overrides)

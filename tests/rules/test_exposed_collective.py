@@ -171,6 +171,44 @@ def test_agrees_with_xprof_analyze_async_overlap(tmp_path: Path, async_line: boo
     assert compared == 12
 
 
+# -- collectives inside a loop --------------------------------------------------------------------
+
+
+def test_a_loop_around_the_collectives_hides_nothing(tmp_path: Path):
+    """The enclosing `while` is a container, not compute: the windows inside keep their values,
+    and the synchronous all-reduce nested one level down is still counted."""
+    flat = collective_windows(sc.analyse(sc.exposed_collectives(), tmp_path / "flat"))
+    looped = collective_windows(sc.analyse(sc.looped_collectives(), tmp_path / "loop"))
+    cols = ["name", "kind", "span_ps", "exposed_ps", "klass"]
+    assert looped[cols].values.tolist() == flat[cols].values.tolist()
+    findings = _run(sc.analyse(sc.looped_collectives(), tmp_path / "again"))
+    assert sorted(f.saving.ps for f in findings) == [800 * US, 830 * US]
+
+
+def test_nesting_facts_per_device():
+    """Containers have a deeper next event on their device; anything under a collective is inside it."""
+    import numpy as np
+
+    from tpudiag.rules.exposed_collective import nesting_facts
+
+    # device 0: while(0) > [fusion(1), all-reduce(1) > fusion(2)]; device 1: a lone fusion at depth 0
+    dev = np.array([0, 0, 0, 0, 1])
+    start = np.array([0, 0, 10, 10, 0])
+    depth = np.array([0, 1, 1, 2, 0])
+    is_coll = np.array([False, False, True, False, False])
+    has_child, in_coll = nesting_facts(dev, start, depth, is_coll)
+    assert has_child.tolist() == [True, False, True, False, False]
+    assert in_coll.tolist() == [False, False, False, True, False]
+
+
+@pytest.mark.xprof
+def test_xprof_counts_the_loop_as_covering_its_windows(tmp_path: Path):
+    """The deliberate departure from XProf, documented in the rule: `analyze_async_overlap` counts
+    the `while` op as compute and calls every window inside it hidden."""
+    doc = _xprof_overlap(sc.write_run(sc.looped_collectives(), tmp_path / "ours"), tmp_path)
+    assert doc["summary"]["count"] == 18 and doc["summary"]["hidden"] == 18 and doc["summary"]["exposed_ps"] == 0
+
+
 # -- the compiled schedule says why ---------------------------------------------------------------
 
 SCHEDULED_HLO = """HloModule jit_train_step, is_scheduled=true

@@ -50,7 +50,11 @@ averaged over steps. An upper bound: hiding a collective can stretch the compute
 Known limits
 ------------
 Coverage counts compute ops on the same core only (not SparseCore or DMA engines) and excludes
-other collectives, unlike XProf, which counts every non-async op. The trace alone does not say
+other collectives, unlike XProf, which counts every non-async op. Deliberately unlike XProf's
+`analyze_async_overlap`, a container op (`while`, `call`, `conditional`: any op with ops nested
+in it) is not compute: its body is. XProf counts the enclosing `while` as covering every window
+inside a loop, so a layer loop (`lax.scan`) hides all its collectives there; synchronous
+collectives inside a loop are counted here too. The trace alone does not say
 why a collective stayed synchronous: without the compiled HLO the advice follows from the op's
 name, category and the device generation. Ops are matched to the HLO by instruction name.
 Captures without steps count as one step. On a multi-host capture with a straggling host (as
@@ -125,6 +129,42 @@ def classify(ratio: float, options: Options) -> str:
     return "partial"
 
 
+def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray,
+                  is_coll: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per event: (has a nested event, lies inside a collective), from the `depth` of nesting.
+
+    Events are walked in (device, start, depth) order, where a parent comes right before its
+    first child: an event has a child when the next one on its device is deeper. The parent of
+    an event at depth d is the last earlier event at depth d - 1 on its device, found level by
+    level with one searchsorted each, so the cost is per level, not per event.
+    """
+    n = len(start)
+    has_child = np.zeros(n, dtype=bool)
+    in_coll = np.zeros(n, dtype=bool)
+    if n == 0 or depth.max(initial=0) == 0:
+        return has_child, in_coll
+    order = np.lexsort((depth, start, device_codes))
+    dev, dep = device_codes[order], depth[order]
+    has_child[order[:-1]] = (dev[:-1] == dev[1:]) & (dep[1:] > dep[:-1])
+    # Key = (device, position) in one int64 so a searchsorted stays on the event's own device.
+    pos = np.arange(n, dtype=np.int64)
+    key = dev.astype(np.int64) * (n + 1) + pos
+    coll_or_inside = is_coll[order].copy()  # a collective, or nested in one
+    for level in range(1, int(dep.max()) + 1):
+        parents = np.flatnonzero(dep == level - 1)
+        children = np.flatnonzero(dep == level)
+        if not len(parents) or not len(children):
+            continue
+        at = np.searchsorted(key[parents], key[children], side="right") - 1
+        ok = at >= 0
+        ok[ok] = dev[parents[at[ok]]] == dev[children[ok]]
+        inside = np.zeros(len(children), dtype=bool)
+        inside[ok] = coll_or_inside[parents[at[ok]]]
+        in_coll[order[children]] = inside
+        coll_or_inside[children] |= inside
+    return has_child, in_coll
+
+
 def collective_windows(analysis, options: Options | None = None) -> pd.DataFrame:
     """One row per async collective window and per synchronous collective, with its coverage.
 
@@ -147,11 +187,14 @@ def collective_windows(analysis, options: Options | None = None) -> pd.DataFrame
                                for c in ev["category"].cat.categories.astype(str)] + [""], dtype=object)[cat_codes]
         fam = np.where(fam_by_name != "", fam_by_name, fam_by_cat)
         is_coll = fam != ""
-        compute = ~is_async_op & ~is_coll
         start = ev["start_ps"].to_numpy()
-        end = start + ev["dur_ps"].to_numpy()
         device_codes = ev["device"].cat.codes.to_numpy()
         depth = ev["depth"].to_numpy()
+        has_child, in_coll = nesting_facts(device_codes, start, depth, is_coll)
+        # A container (`while`, `call`, `conditional`) spans its body: counting it as compute would
+        # hide every window inside a loop. Its children are what runs, so only leaves cover.
+        compute = ~is_async_op & ~is_coll & ~has_child & ~in_coll
+        end = start + ev["dur_ps"].to_numpy()
         windows = host.async_windows
         for code in np.unique(device_codes):
             if code < 0:
@@ -169,7 +212,7 @@ def collective_windows(analysis, options: Options | None = None) -> pd.DataFrame
                     "name": w["name"].astype(str).to_numpy(), "family": w["family"].astype(str).to_numpy(),
                     "kind": "async", "start_ps": w["start_ps"].to_numpy(), "end_ps": w["end_ps"].to_numpy(),
                     "source": w["source"].astype(str).to_numpy()}))
-            sync = on & is_coll & ~is_async_op & (depth == 0) & ~np.isin(fam, ["send", "recv"])
+            sync = on & is_coll & ~is_async_op & ~in_coll & ~np.isin(fam, ["send", "recv"])
             if sync.any():
                 rows.append(pd.DataFrame({
                     "name": np.asarray(names, dtype=object)[name_codes[sync]], "family": fam[sync], "kind": "sync",
