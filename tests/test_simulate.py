@@ -161,3 +161,19 @@ def test_committed_example_captures_are_what_simulate_writes(name, clock_ghz, tm
     path, _, _ = simulate(load_compile_output(models / "dumps" / name), tmp_path / "logdir", clock_ghz=clock_ghz)
     committed = models / "captures" / name / "plugins" / "profile" / "modelled" / "modelled.xplane.pb"
     assert path.read_bytes() == committed.read_bytes()
+
+
+def test_ops_without_compiler_cycles_are_timed_at_their_roofline():
+    """A plain `--xla_dump_to` dump has no cycle estimates: its matmuls must not be timed by their
+    bytes alone, while ops the compiler did estimate keep that estimate."""
+    from tpudiag.compiler.simulate import roofline_durations
+    from tpudiag.model.hardware import chip_for
+
+    v5e = chip_for("v5e")
+    flops = 197e12 * 1e-3  # 1 ms of v5e peak (one TensorCore per chip)
+    est = pd.DataFrame({"flops": [flops, flops, flops], "async_role": ["", "", "start"],
+                        "compute_ps": pd.array([None, 5 * NS, None], dtype="Int64"),
+                        "duration_ps": [7 * NS, 7 * NS, 7 * NS]})
+    out = roofline_durations(est, v5e)["duration_ps"].tolist()
+    assert out[0] == pytest.approx(1e9, rel=1e-6)  # no cycles: the FLOPs roofline, 1 ms
+    assert out[1:] == [7 * NS, 7 * NS]  # the compiler's estimate kept; an async half keeps its own

@@ -112,14 +112,16 @@ def cost_model(output: CompileOutput, clock_ghz: float | None, ici_gbps: float |
 
 
 def roofline_durations(estimates: pd.DataFrame, chip: ChipSpec) -> pd.DataFrame:
-    """Durations with compute time from FLOPs at the chip's peak (per core), for a clock-less chip.
+    """Durations with compute time from FLOPs at the chip's peak (per core) for ops that have no
+    compute time from the compiler: every op on a clock-less chip, and on any chip the ops the
+    compiler gave no cycles for (a plain `--xla_dump_to` dump carries none).
 
     `duration_ps` already covers HBM and ICI time; this adds the compute side of the roofline so a
     matmul is not timed by its bytes alone. Async halves keep their own (transfer-free) duration.
     """
     per_core_flops = chip.peak_bf16_flops_per_s / chip.tensorcores_per_chip
     compute = (estimates["flops"].to_numpy() / per_core_flops * 1e12).astype("int64")
-    plain = (estimates["async_role"].fillna("") == "").to_numpy()
+    plain = ((estimates["async_role"].fillna("") == "") & estimates["compute_ps"].isna()).to_numpy()
     duration = estimates["duration_ps"].to_numpy().copy()
     duration[plain] = np.maximum(duration[plain], compute[plain])
     return estimates.assign(duration_ps=duration)
@@ -132,14 +134,15 @@ def simulate(output: CompileOutput, logdir: Path, clock_ghz: float | None = None
 
     Without a clock, estimated cycles cannot become time: that is a usage error unless
     `roofline_without_clock`, where each op lasts its FLOPs/bytes roofline time instead (the
-    static report of `tpudiag report DUMPS` states which basis it used).
+    static report of `tpudiag report DUMPS` states which basis it used); with it, ops the compiler
+    gave no cycles for get the same roofline time even when the clock is known.
     """
     chip = chip_of(output)
     model = cost_model(output, clock_ghz, ici_gbps, ici_latency_us)
     n_devices = int(output.facts.get("n_devices", 1))
     estimates = op_estimates(output.program, model, n_devices, output.group_sizes, output.spills,
                      output.matmul_flops)
-    if model.clock_hz is None and roofline_without_clock:
+    if roofline_without_clock:
         estimates = roofline_durations(estimates, chip)
     elif model.clock_hz is None and estimates["estimated_cycles"].notna().any():
         raise UsageError(f"the {chip.generation} clock is not public, so cycles cannot become time",

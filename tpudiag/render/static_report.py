@@ -77,6 +77,8 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
     total = (f"{report.total_cycles:,} cycles" +
              (f" = {fmt_time(report.total_compute_ps)}" if report.total_compute_ps is not None else ""))
     note = "; collectives get 0 cycles from the static profile" if report.static_profile else ""
+    if report.ops_without_cycles:
+        note += "; findings time those at their FLOPs/bytes roofline"
     console.print(f"Σ estimated compute: {total} over {len(ops)} ops "
                   f"({report.ops_without_cycles} without a compiler estimate{note})\n")
 
