@@ -99,8 +99,45 @@ def test_llo_dump_without_target_reports_spills_and_skips_the_rest():
     from tpudiag.rules.registry import RULES
 
     assert {s.rule for s in d.skipped} == {r.name for r in RULES} - {"spill"}
-    assert all(s.reason == "needs a device trace with TPU ops" for s in d.skipped)
+    assert all(s.reason.startswith("needs a timeline, modelled from the compiled HLO") for s in d.skipped)
     assert d.ops_frame().empty and d.steps_frame().empty
+
+
+def test_one_hlo_file_picked_out_of_a_dump_is_diagnosed_with_its_directory_target():
+    """A partial dump: one module's `after_optimizations.txt`; its sibling target file names v5e."""
+    xla = MODELS / "dumps" / "llm_decode_v5e" / "xla"
+    d = tpudiag.diagnose(next(xla.glob("*.after_optimizations.txt")))
+    assert d.mode == "static" and d.analysis is not None
+    assert {"exposed-collective", "memory-bound"} <= {f.rule for f in d.findings}
+    assert any(s.rule == "spill" and "--xla_jf_dump_to" in s.reason for s in d.skipped)
+
+
+def test_hlo_text_without_a_target_skips_with_the_reason_and_runs_with_chip(tmp_path):
+    """`compiled.as_text()` saved alone names no chip: exit 0 with the reason; --chip models it."""
+    text = tmp_path / "step.hlo.txt"
+    text.write_text((MODELS / "dumps" / "llm_decode_v5e" / "compiled.hlo.txt").read_text())
+    alone = tpudiag.diagnose(text)
+    assert alone.mode == "static" and alone.analysis is None and not alone.findings
+    assert any("pass --chip" in w for w in alone.warnings)
+    assert all("pass --chip" in s.reason for s in alone.skipped if s.rule != "spill")
+    with_chip = tpudiag.diagnose(text, chip="v5e")
+    assert {"padding-waste", "low-mxu-utilization"} <= {f.rule for f in with_chip.findings}
+
+
+def test_the_largest_module_of_a_many_module_dump_is_the_one_reported(tmp_path):
+    """A real `--xla_dump_to` holds small jits beside the step; file order must not pick one."""
+    src = MODELS / "dumps" / "llm_decode_v5e" / "xla"
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    for f in src.iterdir():
+        (dump / f.name).write_bytes(f.read_bytes())
+    tiny = ("HloModule jit_convert_element_type, is_scheduled=true\n\n"
+            "ENTRY %main (p: f32[8]) -> bf16[8] {\n  %p = f32[8]{0} parameter(0)\n"
+            "  ROOT %c = bf16[8]{0} convert(f32[8]{0} %p)\n}\n")
+    (dump / "module_9999.jit_convert_element_type.cl_1.after_optimizations.txt").write_text(tiny)
+    d = tpudiag.diagnose(dump)
+    assert d.static.module == "jit_decode_step"
+    assert any("the largest (others: jit_convert_element_type)" in w for w in d.warnings)
 
 
 def test_chip_must_be_a_known_generation():

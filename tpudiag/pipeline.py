@@ -182,7 +182,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
 
     Raises the project's errors (`tpudiag.errors`) for unreadable inputs and bad options.
     """
-    from tpudiag.compiler.dump_dir import is_dump_directory
+    from tpudiag.compiler.dump_dir import is_dump_directory, is_hlo_text_file
     from tpudiag.examples_data import bundled_capture, bundled_dumps
 
     dumps = [Path(d) for d in dumps]
@@ -192,7 +192,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     path = Path(path)
     chip_spec = parse_chip(chip)
     rules_config = _rules_config(path, config, _as_list(select), _as_list(ignore))
-    if is_dump_directory(path):
+    if is_dump_directory(path) or is_hlo_text_file(path):
         if dumps:
             raise UsageError("`--dumps` joins compiled programs to a trace, and PATH is a compiler dump directory",
                              path=path, hint="pass the capture as PATH and the dumps with --dumps")
@@ -246,7 +246,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
     try:
         output = load_dump_directory(path, chip=chip)
     except InputError as exc:
-        if not compiled.llo:
+        if not compiled.llo and not compiled.hlo:
             raise
         warnings.append(f"no modelled timeline: {exc.message}; rules that need it are skipped"
                         + (f" (hint: {exc.hint})" if exc.hint else ""))

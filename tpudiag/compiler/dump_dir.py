@@ -91,6 +91,18 @@ def is_dump_directory(path: Path) -> bool:
     return False
 
 
+def is_hlo_text_file(path: Path) -> bool:
+    """One HLO module text file (a dump's `*.after_optimizations.txt`, or `compiled.as_text()` saved)."""
+    path = Path(path)
+    if path.name.endswith(TRACE_SUFFIX) or not path.is_file():
+        return False
+    try:  # read_input_text refuses FIFOs and devices, so sniffing cannot hang
+        head = read_input_text(path, limit=4096)
+    except InputError:
+        return False
+    return head.lstrip().startswith("HloModule ")
+
+
 def generation_for_target(target: str) -> str:
     """The TPU generation a `target_arguments.txt` names ('' when unknown)."""
     for prefix, generation in TARGET_GENERATIONS:
@@ -118,17 +130,19 @@ def load_dump_directory(path: Path, chip=None) -> CompileOutput:
     `chip` (a `ChipSpec`, from `--chip`) supplies the generation when the files do not name it;
     when they do and it differs, the files win and a warning says so.
     """
-    from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
+    from tpudiag.parsers.hlo_text import load_hlo_dump
     from tpudiag.parsers.llo.load import load_llo_dump
 
     path = Path(path)
+    if is_hlo_text_file(path):
+        return _from_programs(path, load_hlo_dump(path), None, [], chip)
     if not path.is_dir():
         raise InputError("no such directory", path=path)
     if (path / RESULT_FILE).is_file():
         return load_compile_output(path)
     parts = dump_parts(path)
     warnings: list[str] = []
-    program = dump = llo = None
+    dump = llo = None
     try:
         dump = load_hlo_dump(parts.xla)
     except InputError as exc:
@@ -138,25 +152,41 @@ def load_dump_directory(path: Path, chip=None) -> CompileOutput:
         warnings.extend(llo.warnings)
     except InputError:
         llo = None
+    if dump is None and llo is None:
+        raise InputError("neither an XLA dump (`*.after_optimizations.txt`) nor an LLO dump", path=path,
+                         hint=hlo_error.hint)
+    return _from_programs(path, dump, llo, warnings, chip)
+
+
+def main_program(programs: list) -> object:
+    """The module a dump is about: the one with the most instructions. A real `--xla_dump_to` of a
+    training script also holds small jits (initialisers, casts); the dump order says nothing."""
+    return max(programs, key=lambda p: (len(p.instructions), p.path))
+
+
+def _from_programs(path: Path, dump, llo, warnings: list[str], chip) -> CompileOutput:
+    """The CompileOutput of an XLA dump's main module (or an LLO dump's own HLO), with the facts a
+    bare dump gives: generation, device count, static cycles and spills."""
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
     if dump is not None:
         if llo is not None and llo.compile is not None and llo.compile.module_name:
             named = [p for p in dump.programs if p.module == llo.compile.module_name]
-            program = (named or dump.programs)[-1]
+            program = main_program(named or dump.programs)
         else:
-            program = dump.programs[-1]
+            program = main_program(dump.programs)
         if len(dump.programs) > 1:
+            others = sorted({p.module for p in dump.programs} - {program.module})
             warnings.append(f"{len(dump.programs)} modules in this XLA dump; the static report shows "
-                            f"`{program.module}`")
+                            f"`{program.module}`, the largest (others: {', '.join(others[:5])}"
+                            f"{', ...' if len(others) > 5 else ''})")
         warnings.extend(dump.warnings)
-    elif llo is not None:
+    else:
         tlp = next((f for f in llo.files if f.label == "hlo" and f.program == "TLP"), None)
         if tlp is None:
             raise InputError("an LLO dump without its HLO (no `TLP-hlo.txt`): cannot list its ops", path=path,
                              hint="pass the XLA dump (`--xla_dump_to`) of the same compile, or both in one directory")
         program = parse_hlo_text(read_input_text(tlp.path), tlp.path)
-    else:
-        raise InputError("neither an XLA dump (`*.after_optimizations.txt`) nor an LLO dump", path=path,
-                         hint=hlo_error.hint)
     warnings.extend(program.warnings)
     text = read_input_text(program.path, limit=20000) if Path(program.path).is_file() else ""
     header = text[:20000]

@@ -68,6 +68,8 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
         raise InputError("no such file or directory", path=root)
     if root.is_file():
         program = load_hlo_text(root)
+        if root.name.endswith(HLO_SUFFIX):  # one module picked out of a dump: its side files still apply
+            _attach_side_files(program, root.parent, root.name[: -len(HLO_SUFFIX)], {})
         return CompiledDump(path=str(root), programs=[program])
     try:
         entries = sorted(root.iterdir())
@@ -90,13 +92,7 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
             errors.append(exc)
             dump.warnings.append(f"skipped {exc.one_line()}")
             continue
-        _attach(program, root / (prefix + BUFFER_SUFFIX), _set_allocations, "buffer assignment")
-        _attach(program, root / (prefix + VALUES_SUFFIX), _parse_total_bytes, "buffer values",
-                limit=4096)
-        _attach(program, root / (prefix + USAGE_SUFFIX), _set_memory_spaces, "memory-usage report")
-        target = targets.get(prefix) or _only_target(targets)
-        if target is not None:
-            _attach(program, target, _parse_target, "target arguments")
+        _attach_side_files(program, root, prefix, targets)
         dump.programs.append(program)
     if not dump.programs:
         raise errors[0]
@@ -387,6 +383,21 @@ def _int(value, default: int | None = 0):
         return int(str(value).strip().strip('"'))
     except ValueError:
         return default
+
+
+def _attach_side_files(program: CompiledProgram, root: Path, prefix: str, targets: dict[str, Path]) -> None:
+    """Buffer assignment, memory usage and target of the module `prefix` in dump directory `root`."""
+    _attach(program, root / (prefix + BUFFER_SUFFIX), _set_allocations, "buffer assignment")
+    _attach(program, root / (prefix + VALUES_SUFFIX), _parse_total_bytes, "buffer values", limit=4096)
+    _attach(program, root / (prefix + USAGE_SUFFIX), _set_memory_spaces, "memory-usage report")
+    if not targets:  # one file given alone: its directory's target files, when there are any
+        try:
+            targets = {p.name[: -len(TARGET_SUFFIX)]: p for p in root.iterdir() if p.name.endswith(TARGET_SUFFIX)}
+        except OSError:
+            targets = {}
+    target = targets.get(prefix) or _only_target(targets)
+    if target is not None:
+        _attach(program, target, _parse_target, "target arguments")
 
 
 def _only_target(targets: dict[str, Path]) -> Path | None:

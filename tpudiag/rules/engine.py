@@ -63,6 +63,24 @@ def available_inputs(ctx: RuleContext) -> set[str]:
     return out
 
 
+# Static mode (dumps alone) has no `--dumps` and models its timeline: its reasons say what it lacks.
+STATIC_REASONS = {
+    "trace": "needs a timeline, modelled from the dumps only when the TPU generation is known "
+             "(keep `*.target_arguments.txt` with the dump, or pass --chip)",
+    "hlo": "needs a timeline, modelled from the compiled HLO: pass the XLA dump (`--xla_dump_to`) "
+           "of the same compile too",
+    "llo": "needs LLO dumps (`--xla_jf_dump_to`) of the same compile, in the same directory",
+}
+
+
+def _skip_reason(missing: str, ctx: RuleContext) -> str:
+    if ctx.static and missing == "llo":
+        return STATIC_REASONS["llo"]
+    if ctx.static and ctx.analysis is None and missing in ("trace", "flops", "layouts"):
+        return STATIC_REASONS["trace" if ctx.compiled.programs else "hlo"]
+    return INPUTS.get(missing, f"needs {missing}")
+
+
 def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
               compiled: CompiledInputs | None = None, *, join: JoinResult | None = None,
               layouts: Callable[[str], Any] | None = None, chip: ChipSpec | None = None,
@@ -93,7 +111,7 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
     for rule, options in selected:
         missing = [i for i in rule.inputs if i not in inputs]
         if missing:
-            skipped.append(RuleSkip(rule.name, INPUTS.get(missing[0], f"needs {missing[0]}")))
+            skipped.append(RuleSkip(rule.name, _skip_reason(missing[0], ctx)))
             continue
         if analysis is not None:
             for table in rule.tables:
