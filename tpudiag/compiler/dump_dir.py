@@ -27,6 +27,7 @@ from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
 from tpudiag.compiler.dumps import CompileOutput, load_compile_output, matmul_flops, replica_group_sizes
 from tpudiag.compiler.worker import RESULT_FILE
 from tpudiag.errors import InputError
+from tpudiag.model.compiled import CompiledProgram
 from tpudiag.parsers.input_files import read_input_text
 
 HLO_SUFFIX = ".after_optimizations.txt"
@@ -158,7 +159,7 @@ def load_dump_directory(path: Path, chip=None) -> CompileOutput:
     return _from_programs(path, dump, llo, warnings, chip)
 
 
-def main_program(programs: list) -> object:
+def main_program(programs: list[CompiledProgram]) -> CompiledProgram:
     """The module a dump is about: the one with the most instructions. A real `--xla_dump_to` of a
     training script also holds small jits (initialisers, casts); the dump order says nothing."""
     return max(programs, key=lambda p: (len(p.instructions), p.path))
