@@ -176,3 +176,18 @@ def test_check_gates_compiler_dumps_alone(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert exc.value.code == 1 and doc["result"] == "fail"
     assert doc["findings"] and {f["savings_basis"] for f in doc["findings"]} == {"compiler estimate"}
+
+
+def test_dumps_alone_give_a_markdown_report_labelled_compiler_estimate(capsys, tmp_path):
+    out = tmp_path / "out" / "report.md"
+    out.parent.mkdir()
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(MODELS / "dumps" / "llm_decode_v5e"), "--format", "md", "-o", str(out)])
+    assert not exc.value.code, capsys.readouterr().err
+    text = out.read_text()
+    assert "**Compiler estimate, not measured.**" in text and "Modelled, not measured" not in text
+    assert "compiler estimate" in text.split("### Top problems", 1)[1]  # each saving says its basis
+    with pytest.raises(SystemExit) as exc:  # no timeline from an LLO dump without its HLO: one line, exit 2
+        main(["report", str(MODELS / "dumps" / "transformer_train_v5e" / "llo"), "--format", "md"])
+    assert exc.value.code == 2
+    assert "no markdown report: no timeline could be modelled" in capsys.readouterr().err

@@ -85,8 +85,8 @@ def report(
     finally:
         if status is not None:
             status.stop()
-    if result.mode == "static":
-        render_static(result, output_format.value, top, output)
+    if result.mode == "static" and not (output_format is OutputFormat.md and result.analysis is not None):
+        render_static(result, output_format.value, top, output)  # markdown needs the modelled timeline
     elif output is not None or output_format is OutputFormat.md:
         from tpudiag.cli.outputs import write_report
 
@@ -109,8 +109,9 @@ def render_static(result, output_format: str, top: int, output: Path | None) -> 
     from tpudiag.render.static_report import render_static_diagnosis_json, render_static_diagnosis_terminal
 
     if output_format not in ("terminal", "json"):
-        raise UsageError(f"a compiler dump directory gives the static report, which has no `{output_format}` format",
-                         path=Path(result.input_path), hint="use --format terminal or --format json")
+        raise UsageError("no markdown report: no timeline could be modelled from these dumps", path=Path(
+            result.input_path), hint="--format terminal says why (an LLO dump without its HLO, or an unknown "
+                                     "generation: pass --chip); it and --format json work")
     if output is not None:
         try:
             with open(output, "w", encoding="utf-8") as f:

@@ -133,7 +133,11 @@ def _breakdown_sentence(b: Breakdown) -> str:
 def _summary(report: Report) -> list[str]:
     s = report.summary
     out = ["## Summary", ""]
-    if s.modelled:
+    if s.mode == "static":
+        out += ["> **Compiler estimate, not measured.** No capture: these times come from the compiler's own "
+                "estimate of the dumped program, laid out on a modelled timeline (cycles at the chip's clock, "
+                "else the FLOPs/bytes roofline).", ""]
+    elif s.modelled:
         out += ["> **Modelled, not measured.** This capture was written by `tpudiag simulate` from a compiled "
                 "program: its times are estimates.", ""]
     out.append(f"- {_step_sentence(report)}")
@@ -313,7 +317,7 @@ def render_markdown(report: Report, figures: Mapping[str, tuple[str, str]] | Non
     """The markdown report. `figures` maps a figure key to (link relative to the report, alt text)."""
     figures = figures or {}
     s = report.summary
-    title = f"# Performance report: {code(s.run or s.input_path)}"
+    title = f"# Performance report: {code(s.input_path if s.mode == 'static' else (s.run or s.input_path))}"
     out = [title, ""]
     out += _summary(report)
     out += _breakdown_section(report, figures)
