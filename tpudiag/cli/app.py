@@ -80,30 +80,37 @@ def report(
     = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file; markdown "
                                                 "figures go beside it as <stem>-*.png")] = None,
+    scheduler: Annotated[str | None, typer.Option(help="Dask distributed scheduler address (e.g. "
+                                                       "tcp://10.0.0.5:8786): parse the hosts as tasks on that "
+                                                       "cluster, whose workers read the files themselves")] = None,
 ) -> None:
-    """Print where each step's time goes, which ops dominate it, and the rules' findings."""
+    """Print where each step's time goes, which ops dominate it, and the rules' findings.
+
+    PATH may also be an fsspec URL (`gs://bucket/logdir`) with the cloud extra installed.
+    """
     from tpudiag.analysis.profile_analysis import analyze, build_report
-    from tpudiag.parsers.capture import load_capture
+    from tpudiag.parsers.capture import HostUrl, as_location, load_capture
     from tpudiag.rules import load_config, run_rules
 
     threshold = rules_cmd.parse_fail_on(fail_on)
-    target = path if path is not None else default_capture()
+    target = as_location(path) if path is not None else default_capture()
     if path is None and not dumps and EXAMPLE_DUMPS.exists():
         dumps = [EXAMPLE_DUMPS]
     from tpudiag.cli.report_dumps import is_dump_directory, join_for_report, report_dump_directory
 
-    if is_dump_directory(target):  # compiler dumps without a trace: the static report of `tpudiag compile`
+    remote = isinstance(target, HostUrl)
+    if not remote and is_dump_directory(target):  # compiler dumps without a trace: the static report
         report_dump_directory(target, output_format.value, top=top, dumps=dumps, output=output)
         return
-    rules_config = load_config(target, config).with_cli(select, ignore)
+    rules_config = load_config(None if remote else target, config).with_cli(select, ignore)
     rules_config.resolve()  # option errors are usage errors: report them before reading the capture
     extra_inputs, dump_labels = rules_cmd.load_dump_inputs(dumps)
     err = stderr_console()
     if err.is_terminal:
         with err.status(f"reading {target}"):
-            profile = load_capture(target, jobs=jobs)
+            profile = load_capture(target, jobs=jobs, scheduler=scheduler)
     else:
-        profile = load_capture(target, jobs=jobs)
+        profile = load_capture(target, jobs=jobs, scheduler=scheduler)
     analysis = analyze(profile)
     analysis.join = join_for_report(analysis, extra_inputs)  # compiled facts per op, for rules and report
     findings, skipped = run_rules(analysis, rules_config, extra_inputs)
