@@ -167,10 +167,12 @@ def _as_list(value: str | Sequence[str] | None) -> list[str] | None:
 def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = (), config=None,
              chip: str | ChipSpec | None = None, jobs: int | None = None,
              progress: Callable[[str], None] | None = None, select: str | Sequence[str] | None = None,
-             ignore: str | Sequence[str] | None = None, clock_ghz: float | None = None) -> Diagnosis:
+             ignore: str | Sequence[str] | None = None, clock_ghz: float | None = None,
+             scheduler=None) -> Diagnosis:
     """Diagnose a capture, a capture with compiler dumps, or compiler dumps alone.
 
     path: a logdir, run directory or `.xplane.pb`; or a compiler dump directory (static mode);
+      or an fsspec URL of a capture (`gs://bucket/logdir`, with the cloud extra);
       None: the bundled example and its dumps.
     dumps: compiler dump directories joined to a capture's ops and given to the rules.
     config: a rule configuration file (TOML) or a `RulesConfig`; None looks next to the input.
@@ -179,25 +181,29 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     select / ignore: rule names or codes, as `--select` / `--ignore`.
     clock_ghz: static mode: the clock turning estimated cycles into time (else the public one,
       else the FLOPs/bytes roofline).
+    scheduler: a Dask distributed scheduler address (`tcp://host:8786`) or `distributed.Client`:
+      the hosts are parsed as tasks on that cluster, whose workers read the files themselves.
 
     Raises the project's errors (`tpudiag.errors`) for unreadable inputs and bad options.
     """
     from tpudiag.compiler.dump_dir import is_dump_directory, is_hlo_text_file
     from tpudiag.examples_data import bundled_capture, bundled_dumps
+    from tpudiag.parsers.capture import HostUrl, as_location
 
     dumps = [Path(d) for d in dumps]
     if path is None:
         path = bundled_capture()
         dumps = dumps or list(bundled_dumps())
-    path = Path(path)
+    path = as_location(path)
+    remote = isinstance(path, HostUrl)  # a URL: no config file beside it, and no compiler dump directory
     chip_spec = parse_chip(chip)
-    rules_config = _rules_config(path, config, _as_list(select), _as_list(ignore))
-    if is_dump_directory(path) or is_hlo_text_file(path):
+    rules_config = _rules_config(None if remote else path, config, _as_list(select), _as_list(ignore))
+    if not remote and (is_dump_directory(path) or is_hlo_text_file(path)):
         if dumps:
             raise UsageError("`--dumps` joins compiled programs to a trace, and PATH is a compiler dump directory",
                              path=path, hint="pass the capture as PATH and the dumps with --dumps")
         return _diagnose_static(path, rules_config, chip_spec, clock_ghz, progress)
-    return _diagnose_trace(path, dumps, rules_config, chip_spec, jobs, progress)
+    return _diagnose_trace(path, dumps, rules_config, chip_spec, jobs, progress, scheduler)
 
 
 def _stage(progress: Callable[[str], None] | None, i: int) -> None:
@@ -205,8 +211,8 @@ def _stage(progress: Callable[[str], None] | None, i: int) -> None:
         progress(STAGES[i])
 
 
-def _diagnose_trace(path: Path, dumps: list[Path], rules_config, chip: ChipSpec | None, jobs: int | None,
-                    progress: Callable[[str], None] | None) -> Diagnosis:
+def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None, jobs: int | None,
+                    progress: Callable[[str], None] | None, scheduler=None) -> Diagnosis:
     from tpudiag.parsers.capture import find_capture, load_capture
     from tpudiag.parsers.hlo_proto import capture_hlo_inputs
     from tpudiag.rules import run_rules
@@ -214,7 +220,7 @@ def _diagnose_trace(path: Path, dumps: list[Path], rules_config, chip: ChipSpec 
     find_capture(path)  # fail fast with the precise input error, before parsing any dump
     loaded = load_dumps(dumps)
     _stage(progress, 0)
-    profile = load_capture(path, jobs=jobs, progress=progress)
+    profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler)
     _stage(progress, 1)
     analysis = analyze(profile)
     hosts = profile.hosts
@@ -308,7 +314,7 @@ def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, w
 def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | str] = (),
             new_dumps: Iterable[Path | str] = (), config=None, chip: str | ChipSpec | None = None,
             jobs: int | None = None, clock_ghz: float | None = None,
-            noise: NoiseOptions | None = None) -> Diff:
+            noise: NoiseOptions | None = None, scheduler=None) -> Diff:
     """Diagnose `base` and `new` and compare them beyond run-to-run noise (`tpudiag diff`).
 
     A compiler dump or `tpudiag compile` output is compared through its modelled timeline (static
@@ -317,8 +323,10 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
     """
     from tpudiag.analysis.diff import NoiseOptions, diff_analyses
 
-    b = diagnose(base, dumps=base_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz)
-    n = diagnose(new, dumps=new_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz)
+    b = diagnose(base, dumps=base_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,
+                 scheduler=scheduler)
+    n = diagnose(new, dumps=new_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,
+                 scheduler=scheduler)
     for d in (b, n):
         if d.analysis is None:
             raise InputError("no timeline to compare: the TPU generation of these dumps is unknown",

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpudiag.model.intervals import covered, merge, nest, union_length
+from tpudiag.model.intervals import covered, merge, nest, nest_walk, union_length
 
 
 def test_nest_subtracts_direct_children_only():
@@ -78,3 +78,30 @@ def test_self_times_of_a_properly_nested_line_sum_to_the_union(raw):
     self_ps, _, partial = nest(s[order], d[order])
     if partial == 0:
         assert int(self_ps.sum()) == union_length(s, s + d)
+
+
+def _line(ivs):
+    """Events sorted as a line is read: by start, longer first."""
+    ivs = sorted(ivs, key=lambda t: (t[0], -t[1]))
+    return (np.array([a for a, _ in ivs], dtype=np.int64), np.array([d for _, d in ivs], dtype=np.int64))
+
+
+def test_nest_whole_steps_inside_a_while_loop():
+    # A step: while.1 [0,1000) holding 3 layers, each a fusion holding a nested op, then an all-reduce.
+    start, dur = _line([(0, 1000), (10, 300), (20, 100), (310, 300), (320, 50), (620, 300), (630, 10),
+                        (1000, 50)])
+    self_ps, depth, partial = nest(start, dur)
+    assert depth.tolist() == [0, 1, 2, 1, 2, 1, 2, 0]
+    assert self_ps.tolist() == [100, 200, 100, 250, 50, 290, 10, 50]
+    assert partial == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2_000), st.integers(0, 600)), min_size=0, max_size=80))
+def test_nest_equals_the_stack_walk(ivs):
+    # Random lines: nested, disjoint, zero-length, equal and partially overlapping events.
+    start, dur = _line(ivs)
+    got, want = nest(start, dur), nest_walk(start, dur)
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist()
+    assert got[2] == want[2]

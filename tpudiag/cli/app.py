@@ -18,7 +18,7 @@ from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
 from tpudiag.cli.console import stderr_console, stdout_console
-from tpudiag.cli.options import Chip
+from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import TpudiagError, UsageError
 # The bundled example (`tpudiag.examples_data`); names kept for callers of the CLI module.
 from tpudiag.examples_data import EXAMPLE_CAPTURE, EXAMPLE_DUMPS  # noqa: F401
@@ -65,8 +65,12 @@ def report(
     clock_ghz: Annotated[float | None, typer.Option(help="Compiler dumps alone: the clock turning estimated cycles "
                                                          "into time (default: the public clock, else the "
                                                          "FLOPs/bytes roofline)")] = None,
+    scheduler: Annotated[str | None, typer.Option(help=SCHEDULER_HELP)] = None,
 ) -> None:
-    """Print where each step's time goes, which ops dominate it, and the rules' findings."""
+    """Print where each step's time goes, which ops dominate it, and the rules' findings.
+
+    PATH may also be an fsspec URL of a capture (`gs://bucket/logdir`) with the cloud extra installed.
+    """
     from tpudiag.pipeline import diagnose
 
     threshold = rules_cmd.parse_fail_on(fail_on)
@@ -81,7 +85,8 @@ def report(
         status.start()
     try:
         result = diagnose(path, dumps=dumps or (), config=config, chip=chip.value if chip else None, jobs=jobs,
-                          progress=progress, select=select, ignore=ignore, clock_ghz=clock_ghz)
+                          progress=progress, select=select, ignore=ignore, clock_ghz=clock_ghz,
+                          scheduler=scheduler)
     finally:
         if status is not None:
             status.stop()

@@ -25,7 +25,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from tpudiag.cli.options import Chip
+from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import InputError, TpudiagError, UsageError
 
 DEFAULT_FAIL_ON = "high"
@@ -78,6 +78,7 @@ def check(
     = CheckFormat.terminal,
     config: Annotated[Path | None, typer.Option(help="Rule configuration file (TOML)")] = None,
     jobs: Annotated[int | None, typer.Option(help="Processes for parsing hosts (default: CPU count)")] = None,
+    scheduler: Annotated[str | None, typer.Option(help=SCHEDULER_HELP)] = None,
     chip: Annotated[Chip | None, typer.Option(help="TPU generation of compiler dumps that do not name it")] = None,
 ) -> None:
     """CI gate: exit 0 when every check passes, 1 when one fails, 2 on usage or input errors."""
@@ -95,14 +96,15 @@ def check(
             fail_on = DEFAULT_FAIL_ON
         threshold = parse_fail_on(fail_on)
 
-        checked = diagnose(path, config=config, jobs=jobs, chip=chip.value if chip else None)
+        checked = diagnose(path, config=config, jobs=jobs, chip=chip.value if chip else None, scheduler=scheduler)
         findings = checked.findings
         checks: list[CheckResult] = []
         step_change = None
         if threshold is not None:
             checks.append(findings_check(findings, threshold))
         if baseline is not None:
-            base_diagnosis = diagnose(baseline, config=config, jobs=jobs, chip=chip.value if chip else None)
+            base_diagnosis = diagnose(baseline, config=config, jobs=jobs, chip=chip.value if chip else None,
+                                      scheduler=scheduler)
             if base_diagnosis.analysis is None or checked.analysis is None:
                 raise InputError("cannot compare step times: an input has no timeline", path=path,
                                  hint="pass captures, or dumps whose TPU generation is known (--chip)")

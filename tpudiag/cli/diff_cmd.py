@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from tpudiag.cli.options import Chip
+from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import UsageError
 
 
@@ -42,6 +42,7 @@ def diff(
     top: Annotated[int, typer.Option(help="Ops to list per section")] = 15,
     config: Annotated[Path | None, typer.Option(help="Rule configuration file (TOML) for both captures")] = None,
     jobs: Annotated[int | None, typer.Option(help="Processes for parsing hosts (default: CPU count)")] = None,
+    scheduler: Annotated[str | None, typer.Option(help=SCHEDULER_HELP)] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the diff to this file")] = None,
     clock_ghz: Annotated[float | None, typer.Option(help="For compile outputs: the clock turning estimated cycles "
                                                          "into time, as in `tpudiag simulate`")] = None,
@@ -62,7 +63,8 @@ def diff(
 
     options = noise_options(min_change)
     result = compare(base, new, base_dumps=base_dumps or (), new_dumps=new_dumps or (), config=config, jobs=jobs,
-                     clock_ghz=clock_ghz, noise=options, chip=chip.value if chip else None).result
+                     clock_ghz=clock_ghz, noise=options, chip=chip.value if chip else None,
+                     scheduler=scheduler).result
     if output_format is DiffFormat.terminal:
         from rich.console import Console
 

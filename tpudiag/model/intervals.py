@@ -11,39 +11,82 @@ def nest(start: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, in
     Self time is the duration minus the directly nested children (XProf's definition). Events
     that only partially overlap a predecessor (which XProf's format forbids) are counted as
     children for the overlapping part only; their number is returned so callers can warn.
-    Most TPU op lines are flat, so the stack walk runs only over the clusters that nest.
+
+    Real lines nest whole steps inside a `while` loop, so every event may sit in a nesting
+    cluster: the nesting is found level by level over whole arrays (a handful of levels), and only
+    the clusters holding a partial overlap are walked event by event (`nest_walk`).
     """
     n = len(start)
     self_ps = dur.astype(np.int64, copy=True)
     depth = np.zeros(n, dtype=np.int16)
     if n < 2:
         return self_ps, depth, 0
+    start = start.astype(np.int64, copy=False)
     end = start + dur
-    prev_max_end = np.maximum.accumulate(end)[:-1]
-    nested = np.zeros(n, dtype=bool)
-    nested[1:] = start[1:] < prev_max_end
-    if not nested.any():
+    parent = np.full(n, -1, dtype=np.int64)
+    cur = np.arange(n)
+    level = 0
+    while len(cur) > 1:
+        # Within the events still unplaced, a cluster head starts after every earlier one ended;
+        # for properly nested events the rest of its cluster lies inside it, one level deeper.
+        e = end[cur]
+        nested = np.zeros(len(cur), dtype=bool)
+        nested[1:] = start[cur[1:]] < np.maximum.accumulate(e)[:-1]
+        if not nested.any():
+            break
+        head_pos = np.flatnonzero(~nested)
+        cluster = np.cumsum(~nested) - 1
+        inner = cur[nested]
+        parent[inner] = cur[head_pos[cluster[nested]]]
+        level += 1
+        depth[inner] = level
+        cur = inner
+    child = np.flatnonzero(parent >= 0)
+    if not len(child):
         return self_ps, depth, 0
-    cluster = np.cumsum(~nested)
-    heads = np.flatnonzero(~nested)
+    bad = end[child] > end[parent[child]]
+    if bad.any():
+        # A partial overlap breaks the nesting the levels assume: walk those top-level clusters.
+        top = np.zeros(n, dtype=bool)
+        top[1:] = start[1:] < np.maximum.accumulate(end)[:-1]
+        cluster_of = np.cumsum(~top) - 1
+        heads = np.flatnonzero(~top)
+        walk = np.zeros(len(heads), dtype=bool)
+        walk[cluster_of[child[bad]]] = True
+        keep = ~walk[cluster_of[child]]
+        np.subtract.at(self_ps, parent[child[keep]], dur[child[keep]])
+        partial = 0
+        for c in np.flatnonzero(walk):
+            lo, hi = heads[c], heads[c + 1] if c + 1 < len(heads) else n
+            s_c, d_c, p_c = nest_walk(start[lo:hi], dur[lo:hi])
+            self_ps[lo:hi], depth[lo:hi] = s_c, d_c
+            partial += p_c
+        return self_ps, depth, partial
+    np.subtract.at(self_ps, parent[child], dur[child])
+    return self_ps, depth, 0
+
+
+def nest_walk(start: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """`nest` by an event-by-event stack walk: the reference, and the path for partial overlaps."""
+    n = len(start)
+    self_ps = dur.astype(np.int64, copy=True)
+    depth = np.zeros(n, dtype=np.int16)
+    end = start + dur
     partial = 0
-    for c in np.unique(cluster[nested]):
-        lo = heads[c - 1]
-        hi = heads[c] if c < len(heads) else n
-        stack: list[int] = []
-        for i in range(lo, hi):
-            s_i = int(start[i])
-            while stack and s_i >= int(end[stack[-1]]):
-                stack.pop()
-            if stack:
-                parent = stack[-1]
-                e_i = int(end[i])
-                e_p = int(end[parent])
-                if e_i > e_p:
-                    partial += 1
-                self_ps[parent] -= min(e_i, e_p) - s_i
-                depth[i] = len(stack)
-            stack.append(i)
+    stack: list[int] = []
+    for i in range(n):
+        s_i = int(start[i])
+        while stack and s_i >= int(end[stack[-1]]):
+            stack.pop()
+        if stack:
+            p = stack[-1]
+            e_i = int(end[i])
+            e_p = int(end[p])
+            if e_i > e_p:
+                partial += 1
+            self_ps[p] -= min(e_i, e_p) - s_i
+            depth[i] = len(stack)
+        stack.append(i)
     return self_ps, depth, partial
 
 

@@ -8,6 +8,7 @@ host file is reported and the others are analysed; only when no host can be read
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
@@ -17,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tpudiag.errors import InputError, TpudiagError
+from tpudiag.errors import InputError, TpudiagError, UsageError
 from tpudiag.model.profile import HostFailure, HostTrace, Profile
 from tpudiag.parsers.device_trace import (PlaneRef, assemble_host, device_planes, origin_of, parse_device_plane,
                                           parse_host)
+from tpudiag.parsers.input_files import default_limits, size_error
 from tpudiag.parsers.xspace import check_trace_bytes, parse_message, parse_xspace, read_trace_bytes
 from tpudiag.proto import XPlane, XPlaneHead, XSpaceRawPlanes
 
@@ -29,9 +31,117 @@ TRACE_SUFFIX = ".xplane.pb"
 
 @dataclass(frozen=True)
 class CaptureFiles:
-    input_path: Path
+    input_path: Path | str  # a local path, or the URL the user gave
     run: str
-    files: tuple[Path, ...]
+    files: tuple[Path | HostUrl, ...]
+
+
+class HostUrl(str):
+    """A host file behind an fsspec URL (`gs://bucket/.../host.xplane.pb`, `memory://...`).
+
+    A string, so it pickles to Dask workers and process pools as itself; `.name` and `.stem` read
+    like `Path`'s so the parser can name the host from the file.
+    """
+
+    @property
+    def name(self) -> str:
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def stem(self) -> str:
+        return self.name.rsplit(".", 1)[0]
+
+
+_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
+_COLLAPSED_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*):/(?!/)")
+
+
+def as_location(path: Path | str) -> Path | HostUrl:
+    """A local Path, or a HostUrl for `scheme://...` (also when a Path collapsed it to `scheme:/...`).
+
+    Windows drive letters (`C:\\`) stay paths; `file://` URLs become local paths.
+    """
+    text = str(path)
+    if not _URL.match(text) and isinstance(path, Path) and not path.exists():
+        m = _COLLAPSED_URL.match(text)
+        if m and len(m.group("scheme")) > 1:
+            text = f"{m.group('scheme')}://{text[m.end():]}"
+    m = _URL.match(text)
+    if m is None:
+        return Path(path)
+    if m.group("scheme") == "file":
+        return Path(text[m.end():])
+    return HostUrl(text)
+
+
+def _filesystem(url: str):
+    """(fsspec filesystem, path inside it) for a URL; InputError when fsspec or the backend is missing."""
+    try:
+        import fsspec
+    except ImportError as exc:
+        raise InputError("reading URLs needs fsspec", path=url,
+                         hint="install the cloud extra: `pip install 'tpudiag[cloud]'`") from exc
+    try:
+        return fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:
+        raise InputError(f"no filesystem for this URL ({exc})", path=url,
+                         hint="`gs://` needs gcsfs: `pip install 'tpudiag[cloud]'`") from exc
+
+
+def _find_remote(url: HostUrl) -> CaptureFiles:
+    """`find_capture` for an fsspec URL: the same three forms (logdir, run directory, one file)."""
+    fs, root = _filesystem(url)
+    root = root.rstrip("/")
+    try:
+        if fs.isfile(root):
+            return CaptureFiles(url, root.rsplit("/", 1)[0].rsplit("/", 1)[-1], (url,))
+        if not fs.isdir(root):
+            raise InputError("no such file or directory", path=url)
+        run_dir = root
+        runs_root = f"{root}/plugins/profile"
+        if fs.isdir(runs_root):
+            runs = sorted(d for d in fs.ls(runs_root, detail=False)
+                          if fs.isdir(d) and fs.glob(f"{d.rstrip('/')}/*{TRACE_SUFFIX}"))
+            if not runs:
+                raise InputError(f"no run with `*{TRACE_SUFFIX}` files under plugins/profile", path=url)
+            run_dir = runs[-1].rstrip("/")  # runs are named by timestamp: the last is the newest
+        files = sorted(fs.glob(f"{run_dir}/*{TRACE_SUFFIX}"))
+    except InputError:
+        raise
+    except (OSError, ValueError) as exc:  # fsspec backends report missing buckets, auth and I/O this way
+        raise InputError(f"cannot list ({exc})", path=url) from exc
+    if not files:
+        raise InputError(f"no `*{TRACE_SUFFIX}` trace files here (expected a logdir, a run directory "
+                         "or a trace file)", path=url)
+    return CaptureFiles(url, run_dir.rsplit("/", 1)[-1], tuple(HostUrl(fs.unstrip_protocol(f)) for f in files))
+
+
+def read_location_bytes(location: Path | HostUrl) -> bytes:
+    """A host file's bytes, local or behind a URL (read by whichever process parses it).
+
+    A local file goes through `read_trace_bytes` (regular files only, checked on the open
+    descriptor). A URL has no such thing as a FIFO, but the same size cap holds: the listed size
+    is checked first, and the read stops one byte past the cap should the object lie about it.
+    """
+    if not isinstance(location, HostUrl):
+        return read_trace_bytes(location)
+    cap = default_limits().max_file_bytes
+    fs, inner = _filesystem(location)
+    try:
+        size = fs.size(inner)
+        if size is not None and size > cap:
+            raise size_error(location, size, cap)
+        with fs.open(inner, "rb") as f:
+            data = f.read(cap + 1)
+    except InputError:
+        raise
+    except FileNotFoundError as exc:
+        raise InputError("no such file", path=location) from exc
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read ({exc})", path=location) from exc
+    if len(data) > cap:
+        raise size_error(location, len(data), cap)
+    return data
 
 
 def _runs_dir(path: Path) -> Path | None:
@@ -39,8 +149,11 @@ def _runs_dir(path: Path) -> Path | None:
     return candidate if candidate.is_dir() else None
 
 
-def find_capture(path: Path) -> CaptureFiles:
-    """The host files PATH names, or InputError saying why there are none."""
+def find_capture(path: Path | str) -> CaptureFiles:
+    """The host files PATH (a local path or an fsspec URL) names, or InputError saying why there are none."""
+    path = as_location(path)
+    if isinstance(path, HostUrl):
+        return _find_remote(path)
     if not path.exists():
         raise InputError("no such file or directory", path=path)
     if path.is_file():
@@ -84,8 +197,8 @@ PARALLEL_PLANES_MIN_JOBS = 3
 _OVERFLOW = "implausible event times (beyond the int64 picosecond range)"
 
 
-def _parse_file(path: Path, plane_jobs: int = 1) -> HostTrace:
-    """One host file to its HostTrace, or InputError naming the file and the cause.
+def _parse_file(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace:
+    """One host file (a local path or a URL) to its HostTrace, or InputError naming the file and the cause.
 
     Damage that Python reports with its own exceptions (timestamps past int64, nesting past the
     recursion limit) is input damage too, so it becomes InputError here, at the host boundary.
@@ -104,8 +217,8 @@ def _parse_file(path: Path, plane_jobs: int = 1) -> HostTrace:
         raise InputError("nesting too deep to parse (a damaged or hostile trace)", path=path) from exc
 
 
-def _parse_file_unchecked(path: Path, plane_jobs: int) -> HostTrace:
-    data = read_trace_bytes(path)
+def _parse_file_unchecked(path: Path | HostUrl, plane_jobs: int) -> HostTrace:
+    data = read_location_bytes(path)
     check_trace_bytes(data, path)
     if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and len(data) >= PARALLEL_PLANES_MIN_BYTES:
         return _parse_planes_in_parallel(path, data, plane_jobs)
@@ -129,7 +242,7 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
         return "nesting too deep to parse (a damaged or hostile trace)"
 
 
-def _parse_planes_in_parallel(path: Path, data: bytes, jobs: int) -> HostTrace:
+def _parse_planes_in_parallel(path: Path | HostUrl, data: bytes, jobs: int) -> HostTrace:
     """Parse a big host file's device planes in worker processes.
 
     The main process reads only the plane list and the plane and line headers (the shadow schemas
@@ -153,8 +266,9 @@ def _parse_planes_in_parallel(path: Path, data: bytes, jobs: int) -> HostTrace:
     return assemble_host(name, path, platform, refs, parts, aux, origin)
 
 
-def _parse_file_or_failure(path: Path, plane_jobs: int = 1) -> HostTrace | HostFailure:
-    """The worker boundary: any project error becomes this host's failure, so the others go on."""
+def _parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace | HostFailure:
+    """The worker boundary (a pool process or a Dask task): any project error becomes this host's
+    failure, so the others go on."""
     try:
         return _parse_file(path, plane_jobs)
     except TpudiagError as exc:
@@ -163,14 +277,47 @@ def _parse_file_or_failure(path: Path, plane_jobs: int = 1) -> HostTrace | HostF
         return HostFailure(str(path), exc.one_line())
 
 
-def load_capture(path: Path, jobs: int | None = None,
-                 progress: Callable[[str], None] | None = None) -> Profile:
-    """Parse every host of the capture at `path`. Several hosts parse in parallel processes."""
+def _map_on_dask(files: tuple, scheduler) -> list[HostTrace | HostFailure]:
+    """Parse every host file as one task on a Dask distributed cluster.
+
+    `scheduler` is an address (`tcp://host:8786`) or a `distributed.Client`. Only the file names go
+    to the workers, which read the files themselves (a shared filesystem or a URL); each task
+    returns its parsed host or its one-line failure, so a bad host stays a per-host warning.
+    """
+    try:
+        from distributed import Client
+    except ImportError as exc:
+        raise UsageError("`--scheduler` needs Dask distributed",
+                         hint="install the dask extra: `pip install 'tpudiag[dask]'`") from exc
+    own = not isinstance(scheduler, Client)
+    try:
+        client = Client(scheduler, set_as_default=False) if own else scheduler
+    except (OSError, ValueError, TimeoutError) as exc:
+        raise UsageError(f"cannot reach the Dask scheduler at `{scheduler}` ({exc})") from exc
+    try:
+        futures = client.map(_parse_file_or_failure, list(files), pure=False)
+        return list(client.gather(futures))
+    finally:
+        if own:
+            client.close()
+
+
+def load_capture(path: Path | str, jobs: int | None = None,
+                 progress: Callable[[str], None] | None = None, scheduler=None) -> Profile:
+    """Parse every host of the capture at `path` (a local path or an fsspec URL).
+
+    Several hosts parse in parallel processes (`jobs`), or as tasks on a Dask distributed cluster
+    when `scheduler` (an address or a `distributed.Client`) is given.
+    """
     capture = find_capture(path)
     files = capture.files
     results: list[HostTrace | HostFailure]
     workers = min(len(files), jobs or os.cpu_count() or 1)
-    if workers <= 1 or len(files) == 1:
+    if scheduler is not None:
+        if progress:
+            progress(f"parsing {len(files)} hosts on the Dask cluster")
+        results = _map_on_dask(files, scheduler)
+    elif workers <= 1 or len(files) == 1:
         results = []
         for f in files:
             if progress:

@@ -24,7 +24,7 @@ from tpudiag.model.hlo_names import async_role, pair_async, window_family
 from tpudiag.model.profile import DeviceInfo, HostTrace
 from tpudiag.parsers.host_plane import host_events
 from tpudiag.parsers.xspace import stat_value, stats_dict
-from tpudiag.proto import CoreDetails, MemoryAccessBreakdown
+from tpudiag.proto import CoreDetails, MemoryAccessBreakdown, XStat
 
 TPU_CORE_PLANE = re.compile(r"^/device:TPU:(\d+)$")
 TPU_SPARSE_PLANE = re.compile(r"^/device:TPU:(\d+) SparseCore(?: [a-zA-Z]+)? (\d+)$")
@@ -226,7 +226,8 @@ class _HostBuilder:
         self.ev_parts: list[dict[str, np.ndarray]] = []
         self.step_rows: list[tuple[str, int, int, int, int]] = []
         self.module_rows: list[tuple[str, int, int, str, int, int]] = []
-        self.async_rows: list[tuple[str, int, str, str, int, int, str]] = []
+        # (device, core, names, families, codes, start_ps, end_ps, source) per line
+        self.async_parts: list[tuple] = []
         self.program_names: dict[int, str] = {}
         self.partial_overlaps = 0
         self.ops_without_ids = 0
@@ -371,26 +372,63 @@ class _HostBuilder:
     def add_async(self, plane, line, device: str, core: int, stat_names, sid) -> None:
         mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"),
                                         self.origin_ns)
-        hlo_ops = []
+        if not len(mids):
+            return
+        # Each event's `hlo_op` is interned to a code; everything derived from the name (the
+        # window family, the metadata fallback) is then worked out once per distinct name.
         hlo_op_id = sid.get("hlo_op")
+        index: dict[object, int] = {}
+        codes = array("q")
+        add = codes.append
         for ev in line.events:
-            value = ""
+            key: object = ev.metadata_id  # no `hlo_op` stat: the name comes from the metadata
             for st in ev.stats:
                 if st.metadata_id == hlo_op_id:
-                    value = str(stat_value(st, stat_names))
+                    kind = st.WhichOneof("value")
+                    if kind == "str_value" and st.str_value:
+                        key = st.str_value
+                    elif kind is not None and kind != "str_value":
+                        key = ("stat", st.SerializeToString(), ev.metadata_id)
                     break
-            hlo_ops.append(value)
+            code = index.get(key)
+            if code is None:
+                code = index[key] = len(index)
+            add(code)
+        names = []
+        for key in index:
+            if isinstance(key, str) and key:
+                names.append(key)
+                continue
+            if isinstance(key, tuple):  # a non-string hlo_op stat (rare): decode it as a string
+                st = XStat()
+                st.ParseFromString(key[1])
+                value = str(stat_value(st, stat_names))
+                if value:
+                    names.append(value)
+                    continue
+                key = key[2]
+            md = plane.event_metadata.get(key) if isinstance(key, int) else None
+            names.append(_instruction_name(md)[0] if md is not None else f"<metadata {key}>")
+        codes_arr = np.frombuffer(codes, dtype=np.int64)
         keep = plausible_spans(starts, durs)
         if not keep.all():
             self.warn(f"{int(len(keep) - keep.sum())} events on a `{line.name}` line dropped: negative "
                       "duration, or longer than a day (damaged timestamps)")
-            hlo_ops = [op for op, ok in zip(hlo_ops, keep.tolist()) if ok]
-            mids, starts, durs = mids[keep], starts[keep], durs[keep]
-        for mid, s, d, op in zip(mids.tolist(), starts.tolist(), durs.tolist(), hlo_ops):
-            if not op:
-                md = plane.event_metadata.get(mid)
-                op = _instruction_name(md)[0] if md is not None else f"<metadata {mid}>"
-            self.async_rows.append((device, core, op, window_family(op), s, s + d, "Async XLA Ops"))
+            codes_arr, starts, durs = codes_arr[keep], starts[keep], durs[keep]
+            if not len(codes_arr):
+                return
+            # Only the names still used become categories, as if the dropped events were never there.
+            used, codes_arr = np.unique(codes_arr, return_inverse=True)
+            names = [names[i] for i in used.tolist()]
+        self._add_windows(device, core, names, codes_arr.astype(np.int64), starts, starts + durs,
+                          "Async XLA Ops")
+
+    def _add_windows(self, device: str, core: int, names: list[str], codes: np.ndarray, starts: np.ndarray,
+                     ends: np.ndarray, source: str) -> None:
+        """Windows as columns: names and families as (categories, codes), times as arrays."""
+        families = [window_family(n) for n in names]
+        self.async_parts.append((device, core, np.asarray(names, dtype=object), np.asarray(families, dtype=object),
+                                 codes, starts.astype(np.int64), ends.astype(np.int64), source))
 
     def pair_async_from_ops(self, device: str, core: int, names: np.ndarray, codes: np.ndarray,
                             starts: np.ndarray, ends: np.ndarray) -> None:
@@ -402,11 +440,14 @@ class _HostBuilder:
         if not is_async.any():
             return
         idx = np.flatnonzero(is_async[codes])
-        async_names = names[codes[idx]].tolist()
-        for si, di in pair_async(async_names):
-            start_name = async_names[si]
-            self.async_rows.append((device, core, start_name, window_family(start_name), int(starts[idx[si]]),
-                                    int(ends[idx[di]]), "start/done pair"))
+        async_codes = codes[idx]
+        pairs = pair_async(names[async_codes].tolist())
+        if not pairs:
+            return
+        si = np.array([p[0] for p in pairs], dtype=np.int64)
+        di = np.array([p[1] for p in pairs], dtype=np.int64)
+        self._add_windows(device, core, names.tolist(), async_codes[si], starts[idx[si]], ends[idx[di]],
+                          "start/done pair")
 
     # -- tables ------------------------------------------------------------------------------
 
@@ -467,16 +508,19 @@ class _HostBuilder:
         })
 
     def async_windows(self) -> pd.DataFrame:
-        rows = self.async_rows
+        parts = self.async_parts
+        n = sum(len(p[4]) for p in parts)
+        if not n:
+            return schemas.ASYNC_WINDOWS.empty()
         return schemas.ASYNC_WINDOWS.frame({
-            "host": [self.host] * len(rows),
-            "device": [r[0] for r in rows],
-            "core": [r[1] for r in rows],
-            "name": [r[2] for r in rows],
-            "family": [r[3] for r in rows],
-            "start_ps": [r[4] for r in rows],
-            "end_ps": [r[5] for r in rows],
-            "source": [r[6] for r in rows],
+            "host": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[self.host]),
+            "device": _sorted_categorical([(p[0], len(p[4])) for p in parts]),
+            "core": np.concatenate([np.full(len(p[4]), p[1], dtype=np.int64) for p in parts]),
+            "name": _sorted_categorical([(p[2], p[4]) for p in parts]),
+            "family": _sorted_categorical([(p[3], p[4]) for p in parts]),
+            "start_ps": np.concatenate([p[5] for p in parts]),
+            "end_ps": np.concatenate([p[6] for p in parts]),
+            "source": _sorted_categorical([(p[7], len(p[4])) for p in parts]),
         })
 
 
@@ -499,6 +543,12 @@ def _categorical(pieces: list[tuple]) -> pd.Categorical:
             local = np.array([index.setdefault(v, len(index)) for v in values.tolist()], dtype=np.int32)
             codes.append(local[where] if len(local) else np.zeros(0, dtype=np.int32))
     return pd.Categorical.from_codes(np.concatenate(codes), categories=list(index))
+
+
+def _sorted_categorical(pieces: list[tuple]) -> pd.Categorical:
+    """`_categorical` with its categories in sorted order, as `pd.Categorical(values)` gives."""
+    cat = _categorical(pieces)
+    return cat.reorder_categories(sorted(cat.categories))
 
 
 def _plane_chip(plane, stat_names, core: int) -> int:
@@ -632,7 +682,7 @@ def merge_planes(b: _HostBuilder, parts: list[_HostBuilder]) -> None:
         b.ev_parts.extend(part.ev_parts)
         b.step_rows.extend(part.step_rows)
         b.module_rows.extend(part.module_rows)
-        b.async_rows.extend(part.async_rows)
+        b.async_parts.extend(part.async_parts)
         for pid, module in part.program_names.items():
             b.program_names.setdefault(pid, module)
         b.partial_overlaps += part.partial_overlaps

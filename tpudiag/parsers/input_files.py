@@ -52,7 +52,7 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _size_error(path: Path | str, size: int, cap: int) -> InputError:
+def size_error(path: Path | str, size: int, cap: int) -> InputError:
     return InputError(f"file is {_mib(size)}, over the {_mib(cap)} input size cap", path=path,
                       hint=f"raise the cap with {_ENV_MAX_FILE_MB}=<MiB> if the file is genuine")
 
@@ -88,7 +88,7 @@ def read_input_bytes(path: Path | str, limits: ReadLimits | None = None, *, limi
         if not stat.S_ISREG(info.st_mode):
             raise InputError(f"{_kind(info.st_mode)}, not a regular file; not read", path=path)
         if limit < 0 and info.st_size > limits.max_file_bytes:
-            raise _size_error(path, info.st_size, limits.max_file_bytes)
+            raise size_error(path, info.st_size, limits.max_file_bytes)
         cap = limits.max_file_bytes + 1 if limit < 0 else min(limit, limits.max_file_bytes + 1)
         with os.fdopen(fd, "rb", closefd=True) as fh:
             fd = -1
@@ -106,7 +106,7 @@ def read_input_bytes(path: Path | str, limits: ReadLimits | None = None, *, limi
         if fd >= 0:
             os.close(fd)
     if limit < 0 and len(data) > limits.max_file_bytes:  # the file grew while being read
-        raise _size_error(path, len(data), limits.max_file_bytes)
+        raise size_error(path, len(data), limits.max_file_bytes)
     return data
 
 

@@ -87,7 +87,7 @@ from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, assign_steps, per_step_worst_core,
-                                step_basis)
+                                per_step_worst_core_by, step_basis)
 from tpudiag.rules.straggler_host import Options as StragglerOptions
 
 CODE = "TPD101"
@@ -333,18 +333,21 @@ def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
 def _evidence(frame: pd.DataFrame, basis: StepBasis, options: Options,
               facts: ScheduleFacts | None) -> tuple[Evidence, ...]:
     rows = []
+    fam_labels, fam_exposed = per_step_worst_core_by(frame, "exposed_ps", basis, "family")
+    fam_exposed = dict(zip(fam_labels.tolist(), fam_exposed.tolist()))
     for family, g in frame.groupby("family", sort=True):
         counts = g["klass"].value_counts()
         rows.append(Evidence(f"family {family}", (
             ("ops", str(g["name"].nunique())),
             ("hidden/partial/exposed", f"{counts.get('hidden', 0)}/{counts.get('partial', 0)}/"
                                        f"{counts.get('exposed', 0)}"),
-            ("exposed/step", fmt_time(per_step_worst_core(g, "exposed_ps", basis))))))
-    per_op = []
-    for name, g in frame.groupby("name", sort=False):
-        per_op.append((per_step_worst_core(g, "exposed_ps", basis), str(name), g))
-    per_op.sort(key=lambda t: (-t[0], t[1]))
-    for exposed, name, g in per_op[:options.max_evidence_rows]:
+            ("exposed/step", fmt_time(fam_exposed[family])))))
+    # Every op's exposed time per step in one pass; only the ops shown as evidence are sliced out.
+    labels, exposed_by_op = per_step_worst_core_by(frame, "exposed_ps", basis, "name")
+    per_op = sorted(zip(exposed_by_op.tolist(), (str(n) for n in labels)), key=lambda t: (-t[0], t[1]))
+    names = frame["name"].to_numpy()
+    for exposed, name in per_op[:options.max_evidence_rows]:
+        g = frame[names == name]
         counts = g["klass"].value_counts()
         values = [("family", str(g["family"].iloc[0])),
                   ("hidden/partial/exposed", f"{counts.get('hidden', 0)}/{counts.get('partial', 0)}/"
@@ -397,8 +400,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         share = exposed / basis.step_ps if basis.step_ps else 0.0
         if exposed <= 0 or share < options.min_exposed_fraction:
             continue
-        fams = sorted(((per_step_worst_core(f, "exposed_ps", basis), str(name))
-                       for name, f in g.groupby("family")), key=lambda t: (-t[0], t[1]))
+        fam_labels, fam_exposed = per_step_worst_core_by(g, "exposed_ps", basis, "family")
+        fams = sorted(zip(fam_exposed.tolist(), (str(f) for f in fam_labels)), key=lambda t: (-t[0], t[1]))
         fams = [(ps, name) for ps, name in fams if ps > 0]
         per = "" if basis.whole_capture else " per step"
         step_text = "the capture" if basis.whole_capture else f"the {fmt_time(basis.step_ps)} step"

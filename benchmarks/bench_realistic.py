@@ -1,0 +1,206 @@
+"""Time and peak memory of `tpudiag report` on realistic captures, beside a cold `xprof get_hlo_stats`.
+
+Three captures, written by the project's own writers (`tpudiag.writers.tpu_design`) and cached under
+benchmarks/out/ (ignored by git):
+
+- `train`: a v6e training capture, 2 chips x 1,670 steps. Each step is one `while` loop (the
+  layer loop, category `while`) holding 52 layers; each layer prefetches its weights with an
+  `all-gather-start.L` / `all-gather-done.L` pair around 8 compute fusions, and the `Async XLA Ops`
+  line carries one window per layer. The last 8 layers start and finish their all-gather with
+  nothing between (exposed windows); a synchronous `all-reduce` of the gradients ends each step
+  (the exposed-collective rule reports the all-reduce; it reads every async window as hidden,
+  because it counts the enclosing `while` op as compute covering the window, a limit noted for
+  the rule's owners).
+  About 1.95 M events, of which about 520 k are async (start, done and window events).
+- `infer`: a v6e inference capture, 2 chips x 2,000 executions of `jit_decode` with idle gaps
+  between them and no `Steps` line; copy-start/done pairs (host offload) paired from names.
+  About 500 k events.
+- `pod16`: 16 hosts of 4 v6e chips each, ~250 k events per host (the training step, shorter).
+
+Each tool runs in its own process; memory is the peak of the resident set summed over the process
+and its children, sampled every 50 ms from /proc (see bench_report.py). xprof runs cold on a copy
+of the run directory with `--bypass_cache` (its OpStats cache and CLI cache removed first).
+With `--repeat N` every tool runs N times and the best wall time and the largest peak are kept.
+
+Usage: python benchmarks/bench_realistic.py [--only train,infer,pod16] [--skip-xprof] [--repeat N]
+       [--tpudiag-args "--jobs 1"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_report import measure  # noqa: E402  (the same /proc sampler for every benchmark)
+
+from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, write_capture  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out"
+ROOT = Path(__file__).resolve().parents[1]
+US = 1_000_000
+N_LAYERS = 52
+FUSIONS_PER_LAYER = 8
+EXPOSED_LAYERS = 8  # the last layers' all-gathers have nothing scheduled between start and done
+LAYER_PS = 12 * US
+
+
+def _train_ops(n_layers: int) -> tuple[OpDef, ...]:
+    shape = "bf16[4096,4096]{1,0:T(8,128)(2,1)}"
+    ops = [OpDef("while.1", "while", shape="(s32[], bf16[4096,4096])"),
+           OpDef("all-reduce.2", "all-reduce", bytes_accessed=64e6, shape="f32[8192,2048]{1,0:T(8,128)}")]
+    for layer in range(n_layers):
+        ops.append(OpDef(f"all-gather-start.{layer}", "all-gather-start", bytes_accessed=32e6, shape=shape))
+        ops.append(OpDef(f"all-gather-done.{layer}", "all-gather-done", bytes_accessed=32e6, shape=shape))
+        for k in range(FUSIONS_PER_LAYER):
+            conv = k % 2 == 0
+            ops.append(OpDef(f"fusion.{layer}.{k}", "convolution fusion" if conv else "loop fusion",
+                             flops=2 * 4096 ** 3 / 8 if conv else 1e7, bytes_accessed=4e7 if conv else 6e7,
+                             shape=shape, tf_op=f"jit(train_step)/layer_{layer}/dot_general"))
+    return tuple(ops)
+
+
+def _train_schedule(n_layers: int):
+    def schedule(chip: int, step: int) -> list[Placed]:
+        out = [Placed("while.1", 10 * US, n_layers * LAYER_PS)]
+        for layer in range(n_layers):
+            t = 10 * US + layer * LAYER_PS
+            exposed = layer >= n_layers - EXPOSED_LAYERS
+            out.append(Placed(f"all-gather-start.{layer}", t, US // 2))
+            if exposed:  # start, done, then the compute: the transfer is not overlapped
+                out.append(Placed(f"all-gather-done.{layer}", t + US // 2, 5 * US // 2))
+                first = t + 3 * US
+            else:
+                out.append(Placed(f"all-gather-done.{layer}", t + 10 * US, US // 2))
+                first = t + US
+            for k in range(FUSIONS_PER_LAYER):
+                out.append(Placed(f"fusion.{layer}.{k}", first + k * US, US - US // 10))
+        out.append(Placed("all-reduce.2", 10 * US + n_layers * LAYER_PS + US, 16 * US + chip * 2 * US))
+        return out
+    return schedule
+
+
+def _train_windows(n_layers: int):
+    def windows(chip: int, step: int) -> list[AsyncWindow]:
+        out = []
+        for layer in range(n_layers):
+            t = 10 * US + layer * LAYER_PS
+            end = t + 3 * US if layer >= n_layers - EXPOSED_LAYERS else t + 10 * US + US // 2
+            out.append(AsyncWindow(f"all-gather-start.{layer}", t, end - t, "all-gather"))
+        return out
+    return windows
+
+
+def train_design(hostname: str, n_chips: int, n_steps: int, n_layers: int = N_LAYERS,
+                 first_chip: int = 0) -> CaptureDesign:
+    return CaptureDesign(hostname, "TPU v6 Lite", 918.0, 1640.0, "jit_train_step", 4242, _train_ops(n_layers),
+                         n_chips, n_steps, 10 * US + n_layers * LAYER_PS + 25 * US, _train_schedule(n_layers),
+                         first_chip=first_chip, async_windows=_train_windows(n_layers))
+
+
+def infer_design(hostname: str, n_chips: int, n_steps: int) -> CaptureDesign:
+    shape = "bf16[8,2048,128]{2,1,0:T(8,128)(2,1)}"
+    ops = [OpDef("copy-start.1", "copy-start", bytes_accessed=8e6, shape=shape),
+           OpDef("copy-done.1", "copy-done", bytes_accessed=8e6, shape=shape)]
+    ops += [OpDef(f"fusion.{i}", "convolution fusion" if i % 3 == 0 else "loop fusion",
+                  flops=1e9 * (i % 5 + 1), bytes_accessed=2e6 * (i % 7 + 1), shape=shape) for i in range(120)]
+
+    def schedule(chip: int, step: int) -> list[Placed]:
+        out = [Placed("copy-start.1", 0, US // 4)]
+        out += [Placed(f"fusion.{i}", US // 2 + i * 2 * US, US + (i % 4) * US // 5) for i in range(120)]
+        out.append(Placed("copy-done.1", 60 * US, US // 4))
+        return out
+
+    return CaptureDesign(hostname, "TPU v6 Lite", 918.0, 1640.0, "jit_decode", 777, tuple(ops), n_chips, n_steps,
+                         242 * US, schedule, steps_line=False, async_line=False,
+                         step_gap_ps=150 * US)  # the host prepares the next request: the chip is idle
+
+
+def _events(path: Path) -> int:
+    from tpudiag.parsers.xspace import read_xspace
+
+    space = read_xspace(path)
+    return sum(len(ln.events) for p in space.planes for ln in p.lines)
+
+
+def _generate(name: str, designs) -> Path:
+    """Write the designs' hosts into OUT/name/plugins/profile/run unless already there."""
+    run_dir = OUT / name / "plugins" / "profile" / "run"
+    done = run_dir / ".complete"
+    if done.exists():
+        return run_dir
+    shutil.rmtree(run_dir, ignore_errors=True)
+    t0 = time.perf_counter()
+    for design in designs:
+        write_capture(design, run_dir)
+    events = sum(_events(p) for p in sorted(run_dir.glob("*.xplane.pb")))
+    done.write_text(json.dumps({"events": events}))
+    print(f"generated {name}: {events:,} events in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return run_dir
+
+
+CAPTURES = {
+    "train": lambda: _generate("train_2m", [train_design("train-host0", 2, 1_670)]),
+    "infer": lambda: _generate("infer_500k", [infer_design("infer-host0", 2, 2_000)]),
+    "pod16": lambda: _generate("pod16_250k", [train_design(f"pod-host{h:02d}", 4, 106, first_chip=4 * h)
+                                              for h in range(16)]),
+}
+
+
+def _xprof(run_dir: Path, bindir: Path) -> tuple[float, float, int]:
+    copy = OUT / "xprof_copy" / run_dir.name
+    shutil.rmtree(copy.parent, ignore_errors=True)
+    copy.mkdir(parents=True)
+    for f in run_dir.glob("*.xplane.pb"):
+        shutil.copy(f, copy / f.name)
+    for cache in Path(tempfile.gettempdir()).glob("xprof_cli_cache_*"):
+        shutil.rmtree(cache, ignore_errors=True)
+    try:
+        return measure([str(bindir / "xprof"), "get_hlo_stats", str(copy), "--bypass_cache"])
+    finally:
+        shutil.rmtree(copy.parent, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default="train,infer,pod16")
+    parser.add_argument("--skip-xprof", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--tpudiag-args", default="", help="extra arguments for `tpudiag report`")
+    args = parser.parse_args()
+    bindir = Path(sys.executable).parent
+    env = {"PYTHONPATH": str(ROOT)}  # this checkout's tpudiag, whatever is installed
+    results = {"loadavg_before": os.getloadavg()[0]}
+    for name in args.only.split(","):
+        run_dir = CAPTURES[name]()
+        files = sorted(run_dir.glob("*.xplane.pb"))
+        row = {"hosts": len(files), "events": json.loads((run_dir / ".complete").read_text())["events"],
+               "mb": round(sum(f.stat().st_size for f in files) / 1e6, 1)}
+        target = files[0] if len(files) == 1 else run_dir
+        cmd = [sys.executable, "-m", "tpudiag", "report", "--format", "json", *args.tpudiag_args.split(),
+               str(target)]
+        runs = [measure(cmd, env) for _ in range(args.repeat)]
+        row["tpudiag"] = {"wall_s": round(min(r[0] for r in runs), 2),
+                          "peak_rss_gb": round(max(r[1] for r in runs), 2), "exit": runs[-1][2],
+                          "all_wall_s": [round(r[0], 2) for r in runs]}
+        if not args.skip_xprof:
+            xruns = [_xprof(run_dir, bindir) for _ in range(args.repeat)]
+            row["xprof_get_hlo_stats_cold"] = {"wall_s": round(min(r[0] for r in xruns), 2),
+                                               "peak_rss_gb": round(max(r[1] for r in xruns), 2),
+                                               "exit": xruns[-1][2]}
+            row["xprof_over_tpudiag_time"] = round(row["xprof_get_hlo_stats_cold"]["wall_s"]
+                                                   / row["tpudiag"]["wall_s"], 1)
+        results[name] = row
+        print(json.dumps({name: row}), file=sys.stderr)
+    results["loadavg_after"] = os.getloadavg()[0]
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
