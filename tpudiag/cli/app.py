@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from tpudiag.render.console import SafeConsole
 
 from tpudiag.cli import compile_cmd, rules_cmd
 from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
 from tpudiag.errors import TpudiagError, UsageError
+from tpudiag.model.text import one_line
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Performance diagnosis for TPU workloads from XProf captures and compiler dumps.")
@@ -42,12 +43,12 @@ def _plain() -> bool:
 
 def stdout_console() -> Console:
     # When piped, keep lines long enough for the tables.
-    return Console(width=None if sys.stdout.isatty() else 140, soft_wrap=False,
+    return SafeConsole(width=None if sys.stdout.isatty() else 140, soft_wrap=False,
                    color_system=None if _plain() else "auto")
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, width=None if sys.stderr.isatty() else 140,
+    return SafeConsole(stderr=True, width=None if sys.stderr.isatty() else 140,
                    color_system=None if _plain() else "auto")
 
 
@@ -144,9 +145,10 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv)
     except TpudiagError as exc:
         # Plain writes: the message must stay on one line whatever the terminal width.
-        sys.stderr.write(f"error: {exc.one_line()}\n")
+        # Messages quote trace text (file and op names): shown escaped, never as terminal controls.
+        sys.stderr.write(f"error: {one_line(exc.one_line())}\n")
         if exc.hint:
-            sys.stderr.write(f"hint: {exc.hint}\n")
+            sys.stderr.write(f"hint: {one_line(exc.hint)}\n")
         sys.exit(exc.exit_code)
 
 

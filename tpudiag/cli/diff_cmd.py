@@ -112,7 +112,7 @@ def diff(
     result = diff_analyses(base_analysis, new_analysis, base_findings, new_findings, options,
                            base_compiled=base_compiled, new_compiled=new_compiled)
     if output_format is DiffFormat.terminal:
-        from rich.console import Console
+        from tpudiag.render.console import SafeConsole
 
         from tpudiag.cli.app import stdout_console
         from tpudiag.render.diff_terminal import render_diff_terminal
@@ -121,7 +121,7 @@ def diff(
             render_diff_terminal(result, stdout_console(), top=top)
         else:
             with output.open("w", encoding="utf-8") as fh:
-                render_diff_terminal(result, Console(file=fh, width=140, no_color=True), top=top)
+                render_diff_terminal(result, SafeConsole(file=fh, width=140, no_color=True), top=top)
         return
     if output_format is DiffFormat.md:
         from tpudiag.render.diff_markdown import render_diff_markdown

@@ -47,6 +47,7 @@ def ops(
     from tpudiag.analysis.profile_analysis import analyze
     from tpudiag.kernels_lab.spec import describe_problem, survey
     from tpudiag.parsers.capture import load_capture
+    from tpudiag.render.console import markup
 
     rows = survey(analyze(load_capture(path)), path, top)
     console, _ = _consoles()
@@ -62,7 +63,8 @@ def ops(
             detail = describe_problem(r.family, r.problem)
         else:
             detail = r.reason.removeprefix(f"`{r.op_name}` ")
-        table.add_row(r.op_name, r.category, f"{100 * r.time_share:.1f}", r.family or "-", detail)
+        table.add_row(markup(r.op_name), markup(r.category), f"{100 * r.time_share:.1f}", r.family or "-",
+                      markup(detail))
     console.print(table)
     console.print(f"reproduce one: `tpudiag lab extract {path} --op NAME`", markup=False, highlight=False)
 

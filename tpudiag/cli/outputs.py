@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
+from tpudiag.render.console import SafeConsole
 
 from tpudiag.errors import UsageError
 from tpudiag.model.report import Report
@@ -80,5 +80,5 @@ def write_report(report: Report, output_format: str, output: Path | None, top: i
         render_terminal(report, stdout_console(), top=top)
         return
     with output.open("w", encoding="utf-8") as fh:
-        render_terminal(report, Console(file=fh, width=TERMINAL_FILE_WIDTH, no_color=True, soft_wrap=False),
+        render_terminal(report, SafeConsole(file=fh, width=TERMINAL_FILE_WIDTH, no_color=True, soft_wrap=False),
                         top=top)

@@ -58,7 +58,7 @@ def report_dump_directory(path: Path, output_format: str, top: int, dumps: list[
     """Print (or write to `output`) the static report of `tpudiag compile` for a dump directory."""
     import sys
 
-    from rich.console import Console
+    from tpudiag.render.console import SafeConsole
 
     from tpudiag.cli.app import stderr_console, stdout_console
     from tpudiag.compiler.dump_dir import load_dump_directory
@@ -79,7 +79,7 @@ def report_dump_directory(path: Path, output_format: str, top: int, dumps: list[
                 if output_format == "json":
                     f.write(render_static_json(report) + "\n")
                 else:
-                    render_static_terminal(report, Console(file=f, width=140, color_system=None), top=top)
+                    render_static_terminal(report, SafeConsole(file=f, width=140, color_system=None), top=top)
         except OSError as exc:
             raise InputError(f"cannot write the report ({exc.strerror or exc})", path=output) from exc
         stderr_console().print(f"wrote `{output}`", highlight=False)
