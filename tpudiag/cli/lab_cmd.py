@@ -69,11 +69,19 @@ def ops(
     console.print(f"reproduce one: `tpudiag lab extract {path} --op NAME`", markup=False, highlight=False)
 
 
+def default_lab_dir(op: str, base: Path | None = None) -> Path:
+    """`lab-<op>` inside `base` (default: the working directory), from a sanitised op name: an op named
+    `../../x` or `/etc` cannot place the directory anywhere else."""
+    from tpudiag.model.text import path_component
+
+    return (Path.cwd() if base is None else base) / f"lab-{path_component(op)}"
+
+
 @lab_app.command("extract")
 def extract(
     path: Annotated[Path, typer.Argument(help="Logdir, run directory or .xplane.pb file")],
     op: Annotated[str, typer.Option("--op", help="HLO op name, e.g. `fusion.2`")],
-    out: Annotated[Path | None, typer.Option("-o", "--out", help="Directory to write (default: lab-<op>)")] = None,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Directory to write (default: lab-<op> here, the name sanitised)")] = None,
     dump: Annotated[Path | None, typer.Option("--dump", help="XLA/libtpu dump directory with the op's HLO "
                                                              "(operands, fusion body)")] = None,
     topology: Annotated[str | None, typer.Option(help="Target topology (default: the capture's device, "
@@ -87,7 +95,7 @@ def extract(
     from tpudiag.kernels_lab.spec import extract_spec
 
     spec = extract_spec(path, op, dump=dump, topology=topology, scale_down=scale_down)
-    out_dir = out if out is not None else Path(f"lab-{op}")
+    out_dir = out if out is not None else default_lab_dir(op)
     repro, blocks = write_repro(spec, out_dir)
     console, _ = _consoles()
     console.print(f"wrote `{repro}` and `{out_dir / 'spec.json'}`", markup=False, highlight=False)

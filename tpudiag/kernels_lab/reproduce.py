@@ -20,6 +20,7 @@ from types import ModuleType
 
 from tpudiag.errors import InputError
 from tpudiag.kernels_lab.spec import OpSpec
+from tpudiag.model.text import printable
 
 FAMILIES = ("matmul", "reduction", "elementwise", "transpose")
 BLOCKS_BEGIN = "# lab: block sizes begin (rewritten by `tpudiag lab tune`)"
@@ -52,7 +53,8 @@ def _inlined(path: Path) -> str:
 
 def _comment(text: str, width: int = 100) -> str:
     out = []
-    for para in text.splitlines() or [""]:
+    # printable: no NUL (a SyntaxError) and no `\r` (a line break to Python) from trace text in a comment.
+    for para in printable(text, keep_newlines=True).splitlines() or [""]:
         out += textwrap.wrap(para, width - 2, subsequent_indent="    ") or [""]
     return "\n".join(f"# {line}".rstrip() for line in out)
 
@@ -88,7 +90,9 @@ def render(spec: OpSpec, blocks, basis: str) -> str:
     """The text of `repro.py`."""
     parts = [
         "#!/usr/bin/env python3",
-        f'"""Reproduction of `{spec.op_name}` as a Pallas TPU kernel beside its XLA reference.\n\n'
+        # The op name comes from the trace: it appears only as the `OP_NAME` literal (repr) and in
+        # comments, never inside this docstring, where a `"""` in it would end the string.
+        '"""Reproduction of one profiled op (`OP_NAME` below) as a Pallas TPU kernel beside its XLA reference.\n\n'
         "Written by `tpudiag lab extract`. Run `python repro.py`: on a TPU it runs the full problem,\n"
         "compiled; elsewhere the CPU problem in Pallas interpret mode. It prints a numerics check and\n"
         'exits 1 on a mismatch. Needs only jax.\n"""',
