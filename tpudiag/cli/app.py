@@ -79,8 +79,9 @@ def report(
                                                           "per-op padding/spill/cycle columns: LLO (--xla_jf_dump_to), "
                                                           "XLA (--xla_dump_to) or `tpudiag compile -o`; repeatable")]
     = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file; markdown "
-                                                "figures go beside it as <stem>-*.png")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file (`-` for "
+                                                "stdout; never inside the input); markdown figures go beside "
+                                                "it as <stem>-*.png")] = None,
 ) -> None:
     """Print where each step's time goes, which ops dominate it, and the rules' findings."""
     from tpudiag.analysis.profile_analysis import analyze, build_report
@@ -92,7 +93,9 @@ def report(
     if path is None and not dumps and EXAMPLE_DUMPS.exists():
         dumps = [EXAMPLE_DUMPS]
     from tpudiag.cli.report_dumps import is_dump_directory, join_for_report, report_dump_directory
+    from tpudiag.render.files import resolve_output
 
+    output = resolve_output(output, [target, *(dumps or [])])  # `-o -` is stdout; never into an input
     if is_dump_directory(target):  # compiler dumps without a trace: the static report of `tpudiag compile`
         report_dump_directory(target, output_format.value, top=top, dumps=dumps, output=output)
         return

@@ -9,7 +9,8 @@ Exit codes:
 Defaults: with neither `--fail-on` nor `--baseline`, the gate fails on `high` findings. With
 `--baseline` and no `--max-regression`, the allowed rise of the median step time is 5 % (Marin's
 `track` gate). `--format json` prints one object for machines: `result` (pass, fail or error),
-`exit_code`, `checks`, `step_time`, `findings`; on an input error, `result: error` with `error`
+`exit_code`, `checks`, `step_time`, `findings`, `warnings` (also printed on stderr as `warning:` lines:
+the capture's warnings as `report` gives them, `diff`'s against the baseline, a host-only capture); on an input error, `result: error` with `error`
 and `hint` (the message is on stderr as well).
 """
 
@@ -26,6 +27,7 @@ import typer
 from rich.text import Text
 
 from tpudiag.errors import InputError, TpudiagError, UsageError
+from tpudiag.model.text import one_line
 
 DEFAULT_FAIL_ON = "high"
 DEFAULT_MAX_REGRESSION_PCT = 5.0
@@ -65,6 +67,25 @@ def regression_check(change, max_regression_pct: float) -> CheckResult:
     return CheckResult("step-time-regression", not failed, detail)
 
 
+def check_warnings(analysis, findings, step_diff=None) -> list[str]:
+    """What `report` and `diff` would warn about for these inputs, plus what makes the gate weak.
+
+    The capture's own warnings and unread host files (as `report` shows them), a host-only capture
+    (no device ops: nothing to gate on) and, against a baseline, `diff`'s warnings (different chips,
+    core counts, too few steps).
+    """
+    from tpudiag.analysis.profile_analysis import build_report
+
+    report = build_report(analysis, tuple(findings))
+    out = [f"not analysed: {f}" for f in report.failures] + list(report.warnings)
+    if report.summary.platform == "CPU":
+        out.insert(0, "host-only capture (no TPU or GPU device plane): no device ops or steps, so nothing "
+                      "to gate on; the findings check passes vacuously")
+    if step_diff is not None:
+        out += list(step_diff.warnings)
+    return list(dict.fromkeys(out))
+
+
 def check(
     path: Annotated[Path, typer.Argument(help="Capture to check: logdir, run directory or .xplane.pb file")],
     baseline: Annotated[Path | None, typer.Option(help="Baseline capture to compare step time with")] = None,
@@ -82,13 +103,12 @@ def check(
     try:
         from tpudiag.analysis.diff import NoiseOptions, diff_analyses
         from tpudiag.cli.diff_cmd import analyse_capture
-        from tpudiag.cli.rules_cmd import parse_fail_on
+        from tpudiag.cli.rules_cmd import check_number_option, parse_fail_on
         from tpudiag.render.json_format import finding_to_dict
 
         if max_regression is not None and baseline is None:
             raise UsageError("--max-regression needs --baseline", hint="pass the baseline capture with --baseline")
-        if max_regression is not None and max_regression < 0:
-            raise UsageError(f"--max-regression must be >= 0, got {max_regression:g}")
+        check_number_option("--max-regression", max_regression)
         if fail_on is None and baseline is None:
             fail_on = DEFAULT_FAIL_ON
         threshold = parse_fail_on(fail_on)
@@ -96,6 +116,7 @@ def check(
         analysis, findings, _ = analyse_capture(path, config, jobs)
         checks: list[CheckResult] = []
         step_change = None
+        d = None  # the diff against the baseline, when there is one
         if threshold is not None:
             checks.append(findings_check(findings, threshold))
         if baseline is not None:
@@ -108,6 +129,9 @@ def check(
             limit = DEFAULT_MAX_REGRESSION_PCT if max_regression is None else max_regression
             checks.append(regression_check(step_change, limit))
 
+        warnings = check_warnings(analysis, findings, d)
+        for w in warnings:  # diagnostics: stderr, escaped (they quote host and file names)
+            sys.stderr.write(f"warning: {one_line(w)}\n")
         passed = all(c.passed for c in checks)
         code = 0 if passed else 1
         if output_format is CheckFormat.json:
@@ -119,6 +143,7 @@ def check(
                 "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in checks],
                 "step_time": change_to_dict(step_change),
                 "findings": [finding_to_dict(f) for f in findings],
+                "warnings": warnings,
             }, indent=2) + "\n")
         else:
             from tpudiag.cli.app import stdout_console

@@ -72,7 +72,9 @@ def analyse_capture(path: Path, config: Path | None, jobs: int | None, clock_ghz
 
 def noise_options(min_change: float):
     from tpudiag.analysis.diff import NoiseOptions
+    from tpudiag.cli.rules_cmd import check_number_option
 
+    check_number_option("--min-change", min_change)
     try:
         return NoiseOptions(min_relative=min_change / 100)
     except ValueError as exc:
@@ -89,7 +91,8 @@ def diff(
     top: Annotated[int, typer.Option(help="Ops to list per section")] = 15,
     config: Annotated[Path | None, typer.Option(help="Rule configuration file (TOML) for both captures")] = None,
     jobs: Annotated[int | None, typer.Option(help="Processes for parsing hosts (default: CPU count)")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the diff to this file")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the diff to this file (`-` for stdout; "
+                                                                    "never inside an input)")] = None,
     clock_ghz: Annotated[float | None, typer.Option(help="For compile outputs: the clock turning estimated cycles "
                                                          "into time, as in `tpudiag simulate`")] = None,
     base_dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory of BASE (LLO and/or XLA), "
@@ -105,22 +108,25 @@ def diff(
     output then says so.
     """
     from tpudiag.analysis.diff import diff_analyses
+    from tpudiag.cli.rules_cmd import check_number_option
+    from tpudiag.render.files import atomic_open, resolve_output, write_output
 
     options = noise_options(min_change)
+    check_number_option("--clock-ghz", clock_ghz, positive=True)
+    output = resolve_output(output, [base, new, *(base_dumps or []), *(new_dumps or [])])
     base_analysis, base_findings, base_compiled = analyse_capture(base, config, jobs, clock_ghz, base_dumps)
     new_analysis, new_findings, new_compiled = analyse_capture(new, config, jobs, clock_ghz, new_dumps)
     result = diff_analyses(base_analysis, new_analysis, base_findings, new_findings, options,
                            base_compiled=base_compiled, new_compiled=new_compiled)
     if output_format is DiffFormat.terminal:
-        from tpudiag.render.console import SafeConsole
-
         from tpudiag.cli.app import stdout_console
+        from tpudiag.render.console import SafeConsole
         from tpudiag.render.diff_terminal import render_diff_terminal
 
         if output is None:
             render_diff_terminal(result, stdout_console(), top=top)
         else:
-            with output.open("w", encoding="utf-8") as fh:
+            with atomic_open(output) as fh:
                 render_diff_terminal(result, SafeConsole(file=fh, width=140, no_color=True), top=top)
         return
     if output_format is DiffFormat.md:
@@ -131,10 +137,7 @@ def diff(
         from tpudiag.render.diff_json import render_diff_json
 
         body = render_diff_json(result) + "\n"
-    if output is None:
-        sys.stdout.write(body)
-    else:
-        output.write_text(body, encoding="utf-8")
+    write_output(output, body)
 
 
 def register(app: typer.Typer) -> None:

@@ -93,9 +93,11 @@ def extract(
     """Write a runnable reproduction of one op: `repro.py` (XLA reference + Pallas kernel) and `spec.json`."""
     from tpudiag.kernels_lab.reproduce import write_repro
     from tpudiag.kernels_lab.spec import extract_spec
+    from tpudiag.render.files import check_not_input
 
-    spec = extract_spec(path, op, dump=dump, topology=topology, scale_down=scale_down)
     out_dir = out if out is not None else default_lab_dir(op)
+    check_not_input(out_dir, [path, dump], what="the reproduction")
+    spec = extract_spec(path, op, dump=dump, topology=topology, scale_down=scale_down)
     repro, blocks = write_repro(spec, out_dir)
     console, _ = _consoles()
     console.print(f"wrote `{repro}` and `{out_dir / 'spec.json'}`", markup=False, highlight=False)

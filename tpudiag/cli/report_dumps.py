@@ -58,12 +58,12 @@ def report_dump_directory(path: Path, output_format: str, top: int, dumps: list[
     """Print (or write to `output`) the static report of `tpudiag compile` for a dump directory."""
     import sys
 
-    from tpudiag.render.console import SafeConsole
-
     from tpudiag.cli.app import stderr_console, stdout_console
     from tpudiag.compiler.dump_dir import load_dump_directory
     from tpudiag.compiler.static_report import build_static_report
-    from tpudiag.errors import InputError, UsageError
+    from tpudiag.errors import UsageError
+    from tpudiag.render.console import SafeConsole
+    from tpudiag.render.files import atomic_open
     from tpudiag.render.static_report import render_static_json, render_static_terminal
 
     if dumps:
@@ -74,15 +74,12 @@ def report_dump_directory(path: Path, output_format: str, top: int, dumps: list[
                          path=path, hint="use --format terminal or --format json")
     report = build_static_report(load_dump_directory(path))
     if output is not None:
-        try:
-            with open(output, "w", encoding="utf-8") as f:
-                if output_format == "json":
-                    f.write(render_static_json(report) + "\n")
-                else:
-                    render_static_terminal(report, SafeConsole(file=f, width=140, color_system=None), top=top)
-        except OSError as exc:
-            raise InputError(f"cannot write the report ({exc.strerror or exc})", path=output) from exc
-        stderr_console().print(f"wrote `{output}`", highlight=False)
+        with atomic_open(output) as f:
+            if output_format == "json":
+                f.write(render_static_json(report) + "\n")
+            else:
+                render_static_terminal(report, SafeConsole(file=f, width=140, color_system=None), top=top)
+        stderr_console().print(f"wrote `{output}`", markup=False, highlight=False)
     elif output_format == "json":
         sys.stdout.write(render_static_json(report) + "\n")
     else:

@@ -16,6 +16,7 @@ from pathlib import Path
 from tpudiag.errors import UsageError
 from tpudiag.model.report import Report
 from tpudiag.model.text import one_line
+from tpudiag.render.files import atomic_open
 
 PS_PER_MS = 1e9
 ROOFLINE_LABELS = 5  # ops labelled by name on the roofline, by self time
@@ -53,7 +54,8 @@ def _finite(*values: float | None) -> bool:
 def _save(fig, canvas_type, path: Path) -> None:
     canvas_type(fig)
     # No Software/date metadata: the same report gives the same bytes.
-    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
+    with atomic_open(path, "wb") as fh:  # a temp file renamed into place: never a partial or followed-link PNG
+        fig.savefig(fh, format="png", dpi=DPI, metadata={"Software": None})
 
 
 def _step_breakdown(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
@@ -163,7 +165,6 @@ def _host_steps(report: Report, path: Path, Figure, Canvas) -> FigureFile | None
 def write_figures(report: Report, out_dir: Path, stem: str) -> dict[str, FigureFile]:
     """Draw every figure the report has data for into `out_dir`; keyed by `FigureFile.key`."""
     Figure, Canvas = _mpl()
-    out_dir.mkdir(parents=True, exist_ok=True)
     out: dict[str, FigureFile] = {}
     for key, draw in (("step-breakdown", _step_breakdown), ("roofline", _roofline), ("categories", _categories),
                       ("host-steps", _host_steps)):

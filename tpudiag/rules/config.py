@@ -10,7 +10,9 @@ working directory or its parents. Keys:
     [tool.tpudiag.rules.exposed-collective]
     min_exposed_fraction = 0.2
 
-Unknown keys, rule names or option names are usage errors (exit 2).
+Unknown keys, rule names or option names, NaN, infinite or negative thresholds, and a file that
+does not parse are usage errors (exit 2) naming the file. A `pyproject.toml` found by the search
+that does not parse is skipped with a warning: it belongs to the project, not to tpudiag.
 """
 
 from __future__ import annotations
@@ -124,6 +126,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise UsageError("config file not found", path=path) from exc
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"invalid TOML: {exc}", path=path) from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"invalid TOML: not UTF-8 (byte {exc.start})", path=path) from exc
+    except RecursionError as exc:  # tomllib recurses into nested arrays and inline tables
+        raise UsageError("invalid TOML: nested too deeply", path=path) from exc
     except OSError as exc:
         raise UsageError(f"cannot read config: {exc.strerror}", path=path) from exc
 
@@ -132,10 +138,15 @@ def load_file(path: Path) -> RulesConfig:
     """Read a config file: a pyproject.toml's `[tool.tpudiag]` table, or any other file's top level."""
     data = _read_toml(path)
     if path.name == "pyproject.toml":
-        table = data.get("tool", {}).get("tpudiag")
+        tool = data.get("tool", {})
+        if not isinstance(tool, Mapping):
+            raise UsageError("`tool` is not a table", path=path)
+        table = tool.get("tpudiag")
         if table is None:
             raise UsageError("no `[tool.tpudiag]` table", path=path)
         data = table
+    if not isinstance(data, Mapping):
+        raise UsageError("the tpudiag config is not a table", path=path)
     return parse_config(data, str(path))
 
 
@@ -158,13 +169,29 @@ def find_config(input_path: Path | None, cwd: Path | None = None) -> Path | None
                 return candidate
             pyproject = d / "pyproject.toml"
             if pyproject.is_file():
+                # A project's own pyproject.toml, found by walking up: when it does not parse, it is
+                # not ours to fail on. Skip it with a warning; `--config` names a file and fails hard.
                 try:
-                    data = tomllib.loads(pyproject.read_text())
-                except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+                    data = _read_toml(pyproject)
+                except UsageError as exc:
+                    _warn(f"skipped {exc.one_line()}")
                     continue
-                if "tpudiag" in data.get("tool", {}):
+                tool = data.get("tool", {})
+                if not isinstance(tool, Mapping):
+                    _warn(f"skipped `{pyproject}`: `tool` is not a table")
+                    continue
+                if "tpudiag" in tool:
                     return pyproject
     return None
+
+
+def _warn(message: str) -> None:
+    """A config oddity that does not stop the run: one `warning:` line on stderr, trace text escaped."""
+    import sys
+
+    from tpudiag.model.text import one_line
+
+    sys.stderr.write(f"warning: {one_line(message)}\n")
 
 
 def load_config(input_path: Path | None = None, config_file: Path | None = None,

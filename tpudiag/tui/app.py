@@ -20,6 +20,7 @@ from textual.worker import get_current_worker
 from tpudiag.analysis.drilldown import find_op, op_detail
 from tpudiag.errors import TpudiagError
 from tpudiag.render.console import markup
+from tpudiag.render.files import write_text
 from tpudiag.tui import keys
 from tpudiag.tui.export import export_target
 from tpudiag.tui.screens import ExportScreen, HelpScreen, LoadingPanel, OpDetailScreen
@@ -262,8 +263,7 @@ class TpudiagApp(App):
                 return
             try:
                 target = export_target(answer, view, self.session.trace_dir, cwd)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text, encoding="utf-8")
+                write_text(target, text)  # atomic: a failed write leaves no partial file
             except TpudiagError as exc:
                 self.notify(markup(exc.one_line()) + (f"\nhint: {markup(exc.hint)}" if exc.hint else ""), severity="error")
                 return
