@@ -119,9 +119,9 @@ def simulate_command(
     for option, value, positive in (("--clock-ghz", clock_ghz, True), ("--ici-gbps", ici_gbps, True),
                                      ("--ici-latency-us", ici_latency_us, False)):
         check_number_option(option, value, positive)
+    output = load_compile_output(dumpdir)  # reads only: an unusable input is the first thing to say
     check_not_input(out, [dumpdir], what="the modelled capture")
     check_new_logdir(out, RUN_NAME)
-    output = load_compile_output(dumpdir)
     path, timeline, model = simulate(output, out, clock_ghz=clock_ghz, ici_gbps=ici_gbps,
                                      ici_latency_us=ici_latency_us, steps=steps)
     exposed = sum(max(0, p.dur_ps) for p, role in zip(timeline.placed, timeline.ops["async_role"])

@@ -21,6 +21,7 @@ from types import ModuleType
 from tpudiag.errors import InputError
 from tpudiag.kernels_lab.spec import OpSpec
 from tpudiag.model.text import printable
+from tpudiag.render.files import write_text as write_atomic
 
 FAMILIES = ("matmul", "reduction", "elementwise", "transpose")
 BLOCKS_BEGIN = "# lab: block sizes begin (rewritten by `tpudiag lab tune`)"
@@ -136,9 +137,10 @@ def write_repro(spec: OpSpec, out_dir: Path) -> tuple[Path, object]:
     basis = (f"Default block sizes for {spec.generation} (the family's tuned table or its safe default), "
              "not yet swept for this op")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "spec.json").write_text(spec.to_json())
+    # Atomic: `lab check` and `lab tune` execute repro.py, so a half-written one must never exist.
+    write_atomic(out_dir / "spec.json", spec.to_json())
     repro = out_dir / "repro.py"
-    repro.write_text(render(spec, blocks, basis))
+    write_atomic(repro, render(spec, blocks, basis))
     return repro, blocks
 
 
@@ -149,7 +151,7 @@ def set_blocks(repro: Path, blocks, basis: str) -> None:
     if not pattern.search(text):
         raise InputError("no block-size markers in the reproduction", path=repro,
                          hint="re-run `tpudiag lab extract` to regenerate it")
-    repro.write_text(pattern.sub(lambda _: blocks_source(blocks, basis), text, count=1))
+    write_atomic(repro, pattern.sub(lambda _: blocks_source(blocks, basis), text, count=1))
 
 
 def load_repro(out_dir: Path) -> ModuleType:
