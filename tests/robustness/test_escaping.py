@@ -144,3 +144,26 @@ def test_safe_console_escapes_text_that_reached_it_raw():
     assert "\x1b[" in out  # rich's own styles still go out
     assert "\x1b]0;" not in out and "\x07" not in out and "\x1b[2J" not in out
     assert out.count("\\x1b]0;pwned") == 2 and out.count(MARKUP) == 2  # rich itself drops the BEL
+
+
+def test_the_static_report_shows_hostile_dump_names_escaped():
+    """The static report (`tpudiag compile`, `report DUMPDIR`) prints names from the dumps through rich
+    markup: a module or op named `[/x]` must not raise MarkupError, and escapes must not reach the terminal."""
+    import dataclasses
+    import io
+
+    from tpudiag.compiler.dumps import load_compile_output
+    from tpudiag.compiler.static_report import build_static_report
+    from tpudiag.render.console import SafeConsole
+    from tpudiag.render.static_report import render_static_terminal
+
+    report = build_static_report(load_compile_output(REPO / "tests" / "compiler" / "fixtures" / "v5e_mlp_compile"))
+    ops = report.ops.copy()
+    ops.loc[ops.index[0], "name"] = OP
+    report = dataclasses.replace(report, module=f"jit{MARKUP}\x1b]0;t\x07", ops=ops,
+                                 warnings=(f"odd op {OP}",))
+    buf = io.StringIO()
+    render_static_terminal(report, SafeConsole(file=buf, width=200, color_system=None))
+    out = buf.getvalue()
+    assert_inert(out)
+    assert f"jit{MARKUP}\\x1b]0;t" in out and MARKUP in out

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from tpudiag.render.console import SafeConsole
+from tpudiag.render.console import SafeConsole, markup
 
 from tpudiag.cli import compile_cmd, rules_cmd
 from tpudiag.cli import check_cmd, diff_cmd
@@ -104,7 +104,7 @@ def report(
     extra_inputs, dump_labels = rules_cmd.load_dump_inputs(dumps)
     err = stderr_console()
     if err.is_terminal:
-        with err.status(f"reading {target}"):
+        with err.status(markup(f"reading {target}")):
             profile = load_capture(target, jobs=jobs)
     else:
         profile = load_capture(target, jobs=jobs)

@@ -66,6 +66,7 @@ def compile_command(
     from tpudiag.compiler.topology import parse_topology
     from tpudiag.cli.rules_cmd import check_number_option
     from tpudiag.errors import UsageError
+    from tpudiag.render.console import markup
     from tpudiag.render.static_report import render_static_json, render_static_terminal
 
     if output_format not in ("terminal", "json"):
@@ -87,7 +88,7 @@ def compile_command(
                                "most programs; trying anyway", highlight=False)
     err = stderr_console()
     if err.is_terminal:
-        with err.status(f"compiling {target} for {topo.name}"):
+        with err.status(markup(f"compiling {target} for {topo.name}")):
             run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s)
     else:
         run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s)
