@@ -123,6 +123,14 @@ def test_simulate_numbers_are_checked(capsys, tmp_path, option, value):
     assert not (tmp_path / "lg").exists()
 
 
+@pytest.mark.parametrize("command", ["report", "diff"])
+@pytest.mark.parametrize("value", ["nan", "0", "-2", "inf"])
+def test_clock_ghz_must_be_finite_and_positive(capsys, small_capture, command, value):
+    inputs = [small_capture] * (2 if command == "diff" else 1)
+    code, _, err = run_cli(capsys, command, *inputs, f"--clock-ghz={value}")
+    assert_usage_error(code, err, "--clock-ghz")
+
+
 def test_a_near_miss_threshold_is_accepted(capsys, small_capture):
     code, _, err = run_cli(capsys, "check", small_capture, "--baseline", small_capture, "--max-regression=0")
     assert code in (0, 1) and "error" not in err

@@ -70,3 +70,22 @@ def test_extract_writes_inside_the_working_directory_and_repro_holds_the_name_as
     assert ran.returncode == 0, ran.stderr
     assert not (made[0] / "PWNED").exists() and not (work / "PWNED").exists()
     assert_inert(ran.stdout)
+
+
+def test_extract_of_an_op_whose_trace_numbers_fit_no_blocks_is_one_line(tmp_path):
+    """A matmul-like fusion whose FLOPs imply K = 476,837 (1e12 FLOPs on a 1024x1024 output): no
+    block sizes fit VMEM. Was a BlockSizeError traceback; now exit 2 naming the capture, nothing written."""
+    ops = (OpDef("fusion.1", "convolution fusion", flops=1.0e12, bytes_accessed=1.0e9,
+                 shape="bf16[1024,1024]{1,0}"),)
+    run = tmp_path / "logdir" / "plugins" / "profile" / "run"
+    write_capture(small_design(ops=ops, n_chips=1, schedule=lambda chip, step: [Placed("fusion.1", 0, 3000 * US)]),
+                  run)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-m", "tpudiag", "lab", "extract", str(run), "--op", "fusion.1"],
+                          capture_output=True, text=True, env=env, cwd=work, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith(f"error: `{run}`") and "no block sizes of the matmul family fit `fusion.1`" in first
+    assert list(work.iterdir()) == []

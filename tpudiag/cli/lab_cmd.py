@@ -138,7 +138,11 @@ def extract(
     out_dir = out if out is not None else default_lab_dir(op)
     check_not_input(out_dir, [path, dump], what="the reproduction")
     spec = spec_from_analysis(_analysis(path), path, op, dump=dump, topology=topology, scale_down=scale_down)
-    repro, blocks = write_repro(spec, out_dir)
+    try:
+        repro, blocks = write_repro(spec, out_dir)
+    except InputError as exc:
+        exc.path = exc.path or str(path)  # the op's numbers came from this capture
+        raise
     console, _ = _consoles()
     console.print(f"wrote `{repro}` and `{out_dir / 'spec.json'}`", markup=False, highlight=False)
     console.print(f"  family {spec.family}: {spec.problem}", markup=False, highlight=False)

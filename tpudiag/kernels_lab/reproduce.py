@@ -20,6 +20,7 @@ from types import ModuleType
 
 from tpudiag.errors import InputError
 from tpudiag.kernels_lab.spec import OpSpec
+from tpudiag.kernels_lab.tiling import BlockSizeError
 from tpudiag.model.text import printable
 from tpudiag.writers.files import write_text as write_atomic
 
@@ -133,7 +134,11 @@ def write_repro(spec: OpSpec, out_dir: Path) -> tuple[Path, object]:
     """Write `spec.json` and `repro.py` with the family's default blocks for the target generation."""
     fam = family_module(spec.family)
     problem = fam.Problem(**spec.problem)
-    blocks = fam.default_blocks(problem, spec.generation).validate(problem, spec.vmem_bytes)
+    try:
+        blocks = fam.default_blocks(problem, spec.generation).validate(problem, spec.vmem_bytes)
+    except BlockSizeError as exc:  # the problem comes from trace numbers: an implausible one is an input error
+        raise InputError(f"no block sizes of the {spec.family} family fit `{spec.op_name}`: {exc}",
+                         hint="check the op's shapes in the capture, or pass --dump with its compiled HLO") from exc
     basis = (f"Default block sizes for {spec.generation} (the family's tuned table or its safe default), "
              "not yet swept for this op")
     out_dir.mkdir(parents=True, exist_ok=True)
