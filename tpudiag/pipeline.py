@@ -202,8 +202,18 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
         if dumps:
             raise UsageError("`--dumps` joins compiled programs to a trace, and PATH is a compiler dump directory",
                              path=path, hint="pass the capture as PATH and the dumps with --dumps")
-        return _diagnose_static(path, rules_config, chip_spec, clock_ghz, progress)
-    return _diagnose_trace(path, dumps, rules_config, chip_spec, jobs, progress, scheduler)
+        return _with_warnings(_diagnose_static(path, rules_config, chip_spec, clock_ghz, progress),
+                              rules_config.warnings)
+    return _with_warnings(_diagnose_trace(path, dumps, rules_config, chip_spec, jobs, progress, scheduler),
+                          rules_config.warnings)
+
+
+def _with_warnings(diagnosis: Diagnosis, extra: Sequence[str]) -> Diagnosis:
+    """`diagnosis` with `extra` warnings (a skipped config file) first, in its report too."""
+    if not extra:
+        return diagnosis
+    report = replace(diagnosis.report, warnings=tuple(dict.fromkeys((*extra, *diagnosis.report.warnings))))
+    return replace(diagnosis, report=report, warnings=report.warnings)
 
 
 def _stage(progress: Callable[[str], None] | None, i: int) -> None:
@@ -338,4 +348,25 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
     return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
 
 
-__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "compare", "diagnose", "load_dumps", "parse_chip"]
+def check_warnings(checked: Diagnosis, diff: Diff | None = None) -> tuple[str, ...]:
+    """What `check` warns about: what `report` shows for the input (its warnings and the host files
+    not analysed) or, against a baseline, what `diff` shows (both inputs' warnings, different chips
+    or core counts, too few steps), plus what makes the gate weak: a host-only capture has no
+    device ops or steps, so its findings check passes vacuously.
+    """
+    out = []
+    if checked.report.summary.platform == "CPU":
+        out.append("host-only capture (no TPU or GPU device plane): no device ops or steps, so nothing "
+                   "to gate on; the findings check passes vacuously")
+    if diff is None:
+        out += [f"not analysed: {f}" for f in checked.report.failures]
+        out += checked.warnings
+    else:
+        for label, d in (("base", diff.base), ("new", diff.new)):
+            out += [f"{label}: not analysed: {f}" for f in d.report.failures]
+        out += diff.result.warnings
+    return tuple(dict.fromkeys(out))
+
+
+__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "check_warnings", "compare", "diagnose", "load_dumps",
+           "parse_chip"]

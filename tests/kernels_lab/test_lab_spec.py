@@ -233,3 +233,13 @@ def test_modelled_v5e_capture_ops():
     # its tuple of 11 (matmul + the all-gather's carried buffers and sync flags) is the multi_output family
     tupled = extract_spec(MODELLED_V5E, "fusion.198")
     assert tupled.family == "multi_output" and tupled.problem["kind"] == "matmul"
+
+
+def test_operand_shapes_read_past_tiled_layouts():
+    """A TPU trace prints operands with tiled layouts; `T(32,128)` must not end the operand list."""
+    from tpudiag.kernels_lab.spec import operand_shapes
+
+    text = ("%fusion.138 = bf16[512,256]{1,0:T(8,128)(2,1)S(1)} fusion(pred[8,128,512]{2,1,0:T(32,128)(4,1)S(1)} "
+            "%mask, bf16[8,128,256]{2,1,0:T(8,128)(2,1)S(1)} %x, f32[256]{0:T(256)S(1)} %scale)")
+    assert [(a.dtype, a.dims, a.minor_to_major) for a in operand_shapes(text)] == [
+        ("pred", (8, 128, 512), (2, 1, 0)), ("bf16", (8, 128, 256), (2, 1, 0)), ("f32", (256,), (0,))]

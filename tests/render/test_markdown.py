@@ -232,10 +232,11 @@ def test_output_file_works_for_the_terminal_format_without_colour(tmp_path):
     assert "Top ops by self time" in body and "\x1b[" not in body
 
 
-def test_output_into_a_missing_directory_is_an_input_error(tmp_path):
+def test_output_into_a_missing_directory_creates_it(tmp_path):
+    # Issue 13: `-o` creates a missing parent directory (it used to be an error).
     proc = run_cli("report", str(EXAMPLE), "--format", "md", "-o", str(tmp_path / "nope" / "r.md"))
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("error: ") and "does not exist" in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "nope" / "r.md").read_text().startswith("# Performance report")
 
 
 def test_a_host_only_capture_gets_a_plain_explanation_and_no_figures(tmp_path):

@@ -6,6 +6,7 @@ reason; never a traceback, never a nonsense number in the report (issue 13).
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -89,6 +90,51 @@ def test_negative_and_huge_step_durations_are_dropped(tmp_path):
     assert (host.step_markers["dur_ps"] <= MAX_EVENT_PS).all()
     assert len(host.step_markers) == 2  # one good step on each of the 2 chips
     assert any("2 step markers dropped" in w for w in host.warnings), host.warnings
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    from tpudiag.cli.app import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return exc.value.code or 0, out, err
+
+
+@pytest.mark.parametrize("values", [(-5,), (-5,) * 5, (1 << 62,), (-5, 1 << 62)], ids=["one-negative", "all-negative",
+                                                                                    "2^62", "both"])
+def test_damaged_step_durations_through_report_and_check(capsys, tmp_path, values):
+    """Was: "step time mean -5 ps", and a 2^62 ps step raising a high finding that failed `check`.
+    Now the damaged markers are dropped with a warning, and report and check say what they say for
+    the undamaged capture."""
+    def mutate(space):
+        for plane in space.planes:
+            if plane.name.startswith("/device:TPU:"):
+                for ev, value in zip(line(plane, "Steps").events, values):
+                    ev.duration_ps = value
+    write_mutated(tmp_path / "bad" / "plugins" / "profile" / "run", mutate, n_steps=5)
+    write_mutated(tmp_path / "clean" / "plugins" / "profile" / "run", lambda space: None, n_steps=5)
+    reports = {}
+    for name in ("bad", "clean"):
+        code, out, err = _cli(capsys, "report", tmp_path / name, "-f", "json")
+        assert code == 0 and "Traceback" not in err, err
+        reports[name] = json.loads(out)
+    step = reports["bad"]["summary"]["step_time"]
+    assert step is not None and 0 < step["min_ps"] and step["max_ps"] <= MAX_EVENT_PS
+    assert step["mean_ps"] == pytest.approx(reports["clean"]["summary"]["step_time"]["mean_ps"], rel=0.5)
+    assert any("step markers dropped" in w for w in reports["bad"]["warnings"])
+
+    def severe(doc):
+        return sorted((f["rule"], f["severity"]) for f in doc["findings"] if f["severity"] in ("high", "medium"))
+    assert severe(reports["bad"]) == severe(reports["clean"])
+    codes = {}
+    for name in ("bad", "clean"):
+        codes[name], out, err = _cli(capsys, "check", tmp_path / name)
+        assert "Traceback" not in err, err
+    assert codes["bad"] == codes["clean"]
+    code, out, err = _cli(capsys, "report", tmp_path / "bad")  # the terminal report: no negative step time
+    [steps_line] = [ln for ln in out.splitlines() if ln.startswith("Steps:")]
+    assert code == 0 and "step time mean" in steps_line and not re.search("[-\u2212]\\d", steps_line), steps_line
 
 
 def test_negative_and_huge_op_durations_are_dropped_near_miss_kept(tmp_path):

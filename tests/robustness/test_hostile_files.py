@@ -7,6 +7,7 @@ on a regression runs the code in a subprocess with a timeout, so a regression fa
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -75,6 +76,30 @@ def test_dev_zero_link_host_file_is_a_per_host_failure(tmp_path):
     assert [h.host for h in profile.hosts] == ["host0"]
     [failure] = profile.failures
     assert "host1.xplane.pb" in failure.message and "character device, not a regular file" in failure.message
+
+
+@needs_fifo
+@pytest.mark.parametrize("command", [["report", "--format", "json"], ["check", "--format", "json"]])
+def test_fifo_and_dev_zero_in_a_run_dir_through_the_cli_in_bounded_time_and_memory(tmp_path, command):
+    """Both hostile files at once, through `report` and `check` end to end: within 60 s and a 2 GiB
+    address-space cap (each once hung forever or reached MemoryError at 3.9 GB)."""
+    run = good_run(tmp_path)
+    os.mkfifo(run / "host1.xplane.pb")
+    (run / "host2.xplane.pb").symlink_to("/dev/zero")
+    proc = run_python(f"""
+        import sys
+        from tpudiag.cli.app import main
+        main({[*command[:1], str(run), *command[1:]]!r})
+    """, timeout_s=60, mem_bytes=2 << 30)
+    assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    if command[0] == "report":
+        assert doc["summary"]["hosts"] == ["host0"]  # the good host is still analysed
+        failures = " ".join(doc["failed_hosts"])
+    else:
+        failures = " ".join(doc["warnings"])  # check carries report's unread host files as warnings
+    assert "host1.xplane.pb" in failures and "FIFO" in failures
+    assert "host2.xplane.pb" in failures and "character device" in failures
 
 
 def test_only_hostile_files_is_one_clean_error(tmp_path):

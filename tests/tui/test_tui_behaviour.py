@@ -91,7 +91,7 @@ def test_export_of_the_op_detail_screen(example_session, tmp_path):
         await press(pilot, "p", "enter", "e", "enter")
     app = run(make_app(example_session, cwd=tmp_path), scenario)
     assert app.exported == tmp_path / "tpudiag-op.md"
-    assert app.exported.read_text().startswith("# `fusion.8` on host0")
+    assert app.exported.read_text().startswith("# `fusion.8` on `host0`")  # names as code spans
 
 
 def test_export_never_writes_into_the_trace_directory(example_session):

@@ -456,7 +456,8 @@ def _warnings(base: Analysis, new: Analysis) -> list[str]:
     bt = sorted({h.device.device_type for h in base.profile.hosts})
     nt = sorted({h.device.device_type for h in new.profile.hosts})
     if bt != nt:
-        out.append(f"device types differ: base {', '.join(bt) or '(none)'}; new {', '.join(nt) or '(none)'}")
+        out.append(f"the chips differ: base {', '.join(bt) or '(none)'}; new {', '.join(nt) or '(none)'} "
+                   "(device types differ: times compare different hardware)")
     if _n_cores(base) != _n_cores(new):
         out.append(f"core counts differ (base {_n_cores(base)}, new {_n_cores(new)}): op times are per core")
     return out

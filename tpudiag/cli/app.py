@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from tpudiag.cli import compile_cmd, rules_cmd
 from tpudiag.cli import check_cmd, diff_cmd
@@ -20,6 +19,8 @@ from tpudiag.cli import lab_cmd
 from tpudiag.cli.console import stderr_console, stdout_console
 from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import TpudiagError, UsageError
+from tpudiag.model.text import one_line
+from tpudiag.render.console import markup
 # The bundled example (`tpudiag.examples_data`); names kept for callers of the CLI module.
 from tpudiag.examples_data import EXAMPLE_CAPTURE, EXAMPLE_DUMPS  # noqa: F401
 
@@ -58,8 +59,9 @@ def report(
                                                           "per-op padding/spill/cycle columns: LLO (--xla_jf_dump_to), "
                                                           "XLA (--xla_dump_to) or `tpudiag compile -o`; repeatable")]
     = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file; markdown "
-                                                "figures go beside it as <stem>-*.png")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file (`-` for "
+                                                "stdout; never inside the input); markdown figures go beside "
+                                                "it as <stem>-*.png")] = None,
     chip: Annotated[Chip | None, typer.Option(help="TPU generation, where the files do not say it (compiler "
                                                    "dumps without `target_arguments.txt`)")] = None,
     clock_ghz: Annotated[float | None, typer.Option(help="Compiler dumps alone: the clock turning estimated cycles "
@@ -72,14 +74,18 @@ def report(
     PATH may also be an fsspec URL of a capture (`gs://bucket/logdir`) with the cloud extra installed.
     """
     from tpudiag.pipeline import diagnose
+    from tpudiag.writers.files import resolve_output
 
     threshold = rules_cmd.parse_fail_on(fail_on)
+    rules_cmd.check_number_option("--clock-ghz", clock_ghz, positive=True)
+    # `-o -` is stdout; never into an input (checked before reading anything)
+    output = resolve_output(output, [path if path is not None else default_capture(), *(dumps or [])])
     err = stderr_console()
     status = err.status("reading") if err.is_terminal else None
 
     def progress(text: str) -> None:
         if status is not None:
-            status.update(text)
+            status.update(markup(text))  # the text names host files: trace-controlled
 
     if status is not None:
         status.start()
@@ -110,7 +116,8 @@ def report(
 
 def render_static(result, output_format: str, top: int, output: Path | None) -> None:
     """Print (or write to `output`) the static report of compiler dumps with the rules' findings."""
-    from tpudiag.errors import InputError
+    from tpudiag.render.console import SafeConsole
+    from tpudiag.writers.files import atomic_open
     from tpudiag.render.static_report import render_static_diagnosis_json, render_static_diagnosis_terminal
 
     if output_format not in ("terminal", "json"):
@@ -118,16 +125,13 @@ def render_static(result, output_format: str, top: int, output: Path | None) -> 
             result.input_path), hint="--format terminal says why (an LLO dump without its HLO, or an unknown "
                                      "generation: pass --chip); it and --format json work")
     if output is not None:
-        try:
-            with open(output, "w", encoding="utf-8") as f:
-                if output_format == "json":
-                    f.write(render_static_diagnosis_json(result.report, result.static) + "\n")
-                else:
-                    render_static_diagnosis_terminal(result.report, result.static,
-                                                     Console(file=f, width=140, color_system=None), top=top)
-        except OSError as exc:
-            raise InputError(f"cannot write the report ({exc.strerror or exc})", path=output) from exc
-        stderr_console().print(f"wrote `{output}`", highlight=False)
+        with atomic_open(output) as f:
+            if output_format == "json":
+                f.write(render_static_diagnosis_json(result.report, result.static) + "\n")
+            else:
+                render_static_diagnosis_terminal(result.report, result.static,
+                                                 SafeConsole(file=f, width=140, color_system=None), top=top)
+        stderr_console().print(f"wrote `{output}`", markup=False, highlight=False)
     elif output_format == "json":
         sys.stdout.write(render_static_diagnosis_json(result.report, result.static) + "\n")
     else:
@@ -153,9 +157,10 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv)
     except TpudiagError as exc:
         # Plain writes: the message must stay on one line whatever the terminal width.
-        sys.stderr.write(f"error: {exc.one_line()}\n")
+        # Messages quote trace text (file and op names): shown escaped, never as terminal controls.
+        sys.stderr.write(f"error: {one_line(exc.one_line())}\n")
         if exc.hint:
-            sys.stderr.write(f"hint: {exc.hint}\n")
+            sys.stderr.write(f"hint: {one_line(exc.hint)}\n")
         sys.exit(exc.exit_code)
 
 

@@ -9,8 +9,10 @@ Exit codes:
 Defaults: with neither `--fail-on` nor `--baseline`, the gate fails on `high` findings. With
 `--baseline` and no `--max-regression`, the allowed rise of the median step time is 5 % (Marin's
 `track` gate). `--format json` prints one object for machines: `result` (pass, fail or error),
-`exit_code`, `checks`, `step_time`, `findings`; on an input error, `result: error` with `error`
-and `hint` (the message is on stderr as well).
+`exit_code`, `checks`, `step_time`, `findings`, `warnings` (also printed on stderr as `warning:`
+lines: `tpudiag.pipeline.check_warnings`, i.e. the capture's warnings as `report` gives them, `diff`'s
+against the baseline, a host-only capture); on an input error, `result: error` with `error` and
+`hint` (the message is on stderr as well).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rich.text import Text
 
 from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import InputError, TpudiagError, UsageError
+from tpudiag.model.text import one_line
 
 DEFAULT_FAIL_ON = "high"
 DEFAULT_MAX_REGRESSION_PCT = 5.0
@@ -83,39 +86,40 @@ def check(
 ) -> None:
     """CI gate: exit 0 when every check passes, 1 when one fails, 2 on usage or input errors."""
     try:
-        from tpudiag.analysis.diff import NoiseOptions, diff_analyses
-        from tpudiag.cli.rules_cmd import parse_fail_on
-        from tpudiag.pipeline import diagnose
+        from tpudiag.cli.rules_cmd import check_number_option, parse_fail_on
+        from tpudiag.pipeline import check_warnings, compare, diagnose
         from tpudiag.render.json_format import finding_to_dict
 
         if max_regression is not None and baseline is None:
             raise UsageError("--max-regression needs --baseline", hint="pass the baseline capture with --baseline")
-        if max_regression is not None and max_regression < 0:
-            raise UsageError(f"--max-regression must be >= 0, got {max_regression:g}")
+        check_number_option("--max-regression", max_regression)
         if fail_on is None and baseline is None:
             fail_on = DEFAULT_FAIL_ON
         threshold = parse_fail_on(fail_on)
 
-        checked = diagnose(path, config=config, jobs=jobs, chip=chip.value if chip else None, scheduler=scheduler)
+        chip_name = chip.value if chip else None
+        compared = None  # the comparison with the baseline, when there is one
+        if baseline is not None:
+            compared = compare(baseline, path, config=config, jobs=jobs, chip=chip_name, scheduler=scheduler)
+            checked = compared.new
+        else:
+            checked = diagnose(path, config=config, jobs=jobs, chip=chip_name, scheduler=scheduler)
         findings = checked.findings
         checks: list[CheckResult] = []
         step_change = None
         if threshold is not None:
             checks.append(findings_check(findings, threshold))
-        if baseline is not None:
-            base_diagnosis = diagnose(baseline, config=config, jobs=jobs, chip=chip.value if chip else None,
-                                      scheduler=scheduler)
-            if base_diagnosis.analysis is None or checked.analysis is None:
-                raise InputError("cannot compare step times: an input has no timeline", path=path,
-                                 hint="pass captures, or dumps whose TPU generation is known (--chip)")
-            d = diff_analyses(base_diagnosis.analysis, checked.analysis, options=NoiseOptions())
-            if d.step_time is None:
+        if compared is not None:
+            if compared.result.step_time is None:
                 raise InputError("cannot compare step times: a capture has no steps", path=path,
                                  hint="both captures need a Steps line or XLA Modules executions")
-            step_change = d.step_time
+            step_change = compared.result.step_time
             limit = DEFAULT_MAX_REGRESSION_PCT if max_regression is None else max_regression
             checks.append(regression_check(step_change, limit))
 
+        warnings = list(check_warnings(checked, compared))
+        for w in warnings:  # diagnostics: stderr, escaped (they quote host and file names)
+            sys.stderr.write(f"warning: {one_line(w)}\n")
         passed = all(c.passed for c in checks)
         code = 0 if passed else 1
         if output_format is CheckFormat.json:
@@ -127,6 +131,7 @@ def check(
                 "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in checks],
                 "step_time": change_to_dict(step_change),
                 "findings": [finding_to_dict(f) for f in findings],
+                "warnings": warnings,
             }, indent=2) + "\n")
         else:
             from tpudiag.cli.console import stdout_console

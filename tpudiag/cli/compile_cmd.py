@@ -64,11 +64,15 @@ def compile_command(
     from tpudiag.compiler.static_report import build_static_report
     from tpudiag.compiler.target import TargetError, parse_target
     from tpudiag.compiler.topology import parse_topology
+    from tpudiag.cli.rules_cmd import check_number_option
     from tpudiag.errors import UsageError
+    from tpudiag.render.console import markup
     from tpudiag.render.static_report import render_static_json, render_static_terminal
 
     if output_format not in ("terminal", "json"):
         raise UsageError(f"unknown format `{output_format}`", hint="use `terminal` or `json`")
+    check_number_option("--clock-ghz", clock_ghz, positive=True)
+    check_number_option("--timeout-s", timeout_s, positive=True)
     topo = parse_topology(topology)
     try:
         spec = parse_target(target)
@@ -84,7 +88,7 @@ def compile_command(
                                "most programs; trying anyway", highlight=False)
     err = stderr_console()
     if err.is_terminal:
-        with err.status(f"compiling {target} for {topo.name}"):
+        with err.status(markup(f"compiling {target} for {topo.name}")):
             run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s)
     else:
         run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s)
@@ -108,10 +112,17 @@ def simulate_command(
 ) -> None:
     from tpudiag.cli.console import stdout_console
     from tpudiag.compiler.dumps import load_compile_output
-    from tpudiag.compiler.simulate import simulate
+    from tpudiag.compiler.simulate import RUN_NAME, simulate
     from tpudiag.model.units import fmt_time
+    from tpudiag.cli.rules_cmd import check_number_option
+    from tpudiag.writers.files import check_new_logdir, check_not_input
 
-    output = load_compile_output(dumpdir)
+    for option, value, positive in (("--clock-ghz", clock_ghz, True), ("--ici-gbps", ici_gbps, True),
+                                     ("--ici-latency-us", ici_latency_us, False)):
+        check_number_option(option, value, positive)
+    output = load_compile_output(dumpdir)  # reads only: an unusable input is the first thing to say
+    check_not_input(out, [dumpdir], what="the modelled capture")
+    check_new_logdir(out, RUN_NAME)
     path, timeline, model = simulate(output, out, clock_ghz=clock_ghz, ici_gbps=ici_gbps,
                                      ici_latency_us=ici_latency_us, steps=steps)
     exposed = sum(max(0, p.dur_ps) for p, role in zip(timeline.placed, timeline.ops["async_role"])

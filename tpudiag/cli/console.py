@@ -1,4 +1,7 @@
-"""The CLI's consoles: data on stdout, diagnostics on stderr; `NO_COLOR` honoured."""
+"""The CLI's consoles: data on stdout, diagnostics on stderr; `NO_COLOR` honoured.
+
+Both are `SafeConsole`s: whatever trace text reaches them prints with its control characters escaped.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ import os
 import sys
 
 from rich.console import Console
+
+from tpudiag.render.console import SafeConsole
 
 
 def _plain() -> bool:
@@ -15,10 +20,10 @@ def _plain() -> bool:
 
 def stdout_console() -> Console:
     # When piped, keep lines long enough for the tables.
-    return Console(width=None if sys.stdout.isatty() else 140, soft_wrap=False,
-                   color_system=None if _plain() else "auto")
+    return SafeConsole(width=None if sys.stdout.isatty() else 140, soft_wrap=False,
+                       color_system=None if _plain() else "auto")
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, width=None if sys.stderr.isatty() else 140,
-                   color_system=None if _plain() else "auto")
+    return SafeConsole(stderr=True, width=None if sys.stderr.isatty() else 140,
+                       color_system=None if _plain() else "auto")

@@ -6,7 +6,6 @@ Exit codes: 0 (a diff is information, whatever it shows), 2 usage or input error
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -25,7 +24,9 @@ class DiffFormat(str, Enum):
 
 def noise_options(min_change: float):
     from tpudiag.analysis.diff import NoiseOptions
+    from tpudiag.cli.rules_cmd import check_number_option
 
+    check_number_option("--min-change", min_change)
     try:
         return NoiseOptions(min_relative=min_change / 100)
     except ValueError as exc:
@@ -43,7 +44,8 @@ def diff(
     config: Annotated[Path | None, typer.Option(help="Rule configuration file (TOML) for both captures")] = None,
     jobs: Annotated[int | None, typer.Option(help="Processes for parsing hosts (default: CPU count)")] = None,
     scheduler: Annotated[str | None, typer.Option(help=SCHEDULER_HELP)] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the diff to this file")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the diff to this file (`-` for stdout; "
+                                                                    "never inside an input)")] = None,
     clock_ghz: Annotated[float | None, typer.Option(help="For compile outputs: the clock turning estimated cycles "
                                                          "into time, as in `tpudiag simulate`")] = None,
     base_dumps: Annotated[list[Path] | None, typer.Option(help="Compiler dump directory of BASE (LLO and/or XLA), "
@@ -59,23 +61,26 @@ def diff(
     A `tpudiag compile` output is first simulated (modelled times, as `tpudiag simulate`); the
     output then says so.
     """
+    from tpudiag.cli.rules_cmd import check_number_option
     from tpudiag.pipeline import compare
+    from tpudiag.writers.files import atomic_open, resolve_output, write_output
 
     options = noise_options(min_change)
+    check_number_option("--clock-ghz", clock_ghz, positive=True)
+    output = resolve_output(output, [base, new, *(base_dumps or []), *(new_dumps or [])])
     result = compare(base, new, base_dumps=base_dumps or (), new_dumps=new_dumps or (), config=config, jobs=jobs,
                      clock_ghz=clock_ghz, noise=options, chip=chip.value if chip else None,
                      scheduler=scheduler).result
     if output_format is DiffFormat.terminal:
-        from rich.console import Console
-
         from tpudiag.cli.console import stdout_console
+        from tpudiag.render.console import SafeConsole
         from tpudiag.render.diff_terminal import render_diff_terminal
 
         if output is None:
             render_diff_terminal(result, stdout_console(), top=top)
         else:
-            with output.open("w", encoding="utf-8") as fh:
-                render_diff_terminal(result, Console(file=fh, width=140, no_color=True), top=top)
+            with atomic_open(output) as fh:
+                render_diff_terminal(result, SafeConsole(file=fh, width=140, no_color=True), top=top)
         return
     if output_format is DiffFormat.md:
         from tpudiag.render.diff_markdown import render_diff_markdown
@@ -85,10 +90,7 @@ def diff(
         from tpudiag.render.diff_json import render_diff_json
 
         body = render_diff_json(result) + "\n"
-    if output is None:
-        sys.stdout.write(body)
-    else:
-        output.write_text(body, encoding="utf-8")
+    write_output(output, body)
 
 
 def register(app: typer.Typer) -> None:

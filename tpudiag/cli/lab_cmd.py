@@ -71,6 +71,7 @@ def ops(
     from rich.table import Table
 
     from tpudiag.kernels_lab.spec import coverage, describe_problem, survey
+    from tpudiag.render.console import markup
 
     path, dump = _capture_or_example(path, None)
     all_rows = survey(_analysis(path), path, None, dump=dump)
@@ -91,7 +92,8 @@ def ops(
             detail = describe_problem(r.family, r.problem)
         else:
             detail = r.reason.removeprefix(f"`{r.op_name}` ")
-        table.add_row(r.op_name, r.category, f"{100 * r.time_share:.1f}", r.family or "-", detail)
+        table.add_row(markup(r.op_name), markup(r.category), f"{100 * r.time_share:.1f}", r.family or "-",
+                      markup(detail))
     console.print(table)
     missing = [f for f in cov.collective_families if f not in cov.collective_families_reproducible]
     console.print(f"reproducible: {100 * cov.compute_share:.1f} % of compute time, {100 * cov.collective_share:.1f} % "
@@ -102,12 +104,21 @@ def ops(
     console.print(f"reproduce one: `tpudiag lab extract {path} --op NAME`", markup=False, highlight=False)
 
 
+def default_lab_dir(op: str, base: Path | None = None) -> Path:
+    """`lab-<op>` inside `base` (default: the working directory), from a sanitised op name: an op named
+    `../../x` or `/etc` cannot place the directory anywhere else."""
+    from tpudiag.model.text import path_component
+
+    return (Path.cwd() if base is None else base) / f"lab-{path_component(op)}"
+
+
 @lab_app.command("extract")
 def extract(
     op: Annotated[str, typer.Option("--op", help="HLO op name, e.g. `fusion.2`")],
     path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file; default: the "
                                                      "bundled example (with its compiler dumps)")] = None,
-    out: Annotated[Path | None, typer.Option("-o", "--out", help="Directory to write (default: lab-<op>)")] = None,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Directory to write (default: lab-<op> here, "
+                                                                 "the name sanitised)")] = None,
     dump: Annotated[Path | None, typer.Option("--dump", help="XLA/libtpu dump directory with the op's HLO "
                                                              "(operands, fusion body)")] = None,
     topology: Annotated[str | None, typer.Option(help="Target topology (default: the capture's device, "
@@ -119,13 +130,19 @@ def extract(
     """Write a runnable reproduction of one op: `repro.py` (XLA reference + Pallas kernel) and `spec.json`."""
     from tpudiag.kernels_lab.reproduce import write_repro
     from tpudiag.kernels_lab.spec import spec_from_analysis
+    from tpudiag.writers.files import check_not_input
 
     if scale_down < 1:
         raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
     path, dump = _capture_or_example(path, dump)
+    out_dir = out if out is not None else default_lab_dir(op)
+    check_not_input(out_dir, [path, dump], what="the reproduction")
     spec = spec_from_analysis(_analysis(path), path, op, dump=dump, topology=topology, scale_down=scale_down)
-    out_dir = out if out is not None else Path(f"lab-{op}")
-    repro, blocks = write_repro(spec, out_dir)
+    try:
+        repro, blocks = write_repro(spec, out_dir)
+    except InputError as exc:
+        exc.path = exc.path or str(path)  # the op's numbers came from this capture
+        raise
     console, _ = _consoles()
     console.print(f"wrote `{repro}` and `{out_dir / 'spec.json'}`", markup=False, highlight=False)
     console.print(f"  family {spec.family}: {spec.problem}", markup=False, highlight=False)

@@ -4,7 +4,7 @@ Markdown figures (PNG) are written beside the `-o` file as `<stem>-<figure>.png`
 relative path, so the report and its pictures move together. When markdown goes to stdout, the
 figures go to a fresh temporary directory (`tpudiag-figures-*` under the system temp dir), linked
 by absolute path and named on stderr and in the report's Methods section. Nothing is ever written
-into the capture directory unless `-o` points there.
+into an input's directory: `-o` there is refused (`tpudiag.writers.files`), and `-o -` is stdout.
 """
 
 from __future__ import annotations
@@ -13,19 +13,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
-
 from tpudiag.errors import UsageError
 from tpudiag.model.report import Report
+from tpudiag.model.text import one_line
+from tpudiag.render.console import SafeConsole
+from tpudiag.writers.files import atomic_open, is_special, write_output, write_text
 
 TERMINAL_FILE_WIDTH = 140
-
-
-def _check_output(output: Path) -> None:
-    if output.is_dir():
-        raise UsageError("the output is a directory", path=output, hint="give a file name, e.g. `-o report.md`")
-    if not output.parent.exists():
-        raise UsageError("the output's directory does not exist", path=output.parent)
 
 
 def markdown_with_figures(report: Report, output: Path | None, top: int) -> tuple[str, Path, int]:
@@ -33,7 +27,7 @@ def markdown_with_figures(report: Report, output: Path | None, top: int) -> tupl
     from tpudiag.render.figures import write_figures
     from tpudiag.render.markdown import render_markdown
 
-    if output is not None:
+    if output is not None and not is_special(output):  # `/dev/stdout` has no "beside it"
         fig_dir, stem = output.parent, output.stem
         figures = write_figures(report, fig_dir, stem)
         links = {k: (f.path.name, f.alt) for k, f in figures.items()}
@@ -51,26 +45,23 @@ def markdown_with_figures(report: Report, output: Path | None, top: int) -> tupl
 
 def write_report(report: Report, output_format: str, output: Path | None, top: int = 15) -> None:
     """Render `report` as `output_format` (terminal, json, md) to `output`, or stdout when None."""
-    if output is not None:
-        _check_output(output)
+    if output is not None and output.is_dir():
+        raise UsageError("the output is a directory", path=output, hint="give a file name, e.g. `-o report.md`")
     if output_format == "md":
         body, fig_dir, n_figures = markdown_with_figures(report, output, top)
         if output is None:
             sys.stdout.write(body)
-            sys.stderr.write(f"figures written to `{fig_dir.as_posix()}`\n" if n_figures
+            sys.stderr.write(f"figures written to `{one_line(fig_dir.as_posix())}`\n" if n_figures
                              else "no figures: nothing to draw\n")
         else:
-            output.write_text(body, encoding="utf-8")
-            sys.stderr.write(f"wrote `{output}`" + (f" and {n_figures} figures beside it\n" if n_figures else "\n"))
+            write_text(output, body)
+            sys.stderr.write(f"wrote `{one_line(output)}`" + (f" and {n_figures} figures beside it\n" if n_figures else "\n"))
         return
     if output_format == "json":
         from tpudiag.render.json_format import render_json
 
         body = render_json(report) + "\n"
-        if output is None:
-            sys.stdout.write(body)
-        else:
-            output.write_text(body, encoding="utf-8")
+        write_output(output, body)
         return
     from tpudiag.render.terminal import render_terminal
 
@@ -79,6 +70,6 @@ def write_report(report: Report, output_format: str, output: Path | None, top: i
 
         render_terminal(report, stdout_console(), top=top)
         return
-    with output.open("w", encoding="utf-8") as fh:
-        render_terminal(report, Console(file=fh, width=TERMINAL_FILE_WIDTH, no_color=True, soft_wrap=False),
+    with atomic_open(output) as fh:
+        render_terminal(report, SafeConsole(file=fh, width=TERMINAL_FILE_WIDTH, no_color=True, soft_wrap=False),
                         top=top)

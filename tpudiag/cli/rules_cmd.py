@@ -59,6 +59,16 @@ def rule(name: Annotated[str, typer.Argument(help="Rule name (e.g. exposed-colle
                      f"{', '.join(found.inputs)}\n\n{found.doc.strip()}\n")
 
 
+def check_number_option(option: str, value: float | None, positive: bool = False) -> float | None:
+    """A numeric command-line threshold, or a UsageError for NaN, infinity or a negative (or zero) value."""
+    from tpudiag.model.units import number_problem
+
+    problem = None if value is None else number_problem(value, positive)
+    if problem:
+        raise UsageError(f"{option} {problem}")
+    return value
+
+
 def parse_fail_on(text: str | None):
     """`--fail-on SEVERITY` as a Severity (None when absent); a bad value is a usage error."""
     from tpudiag.model.findings import Severity

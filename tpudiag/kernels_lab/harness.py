@@ -96,10 +96,16 @@ def describe(problem) -> str:
     return " ".join(f"{k}={v}" for k, v in dataclasses.asdict(problem).items())
 
 
+def _shown(name: str) -> str:
+    """The op name from the trace, printable: controls and bidi overrides as escapes (repro.py runs alone,
+    so this cannot use tpudiag.model.text)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in name)
+
+
 def run_main(fam, *, op_name: str, problem, run_problem, blocks, vmem_bytes: int, scale_down: int = 1,
              argv=None) -> int:
     """The reproduction's command line. Exit 0 when numerics agree, 1 when they do not."""
-    parser = argparse.ArgumentParser(description=f"Reproduce `{op_name}`: Pallas kernel vs XLA reference")
+    parser = argparse.ArgumentParser(description=f"Reproduce `{_shown(op_name)}`: Pallas kernel vs XLA reference")
     parser.add_argument("--full", action="store_true", help="run the op's full profiled shapes even off TPU")
     parser.add_argument("--interpret", action="store_true", help="force Pallas interpret mode")
     parser.add_argument("--tpu-interpret", action="store_true",
@@ -123,7 +129,7 @@ def run_main(fam, *, op_name: str, problem, run_problem, blocks, vmem_bytes: int
     if args.json:
         print(json.dumps(result))
         return 0 if result["ok"] else 1
-    print(f"{op_name} ({fam.FAMILY}) {describe(target)}")
+    print(f"{_shown(op_name)} ({fam.FAMILY}) {describe(target)}")
     if target != problem:
         print(f"  scaled down for the CPU from {describe(problem)} (run with --full for the real shapes)")
     print(f"  blocks {chosen.label()}, grid {tuple(result['grid'])}")

@@ -20,6 +20,9 @@ from types import ModuleType
 
 from tpudiag.errors import InputError
 from tpudiag.kernels_lab.spec import OpSpec
+from tpudiag.kernels_lab.tiling import BlockSizeError
+from tpudiag.model.text import printable
+from tpudiag.writers.files import write_text as write_atomic
 
 FAMILIES = ("matmul", "reduction", "elementwise", "transpose", "multi_output", "datamove")
 BLOCKS_BEGIN = "# lab: block sizes begin (rewritten by `tpudiag lab tune`)"
@@ -52,7 +55,8 @@ def _inlined(path: Path) -> str:
 
 def _comment(text: str, width: int = 100) -> str:
     out = []
-    for para in text.splitlines() or [""]:
+    # printable: no NUL (a SyntaxError) and no `\r` (a line break to Python) from trace text in a comment.
+    for para in printable(text, keep_newlines=True).splitlines() or [""]:
         out += textwrap.wrap(para, width - 2, subsequent_indent="    ") or [""]
     return "\n".join(f"# {line}".rstrip() for line in out)
 
@@ -88,7 +92,9 @@ def render(spec: OpSpec, blocks, basis: str) -> str:
     """The text of `repro.py`."""
     parts = [
         "#!/usr/bin/env python3",
-        f'"""Reproduction of `{spec.op_name}` as a Pallas TPU kernel beside its XLA reference.\n\n'
+        # The op name comes from the trace: it appears only as the `OP_NAME` literal (repr) and in
+        # comments, never inside this docstring, where a `"""` in it would end the string.
+        '"""Reproduction of one profiled op (`OP_NAME` below) as a Pallas TPU kernel beside its XLA reference.\n\n'
         "Written by `tpudiag lab extract`. Run `python repro.py`: on a TPU it runs the full problem,\n"
         "compiled; elsewhere the CPU problem in Pallas interpret mode. It prints a numerics check and\n"
         'exits 1 on a mismatch. Needs only jax.\n"""',
@@ -128,13 +134,18 @@ def write_repro(spec: OpSpec, out_dir: Path) -> tuple[Path, object]:
     """Write `spec.json` and `repro.py` with the family's default blocks for the target generation."""
     fam = family_module(spec.family)
     problem = fam.Problem(**spec.problem)
-    blocks = fam.default_blocks(problem, spec.generation).validate(problem, spec.vmem_bytes)
+    try:
+        blocks = fam.default_blocks(problem, spec.generation).validate(problem, spec.vmem_bytes)
+    except BlockSizeError as exc:  # the problem comes from trace numbers: an implausible one is an input error
+        raise InputError(f"no block sizes of the {spec.family} family fit `{spec.op_name}`: {exc}",
+                         hint="check the op's shapes in the capture, or pass --dump with its compiled HLO") from exc
     basis = (f"Default block sizes for {spec.generation} (the family's tuned table or its safe default), "
              "not yet swept for this op")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "spec.json").write_text(spec.to_json())
+    # Atomic: `lab check` and `lab tune` execute repro.py, so a half-written one must never exist.
+    write_atomic(out_dir / "spec.json", spec.to_json())
     repro = out_dir / "repro.py"
-    repro.write_text(render(spec, blocks, basis))
+    write_atomic(repro, render(spec, blocks, basis))
     return repro, blocks
 
 
@@ -145,7 +156,7 @@ def set_blocks(repro: Path, blocks, basis: str) -> None:
     if not pattern.search(text):
         raise InputError("no block-size markers in the reproduction", path=repro,
                          hint="re-run `tpudiag lab extract` to regenerate it")
-    repro.write_text(pattern.sub(lambda _: blocks_source(blocks, basis), text, count=1))
+    write_atomic(repro, pattern.sub(lambda _: blocks_source(blocks, basis), text, count=1))
 
 
 def load_repro(out_dir: Path) -> ModuleType:

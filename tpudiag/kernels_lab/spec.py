@@ -37,6 +37,7 @@ HLO_DTYPES = {"bf16": "bfloat16", "f32": "float32"}
 _SHAPE = re.compile(r"(?P<dtype>[a-z]+[0-9a-z]*)\[(?P<dims>[0-9,<=]*)\](?:\{(?P<layout>[^}]*)\})?")
 _OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call|reshape|dynamic-slice|dynamic-update-slice)"
                        r"\((?P<args>[^)]*)\)")
+_TILES = re.compile(r":[^{}]*\}")  # a layout's tiling and memory space, up to its closing brace
 MATMUL_CATEGORIES = ("convolution fusion", "convolution", "dot", "output fusion")
 ELEMENTWISE_CATEGORIES = ("loop fusion", "copy", "non-fusion elementwise", "data formatting")
 REDUCTION_HINTS = (("softmax", "softmax"), ("layer_norm", "layernorm"), ("layernorm", "layernorm"),
@@ -83,7 +84,9 @@ def parse_array(text: str) -> ArrayText | None:
 
 def operand_shapes(hlo_text: str) -> list[ArrayText]:
     """Operand shapes printed inside the instruction's call parentheses (empty when not printed)."""
-    m = _OPERANDS.search(hlo_text)
+    # Tiled layouts (`{1,0:T(8,128)(2,1)}`) hold parentheses that would end the operand list early:
+    # match on the text with tiles dropped, then read each operand's dims and minor-to-major order.
+    m = _OPERANDS.search(_TILES.sub("}", hlo_text))
     if m is None:
         return []
     shapes = []

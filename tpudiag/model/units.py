@@ -50,3 +50,14 @@ def fmt_bytes(x: float | None) -> str:
         if abs(x) >= scale:
             return f"{x / scale:.3g} {unit}"
     return f"{x:.0f} B"
+
+
+def number_problem(value: float, positive: bool = False) -> str | None:
+    """Why `value` cannot be a threshold (NaN, infinite, negative, or zero when `positive`), or None."""
+    import math
+
+    if not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if value < 0 or (positive and value == 0):
+        return f"must be {'>' if positive else '>='} 0, got {value:g}"
+    return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tpudiag.version import __version__
 from tpudiag.analysis.diff import Diff, NamedChange
 from tpudiag.render.diff_format import change_cells, compiled_cells, fmt_delta, noise_rule
-from tpudiag.render.markdown import code, prose, table, text
+from tpudiag.render.markdown import code, document, prose, table, text
 from tpudiag.model.units import fmt_time
 
 HEADER = ["base", "new", "change", "change %", "noise band", "95% interval", "verdict"]
@@ -73,4 +73,4 @@ def render_diff_markdown(diff: Diff, top: int = 25) -> str:
     out += ["## Method", "", noise_rule(diff), "", f"tpudiag {__version__}", ""]
     if diff.warnings:
         out += ["## Warnings", ""] + [f"- {text(w)}" for w in diff.warnings] + [""]
-    return "\n".join(out).rstrip() + "\n"
+    return document(out)

@@ -9,11 +9,14 @@ Figures are written as `<stem>-<key>.png` in the directory given; nothing else i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpudiag.errors import UsageError
 from tpudiag.model.report import Report
+from tpudiag.model.text import one_line
+from tpudiag.writers.files import atomic_open
 
 PS_PER_MS = 1e9
 ROOFLINE_LABELS = 5  # ops labelled by name on the roofline, by self time
@@ -39,19 +42,25 @@ def _mpl():
 
 
 def _plain(text: str) -> str:
-    """A label for matplotlib: `$` would start mathtext."""
-    return text.replace("$", r"\$")
+    """A label for matplotlib: `$` would start mathtext; controls show escaped (a glyph warning would quote them raw)."""
+    return one_line(text).replace("$", r"\$")
+
+
+def _finite(*values: float | None) -> bool:
+    """Whether every value is a finite number: matplotlib raises on infinite or NaN axis limits."""
+    return all(v is not None and math.isfinite(v) for v in values)
 
 
 def _save(fig, canvas_type, path: Path) -> None:
     canvas_type(fig)
     # No Software/date metadata: the same report gives the same bytes.
-    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
+    with atomic_open(path, "wb") as fh:  # a temp file renamed into place: never a partial or followed-link PNG
+        fig.savefig(fh, format="png", dpi=DPI, metadata={"Software": None})
 
 
 def _step_breakdown(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
     b = report.summary.breakdown
-    if b is None or not b.step_ps:
+    if b is None or not b.step_ps or not _finite(b.step_ps, b.compute_ps, b.collective_ps, b.io_ps, b.idle_ps):
         return None
     parts = [("compute", b.compute_ps, "#4C72B0"), ("collectives", b.collective_ps, "#DD8452"),
              ("infeed/outfeed", b.io_ps, "#8172B3"), ("idle", b.idle_ps, "#BBBBBB")]
@@ -74,8 +83,10 @@ def _step_breakdown(report: Report, path: Path, Figure, Canvas) -> FigureFile | 
 def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
     s = report.summary
     ridge = s.ridge_flops_per_byte
-    ops = [o for o in report.ops if o.operational_intensity and o.flop_rate > 0]
-    if ridge is None or not ops:
+    ops = [o for o in report.ops if o.operational_intensity and o.flop_rate > 0
+           and _finite(o.operational_intensity, o.flop_rate)]
+    # An infinite or NaN peak (a corrupt capture) has no roofline to draw.
+    if ridge is None or not ops or not _finite(ridge, s.peak_flops_per_s, s.hbm_bytes_per_s) or ridge <= 0:
         return None
     fig = Figure(layout="constrained", figsize=(7.5, 4.8))
     ax = fig.add_subplot()
@@ -114,7 +125,7 @@ def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
 
 
 def _categories(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
-    cats = [c for c in report.categories if c.self_time_ps > 0]
+    cats = [c for c in report.categories if c.self_time_ps > 0 and _finite(c.time_share)]
     if not cats:
         return None
     cats = list(reversed(cats[:12]))
@@ -133,7 +144,7 @@ def _categories(report: Report, path: Path, Figure, Canvas) -> FigureFile | None
 
 
 def _host_steps(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
-    hosts = [h for h in report.hosts if h.step_times_ps]
+    hosts = [h for h in report.hosts if h.step_times_ps and _finite(*h.step_times_ps)]
     if len(hosts) < 2:
         return None
     fig = Figure(layout="constrained", figsize=(7.5, 3.6))
@@ -154,7 +165,6 @@ def _host_steps(report: Report, path: Path, Figure, Canvas) -> FigureFile | None
 def write_figures(report: Report, out_dir: Path, stem: str) -> dict[str, FigureFile]:
     """Draw every figure the report has data for into `out_dir`; keyed by `FigureFile.key`."""
     Figure, Canvas = _mpl()
-    out_dir.mkdir(parents=True, exist_ok=True)
     out: dict[str, FigureFile] = {}
     for key, draw in (("step-breakdown", _step_breakdown), ("roofline", _roofline), ("categories", _categories),
                       ("host-steps", _host_steps)):

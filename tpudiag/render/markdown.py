@@ -17,6 +17,7 @@ from urllib.parse import quote
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import Breakdown, Report
+from tpudiag.model.text import one_line, printable
 from tpudiag.model.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
 
 TOP_OPS = 15
@@ -27,12 +28,12 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#!])")
 
 
 def _one_line(value: object) -> str:
-    return " ".join(str(value).split())
+    return one_line(value)  # whitespace collapsed and controls shown escaped (tpudiag.model.text)
 
 
 def text(value: object, strip: bool = True) -> str:
     """Input-derived prose, inert: no emphasis, links, autolinks, HTML or table cell breaks."""
-    s = _one_line(value) if strip else re.sub(r"\s+", " ", str(value))
+    s = _one_line(value) if strip else printable(re.sub(r"\s+", " ", str(value)))
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _MD_SPECIAL.sub(r"\\\1", s)
     # Autolinks need these characters as typed; an escape breaks the match. GFM links `http://…` and
@@ -328,4 +329,9 @@ def render_markdown(report: Report, figures: Mapping[str, tuple[str, str]] | Non
     if report.warnings:
         out += ["## Warnings", ""] + [f"- {text(w)}" for w in report.warnings] + [""]
     out += _methods(report, figures_note)
-    return "\n".join(out).rstrip() + "\n"
+    return document(out)
+
+
+def document(lines: Sequence[str]) -> str:
+    """The markdown file from its lines; a last net shows any control character that slipped through escaped."""
+    return printable("\n".join(lines).rstrip(), keep_newlines=True) + "\n"

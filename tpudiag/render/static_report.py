@@ -13,6 +13,7 @@ from rich.table import Table
 from tpudiag.compiler.static_report import StaticReport
 from tpudiag.model.report import Report
 from tpudiag.model.units import fmt_bytes, fmt_time
+from tpudiag.render.console import markup as m
 
 
 def _int_or_none(value) -> int | None:
@@ -64,13 +65,14 @@ def _cycles(value) -> str:
 def render_static_terminal(report: StaticReport, console: Console, top: int = 20,
                            max_collectives: int = 30) -> None:
     mesh = " x ".join(f"{k}={v}" for k, v in report.mesh.items())
-    console.print(f"[bold]tpudiag compile[/]  {report.target}  for {report.topology} "
-                  f"({report.device_kind}, {report.n_devices} device{'s' if report.n_devices != 1 else ''}, mesh {mesh})")
+    # Names from the dumps (module, ops, target) are escaped: these strings are parsed as rich markup.
+    console.print(f"[bold]tpudiag compile[/]  {m(report.target)}  for {m(report.topology)} "
+                  f"({m(report.device_kind)}, {report.n_devices} device{'s' if report.n_devices != 1 else ''}, mesh {mesh})")
     timing = f"compile {report.compile_s:.1f} s" if report.compile_s is not None else "compile time unknown"
     if report.wall_s is not None:
         timing += f" ({report.wall_s:.1f} s with the worker process)"
     size = fmt_bytes(report.dump_bytes) if report.dump_bytes is not None else "?"
-    console.print(f"Module `{report.module}` · {timing} · dumps {size} · static LLO profile: "
+    console.print(f"Module `{m(report.module)}` · {timing} · dumps {size} · static LLO profile: "
                   f"{'yes' if report.static_profile else 'no (classic cost model only)'}")
     console.print(f"Clock: {report.clock_note}. All times below are modelled, not measured.")
     ops = report.ops
@@ -100,7 +102,7 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
                if row.padded_bytes != row.logical_bytes else fmt_bytes(row.padded_bytes))
         spills = "-" if _int_or_none(row.spill_stores) is None else \
             f"{_int_or_none(row.spill_stores)}/{_int_or_none(row.spill_fills)}"
-        table.add_row(str(i), f"`{row.name}`", row.category, _cycles(row.estimated_cycles), compute,
+        table.add_row(str(i), f"`{m(row.name)}`", m(row.category), _cycles(row.estimated_cycles), compute,
                       fmt_time(int(row.hbm_ps)), fmt_time(transfer) if transfer else "-", pad, spills)
     console.print(table)
 
@@ -114,7 +116,7 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
         for c in shown:
             mode = c.mode + (f" ({c.thread})" if c.thread else "")
             between = "-" if c.mode == "sync" else (f"{c.ops_between}" + (" (adjacent)" if c.ops_between == 0 else ""))
-            ct.add_row(str(c.start_position), f"`{c.name}`", c.family, mode, f"`{c.done}`" if c.done else "-",
+            ct.add_row(str(c.start_position), f"`{m(c.name)}`", m(c.family), mode, f"`{m(c.done)}`" if c.done else "-",
                        between, str(c.group_size or "-"), fmt_bytes(c.payload_bytes), fmt_time(c.modelled_ps))
         console.print(ct)
         if len(report.collectives) > len(shown):
@@ -130,14 +132,14 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
         for col in ("instruction", "shape", "logical", "padded", "factor"):
             pt.add_column(col, justify="left" if col in ("instruction", "shape") else "right")
         for p in report.padding:
-            pt.add_row(f"`{p.name}`", p.shape, fmt_bytes(p.logical_bytes), fmt_bytes(p.padded_bytes),
+            pt.add_row(f"`{m(p.name)}`", m(p.shape), fmt_bytes(p.logical_bytes), fmt_bytes(p.padded_bytes),
                        f"{p.factor:.2f}x")
         console.print(pt)
     else:
         console.print("Padding: no entry instruction wastes 4 KiB or more to its tiled layout")
     spill_ops = ops[ops["spill_stores"].fillna(0) > 0]
     if len(spill_ops):
-        names = ", ".join(f"`{r.name}` {int(r.spill_stores)}/{int(r.spill_fills)}" for r in
+        names = ", ".join(f"`{m(r.name)}` {int(r.spill_stores)}/{int(r.spill_fills)}" for r in
                           spill_ops.sort_values("spill_stores", ascending=False).head(8).itertuples())
         console.print(f"\nSpills (VMEM stores/fills, bundle profile): {names}")
     elif ops["spill_stores"].notna().any():
@@ -146,7 +148,7 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
         console.print("Memory (compiler, HBM): " + ", ".join(
             f"{k.replace('_in_bytes', '').replace('_size', '')} {fmt_bytes(v)}" for k, v in report.memory.items()))
     for w in report.warnings[:5]:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {m(w)}", highlight=False)
 
 
 def static_diagnosis_dict(report: Report, static: StaticReport | None) -> dict:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import Breakdown, Report
+from tpudiag.model.text import one_line
+from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 
 BAR_WIDTH = 30
@@ -21,12 +22,12 @@ def _bar(fraction: float) -> str:
 
 def _header(report: Report) -> Group:
     s = report.summary
-    lines = [Text.assemble(("tpudiag report", "bold"), f"  {s.input_path}", f"  (run {s.run})" if s.run else "")]
+    lines = [Text.assemble(("tpudiag report", "bold"), f"  {one_line(s.input_path)}", f"  (run {one_line(s.run)})" if s.run else "")]
     if s.modelled:
         lines.append(Text("MODELLED capture: times are estimates from a compiled program, not measurements",
                           style="bold yellow"))
-    gen = f" ({s.generation})" if s.generation and s.generation.lower() not in s.device_type.lower() else ""
-    device = s.device_type or f"{s.platform} (device type not recorded)"
+    gen = f" ({one_line(s.generation)})" if s.generation and s.generation.lower() not in s.device_type.lower() else ""
+    device = one_line(s.device_type) or f"{s.platform} (device type not recorded)"
     lines.append(Text(f"Device: {device}{gen} · {len(s.hosts)} host{'s' * (len(s.hosts) != 1)} · "
                       f"{s.n_chips} chips · {s.n_cores} cores"))
     if s.peak_flops_per_s:
@@ -37,17 +38,17 @@ def _header(report: Report) -> Group:
         text = (f"Steps: {st.count} analysed (from {s.step_source}) · step time mean {fmt_time(st.mean_ps)}, "
                 f"p50 {fmt_time(st.p50_ps)}, p90 {fmt_time(st.p90_ps)}")
         if len(s.hosts) > 1:
-            text += f" · spread across hosts {fmt_time(s.host_spread_ps)} (slowest: {s.slowest_host})"
+            text += f" · spread across hosts {fmt_time(s.host_spread_ps)} (slowest: {one_line(s.slowest_host)})"
         lines.append(Text(text))
     elif s.platform != "CPU":
         lines.append(Text("Steps: none found (no Steps line and no XLA Modules executions)"))
     if s.dumps:
-        lines.append(Text(f"Compiler dumps: {', '.join(s.dumps)}"))
+        lines.append(Text(f"Compiler dumps: {one_line(', '.join(s.dumps))}"))
     c = s.compiled
     if c is not None and (c.with_layout or c.with_llo or s.dumps):
         lines.append(Text(f"Compiled facts joined to {max(c.with_layout, c.with_llo)} of {c.n_ops} ops "
                           f"(layouts {c.with_layout}, LLO spills {c.with_llo}, estimated cycles {c.with_cycles}; "
-                          f"from {', '.join(c.sources) or 'nothing'})"))
+                          f"from {one_line(', '.join(c.sources)) or 'nothing'})"))
     return Group(*lines)
 
 
@@ -102,7 +103,7 @@ def _ops_table(report: Report, top: int) -> Table:
         if multi_host:
             row.append(escape(op.host))
         row += [escape(op.name), escape(op.category), fmt_time(op.self_time_ps), fmt_pct(op.time_share),
-                str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization), op.bound_by]
+                str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization), escape(op.bound_by)]
         if padding:
             row.append(_padding_cell(op.padded_bytes, op.logical_bytes))
         if spills:
@@ -127,13 +128,13 @@ EVIDENCE_ROWS = 4
 def finding_lines(f: Finding, index: int) -> list[Text]:
     """One finding as printed: headline, saving and fix, then its first evidence rows."""
     lines = [Text.assemble(f"{index}. ", (f"[{f.severity.label()}] ", "bold"), (f"{f.code} {f.rule}", "cyan"),
-                           f" {f.message}"),
-             Text(f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}: {f.saving.explanation})"
-                  if f.saving.ps > 0 else f"   saving: not estimated ({f.saving.explanation})"),
-             Text(f"   fix: {f.fix}")]
+                           f" {one_line(f.message)}"),
+             Text(f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}: {one_line(f.saving.explanation)})"
+                  if f.saving.ps > 0 else f"   saving: not estimated ({one_line(f.saving.explanation)})"),
+             Text(f"   fix: {one_line(f.fix)}")]
     for e in f.evidence[:EVIDENCE_ROWS]:
-        values = ", ".join(f"{label} {value}" for label, value in e.values)
-        lines.append(Text(f"   · {e.subject}: {values}", style="dim"))
+        values = one_line(", ".join(f"{label} {value}" for label, value in e.values))
+        lines.append(Text(f"   · {one_line(e.subject)}: {values}", style="dim"))
     hidden = len(f.evidence) - EVIDENCE_ROWS
     if hidden > 0:
         lines.append(Text(f"   · … {hidden} more row{'s' * (hidden != 1)} in --format json", style="dim"))
@@ -151,7 +152,7 @@ def _findings(report: Report) -> Group:
         for i, f in enumerate(report.findings, start=1):
             body.extend(finding_lines(f, i))
     for skip in report.rules_skipped:
-        body.append(Text(f"skipped {skip.rule}: {skip.reason}", style="dim"))
+        body.append(Text(f"skipped {skip.rule}: {one_line(skip.reason)}", style="dim"))
     return Group(title, *body)
 
 
@@ -182,9 +183,9 @@ def render_terminal(report: Report, console: Console, top: int = 15) -> None:
         console.print()
         console.print(Text("Host files not analysed", style="bold"))
         for f in report.failures:
-            console.print(Text(f"  {f}"))
+            console.print(Text(f"  {one_line(f)}"))
     if report.warnings:
         console.print()
         console.print(Text("Warnings", style="bold"))
         for w in report.warnings:
-            console.print(Text(f"  {w}"))
+            console.print(Text(f"  {one_line(w)}"))

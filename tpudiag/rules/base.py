@@ -22,6 +22,7 @@ from tpudiag.model import schemas
 from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.findings import Finding, Severity
+from tpudiag.model.units import number_problem
 
 DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Savings estimate", "Known limits",
                 "Options")
@@ -122,6 +123,9 @@ class Rule:
             if not ok:
                 raise ValueError(f"option `{key}` of rule `{self.name}` must be {type(default).__name__}, "
                                  f"got {value!r}")
+            problem = number_problem(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+            if problem:  # every threshold is a count, share or size: NaN, inf or negative is a mistake
+                raise ValueError(f"option `{key}` of rule `{self.name}` {problem}")
             clean[attr] = value
         return dataclasses.replace(defaults, **clean)
 

@@ -10,14 +10,16 @@ working directory or its parents. Keys:
     [tool.tpudiag.rules.exposed-collective]
     min_exposed_fraction = 0.2
 
-Unknown keys, rule names or option names are usage errors (exit 2).
+Unknown keys, rule names or option names, NaN, infinite or negative thresholds, and a file that
+does not parse are usage errors (exit 2) naming the file. A `pyproject.toml` found by the search
+that does not parse is skipped with a warning: it belongs to the project, not to tpudiag.
 """
 
 from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ class RulesConfig:
     ignore: tuple[str, ...] = ()
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # rule name -> overrides
     source: str = ""  # the file it came from, "" for defaults
+    warnings: tuple[str, ...] = ()  # config files skipped while searching (shown with the run's warnings)
 
     def resolve(self) -> list[tuple[Any, Any]]:
         """(rule, options) for every selected, non-ignored rule, in registry order."""
@@ -56,7 +59,7 @@ class RulesConfig:
         """Command-line `--select` replaces the file's selection; `--ignore` adds to its ignores."""
         new_select = _rule_names(select, "--select") if select else self.select
         new_ignore = self.ignore + _rule_names(ignore, "--ignore") if ignore else self.ignore
-        return RulesConfig(new_select, new_ignore, self.options, self.source)
+        return RulesConfig(new_select, new_ignore, self.options, self.source, self.warnings)
 
 
 def split_names(values: Sequence[str] | None) -> list[str]:
@@ -124,6 +127,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise UsageError("config file not found", path=path) from exc
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"invalid TOML: {exc}", path=path) from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"invalid TOML: not UTF-8 (byte {exc.start})", path=path) from exc
+    except RecursionError as exc:  # tomllib recurses into nested arrays and inline tables
+        raise UsageError("invalid TOML: nested too deeply", path=path) from exc
     except OSError as exc:
         raise UsageError(f"cannot read config: {exc.strerror}", path=path) from exc
 
@@ -132,10 +139,15 @@ def load_file(path: Path) -> RulesConfig:
     """Read a config file: a pyproject.toml's `[tool.tpudiag]` table, or any other file's top level."""
     data = _read_toml(path)
     if path.name == "pyproject.toml":
-        table = data.get("tool", {}).get("tpudiag")
+        tool = data.get("tool", {})
+        if not isinstance(tool, Mapping):
+            raise UsageError("`tool` is not a table", path=path)
+        table = tool.get("tpudiag")
         if table is None:
             raise UsageError("no `[tool.tpudiag]` table", path=path)
         data = table
+    if not isinstance(data, Mapping):
+        raise UsageError("the tpudiag config is not a table", path=path)
     return parse_config(data, str(path))
 
 
@@ -144,8 +156,11 @@ def _search_dirs(start: Path) -> list[Path]:
     return [start, *start.parents]
 
 
-def find_config(input_path: Path | None, cwd: Path | None = None) -> Path | None:
-    """The config file that applies to `input_path`, or None."""
+def find_config(input_path: Path | None, cwd: Path | None = None,
+                warnings: list[str] | None = None) -> Path | None:
+    """The config file that applies to `input_path`, or None; a skipped pyproject.toml is appended to
+    `warnings` (when given) as one line naming it."""
+    warnings = warnings if warnings is not None else []
     roots = []
     if input_path is not None:
         p = Path(input_path)
@@ -158,19 +173,32 @@ def find_config(input_path: Path | None, cwd: Path | None = None) -> Path | None
                 return candidate
             pyproject = d / "pyproject.toml"
             if pyproject.is_file():
+                # A project's own pyproject.toml, found by walking up: when it does not parse, it is
+                # not ours to fail on. Skip it with a warning; `--config` names a file and fails hard.
                 try:
-                    data = tomllib.loads(pyproject.read_text())
-                except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+                    data = _read_toml(pyproject)
+                except UsageError as exc:
+                    warnings.append(f"config: skipped {exc.one_line()}")
                     continue
-                if "tpudiag" in data.get("tool", {}):
+                tool = data.get("tool", {})
+                if not isinstance(tool, Mapping):
+                    warnings.append(f"config: skipped `{pyproject}`: `tool` is not a table")
+                    continue
+                if "tpudiag" in tool:
                     return pyproject
     return None
 
 
 def load_config(input_path: Path | None = None, config_file: Path | None = None,
                 cwd: Path | None = None) -> RulesConfig:
-    """The configuration for a run: `config_file` when given, else the one found, else defaults."""
+    """The configuration for a run: `config_file` when given, else the one found, else defaults.
+
+    It prints nothing: a pyproject.toml skipped on the way is in the result's `warnings`, which
+    `tpudiag.pipeline.diagnose` returns with the run's other warnings.
+    """
     if config_file is not None:
         return load_file(Path(config_file))
-    found = find_config(input_path, cwd)
-    return load_file(found) if found is not None else RulesConfig()
+    skipped: list[str] = []
+    found = find_config(input_path, cwd, skipped)
+    config = load_file(found) if found is not None else RulesConfig()
+    return replace(config, warnings=tuple(dict.fromkeys(skipped)))

@@ -19,6 +19,8 @@ from textual.worker import get_current_worker
 
 from tpudiag.analysis.drilldown import find_op, op_detail
 from tpudiag.errors import TpudiagError
+from tpudiag.render.console import markup
+from tpudiag.writers.files import write_text
 from tpudiag.tui import keys
 from tpudiag.tui.export import export_target
 from tpudiag.tui.screens import ExportScreen, HelpScreen, LoadingPanel, OpDetailScreen
@@ -223,7 +225,7 @@ class TpudiagApp(App):
 
     def action_kernels_lab(self) -> None:
         op = self.screen.detail.op.name if isinstance(self.screen, OpDetailScreen) else None
-        self.notify(f"{keys.KERNELS_LAB_MESSAGE}\n{keys.kernels_lab_hint(str(self.path), op)}", title="kernels lab",
+        self.notify(f"{keys.KERNELS_LAB_MESSAGE}\n{markup(keys.kernels_lab_hint(str(self.path), op))}", title="kernels lab",
                     severity="warning")
 
     def on_ops_view_open_op(self, message: OpsView.OpenOp) -> None:
@@ -232,7 +234,7 @@ class TpudiagApp(App):
     def on_findings_view_open_op(self, message: FindingsView.OpenOp) -> None:
         op = find_op(self.session.report, message.name, message.host)
         if op is None:
-            self.notify(f"`{message.name}` is not in the ops table", severity="warning")
+            self.notify(f"`{markup(message.name)}` is not in the ops table", severity="warning")
             return
         self.push_screen(OpDetailScreen(op_detail(self.session.analysis, self.session.report, op)))
 
@@ -261,15 +263,14 @@ class TpudiagApp(App):
                 return
             try:
                 target = export_target(answer, view, self.session.trace_dir, cwd)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text, encoding="utf-8")
+                write_text(target, text)  # atomic: a failed write leaves no partial file
             except TpudiagError as exc:
-                self.notify(exc.one_line() + (f"\nhint: {exc.hint}" if exc.hint else ""), severity="error")
+                self.notify(markup(exc.one_line()) + (f"\nhint: {markup(exc.hint)}" if exc.hint else ""), severity="error")
                 return
             except OSError as exc:
-                self.notify(f"could not write: {exc.strerror or exc}", severity="error")
+                self.notify(f"could not write: {markup(exc.strerror or exc)}", severity="error")
                 return
             self.exported = target
-            self.notify(f"wrote {target}", title="export")
+            self.notify(f"wrote {markup(target)}", title="export")
 
         self.push_screen(ExportScreen(view, cwd, self.cursor_blink), write)

@@ -6,6 +6,7 @@ goes where the user says, or to the current directory, and never into the trace 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tpudiag.analysis.drilldown import OpDetail, OpFilter, op_padding, spills
@@ -14,11 +15,15 @@ from tpudiag.analysis.timeline import StepTimeline
 from tpudiag.errors import UsageError
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import OpRow, Report
+from tpudiag.model.text import printable
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
+from tpudiag.render.markdown import cell, code, document, prose, text
 
 
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def _cell(value: object) -> str:
+    # Every cell is input-derived or harmless: escaped as markdown prose (no HTML, links or images
+    # from an op name), then its pipes for the table.
+    return cell(text(value))
 
 
 def _table(header: list[str], rows: list[list[object]]) -> str:
@@ -29,11 +34,11 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
 
 def overview_md(report: Report) -> str:
     s = report.summary
-    out = [f"# tpudiag overview: `{s.input_path}`", ""]
-    out.append(f"- device: {s.device_type or s.platform}, {len(s.hosts)} host(s), {s.n_chips} chips, "
+    out = [f"# tpudiag overview: {code(s.input_path)}", ""]
+    out.append(f"- device: {text(s.device_type or s.platform)}, {len(s.hosts)} host(s), {s.n_chips} chips, "
                f"{s.n_cores} cores")
     if s.step_time:
-        out.append(f"- steps: {s.step_time.count} (from {s.step_source}), mean {fmt_time(s.step_time.mean_ps)}, "
+        out.append(f"- steps: {s.step_time.count} (from {text(s.step_source)}), mean {fmt_time(s.step_time.mean_ps)}, "
                    f"p90 {fmt_time(s.step_time.p90_ps)}")
     b = s.breakdown
     if b:
@@ -48,8 +53,8 @@ def overview_md(report: Report) -> str:
         out.append(_table(["category", "ops", "self time", "share"],
                           [[c.category, c.n_ops, fmt_time(c.self_time_ps), fmt_pct(c.time_share)]
                            for c in report.categories]))
-    out += ["", "## Verdict", "", verdict(report)]
-    return "\n".join(out) + "\n"
+    out += ["", "## Verdict", "", prose(verdict(report))]
+    return document(out)
 
 
 def verdict(report: Report) -> str:
@@ -65,7 +70,7 @@ def verdict(report: Report) -> str:
 def findings_md(report: Report, selected: Finding | None, explanation: str = "") -> str:
     out = ["# tpudiag findings", ""]
     if not report.rules_run:
-        return "\n".join(out + ["rules not run: the rule engine is not part of this build"]) + "\n"
+        return document(out + ["rules not run: the rule engine is not part of this build"])
     if not report.findings:
         out.append("no findings")
     else:
@@ -73,17 +78,17 @@ def findings_md(report: Report, selected: Finding | None, explanation: str = "")
                           [[i, f.severity.label(), f.code, f.rule, fmt_time(f.saving.ps), f.message]
                            for i, f in enumerate(report.findings, start=1)]))
     if selected is not None:
-        out += ["", f"## {selected.code} {selected.rule}", "", selected.message, ""]
+        out += ["", f"## {text(selected.code)} {text(selected.rule)}", "", prose(selected.message), ""]
         if explanation:
             out += [explanation, ""]
-        out.append(f"- saving ≤ {fmt_time(selected.saving.ps)} per step ({selected.saving.basis}): "
-                   f"{selected.saving.explanation}")
-        out.append(f"- fix: {selected.fix}")
+        out.append(f"- saving ≤ {fmt_time(selected.saving.ps)} per step ({text(selected.saving.basis)}): "
+                   f"{prose(selected.saving.explanation)}")
+        out.append(f"- fix: {prose(selected.fix)}")
         for ev in selected.evidence:
-            out.append(f"- evidence `{ev.subject}`: " + ", ".join(f"{k} {v}" for k, v in ev.values))
+            out.append(f"- evidence {code(ev.subject)}: " + prose(", ".join(f"{k} {v}" for k, v in ev.values)))
     for skip in report.rules_skipped:
-        out.append(f"- skipped {skip.rule}: {skip.reason}")
-    return "\n".join(out) + "\n"
+        out.append(f"- skipped {text(skip.rule)}: {prose(skip.reason)}")
+    return document(out)
 
 
 # The sortable measures first, so a narrow terminal cuts the descriptive columns, not the numbers.
@@ -103,28 +108,30 @@ def ops_md(ops: tuple[OpRow, ...], f: OpFilter, sort_label: str, descending: boo
     shown = [f"sorted by {sort_label} ({'descending' if descending else 'ascending'})"]
     for label, value in (("text", f.text), ("category", f.category), ("host", f.host), ("program", f.program)):
         if value:
-            shown.append(f"{label} = `{value}`")
+            shown.append(f"{label} = {code(value)}")
     out += ["; ".join(shown), "", _table(OP_HEADER, [op_cells(op) for op in ops])]
-    return "\n".join(out) + "\n"
+    return document(out)
 
 
 def op_detail_md(d: OpDetail) -> str:
     op = d.op
-    out = [f"# `{op.name}` on {op.host} (program `{op.program}`)", ""]
-    out += ["```", d.hlo_text or "(HLO text not recorded in the trace)", "```", ""]
-    out.append(f"- shape with layout: `{op.shape_with_layout or 'n/a'}`")
-    out.append(f"- source: `{op.source or 'n/a'}`")
+    out = [f"# {code(op.name)} on {code(op.host)} (program {code(op.program)})", ""]
+    hlo = printable(d.hlo_text, keep_newlines=True) if d.hlo_text else "(HLO text not recorded in the trace)"
+    fence = "`" * max(3, 1 + max((len(r) for r in re.findall(r"`+", hlo)), default=0))  # longer than any run inside
+    out += [fence, hlo, fence, ""]
+    out.append(f"- shape with layout: {code(op.shape_with_layout or 'n/a')}")
+    out.append(f"- source: {code(op.source or 'n/a')}")
     if d.tf_op:
-        out.append(f"- name stack: `{d.tf_op}`")
+        out.append(f"- name stack: {code(d.tf_op)}")
     out.append(f"- self time {fmt_time(op.self_time_ps)} ({fmt_pct(op.time_share)}), total "
                f"{fmt_time(op.total_time_ps)}, {op.occurrences} occurrences")
     out.append(f"- FLOP/s {fmt_flops(op.flop_rate)} ({fmt_pct(op.flop_utilization)} of peak), HBM "
-               f"{fmt_bandwidth(op.hbm_bw)} ({fmt_pct(op.hbm_utilization)}), bound by {op.bound_by}")
-    out.append(f"- padding {fmt_pct(d.padding)}{bytes_note(op)}")
-    out.append(f"- LLO: {llo_line(d)}")
+               f"{fmt_bandwidth(op.hbm_bw)} ({fmt_pct(op.hbm_utilization)}), bound by {text(op.bound_by)}")
+    out.append(f"- padding {fmt_pct(d.padding)}{text(bytes_note(op), strip=False)}")
+    out.append(f"- LLO: {prose(llo_line(d))}")
     for f in d.findings:
-        out.append(f"- finding {f.code} {f.rule}: {f.message}")
-    return "\n".join(out) + "\n"
+        out.append(f"- finding {text(f.code)} {text(f.rule)}: {prose(f.message)}")
+    return document(out)
 
 
 def bytes_note(op: OpRow) -> str:
@@ -163,7 +170,7 @@ def timeline_md(t: StepTimeline) -> str:
                      f"{fmt_time(gap.dur_ps)} at +{fmt_time(gap.offset_ps)}" if gap else "none"])
     out.append(_table(["lane", "step", "compute", "exposed collectives", "async in flight", "idle",
                        "longest idle gap"], rows))
-    return "\n".join(out) + "\n"
+    return document(out)
 
 
 def hosts_md(m: HostStepMatrix) -> str:
@@ -172,7 +179,7 @@ def hosts_md(m: HostStepMatrix) -> str:
     rows = [[r.host, fmt_time(r.mean_ps), fmt_time(r.behind_fastest_ps),
              ", ".join(map(str, r.straggler_steps)) or "-"] + [fmt_time(t) for t in r.times_ps] for r in m.rows]
     out.append(_table(header, rows))
-    return "\n".join(out) + "\n"
+    return document(out)
 
 
 def export_target(requested: str, view: str, trace_dir: Path, cwd: Path | None = None) -> Path:

@@ -12,6 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar, Static
 
 from tpudiag.analysis.drilldown import OpDetail
+from tpudiag.model.text import printable
 from tpudiag.model.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
 from tpudiag.tui import export, keys
 from tpudiag.tui.session import STAGES
@@ -35,12 +36,13 @@ class OpDetailScreen(Screen):
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold", no_wrap=True)
         grid.add_column()
-        grid.add_row("Op", Text(f"{op.name}  ({op.category})", style="bold cyan"))
-        grid.add_row("Host · program", f"{op.host} · {op.program} ({op.program_id})")
-        grid.add_row("HLO", Text(d.hlo_text or "n/a (the trace does not carry the instruction text)"))
-        grid.add_row("Shape", Text(op.shape_with_layout or "n/a"))
-        grid.add_row("Source", Text(op.source or "n/a"))
-        grid.add_row("Name stack", Text(d.tf_op or "n/a"))
+        grid.add_row("Op", Text(printable(f"{op.name}  ({op.category})"), style="bold cyan"))
+        # Text, not a str: a str cell is parsed as rich markup, and a host named `[/x]` would not parse.
+        grid.add_row("Host · program", Text(printable(f"{op.host} · {op.program} ({op.program_id})")))
+        grid.add_row("HLO", Text(printable(d.hlo_text, keep_newlines=True) if d.hlo_text else "n/a (the trace does not carry the instruction text)"))
+        grid.add_row("Shape", Text(printable(op.shape_with_layout or "n/a")))
+        grid.add_row("Source", Text(printable(op.source or "n/a")))
+        grid.add_row("Name stack", Text(printable(d.tf_op or "n/a")))
         grid.add_row("", "")
         grid.add_row("Self time", f"{fmt_time(op.self_time_ps)}  ({fmt_pct(op.time_share)} of core time)  ·  "
                                   f"total {fmt_time(op.total_time_ps)}  ·  {op.occurrences} occurrences")
@@ -49,17 +51,17 @@ class OpDetailScreen(Screen):
         grid.add_row("HBM", f"{op.hbm_bytes:.4g} B  ·  {fmt_bandwidth(op.hbm_bw)}  ·  "
                             f"{fmt_pct(op.hbm_utilization)} of peak")
         intensity = "n/a" if op.operational_intensity is None else f"{op.operational_intensity:.4g} FLOP/B"
-        grid.add_row("Intensity", f"{intensity}  ·  bound by {op.bound_by}")
-        grid.add_row("Padding", fmt_pct(d.padding) + export.bytes_note(op))
-        grid.add_row("LLO", export.llo_line(d))
+        grid.add_row("Intensity", Text(f"{intensity}  ·  bound by {printable(op.bound_by)}"))
+        grid.add_row("Padding", Text(printable(fmt_pct(d.padding) + export.bytes_note(op))))
+        grid.add_row("LLO", Text(printable(export.llo_line(d))))
         if d.per_core:
             grid.add_row("", "")
-            grid.add_row("Per core", "  ".join(f"{c.device.removeprefix('/device:')}: {c.occurrences}× "
-                                               f"{fmt_time(c.self_time_ps)}" for c in d.per_core))
+            grid.add_row("Per core", Text(printable("  ".join(f"{c.device.removeprefix('/device:')}: {c.occurrences}× "
+                                               f"{fmt_time(c.self_time_ps)}" for c in d.per_core))))
         grid.add_row("", "")
         if d.findings:
             for f in d.findings:
-                grid.add_row(f"Finding {f.code}", Text(f"[{f.severity.label()}] {f.rule}: {f.message}"))
+                grid.add_row(f"Finding {f.code}", Text(printable(f"[{f.severity.label()}] {f.rule}: {f.message}")))
         else:
             grid.add_row("Findings", "none cite this op")
         grid.add_row("", Text("esc back", style="dim"))
@@ -107,7 +109,7 @@ class ExportScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="export"):
             yield Label(Text(f"Export the {self.view} view as markdown", style="bold"))
-            yield Label(f"file (empty: tpudiag-{self.view}.md in {self.cwd})")
+            yield Label(Text(f"file (empty: tpudiag-{self.view}.md in {printable(self.cwd)})"))
             inp = Input(placeholder=f"tpudiag-{self.view}.md", id="export-path")
             inp.cursor_blink = self.cursor_blink
             yield inp
@@ -133,14 +135,14 @@ class LoadingPanel(Vertical):
         self.path = path
 
     def compose(self) -> ComposeResult:
-        yield Label(Text(f"Loading {self.path}", style="bold"))
+        yield Label(Text(f"Loading {printable(self.path)}", style="bold"))
         yield Label("starting", id="loading-stage")
         yield ProgressBar(total=len(STAGES), show_eta=False, id="loading-bar")
 
     def stage(self, index: int, text: str) -> None:
-        self.query_one("#loading-stage", Label).update(f"{index + 1}/{len(STAGES)} {text}")
+        self.query_one("#loading-stage", Label).update(Text(printable(f"{index + 1}/{len(STAGES)} {text}")))
         self.query_one("#loading-bar", ProgressBar).update(progress=index)
 
     def failed(self, message: str, hint: str | None) -> None:
         self.query_one("#loading-stage", Label).update(
-            Text(f"error: {message}" + (f"\nhint: {hint}" if hint else "") + "\npress q to quit", style="bold red"))
+            Text(f"error: {printable(message)}" + (f"\nhint: {printable(hint)}" if hint else "") + "\npress q to quit", style="bold red"))

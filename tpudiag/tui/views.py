@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -19,7 +18,9 @@ from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, IO, StepTimeli
                                        step_timeline)
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import OpRow, Report
+from tpudiag.model.text import one_line, printable
 from tpudiag.model.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+from tpudiag.render.console import markup as escape
 from tpudiag.tui import export, keys
 from tpudiag.tui.session import Session, rule_explanation
 
@@ -98,22 +99,22 @@ class OverviewView(VerticalScroll):
         s = self.session.report.summary
         t = Text()
         t.append("Capture ", style="bold")
-        t.append(f"{s.input_path}  (run {s.run})\n")
+        t.append(f"{one_line(s.input_path)}  (run {one_line(s.run)})\n")
         if s.modelled:
             t.append("MODELLED capture: times are estimates, not measurements\n", style="bold yellow")
-        t.append(f"Device {s.device_type or s.platform} · {len(s.hosts)} host{'s' * (len(s.hosts) != 1)} · "
+        t.append(f"Device {one_line(s.device_type or s.platform)} · {len(s.hosts)} host{'s' * (len(s.hosts) != 1)} · "
                  f"{s.n_chips} chips · {s.n_cores} cores")
         if s.peak_flops_per_s:
             t.append(f" · peaks per core {fmt_flops(s.peak_flops_per_s)}, HBM {fmt_bandwidth(s.hbm_bytes_per_s)}")
         t.append("\n")
         if s.step_time:
             st = s.step_time
-            t.append(f"Steps {st.count} (from {s.step_source}) · mean {fmt_time(st.mean_ps)} · "
+            t.append(f"Steps {st.count} (from {one_line(s.step_source)}) · mean {fmt_time(st.mean_ps)} · "
                      f"p50 {fmt_time(st.p50_ps)} · p90 {fmt_time(st.p90_ps)}")
             if len(s.hosts) > 1:
                 t.append(f" · host spread {fmt_time(s.host_spread_ps)}")
                 if s.host_spread_ps > 0:
-                    t.append(f" (slowest {s.slowest_host})")
+                    t.append(f" (slowest {one_line(s.slowest_host)})")
         else:
             t.append("Steps: none found")
         b = s.breakdown
@@ -130,7 +131,7 @@ class OverviewView(VerticalScroll):
         grid = Table.grid(padding=(0, 2))
         grid.add_column()
         verdict = Text("Verdict  ", style="bold")
-        verdict.append(export.verdict(report))
+        verdict.append(one_line(export.verdict(report)))
         grid.add_row(verdict)
         if report.categories:
             cats = Table(title="Time by category", title_justify="left", show_edge=False, box=None)
@@ -147,7 +148,7 @@ class OverviewView(VerticalScroll):
             grid.add_row(Text(""))
             grid.add_row(Text("Warnings", style="bold"))
             for w in report.failures + report.warnings:
-                grid.add_row(Text(f"  {w}"))
+                grid.add_row(Text(f"  {one_line(w)}"))
         return grid
 
     def markdown(self) -> str:
@@ -172,13 +173,13 @@ class FindingsView(Horizontal):
     def compose(self) -> ComposeResult:
         report = self.session.report
         if not report.rules_run or not report.findings:
-            yield Static(Text(export.verdict(report) + self._skips()), id="findings-empty")
+            yield Static(Text(printable(export.verdict(report) + self._skips(), keep_newlines=True)), id="findings-empty")
             return
         items = []
         for i, f in enumerate(report.findings, start=1):
             label = Text(f"{i:>2}. ")
             label.append(f"{f.severity.label():<6} ", style="bold")
-            label.append(f.rule, style="cyan")
+            label.append(one_line(f.rule), style="cyan")
             label.append(f" ≤{fmt_time(f.saving.ps)}")
             items.append(ListItem(Label(label)))
         with Vertical(id="findings-left"):
@@ -221,21 +222,21 @@ class FindingsView(Horizontal):
         if f is None or not self.query("#finding-text"):
             return
         t = Text()
-        t.append(f"{f.code} {f.rule}", style="bold cyan")
-        t.append(f"  [{f.severity.label()}]" + (f"  host {f.host}" if f.host else "") + "\n\n")
-        t.append(f.message + "\n\n")
+        t.append(one_line(f"{f.code} {f.rule}"), style="bold cyan")
+        t.append(f"  [{f.severity.label()}]" + (f"  host {one_line(f.host)}" if f.host else "") + "\n\n")
+        t.append(one_line(f.message) + "\n\n")
         t.append("Fix ", style="bold")
-        t.append(f.fix + "\n\n")
+        t.append(one_line(f.fix) + "\n\n")
         t.append("Saving ", style="bold")
-        t.append(f"≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}): {f.saving.explanation}\n\n")
+        t.append(f"≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
         if f.evidence:
             t.append("Evidence\n", style="bold")
             for ev in f.evidence:
-                t.append(f"  {ev.subject}: ", style="bold")
-                t.append(", ".join(f"{k} {v}" for k, v in ev.values) + "\n")
+                t.append(f"  {one_line(ev.subject)}: ", style="bold")
+                t.append(one_line(", ".join(f"{k} {v}" for k, v in ev.values)) + "\n")
         if f.ops:
             t.append("\nCites ", style="bold")
-            t.append(", ".join(f.ops))
+            t.append(one_line(", ".join(f.ops)))
             t.append("  (enter opens the first)\n", style="dim")
         explanation = rule_explanation(f.rule)
         if explanation:
@@ -275,7 +276,7 @@ class OpsView(Vertical):
         f = self._facets
 
         def options(values):
-            return [(v or "(none)", v) for v in values]
+            return [(Text(one_line(v)) if v else "(none)", v) for v in values]
 
         with Horizontal(id="ops-filters"):
             yield Input(placeholder="/ search name, source, shape", id="ops-search")
@@ -376,7 +377,7 @@ class OpsView(Vertical):
         if len(ops) > len(self.shown):
             status += f" · showing the first {len(self.shown)}: filter to narrow"
         status += " · s sort · r reverse · c clear · enter detail"
-        self.query_one("#ops-status", Static).update(Text(status, style="dim"))
+        self.query_one("#ops-status", Static).update(Text(one_line(status), style="dim"))
 
     def markdown(self) -> str:
         return export.ops_md(self.shown, self.filter, sort_column(self.sort_key).label, self.descending)
@@ -406,7 +407,7 @@ class LaneChart(Widget):
         scale = f"0{' ' * (width - len(fmt_time(t.span_ps)) - 1)}{fmt_time(t.span_ps)}"
         out.append(" " * LABEL_WIDTH + " " + scale + "\n", style="dim")
         for lane in t.lanes:
-            out.append(lane.label[:LABEL_WIDTH].ljust(LABEL_WIDTH) + " ")
+            out.append(printable(lane.label)[:LABEL_WIDTH].ljust(LABEL_WIDTH) + " ")
             for kind in rasterize(lane, width, t.span_ps):
                 glyph, style = GLYPH[kind]
                 out.append(glyph, style=style)
@@ -473,7 +474,7 @@ class TimelineView(VerticalScroll):
             table.add_column(col, key=col)
         for lane in t.lanes:
             gap = lane.gaps[0] if lane.gaps else None
-            table.add_row(lane.label, fmt_time(lane.dur_ps), fmt_time(lane.compute_ps), fmt_time(lane.collective_ps),
+            table.add_row(escape(lane.label), fmt_time(lane.dur_ps), fmt_time(lane.compute_ps), fmt_time(lane.collective_ps),
                           fmt_time(lane.in_flight_ps), fmt_time(lane.idle_ps),
                           f"{fmt_time(gap.dur_ps)} at +{fmt_time(gap.offset_ps)}" if gap else "none",
                           str(len(lane.gaps)))
@@ -514,7 +515,7 @@ class HostsView(Vertical):
         if len(m.steps) > MAX_STEP_COLUMNS:
             note += (f" · step columns: the first {MAX_STEP_COLUMNS} of {len(m.steps)} "
                      "(stragglers listed for every step)")
-        yield Static(Text(note), id="hosts-note")
+        yield Static(Text(one_line(note)), id="hosts-note")
         yield DataTable(id="hosts-table", cursor_type="row", zebra_stripes=True)
         yield Static(Text("* marks the step's straggler (slowest host, ≥1% behind the median host) · "
                           "enter: timeline of the host's slowest step", style="dim"))
@@ -532,7 +533,7 @@ class HostsView(Vertical):
             h = summaries[r.host]
             cells = [escape(r.host), str(h.n_chips), fmt_time(r.mean_ps),
                      "" if r.behind_fastest_ps is None else f"+{fmt_time(r.behind_fastest_ps)}",
-                     fmt_pct(h.breakdown.duty_cycle) if h.breakdown else "n/a", h.slowest_core.removeprefix("/device:"),
+                     fmt_pct(h.breakdown.duty_cycle) if h.breakdown else "n/a", escape(h.slowest_core.removeprefix("/device:")),
                      ", ".join(map(str, r.straggler_steps)) or "-"]
             for s, ps in zip(steps, r.times_ps):
                 mark = "*" if m.straggler_on(s) == r.host else ""
@@ -546,7 +547,7 @@ class HostsView(Vertical):
     def _row(self, event: DataTable.RowSelected) -> None:
         row = self.matrix.rows[event.cursor_row]
         if row.slowest_step is None:
-            self.app.notify(f"{row.host} has no steps", severity="warning")
+            self.app.notify(f"{escape(row.host)} has no steps", severity="warning")
             return
         self.post_message(self.OpenStep(row.slowest_step))
 
