@@ -7,10 +7,9 @@ benchmarks/out/ (ignored by git):
   layer loop, category `while`) holding 52 layers; each layer prefetches its weights with an
   `all-gather-start.L` / `all-gather-done.L` pair around 8 compute fusions, and the `Async XLA Ops`
   line carries one window per layer. The last 8 layers start and finish their all-gather with
-  nothing between (exposed windows); a synchronous `all-reduce` of the gradients ends each step
-  (the exposed-collective rule reports the all-reduce; it reads every async window as hidden,
-  because it counts the enclosing `while` op as compute covering the window, a limit noted for
-  the rule's owners).
+  nothing between (exposed windows); a synchronous `all-reduce` of the gradients ends each step.
+  The exposed-collective rule reports both: the enclosing `while` is a container, not compute
+  (XProf's `analyze_async_overlap` counts it as covering every window: docs/xprof-differences.md).
   About 1.95 M events, of which about 520 k are async (start, done and window events).
 - `infer`: a v6e inference capture, 2 chips x 2,000 executions of `jit_decode` with idle gaps
   between them and no `Steps` line; copy-start/done pairs (host offload) paired from names.
