@@ -22,8 +22,13 @@ and its children, sampled every 50 ms from /proc (see bench_report.py). xprof ru
 of the run directory with `--bypass_cache` (its OpStats cache and CLI cache removed first).
 With `--repeat N` every tool runs N times and the best wall time and the largest peak are kept.
 
+`--host-scaling 1,4,16` instead runs `tpudiag report` on the first 1, 4 and 16 hosts of `pod16`
+(run directories of links to the same files), with `--jobs 1` (one process: the driver is all
+there is) and with the default pool, and prints wall time and peak memory for each count: how
+the cost grows with the number of hosts.
+
 Usage: python benchmarks/bench_realistic.py [--only train,infer,pod16] [--skip-xprof] [--repeat N]
-       [--tpudiag-args "--jobs 1"]
+       [--tpudiag-args "--jobs 1"] [--host-scaling 1,4,16]
 """
 
 from __future__ import annotations
@@ -167,13 +172,40 @@ def _xprof(run_dir: Path, bindir: Path) -> tuple[float, float, int]:
         shutil.rmtree(copy.parent, ignore_errors=True)
 
 
+def host_scaling(counts: list[int], repeat: int) -> dict:
+    """Wall time and peak memory of `tpudiag report` on the first N hosts of `pod16`, per N."""
+    files = sorted(CAPTURES["pod16"]().glob("*.xplane.pb"))
+    env = {"PYTHONPATH": str(ROOT)}
+    out = {"loadavg_before": os.getloadavg()[0]}
+    for n in counts:
+        run_dir = OUT / "pod16_subsets" / str(n) / "plugins" / "profile" / "run"
+        shutil.rmtree(run_dir.parent.parent.parent, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        for f in files[:n]:
+            (run_dir / f.name).symlink_to(f)
+        row = {}
+        for label, extra in (("jobs1", ["--jobs", "1"]), ("default_jobs", [])):
+            cmd = [sys.executable, "-m", "tpudiag", "report", "--format", "json", *extra, str(run_dir)]
+            runs = [measure(cmd, env) for _ in range(repeat)]
+            row[label] = {"wall_s": round(min(r[0] for r in runs), 2),
+                          "peak_rss_gb": round(max(r[1] for r in runs), 2), "exit": runs[-1][2]}
+        out[f"{n}_hosts"] = row
+        print(json.dumps({f"{n}_hosts": row}), file=sys.stderr)
+    out["loadavg_after"] = os.getloadavg()[0]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="train,infer,pod16")
     parser.add_argument("--skip-xprof", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--tpudiag-args", default="", help="extra arguments for `tpudiag report`")
+    parser.add_argument("--host-scaling", default="", help="host counts of pod16 to time, e.g. 1,4,16")
     args = parser.parse_args()
+    if args.host_scaling:
+        print(json.dumps(host_scaling([int(n) for n in args.host_scaling.split(",")], args.repeat), indent=2))
+        return
     bindir = Path(sys.executable).parent
     env = {"PYTHONPATH": str(ROOT)}  # this checkout's tpudiag, whatever is installed
     results = {"loadavg_before": os.getloadavg()[0]}
