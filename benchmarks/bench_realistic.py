@@ -21,8 +21,13 @@ and its children, sampled every 50 ms from /proc (see bench_report.py). xprof ru
 of the run directory with `--bypass_cache` (its OpStats cache and CLI cache removed first).
 With `--repeat N` every tool runs N times and the best wall time and the largest peak are kept.
 
+`--host-scaling 1,4,16` instead runs `tpudiag report` on the first 1, 4 and 16 hosts of `pod16`
+(run directories of links to the same files), with `--jobs 1` (one process: the driver is all
+there is) and with the default pool, and prints wall time and peak memory for each count: how
+the cost grows with the number of hosts.
+
 Usage: python benchmarks/bench_realistic.py [--only train,infer,pod16] [--skip-xprof] [--repeat N]
-       [--tpudiag-args "--jobs 1"]
+       [--tpudiag-args "--jobs 1"] [--host-scaling 1,4,16]
 """
 
 from __future__ import annotations
@@ -30,14 +35,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_report import measure  # noqa: E402  (the same /proc sampler for every benchmark)
+from bench_report import _tree_rss_kb  # noqa: E402  (the same /proc memory sampler for every benchmark)
 
 from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, write_capture  # noqa: E402
 
@@ -121,6 +128,54 @@ def infer_design(hostname: str, n_chips: int, n_steps: int) -> CaptureDesign:
                          step_gap_ps=150 * US)  # the host prepares the next request: the chip is idle
 
 
+def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int, float]:
+    """(wall s, peak RSS GB over the process tree, exit code, CPU s of the process tree).
+
+    On a shared machine the wall time moves with the other users' load; the CPU time (user +
+    system) much less, so both are printed. Pool workers are grandchildren (a forkserver's), so
+    their CPU is sampled from /proc every 50 ms (the last 50 ms of a worker may be missed) and
+    the direct child's comes from its rusage.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, **(env or {})})
+    peak = 0
+    cpu_ticks: dict[int, int] = {}
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss_kb(proc.pid))
+        for pid, ticks in _tree_cpu_ticks(proc.pid).items():
+            cpu_ticks[pid] = max(cpu_ticks.get(pid, 0), ticks)
+        time.sleep(0.05)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    direct = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    hz = os.sysconf("SC_CLK_TCK")
+    others = sum(t for pid, t in cpu_ticks.items() if pid != proc.pid) / hz
+    return wall, peak / 1e6, proc.returncode, direct + others
+
+
+def _tree_cpu_ticks(root: int) -> dict[int, int]:
+    """utime + stime (clock ticks) of every process in the tree under `root`, from /proc."""
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
+    out, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        out[pid] = ticks.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return out
+
+
 def _events(path: Path) -> int:
     from tpudiag.parsers.xspace import read_xspace
 
@@ -152,7 +207,7 @@ CAPTURES = {
 }
 
 
-def _xprof(run_dir: Path, bindir: Path) -> tuple[float, float, int]:
+def _xprof(run_dir: Path, bindir: Path) -> tuple[float, float, int, float]:
     copy = OUT / "xprof_copy" / run_dir.name
     shutil.rmtree(copy.parent, ignore_errors=True)
     copy.mkdir(parents=True)
@@ -166,13 +221,40 @@ def _xprof(run_dir: Path, bindir: Path) -> tuple[float, float, int]:
         shutil.rmtree(copy.parent, ignore_errors=True)
 
 
+def host_scaling(counts: list[int], repeat: int) -> dict:
+    """Wall time and peak memory of `tpudiag report` on the first N hosts of `pod16`, per N."""
+    files = sorted(CAPTURES["pod16"]().glob("*.xplane.pb"))
+    env = {"PYTHONPATH": str(ROOT)}
+    out = {"loadavg_before": os.getloadavg()[0]}
+    for n in counts:
+        run_dir = OUT / "pod16_subsets" / str(n) / "plugins" / "profile" / "run"
+        shutil.rmtree(run_dir.parent.parent.parent, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        for f in files[:n]:
+            (run_dir / f.name).symlink_to(f)
+        row = {}
+        for label, extra in (("jobs1", ["--jobs", "1"]), ("default_jobs", [])):
+            cmd = [sys.executable, "-m", "tpudiag", "report", "--format", "json", *extra, str(run_dir)]
+            runs = [measure(cmd, env) for _ in range(repeat)]
+            row[label] = {"wall_s": round(min(r[0] for r in runs), 2), "cpu_s": round(min(r[3] for r in runs), 2),
+                          "peak_rss_gb": round(max(r[1] for r in runs), 2), "exit": runs[-1][2]}
+        out[f"{n}_hosts"] = row
+        print(json.dumps({f"{n}_hosts": row}), file=sys.stderr)
+    out["loadavg_after"] = os.getloadavg()[0]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="train,infer,pod16")
     parser.add_argument("--skip-xprof", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--tpudiag-args", default="", help="extra arguments for `tpudiag report`")
+    parser.add_argument("--host-scaling", default="", help="host counts of pod16 to time, e.g. 1,4,16")
     args = parser.parse_args()
+    if args.host_scaling:
+        print(json.dumps(host_scaling([int(n) for n in args.host_scaling.split(",")], args.repeat), indent=2))
+        return
     bindir = Path(sys.executable).parent
     env = {"PYTHONPATH": str(ROOT)}  # this checkout's tpudiag, whatever is installed
     results = {"loadavg_before": os.getloadavg()[0]}
@@ -185,16 +267,19 @@ def main() -> None:
         cmd = [sys.executable, "-m", "tpudiag", "report", "--format", "json", *args.tpudiag_args.split(),
                str(target)]
         runs = [measure(cmd, env) for _ in range(args.repeat)]
-        row["tpudiag"] = {"wall_s": round(min(r[0] for r in runs), 2),
+        row["tpudiag"] = {"wall_s": round(min(r[0] for r in runs), 2), "cpu_s": round(min(r[3] for r in runs), 2),
                           "peak_rss_gb": round(max(r[1] for r in runs), 2), "exit": runs[-1][2],
                           "all_wall_s": [round(r[0], 2) for r in runs]}
         if not args.skip_xprof:
             xruns = [_xprof(run_dir, bindir) for _ in range(args.repeat)]
             row["xprof_get_hlo_stats_cold"] = {"wall_s": round(min(r[0] for r in xruns), 2),
+                                               "cpu_s": round(min(r[3] for r in xruns), 2),
                                                "peak_rss_gb": round(max(r[1] for r in xruns), 2),
                                                "exit": xruns[-1][2]}
             row["xprof_over_tpudiag_time"] = round(row["xprof_get_hlo_stats_cold"]["wall_s"]
                                                    / row["tpudiag"]["wall_s"], 1)
+            row["xprof_over_tpudiag_cpu"] = round(row["xprof_get_hlo_stats_cold"]["cpu_s"]
+                                                  / row["tpudiag"]["cpu_s"], 1)
         results[name] = row
         print(json.dumps({name: row}), file=sys.stderr)
     results["loadavg_after"] = os.getloadavg()[0]

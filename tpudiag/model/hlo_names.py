@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from functools import lru_cache
 from collections.abc import Sequence
 
 COLLECTIVE_FAMILIES = (
@@ -49,6 +50,12 @@ _SUFFIX = re.compile(r"(?:\.\d+)+$")
 _ASYNC_ROLE = re.compile(r"^(?P<base>.*?)[-.](?P<role>start|done)$")
 
 
+# Analyses and rules ask per distinct name on every host: a pod repeats the same few hundred
+# names per host, so each is classified once. Bounded, as trace names are untrusted.
+_NAME_CACHE = 1 << 16
+
+
+@lru_cache(maxsize=_NAME_CACHE)
 def collective_family(name: str, category: str = "") -> str:
     """The collective family of an op, or '' when it is not a collective.
 
@@ -67,6 +74,7 @@ def collective_family(name: str, category: str = "") -> str:
     return ""
 
 
+@lru_cache(maxsize=_NAME_CACHE)
 def async_role(name: str) -> tuple[str, str] | None:
     """('start'|'done', base) for an async start or done op, else None.
 

@@ -266,11 +266,16 @@ def op_events(analysis: Analysis, names) -> pd.DataFrame:
         ev = h.events
         if ev.empty:
             continue
-        sel = ev[ev["name"].isin(names)]
-        if sel.empty:
+        # Select by category code (a few hundred names), then take only the five columns needed.
+        codes = ev["name"].cat.codes.to_numpy()
+        categories = np.asarray(ev["name"].cat.categories.astype(str), dtype=object)
+        wanted = np.array([c in names for c in categories.tolist()] + [False], dtype=bool)  # code -1: NaN
+        idx = np.flatnonzero(wanted[codes])
+        if not len(idx):
             continue
-        parts.append(pd.DataFrame({"host": h.host, "core": sel["core"].to_numpy(), "step": sel["step"].to_numpy(),
-                                   "name": sel["name"].astype(str).to_numpy(), "self_ps": sel["self_ps"].to_numpy()}))
+        parts.append(pd.DataFrame({"host": h.host, "core": ev["core"].to_numpy()[idx],
+                                   "step": ev["step"].to_numpy()[idx], "name": categories[codes[idx]],
+                                   "self_ps": ev["self_ps"].to_numpy()[idx]}))
     if not parts:
         return pd.DataFrame({"host": [], "core": [], "step": [], "name": [], "self_ps": []})
     return pd.concat(parts, ignore_index=True)

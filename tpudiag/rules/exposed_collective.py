@@ -169,81 +169,115 @@ def collective_windows(analysis, options: Options | None = None) -> pd.DataFrame
     """One row per async collective window and per synchronous collective, with its coverage.
 
     Columns: `WINDOW_COLUMNS`. `kind` is "async" or "sync"; `klass` hidden/partial/exposed.
+    Whole arrays per host; only the interval union and the coverage go device by device.
     """
     options = options or Options()
     frames = []
     for host in analysis.profile.hosts:
-        ev = host.events
-        if ev.empty:
-            continue
-        # Per distinct name and category, not per event: traces hold millions of events.
-        names = ev["name"].cat.categories.astype(str)
-        name_codes = ev["name"].cat.codes.to_numpy()
-        cat_codes = ev["category"].cat.codes.to_numpy()
-        is_async_op = np.array([async_role(n) is not None for n in names], dtype=bool)[name_codes]
-        fam_by_name = np.array([collective_family(n) for n in names] or [""], dtype=object)[name_codes]
-        # A category names the family when the name does not (e.g. an `all-reduce fusion` named `fusion.12`).
-        fam_by_cat = np.array([collective_family("", c) if "fusion" not in c or "all-" in c else ""
-                               for c in ev["category"].cat.categories.astype(str)] + [""], dtype=object)[cat_codes]
-        fam = np.where(fam_by_name != "", fam_by_name, fam_by_cat)
-        is_coll = fam != ""
-        start = ev["start_ps"].to_numpy()
-        device_codes = ev["device"].cat.codes.to_numpy()
-        depth = ev["depth"].to_numpy()
-        has_child, in_coll = nesting_facts(device_codes, start, depth, is_coll)
-        # A container (`while`, `call`, `conditional`) spans its body: counting it as compute would
-        # hide every window inside a loop. Its children are what runs, so only leaves cover.
-        compute = ~is_async_op & ~is_coll & ~has_child & ~in_coll
-        end = start + ev["dur_ps"].to_numpy()
-        windows = host.async_windows
-        for code in np.unique(device_codes):
-            if code < 0:
-                continue
-            device = str(ev["device"].cat.categories[code])
-            on = device_codes == code
-            core = int(ev["core"].to_numpy()[on][0])
-            ms, me = merge(start[on & compute], end[on & compute])
-            comp_starts = np.sort(start[on & compute])
-            rows = []
-            w = windows[(windows["device"].astype(str) == device)
-                        & ~windows["family"].astype(str).isin(["copy", "other"])] if not windows.empty else windows
-            if len(w):
-                rows.append(pd.DataFrame({
-                    "name": w["name"].astype(str).to_numpy(), "family": w["family"].astype(str).to_numpy(),
-                    "kind": "async", "start_ps": w["start_ps"].to_numpy(), "end_ps": w["end_ps"].to_numpy(),
-                    "source": w["source"].astype(str).to_numpy()}))
-            sync = on & is_coll & ~is_async_op & ~in_coll & ~np.isin(fam, ["send", "recv"])
-            if sync.any():
-                rows.append(pd.DataFrame({
-                    "name": np.asarray(names, dtype=object)[name_codes[sync]], "family": fam[sync], "kind": "sync",
-                    "start_ps": start[sync], "end_ps": end[sync], "source": "XLA Ops"}))
-            if not rows:
-                continue
-            df = pd.concat(rows, ignore_index=True)
-            df = df[df["end_ps"] > df["start_ps"]].reset_index(drop=True)
-            ws, we = df["start_ps"].to_numpy(), df["end_ps"].to_numpy()
-            cov = covered(ws, we, ms, me)
-            span = we - ws
-            df["span_ps"] = span
-            df["covered_ps"] = cov
-            df["exposed_ps"] = span - cov
-            df["overlap_ratio"] = cov / span
-            ratio = df["overlap_ratio"].to_numpy()
-            df["klass"] = np.select([ratio >= options.hidden_threshold, ratio <= options.exposed_threshold],
-                                    ["hidden", "exposed"], "partial")
-            df["double_suffix"] = df["name"].map({n: has_double_suffix(n) for n in df["name"].unique()}).astype(bool)
-            # Any compute op starting strictly inside the window: none means start and done are adjacent.
-            df["compute_inside"] = (np.searchsorted(comp_starts, we, side="left")
-                                    - np.searchsorted(comp_starts, ws, side="right")) > 0
-            df["host"] = host.host
-            df["device"] = device
-            df["core"] = core
-            df["step"] = assign_steps(analysis.steps, host.host, np.full(len(df), core), ws)
-            frames.append(df)
+        frame = _host_windows(host, analysis.steps, options)
+        if frame is not None:
+            frames.append(frame)
     if not frames:
         return pd.DataFrame({c: [] for c in WINDOW_COLUMNS})
     out = pd.concat(frames, ignore_index=True)
     return out[list(WINDOW_COLUMNS)].sort_values(["host", "device", "start_ps"], kind="stable").reset_index(drop=True)
+
+
+def _category_strings(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, category names as an object array) of a categorical column."""
+    return column.cat.codes.to_numpy(), np.asarray(column.cat.categories.astype(str), dtype=object)
+
+
+def _host_windows(host, steps: pd.DataFrame, options: Options) -> pd.DataFrame | None:
+    ev = host.events
+    if ev.empty:
+        return None
+    # Per distinct name and category, not per event: traces hold millions of events.
+    name_codes, names = _category_strings(ev["name"])
+    cat_codes, cats = _category_strings(ev["category"])
+    is_async_op = np.array([async_role(n) is not None for n in names], dtype=bool)[name_codes]
+    fam_by_name = np.array([collective_family(n) for n in names] or [""], dtype=object)[name_codes]
+    # A category names the family when the name does not (e.g. an `all-reduce fusion` named `fusion.12`).
+    fam_by_cat = np.array([collective_family("", c) if "fusion" not in c or "all-" in c else ""
+                           for c in cats] + [""], dtype=object)[cat_codes]
+    fam = np.where(fam_by_name != "", fam_by_name, fam_by_cat)
+    is_coll = fam != ""
+    start = ev["start_ps"].to_numpy()
+    end = start + ev["dur_ps"].to_numpy()
+    device_codes, devices = _category_strings(ev["device"])
+    cores = ev["core"].to_numpy()
+    depth = ev["depth"].to_numpy()
+    has_child, in_coll = nesting_facts(device_codes, start, depth, is_coll)
+    # A container (`while`, `call`, `conditional`) spans its body: counting it as compute would
+    # hide every window inside a loop. Its children are what runs, so only leaves cover.
+    compute = ~is_async_op & ~is_coll & ~has_child & ~in_coll
+    sync_all = is_coll & ~is_async_op & ~in_coll & ~np.isin(fam, ["send", "recv"])
+    windows = host.async_windows
+    if len(windows):
+        w_dev_codes, w_devices = _category_strings(windows["device"])
+        w_name_codes, w_names = _category_strings(windows["name"])
+        w_fam_codes, w_fams = _category_strings(windows["family"])
+        w_src_codes, w_srcs = _category_strings(windows["source"])
+        w_keep = ~np.isin(np.append(w_fams, "nan"), ["copy", "other"])[w_fam_codes]  # code -1 reads "nan"
+        w_start, w_end = windows["start_ps"].to_numpy(), windows["end_ps"].to_numpy()
+        w_device_index = {d: i for i, d in enumerate(w_devices)}
+    cols: dict[str, list] = {k: [] for k in ("name", "family", "kind", "start_ps", "end_ps", "source", "covered",
+                                             "compute_inside", "device", "core")}
+    for code in np.unique(device_codes):
+        if code < 0:
+            continue
+        device = devices[code]
+        on = device_codes == code
+        core = int(cores[on][0])
+        ms, me = merge(start[on & compute], end[on & compute])
+        comp_starts = np.sort(start[on & compute])
+        parts = []  # (name, family, kind, start, end, source): async windows first, then sync collectives
+        if len(windows):
+            wsel = np.flatnonzero((w_dev_codes == w_device_index.get(device, -2)) & w_keep)
+            if len(wsel):
+                parts.append((np.append(w_names, "nan")[w_name_codes[wsel]], np.append(w_fams, "nan")[w_fam_codes[wsel]],
+                              "async", w_start[wsel], w_end[wsel], np.append(w_srcs, "nan")[w_src_codes[wsel]]))
+        sync = np.flatnonzero(on & sync_all)
+        if len(sync):
+            parts.append((names[name_codes[sync]], fam[sync], "sync", start[sync], end[sync], "XLA Ops"))
+        if not parts:
+            continue
+        ws = np.concatenate([p[3] for p in parts])
+        we = np.concatenate([p[4] for p in parts])
+        keep = we > ws
+        ws, we = ws[keep], we[keep]
+        n = len(ws)
+        for key, i in (("name", 0), ("family", 1), ("kind", 2), ("source", 5)):
+            cols[key].append(np.concatenate([np.asarray(p[i], dtype=object) if not isinstance(p[i], str)
+                                             else np.full(len(p[3]), p[i], dtype=object) for p in parts])[keep])
+        cols["start_ps"].append(ws)
+        cols["end_ps"].append(we)
+        cols["covered"].append(covered(ws, we, ms, me))
+        # Any compute op starting strictly inside the window: none means start and done are adjacent.
+        cols["compute_inside"].append((np.searchsorted(comp_starts, we, side="left")
+                                       - np.searchsorted(comp_starts, ws, side="right")) > 0)
+        cols["device"].append(np.full(n, device, dtype=object))
+        cols["core"].append(np.full(n, core, dtype=np.int64))
+    if not cols["start_ps"]:
+        return None
+    ws, we = np.concatenate(cols["start_ps"]), np.concatenate(cols["end_ps"])
+    cov = np.concatenate(cols["covered"])
+    span = we - ws
+    ratio = cov / span
+    name = np.concatenate(cols["name"])
+    suffix = {n: has_double_suffix(n) for n in pd.unique(name)}
+    core = np.concatenate(cols["core"])
+    return pd.DataFrame({
+        "name": name, "family": np.concatenate(cols["family"]), "kind": np.concatenate(cols["kind"]),
+        "start_ps": ws, "end_ps": we, "source": np.concatenate(cols["source"]), "span_ps": span,
+        "covered_ps": cov, "exposed_ps": span - cov, "overlap_ratio": ratio,
+        "klass": np.select([ratio >= options.hidden_threshold, ratio <= options.exposed_threshold],
+                           ["hidden", "exposed"], "partial").astype(object),
+        "double_suffix": np.fromiter((suffix[n] for n in name), dtype=bool, count=len(name)),
+        "compute_inside": np.concatenate(cols["compute_inside"]),
+        "host": host.host, "device": np.concatenate(cols["device"]), "core": core,
+        "step": assign_steps(steps, host.host, core, ws),
+    })
 
 
 @dataclass(frozen=True)
