@@ -200,6 +200,8 @@ def scale_problem(family: str, p: dict, factor: int) -> dict:
                  k=scale_dim(p["k"], factor) if p["kind"] == "matmul" else 1,
                  extras=[[scale_dim(r, factor), scale_dim(c, factor), d, role] for r, c, d, role in p["extras"]])
         return q
+    if family == "reduction" and p.get("op") == "colsum":
+        q["outer"] = scale_dim(p.get("outer", 1), factor)
     dims = {"matmul": ("m", "k", "n"), "reduction": ("rows", "cols"), "elementwise": ("rows", "cols"),
             "transpose": ("rows", "cols")}[family]
     for key in dims:
@@ -333,6 +335,16 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         return "matmul", dict(m=m, k=k, n=n, in_dtype=in_dtype, out_dtype=out_dtype, bias=bias,
                               activation=activation), basis
 
+    colsum = _non_minor_reduce(hlo_text + "\n" + body)
+    if colsum is not None:
+        operand, reduced, (outer, r_rows, r_cols) = colsum
+        basis.insert(0, f"family reduction (colsum): a reduce over dims {list(reduced)} of {operand.text}, not its "
+                        "minor dim")
+        basis.append(f"x[{outer}, {r_rows}, {r_cols}] summed over the middle dim (outer = the dims before, cols = "
+                     "the dims after the reduced ones); a sum is assumed for the reducer")
+        return "reduction", dict(rows=r_rows, cols=r_cols, op="colsum", dtype=HLO_DTYPES.get(operand.dtype, in_dtype),
+                                 out_dtype=out_dtype, outer=outer), basis
+
     if re.search(r"\breduce\(", hlo_text + body):
         basis.insert(0, "family reduction (row sum): a reduce in the HLO text")
         if operands:
@@ -372,6 +384,32 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
                                    out_dtype=out_dtype, activation=_epilogue(body)[0]), basis
 
     raise NotReproducible(f"`{name}` has category `{category}`, which no kernel family covers yet")
+
+
+_REDUCE = re.compile(r"= (?P<shape>[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?) reduce\(%(?P<operand>[\w.\-]+)[^)]*\), "
+                     r"dimensions=\{(?P<dims>[\d,]*)\}")
+
+
+def _non_minor_reduce(text: str) -> tuple[ArrayText, tuple[int, ...], tuple[int, int, int]] | None:
+    """(operand, reduced dims, (outer, rows, cols)) for a reduce over contiguous dims that exclude
+    the operand's minor dim, read from the instruction or fused body text; None otherwise."""
+    m = _REDUCE.search(text)
+    if m is None:
+        return None
+    found = re.search(rf"%{re.escape(m.group('operand'))} = ([a-z0-9]+\[[0-9,]*\](?:\{{[^}}]*\}})?)", text)
+    if found is None:
+        found = re.search(rf"\b{re.escape(m.group('operand'))}: ([a-z0-9]+\[[0-9,]*\](?:\{{[^}}]*\}})?)", text)
+    operand = parse_array(found.group(1)) if found else None
+    dims = tuple(sorted(int(d) for d in m.group("dims").split(",") if d))
+    if operand is None or not dims or not operand.row_major or operand.dtype not in HLO_DTYPES:
+        return None
+    last = len(operand.dims) - 1
+    if last in dims or dims != tuple(range(dims[0], dims[-1] + 1)):
+        return None  # over the minor dim (a row reduction) or not contiguous
+    outer = math.prod(operand.dims[:dims[0]])
+    rows = math.prod(operand.dims[dims[0]:dims[-1] + 1])
+    cols = math.prod(operand.dims[dims[-1] + 1:])
+    return operand, dims, (outer, rows, cols)
 
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+) = (?P<rest>.*)$", re.M)
@@ -645,6 +683,9 @@ def describe_problem(family: str, p: dict) -> str:
         epilogue = [x for x in ("bias" if p["bias"] else "", "" if p["activation"] == "none" else p["activation"]) if x]
         return (f"{_SHORT[p['in_dtype']]} {p['m']}x{p['k']} @ {p['k']}x{p['n']} -> {_SHORT[p['out_dtype']]}"
                 + (f" (+{', '.join(epilogue)})" if epilogue else ""))
+    if family == "reduction" and p["op"] == "colsum":
+        return (f"colsum {_SHORT[p['dtype']]}[{p.get('outer', 1)},{p['rows']},{p['cols']}] over dim 1 -> "
+                f"{_SHORT[p['out_dtype']]}[{p.get('outer', 1)},{p['cols']}]")
     if family == "reduction":
         return f"{p['op']} {_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> {_SHORT[p['out_dtype']]}"
     if family == "elementwise":

@@ -1,0 +1,83 @@
+"""Concatenate, pad and reductions over non-minor dims: inference from HLO text built in code, and
+each kernel against its plain-JAX reference in interpret mode (both interpreters), odd shapes near
+the tiling limits (9 rows, 130 / 1 lanes, partial last blocks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpudiag.kernels_lab.spec import NotReproducible, infer
+
+pytest.importorskip("jax", reason="the kernels lab needs jax (the tpu extra)")
+
+
+def _infer(**kw):
+    args = dict(name="fusion.7", category="loop fusion", shape_with_layout="", hlo_text="", tf_op="", flops=0.0,
+                bytes_accessed=0.0, body="")
+    args.update(kw)
+    return infer(**args)
+
+
+BIAS_GRAD = ("%fused_computation.9 (param_0.1: f32[8,128,256]) -> f32[256] {\n"
+             "  %param_0.1 = f32[8,128,256]{2,1,0:T(8,128)} parameter(0)\n"
+             "  %c = f32[] constant(0)\n"
+             "  ROOT %reduce.43 = f32[256]{0:T(256)} reduce(%param_0.1, %c), dimensions={0,1}, to_apply=%add\n}")
+
+
+def test_a_reduce_over_leading_dims_is_a_colsum():
+    family, problem, basis = _infer(shape_with_layout="f32[256]{0:T(256)}", body=BIAS_GRAD)
+    assert family == "reduction"
+    assert problem == dict(rows=1024, cols=256, op="colsum", dtype="float32", out_dtype="float32", outer=1)
+    assert "not its minor dim" in basis[0]
+
+
+def test_a_reduce_over_a_middle_dim_keeps_the_outer_dims():
+    body = BIAS_GRAD.replace("dimensions={0,1}", "dimensions={1}").replace("f32[256]{0:T(256)} reduce",
+                                                                           "f32[8,256]{1,0} reduce")
+    _, problem, _ = _infer(shape_with_layout="f32[8,256]{1,0}", body=body)
+    assert (problem["outer"], problem["rows"], problem["cols"]) == (8, 128, 256)
+
+
+def test_near_miss_a_minor_or_non_contiguous_reduce_is_not_a_colsum():
+    minor = BIAS_GRAD.replace("dimensions={0,1}", "dimensions={2}").replace("f32[256]{0:T(256)} reduce",
+                                                                            "f32[8,128]{1,0} reduce")
+    family, problem, _ = _infer(shape_with_layout="f32[8,128]{1,0}", body=minor)
+    assert (family, problem["op"]) == ("reduction", "sum")
+    split = BIAS_GRAD.replace("dimensions={0,1}", "dimensions={0,2}").replace("f32[256]{0:T(256)} reduce",
+                                                                              "f32[128]{0} reduce")
+    family, problem, _ = _infer(shape_with_layout="f32[128]{0}", body=split)
+    assert problem.get("op") != "colsum"
+
+
+@pytest.mark.parametrize("tpu_interpret", [False, True])
+@pytest.mark.parametrize(("kw", "block_rows"), [
+    (dict(rows=37, cols=130, outer=3, dtype="float32", out_dtype="float32"), 8),  # partial last block, 130 lanes
+    (dict(rows=9, cols=1, outer=2, dtype="bfloat16", out_dtype="bfloat16"), 9),  # 1 lane; 9 rows -> blocks of 8
+    (dict(rows=64, cols=256, outer=1, dtype="bfloat16", out_dtype="float32"), 16),
+])
+def test_colsum_agrees_with_the_reference(kw, block_rows, tpu_interpret):
+    from jax.experimental.pallas import tpu as pltpu
+
+    from tpudiag.kernels_lab import reduction as r
+    from tpudiag.kernels_lab.harness import numerics_check, tolerance_for
+
+    p = r.Problem(op="colsum", **kw)
+    b = r.fit(p, block_rows).validate(p, 16 << 20)
+    result = numerics_check(r, p, b, interpret=pltpu.InterpretParams() if tpu_interpret else True)
+    assert result["ok"], result
+    assert result["max_rel_err"] <= tolerance_for(p)[0]
+
+
+def test_colsum_problem_validates_itself():
+    from tpudiag.kernels_lab import reduction as r
+    from tpudiag.kernels_lab.tiling import BlockSizeError
+
+    with pytest.raises(BlockSizeError, match="outer applies to colsum only"):
+        r.Problem(rows=8, cols=128, op="softmax", outer=2)
+    with pytest.raises(BlockSizeError, match="multiple of 8"):
+        r.BlockSizes(9).validate(r.Problem(rows=64, cols=128, op="colsum"), 16 << 20)
+
+
+def test_unknown_reduce_still_says_why():
+    with pytest.raises(NotReproducible):
+        _infer(shape_with_layout="f32[]{:T(128)}", body=BIAS_GRAD)
