@@ -81,3 +81,76 @@ def test_colsum_problem_validates_itself():
 def test_unknown_reduce_still_says_why():
     with pytest.raises(NotReproducible):
         _infer(shape_with_layout="f32[]{:T(128)}", body=BIAS_GRAD)
+
+
+@pytest.mark.parametrize(("kw", "problem"), [
+    (dict(name="concatenate.3", category="concatenate", shape_with_layout="bf16[9,390]{1,0}",
+          hlo_text="%concatenate.3 = bf16[9,390]{1,0} concatenate(bf16[9,130]{1,0} %a, bf16[9,260]{1,0} %b), "
+                   "dimensions={1}"),
+     dict(op="concatenate", in_dims=[9, 390], out_dims=[9, 390], dtype="bfloat16", parts=[130, 260], axis=1)),
+    (dict(name="pad.1", category="pad", shape_with_layout="f32[12,131]{1,0}",
+          hlo_text="%pad.1 = f32[12,131]{1,0} pad(f32[9,130]{1,0} %x, f32[] %c), padding=1_2x0_1"),
+     dict(op="pad", in_dims=[9, 130], out_dims=[12, 131], dtype="float32", pad_low=[1, 0], pad_high=[2, 1])),
+])
+def test_concatenate_and_pad_are_datamove(kw, problem):
+    family, got, basis = _infer(**kw)
+    assert (family, got) == ("datamove", problem)
+
+
+@pytest.mark.parametrize(("kw", "reason"), [
+    # near misses: what the kernels do not do, or what the text does not say
+    (dict(name="pad.2", category="pad", shape_with_layout="f32[17,128]{1,0}",
+          hlo_text="%pad.2 = f32[17,128]{1,0} pad(f32[9,128]{1,0} %x, f32[] %c), padding=0_0_1x0_0"),
+     "interior or negative padding"),
+    (dict(name="pad.3", category="pad", shape_with_layout="f32[7,128]{1,0}",
+          hlo_text="%pad.3 = f32[7,128]{1,0} pad(f32[9,128]{1,0} %x, f32[] %c), padding=0_-2x0_0"),
+     "interior or negative padding"),
+    (dict(name="concatenate.4", category="concatenate", shape_with_layout="f32[9,390]{1,0}"),
+     "inputs or axis are not in the HLO text"),
+])
+def test_concatenate_and_pad_near_misses_say_why(kw, reason):
+    with pytest.raises(NotReproducible) as exc:
+        _infer(**kw)
+    assert reason in exc.value.one_line()
+
+
+@pytest.mark.parametrize("tpu_interpret", [False, True])
+@pytest.mark.parametrize("kw", [
+    dict(op="concatenate", in_dims=(9, 390), out_dims=(9, 390), parts=(130, 128, 132), axis=1, dtype="float32"),
+    dict(op="concatenate", in_dims=(17, 128), out_dims=(17, 128), parts=(8, 9), axis=0, dtype="bfloat16"),
+    dict(op="pad", in_dims=(9, 130), out_dims=(12, 131), pad_low=(1, 0), pad_high=(2, 1), dtype="bfloat16"),
+    dict(op="pad", in_dims=(8, 3, 2, 128), out_dims=(8, 3, 4, 128), pad_low=(0, 0, 1, 0), pad_high=(0, 0, 1, 0),
+         dtype="int32"),
+])
+def test_concatenate_and_pad_agree_with_the_reference(kw, tpu_interpret):
+    from jax.experimental.pallas import tpu as pltpu
+
+    from tpudiag.kernels_lab import datamove as dm
+    from tpudiag.kernels_lab.harness import numerics_check
+
+    p = dm.Problem(**kw)
+    result = numerics_check(dm, p, dm.BlockSizes(1).validate(p, 16 << 20),
+                            interpret=pltpu.InterpretParams() if tpu_interpret else True)
+    assert result["ok"] and result["max_rel_err"] == 0.0, result
+
+
+def test_concatenate_and_pad_problems_validate_themselves():
+    from tpudiag.kernels_lab import datamove as dm
+    from tpudiag.kernels_lab.tiling import BlockSizeError
+
+    with pytest.raises(BlockSizeError, match="sum to the output's dim"):
+        dm.Problem(op="concatenate", in_dims=(9, 390), out_dims=(9, 390), parts=(130, 128), axis=1)
+    with pytest.raises(BlockSizeError, match="must give"):
+        dm.Problem(op="pad", in_dims=(9, 130), out_dims=(12, 130), pad_low=(1, 0), pad_high=(1, 0))
+
+
+def test_scaled_down_concatenate_and_pad_stay_consistent():
+    from tpudiag.kernels_lab import datamove as dm
+    from tpudiag.kernels_lab.spec import scale_problem
+
+    pad = dict(op="pad", in_dims=[1024, 1024], out_dims=[1026, 1024], dtype="float32", pad_low=[1, 0],
+               pad_high=[1, 0])
+    cat = dict(op="concatenate", in_dims=[512, 768], out_dims=[512, 768], dtype="float32", parts=[512, 256],
+               axis=1)
+    for p in (pad, cat):
+        dm.Problem(**scale_problem("datamove", p, 4))  # validates

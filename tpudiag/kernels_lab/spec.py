@@ -39,7 +39,8 @@ class NotReproducible(UsageError):
 
 HLO_DTYPES = {"bf16": "bfloat16", "f32": "float32"}
 _SHAPE = re.compile(r"(?P<dtype>[a-z]+[0-9a-z]*)\[(?P<dims>[0-9,<=]*)\](?:\{(?P<layout>[^}]*)\})?")
-_OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call|reshape|dynamic-slice|dynamic-update-slice)"
+_OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call|reshape|dynamic-slice|"
+                       r"dynamic-update-slice|concatenate|pad)"
                        r"\((?P<args>[^)]*)\)")
 MATMUL_CATEGORIES = ("convolution fusion", "convolution", "dot", "output fusion")
 ELEMENTWISE_CATEGORIES = ("loop fusion", "copy", "non-fusion elementwise", "data formatting")
@@ -186,6 +187,17 @@ def scale_problem(family: str, p: dict, factor: int) -> dict:
             return [scale_dim(x, factor) for x in d]
         if p["op"] in ("copy", "relayout") and p["in_dims"] != p["out_dims"]:
             return q  # a reshape cannot scale its two shapes independently: run the full problem
+        if p["op"] == "pad":
+            in_dims = sd(p["in_dims"])
+            q.update(in_dims=in_dims, out_dims=[i + lo + hi for i, lo, hi in zip(in_dims, p["pad_low"],
+                                                                                  p["pad_high"], strict=True)])
+            return q
+        if p["op"] == "concatenate":
+            parts = sd(p["parts"])
+            out = sd(p["out_dims"])
+            out[p["axis"]] = sum(parts)
+            q.update(parts=parts, out_dims=out, in_dims=out)
+            return q
         q.update(in_dims=sd(p["in_dims"]), out_dims=sd(p["out_dims"]))
         if p.get("update_dims"):
             q["update_dims"] = [min(u, o) for u, o in zip(sd(p["update_dims"]), q["out_dims"], strict=True)]
@@ -469,6 +481,10 @@ def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands:
     elif (cat == "dynamic-update-slice" or name.startswith("dynamic-update-slice")
           or re.search(r"\bdynamic-update-slice\(", text)):
         op = "dynamic_update_slice"
+    elif cat == "concatenate" or name.startswith("concatenate") or re.search(r"= \S+ concatenate\(", text):
+        op = "concatenate"
+    elif cat == "pad" or name.startswith("pad.") or name == "pad" or re.search(r"= \S+ pad\(", text):
+        op = "pad"
     elif cat == "reshape" or name.startswith("reshape") or (is_copy and not out.row_major):
         op = "relayout"
     else:
@@ -483,11 +499,36 @@ def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands:
                                             "dynamic_slice": "a dynamic-slice (one DMA of the window)",
                                             "dynamic_update_slice": "a dynamic-update-slice (the update DMAed "
                                                                     "into the aliased operand)",
-                                            "relayout": "a reshape or copy that writes another tiled layout"}[op],
+                                            "relayout": "a reshape or copy that writes another tiled layout",
+                                            "concatenate": "a concatenate (each input DMAed into its window)",
+                                            "pad": "a pad (zero-filled output, input stored into its window)"}[op],
              f"output {out.text} from the capture's shape_with_layout"]
     first = operands[0] if operands else None
     if op == "copy":
         return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype), basis
+    if op == "concatenate":
+        m = re.search(r"concatenate\([^)]*\), dimensions=\{(\d+)\}", text)
+        axis = int(m.group(1)) if m else None
+        parts_in = [a for a in operands if len(a.dims) == len(dims)]
+        if axis is None or axis >= len(dims) or not parts_in or sum(a.dims[axis] for a in parts_in) != dims[axis]:
+            raise NotReproducible(f"`{name}` is a concatenate whose inputs or axis are not in the HLO text (pass "
+                                  "--dump)")
+        basis.append(f"{len(parts_in)} inputs along dim {axis} from {operands_from}")
+        return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype,
+                                parts=[a.dims[axis] for a in parts_in], axis=axis), basis
+    if op == "pad":
+        m = re.search(r"padding=([\d_x\-]+)", text)
+        if m is None:
+            raise NotReproducible(f"`{name}` is a pad whose padding is not in the HLO text (pass --dump)")
+        config = [[int(v) for v in d.split("_")] for d in m.group(1).split("x")]
+        if len(config) != len(dims) or any(len(c) > 2 and c[2] != 0 for c in config) or \
+                any(v < 0 for c in config for v in c):
+            raise NotReproducible(f"`{name}` pads with {m.group(1)}: interior or negative padding is not reproduced")
+        low, high = [c[0] for c in config], [c[1] for c in config]
+        in_dims = [o - lo - hi for o, lo, hi in zip(dims, low, high, strict=True)]
+        basis.append(f"padding {m.group(1)} from the HLO text; the pad value is assumed 0")
+        return "datamove", dict(op=op, in_dims=in_dims, out_dims=list(dims), dtype=dtype, pad_low=low,
+                                pad_high=high), basis
     if op == "dynamic_slice":
         if first is not None and len(first.dims) == len(dims) and all(i >= o for i, o in zip(first.dims, dims)):
             in_dims = list(first.dims)
@@ -695,8 +736,9 @@ def describe_problem(family: str, p: dict) -> str:
         return f"{_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> [{p['cols']},{p['rows']}]"
     if family == "datamove":
         short = {"int32": "s32", "uint32": "u32", "int8": "s8"}.get(p["dtype"]) or _SHORT[p["dtype"]]
-        extra = f" perm {p['perm']}" if p["op"] == "relayout" else (
-            f" update {p['update_dims']}" if p["op"] == "dynamic_update_slice" else "")
+        extra = {"relayout": f" perm {p.get('perm')}", "dynamic_update_slice": f" update {p.get('update_dims')}",
+                 "concatenate": f" parts {p.get('parts')} on dim {p.get('axis')}",
+                 "pad": f" low {p.get('pad_low')} high {p.get('pad_high')}"}.get(p["op"], "")
         return f"{p['op']} {short}{p['in_dims']} -> {p['out_dims']}{extra}"
     if family == "multi_output":
         head = (f"{_SHORT[p['in_dtype']]} {p['m']}x{p['k']} @ {p['k']}x{p['n']}" if p["kind"] == "matmul"
