@@ -133,23 +133,27 @@ class BlockSizes:
 
     def streams(self, p: Problem) -> tuple[tuple[int, int, int], ...]:
         """(direction, first row, rows) of every DMA stream within a shard."""
+        # packed dtypes tile more rows: 16 for bf16, 32 for int8 (8 sublanes of 32-bit words)
+        unit = SUBLANE * max(1, 4 // itemsize(p.dtype))
         if not self.bidirectional:
-            return tuple((self.direction, o, n) for o, n in _split(0, p.rows, self.chunks))
+            return tuple((self.direction, o, n) for o, n in _split(0, p.rows, self.chunks, unit))
         half = cdiv(p.rows, 2)
-        return (tuple((self.direction, o, n) for o, n in _split(0, half, self.chunks))
-                + tuple((-self.direction, o, n) for o, n in _split(half, p.rows - half, self.chunks)))
+        if p.rows >= 2 * unit:
+            half = cdiv(half, unit) * unit
+        return (tuple((self.direction, o, n) for o, n in _split(0, half, self.chunks, unit))
+                + tuple((-self.direction, o, n) for o, n in _split(half, p.rows - half, self.chunks, unit)))
 
     def label(self) -> str:
         ring = "bidirectional ring" if self.bidirectional else f"ring {'+1' if self.direction == 1 else '-1'}"
         return f"{ring}, {self.chunks} chunk{'s' if self.chunks > 1 else ''}"
 
 
-def _split(first: int, count: int, pieces: int) -> list[tuple[int, int]]:
-    """Row windows covering [first, first + count) in at most `pieces` parts, sublane-aligned
-    (multiples of 8 rows) when each part can hold 8 rows."""
+def _split(first: int, count: int, pieces: int, unit: int = SUBLANE) -> list[tuple[int, int]]:
+    """Row windows covering [first, first + count) in at most `pieces` parts, tile-aligned
+    (multiples of `unit` rows) when each part can hold that many rows."""
     size = cdiv(count, max(1, pieces))
-    if count >= SUBLANE * pieces:
-        size = cdiv(size, SUBLANE) * SUBLANE
+    if count >= unit * pieces:
+        size = cdiv(size, unit) * unit
     return [(first + o, min(size, count - o)) for o in range(0, count, size)]
 
 
@@ -181,7 +185,7 @@ def _gather_steps(o_ref, p: Problem, streams, send_sems, recv_sems, step0: int):
         for s, (d, first, count) in enumerate(streams):
             me, to = _neighbours(n, d)
             slot = jax.lax.rem(me + n * (step + 1) - d * step, n)
-            window = o_ref.at[pl.ds(slot * p.rows + first, count)]
+            window = o_ref.at[slot, pl.ds(first, count)]
             copies.append(_remote(window, window, send_sems, recv_sems, (s, step0 + step), to))
         for c in copies:
             c.start()
@@ -192,7 +196,7 @@ def _gather_steps(o_ref, p: Problem, streams, send_sems, recv_sems, step0: int):
 def _all_gather_kernel(x_ref, o_ref, local_sem, send_sems, recv_sems, *, p: Problem, streams):
     _barrier(p.devices)
     me = jax.lax.axis_index(AXIS)
-    local = pltpu.make_async_copy(x_ref, o_ref.at[pl.ds(me * p.rows, p.rows)], local_sem)
+    local = pltpu.make_async_copy(x_ref, o_ref.at[me], local_sem)
     local.start()
     local.wait()
     _gather_steps(o_ref, p, streams, send_sems, recv_sems, 0)
@@ -200,10 +204,10 @@ def _all_gather_kernel(x_ref, o_ref, local_sem, send_sems, recv_sems, *, p: Prob
 
 def _reduce_scatter(x_ref, send_ref, recv_ref, send_sems, recv_sems, p: Problem, streams):
     """Leaves this device's fully reduced chunk (f32) in send_ref."""
-    n, r = p.devices, p.rows
+    n = p.devices
 
     def own(k, first, count):
-        return x_ref[pl.ds(k * r + first, count), :].astype(jnp.float32)
+        return x_ref[k, pl.ds(first, count), :].astype(jnp.float32)
 
     for d, first, count in streams:
         me, _ = _neighbours(n, d)
@@ -233,7 +237,7 @@ def _all_reduce_kernel(x_ref, o_ref, send_ref, recv_ref, send_sems, recv_sems, *
     _barrier(p.devices)
     _reduce_scatter(x_ref, send_ref, recv_ref, send_sems, recv_sems, p, streams)
     me = jax.lax.axis_index(AXIS)
-    o_ref[pl.ds(me * p.rows, p.rows), :] = send_ref[...].astype(o_ref.dtype)
+    o_ref[me] = send_ref[...].astype(o_ref.dtype)
     _gather_steps(o_ref, p, streams, send_sems, recv_sems, p.devices - 1)
 
 
@@ -243,22 +247,26 @@ def _per_device(x, *, p: Problem, blocks: BlockSizes, interpret):
     sems = pltpu.SemaphoreType.DMA((len(streams), p.phases * (n - 1)))
     params = pltpu.CompilerParams(collective_id=0, vmem_limit_bytes=max(32 << 20, 2 * blocks.vmem_bytes(p)))
     cost = pl.CostEstimate(flops=p.flops, transcendentals=0, bytes_accessed=hbm_bytes(p, blocks))
+    # Slots are a leading (untiled) dim: a slot's offset is then always tile-aligned, whatever r is
+    # (a DMA at row offset k*r of an [n*r, c] array is refused unless r is a multiple of the tile).
     if p.kind == "all-gather":
-        return pl.pallas_call(
+        out = pl.pallas_call(
             functools.partial(_all_gather_kernel, p=p, streams=streams),
-            out_shape=jax.ShapeDtypeStruct((n * r, c), p.dtype),
+            out_shape=jax.ShapeDtypeStruct((n, r, c), p.dtype),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
             scratch_shapes=[pltpu.SemaphoreType.DMA(()), sems, sems], compiler_params=params,
             cost_estimate=cost, interpret=interpret)(x)
+        return out.reshape(n * r, c)
     kernel = _reduce_scatter_kernel if p.kind == "reduce-scatter" else _all_reduce_kernel
-    out_rows = r if p.kind == "reduce-scatter" else n * r
+    out_shape = (r, c) if p.kind == "reduce-scatter" else (n, r, c)
     vmem = pl.BlockSpec(memory_space=pltpu.VMEM)
-    return pl.pallas_call(
+    out = pl.pallas_call(
         functools.partial(kernel, p=p, streams=streams),
-        out_shape=jax.ShapeDtypeStruct((out_rows, c), p.dtype),
+        out_shape=jax.ShapeDtypeStruct(out_shape, p.dtype),
         in_specs=[vmem], out_specs=vmem,
         scratch_shapes=[pltpu.VMEM((r, c), jnp.float32), pltpu.VMEM((n - 1, r, c), jnp.float32), sems, sems],
-        compiler_params=params, cost_estimate=cost, interpret=interpret)(x)
+        compiler_params=params, cost_estimate=cost, interpret=interpret)(x.reshape(n, r, c))
+    return out.reshape(-1, c)
 
 
 def device_mesh(p: Problem, devices=None):
