@@ -120,3 +120,6 @@ def test_candidates_sweep_direction_and_chunks():
     assert "bidirectional ring, 4 chunks" in labels and len(labels) == len(set(labels)) == 9
     # a 1-row shard cannot be split: only the two plain directions remain
     assert len(col.candidates(col.Problem(kind="all-gather", devices=2, rows=1, cols=128))) == 2
+    # near miss: 9 rows split in two give windows off the row tile, which Mosaic refuses: not offered
+    assert [b.label() for b in col.candidates(col.Problem(kind="all-gather", devices=2, rows=9, cols=128))] == [
+        "ring +1, 1 chunk", "ring -1, 1 chunk"]

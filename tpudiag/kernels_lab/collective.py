@@ -367,13 +367,24 @@ def default_blocks(p: Problem, generation: str | None) -> BlockSizes:
     return fit(p, 1, 1, False)
 
 
+def tile_aligned(p: Problem, blocks: BlockSizes) -> bool:
+    """Every stream's window starts on a row tile and spans whole tiles (or runs to the shard's end):
+    Mosaic refuses DMA windows along a tiled dim that are not ("Offsets / Slice sizes along tiled
+    dimensions must be aligned to tiles", seen compiling for v5e and v6e)."""
+    unit = SUBLANE * max(1, 4 // itemsize(p.dtype))
+    return all(first % unit == 0 and (count % unit == 0 or first + count == p.rows)
+               for _, first, count in blocks.streams(p))
+
+
 def candidates(p: Problem) -> list[BlockSizes]:
-    """Direction (+1, -1, both) x chunk count (1, 2, 4), the legal ones."""
+    """Direction (+1, -1, both) x chunk count (1, 2, 4): the legal, tile-aligned ones."""
     seen, out = set(), []
     for bidirectional in (False, True):
         for chunks in (1, 2, 4):
             for direction in ((1,) if bidirectional else (1, -1)):
                 b = fit(p, direction, chunks, bidirectional)
+                if not tile_aligned(p, b):
+                    continue
                 if b not in seen:
                     seen.add(b)
                     out.append(b)

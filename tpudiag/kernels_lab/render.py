@@ -63,9 +63,10 @@ def render_sweep(result: SweepResult, console: Console) -> None:
         else:
             ratio = (f"{r.est_cycles / xla.est_cycles:.2f}" if ok and r.est_cycles and xla.est_cycles else "-")
         status = r.status
-        if r.reason:  # reasons are long: a numbered note under the table
-            notes.append(r.reason)
-            status = f"{r.status} [{len(notes)}]"
+        if r.reason:  # reasons are long: a numbered note under the table, one per distinct reason
+            if r.reason not in notes:
+                notes.append(r.reason)
+            status = f"{r.status} [{notes.index(r.reason) + 1}]"
         cells = [str(rank) if ok else "-", r.label, f"{r.grid_steps:,}", f"{r.vmem_bytes / 2**20:.1f}",
                  f"{r.est_cycles:,}" if r.est_cycles is not None else "-", _us(r.est_s), _us(r.ici_s),
                  _us(r.hbm_floor_s),
