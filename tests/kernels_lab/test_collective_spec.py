@@ -45,7 +45,8 @@ def test_all_gather_on_a_minor_dim_from_a_v5e_dump_line():
     family, problem, basis = _infer(name="all-gather.45", category="all-gather",
                                     shape_with_layout="bf16[8,128,1536]{2,1,0:T(8,128)(2,1)S(1)}", hlo_text=line)
     assert family == "collective"
-    assert problem == dict(kind="all-gather", devices=2, rows=1024, cols=768, dtype="bfloat16", group=[0, 1])
+    assert problem == dict(kind="all-gather", devices=2, rows=1024, cols=768, dtype="bfloat16", group=[0, 1],
+                           mesh_axis="axis_2")
     assert any("gathered dim 2 is not the major dim" in b for b in basis)
 
 

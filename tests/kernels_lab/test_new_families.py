@@ -154,3 +154,20 @@ def test_scaled_down_concatenate_and_pad_stay_consistent():
                axis=1)
     for p in (pad, cat):
         dm.Problem(**scale_problem("datamove", p, 4))  # validates
+
+
+def test_near_miss_a_fusion_that_only_contains_a_pad_is_not_a_pad():
+    """`pad_maximum_fusion` (v5e example) takes the max of three pads: not a pad of one input."""
+    body = ("%fused_computation.5 (p0: bf16[8,1,128], p1: bf16[8,1,128]) -> bf16[8,3,128] {\n"
+            "  %pad.1 = bf16[8,3,128]{2,1,0} pad(%p0, %c), padding=0_0x0_2x0_0\n"
+            "  %pad.2 = bf16[8,3,128]{2,1,0} pad(%p1, %c), padding=0_0x2_0x0_0\n"
+            "  ROOT %maximum.1 = bf16[8,3,128]{2,1,0} maximum(%pad.1, %pad.2)\n}")
+    family, problem, _ = _infer(name="pad_maximum_fusion", shape_with_layout="bf16[8,3,128]{2,1,0}", body=body,
+                                hlo_text="%pad_maximum_fusion = bf16[8,3,128]{2,1,0} fusion(%a, %b), kind=kLoop")
+    assert problem.get("op") != "pad"
+    family, problem, _ = _infer(name="pad_fusion", shape_with_layout="bf16[8,3,128]{2,1,0}",
+                                body=body.replace("ROOT %maximum.1 = bf16[8,3,128]{2,1,0} maximum(%pad.1, %pad.2)",
+                                                  "ROOT %pad.3 = bf16[8,3,128]{2,1,0} pad(%p0, %c), padding=0_0x1_1x0_0"),
+                                hlo_text="%pad_fusion = bf16[8,3,128]{2,1,0} fusion(%a), kind=kLoop")
+    assert (family, problem["op"]) == ("datamove", "pad")
+    assert (problem["pad_low"], problem["pad_high"]) == ([0, 1, 0], [0, 1, 0])  # the ROOT's padding

@@ -49,7 +49,8 @@ DEFAULT_INTERPRET = dict(dma_execution_mode="on_wait")
 class Problem:
     """`kind` over `devices` on one ring; each device's shard is `rows x cols` (all-gather's input,
     reduce-scatter's output, all-reduce's chunk). `group`: the devices' ids in the topology (one
-    replica group of the captured op), used when compiling for it; default 0..devices-1."""
+    replica group of the captured op), used when compiling for it; default 0..devices-1. `mesh_axis`:
+    the mesh axis the captured op ran on, when its HLO names one (informational)."""
 
     kind: str
     devices: int
@@ -57,6 +58,7 @@ class Problem:
     cols: int
     dtype: str = "float32"
     group: tuple = ()
+    mesh_axis: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "group", tuple(self.group))  # a list from spec.json

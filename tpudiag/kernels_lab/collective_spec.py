@@ -105,6 +105,12 @@ def replica_groups(text: str) -> tuple[list[list[int]], str] | None:
                 group.append(devices[flat(index)])
             groups.append(group)
         return groups, f"mesh replica_groups over axis {', '.join(named)}"
+
+
+def mesh_axes(text: str) -> list[str]:
+    """The mesh axes a collective's mesh-form replica_groups name (empty for other forms)."""
+    m = _MESH.search(text)
+    return re.findall(r"'([^']+)'", m.group("named")) if m else []
     return None
 
 

@@ -29,7 +29,7 @@ from tpudiag.errors import InputError, UsageError
 from tpudiag.kernels_lab.tiling import scale_dim
 from tpudiag.model.hardware import chip_for
 from tpudiag.kernels_lab.collective_spec import KINDS as COLLECTIVE_KINDS
-from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, replica_groups
+from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, mesh_axes, replica_groups
 from tpudiag.model.hlo_names import collective_family
 
 
@@ -471,6 +471,13 @@ class DumpIndex:
 DATAMOVE_DTYPES = dict(HLO_DTYPES, s32="int32", u32="uint32", s8="int8")
 
 
+def _is_root(text: str, opcode: str) -> bool:
+    """The instruction itself (the text's first line) or its fusion's ROOT is `opcode`: a fusion that
+    merely contains one (e.g. `pad_maximum_fusion`, a max of pads) is not that op."""
+    return bool(re.match(rf"\s*%[\w.\-]+ = \S+ {opcode}\(", text)
+                or re.search(rf"ROOT %[\w.\-]+ = \S+ {opcode}\(", text))
+
+
 def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands: list[ArrayText],
                     operands_from: str, is_copy: bool) -> tuple[str, dict, list[str]] | None:
     """The datamove family for prefetch copies, relayouts, dynamic slices and updates; None otherwise."""
@@ -481,9 +488,9 @@ def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands:
     elif (cat == "dynamic-update-slice" or name.startswith("dynamic-update-slice")
           or re.search(r"\bdynamic-update-slice\(", text)):
         op = "dynamic_update_slice"
-    elif cat == "concatenate" or name.startswith("concatenate") or re.search(r"= \S+ concatenate\(", text):
+    elif cat == "concatenate" or name.startswith("concatenate") or _is_root(text, "concatenate"):
         op = "concatenate"
-    elif cat == "pad" or name.startswith("pad.") or name == "pad" or re.search(r"= \S+ pad\(", text):
+    elif cat == "pad" or name.startswith("pad.") or name == "pad" or _is_root(text, "pad"):
         op = "pad"
     elif cat == "reshape" or name.startswith("reshape") or (is_copy and not out.row_major):
         op = "relayout"
@@ -507,7 +514,8 @@ def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands:
     if op == "copy":
         return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype), basis
     if op == "concatenate":
-        m = re.search(r"concatenate\([^)]*\), dimensions=\{(\d+)\}", text)
+        m = (re.search(r"ROOT [^\n]* concatenate\([^)]*\), dimensions=\{(\d+)\}", text)
+             or re.search(r"concatenate\([^)]*\), dimensions=\{(\d+)\}", text))
         axis = int(m.group(1)) if m else None
         parts_in = [a for a in operands if len(a.dims) == len(dims)]
         if axis is None or axis >= len(dims) or not parts_in or sum(a.dims[axis] for a in parts_in) != dims[axis]:
@@ -517,7 +525,8 @@ def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands:
         return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype,
                                 parts=[a.dims[axis] for a in parts_in], axis=axis), basis
     if op == "pad":
-        m = re.search(r"padding=([\d_x\-]+)", text)
+        m = (re.search(r"ROOT [^\n]* pad\([^\n]*?padding=([\d_x\-]+)", text)
+             or re.search(r"padding=([\d_x\-]+)", text))
         if m is None:
             raise NotReproducible(f"`{name}` is a pad whose padding is not in the HLO text (pass --dump)")
         config = [[int(v) for v in d.split("_")] for d in m.group(1).split("x")]
@@ -688,7 +697,11 @@ def _infer_collective(*, name: str, family: str, category: str, shape_text: str,
         rows = -(-rows_total // n)
         basis.append(f"all-reduce of {rows_total}x{cols} as reduce-scatter + all-gather of {n} chunks of {rows} rows"
                      + (f" (padded to {n * rows} rows)" if rows * n != rows_total else ""))
-    return "collective", dict(kind=kind, devices=n, rows=rows, cols=cols, dtype=dtype, group=group), basis
+    problem = dict(kind=kind, devices=n, rows=rows, cols=cols, dtype=dtype, group=group)
+    axes = mesh_axes(text)
+    if axes:
+        problem["mesh_axis"] = ",".join(axes)
+    return "collective", problem, basis
 
 
 def find_in_dump(dump: Path, name: str) -> tuple[str, str]:
@@ -749,7 +762,8 @@ def describe_problem(family: str, p: dict) -> str:
     if family == "collective":
         short = {"int32": "s32", "int8": "s8"}.get(p["dtype"]) or _SHORT[p["dtype"]]
         group = p.get("group") or list(range(p["devices"]))
-        return f"{p['kind']} {short}[{p['rows']},{p['cols']}] per device, ring of {p['devices']} {group}"
+        axis = f" on mesh axis {p['mesh_axis']!r}" if p.get("mesh_axis") else ""
+        return f"{p['kind']} {short}[{p['rows']},{p['cols']}] per device, ring of {p['devices']} {group}{axis}"
     return " ".join(f"{k}={v}" for k, v in p.items())
 
 
