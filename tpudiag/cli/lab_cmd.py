@@ -63,6 +63,9 @@ def ops(
     path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file; default: the "
                                                      "bundled example")] = None,
     top: Annotated[int, typer.Option(help="Ops to list, by self time")] = 20,
+    dump: Annotated[Path | None, typer.Option("--dump", help="XLA/libtpu dump directory of the same program "
+                                                             "(operands, fusion bodies, collectives' replica "
+                                                             "groups)")] = None,
     output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
 ) -> None:
     """List a capture's ops by self time with the kernel family each maps to, or why none does."""
@@ -73,7 +76,7 @@ def ops(
     from tpudiag.kernels_lab.spec import coverage, describe_problem, survey
     from tpudiag.render.console import markup
 
-    path, dump = _capture_or_example(path, None)
+    path, dump = _capture_or_example(path, dump)
     all_rows = survey(_analysis(path), path, None, dump=dump)
     cov = coverage(all_rows)
     rows = all_rows[:top]
@@ -128,7 +131,7 @@ def extract(
                                                                  "problem")] = 1,
 ) -> None:
     """Write a runnable reproduction of one op: `repro.py` (XLA reference + Pallas kernel) and `spec.json`."""
-    from tpudiag.kernels_lab.reproduce import write_repro
+    from tpudiag.kernels_lab.reproduce import family_module, write_repro
     from tpudiag.kernels_lab.spec import spec_from_analysis
     from tpudiag.writers.files import check_not_input
 
@@ -146,13 +149,19 @@ def extract(
     console, _ = _consoles()
     console.print(f"wrote `{repro}` and `{out_dir / 'spec.json'}`", markup=False, highlight=False)
     console.print(f"  family {spec.family}: {spec.problem}", markup=False, highlight=False)
-    if spec.scale_down > 1:
-        console.print(f"  CPU run (--scale-down {spec.scale_down}): {spec.run_problem}", markup=False,
-                      highlight=False)
+    if spec.run_problem != spec.problem:
+        how = f" (--scale-down {spec.scale_down})" if spec.scale_down > 1 else ""
+        console.print(f"  CPU run{how}: {spec.run_problem}", markup=False, highlight=False)
     console.print(f"  blocks {blocks.label()} (default for {spec.generation}; run `tpudiag lab tune "
                   f"{out_dir}` to sweep)", markup=False, highlight=False)
     for line in spec.basis:
         console.print(f"  basis: {line}", markup=False, highlight=False)
+    for line in spec.notes:
+        console.print(f"  note: {line}", markup=False, highlight=False)
+    try:
+        blocks.validate(family_module(spec.family).Problem(**spec.problem), spec.vmem_bytes)
+    except ValueError as exc:
+        console.print(f"  note: the full problem does not fit this kernel: {exc}", markup=False, highlight=False)
     console.print(f"run it: `python {repro}`", markup=False, highlight=False)
 
 

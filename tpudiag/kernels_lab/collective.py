@@ -1,25 +1,28 @@
 """Collectives as Pallas kernels: all-gather, reduce-scatter, all-reduce on a ring of devices.
 
 Each device runs one kernel (under `jax.shard_map` over one mesh axis of n devices) that talks to
-its ring neighbour with remote DMAs (`pltpu.make_async_remote_copy`) and DMA semaphores; a barrier
+its ring neighbours with remote DMAs (`pltpu.make_async_remote_copy`) and DMA semaphores; a barrier
 semaphore handshake with both neighbours comes first, so no device writes into a neighbour that has
-not entered the kernel. `direction` picks the neighbour data flows to (+1 "right" or -1 "left").
+not entered the kernel.
+
+The shard (`rows x cols` per device) is cut into streams along its rows. A stream is a row window
+with a ring direction: `direction` +1 sends to the next device, -1 to the previous one;
+`bidirectional` sends the first half of the rows one way and the second half the other way (both
+ICI links of the ring axis busy); `chunks` cuts each direction's rows into that many pieces, each
+its own DMA, all in flight together (more descriptors, smaller transfers: what `tune` sweeps).
 
 - all-gather (`[r, c]` per device -> `[n*r, c]`): the local shard is DMAed into its slot, then n-1
-  steps each forward the slot received last to the neighbour (slots never collide, HBM only).
-- reduce-scatter (`[n*r, c]` -> `[r, c]`, sum): the partial sum of chunk `me - 1 - s` travels one hop
-  per step s and each device adds its own chunk in VMEM (f32); every step lands in its own receive
-  slot, so a slow neighbour is never overwritten.
+  steps each forward the window received last to the neighbour (HBM only).
+- reduce-scatter (`[n*r, c]` -> `[r, c]`, sum): the partial sum of one chunk travels one hop per
+  step and each device adds its own rows in VMEM (f32); every step lands in its own receive slot.
 - all-reduce: reduce-scatter, then all-gather of the reduced chunks, in one kernel.
 
-Checked against `jax.lax.all_gather` / `psum_scatter` / `psum` in the TPU-semantics interpreter
-(`pltpu.InterpretParams`), which simulates several devices, their DMAs and semaphores on a CPU.
-Known problem: they agree with `dma_execution_mode="eager"` (a DMA moves its data when started);
-under the default "on_wait" (data moves when a semaphore is waited on) some gathered slots stay
-uninitialised (NaN), differently from run to run. Whether that is an interpreter limitation or a
-race in the protocol that hardware would also hit is not settled: treat these kernels as
-unverified on TPU. Not yet wired into `lab extract` / `tune` (no spec inference for collectives,
-no deviceless compile for the capture's topology yet).
+Every (stream, step) DMA has its own send and receive semaphore. With one semaphore shared by all
+steps, a fast neighbour's step s+1 DMA can signal the semaphore a device waits on for step s, and
+the device then forwards a slot that has not arrived: the TPU-semantics interpreter's default
+`dma_execution_mode="on_wait"` (a DMA moves its data only when its semaphore is waited on) exposes
+exactly that race, which eager DMAs hide. Checked against `jax.lax.all_gather` / `psum_scatter` /
+`psum` in that interpreter (`pltpu.InterpretParams`) over several simulated CPU devices.
 """
 
 from __future__ import annotations
@@ -29,32 +32,44 @@ from dataclasses import asdict, dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpudiag.kernels_lab.tiling import BlockSizeError, check_vmem, itemsize  # repro: inlined
+from tpudiag.kernels_lab.tiling import SUBLANE, BlockSizeError, cdiv, check_vmem, itemsize  # repro: inlined
 
 FAMILY = "collective"
 KINDS = ("all-gather", "reduce-scatter", "all-reduce")
 AXIS = "ring"
+# Plain `interpret=True` (the HLO interpreter) has no remote DMAs: interpret with TPU semantics.
+DEFAULT_INTERPRET = dict(dma_execution_mode="on_wait")
 
 
 @dataclass(frozen=True)
 class Problem:
     """`kind` over `devices` on one ring; each device's shard is `rows x cols` (all-gather's input,
-    reduce-scatter's output, all-reduce's chunk)."""
+    reduce-scatter's output, all-reduce's chunk). `group`: the devices' ids in the topology (one
+    replica group of the captured op), used when compiling for it; default 0..devices-1. `mesh_axis`:
+    the mesh axis the captured op ran on, when its HLO names one (informational)."""
 
     kind: str
     devices: int
     rows: int
     cols: int
     dtype: str = "float32"
+    group: tuple = ()
+    mesh_axis: str = ""
 
     def __post_init__(self):
+        object.__setattr__(self, "group", tuple(self.group))  # a list from spec.json
         if self.kind not in KINDS:
             raise BlockSizeError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.devices < 2:
             raise BlockSizeError(f"a ring needs at least 2 devices, got {self.devices}")
+        if self.group and len(self.group) != self.devices:
+            raise BlockSizeError(f"group {self.group} must name {self.devices} devices")
+        if self.rows < 1 or self.cols < 1:
+            raise BlockSizeError(f"the shard must be non-empty, got {self.rows}x{self.cols}")
 
     @property
     def out_dtype(self) -> str:
@@ -65,17 +80,30 @@ class Problem:
         return self.dtype
 
     @property
+    def flops(self) -> int:
+        return 0 if self.kind == "all-gather" else (self.devices - 1) * self.rows * self.cols
+
+    @property
+    def phases(self) -> int:
+        return 2 if self.kind == "all-reduce" else 1
+
+    @property
     def ici_bytes_per_device(self) -> int:
         """Bytes each device sends over ICI: (n-1) chunks per phase (two phases for all-reduce)."""
-        phases = 2 if self.kind == "all-reduce" else 1
-        return phases * (self.devices - 1) * self.rows * self.cols * itemsize(self.dtype)
+        return self.phases * (self.devices - 1) * self.rows * self.cols * itemsize(self.dtype)
+
+    @property
+    def min_hbm_bytes(self) -> int:
+        return hbm_bytes(self, None)
 
 
 @dataclass(frozen=True)
 class BlockSizes:
-    """`direction` +1 sends to the next device on the ring, -1 to the previous one."""
+    """`direction` +1 / -1 (ignored when `bidirectional`); `chunks` DMAs per direction per step."""
 
     direction: int = 1
+    chunks: int = 1
+    bidirectional: bool = False
 
     def vmem_bytes(self, p: Problem) -> int:
         if p.kind == "all-gather":
@@ -90,117 +118,193 @@ class BlockSizes:
     def validate(self, p: Problem, vmem_bytes: int) -> BlockSizes:
         if self.direction not in (1, -1):
             raise BlockSizeError(f"direction must be 1 or -1, got {self.direction}")
+        if self.chunks < 1:
+            raise BlockSizeError(f"chunks must be at least 1, got {self.chunks}")
+        if self.bidirectional and p.rows < 2:
+            raise BlockSizeError(f"a bidirectional ring splits the shard's rows in two; expected at least 2 "
+                                 f"rows, got {p.rows}")
+        per_direction = p.rows // 2 if self.bidirectional else p.rows
+        if self.chunks > per_direction:
+            raise BlockSizeError(f"chunks {self.chunks} exceed the {per_direction} rows each direction carries; "
+                                 f"expected at most {per_direction}")
         check_vmem(f"{p.kind} ring buffers", self.vmem_bytes(p), vmem_bytes)
         return self
 
     def grid(self, p: Problem) -> tuple[int, ...]:
         return ()
 
+    def streams(self, p: Problem) -> tuple[tuple[int, int, int], ...]:
+        """(direction, first row, rows) of every DMA stream within a shard."""
+        # packed dtypes tile more rows: 16 for bf16, 32 for int8 (8 sublanes of 32-bit words)
+        unit = SUBLANE * max(1, 4 // itemsize(p.dtype))
+        if not self.bidirectional:
+            return tuple((self.direction, o, n) for o, n in _split(0, p.rows, self.chunks, unit))
+        half = cdiv(p.rows, 2)
+        if p.rows >= 2 * unit:
+            half = cdiv(half, unit) * unit
+        return (tuple((self.direction, o, n) for o, n in _split(0, half, self.chunks, unit))
+                + tuple((-self.direction, o, n) for o, n in _split(half, p.rows - half, self.chunks, unit)))
+
     def label(self) -> str:
-        return f"ring direction {'+1' if self.direction == 1 else '-1'}"
+        ring = "bidirectional ring" if self.bidirectional else f"ring {'+1' if self.direction == 1 else '-1'}"
+        return f"{ring}, {self.chunks} chunk{'s' if self.chunks > 1 else ''}"
+
+
+def _split(first: int, count: int, pieces: int, unit: int = SUBLANE) -> list[tuple[int, int]]:
+    """Row windows covering [first, first + count) in at most `pieces` parts, tile-aligned
+    (multiples of `unit` rows) when each part can hold that many rows."""
+    size = cdiv(count, max(1, pieces))
+    if count >= unit * pieces:
+        size = cdiv(size, unit) * unit
+    return [(first + o, min(size, count - o)) for o in range(0, count, size)]
 
 
 def _neighbours(n: int, direction: int):
     me = jax.lax.axis_index(AXIS)
-    to = jax.lax.rem(me + n + direction, n)
-    frm = jax.lax.rem(me + n - direction, n)
-    return me, to, frm
+    return me, jax.lax.rem(me + n + direction, n)
 
 
-def _barrier(to, frm):
+def _barrier(n: int):
     """Both neighbours have entered the kernel before anyone writes into them."""
+    me = jax.lax.axis_index(AXIS)
     sem = pltpu.get_barrier_semaphore()
-    for dev in (frm, to):
+    for dev in (jax.lax.rem(me + n - 1, n), jax.lax.rem(me + 1, n)):
         pl.semaphore_signal(sem, 1, device_id=(dev,), device_id_type=pl.DeviceIdType.MESH)
     pl.semaphore_wait(sem, 2)
 
 
-def _gather_steps(o_ref, me, to, n, rows, direction, send_sem, recv_sem):
+def _remote(src, dst, send_sems, recv_sems, index, to):
+    return pltpu.make_async_remote_copy(src, dst, send_sems.at[index], recv_sems.at[index], device_id=(to,),
+                                        device_id_type=pl.DeviceIdType.MESH)
+
+
+def _gather_steps(o_ref, p: Problem, streams, send_sems, recv_sems, step0: int):
+    """n-1 steps; each stream forwards its window of the slot it received last. Semaphore index
+    (stream, step0 + step): one per DMA, so a wait cannot be satisfied by a later step's DMA."""
+    n = p.devices
     for step in range(n - 1):
-        slot = jax.lax.rem(me + n * (step + 1) - direction * step, n)
-        window = o_ref.at[pl.ds(slot * rows, rows)]
-        copy = pltpu.make_async_remote_copy(window, window, send_sem, recv_sem, device_id=(to,),
-                                            device_id_type=pl.DeviceIdType.MESH)
-        copy.start()
-        copy.wait()  # our send done and the neighbour's slot from the other side received
+        copies = []
+        for s, (d, first, count) in enumerate(streams):
+            me, to = _neighbours(n, d)
+            slot = jax.lax.rem(me + n * (step + 1) - d * step, n)
+            window = o_ref.at[slot, pl.ds(first, count)]
+            copies.append(_remote(window, window, send_sems, recv_sems, (s, step0 + step), to))
+        for c in copies:
+            c.start()
+        for c in copies:
+            c.wait()  # our send done and the neighbour's window for this step received
 
 
-def _all_gather_kernel(x_ref, o_ref, local_sem, send_sem, recv_sem, *, p: Problem, direction: int):
-    me, to, frm = _neighbours(p.devices, direction)
-    _barrier(to, frm)
-    local = pltpu.make_async_copy(x_ref, o_ref.at[pl.ds(me * p.rows, p.rows)], local_sem)
+def _all_gather_kernel(x_ref, o_ref, local_sem, send_sems, recv_sems, *, p: Problem, streams):
+    _barrier(p.devices)
+    me = jax.lax.axis_index(AXIS)
+    local = pltpu.make_async_copy(x_ref, o_ref.at[me], local_sem)
     local.start()
     local.wait()
-    _gather_steps(o_ref, me, to, p.devices, p.rows, direction, send_sem, recv_sem)
+    _gather_steps(o_ref, p, streams, send_sems, recv_sems, 0)
 
 
-def _reduce_scatter(x_ref, send_ref, recv_ref, send_sem, recv_sem, me, to, p: Problem, direction: int):
-    """Leaves this device's fully reduced chunk (f32) in send_ref; returns nothing."""
-    n, r = p.devices, p.rows
+def _reduce_scatter(x_ref, send_ref, recv_ref, send_sems, recv_sems, p: Problem, streams):
+    """Leaves this device's fully reduced chunk (f32) in send_ref."""
+    n = p.devices
 
-    def chunk(k):
-        return x_ref[pl.ds(k * r, r), :].astype(jnp.float32)
+    def own(k, first, count):
+        return x_ref[k, pl.ds(first, count), :].astype(jnp.float32)
 
-    send_ref[...] = chunk(jax.lax.rem(me + n - direction, n))
+    for d, first, count in streams:
+        me, _ = _neighbours(n, d)
+        send_ref[pl.ds(first, count), :] = own(jax.lax.rem(me + n - d, n), first, count)
     for step in range(n - 1):
-        copy = pltpu.make_async_remote_copy(send_ref, recv_ref.at[step], send_sem, recv_sem, device_id=(to,),
-                                            device_id_type=pl.DeviceIdType.MESH)
-        copy.start()
-        copy.wait()
-        k = jax.lax.rem(me + n * (step + 2) - direction * (step + 2), n)
-        send_ref[...] = recv_ref[step] + chunk(k)
+        copies = []
+        for s, (d, first, count) in enumerate(streams):
+            _, to = _neighbours(n, d)
+            copies.append(_remote(send_ref.at[pl.ds(first, count)], recv_ref.at[step, pl.ds(first, count)],
+                                  send_sems, recv_sems, (s, step), to))
+        for c in copies:
+            c.start()
+        for c, (d, first, count) in zip(copies, streams, strict=True):
+            c.wait()
+            me, _ = _neighbours(n, d)
+            k = jax.lax.rem(me + n * (step + 2) - d * (step + 2), n)
+            send_ref[pl.ds(first, count), :] = recv_ref[step, pl.ds(first, count), :] + own(k, first, count)
 
 
-def _reduce_scatter_kernel(x_ref, o_ref, send_ref, recv_ref, send_sem, recv_sem, *, p: Problem, direction: int):
-    me, to, frm = _neighbours(p.devices, direction)
-    _barrier(to, frm)
-    _reduce_scatter(x_ref, send_ref, recv_ref, send_sem, recv_sem, me, to, p, direction)
+def _reduce_scatter_kernel(x_ref, o_ref, send_ref, recv_ref, send_sems, recv_sems, *, p: Problem, streams):
+    _barrier(p.devices)
+    _reduce_scatter(x_ref, send_ref, recv_ref, send_sems, recv_sems, p, streams)
     o_ref[...] = send_ref[...].astype(o_ref.dtype)
 
 
-def _all_reduce_kernel(x_ref, o_ref, send_ref, recv_ref, send_sem, recv_sem, *, p: Problem, direction: int):
-    me, to, frm = _neighbours(p.devices, direction)
-    _barrier(to, frm)
-    _reduce_scatter(x_ref, send_ref, recv_ref, send_sem, recv_sem, me, to, p, direction)
-    o_ref[pl.ds(me * p.rows, p.rows), :] = send_ref[...].astype(o_ref.dtype)
-    _gather_steps(o_ref, me, to, p.devices, p.rows, direction, send_sem, recv_sem)
-
-
-def _local_shape(p: Problem) -> tuple[int, int]:
-    return (p.rows if p.kind == "all-gather" else p.devices * p.rows, p.cols)
+def _all_reduce_kernel(x_ref, o_ref, send_ref, recv_ref, send_sems, recv_sems, *, p: Problem, streams):
+    _barrier(p.devices)
+    _reduce_scatter(x_ref, send_ref, recv_ref, send_sems, recv_sems, p, streams)
+    me = jax.lax.axis_index(AXIS)
+    o_ref[me] = send_ref[...].astype(o_ref.dtype)
+    _gather_steps(o_ref, p, streams, send_sems, recv_sems, p.devices - 1)
 
 
 def _per_device(x, *, p: Problem, blocks: BlockSizes, interpret):
     n, r, c = p.devices, p.rows, p.cols
-    dma = pltpu.SemaphoreType.DMA(())
-    params = pltpu.CompilerParams(collective_id=0)
+    streams = blocks.streams(p)
+    sems = pltpu.SemaphoreType.DMA((len(streams), p.phases * (n - 1)))
+    params = pltpu.CompilerParams(collective_id=0, vmem_limit_bytes=max(32 << 20, 2 * blocks.vmem_bytes(p)))
+    cost = pl.CostEstimate(flops=p.flops, transcendentals=0, bytes_accessed=hbm_bytes(p, blocks))
+    # Slots are a leading (untiled) dim: a slot's offset is then always tile-aligned, whatever r is
+    # (a DMA at row offset k*r of an [n*r, c] array is refused unless r is a multiple of the tile).
     if p.kind == "all-gather":
-        return pl.pallas_call(
-            functools.partial(_all_gather_kernel, p=p, direction=blocks.direction),
-            out_shape=jax.ShapeDtypeStruct((n * r, c), p.dtype),
+        out = pl.pallas_call(
+            functools.partial(_all_gather_kernel, p=p, streams=streams),
+            out_shape=jax.ShapeDtypeStruct((n, r, c), p.dtype),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=[dma, dma, dma], compiler_params=params, interpret=interpret)(x)
+            scratch_shapes=[pltpu.SemaphoreType.DMA(()), sems, sems], compiler_params=params,
+            cost_estimate=cost, interpret=interpret)(x)
+        return out.reshape(n * r, c)
     kernel = _reduce_scatter_kernel if p.kind == "reduce-scatter" else _all_reduce_kernel
-    out_rows = r if p.kind == "reduce-scatter" else n * r
+    out_shape = (r, c) if p.kind == "reduce-scatter" else (n, r, c)
     vmem = pl.BlockSpec(memory_space=pltpu.VMEM)
-    return pl.pallas_call(
-        functools.partial(kernel, p=p, direction=blocks.direction),
-        out_shape=jax.ShapeDtypeStruct((out_rows, c), p.dtype),
+    out = pl.pallas_call(
+        functools.partial(kernel, p=p, streams=streams),
+        out_shape=jax.ShapeDtypeStruct(out_shape, p.dtype),
         in_specs=[vmem], out_specs=vmem,
-        scratch_shapes=[pltpu.VMEM((r, c), jnp.float32), pltpu.VMEM((n - 1, r, c), jnp.float32), dma, dma],
-        compiler_params=params, interpret=interpret)(x)
+        scratch_shapes=[pltpu.VMEM((r, c), jnp.float32), pltpu.VMEM((n - 1, r, c), jnp.float32), sems, sems],
+        compiler_params=params, cost_estimate=cost, interpret=interpret)(x.reshape(n, r, c))
+    return out.reshape(-1, c)
 
 
-def pallas(x, *, p: Problem, blocks: BlockSizes, mesh, interpret=False):
-    """The collective over `mesh` (one axis named `ring` of p.devices devices); `x` is the global
-    array, sharded along rows."""
+def device_mesh(p: Problem, devices=None):
+    """A one-axis mesh named `ring` over the problem's devices: `devices` (e.g. a deviceless
+    topology's) indexed by `p.group`, or the first p.devices local devices (simulated CPU devices
+    under `--xla_force_host_platform_device_count`)."""
+    if devices is None:
+        devices = jax.devices()
+        if len(devices) < p.devices:
+            raise BlockSizeError(f"{p.kind} over {p.devices} devices needs {p.devices} devices, found "
+                                 f"{len(devices)}; on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
+                                 f"{p.devices} before jax starts")
+        chosen = devices[:p.devices]
+    else:
+        chosen = [devices[i] for i in (p.group or range(p.devices))]
+    return jax.sharding.Mesh(np.array(chosen), (AXIS,))
+
+
+def _interpret_mode(interpret):
+    if interpret is True:
+        return pltpu.InterpretParams(**DEFAULT_INTERPRET)
+    return interpret
+
+
+def pallas(x, *, p: Problem, blocks: BlockSizes, interpret=False, mesh=None):
+    """The collective; `x` is the global array (rows sharded over the ring)."""
+    mesh = mesh if mesh is not None else device_mesh(p)
     spec = jax.sharding.PartitionSpec(AXIS)
-    return jax.shard_map(functools.partial(_per_device, p=p, blocks=blocks, interpret=interpret), mesh=mesh,
-                         in_specs=spec, out_specs=spec, check_vma=False)(x)
+    body = functools.partial(_per_device, p=p, blocks=blocks, interpret=_interpret_mode(interpret))
+    return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)(x)
 
 
-def reference(x, *, p: Problem, mesh):
-    """The same collective with jax.lax (what XLA emits)."""
+def reference(p: Problem, x, mesh=None):
+    """The same collective with jax.lax (what XLA emits), f32 sums as the kernel does."""
+    mesh = mesh if mesh is not None else device_mesh(p)
+
     def body(a):
         if p.kind == "all-gather":
             return jax.lax.all_gather(a, AXIS, tiled=True)
@@ -212,13 +316,81 @@ def reference(x, *, p: Problem, mesh):
     return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)(x)
 
 
+def local_shape(p: Problem) -> tuple[int, int]:
+    return (p.rows if p.kind == "all-gather" else p.devices * p.rows, p.cols)
+
+
 def global_shape(p: Problem) -> tuple[int, int]:
-    rows, cols = _local_shape(p)
+    rows, cols = local_shape(p)
     return (p.devices * rows, cols)
 
 
+def input_structs(p: Problem) -> list[tuple[tuple[int, ...], str]]:
+    """The global input; compile it sharded over the ring (`input_sharding`)."""
+    return [(global_shape(p), p.dtype)]
+
+
+def input_sharding(mesh):
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+
+
+def make_inputs(p: Problem, seed: int = 0) -> list:
+    x = jax.random.normal(jax.random.PRNGKey(seed), global_shape(p), jnp.float32).astype(p.dtype)
+    return [jax.device_put(x, input_sharding(device_mesh(p)))]
+
+
+def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
+    """Per device: the shard read and the result written once, plus what arrives over ICI."""
+    rows, cols = local_shape(p)
+    out_rows = {"all-gather": p.devices * p.rows, "reduce-scatter": p.rows}.get(p.kind, p.devices * p.rows)
+    return (rows + out_rows) * cols * itemsize(p.dtype) + p.ici_bytes_per_device
+
+
+def ici_seconds(p: Problem, blocks: BlockSizes, link_bytes_per_s: float) -> float:
+    """Modelled ICI time: the bytes each device sends over the links the ring uses (one outgoing
+    link per direction: two when bidirectional), at one link's one-way bandwidth. No latency, no
+    per-DMA cost: it cannot rank chunk counts."""
+    links = 2 if blocks.bidirectional else 1
+    return p.ici_bytes_per_device / (links * link_bytes_per_s)
+
+
+def fit(p: Problem, direction: int = 1, chunks: int = 1, bidirectional: bool = False) -> BlockSizes:
+    """The nearest legal configuration: chunks clamped to the rows each direction carries."""
+    bidirectional = bool(bidirectional) and p.rows >= 2
+    per_direction = p.rows // 2 if bidirectional else p.rows
+    return BlockSizes(direction, max(1, min(chunks, per_direction)), bidirectional)
+
+
+# Block sizes do not scale with `--scale-down`: a direction and a DMA count are not dims.
+SCALES_BLOCKS = False
+
+
+def default_blocks(p: Problem, generation: str | None) -> BlockSizes:
+    return fit(p, 1, 1, False)
+
+
+def tile_aligned(p: Problem, blocks: BlockSizes) -> bool:
+    """Every stream's window starts on a row tile and spans whole tiles (or runs to the shard's end):
+    Mosaic refuses DMA windows along a tiled dim that are not ("Offsets / Slice sizes along tiled
+    dimensions must be aligned to tiles", seen compiling for v5e and v6e)."""
+    unit = SUBLANE * max(1, 4 // itemsize(p.dtype))
+    return all(first % unit == 0 and (count % unit == 0 or first + count == p.rows)
+               for _, first, count in blocks.streams(p))
+
+
 def candidates(p: Problem) -> list[BlockSizes]:
-    return [BlockSizes(1), BlockSizes(-1)]
+    """Direction (+1, -1, both) x chunk count (1, 2, 4): the legal, tile-aligned ones."""
+    seen, out = set(), []
+    for bidirectional in (False, True):
+        for chunks in (1, 2, 4):
+            for direction in ((1,) if bidirectional else (1, -1)):
+                b = fit(p, direction, chunks, bidirectional)
+                if not tile_aligned(p, b):
+                    continue
+                if b not in seen:
+                    seen.add(b)
+                    out.append(b)
+    return out
 
 
 def to_dict(p: Problem) -> dict:

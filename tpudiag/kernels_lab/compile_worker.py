@@ -38,6 +38,21 @@ def estimated_cycles(hlo_text: str) -> int | None:
     return sum(found) if found else None
 
 
+# A Pallas kernel that talks to other devices carries its mesh axes (`kernel_metadata`); XLA's own
+# collectives are opcodes.
+_REMOTE_OP = re.compile(r'custom_call_target="tpu_custom_call".*mesh_axes|= [^=]*\b(?:all-gather|all-reduce|'
+                        r'reduce-scatter|all-to-all|collective-permute)(?:-start)?\(', re.S)
+_NONZERO = re.compile(r'"estimated_cycles":"?[1-9]')
+_INSTRUCTION = re.compile(r"\n(?=\s*(?:ROOT\s+)?%[\w.\-]+ = )")
+
+
+def remote_dma_unestimated(hlo_text: str) -> bool:
+    """The module holds a collective (XLA's, or a Pallas kernel with remote DMAs) without a nonzero
+    static estimate: the profile gives remote DMAs 0 cycles (`shared/reference/tpu-compiler-dumps.md`
+    §6), so the module's cycle sum would count only what surrounds the collective."""
+    return any(_REMOTE_OP.search(ins) and not _NONZERO.search(ins) for ins in _INSTRUCTION.split(hlo_text))
+
+
 def main(argv: list[str]) -> int:
     out_dir, topology, problem_json = Path(argv[0]), argv[1], argv[2]
     measure = "--measure" in argv[3:]
@@ -50,27 +65,43 @@ def main(argv: list[str]) -> int:
 
     repro = load_repro(out_dir)
     if measure:
-        device = jax.devices()[0]
+        devices = jax.devices()
     else:
         from jax.experimental import topologies
 
-        device = topologies.get_topology_desc(platform="tpu", topology_name=topology).devices[0]
-    sharding = NamedSharding(Mesh(np.array([device]), ("x",)), PartitionSpec())
+        devices = topologies.get_topology_desc(platform="tpu", topology_name=topology).devices
     problem = repro.Problem(**json.loads(problem_json))
+    kw, ready = {}, {"ready": True}
+    if hasattr(repro, "device_mesh"):  # a collective: its ring's devices of the topology
+        if problem.group and max(problem.group) >= len(devices):
+            ready["note"] = (f"the captured group {list(problem.group)} is not in {topology} "
+                             f"({len(devices)} devices): compiled for devices 0..{problem.devices - 1}")
+            problem = repro.Problem(**dict(json.loads(problem_json), group=()))
+        if problem.devices > len(devices):
+            print(json.dumps({"ready": False, "error": f"{problem.devices} devices needed, {topology} has "
+                                                       f"{len(devices)}"}), flush=True)
+            return 2
+        mesh = repro.device_mesh(problem, devices)
+        kw["mesh"] = mesh
+        sharding = repro.input_sharding(mesh)
+        device = mesh.devices.flat[0]
+    else:
+        device = devices[0]
+        sharding = NamedSharding(Mesh(np.array([device]), ("x",)), PartitionSpec())
     specs = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding) for shape, dtype in repro.input_structs(problem)]
-    print(json.dumps({"ready": True, "device_kind": device.device_kind}), flush=True)
+    print(json.dumps(dict(ready, device_kind=device.device_kind)), flush=True)
 
     for line in sys.stdin:
         if not line.strip():
             continue
         request = json.loads(line)
         if request["kind"] == "xla":
-            fn = jax.jit(lambda *a: repro.reference(problem, *a))
+            fn = jax.jit(lambda *a: repro.reference(problem, *a, **kw))
         else:
             blocks = repro.BlockSizes(**request["blocks"])
-            fn = jax.jit(lambda *a, b=blocks: repro.pallas(*a, p=problem, blocks=b))
+            fn = jax.jit(lambda *a, b=blocks: repro.pallas(*a, p=problem, blocks=b, **kw))
         answer = {"id": request["id"], "status": "ok", "est_cycles": None, "compile_s": None, "error": None,
-                  "measured_s": None}
+                  "measured_s": None, "optimal_s": None, "note": None}
         t0 = time.perf_counter()
         try:
             compiled = fn.lower(*specs).compile()
@@ -78,7 +109,17 @@ def main(argv: list[str]) -> int:
             answer.update(status="rejected", error=f"{type(exc).__name__}: {exc}"[:4000])
         else:
             answer["compile_s"] = time.perf_counter() - t0
-            answer["est_cycles"] = estimated_cycles(compiled.as_text())
+            text = compiled.as_text()
+            answer["est_cycles"] = estimated_cycles(text)
+            if remote_dma_unestimated(text):
+                answer["est_cycles"] = None
+                answer["note"] = ("no compiler estimate: the static LLO profile gives 0 cycles to ops with remote "
+                                  "DMAs (DMA_INSTRUCTION_TYPE_LOCAL_AND_REMOTE), the Pallas kernel's and XLA's "
+                                  "collective alike")
+            cost = compiled.cost_analysis() or {}
+            cost = cost[0] if isinstance(cost, list) else cost
+            optimal = cost.get("optimal_seconds")
+            answer["optimal_s"] = float(optimal) if optimal is not None and optimal > 0 else None
             if measure:
                 answer["measured_s"] = _measure(jax, compiled, repro, problem)
         print(json.dumps(answer), flush=True)

@@ -13,6 +13,10 @@ Each op is one `pallas_call` without a grid:
 - `dynamic_slice`: start indices in SMEM, clamped as XLA clamps them, one DMA of the window.
 - `dynamic_update_slice`: the operand aliased to the output in HBM, one DMA of the update into the
   window (nothing else moves).
+- `concatenate`: every input stays in HBM and is DMAed into its window of the output along `axis`
+  (static offsets; all DMAs in flight together).
+- `pad`: low/high edge padding with zeros (no interior padding): the whole array is one VMEM block,
+  the output zero-filled and the input stored into its window.
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ from jax.experimental.pallas import tpu as pltpu
 from tpudiag.kernels_lab.tiling import BlockSizeError, check_vmem, itemsize  # repro: inlined
 
 FAMILY = "datamove"
-OPS = ("copy", "relayout", "dynamic_slice", "dynamic_update_slice")
+OPS = ("copy", "relayout", "dynamic_slice", "dynamic_update_slice", "concatenate", "pad")
 
 
 @dataclass(frozen=True)
 class Problem:
     """`in_dims` -> `out_dims`; `perm` (relayout) is the output's major-to-minor dim order;
-    `update_dims` (dynamic_update_slice) the update's shape."""
+    `update_dims` (dynamic_update_slice) the update's shape; `parts` (concatenate) each input's size
+    along `axis`; `pad_low` / `pad_high` (pad) the edge padding per dim."""
 
     op: str
     in_dims: tuple
@@ -43,9 +48,13 @@ class Problem:
     dtype: str = "bfloat16"
     perm: tuple = ()
     update_dims: tuple = ()
+    parts: tuple = ()
+    axis: int = 0
+    pad_low: tuple = ()
+    pad_high: tuple = ()
 
     def __post_init__(self):
-        for name in ("in_dims", "out_dims", "perm", "update_dims"):
+        for name in ("in_dims", "out_dims", "perm", "update_dims", "parts", "pad_low", "pad_high"):
             object.__setattr__(self, name, tuple(getattr(self, name)))  # lists from spec.json
         if self.op not in OPS:
             raise BlockSizeError(f"op must be one of {OPS}, got {self.op!r}")
@@ -59,6 +68,15 @@ class Problem:
         if self.op == "dynamic_update_slice" and any(
                 u > o for u, o in zip(self.update_dims, self.out_dims, strict=True)):
             raise BlockSizeError(f"dynamic_update_slice: update {self.update_dims} exceeds {self.out_dims}")
+        if self.op == "concatenate" and (not 0 <= self.axis < len(self.out_dims) or len(self.parts) < 1
+                                         or min(self.parts) < 1 or sum(self.parts) != self.out_dims[self.axis]):
+            raise BlockSizeError(f"concatenate: parts {self.parts} along axis {self.axis} must be positive and sum to "
+                                 f"the output's dim, got output {self.out_dims}")
+        if self.op == "pad":
+            expect = tuple(i + lo + hi for i, lo, hi in zip(self.in_dims, self.pad_low, self.pad_high, strict=True))
+            if min(self.pad_low + self.pad_high, default=0) < 0 or expect != self.out_dims:
+                raise BlockSizeError(f"pad: {self.in_dims} padded by {self.pad_low}/{self.pad_high} (non-negative) "
+                                     f"must give {self.out_dims}, got {expect}")
 
     @property
     def out_dtype(self) -> str:
@@ -84,6 +102,8 @@ class BlockSizes:
     whole: int = 1
 
     def vmem_bytes(self, p: Problem) -> int:
+        if p.op == "pad":  # input and output, double-buffered
+            return 2 * (math.prod(p.in_dims) + math.prod(p.out_dims)) * itemsize(p.dtype)
         if p.op != "relayout":
             return 0
         return 2 * 2 * math.prod(p.out_dims) * itemsize(p.dtype)  # input and output, double-buffered
@@ -101,7 +121,13 @@ class BlockSizes:
         return "whole array"
 
 
+def _part_dims(p: Problem) -> list[tuple[int, ...]]:
+    return [tuple(n if d == p.axis else o for d, o in enumerate(p.out_dims)) for n in p.parts]
+
+
 def input_structs(p: Problem) -> list[tuple[tuple[int, ...], str]]:
+    if p.op == "concatenate":
+        return [(dims, p.dtype) for dims in _part_dims(p)]
     structs = [(p.in_dims, p.dtype)]
     if p.op == "dynamic_update_slice":
         structs.append((p.update_dims, p.dtype))
@@ -133,6 +159,10 @@ def reference(p: Problem, *args):
         return jnp.transpose(x.reshape(p.out_dims), p.perm)
     if p.op == "dynamic_slice":
         return jax.lax.dynamic_slice(x, tuple(args[1]), p.out_dims)
+    if p.op == "concatenate":
+        return jnp.concatenate(args, axis=p.axis)
+    if p.op == "pad":
+        return jnp.pad(x, list(zip(p.pad_low, p.pad_high, strict=True)))
     return jax.lax.dynamic_update_slice(x, args[1], tuple(args[2]))
 
 
@@ -148,6 +178,23 @@ def _kernel(*refs, p: Problem):
     elif p.op == "relayout":
         x_ref, o_ref = refs
         o_ref[...] = jnp.transpose(x_ref[...].reshape(p.out_dims), p.perm)
+        return
+    elif p.op == "pad":
+        x_ref, o_ref = refs
+        o_ref[...] = jnp.zeros(o_ref.shape, o_ref.dtype)
+        o_ref[tuple(pl.ds(lo, n) for lo, n in zip(p.pad_low, p.in_dims, strict=True))] = x_ref[...]
+        return
+    elif p.op == "concatenate":
+        *in_refs, o_ref, sems = refs
+        copies, offset = [], 0
+        for i, (x_ref, n) in enumerate(zip(in_refs, p.parts, strict=True)):
+            window = tuple(pl.ds(offset, n) if d == p.axis else slice(None) for d in range(len(p.out_dims)))
+            copies.append(pltpu.make_async_copy(x_ref, o_ref.at[window], sems.at[i]))
+            offset += n
+        for c in copies:
+            c.start()
+        for c in copies:
+            c.wait()
         return
     elif p.op == "dynamic_slice":
         x_ref, idx_ref, o_ref, sem = refs
@@ -173,8 +220,11 @@ def pallas(*args, p: Problem, blocks: BlockSizes, interpret: bool = False, vmem_
     if p.op == "copy":
         args[0] = args[0].reshape(p.out_dims)  # a bitcast: the DMA copies the same bytes
         in_specs, out_spec, scratch, aliases = [any_spec], any_spec, dma, {}
-    elif p.op == "relayout":
+    elif p.op in ("relayout", "pad"):
         in_specs, out_spec, scratch, aliases = None, None, [], {}
+    elif p.op == "concatenate":
+        in_specs, out_spec = [any_spec] * len(p.parts), any_spec
+        scratch, aliases = [pltpu.SemaphoreType.DMA((len(p.parts),))], {}
     elif p.op == "dynamic_slice":
         in_specs, out_spec, scratch, aliases = [any_spec, smem], any_spec, dma, {}
     else:
@@ -195,6 +245,8 @@ def pallas(*args, p: Problem, blocks: BlockSizes, interpret: bool = False, vmem_
 def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
     """What the op must move: the window (slice), the update (update-slice) or the array (copies)
     read once and written once."""
+    if p.op == "pad":  # read the input, write the padded output
+        return (math.prod(p.in_dims) + math.prod(p.out_dims)) * itemsize(p.dtype)
     moved = {"dynamic_slice": p.out_dims, "dynamic_update_slice": p.update_dims}.get(p.op, p.out_dims)
     return 2 * math.prod(moved) * itemsize(p.dtype)
 

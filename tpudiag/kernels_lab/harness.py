@@ -118,12 +118,16 @@ def run_main(fam, *, op_name: str, problem, run_problem, blocks, vmem_bytes: int
     target = problem if (on_tpu or args.full) else run_problem
     # Scaled-down runs shrink the blocks by the same factor, so the grid keeps the full problem's shape
     # as far as the (8,128) rule allows.
+    # (Families whose knobs are not dims, e.g. a collective's direction, keep them as they are.)
+    scales = getattr(fam, "SCALES_BLOCKS", True)
     chosen = blocks if target == problem else fam.fit(
-        target, *[scale_dim(b, scale_down) for b in dataclasses.astuple(blocks)])
+        target, *[scale_dim(b, scale_down) if scales else b for b in dataclasses.astuple(blocks)])
     chosen.validate(target, vmem_bytes)
     mode = pltpu.InterpretParams() if args.tpu_interpret else interpret
     result = numerics_check(fam, target, chosen, interpret=mode, time_reps=0 if interpret else 10)
-    result["interpret"] = "tpu" if args.tpu_interpret else interpret
+    # a family that interprets only with TPU semantics (remote DMAs: collectives) says so
+    tpu_only = getattr(fam, "DEFAULT_INTERPRET", None) is not None
+    result["interpret"] = "tpu" if args.tpu_interpret or (interpret and tpu_only) else interpret
     result["op"] = op_name
     result["scaled_down"] = target != problem
     if args.json:
@@ -133,7 +137,7 @@ def run_main(fam, *, op_name: str, problem, run_problem, blocks, vmem_bytes: int
     if target != problem:
         print(f"  scaled down for the CPU from {describe(problem)} (run with --full for the real shapes)")
     print(f"  blocks {chosen.label()}, grid {tuple(result['grid'])}")
-    mode = ("Pallas TPU-semantics interpreter (timings not meaningful)" if args.tpu_interpret
+    mode = ("Pallas TPU-semantics interpreter (timings not meaningful)" if result["interpret"] == "tpu"
             else "Pallas interpret mode (timings not meaningful)" if interpret else "compiled Pallas kernel")
     print(f"  backend {result['backend']}, {mode}")
     verdict = "OK" if result["ok"] else "MISMATCH"

@@ -1,9 +1,17 @@
-"""Row-wise reductions over the minor dim: softmax, layernorm, rmsnorm and a plain row sum.
+"""Reductions: row-wise over the minor dim (softmax, layernorm, rmsnorm, a plain row sum) and a sum
+over a non-minor dim (`colsum`).
 
-Each grid step holds `block_rows` whole rows in VMEM (the reduced dim is never split, so the block's
-minor dim is always the full row), computes in f32 and writes the rows back. Grid `(R/br,)`,
+Row ops: each grid step holds `block_rows` whole rows in VMEM (the reduced dim is never split, so the
+block's minor dim is always the full row), computes in f32 and writes the rows back. Grid `(R/br,)`,
 semantics ("parallel",): rows are independent, and a partial last block is fine because its
 out-of-range rows are never written.
+
+`colsum`: x[outer, rows, cols] summed over `rows` (a non-minor dim, e.g. a bias gradient over the
+batch) -> out[outer, cols]. Grid `(outer, R/br)`, ("parallel", "arbitrary"): each step adds a
+`block_rows x cols` slab into an f32 VMEM accumulator along the sublanes; rows past the end of a
+partial last block are masked to 0 (they would add padding garbage). The output block is the last
+step's accumulator, `(1, 1, cols)` of a 3-D result (a (1, cols) block of a 2-D one would break the
+(8,128) rule).
 """
 
 from __future__ import annotations
@@ -20,23 +28,27 @@ from tpudiag.kernels_lab.tiling import (  # repro: inlined
     BlockSizeError, cdiv, check_minor_dims, check_vmem, fit_dim, itemsize)
 
 FAMILY = "reduction"
-OPS = ("softmax", "layernorm", "rmsnorm", "sum")
+OPS = ("softmax", "layernorm", "rmsnorm", "sum", "colsum")
 EPS = 1e-6
 
 
 @dataclass(frozen=True)
 class Problem:
-    """`out = op(x)` row by row on x[rows, cols]; `sum` keeps the reduced dim: out[rows, 1]."""
+    """`out = op(x)` row by row on x[rows, cols]; `sum` keeps the reduced dim: out[rows, 1];
+    `colsum` sums x[outer, rows, cols] over rows: out[outer, cols]."""
 
     rows: int
     cols: int
     op: str = "softmax"
     dtype: str = "bfloat16"
     out_dtype: str = "bfloat16"
+    outer: int = 1
 
     def __post_init__(self):
         if self.op not in OPS:
             raise BlockSizeError(f"reduction op must be one of {OPS}, got {self.op!r}")
+        if self.outer != 1 and self.op != "colsum":
+            raise BlockSizeError(f"outer applies to colsum only, got outer={self.outer} for {self.op}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -46,13 +58,18 @@ class Problem:
         return 1 if self.op == "sum" else self.cols
 
     @property
+    def in_shape(self) -> tuple[int, ...]:
+        return (self.outer, self.rows, self.cols) if self.op == "colsum" else (self.rows, self.cols)
+
+    @property
     def n_params(self) -> int:
         """Per-column parameter vectors: gamma (and beta for layernorm)."""
         return {"layernorm": 2, "rmsnorm": 1}.get(self.op, 0)
 
     @property
     def flops(self) -> int:
-        return {"softmax": 5, "layernorm": 8, "rmsnorm": 5, "sum": 1}[self.op] * self.rows * self.cols
+        return {"softmax": 5, "layernorm": 8, "rmsnorm": 5, "sum": 1, "colsum": 1}[self.op] * self.rows * self.cols \
+            * self.outer
 
     @property
     def compute_dtype(self) -> str:
@@ -73,6 +90,9 @@ class BlockSizes:
     def vmem_bytes(self, p: Problem) -> int:
         """Double-buffered in/out blocks and parameter rows, plus one f32 working copy of the block
         (an estimate of the compiler's temporaries)."""
+        if p.op == "colsum":  # input slab and output row double-buffered, one f32 accumulator row (8 sublanes)
+            return 2 * (self.block_rows * p.cols * itemsize(p.dtype) + p.cols * itemsize(p.out_dtype)) \
+                + 8 * p.cols * 4
         blocks = self.block_rows * (p.cols * itemsize(p.dtype) + p.out_cols * itemsize(p.out_dtype))
         blocks += p.n_params * p.cols * itemsize(p.dtype)
         return 2 * blocks + self.block_rows * p.cols * 4
@@ -82,7 +102,9 @@ class BlockSizes:
         check_vmem(f"{p.op} block_rows={self.block_rows}", self.vmem_bytes(p), vmem_bytes)
         return self
 
-    def grid(self, p: Problem) -> tuple[int]:
+    def grid(self, p: Problem) -> tuple[int, ...]:
+        if p.op == "colsum":
+            return (p.outer, cdiv(p.rows, self.block_rows))
         return (cdiv(p.rows, self.block_rows),)
 
     def label(self) -> str:
@@ -108,6 +130,8 @@ def _rowwise(x, params, op: str):
 
 def reference(p: Problem, x, *params):
     """What XLA computes for the op, in plain JAX (f32 inside, one convert at the end)."""
+    if p.op == "colsum":
+        return jnp.sum(x.astype(jnp.float32), axis=1).astype(p.out_dtype)
     f32 = [v.astype(jnp.float32).reshape(1, p.cols) for v in params]
     return _rowwise(x.astype(jnp.float32), f32, p.op).astype(p.out_dtype)
 
@@ -118,9 +142,46 @@ def _kernel(x_ref, *refs, op: str, n_params: int):
     o_ref[...] = _rowwise(x_ref[...].astype(jnp.float32), params, op).astype(o_ref.dtype)
 
 
+def _colsum_kernel(x_ref, o_ref, acc_ref, *, rows: int, block_rows: int):
+    step = pl.program_id(1)
+
+    @pl.when(step == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    x = x_ref[0].astype(jnp.float32)
+    if rows % block_rows:  # the partial last block: rows past the end hold padding, not data
+        row = step * block_rows + jax.lax.broadcasted_iota(jnp.int32, x.shape, 0)
+        x = jnp.where(row < rows, x, 0.0)
+    acc_ref[...] += jnp.sum(x, axis=0, keepdims=True)
+
+    @pl.when(step == pl.num_programs(1) - 1)
+    def _store():
+        o_ref[0] = acc_ref[...].astype(o_ref.dtype)
+
+
+def _colsum(x, p: Problem, blocks: BlockSizes, interpret, vmem_limit_bytes):
+    br = blocks.block_rows
+    out = pl.pallas_call(
+        functools.partial(_colsum_kernel, rows=p.rows, block_rows=br),
+        out_shape=jax.ShapeDtypeStruct((p.outer, 1, p.cols), p.out_dtype),
+        grid=blocks.grid(p),
+        in_specs=[pl.BlockSpec((1, br, p.cols), lambda o, i: (o, i, 0))],
+        out_specs=pl.BlockSpec((1, 1, p.cols), lambda o, i: (o, 0, 0)),
+        scratch_shapes=[pltpu.VMEM((1, p.cols), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
+                                             vmem_limit_bytes=vmem_limit_bytes),
+        cost_estimate=pl.CostEstimate(flops=p.flops, transcendentals=0, bytes_accessed=hbm_bytes(p, blocks)),
+        interpret=interpret,
+    )(x)
+    return out.reshape(p.outer, p.cols)
+
+
 @functools.partial(jax.jit, static_argnames=("p", "blocks", "interpret", "vmem_limit_bytes"))
 def pallas(x, *params, p: Problem, blocks: BlockSizes, interpret: bool = False,
            vmem_limit_bytes: int | None = None):
+    if p.op == "colsum":
+        return _colsum(x, p, blocks, interpret, vmem_limit_bytes)
     br = blocks.block_rows
     in_specs = [pl.BlockSpec((br, p.cols), lambda i: (i, 0))]
     in_specs += [pl.BlockSpec((1, p.cols), lambda i: (0, 0)) for _ in range(p.n_params)]
@@ -139,18 +200,20 @@ def pallas(x, *params, p: Problem, blocks: BlockSizes, interpret: bool = False,
 
 
 def input_structs(p: Problem) -> list[tuple[tuple[int, ...], str]]:
-    return [((p.rows, p.cols), p.dtype)] + [((p.cols,), p.dtype)] * p.n_params
+    return [(p.in_shape, p.dtype)] + [((p.cols,), p.dtype)] * p.n_params
 
 
 def make_inputs(p: Problem, seed: int = 0) -> list:
     keys = jax.random.split(jax.random.PRNGKey(seed), 1 + p.n_params)
-    x = (3.0 * jax.random.normal(keys[0], (p.rows, p.cols), jnp.float32)).astype(p.dtype)
+    x = (3.0 * jax.random.normal(keys[0], p.in_shape, jnp.float32)).astype(p.dtype)
     params = [(1.0 + 0.1 * jax.random.normal(k, (p.cols,), jnp.float32)).astype(p.dtype) for k in keys[1:]]
     return [x, *params]
 
 
 def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
     """Each row is read and written once; parameter rows are fetched once (constant block index)."""
+    if p.op == "colsum":
+        return p.outer * (p.rows * p.cols * itemsize(p.dtype) + p.cols * itemsize(p.out_dtype))
     return (p.rows * (p.cols * itemsize(p.dtype) + p.out_cols * itemsize(p.out_dtype))
             + p.n_params * p.cols * itemsize(p.dtype))
 

@@ -28,19 +28,25 @@ def render_sweep(result: SweepResult, console: Console) -> None:
               "with the HBM floor" if xla.est_s is not None else "")
         lines.append(f"XLA reference compiled for {result.topology}: {xla.est_cycles:,} estimated cycles{at} "
                      "(compiler estimate)")
+    if xla.optimal_s is not None:
+        lines.append(f"XLA reference compiled for {result.topology}: {_us(xla.optimal_s)} us by XLA's cost model "
+                     "(`optimal_seconds`, modelled)")
     if xla.reference_measured_s is not None:
         lines.append(f"XLA reference measured on the attached TPU: {_us(xla.reference_measured_s)} us "
                      "(median of 10 runs)")
     if xla.est_cycles is None and (xla.status != "ok" or xla.reason):
-        lines.append(f"XLA reference: {xla.status} {xla.reason}".rstrip())
+        lines.append(f"XLA reference: {xla.reason}" if xla.status == "ok" else
+                     f"XLA reference: {xla.status} {xla.reason}".rstrip())
     lines.append(f"XLA HBM floor: {_us(xla.hbm_floor_s)} us ({xla.hbm_floor_basis} / HBM bandwidth, computed)")
     for line in lines:
         console.print("  " + line, markup=False, highlight=False)
 
     timed = result.clock_hz is not None
     measured = any(r.measured_s is not None for r in result.results)
+    ici = any(r.ici_s is not None for r in result.results)
     columns = [("#", True), ("blocks", True), ("steps", True), ("VMEM MiB", True), ("est. cycles", True),
-               ("est. us", timed), ("floor us", True), ("ranked us", timed), ("measured us", measured),
+               ("est. us", timed), ("ICI us", ici), ("floor us", True), ("ranked us", timed or ici),
+               ("measured us", measured),
                ("x XLA", True), ("compile s", True), ("status", True)]
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for name, shown in columns:
@@ -57,11 +63,13 @@ def render_sweep(result: SweepResult, console: Console) -> None:
         else:
             ratio = (f"{r.est_cycles / xla.est_cycles:.2f}" if ok and r.est_cycles and xla.est_cycles else "-")
         status = r.status
-        if r.reason:  # reasons are long: a numbered note under the table
-            notes.append(r.reason)
-            status = f"{r.status} [{len(notes)}]"
+        if r.reason:  # reasons are long: a numbered note under the table, one per distinct reason
+            if r.reason not in notes:
+                notes.append(r.reason)
+            status = f"{r.status} [{notes.index(r.reason) + 1}]"
         cells = [str(rank) if ok else "-", r.label, f"{r.grid_steps:,}", f"{r.vmem_bytes / 2**20:.1f}",
-                 f"{r.est_cycles:,}" if r.est_cycles is not None else "-", _us(r.est_s), _us(r.hbm_floor_s),
+                 f"{r.est_cycles:,}" if r.est_cycles is not None else "-", _us(r.est_s), _us(r.ici_s),
+                 _us(r.hbm_floor_s),
                  _us(r.bounded_s), _us(r.measured_s), ratio,
                  f"{r.compile_s:.1f}" if r.compile_s is not None else "-", status]
         table.add_row(*[c for c, (_, shown) in zip(cells, columns, strict=True) if shown])
@@ -69,7 +77,9 @@ def render_sweep(result: SweepResult, console: Console) -> None:
     for i, note in enumerate(notes, start=1):
         console.print(f"[{i}] {note}", markup=False, highlight=False)
     console.print("est. = compiler estimate (static LLO profile, modelled); floor = bytes the blocking moves / HBM "
-                  "bandwidth (computed); ranked = max(est., floor); x XLA = est. cycles / the XLA reference's est. "
+                  "bandwidth (computed); "
+                  + ("ICI = bytes sent / ICI link bandwidth (modelled); ranked = max(ICI, floor);" if ici else
+                     "ranked = max(est., floor);") + " x XLA = est. cycles / the XLA reference's est. "
                   "cycles (measured / measured when timed on a TPU); VMEM MiB = our double-buffered estimate; "
                   "steps = grid steps", markup=False,
                   highlight=False, style="dim")

@@ -24,7 +24,7 @@ from tpudiag.kernels_lab.tiling import BlockSizeError
 from tpudiag.model.text import printable
 from tpudiag.writers.files import write_text as write_atomic
 
-FAMILIES = ("matmul", "reduction", "elementwise", "transpose", "multi_output", "datamove")
+FAMILIES = ("matmul", "reduction", "elementwise", "transpose", "multi_output", "datamove", "collective")
 BLOCKS_BEGIN = "# lab: block sizes begin (rewritten by `tpudiag lab tune`)"
 BLOCKS_END = "# lab: block sizes end"
 _HERE = Path(__file__).resolve().parent
@@ -88,6 +88,21 @@ def _header(spec: OpSpec) -> str:
     return "\n".join(_comment(line) for line in lines)
 
 
+def _device_preamble(spec: OpSpec) -> list[str]:
+    """A collective runs over several devices: on a CPU, jax must be told to simulate them before
+    it starts (the flag only affects the CPU platform; a TPU run uses its own devices)."""
+    if spec.family != "collective":
+        return []
+    n = int(max(spec.problem["devices"], spec.run_problem["devices"]))
+    return ["# ---- simulated CPU devices for the ring (set before jax starts) ----",
+            "import os  # noqa: E402",
+            "",
+            'if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):',
+            '    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + '
+            f'" --xla_force_host_platform_device_count={n}").strip()',
+            ""]
+
+
 def render(spec: OpSpec, blocks, basis: str) -> str:
     """The text of `repro.py`."""
     parts = [
@@ -105,6 +120,7 @@ def render(spec: OpSpec, blocks, basis: str) -> str:
         "",
         "# ---- tiling rule (from tpudiag/kernels_lab/tiling.py) ----",
         _inlined(_HERE / "tiling.py"),
+        *_device_preamble(spec),
         f"# ---- kernel family (from tpudiag/kernels_lab/{spec.family}.py) ----",
         _inlined(_HERE / f"{spec.family}.py"),
         "# ---- harness (from tpudiag/kernels_lab/harness.py) ----",
@@ -134,13 +150,21 @@ def write_repro(spec: OpSpec, out_dir: Path) -> tuple[Path, object]:
     """Write `spec.json` and `repro.py` with the family's default blocks for the target generation."""
     fam = family_module(spec.family)
     problem = fam.Problem(**spec.problem)
-    try:
-        blocks = fam.default_blocks(problem, spec.generation).validate(problem, spec.vmem_bytes)
-    except BlockSizeError as exc:  # the problem comes from trace numbers: an implausible one is an input error
-        raise InputError(f"no block sizes of the {spec.family} family fit `{spec.op_name}`: {exc}",
-                         hint="check the op's shapes in the capture, or pass --dump with its compiled HLO") from exc
+    blocks = fam.default_blocks(problem, spec.generation)
     basis = (f"Default block sizes for {spec.generation} (the family's tuned table or its safe default), "
              "not yet swept for this op")
+    try:
+        blocks.validate(problem, spec.vmem_bytes)
+    except BlockSizeError as exc:
+        if spec.run_problem == spec.problem:
+            # The problem comes from trace numbers, and nothing smaller is run: an implausible one
+            # is an input error.
+            raise InputError(f"no block sizes of the {spec.family} family fit `{printable(spec.op_name)}`: {exc}",
+                             hint="check the op's shapes in the capture, or pass --dump with its compiled HLO") from exc
+        # e.g. a collective that holds its whole shard in VMEM: the CPU run (smaller) still checks the
+        # kernel's numerics, and `tune` records the full problem as invalid with this reason
+        fam.Problem(**spec.run_problem)
+        basis += f". The full problem does not fit: {exc}"
     out_dir.mkdir(parents=True, exist_ok=True)
     # Atomic: `lab check` and `lab tune` execute repro.py, so a half-written one must never exist.
     write_atomic(out_dir / "spec.json", spec.to_json())

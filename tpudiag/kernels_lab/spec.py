@@ -6,8 +6,10 @@ comes from its FLOP count, an elementwise fusion's input count from its bytes.
 
 Family rules, first match wins:
 
-1. collectives, while loops, tuple outputs, custom calls -> not reproducible (one-line reason); a
-   copy into the column-major layout {0,1} -> transpose;
+1. all-gather, reduce-scatter, all-reduce (async start/done included) -> collective, with the ring
+   from the replica groups (`collective_spec`); other collectives, while loops, custom calls -> not
+   reproducible (one-line reason); tuple outputs -> multi_output; a copy into the column-major
+   layout {0,1} -> transpose;
 2. a `dot(`/`convolution(` in the HLO text, or the category `convolution fusion` -> matmul;
 3. a `reduce(` in the HLO text -> row reduction (sum);
 4. a `loop fusion` whose framework op name says softmax / layer norm / rms norm -> that reduction
@@ -26,6 +28,8 @@ from pathlib import Path
 from tpudiag.errors import InputError, UsageError
 from tpudiag.kernels_lab.tiling import scale_dim
 from tpudiag.model.hardware import chip_for
+from tpudiag.kernels_lab.collective_spec import KINDS as COLLECTIVE_KINDS
+from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, mesh_axes, replica_groups
 from tpudiag.model.hlo_names import collective_family
 
 
@@ -35,7 +39,8 @@ class NotReproducible(UsageError):
 
 HLO_DTYPES = {"bf16": "bfloat16", "f32": "float32"}
 _SHAPE = re.compile(r"(?P<dtype>[a-z]+[0-9a-z]*)\[(?P<dims>[0-9,<=]*)\](?:\{(?P<layout>[^}]*)\})?")
-_OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call|reshape|dynamic-slice|dynamic-update-slice)"
+_OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call|reshape|dynamic-slice|"
+                       r"dynamic-update-slice|concatenate|pad)"
                        r"\((?P<args>[^)]*)\)")
 _TILES = re.compile(r":[^{}]*\}")  # a layout's tiling and memory space, up to its closing brace
 MATMUL_CATEGORIES = ("convolution fusion", "convolution", "dot", "output fusion")
@@ -185,22 +190,62 @@ def scale_problem(family: str, p: dict, factor: int) -> dict:
             return [scale_dim(x, factor) for x in d]
         if p["op"] in ("copy", "relayout") and p["in_dims"] != p["out_dims"]:
             return q  # a reshape cannot scale its two shapes independently: run the full problem
+        if p["op"] == "pad":
+            in_dims = sd(p["in_dims"])
+            q.update(in_dims=in_dims, out_dims=[i + lo + hi for i, lo, hi in zip(in_dims, p["pad_low"],
+                                                                                  p["pad_high"], strict=True)])
+            return q
+        if p["op"] == "concatenate":
+            parts = sd(p["parts"])
+            out = sd(p["out_dims"])
+            out[p["axis"]] = sum(parts)
+            q.update(parts=parts, out_dims=out, in_dims=out)
+            return q
         q.update(in_dims=sd(p["in_dims"]), out_dims=sd(p["out_dims"]))
         if p.get("update_dims"):
             q["update_dims"] = [min(u, o) for u, o in zip(sd(p["update_dims"]), q["out_dims"], strict=True)]
         if p["op"] == "dynamic_slice":
             q["out_dims"] = [min(o, i) for o, i in zip(q["out_dims"], q["in_dims"], strict=True)]
         return q
+    if family == "collective":
+        q.update(rows=scale_dim(p["rows"], factor), cols=scale_dim(p["cols"], factor))
+        return q
     if family == "multi_output":
         q.update(m=scale_dim(p["m"], factor), n=scale_dim(p["n"], factor),
                  k=scale_dim(p["k"], factor) if p["kind"] == "matmul" else 1,
                  extras=[[scale_dim(r, factor), scale_dim(c, factor), d, role] for r, c, d, role in p["extras"]])
         return q
+    if family == "reduction" and p.get("op") == "colsum":
+        q["outer"] = scale_dim(p.get("outer", 1), factor)
     dims = {"matmul": ("m", "k", "n"), "reduction": ("rows", "cols"), "elementwise": ("rows", "cols"),
             "transpose": ("rows", "cols")}[family]
     for key in dims:
         q[key] = scale_dim(p[key], factor)
     return q
+
+
+# Observed on a 2-core VM (jax 0.10.2): the TPU-semantics interpreter hangs on a ring whose buffers
+# reach 64 KiB: one simulated device's thread waits in `_allocate_buffer` for an array computed in
+# the graph while the others wait on semaphores, holding XLA's CPU thread pool (one thread per core);
+# 32 KiB buffers run. The CPU run of a collective therefore keeps its largest buffer at 32 KiB.
+CPU_COLLECTIVE_BUFFER_BYTES = 32 << 10
+
+
+def cpu_problem(family: str, p: dict, factor: int) -> tuple[dict, list[str]]:
+    """The problem the CPU interpreter runs (scaled down by `factor`), and notes when it was capped."""
+    q = scale_problem(family, p, factor)
+    if family != "collective":
+        return q, []
+    cols = min(q["cols"], 128 if q["cols"] % 128 == 0 else 130)
+    # the biggest buffer: n chunks in f32 (the reduce's receive slots, or the gathered output)
+    rows_cap = max(1, CPU_COLLECTIVE_BUFFER_BYTES // (q["devices"] * cols * 4))
+    rows = q["rows"] if q["rows"] <= rows_cap else (rows_cap // 8 * 8 or rows_cap) + (q["rows"] % 8 != 0)
+    if (rows, cols) == (q["rows"], q["cols"]):
+        return q, []
+    q.update(rows=rows, cols=cols)
+    return q, [f"the CPU run's shard is capped at {rows}x{cols} (buffers <= 32 KiB): the TPU-semantics "
+               "interpreter was seen to hang on larger rings on a 2-core machine; the full problem is what runs "
+               "on a TPU and what `tune` compiles"]
 
 
 def _epilogue(body: str) -> tuple[str, bool, list[str]]:
@@ -221,16 +266,19 @@ def _epilogue(body: str) -> tuple[str, bool, list[str]]:
 
 def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf_op: str, flops: float,
           bytes_accessed: float, body: str = "", operands: list[ArrayText] | None = None,
-          operands_from: str = "") -> tuple[str, dict, list[str]]:
+          operands_from: str = "", chips: int = 0) -> tuple[str, dict, list[str]]:
     """(family, problem fields, basis) for one op, or NotReproducible with the reason. `operands`
-    (resolved by the caller) default to the shapes printed in `hlo_text` or the body's parameters."""
+    (resolved by the caller) default to the shapes printed in `hlo_text` or the body's parameters;
+    `chips` (the capture's chip count) is a collective's ring size when nothing else gives it."""
     if operands is None:
         operands, operands_from = resolve_operands(hlo_text, body, lambda _name: "")
     cat = category.lower()
     family = collective_family(name, category)
     if family:
-        raise NotReproducible(f"`{name}` is a collective ({family}); the lab reproduces single-chip "
-                              "compute kernels only")
+        return _infer_collective(name=name, family=family, category=category,
+                                 shape_text=shape_with_layout or hlo_text.split("=", 1)[-1],
+                                 text=hlo_text + "\n" + body, operands=operands, operands_from=operands_from,
+                                 chips=chips)
     if "while" in cat or name.startswith("while") or re.search(r"\bwhile\(", hlo_text):
         raise NotReproducible(f"`{name}` is a while loop; its body's ops are reproducible one by one, "
                               "the loop is not")
@@ -302,6 +350,16 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         return "matmul", dict(m=m, k=k, n=n, in_dtype=in_dtype, out_dtype=out_dtype, bias=bias,
                               activation=activation), basis
 
+    colsum = _non_minor_reduce(hlo_text + "\n" + body)
+    if colsum is not None:
+        operand, reduced, (outer, r_rows, r_cols) = colsum
+        basis.insert(0, f"family reduction (colsum): a reduce over dims {list(reduced)} of {operand.text}, not its "
+                        "minor dim")
+        basis.append(f"x[{outer}, {r_rows}, {r_cols}] summed over the middle dim (outer = the dims before, cols = "
+                     "the dims after the reduced ones); a sum is assumed for the reducer")
+        return "reduction", dict(rows=r_rows, cols=r_cols, op="colsum", dtype=HLO_DTYPES.get(operand.dtype, in_dtype),
+                                 out_dtype=out_dtype, outer=outer), basis
+
     if re.search(r"\breduce\(", hlo_text + body):
         basis.insert(0, "family reduction (row sum): a reduce in the HLO text")
         if operands:
@@ -341,6 +399,32 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
                                    out_dtype=out_dtype, activation=_epilogue(body)[0]), basis
 
     raise NotReproducible(f"`{name}` has category `{category}`, which no kernel family covers yet")
+
+
+_REDUCE = re.compile(r"= (?P<shape>[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?) reduce\(%(?P<operand>[\w.\-]+)[^)]*\), "
+                     r"dimensions=\{(?P<dims>[\d,]*)\}")
+
+
+def _non_minor_reduce(text: str) -> tuple[ArrayText, tuple[int, ...], tuple[int, int, int]] | None:
+    """(operand, reduced dims, (outer, rows, cols)) for a reduce over contiguous dims that exclude
+    the operand's minor dim, read from the instruction or fused body text; None otherwise."""
+    m = _REDUCE.search(text)
+    if m is None:
+        return None
+    found = re.search(rf"%{re.escape(m.group('operand'))} = ([a-z0-9]+\[[0-9,]*\](?:\{{[^}}]*\}})?)", text)
+    if found is None:
+        found = re.search(rf"\b{re.escape(m.group('operand'))}: ([a-z0-9]+\[[0-9,]*\](?:\{{[^}}]*\}})?)", text)
+    operand = parse_array(found.group(1)) if found else None
+    dims = tuple(sorted(int(d) for d in m.group("dims").split(",") if d))
+    if operand is None or not dims or not operand.row_major or operand.dtype not in HLO_DTYPES:
+        return None
+    last = len(operand.dims) - 1
+    if last in dims or dims != tuple(range(dims[0], dims[-1] + 1)):
+        return None  # over the minor dim (a row reduction) or not contiguous
+    outer = math.prod(operand.dims[:dims[0]])
+    rows = math.prod(operand.dims[dims[0]:dims[-1] + 1])
+    cols = math.prod(operand.dims[dims[-1] + 1:])
+    return operand, dims, (outer, rows, cols)
 
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+) = (?P<rest>.*)$", re.M)
@@ -390,6 +474,13 @@ class DumpIndex:
 DATAMOVE_DTYPES = dict(HLO_DTYPES, s32="int32", u32="uint32", s8="int8")
 
 
+def _is_root(text: str, opcode: str) -> bool:
+    """The instruction itself (the text's first line) or its fusion's ROOT is `opcode`: a fusion that
+    merely contains one (e.g. `pad_maximum_fusion`, a max of pads) is not that op."""
+    return bool(re.match(rf"\s*%[\w.\-]+ = \S+ {opcode}\(", text)
+                or re.search(rf"ROOT %[\w.\-]+ = \S+ {opcode}\(", text))
+
+
 def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands: list[ArrayText],
                     operands_from: str, is_copy: bool) -> tuple[str, dict, list[str]] | None:
     """The datamove family for prefetch copies, relayouts, dynamic slices and updates; None otherwise."""
@@ -400,6 +491,10 @@ def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands:
     elif (cat == "dynamic-update-slice" or name.startswith("dynamic-update-slice")
           or re.search(r"\bdynamic-update-slice\(", text)):
         op = "dynamic_update_slice"
+    elif cat == "concatenate" or name.startswith("concatenate") or _is_root(text, "concatenate"):
+        op = "concatenate"
+    elif cat == "pad" or name.startswith("pad.") or name == "pad" or _is_root(text, "pad"):
+        op = "pad"
     elif cat == "reshape" or name.startswith("reshape") or (is_copy and not out.row_major):
         op = "relayout"
     else:
@@ -414,11 +509,38 @@ def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands:
                                             "dynamic_slice": "a dynamic-slice (one DMA of the window)",
                                             "dynamic_update_slice": "a dynamic-update-slice (the update DMAed "
                                                                     "into the aliased operand)",
-                                            "relayout": "a reshape or copy that writes another tiled layout"}[op],
+                                            "relayout": "a reshape or copy that writes another tiled layout",
+                                            "concatenate": "a concatenate (each input DMAed into its window)",
+                                            "pad": "a pad (zero-filled output, input stored into its window)"}[op],
              f"output {out.text} from the capture's shape_with_layout"]
     first = operands[0] if operands else None
     if op == "copy":
         return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype), basis
+    if op == "concatenate":
+        m = (re.search(r"ROOT [^\n]* concatenate\([^)]*\), dimensions=\{(\d+)\}", text)
+             or re.search(r"concatenate\([^)]*\), dimensions=\{(\d+)\}", text))
+        axis = int(m.group(1)) if m else None
+        parts_in = [a for a in operands if len(a.dims) == len(dims)]
+        if axis is None or axis >= len(dims) or not parts_in or sum(a.dims[axis] for a in parts_in) != dims[axis]:
+            raise NotReproducible(f"`{name}` is a concatenate whose inputs or axis are not in the HLO text (pass "
+                                  "--dump)")
+        basis.append(f"{len(parts_in)} inputs along dim {axis} from {operands_from}")
+        return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype,
+                                parts=[a.dims[axis] for a in parts_in], axis=axis), basis
+    if op == "pad":
+        m = (re.search(r"ROOT [^\n]* pad\([^\n]*?padding=([\d_x\-]+)", text)
+             or re.search(r"padding=([\d_x\-]+)", text))
+        if m is None:
+            raise NotReproducible(f"`{name}` is a pad whose padding is not in the HLO text (pass --dump)")
+        config = [[int(v) for v in d.split("_")] for d in m.group(1).split("x")]
+        if len(config) != len(dims) or any(len(c) > 2 and c[2] != 0 for c in config) or \
+                any(v < 0 for c in config for v in c):
+            raise NotReproducible(f"`{name}` pads with {m.group(1)}: interior or negative padding is not reproduced")
+        low, high = [c[0] for c in config], [c[1] for c in config]
+        in_dims = [o - lo - hi for o, lo, hi in zip(dims, low, high, strict=True)]
+        basis.append(f"padding {m.group(1)} from the HLO text; the pad value is assumed 0")
+        return "datamove", dict(op=op, in_dims=in_dims, out_dims=list(dims), dtype=dtype, pad_low=low,
+                                pad_high=high), basis
     if op == "dynamic_slice":
         if first is not None and len(first.dims) == len(dims) and all(i >= o for i, o in zip(first.dims, dims)):
             in_dims = list(first.dims)
@@ -502,6 +624,89 @@ def _infer_tuple(*, name: str, category: str, shape_text: str, hlo_text: str, bo
                                 out_dtype=out_dtype, extras=extras), basis
 
 
+COLLECTIVE_DTYPES = dict(HLO_DTYPES, s32="int32", s8="int8", pred="int8")
+
+
+def _infer_collective(*, name: str, family: str, category: str, shape_text: str, text: str,
+                      operands: list[ArrayText], operands_from: str, chips: int) -> tuple[str, dict, list[str]]:
+    """A captured all-gather / reduce-scatter / all-reduce (async start and done included) -> the
+    collective family: its ring from the replica groups, the per-device shard as rows x cols."""
+    kind = kind_of(family, category, text)
+    if not kind:
+        raise NotReproducible(f"`{name}` is a collective ({family}); the lab's collective family reproduces "
+                              f"{', '.join(COLLECTIVE_KINDS)} only")
+    elements = [parse_array(t) for t in re.findall(r"[a-z][a-z0-9]*\[[0-9,]*\](?:\{[^}]*\})?", shape_text)]
+    arrays = [a for a in elements if a is not None and a.dims]
+    if not arrays and any(a is not None for a in elements):
+        raise NotReproducible(f"`{name}` is a {kind} of a scalar: nothing worth a ring kernel")
+    if not arrays:
+        raise NotReproducible(f"`{name}` is a {kind} with no array output shape the lab can read")
+    # an async start returns (operand, result, state...): the result is the largest array
+    out = max(arrays, key=lambda a: a.numel)
+    if out.numel == 0:
+        raise NotReproducible(f"`{name}` is a {kind} of an empty array ({out.text}): nothing to move")
+    if out.dtype not in COLLECTIVE_DTYPES or (kind != "all-gather" and out.dtype not in HLO_DTYPES):
+        raise NotReproducible(f"`{name}` is a {kind} of dtype {out.dtype}; the collective family takes "
+                              f"{', '.join(HLO_DTYPES)} ({', '.join(COLLECTIVE_DTYPES)} for all-gather)")
+    dtype = COLLECTIVE_DTYPES[out.dtype]
+    basis = [f"family collective ({kind}): " + (f"category `{category}`" if family in COLLECTIVE_KINDS
+                                                else f"a {kind} inside the async collective's fused computation"),
+             f"output {out.text} from the capture's shape_with_layout"]
+    if out.dtype == "pred":
+        basis.append("pred gathered as int8 (one byte per element, as TPU stores pred)")
+    found = replica_groups(text)
+    operand = next((a for a in operands if a.dims and a.numel and a.numel != out.numel), None)
+    if found is not None:
+        groups, how = found
+        group = groups[0]
+        basis.append(f"ring of {len(group)} devices {group} (first of {len(groups)} groups) from the {how}")
+    elif operand is not None and kind in ("all-gather", "reduce-scatter"):
+        ratio = max(out.numel, operand.numel) // min(out.numel, operand.numel)
+        group = list(range(ratio))
+        basis.append(f"ring of {ratio} devices from the output / operand sizes ({operand.text}, from "
+                     f"{operands_from}); which devices is not known: 0..{ratio - 1} assumed")
+    else:
+        n = max(2, chips)
+        d = gathered_dim(text) or 0
+        split = out.dims[d] if kind == "all-gather" and d < len(out.dims) else n
+        if split % n and math.gcd(split, n) >= 2:
+            n = math.gcd(split, n)  # the gathered dim must split over the ring: the largest ring that does
+        group = list(range(n))
+        basis.append(f"ring of {n} devices assumed: no replica_groups in the HLO text (pass --dump) and no operand "
+                     "shape; the capture's chip count" + (" cut to a divisor of the gathered dim" if n != max(2, chips)
+                                                          else ""))
+    n = len(group)
+    if n < 2:
+        raise NotReproducible(f"`{name}` runs over a group of one device: nothing crosses ICI")
+    total = out.numel
+    cols = out.dims[-1]
+    if kind == "all-gather":
+        d = gathered_dim(text)
+        if out.dims[d if d is not None and d < len(out.dims) else 0] % n:
+            raise NotReproducible(f"`{name}`: the gathered dim of {out.text} does not divide over {n} devices")
+        if d is not None and d == len(out.dims) - 1:
+            cols = cols // n
+        shard = total // n
+        rows = shard // cols
+        if d is not None and d != 0:
+            basis.append(f"gathered dim {d} is not the major dim: the reproduction gathers the same bytes along "
+                         "rows (the order of the result differs; the ICI traffic does not)")
+        basis.append(f"shard {rows}x{cols} per device (the output / {n})")
+    elif kind == "reduce-scatter":
+        rows = total // cols
+        basis.append(f"shard {rows}x{cols} per device (the output); each device reduces {n} of them")
+    else:
+        rows_total = total // cols
+        rows = -(-rows_total // n)
+        basis.append(f"all-reduce of {rows_total}x{cols} as reduce-scatter + all-gather of {n} chunks of {rows} rows"
+                     + (f" (padded to {n * rows} rows)" if rows * n != rows_total else ""))
+    problem = dict(kind=kind, devices=n, rows=rows, cols=cols, dtype=dtype, group=group)
+    axes = mesh_axes(text)
+    if axes:
+        problem["mesh_axis"] = ",".join(axes)
+    return "collective", problem, basis
+
+
 def find_in_dump(dump: Path, name: str) -> tuple[str, str]:
     """The op's instruction line and its fused computation's text from an HLO dump directory
     (`*after_optimizations.txt` preferred, then other HLO texts); empty strings when absent."""
@@ -535,6 +740,9 @@ def describe_problem(family: str, p: dict) -> str:
         epilogue = [x for x in ("bias" if p["bias"] else "", "" if p["activation"] == "none" else p["activation"]) if x]
         return (f"{_SHORT[p['in_dtype']]} {p['m']}x{p['k']} @ {p['k']}x{p['n']} -> {_SHORT[p['out_dtype']]}"
                 + (f" (+{', '.join(epilogue)})" if epilogue else ""))
+    if family == "reduction" and p["op"] == "colsum":
+        return (f"colsum {_SHORT[p['dtype']]}[{p.get('outer', 1)},{p['rows']},{p['cols']}] over dim 1 -> "
+                f"{_SHORT[p['out_dtype']]}[{p.get('outer', 1)},{p['cols']}]")
     if family == "reduction":
         return f"{p['op']} {_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> {_SHORT[p['out_dtype']]}"
     if family == "elementwise":
@@ -544,8 +752,9 @@ def describe_problem(family: str, p: dict) -> str:
         return f"{_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> [{p['cols']},{p['rows']}]"
     if family == "datamove":
         short = {"int32": "s32", "uint32": "u32", "int8": "s8"}.get(p["dtype"]) or _SHORT[p["dtype"]]
-        extra = f" perm {p['perm']}" if p["op"] == "relayout" else (
-            f" update {p['update_dims']}" if p["op"] == "dynamic_update_slice" else "")
+        extra = {"relayout": f" perm {p.get('perm')}", "dynamic_update_slice": f" update {p.get('update_dims')}",
+                 "concatenate": f" parts {p.get('parts')} on dim {p.get('axis')}",
+                 "pad": f" low {p.get('pad_low')} high {p.get('pad_high')}"}.get(p["op"], "")
         return f"{p['op']} {short}{p['in_dims']} -> {p['out_dims']}{extra}"
     if family == "multi_output":
         head = (f"{_SHORT[p['in_dtype']]} {p['m']}x{p['k']} @ {p['k']}x{p['n']}" if p["kind"] == "matmul"
@@ -553,6 +762,11 @@ def describe_problem(family: str, p: dict) -> str:
         carried = sum(1 for e in p["extras"] if e[3] == "carried")
         return (f"{head} -> {_SHORT[p['out_dtype']]} + {len(p['extras']) - carried} computed, {carried} carried "
                 "outputs")
+    if family == "collective":
+        short = {"int32": "s32", "int8": "s8"}.get(p["dtype"]) or _SHORT[p["dtype"]]
+        group = p.get("group") or list(range(p["devices"]))
+        axis = f" on mesh axis {p['mesh_axis']!r}" if p.get("mesh_axis") else ""
+        return f"{p['kind']} {short}[{p['rows']},{p['cols']}] per device, ring of {p['devices']} {group}{axis}"
     return " ".join(f"{k}={v}" for k, v in p.items())
 
 
@@ -635,8 +849,13 @@ def coverage(rows: list[SurveyRow]) -> Coverage:
     """Coverage over a full survey (call `survey` with top=None)."""
     comp = [r for r in rows if not collective_family(r.op_name, r.category)]
     coll = [r for r in rows if collective_family(r.op_name, r.category)]
-    fams = sorted({collective_family(r.op_name, r.category) for r in coll})
-    done = sorted({collective_family(r.op_name, r.category) for r in coll if r.family})
+    def kind(r: SurveyRow) -> str:
+        # v5e's async-collective-start/-done name no family; their category (or the reproduced problem) does
+        family = collective_family(r.op_name, r.category)
+        return r.problem.get("kind") or kind_of(family, r.category, "") or family
+
+    fams = sorted({kind(r) for r in coll})
+    done = sorted({kind(r) for r in coll if r.family})
     return Coverage(sum(r.self_time_ps for r in comp), sum(r.self_time_ps for r in comp if r.family),
                     sum(r.self_time_ps for r in coll), sum(r.self_time_ps for r in coll if r.family),
                     tuple(fams), tuple(done))
@@ -681,7 +900,8 @@ def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology:
                                    shape_with_layout=str(row["shape_with_layout"]),
                                    hlo_text=hlo_text, tf_op=str(row["tf_op"] or ""), flops=flops,
                                    bytes_accessed=nbytes, body=body, operands=operands,
-                                   operands_from=operands_from)
+                                   operands_from=operands_from,
+                                   chips=host.device.n_chips * len(analysis.profile.hosts))
     device = host.device
     chip = device.chip
     if topology is None:
@@ -696,9 +916,11 @@ def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology:
     if scale_down > 1:
         notes.append(f"--scale-down {scale_down}: the CPU run divides every dim by {scale_down}, keeping "
                      "multiples of 128 / 8 as such and ragged dims ragged; the full problem is what tune compiles")
+    run_problem, cap_notes = cpu_problem(family, problem, scale_down)
+    notes += cap_notes
     return OpSpec(
         op_name=op, category=str(row["category"]), program=str(row["module"]), family=family, problem=problem,
-        run_problem=scale_problem(family, problem, scale_down), scale_down=scale_down,
+        run_problem=run_problem, scale_down=scale_down,
         shape_with_layout=str(row["shape_with_layout"]),
         operands=tuple(a.text for a in operands), hlo_text=hlo_text,
         tf_op=str(row["tf_op"] or ""),

@@ -9,6 +9,9 @@ Ranking basis, in order of preference (each result says which it used):
    (`shared/reference/tpu-compiler-dumps.md` §8.2).
 3. `cycles`: the clock is not public (v6e, TPU7x), so cycles cannot be compared with the HBM floor
    in seconds; candidates are ranked by estimated cycles alone, relative to each other.
+4. `ici-model` (collectives, no TPU): the static profile gives remote DMAs 0 cycles, so each
+   candidate is compiled for the topology (it compiles or the compiler says why) and ranked by a
+   modelled ICI time, bytes sent / (links used x per-link bandwidth), at least the HBM floor.
 
 Every candidate's outcome is appended to `DIR/tune-<topology>.jsonl` as soon as it is known, so an
 interrupted sweep keeps its results and a re-run resumes where it stopped.
@@ -74,6 +77,7 @@ class CandidateResult:
     est_s: float | None = None  # est_cycles / clock (derived); None when the clock is unknown
     measured_s: float | None = None  # on an attached TPU
     compile_s: float | None = None
+    ici_s: float | None = None  # collectives: bytes over ICI / (links used x link bandwidth) (modelled)
 
     @property
     def grid_steps(self) -> int:
@@ -84,8 +88,10 @@ class CandidateResult:
 
     @property
     def bounded_s(self) -> float | None:
-        """max(estimate, HBM floor): the estimate-based time used for ranking when the clock is known."""
-        return None if self.est_s is None else max(self.est_s, self.hbm_floor_s)
+        """max(estimate, HBM floor): the estimate-based time used for ranking when the clock is known;
+        for a collective, max(ICI model, HBM floor)."""
+        parts = [x for x in (self.est_s, self.ici_s) if x is not None]
+        return max(*parts, self.hbm_floor_s) if parts else None
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class XlaBaseline:
     reason: str
     reference_measured_s: float | None = None  # the reference timed on the attached TPU (--measure)
     hbm_floor_basis: str = "the capture's bytes accessed"
+    optimal_s: float | None = None  # XLA's cost model (`cost_analysis()["optimal_seconds"]`, modelled)
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,7 @@ class SweepResult:
     generation: str
     device_kind: str
     clock_hz: float | None
-    basis: str  # measured | estimate+floor | cycles
+    basis: str  # measured | estimate+floor | cycles | ici-model
     basis_text: str
     results: tuple[CandidateResult, ...]  # ranked: ok first, best first
     xla: XlaBaseline
@@ -124,7 +131,7 @@ class SweepResult:
     def _key(self, r: CandidateResult):
         if self.basis == "measured":
             return r.measured_s
-        if self.basis == "estimate+floor":
+        if self.basis in ("estimate+floor", "ici-model"):
             return r.bounded_s
         return r.est_cycles
 
@@ -262,10 +269,14 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
         with path.open("a") as fh:
             fh.write(json.dumps({"key": key, "label": label, **asdict(result)}) + "\n")
 
+    ici_model = getattr(fam, "ici_seconds", None)
+
     def base(b) -> CandidateResult:
         floor = fam.hbm_bytes(problem, b) / chip.hbm_bytes_per_s
+        ici = ici_model(problem, b, chip.ici_bytes_per_s_per_link) if ici_model and chip.ici_bytes_per_s_per_link \
+            else None
         return CandidateResult(b.label(), asdict(b), "pending", "", tuple(b.grid(problem)), b.vmem_bytes(problem),
-                               floor)
+                               floor, ici_s=ici)
 
     results: dict[str, CandidateResult] = {}
     pending = []
@@ -338,13 +349,15 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
             reason = compile_error_reason(answer["error"]) if answer.get("error") and status == "rejected" \
                 else (answer.get("error") or "")
             cycles = answer.get("est_cycles")
-            if status == "ok" and cycles is None and not measure:
+            if status == "ok" and answer.get("note"):
+                reason = answer["note"]
+            elif status == "ok" and cycles is None and not measure:
                 reason = ("no estimated cycles: the static LLO profile is not available for " + generation
                           if not static else "no bundle_analysis_data in the compiled module")
             est_s = cycles / clock if (cycles is not None and clock) else None
             if kind == "xla":
                 xla = XlaBaseline(xla_measured, cycles, est_s, xla_floor, status, reason,
-                                  answer.get("measured_s"), floor_basis)
+                                  answer.get("measured_s"), floor_basis, answer.get("optimal_s"))
                 record(xla, "xla")
                 progress(f"[xla] reference: {_cycles_text(cycles)} ({time.perf_counter() - t0:.1f} s)")
                 continue
@@ -366,6 +379,12 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
         xla = XlaBaseline(xla_measured, None, None, xla_floor, "not compiled", "", None, floor_basis)
     if measure:
         basis, text = "measured", "ranked by time measured on the attached TPU (median of 10 runs)"
+    elif ici_model is not None:
+        basis = "ici-model"
+        text = (f"no TPU attached, so nothing is measured; ranked by a modelled ICI time: bytes each device sends / "
+                f"(links the ring uses x {chip.ici_bytes_per_s_per_link / 1e9:g} GB/s per link), at least the HBM "
+                "floor. The compiler gives no estimate for remote DMAs, and the model does not see chunking: "
+                "equal chunk counts tie (fewer DMAs first); measure on a TPU to rank them")
     elif clock:
         basis = "estimate+floor"
         text = (f"ranked by max(compiler-estimated cycles / {clock / 1e9:g} GHz, bytes moved / "
@@ -382,7 +401,8 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
 
 def _rank(results: list[CandidateResult], basis: str) -> list[CandidateResult]:
     def key(r: CandidateResult):
-        value = {"measured": r.measured_s, "estimate+floor": r.bounded_s, "cycles": r.est_cycles}[basis]
+        value = {"measured": r.measured_s, "estimate+floor": r.bounded_s, "cycles": r.est_cycles,
+                 "ici-model": r.bounded_s}[basis]
         # ties (several candidates at the HBM floor) go to fewer estimated cycles, then fewer steps
         return (r.status != "ok", value is None, value if value is not None else 0.0,
                 r.est_cycles if r.est_cycles is not None else 0, r.grid_steps)
