@@ -113,27 +113,31 @@ def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
     from tpudiag.parsers.hlo_text import load_hlo_dump
     from tpudiag.parsers.llo.load import load_llo_dump
 
-    llo, hlo, labels = [], [], []
+    llo, hlo, labels, warnings = [], [], [], []
     for path in paths:
         path = Path(path)
-        found = []
+        found, causes = [], []
         parts = dump_parts(path)
         try:
             llo.append(load_llo_dump(parts.llo, static_profile_dir=parts.static_profile))
             found.append("LLO")
-        except InputError:
-            pass
+            warnings.extend(llo[-1].warnings)
+        except InputError as exc:
+            causes.append(f"LLO: {exc.message}")
         try:
             dump = load_hlo_dump(parts.xla)
             hlo.extend(HloInput(p, str(dump.path), generation_for_target(p.target)) for p in dump.programs)
             found.append("XLA")
-        except InputError:
-            pass
-        if not found:
-            raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`)",
+            warnings.extend([*dump.warnings, *(w for p in dump.programs for w in p.warnings)])
+        except InputError as exc:
+            causes.append(f"XLA: {exc.message}")
+        if not found:  # both causes: a damaged dump must say what is damaged, not only "not a dump"
+            raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`) ("
+                             + "; ".join(causes) + ")",
                              path=path, hint="pass the directory the compiler wrote its dump files to")
         labels.append(f"{path} ({' + '.join(found)})")
-    return CompiledInputs(llo=tuple(llo), hlo=tuple(hlo), labels=tuple(labels))
+    return CompiledInputs(llo=tuple(llo), hlo=tuple(hlo), labels=tuple(labels),
+                          warnings=tuple(dict.fromkeys(warnings)))
 
 
 def _hlo_sources(compiled: CompiledInputs) -> list[HloSource]:
@@ -238,6 +242,7 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=trace_chip or chip)
     join = _join(analysis, compiled, trace_chip)
     analysis.join = join  # compiled facts per op, for the rules and the report
+    profile.warnings.extend(compiled.warnings)  # what reading `--dumps` set aside, shown as report shows it
     _stage(progress, 2)
     findings, skipped = run_rules(analysis, rules_config, compiled, join=join, chip=compiled.chip)
     _stage(progress, 3)

@@ -4,6 +4,9 @@ thresholds, infinite peaks in markdown figures, CPU-only captures and different 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,6 +52,23 @@ def test_an_explicit_config_error_is_exit_2_naming_the_file(capsys, small_captur
     cfg.write_bytes(content)
     code, _, err = run_cli(capsys, "report", small_capture, "--config", cfg)
     assert_usage_error(code, err, str(cfg), needle)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"), reason="needs FIFOs and /dev/zero")
+@pytest.mark.parametrize("kind, needle", [("fifo", "FIFO"), ("zero", "character device"), ("dir", "directory")])
+def test_a_config_that_is_not_a_regular_file_is_exit_2_not_a_hang(small_capture, tmp_path, kind, needle):
+    # Was: `--config` on a FIFO blocked forever and on a /dev/zero link read until memory ran out.
+    cfg = tmp_path / f"{kind}.toml"
+    if kind == "fifo":
+        os.mkfifo(cfg)
+    elif kind == "zero":
+        cfg.symlink_to("/dev/zero")
+    else:
+        cfg.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, "-m", "tpudiag", "report", str(small_capture), "--config", str(cfg)],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert_usage_error(proc.returncode, proc.stderr, str(cfg), "cannot read config", needle)
 
 
 @pytest.mark.parametrize("content", [b"tool = 5\n", b"[tool\n", b"\xff\xfe = 1\n", b"x = " + b"[" * 5000 + b"\n"])

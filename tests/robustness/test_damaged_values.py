@@ -101,10 +101,11 @@ def _cli(capsys, *args) -> tuple[int, str, str]:
     return exc.value.code or 0, out, err
 
 
-@pytest.mark.parametrize("values", [(-5,), (-5,) * 5, (1 << 62,), (-5, 1 << 62)], ids=["one-negative", "all-negative",
-                                                                                    "2^62", "both"])
+@pytest.mark.parametrize("values", [(-5,), (-5,) * 5, (1 << 62,), (-5, 1 << 62), (0,)],
+                         ids=["one-negative", "all-negative", "2^62", "both", "zero"])
 def test_damaged_step_durations_through_report_and_check(capsys, tmp_path, values):
-    """Was: "step time mean -5 ps", and a 2^62 ps step raising a high finding that failed `check`.
+    """Was: "step time mean -5 ps", and a 2^62 ps step raising a high finding that failed `check`;
+    a 0 ps step (found by Hypothesis) made device-idle divide by zero.
     Now the damaged markers are dropped with a warning, and report and check say what they say for
     the undamaged capture."""
     def mutate(space):
@@ -251,3 +252,30 @@ def test_hlo_proto_with_absurd_dims_is_parsed_with_the_shape_set_aside():
         assert "m.pb" in exc.one_line()
         return
     assert program.instructions
+
+
+@pytest.mark.parametrize("bad", ["(" * 5000 + "f32[2]{0}" + ")" * 5000, "bf16[" + "9" * 20 + ",1024]{1,0}"],
+                         ids=["5000-deep-tuple", "20-digit-dim"])
+def test_damaged_hlo_dumps_through_the_cli(capsys, small_capture, tmp_path, bad):
+    """Was RecursionError / OverflowError tracebacks. Now the instruction is skipped with a warning,
+    whether the dump joins a capture (`--dumps`) or stands alone (the static report, `check`)."""
+    dump = _hlo_dump_with(tmp_path, "bf16[128,1024]{1,0:T(8,128)(2,1)}", bad)
+    for args in (["report", small_capture, "--dumps", dump, "-f", "json"], ["report", dump, "-f", "json"]):
+        code, out, err = _cli(capsys, *args)
+        assert code == 0 and "Traceback" not in err, err
+        assert any("instruction skipped" in w for w in json.loads(out)["warnings"]), args
+    code, out, err = _cli(capsys, "check", dump, "-f", "json")
+    assert code in (0, 1) and any("instruction skipped" in w for w in json.loads(out)["warnings"])
+
+
+def test_llo_dump_with_20_digit_numbers_through_the_cli_names_the_cause(capsys, small_capture, tmp_path):
+    dump = tmp_path / "llo"
+    shutil.copytree(LLO_FIXTURE, dump)
+    for f in dump.rglob("*"):
+        if f.is_file():
+            f.write_text(re.sub(r"(?<![\w.])(\d{2,})(?![\w.])", "9" * 20, f.read_text(errors="replace")))
+    for args in (["report", small_capture, "--dumps", dump], ["report", dump]):
+        code, out, err = _cli(capsys, *args)
+        assert code == 2 and "Traceback" not in err, err
+        first = err.splitlines()[0]
+        assert first.startswith(f"error: `{dump}`") and "beyond int64" in first, first

@@ -224,6 +224,25 @@ def test_decompression_bomb_stat_fails_fast_in_small_memory(tmp_path):
     assert "bomb.xplane.pb" in message and "inflates beyond the 64 MiB cap" in message
 
 
+@needs_fifo
+def test_fifos_in_dumps_given_with_a_capture_are_report_warnings(tmp_path):
+    """`report RUN --dumps XLA --dumps LLO` with a FIFO in each dump: no hang, and what was skipped is
+    in the report's warnings (reading the dumps set it aside; the report used to drop it silently)."""
+    run = good_run(tmp_path)
+    xla, llo = tmp_path / "xla", tmp_path / "llo"
+    shutil.copytree(HLO_FIXTURE, xla)
+    shutil.copytree(LLO_FIXTURE, llo)
+    os.mkfifo(xla / "module_0001.jit_evil.cl_1.after_optimizations.txt")
+    victim = sorted(llo.glob("*-final_bundles.txt"))[0]
+    victim.unlink()
+    os.mkfifo(victim)
+    proc = run_cli("report", str(run), "--dumps", str(xla), "--dumps", str(llo), "--format", "json", timeout_s=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    warnings = json.loads(proc.stdout)["warnings"]
+    assert any("jit_evil" in w and "FIFO" in w for w in warnings), warnings
+    assert any(victim.name in w and "FIFO" in w for w in warnings), warnings
+
+
 # -- the shared mangled capture -----------------------------------------------------------------
 
 @pytest.mark.skipif(not MANGLED.is_file(), reason="../shared/data/bad-inputs is absent (a clone without shared/)")

@@ -70,6 +70,13 @@ def test_extract_writes_inside_the_working_directory_and_repro_holds_the_name_as
     assert ran.returncode == 0, ran.stderr
     assert not (made[0] / "PWNED").exists() and not (work / "PWNED").exists()
     assert_inert(ran.stdout)
+    # `lab check` runs it and prints the op name it reports: escaped too, in both formats.
+    for fmt in ("terminal", "json"):
+        checked = subprocess.run([sys.executable, "-m", "tpudiag", "lab", "check", str(made[0]), "-f", fmt],
+                                 capture_output=True, text=True, env=env, cwd=work, timeout=300)
+        assert checked.returncode == 0 and "Traceback" not in checked.stderr, checked.stderr
+        assert_inert(checked.stdout + checked.stderr)
+        assert not (made[0] / "PWNED").exists() and not (work / "PWNED").exists()
 
 
 def test_extract_of_an_op_whose_trace_numbers_fit_no_blocks_is_one_line(tmp_path):

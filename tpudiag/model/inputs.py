@@ -34,6 +34,7 @@ class CompiledInputs:
     embedded: tuple[HloInput, ...] = ()  # the HloProtos the capture embeds (origin `capture`)
     labels: tuple[str, ...] = ()  # one per dump directory: `DIR (LLO + XLA)`, as reports print it
     chip: ChipSpec | None = None  # from `--chip`, the dump's target or the trace; None when unknown
+    warnings: tuple[str, ...] = ()  # what reading the dumps set aside (skipped files, damaged instructions)
 
     @property
     def programs(self) -> tuple[CompiledProgram, ...]:

@@ -393,7 +393,7 @@ class _HostBuilder:
         mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"),
                                         self.origin_ns)
         groups = _event_stat_column(line, sid.get("group_id"))
-        keep = plausible_spans(starts, durs)
+        keep = plausible_spans(starts, durs) & (durs > 0)  # a step takes time: a 0 ps step is damage too
         dropped = 0
         for i, (mid, s, d, g, ok) in enumerate(zip(mids.tolist(), starts.tolist(), durs.tolist(), groups,
                                                    keep.tolist())):
@@ -406,7 +406,7 @@ class _HostBuilder:
                 continue
             self.step_rows.append((device, core, int(g), s, d))
         if dropped:
-            self.warn(f"{dropped} step markers dropped: negative duration, longer than a day, or a step "
+            self.warn(f"{dropped} step markers dropped: zero or negative duration, longer than a day, or a step "
                       "number beyond int64 (damaged values)")
 
     def add_modules(self, plane, line, device: str, core: int) -> None:

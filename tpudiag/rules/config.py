@@ -17,6 +17,7 @@ that does not parse is skipped with a warning: it belongs to the project, not to
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -119,20 +120,29 @@ def parse_config(data: Mapping[str, Any], source: str = "") -> RulesConfig:
     return RulesConfig(select, ignore, options, source)
 
 
+CONFIG_MAX_BYTES = 16 << 20  # a config is a few KB; the cap keeps `--config /dev/zero`-like mistakes cheap
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    from tpudiag.errors import InputError
+    from tpudiag.parsers.input_files import ReadLimits, read_input_bytes
+
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError as exc:
-        raise UsageError("config file not found", path=path) from exc
+        # A regular file, read with a cap: a FIFO or a link to a device given as `--config` would
+        # otherwise block or never end.
+        raw = read_input_bytes(path, ReadLimits(max_file_bytes=CONFIG_MAX_BYTES))
+    except InputError as exc:
+        if not os.path.lexists(path):
+            raise UsageError("config file not found", path=path) from exc
+        raise UsageError(f"cannot read config: {exc.message}", path=path) from exc
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"invalid TOML: {exc}", path=path) from exc
     except UnicodeDecodeError as exc:
         raise UsageError(f"invalid TOML: not UTF-8 (byte {exc.start})", path=path) from exc
     except RecursionError as exc:  # tomllib recurses into nested arrays and inline tables
         raise UsageError("invalid TOML: nested too deeply", path=path) from exc
-    except OSError as exc:
-        raise UsageError(f"cannot read config: {exc.strerror}", path=path) from exc
 
 
 def load_file(path: Path) -> RulesConfig:

@@ -139,6 +139,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     per_step = steps.groupby("step")["idle_ps"].min().sort_values(ascending=False, kind="stable")
     for step, idle in per_step.head(options.max_steps_shown).items():
         period = int(steps.loc[steps["step"] == step, "period_ps"].max())
+        if period <= 0:  # a zero-length step marker (damaged trace) has no share to show
+            continue
         evidence.append(Evidence(f"step {step}", (("idle", fmt_time(idle)), ("share", fmt_pct(idle / period)))))
     saving = Saving(int(round(waited)), "measured",
                     f"idle per step on `{worst.host}`, the host with the most; an upper bound")
