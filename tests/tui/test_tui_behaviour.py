@@ -107,6 +107,23 @@ def test_export_never_writes_into_the_trace_directory(example_session):
     assert sorted(p.name for p in trace_dir.rglob("*")) == before
 
 
+def test_export_never_writes_into_a_dump_directory(example_session, tmp_path):
+    """The compiler dumps given with the capture are inputs too: an export aimed there is refused."""
+    from dataclasses import replace
+
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    session = replace(example_session, dumps=(dumps,))
+
+    async def scenario(pilot):
+        await press(pilot, "e", "enter")
+        assert any("refusing to write the export inside the input directory" in str(n.message)
+                   for n in pilot.app._notifications)
+    app = run(make_app(session, cwd=dumps), scenario)
+    assert app.exported is None
+    assert list(dumps.iterdir()) == []
+
+
 def test_export_can_be_cancelled(example_session, tmp_path):
     async def scenario(pilot):
         await press(pilot, "e", "escape")

@@ -262,7 +262,7 @@ class TpudiagApp(App):
             if answer is None:
                 return
             try:
-                target = export_target(answer, view, self.session.trace_dir, cwd)
+                target = export_target(answer, view, self.session.trace_dir, cwd, self.session.dumps)
                 write_text(target, text)  # atomic: a failed write leaves no partial file
             except TpudiagError as exc:
                 self.notify(markup(exc.one_line()) + (f"\nhint: {markup(exc.hint)}" if exc.hint else ""), severity="error")

@@ -7,6 +7,7 @@ goes where the user says, or to the current directory, and never into the trace 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from tpudiag.analysis.drilldown import OpDetail, OpFilter, op_padding, spills
@@ -18,6 +19,7 @@ from tpudiag.model.report import OpRow, Report
 from tpudiag.model.text import printable
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 from tpudiag.render.markdown import cell, code, document, prose, text
+from tpudiag.writers.files import check_not_input
 
 
 def _cell(value: object) -> str:
@@ -182,11 +184,12 @@ def hosts_md(m: HostStepMatrix) -> str:
     return document(out)
 
 
-def export_target(requested: str, view: str, trace_dir: Path, cwd: Path | None = None) -> Path:
+def export_target(requested: str, view: str, trace_dir: Path, cwd: Path | None = None,
+                  dumps: Sequence[Path] = ()) -> Path:
     """The file to write: `requested` (relative to `cwd`), or `tpudiag-<view>.md` in `cwd`.
 
     A directory gets the default file name inside it. Raises UsageError when the file would land
-    in the trace directory: exports never write next to the capture.
+    in the trace directory or a compiler dump directory: exports never write next to an input.
     """
     cwd = Path.cwd() if cwd is None else cwd
     default = f"tpudiag-{view}.md"
@@ -201,4 +204,5 @@ def export_target(requested: str, view: str, trace_dir: Path, cwd: Path | None =
     if target == trace or trace in target.parents:
         raise UsageError("refusing to write into the trace directory", path=target,
                          hint="name a file outside the capture, e.g. `./report.md`")
+    check_not_input(target, dumps, "the export")
     return target

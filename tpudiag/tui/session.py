@@ -26,6 +26,7 @@ class Session:
     analysis: Analysis
     report: Report
     diagnosis: Diagnosis | None = None
+    dumps: tuple[Path, ...] = ()  # compiler dump directories given with the capture (never written to)
 
 
 def start_process_helpers() -> None:
@@ -61,7 +62,7 @@ def load_session(path: Path, progress: Callable[[int, str], None] | None = None,
     on_progress(STAGES[0])
     result = diagnose(path, dumps=dumps, progress=on_progress)
     return Session(path=path, trace_dir=trace_dir_of(path), profile=result.analysis.profile,
-                   analysis=result.analysis, report=result.report, diagnosis=result)
+                   analysis=result.analysis, report=result.report, diagnosis=result, dumps=tuple(dumps))
 
 
 def rule_explanation(rule: str) -> str:
