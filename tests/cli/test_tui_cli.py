@@ -60,6 +60,7 @@ def test_default_path_is_the_bundled_example(monkeypatch):
 
     started = []
     monkeypatch.setattr(TpudiagApp, "run", lambda self: started.append(self.path))
+    monkeypatch.setattr("tpudiag.cli.tui_cmd._is_terminal", lambda: True)
     with pytest.raises(SystemExit) as exc:
         main(["tui"])
     assert exc.value.code == 0
@@ -87,3 +88,17 @@ def test_domain_and_plain_tui_modules_do_not_import_textual():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip() == "[]"
+
+
+def test_without_a_terminal_it_is_a_one_line_error(monkeypatch, capsys):
+    """Piped or redirected, the app would wait for keys that never come: refuse before starting it."""
+    pytest.importorskip("textual")
+    from tpudiag.tui.app import TpudiagApp
+
+    monkeypatch.setattr(TpudiagApp, "run", lambda self: pytest.fail("the app must not start"))
+    monkeypatch.setattr("tpudiag.cli.tui_cmd._is_terminal", lambda: False)
+    with pytest.raises(SystemExit) as exc:
+        main(["tui"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: the terminal UI needs a terminal (stdin or stdout is not one)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -36,7 +37,14 @@ def tui(
     for d in dumps or ():
         if not d.is_dir():
             raise UsageError("--dumps: not a directory", path=d)
+    if not _is_terminal():  # piped or redirected: the app would take over nothing and wait for keys
+        raise UsageError("the terminal UI needs a terminal (stdin or stdout is not one)",
+                         hint="for a file or a pipe use `tpudiag report` (`--format json` or `md`)")
     TpudiagApp(target, dumps=tuple(dumps or ())).run()
+
+
+def _is_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def register(app: typer.Typer) -> None:
