@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_report import _tree_rss_kb  # noqa: E402  (the same /proc memory sampler for every benchmark)
+from bench_report import process_tree  # noqa: E402  (the same /proc memory sampler for every benchmark)
 
 from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, write_capture  # noqa: E402
 
@@ -143,8 +143,9 @@ def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int,
     peak = 0
     cpu_ticks: dict[int, int] = {}
     while proc.poll() is None:
-        peak = max(peak, _tree_rss_kb(proc.pid))
-        for pid, ticks in _tree_cpu_ticks(proc.pid).items():
+        tree = process_tree(proc.pid)  # one /proc walk gives both: the sum's peak and each pid's CPU
+        peak = max(peak, sum(rss for rss, _ in tree.values()))
+        for pid, (_, ticks) in tree.items():
             cpu_ticks[pid] = max(cpu_ticks.get(pid, 0), ticks)
         time.sleep(0.05)
     wall = time.perf_counter() - t0
@@ -153,27 +154,6 @@ def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int,
     hz = os.sysconf("SC_CLK_TCK")
     others = sum(t for pid, t in cpu_ticks.items() if pid != proc.pid) / hz
     return wall, peak / 1e6, proc.returncode, direct + others
-
-
-def _tree_cpu_ticks(root: int) -> dict[int, int]:
-    """utime + stime (clock ticks) of every process in the tree under `root`, from /proc."""
-    children: dict[int, list[int]] = {}
-    ticks: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-        ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
-    out, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        out[pid] = ticks.get(pid, 0)
-        todo.extend(children.get(pid, []))
-    return out
 
 
 def _events(path: Path) -> int:

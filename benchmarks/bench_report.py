@@ -53,28 +53,32 @@ def make_capture(run_dir: Path) -> Path:
     return path
 
 
-def _tree_rss_kb(root: int) -> int:
-    """Resident memory of a process and all its descendants, from /proc (Linux)."""
+def process_tree(root: int) -> dict[int, tuple[int, int]]:
+    """pid -> (resident kB, utime + stime clock ticks) of `root` and all its descendants, from /proc (Linux)."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    facts: dict[int, tuple[int, int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             status = (entry / "status").read_text()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
         m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
-        rss[int(entry.name)] = int(m.group(1)) if m else 0
-    total, todo = 0, [root]
+        facts[int(entry.name)] = (int(m.group(1)) if m else 0, int(fields[11]) + int(fields[12]))
+    out, todo = {}, [root]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
+        out[pid] = facts.get(pid, (0, 0))
         todo.extend(children.get(pid, []))
-    return total
+    return out
+
+
+def _tree_rss_kb(root: int) -> int:
+    """Resident memory of a process and all its descendants."""
+    return sum(rss for rss, _ in process_tree(root).values())
 
 
 def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int]:
