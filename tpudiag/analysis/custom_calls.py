@@ -11,18 +11,15 @@ The LLO bundles' MXU instruction counts are static (no trip counts), so they are
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
 import pandas as pd
 
+from tpudiag.model.hlo_shapes import operand_shapes, result_shapes, shape_bytes
+
 _COST = re.compile(r'cost_estimate\\?"?\s*:\s*\{(?P<body>[^}]*)\}')
 _FIELD = r'{}\\?"?\s*:\s*(?P<v>[0-9.eE+]+)'
-_SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>\d+(?:,\d+)*)?\]")
-_LAYOUT = re.compile(r"\{[^{}]*\}")
-_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
-          "f64": 8, "s64": 8, "u64": 8}
 
 
 def is_custom_call(category: str, hlo_text: str) -> bool:
@@ -42,30 +39,21 @@ def cost_estimate(hlo_text: str) -> tuple[float, float] | None:
     return float(flops.group("v")), float(nbytes.group("v")) if nbytes else 0.0
 
 
-def _shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
-    return [(m.group("dtype"), tuple(int(d) for d in m.group("dims").split(",")) if m.group("dims") else ())
-            for m in _SHAPE.finditer(text)]
-
-
 def matmul_cost(hlo_text: str) -> tuple[float, float] | None:
     """(flops, bytes) when the custom call's shapes compose as a matmul, else None."""
     if not hlo_text or "=" not in hlo_text or "custom-call(" not in hlo_text:
         return None
-    # Layouts like `{1,0:T(8,128)(2,1)}` hold parentheses that would end the operand list early.
-    text = _LAYOUT.sub("", hlo_text)
-    lhs, rhs = text.split("=", 1)[1].split("custom-call(", 1)
-    results = _shapes(lhs)
-    operands = _shapes(rhs.split(")", 1)[0])
+    results, operands = result_shapes(hlo_text), operand_shapes(hlo_text)
     if len(results) != 1 or len(operands) != 2:
         return None
-    (_, out), (_, a), (_, b) = results[0], operands[0], operands[1]
+    out, a, b = results[0].dims, operands[0].dims, operands[1].dims
     if len(out) != 2 or len(a) != 2 or len(b) != 2:
         return None
     m, n = out
     k = a[1] if a[0] == m else a[0] if a[1] == m else None  # lhs [M,K] or transposed [K,M]
     if k is None or b not in ((k, n), (n, k)):
         return None
-    size = sum(math.prod(d) * _BYTES.get(t, 4) for t, d in (*results, *operands))
+    size = sum(shape_bytes(s) for s in (*results, *operands))
     return 2.0 * m * n * k, float(size)
 
 

@@ -75,6 +75,7 @@ import pandas as pd
 
 from tpudiag.analysis.custom_calls import derive_costs
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.hlo_shapes import Shape, operand_shapes, parse_shapes
 from tpudiag.model.units import fmt_pct
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
 
@@ -82,7 +83,6 @@ CODE = "TPD102"
 NAME = "low-mxu-utilization"
 
 _MATMUL_NAME = re.compile(r"convolution|\bdot\b|dot[._]|matmul|einsum")
-_SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>\d+(?:,\d+)*)?\]")
 
 
 @dataclass(frozen=True)
@@ -101,24 +101,6 @@ class Options:
             raise ValueError(f"target_utilization must be in (0, 1], got {self.target_utilization}")
         if self.max_findings < 1:
             raise ValueError(f"max_findings must be at least 1, got {self.max_findings}")
-
-
-@dataclass(frozen=True)
-class Shape:
-    dtype: str
-    dims: tuple[int, ...]
-
-    def __str__(self) -> str:
-        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
-
-
-def parse_shapes(text: str) -> list[Shape]:
-    """Every array shape written in `text`, in order (dtype and dims only; layouts are ignored)."""
-    out = []
-    for m in _SHAPE.finditer(text or ""):
-        dims = tuple(int(d) for d in m.group("dims").split(",")) if m.group("dims") else ()
-        out.append(Shape(m.group("dtype"), dims))
-    return out
 
 
 def is_matmul(name: str, category: str) -> bool:
@@ -163,27 +145,6 @@ def diagnose(result: list[Shape], operands: list[Shape], mxu: int, intensity: fl
         reasons.append("f32 result (operands not recorded; f32 matmuls run below the bf16 peak)")
         fixes.append("use bf16 operands with `preferred_element_type=jnp.float32` if precision allows")
     return reasons, fixes
-
-
-def operand_shapes(hlo_text: str) -> list[Shape]:
-    """Operand shapes from HLO text `%x = shape opcode(shape %a, shape %b), ...`."""
-    if not hlo_text or "=" not in hlo_text:
-        return []
-    rhs = hlo_text.split("=", 1)[1]
-    m = re.search(r"\b[a-z][\w\-]*\(", rhs)
-    if m is None:
-        return []
-    args = rhs[m.end():]
-    depth, end = 1, len(args)
-    for i, ch in enumerate(args):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                end = i
-                break
-    return parse_shapes(args[:end])
 
 
 def static_mxu_busy(dumps) -> dict[str, float]:

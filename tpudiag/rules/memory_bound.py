@@ -70,22 +70,11 @@ import pandas as pd
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
-from tpudiag.rules.low_mxu_utilization import Shape, is_matmul, operand_shapes, parse_shapes
+from tpudiag.model.hlo_shapes import Shape, dtype_bytes, operand_shapes, parse_shapes, shape_bytes
+from tpudiag.rules.low_mxu_utilization import is_matmul
 
 CODE = "TPD106"
 NAME = "memory-bound"
-
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
-                "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8}
-
-
-def dtype_bytes(dtype: str) -> float:
-    return 1.0 if dtype.startswith("f8") else float(_DTYPE_BYTES.get(dtype, 4))
-
-
-def shape_bytes(s: Shape) -> float:
-    return math.prod(s.dims) * dtype_bytes(s.dtype)
-
 
 @dataclass(frozen=True)
 class Options:

@@ -1,0 +1,78 @@
+"""Array shapes read from HLO instruction text (`%x = bf16[8,128]{1,0} dot(bf16[8,64]{1,0} %a, ...)`).
+
+Dtype and dims only: layouts are skipped, which is also why the operand list is found by matching
+parentheses (a tiled layout such as `{1,0:T(8,128)(2,1)}` holds some). The rules and the custom-call
+cost model read the same shapes this one way; `parsers.layout` reads full shapes with layouts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+_SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>\d+(?:,\d+)*)?\]")
+_OPCODE_CALL = re.compile(r"\b[a-z][\w\-]*\(")
+
+# Bytes per element for the dtypes rules meet; other dtypes count as 4 (f32-sized), f8 variants as 1.
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
+                "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8}
+
+
+@dataclass(frozen=True)
+class Shape:
+    dtype: str
+    dims: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
+
+
+def parse_shapes(text: str) -> list[Shape]:
+    """Every array shape written in `text`, in order (dtype and dims only; layouts are ignored)."""
+    out = []
+    for m in _SHAPE.finditer(text or ""):
+        dims = tuple(int(d) for d in m.group("dims").split(",")) if m.group("dims") else ()
+        out.append(Shape(m.group("dtype"), dims))
+    return out
+
+
+def _split(hlo_text: str) -> tuple[str, str] | None:
+    """(result text, operand list text) of `%x = shape opcode(operands), ...`, or None."""
+    if not hlo_text or "=" not in hlo_text:
+        return None
+    rhs = hlo_text.split("=", 1)[1]
+    m = _OPCODE_CALL.search(rhs)
+    if m is None:
+        return None
+    args = rhs[m.end():]
+    depth, end = 1, len(args)
+    for i, ch in enumerate(args):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                end = i
+                break
+    return rhs[:m.start()], args[:end]
+
+
+def result_shapes(hlo_text: str) -> list[Shape]:
+    """The instruction's result shapes (one, or a tuple's elements)."""
+    parts = _split(hlo_text)
+    return parse_shapes(parts[0]) if parts else []
+
+
+def operand_shapes(hlo_text: str) -> list[Shape]:
+    """Operand shapes from HLO text `%x = shape opcode(shape %a, shape %b), ...`."""
+    parts = _split(hlo_text)
+    return parse_shapes(parts[1]) if parts else []
+
+
+def dtype_bytes(dtype: str) -> float:
+    return 1.0 if dtype.startswith("f8") else float(_DTYPE_BYTES.get(dtype, 4))
+
+
+def shape_bytes(s: Shape) -> float:
+    return math.prod(s.dims) * dtype_bytes(s.dtype)
