@@ -69,7 +69,7 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
     if root.is_file():
         program = load_hlo_text(root)
         if root.name.endswith(HLO_SUFFIX):  # one module picked out of a dump: its side files still apply
-            _attach_side_files(program, root.parent, root.name[: -len(HLO_SUFFIX)], {})
+            _attach_side_files(program, root.parent, root.name[: -len(HLO_SUFFIX)])
         return CompiledDump(path=str(root), programs=[program])
     try:
         entries = sorted(root.iterdir())
@@ -385,12 +385,14 @@ def _int(value, default: int | None = 0):
         return default
 
 
-def _attach_side_files(program: CompiledProgram, root: Path, prefix: str, targets: dict[str, Path]) -> None:
-    """Buffer assignment, memory usage and target of the module `prefix` in dump directory `root`."""
+def _attach_side_files(program: CompiledProgram, root: Path, prefix: str,
+                       targets: dict[str, Path] | None = None) -> None:
+    """Buffer assignment, memory usage and target of the module `prefix` in dump directory `root`
+    (`targets`: the directory's target files by prefix; None lists them, for one file given alone)."""
     _attach(program, root / (prefix + BUFFER_SUFFIX), _set_allocations, "buffer assignment")
     _attach(program, root / (prefix + VALUES_SUFFIX), _parse_total_bytes, "buffer values", limit=4096)
     _attach(program, root / (prefix + USAGE_SUFFIX), _set_memory_spaces, "memory-usage report")
-    if not targets:  # one file given alone: its directory's target files, when there are any
+    if targets is None:
         try:
             targets = {p.name[: -len(TARGET_SUFFIX)]: p for p in root.iterdir() if p.name.endswith(TARGET_SUFFIX)}
         except OSError:
