@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tui.conftest import assert_snapshot, make_app, run, with_findings
+from tests.tui.conftest import assert_snapshot, make_app, run, settle, with_findings
 
 # (keys to press, snapshot name) in order; each journey is one app.
 EXAMPLE_JOURNEYS = {
@@ -31,11 +31,11 @@ def _journey(stops):
         for keys, name in stops:
             if keys:
                 await pilot.press(*keys)
-                await pilot.pause()
+                await settle(pilot)
             try:
                 assert_snapshot(pilot.app, name)
             except AssertionError as exc:
-                failures.append(str(exc).splitlines()[0])
+                failures.append(str(exc))
     return scenario, failures
 
 
@@ -43,22 +43,22 @@ def _journey(stops):
 def test_example_snapshots(example_session, journey):
     scenario, failures = _journey(EXAMPLE_JOURNEYS[journey])
     run(make_app(example_session), scenario)
-    assert not failures, failures
+    assert not failures, "\n\n".join(failures)
 
 
 def test_two_host_snapshots(two_host_session):
     scenario, failures = _journey(TWO_HOST_JOURNEY)
     run(make_app(two_host_session), scenario)
-    assert not failures, failures
+    assert not failures, "\n\n".join(failures)
 
 
 def test_findings_says_rules_not_run(example_session):
     scenario, failures = _journey([(("f",), "findings_rules_not_run")])
     run(make_app(with_findings(example_session, findings=(), rules_run=False)), scenario)
-    assert not failures, failures
+    assert not failures, "\n\n".join(failures)
 
 
 def test_findings_says_no_findings(example_session):
     scenario, failures = _journey([(("f",), "findings_none")])
     run(make_app(with_findings(example_session, findings=(), rules_run=True)), scenario)
-    assert not failures, failures
+    assert not failures, "\n\n".join(failures)
