@@ -21,10 +21,11 @@ and its children, sampled every 50 ms from /proc (see bench_report.py). xprof ru
 of the run directory with `--bypass_cache` (its OpStats cache and CLI cache removed first).
 With `--repeat N` every tool runs N times and the best wall time and the largest peak are kept.
 
-`--host-scaling 1,4,16` instead runs `tpudiag report` on the first 1, 4 and 16 hosts of `pod16`
-(run directories of links to the same files), with `--jobs 1` (one process: the driver is all
-there is) and with the default pool, and prints wall time and peak memory for each count: how
-the cost grows with the number of hosts.
+`--host-scaling 1,4,16,64` instead runs `tpudiag report` on 1, 4, 16 and 64 hosts of `pod16`
+(run directories of links to its files; past 16 the files are linked again under other names),
+with `--jobs 1` (one process: the driver is all there is) and with the default pool, and prints
+wall time, peak memory over the process tree and the driver's own peak for each count: how the
+cost grows with the number of hosts.
 
 Usage: python benchmarks/bench_realistic.py [--only train,infer,pod16] [--skip-xprof] [--repeat N]
        [--tpudiag-args "--jobs 1"] [--host-scaling 1,4,16]
@@ -128,8 +129,9 @@ def infer_design(hostname: str, n_chips: int, n_steps: int) -> CaptureDesign:
                          step_gap_ps=150 * US)  # the host prepares the next request: the chip is idle
 
 
-def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int, float]:
-    """(wall s, peak RSS GB over the process tree, exit code, CPU s of the process tree).
+def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int, float, float]:
+    """(wall s, peak RSS GB over the process tree, exit code, CPU s of the process tree, peak RSS GB
+    of the command's own process: the driver, which gathers every host's results).
 
     On a shared machine the wall time moves with the other users' load; the CPU time (user +
     system) much less, so both are printed. Pool workers are grandchildren (a forkserver's), so
@@ -140,11 +142,12 @@ def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int,
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, **(env or {})})
-    peak = 0
+    peak = driver = 0
     cpu_ticks: dict[int, int] = {}
     while proc.poll() is None:
         tree = process_tree(proc.pid)  # one /proc walk gives both: the sum's peak and each pid's CPU
         peak = max(peak, sum(rss for rss, _ in tree.values()))
+        driver = max(driver, tree.get(proc.pid, (0, 0))[0])
         for pid, (_, ticks) in tree.items():
             cpu_ticks[pid] = max(cpu_ticks.get(pid, 0), ticks)
         time.sleep(0.05)
@@ -153,7 +156,7 @@ def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int,
     direct = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     hz = os.sysconf("SC_CLK_TCK")
     others = sum(t for pid, t in cpu_ticks.items() if pid != proc.pid) / hz
-    return wall, peak / 1e6, proc.returncode, direct + others
+    return wall, peak / 1e6, proc.returncode, direct + others, driver / 1e6
 
 
 def _events(path: Path) -> int:
@@ -202,7 +205,9 @@ def _xprof(run_dir: Path, bindir: Path) -> tuple[float, float, int, float]:
 
 
 def host_scaling(counts: list[int], repeat: int) -> dict:
-    """Wall time and peak memory of `tpudiag report` on the first N hosts of `pod16`, per N."""
+    """Wall time and peak memory of `tpudiag report` on N hosts of `pod16`, per N. Past 16 the same
+    files are linked again under other names (their hostnames repeat, so the report renames them):
+    as many hosts as asked, each of 244 k events."""
     files = sorted(CAPTURES["pod16"]().glob("*.xplane.pb"))
     env = {"PYTHONPATH": str(ROOT)}
     out = {"loadavg_before": os.getloadavg()[0]}
@@ -210,14 +215,17 @@ def host_scaling(counts: list[int], repeat: int) -> dict:
         run_dir = OUT / "pod16_subsets" / str(n) / "plugins" / "profile" / "run"
         shutil.rmtree(run_dir.parent.parent.parent, ignore_errors=True)
         run_dir.mkdir(parents=True)
-        for f in files[:n]:
-            (run_dir / f.name).symlink_to(f)
+        for i in range(n):
+            f = files[i % len(files)]
+            copy = i // len(files)
+            (run_dir / (f.name if not copy else f"{f.name.removesuffix('.xplane.pb')}-{copy}.xplane.pb")).symlink_to(f)
         row = {}
         for label, extra in (("jobs1", ["--jobs", "1"]), ("default_jobs", [])):
             cmd = [sys.executable, "-m", "tpudiag", "report", "--format", "json", *extra, str(run_dir)]
             runs = [measure(cmd, env) for _ in range(repeat)]
             row[label] = {"wall_s": round(min(r[0] for r in runs), 2), "cpu_s": round(min(r[3] for r in runs), 2),
-                          "peak_rss_gb": round(max(r[1] for r in runs), 2), "exit": runs[-1][2]}
+                          "peak_rss_gb": round(max(r[1] for r in runs), 2),
+                          "driver_peak_rss_gb": round(max(r[4] for r in runs), 2), "exit": runs[-1][2]}
         out[f"{n}_hosts"] = row
         print(json.dumps({f"{n}_hosts": row}), file=sys.stderr)
     out["loadavg_after"] = os.getloadavg()[0]
@@ -248,7 +256,8 @@ def main() -> None:
                str(target)]
         runs = [measure(cmd, env) for _ in range(args.repeat)]
         row["tpudiag"] = {"wall_s": round(min(r[0] for r in runs), 2), "cpu_s": round(min(r[3] for r in runs), 2),
-                          "peak_rss_gb": round(max(r[1] for r in runs), 2), "exit": runs[-1][2],
+                          "peak_rss_gb": round(max(r[1] for r in runs), 2),
+                          "driver_peak_rss_gb": round(max(r[4] for r in runs), 2), "exit": runs[-1][2],
                           "all_wall_s": [round(r[0], 2) for r in runs]}
         if not args.skip_xprof:
             xruns = [_xprof(run_dir, bindir) for _ in range(args.repeat)]

@@ -16,6 +16,7 @@ Warnings are collected once, here, so every command shows the same ones for the 
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -227,16 +228,21 @@ def _stage(progress: Callable[[str], None] | None, i: int) -> None:
 
 def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None, jobs: int | None,
                     progress: Callable[[str], None] | None, scheduler=None) -> Diagnosis:
+    from tpudiag.analysis.host_digest import parse_and_digest
     from tpudiag.parsers.capture import find_capture, load_capture
     from tpudiag.parsers.hlo_proto import capture_hlo_inputs
     from tpudiag.rules import run_rules
+    from tpudiag.rules.exposed_collective import window_thresholds
 
     find_capture(path)  # fail fast with the precise input error, before parsing any dump
     loaded = load_dumps(dumps)
+    thresholds = window_thresholds(rules_config)
     _stage(progress, 0)
-    profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler)
+    # Each host is digested where it is parsed: the driver holds digests, not every host's events.
+    profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler,
+                           per_host=functools.partial(parse_and_digest, thresholds=thresholds))
     _stage(progress, 1)
-    analysis = analyze(profile)
+    analysis = analyze(profile, thresholds)
     hosts = profile.hosts
     trace_chip = hosts[0].device.chip if hosts else None
     compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=trace_chip or chip)
@@ -277,7 +283,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         chip = chip_of(output)
         static = build_static_report(output, clock_ghz=clock_ghz)
         _stage(progress, 1)
-        analysis = _modelled_analysis(output, path, clock_ghz)
+        analysis = _modelled_analysis(output, path, clock_ghz, rules_config)
         join = _join(analysis, compiled, chip)
         analysis.join = join
     compiled = replace(compiled, chip=chip)
@@ -299,10 +305,11 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
                      static=static)
 
 
-def _modelled_analysis(output, path: Path, clock_ghz: float | None) -> Analysis:
+def _modelled_analysis(output, path: Path, clock_ghz: float | None, rules_config) -> Analysis:
     """The compiled program on a modelled timeline (`tpudiag simulate`), analysed like a capture."""
     from tpudiag.compiler.simulate import simulate
     from tpudiag.parsers.capture import load_capture
+    from tpudiag.rules.exposed_collective import window_thresholds
 
     with tempfile.TemporaryDirectory(prefix="tpudiag-static-") as tmp:
         simulate(output, Path(tmp), clock_ghz=clock_ghz, roofline_without_clock=True)
@@ -311,7 +318,7 @@ def _modelled_analysis(output, path: Path, clock_ghz: float | None) -> Analysis:
     for host in profile.hosts:
         host.path = str(path)
     profile.modelled = True
-    return analyze(profile)
+    return analyze(profile, window_thresholds(rules_config))
 
 
 def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, warnings) -> Report:

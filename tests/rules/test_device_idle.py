@@ -48,14 +48,14 @@ def test_each_cause_gets_its_fix(tmp_path: Path, span, cause):
     assert host_cause(span) == cause and f.fix == FIXES[cause]
     assert f.severity == Severity.HIGH
     assert f.saving.ps == pytest.approx(1500 * US, rel=0.05)
-    (h,) = host_idle(idle_tables(a))
+    (h,) = host_idle(idle_tables(a.digests))
     assert h.causes_ps[cause] == pytest.approx(1350 * US, rel=0.01)
     assert h.causes_ps["unexplained"] == pytest.approx(150 * US, rel=0.01)
 
 
 def test_idle_plus_busy_is_the_period(tmp_path: Path):
     a = sc.analyse(sc.idle_training(700 * US, "TransferFromDevice"), tmp_path)
-    t = idle_tables(a).steps
+    t = idle_tables(a.digests).steps
     busy = a.steps.set_index(["core", "step"])["busy_ps"]
     for r in t.itertuples():
         assert r.idle_ps + busy[(r.core, r.step)] == r.period_ps

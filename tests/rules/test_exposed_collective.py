@@ -17,7 +17,8 @@ from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
 from tpudiag.model.findings import Severity
 from tpudiag.rules import RulesConfig, run_rules
-from tpudiag.rules.exposed_collective import ASYNC_FLAGS, Options, collective_windows
+from tpudiag.analysis.collective_windows import collective_windows
+from tpudiag.rules.exposed_collective import ASYNC_FLAGS, Options
 
 US = sc.US
 
@@ -189,7 +190,7 @@ def test_nesting_facts_per_device():
     """Containers have a deeper next event on their device; anything under a collective is inside it."""
     import numpy as np
 
-    from tpudiag.rules.exposed_collective import nesting_facts
+    from tpudiag.analysis.collective_windows import nesting_facts
 
     # device 0: while(0) > [fusion(1), all-reduce(1) > fusion(2)]; device 1: a lone fusion at depth 0
     dev = np.array([0, 0, 0, 0, 1])

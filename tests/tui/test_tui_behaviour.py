@@ -288,3 +288,27 @@ def test_regression_a_multi_host_capture_loads_inside_the_app(tmp_path, monkeypa
         await wait_loaded(pilot, tries=400)
         assert pilot.app.session.report.summary.hosts == ("host0", "host1")
     run(app, scenario)
+
+
+def test_timeline_of_a_host_file_gone_since_loading_says_so(tmp_path, monkeypatch):
+    """A multi-host capture keeps no events: the timeline re-reads each host's file. A file removed
+    since loading is an error line on the timeline, not a crash."""
+    from tests.tui.conftest import _two_host_design
+    from tpudiag.tui.session import load_session
+    from tpudiag.writers.tpu_design import write_capture
+
+    run_dir = tmp_path / "logdir" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    write_capture(_two_host_design("host0", 0, None), run_dir)
+    write_capture(_two_host_design("host1", 2, 3), run_dir)
+    monkeypatch.chdir(tmp_path)
+    session = load_session(tmp_path / "logdir")
+    assert all(h.events is None for h in session.analysis.profile.hosts)
+    (run_dir / "host1.xplane.pb").unlink()
+
+    async def scenario(pilot):
+        await press(pilot, "t")
+        text = " ".join(screen_text(pilot.app).split())  # the error line wraps
+        assert "error: cannot read the host again for its timeline" in text and "no such file" in text
+        await press(pilot, "right_square_bracket", "h")  # no timeline to step through; the app goes on
+        assert pilot.app.current_view == "hosts"
+    run(make_app(session), scenario)

@@ -338,8 +338,8 @@ def _per_step_op_times(analysis: Analysis, ops: pd.DataFrame) -> pd.DataFrame:
     steps = _steps(analysis)
     frames = []
     for host in analysis.profile.hosts:
-        ev = host.events
-        if ev.empty or "step" not in ev.columns:
+        ev = analysis.digests[host.host].op_step_sums  # summed over the host's cores
+        if ev.empty:
             continue
         inside = ev[ev["step"] >= 0]
         g = (inside.groupby(["program_id", "name", "step"], observed=True)["self_ps"].sum().reset_index())

@@ -171,10 +171,10 @@ def op_detail(analysis: Analysis, report: Report, op: OpRow) -> OpDetail:
         if not m.empty:
             hlo_text = str(m["hlo_text"].iloc[0] or "")
             tf_op = str(m["tf_op"].iloc[0] or "")
-        ev = host.events
+        ev = analysis.digests[host.host].op_cores
         mine = ev[(ev["program_id"] == op.program_id) & (ev["name"] == op.name)]
         if not mine.empty:
-            g = mine.groupby("device", observed=True).agg(n=("dur_ps", "size"), self_ps=("self_ps", "sum"))
+            g = mine.groupby("device", observed=True).agg(n=("n", "sum"), self_ps=("self_ps", "sum"))
             per_core = [CoreCount(str(d), int(r.n), int(r.self_ps)) for d, r in g.iterrows()]
     return OpDetail(op=op, hlo_text=hlo_text, tf_op=tf_op, padding=op_padding(op),
                     spills=spills(op), per_core=tuple(per_core), findings=findings_citing(report, op),

@@ -50,17 +50,17 @@ def op_time_per_step(analysis: Analysis) -> pd.DataFrame:
     it is largest; ops outside every step are left out."""
     parts = []
     for host in analysis.profile.hosts:
-        ev = host.events
-        inside = ev[ev["step"] >= 0]
+        digest = analysis.digests[host.host]
+        worst = digest.op_step_worst  # per step and op name: the worst core's self time
+        inside = worst[worst["step"] >= 0]
         n_steps = inside["step"].nunique()
         if inside.empty or not n_steps:
             continue
-        per = inside.groupby(["name", "step", "core"], observed=True)["self_ps"].sum()
-        worst = per.groupby(level=["name", "step"], observed=True).max()
-        mean = worst.groupby(level="name", observed=True).sum() / n_steps
-        cats = inside.groupby("name", observed=True)["category"].first()
-        parts.append(pd.DataFrame({"host": host.host, "name": mean.index.astype(str),
-                                   "category": cats.reindex(mean.index).astype(str).to_numpy(),
+        mean = inside.groupby("name", observed=True)["self_ps"].sum() / n_steps
+        names = mean.index.astype(str)
+        cats = digest.ops.groupby("name", sort=False)["category"].first()
+        parts.append(pd.DataFrame({"host": host.host, "name": names,
+                                   "category": cats.reindex(names).fillna("").astype(str).to_numpy(),
                                    "self_ps": mean.to_numpy(dtype=np.float64)}))
     if not parts:
         return pd.DataFrame({"host": [], "name": [], "category": [], "self_ps": []})

@@ -16,14 +16,14 @@ gap's time is attributed once, in that order of precedence; time no host span co
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from tpudiag.model.intervals import covered, merge
-from tpudiag.analysis.profile_analysis import Analysis
-from tpudiag.model.profile import HostTrace
+from tpudiag.model.profile import HostDigest, HostTrace
 
 # Causes in order of precedence: a gap covered by a compile span and a dispatch span is compilation.
 CAUSES = ("compilation", "synchronisation", "input", "host-bound")
@@ -122,22 +122,21 @@ def _attribute(gs: np.ndarray, ge: np.ndarray, host: HostTrace) -> dict[str, np.
     return out
 
 
-def idle_tables(analysis: Analysis) -> IdleTables:
+_GAP_COLUMNS = ["host", "core", "step", "start_ps", "end_ps", "idle_ps", "between_ps", *_CAUSE_COLS]
+_STEP_COLUMNS = ["host", "core", "step", "period_ps", "io_ps", "idle_ps", "between_ps", *_CAUSE_COLS]
+
+
+def host_idle_tables(host: HostTrace, steps: pd.DataFrame, executions: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(gaps, steps) of `IdleTables` for one host, from its events and its steps table."""
     gap_parts, step_parts = [], []
-    executions = False
-    for host in analysis.profile.hosts:
-        steps = analysis.steps[analysis.steps["host"] == host.host]
-        if steps.empty:
-            continue
-        is_exec = analysis.step_sources[host.host].kind == "XLA Modules"
-        executions |= is_exec
-        ev = host.events
+    ev = host.events
+    if not steps.empty and ev is not None:
         sparse_cat = np.array(["SparseCore" in str(d) for d in ev["device"].cat.categories], dtype=bool)
         top = (ev["depth"].to_numpy() == 0) & ~sparse_cat[ev["device"].cat.codes.to_numpy()]
         core_arr = ev["core"].to_numpy()
         start = ev["start_ps"].to_numpy()
         end = start + ev["dur_ps"].to_numpy()
-        for core, w in _windows(steps, is_exec).groupby("core", sort=True):
+        for core, w in _windows(steps, executions).groupby("core", sort=True):
             on = top & (core_arr == core)
             bs, be = merge(start[on], end[on])
             ws, we = w["start_ps"].to_numpy(), w["end_ps"].to_numpy()
@@ -154,14 +153,28 @@ def idle_tables(analysis: Analysis) -> IdleTables:
                                   "period_ps": we - ws, "io_ps": w["io_ps"].to_numpy()})
             frame = frame.merge(per, left_on="step", right_index=True, how="left").fillna(0)
             step_parts.append(frame)
-    cols = ["idle_ps", "between_ps", *_CAUSE_COLS]
-    gaps = pd.concat(gap_parts, ignore_index=True) if gap_parts else pd.DataFrame(
-        columns=["host", "core", "step", "start_ps", "end_ps", *cols])
-    steps = pd.concat(step_parts, ignore_index=True) if step_parts else pd.DataFrame(
-        columns=["host", "core", "step", "period_ps", "io_ps", *cols])
-    for c in ("period_ps", "io_ps", *cols):
-        steps[c] = steps[c].astype(np.int64)
-    return IdleTables(gaps=gaps, steps=steps, executions=executions)
+    return _concat(gap_parts, _GAP_COLUMNS), _concat(step_parts, _STEP_COLUMNS)
+
+
+def _concat(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in columns})
+    for c in columns:
+        if c not in ("host", "core", "step"):
+            out[c] = out[c].astype(np.int64)
+    return out[columns]
+
+
+def idle_tables(digests: Mapping[str, HostDigest]) -> IdleTables:
+    """Every host's idle gaps and per-step idle, from the hosts' digests (`Analysis.digests`)."""
+    gaps, steps = [], []
+    executions = False
+    for host, digest in digests.items():
+        if digest.steps.empty:
+            continue
+        executions |= digest.executions
+        gaps.append(digest.idle_gaps.assign(host=host))
+        steps.append(digest.idle_steps.assign(host=host))
+    return IdleTables(gaps=_concat(gaps, _GAP_COLUMNS), steps=_concat(steps, _STEP_COLUMNS), executions=executions)
 
 
 @dataclass(frozen=True)

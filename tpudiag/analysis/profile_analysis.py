@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from tpudiag.analysis.ops import aggregate_ops
-from tpudiag.analysis.steps import StepSource, build_steps
+from tpudiag.analysis.host_digest import digest_host
 from tpudiag.model import schemas
 from tpudiag.model.findings import Finding
-from tpudiag.model.profile import Profile
+from tpudiag.model.profile import CollectiveDigest, HostDigest, Profile, StepSource, WindowThresholds
 from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, OpRow, Report,
                                   RuleSkip, Summary)
 
@@ -25,6 +24,7 @@ class Analysis:
     """Tables derived from a profile; the input of rules and of the report builder."""
 
     profile: Profile
+    digests: dict[str, HostDigest]  # per host: what its events reduce to (`analysis.host_digest`)
     steps: pd.DataFrame  # schemas.STEPS, every host
     ops: pd.DataFrame  # schemas.OPS, every host
     step_sources: dict[str, StepSource]
@@ -37,34 +37,70 @@ class Analysis:
     def platform(self) -> str:
         return self.profile.hosts[0].device.platform
 
+    @property
+    def n_events(self) -> int:
+        return sum(d.n_events for d in self.digests.values())
 
-def _core_spans(events: pd.DataFrame, steps: pd.DataFrame) -> int:
-    """Sum over cores of (last end - first start) over op events and step markers."""
-    if events.empty:
-        return 0
-    ends = events["start_ps"] + events["dur_ps"]
-    frame = pd.DataFrame({"core": events["core"], "s": events["start_ps"], "e": ends})
-    if not steps.empty:
-        frame = pd.concat([frame, pd.DataFrame({"core": steps["core"], "s": steps["start_ps"],
-                                                "e": steps["start_ps"] + steps["dur_ps"]})])
-    g = frame.groupby("core")
-    return int((g["e"].max() - g["s"].min()).sum())
+    def op_table(self, table: str) -> pd.DataFrame:
+        """A digest table of every host, stacked: "op_cores", "op_step_sums" or "op_step_worst"
+        (`HostDigest`; schemas of the same names in `tpudiag.model.schemas`)."""
+        schema = _OP_TABLES[table]
+        return _stacked([getattr(d, table) for d in self.digests.values()], self.digests, schema)
+
+    def collectives(self, thresholds: WindowThresholds) -> CollectiveDigest:
+        """Every host's `CollectiveDigest`, stacked, classed with `thresholds`: from the digests
+        when they were classed so, else again from the events (a host without them is an error)."""
+        for host in self.profile.hosts:
+            if self.digests[host.host].thresholds != thresholds:
+                self.digests[host.host] = _digest(host, thresholds)
+        parts = [d.collectives for d in self.digests.values()]
+        return CollectiveDigest(*(_stacked([getattr(p, f) for p in parts], self.digests, schema)
+                                  for f, schema in (("steps", schemas.COLLECTIVE_STEPS),
+                                                    ("op_steps", schemas.COLLECTIVE_OP_STEPS),
+                                                    ("ops", schemas.COLLECTIVE_OPS))))
 
 
-def analyze(profile: Profile) -> Analysis:
-    steps, ops, sources, spans = [], [], {}, {}
-    for host in profile.hosts:
-        host_steps, source = build_steps(host)
-        steps.append(host_steps)
-        ops.append(aggregate_ops(host))
-        sources[host.host] = source
-        spans[host.host] = _core_spans(host.events, host_steps)
-    steps_df = pd.concat(steps, ignore_index=True) if steps else schemas.STEPS.empty()
-    ops_df = pd.concat(ops, ignore_index=True) if ops else schemas.OPS.empty()
+_OP_TABLES = {"op_cores": schemas.OP_CORES, "op_step_sums": schemas.OP_STEP_SUMS,
+              "op_step_worst": schemas.OP_STEP_WORST}
+
+
+def _digest(host, thresholds: WindowThresholds | None):
+    if host.events is None:
+        raise ValueError(f"host {host.host}: digested with other collective-window thresholds and its events "
+                         "are gone; pass the thresholds to `analyze` (or `load_capture`'s task)")
+    host.digest = digest_host(host, thresholds)
+    return host.digest
+
+
+def _stacked(frames: list[pd.DataFrame], digests: dict[str, HostDigest], schema) -> pd.DataFrame:
+    """Per-host tables of one schema stacked, each host's `host` column set to its (final) name:
+    hosts renamed after parsing (a duplicate hostname) keep their digest as it was made."""
+    parts = [f.assign(host=name) for f, name in zip(frames, digests) if len(f)]
+    if not parts:
+        return schema.empty()
+    out = pd.concat(parts, ignore_index=True)
     # concat of categoricals with different categories falls back to object: restore the schema.
-    steps_df = schemas.STEPS.frame({c: steps_df[c].to_numpy() for c in schemas.STEPS.names})
-    ops_df = schemas.OPS.frame({c: ops_df[c].to_numpy() for c in schemas.OPS.names})
-    return Analysis(profile, steps_df, ops_df, sources, spans)
+    return schema.frame({c: out[c].to_numpy() for c in schema.names})
+
+
+def analyze(profile: Profile, thresholds: WindowThresholds | None = None) -> Analysis:
+    """The analysis of every host, from their digests (made here for hosts that come without one).
+
+    `thresholds` class collective windows (the exposed-collective rule's); a host digested with
+    others is digested again, which needs its events.
+    """
+    thresholds = thresholds or WindowThresholds()
+    digests = {}
+    for host in profile.hosts:
+        digest = host.digest
+        if digest is None or digest.thresholds != thresholds:
+            digest = _digest(host, thresholds)
+        digests[host.host] = digest
+    return Analysis(profile, digests,
+                    steps=_stacked([d.steps for d in digests.values()], digests, schemas.STEPS),
+                    ops=_stacked([d.ops for d in digests.values()], digests, schemas.OPS),
+                    step_sources={h: d.step_source for h, d in digests.items()},
+                    core_time_ps={h: d.core_span_ps for h, d in digests.items()})
 
 
 def _distribution(values: np.ndarray) -> Distribution | None:
@@ -113,7 +149,7 @@ def _host_summaries(analysis: Analysis) -> list[HostSummary]:
             slowest = str(hs.groupby("device", observed=True)["dur_ps"].mean().idxmax())
         numbers = per_host.loc[per_host["host"] == host.host, "step"].to_numpy()
         out.append(HostSummary(host=host.host, path=host.path, device_type=host.device.device_type,
-                               n_chips=host.device.n_chips, n_cores=host.device.n_cores, n_events=len(host.events),
+                               n_chips=host.device.n_chips, n_cores=host.device.n_cores, n_events=analysis.digests[host.host].n_events,
                                step_time=_distribution(times), breakdown=_breakdown(hs), slowest_core=slowest,
                                step_numbers=tuple(int(n) for n in numbers),
                                step_times_ps=tuple(int(t) for t in times)))

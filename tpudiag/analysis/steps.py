@@ -8,21 +8,13 @@ inside the step, so busy + idle = step duration exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model import schemas
 from tpudiag.model.hlo_names import IO_CATEGORIES, collective_family
-from tpudiag.model.profile import HostTrace
-
-
-@dataclass(frozen=True)
-class StepSource:
-    kind: str  # "Steps line", "XLA Modules" or "none"
-    module: str = ""  # for "XLA Modules": the module whose executions are the steps
+from tpudiag.model.profile import HostTrace, StepSource
 
 
 def step_markers(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:

@@ -14,6 +14,7 @@ resolution-dependent step, and it is pure, so the TUI draws cells and computes n
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +22,10 @@ import pandas as pd
 
 from tpudiag.model.intervals import covered, merge
 from tpudiag.analysis.profile_analysis import Analysis
+from tpudiag.errors import InputError
 from tpudiag.model.hlo_names import collective_family, is_io
+from tpudiag.model.profile import HostFailure, HostTrace
+from tpudiag.parsers.capture import as_location, parse_file_or_failure
 
 COMPUTE, COLLECTIVE, IO, IDLE, OUTSIDE = "compute", "collective", "io", "idle", ""
 KINDS = (COMPUTE, COLLECTIVE, IO, IDLE)
@@ -109,11 +113,36 @@ def step_timeline(analysis: Analysis, step: int | None = None) -> StepTimeline |
     lanes = []
     for host in analysis.profile.hosts:
         host_rows = rows[rows["host"] == host.host].sort_values("core", kind="stable")
+        if host_rows.empty:
+            continue
+        events, windows = _events_of(host)
         for r in host_rows.itertuples(index=False):
-            lanes.append(_lane(host.events, host.async_windows, r))
+            lanes.append(_lane(events, windows, r))
     lanes.sort(key=lambda lane: (host_order[lane.host], lane.core))
     return StepTimeline(step=step, steps=steps, lanes=tuple(lanes),
                         span_ps=max((lane.dur_ps for lane in lanes), default=0))
+
+
+# Hosts of a multi-host capture come without events (their digests hold what the analysis
+# needs); the timeline re-reads a host's file when it draws that host, keeping the last few.
+_REREAD_CACHE_HOSTS = 4
+_reread: OrderedDict[str, tuple[pd.DataFrame, pd.DataFrame]] = OrderedDict()
+
+
+def _events_of(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(events, async windows) of `host`, read again from its file when they were dropped."""
+    if not host.events_dropped:
+        return host.events, host.async_windows
+    where = host.source or host.path
+    if where not in _reread:
+        parsed = parse_file_or_failure(as_location(where))
+        if isinstance(parsed, HostFailure):
+            raise InputError(f"cannot read the host again for its timeline: {parsed.message}")
+        _reread[where] = (parsed.events, parsed.async_windows)
+        while len(_reread) > _REREAD_CACHE_HOSTS:
+            _reread.popitem(last=False)
+    _reread.move_to_end(where)
+    return _reread[where]
 
 
 def _kind(name: str, category: str) -> str:

@@ -28,6 +28,58 @@ class DeviceInfo:
         return None
 
 
+@dataclass(frozen=True)
+class StepSource:
+    kind: str  # "Steps line", "XLA Modules" or "none"
+    module: str = ""  # for "XLA Modules": the module whose executions are the steps
+
+
+@dataclass(frozen=True)
+class WindowThresholds:
+    """Covered fractions that class a collective window hidden (at or above) or exposed (at or below)."""
+
+    hidden: float = 0.9
+    exposed: float = 0.1
+
+
+@dataclass(frozen=True)
+class CollectiveDigest:
+    """A host's collective windows (`analysis.collective_windows`), folded three ways; tables
+    follow `tpudiag.model.schemas`."""
+
+    steps: pd.DataFrame  # COLLECTIVE_STEPS: exposed time per (core, step, kind, family)
+    op_steps: pd.DataFrame  # COLLECTIVE_OP_STEPS: exposed time per (step, kind, op) on the worst core
+    ops: pd.DataFrame  # COLLECTIVE_OPS: counts per class and summed times per op
+
+    @property
+    def empty(self) -> bool:
+        return self.ops.empty
+
+
+@dataclass
+class HostDigest:
+    """What the analysis and the rules need from one host's events, a small fraction of their size.
+
+    Computed where the host is parsed (a pool process or a Dask worker), so the driver keeps one
+    digest per host instead of every host's events: its memory grows with the largest host, not
+    with the number of hosts. Tables follow `tpudiag.model.schemas`.
+    """
+
+    steps: pd.DataFrame  # STEPS
+    step_source: StepSource
+    ops: pd.DataFrame  # OPS
+    core_span_ps: int  # sum over cores of (last end - first start)
+    n_events: int
+    op_cores: pd.DataFrame  # OP_CORES: count and self time per (core, op)
+    op_step_sums: pd.DataFrame  # OP_STEP_SUMS: self time per (step, program, op), summed over cores
+    op_step_worst: pd.DataFrame  # OP_STEP_WORST: self time per (step, op name) on the worst core
+    collectives: CollectiveDigest  # classed with `thresholds`
+    thresholds: WindowThresholds
+    idle_gaps: pd.DataFrame  # analysis.idle: one row per idle interval
+    idle_steps: pd.DataFrame  # analysis.idle: per (core, step) period, idle and causes
+    executions: bool  # the steps are module executions (no Steps line)
+
+
 @dataclass
 class HostTrace:
     """One host's capture, parsed. Tables follow `tpudiag.model.schemas`."""
@@ -35,18 +87,23 @@ class HostTrace:
     host: str
     path: str
     device: DeviceInfo
-    events: pd.DataFrame
+    events: pd.DataFrame | None  # None once digested away from the driver (`digest` holds what is needed)
     op_metadata: pd.DataFrame
     step_markers: pd.DataFrame  # columns: device, core, step, start_ps, dur_ps
     modules: pd.DataFrame
     async_windows: pd.DataFrame
-    hlo_protos: dict[int, bytes] = field(default_factory=dict)
-    programs: dict | None = None  # the hlo_protos parsed, on first use (parsers.hlo_proto.host_programs)
+    hlo_protos: dict[int, bytes] = field(default_factory=dict)  # hosts of one run share equal ones
     warnings: list[str] = field(default_factory=list)
     host_threads: int = 0
     modelled: bool = False  # device planes carry `tpudiag_modelled` (written by `tpudiag simulate`)
     # `/host:CPU` TraceMe events (schemas.HOST_EVENTS) on the device time origin; None: no host plane
     host_events: pd.DataFrame | None = None
+    digest: HostDigest | None = None  # set by `analysis.host_digest`; events may then be dropped
+    source: str = ""  # where to read the file again (absolute path or URL); `path` is as the user gave it
+
+    @property
+    def events_dropped(self) -> bool:
+        return self.events is None
 
 
 @dataclass(frozen=True)

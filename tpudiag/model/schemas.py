@@ -173,3 +173,67 @@ HOST_EVENTS = TableSchema("host_events", (
     Column("start_ps", "int64", "start in ps on the device planes' time origin"),
     Column("dur_ps", "int64", "duration in ps"),
 ))
+
+# A host's digest (`model.profile.HostDigest`): per-event facts reduced where the host is parsed.
+# Per-step tables are reduced over the host's cores (its worst core, or the sum), so they hold
+# steps x ops rows, not cores x steps x ops.
+
+OP_CORES = TableSchema("op_cores", (
+    Column("host", "category", "host"),
+    Column("device", "category", "plane name"),
+    Column("core", "int32", "core index"),
+    Column("program_id", "uint64", "program id"),
+    Column("name", "category", "HLO instruction name"),
+    Column("n", "int64", "events of this op on this core"),
+    Column("self_ps", "int64", "their summed self time"),
+))
+
+OP_STEP_SUMS = TableSchema("op_step_sums", (
+    Column("host", "category", "host"),
+    Column("step", "int64", "step number; -1 for events outside every step"),
+    Column("program_id", "uint64", "program id"),
+    Column("name", "category", "HLO instruction name"),
+    Column("self_ps", "int64", "self time in that step, summed over the host's cores"),
+))
+
+OP_STEP_WORST = TableSchema("op_step_worst", (
+    Column("host", "category", "host"),
+    Column("step", "int64", "step number; -1 for events outside every step (the whole capture without steps)"),
+    Column("name", "category", "HLO instruction name (every program's op of that name together)"),
+    Column("self_ps", "int64", "self time in that step on the host's core where it is largest"),
+))
+
+COLLECTIVE_STEPS = TableSchema("collective_steps", (
+    Column("host", "category", "host"),
+    Column("device", "category", "plane name"),
+    Column("core", "int32", "core index"),
+    Column("step", "int64", "step the windows start in; -1 outside every step"),
+    Column("kind", "category", "'async' (start to done) or 'sync'"),
+    Column("family", "category", "collective family"),
+    Column("exposed_ps", "int64", "exposed time of the family's windows on this core in this step"),
+))
+
+COLLECTIVE_OP_STEPS = TableSchema("collective_op_steps", (
+    Column("host", "category", "host"),
+    Column("step", "int64", "step the windows start in; -1 outside every step"),
+    Column("kind", "category", "'async' or 'sync'"),
+    Column("name", "category", "collective op name (an async start op, or a synchronous collective)"),
+    Column("exposed_ps", "int64", "its exposed time in that step on the host's core where it is largest"),
+))
+
+COLLECTIVE_OPS = TableSchema("collective_ops", (
+    Column("host", "category", "host"),
+    Column("kind", "category", "'async' or 'sync'"),
+    Column("family", "category", "collective family"),
+    Column("name", "category", "collective op name"),
+    Column("source", "category", "'Async XLA Ops' line, 'start/done pair' or 'XLA Ops'"),
+    Column("double_suffix", "bool", "the name has a double numeric suffix (`all-gather-start.1.0`)"),
+    Column("n", "int64", "windows, every core and step"),
+    Column("n_hidden", "int64", "windows covered at least the hidden threshold"),
+    Column("n_partial", "int64", "windows between the thresholds"),
+    Column("n_exposed", "int64", "windows covered at most the exposed threshold"),
+    Column("n_adjacent", "int64", "not-hidden windows with no compute op starting inside"),
+    Column("span_ps", "int64", "summed window spans"),
+    Column("covered_ps", "int64", "summed time covered by compute on the same core"),
+    Column("exposed_ps", "int64", "span minus covered"),
+))

@@ -7,6 +7,7 @@ host file is reported and the others are analysed; only when no host can be read
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -266,9 +267,11 @@ def _parse_planes_in_parallel(path: Path | HostUrl, data: bytes, jobs: int) -> H
     return assemble_host(name, path, platform, refs, parts, aux, origin)
 
 
-def _parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace | HostFailure:
+def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
+                          keep_events: bool = True) -> HostTrace | HostFailure:
     """The worker boundary (a pool process or a Dask task): any project error becomes this host's
-    failure, so the others go on."""
+    failure, so the others go on. `keep_events` is for tasks that reduce a host where it is parsed
+    (`load_capture`'s `per_host`); the parsed host always has its events."""
     try:
         return _parse_file(path, plane_jobs)
     except TpudiagError as exc:
@@ -277,7 +280,7 @@ def _parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1) -> HostTra
         return HostFailure(str(path), exc.one_line())
 
 
-def _map_on_dask(files: tuple, scheduler) -> list[HostTrace | HostFailure]:
+def _map_on_dask(task: HostTask, files: tuple, keep_events: bool, scheduler) -> list[HostTrace | HostFailure]:
     """Parse every host file as one task on a Dask distributed cluster.
 
     `scheduler` is an address (`tcp://host:8786`) or a `distributed.Client`. Only the file names go
@@ -295,42 +298,56 @@ def _map_on_dask(files: tuple, scheduler) -> list[HostTrace | HostFailure]:
     except (OSError, ValueError, TimeoutError) as exc:
         raise UsageError(f"cannot reach the Dask scheduler at `{scheduler}` ({exc})") from exc
     try:
-        futures = client.map(_parse_file_or_failure, list(files), pure=False)
+        futures = client.map(task, list(files), plane_jobs=1, keep_events=keep_events, pure=False)
         return list(client.gather(futures))
     finally:
         if own:
             client.close()
 
 
+# A host task: (host file, plane_jobs, keep_events) -> the parsed host or its failure. It runs in
+# the process that parsed the host (pool process, Dask worker), so a task that reduces the host
+# there (`analysis.host_digest.parse_and_digest`) sends back only what it keeps. Picklable.
+HostTask = Callable[..., "HostTrace | HostFailure"]
+
+
 def load_capture(path: Path | str, jobs: int | None = None,
-                 progress: Callable[[str], None] | None = None, scheduler=None) -> Profile:
+                 progress: Callable[[str], None] | None = None, scheduler=None,
+                 per_host: HostTask | None = None) -> Profile:
     """Parse every host of the capture at `path` (a local path or an fsspec URL).
 
     Several hosts parse in parallel processes (`jobs`), or as tasks on a Dask distributed cluster
-    when `scheduler` (an address or a `distributed.Client`) is given.
+    when `scheduler` (an address or a `distributed.Client`) is given. `per_host` replaces the
+    plain parse of each host file; it is asked to keep the events only for a single-host capture.
     """
     capture = find_capture(path)
     files = capture.files
+    task = per_host or parse_file_or_failure
+    keep = len(files) == 1
     results: list[HostTrace | HostFailure]
     workers = min(len(files), jobs or os.cpu_count() or 1)
     if scheduler is not None:
         if progress:
             progress(f"parsing {len(files)} hosts on the Dask cluster")
-        results = _map_on_dask(files, scheduler)
+        results = _map_on_dask(task, files, keep, scheduler)
     elif workers <= 1 or len(files) == 1:
         results = []
         for f in files:
             if progress:
                 progress(f"parsing {f.name}")
             # A single host may still use every core, plane by plane.
-            results.append(_parse_file_or_failure(f, plane_jobs=jobs or os.cpu_count() or 1))
+            results.append(task(f, plane_jobs=jobs or os.cpu_count() or 1, keep_events=keep))
     else:
         if progress:
             progress(f"parsing {len(files)} hosts in {workers} processes")
         with _pool(workers) as pool:
-            results = list(pool.map(_parse_file_or_failure, files))
+            results = list(pool.map(functools.partial(task, plane_jobs=1, keep_events=keep), files))
+    for f, r in zip(files, results):
+        if isinstance(r, HostTrace):  # resolved here, in the caller's working directory
+            r.source = str(f) if isinstance(f, HostUrl) else str(Path(f).resolve())
     hosts = [r for r in results if isinstance(r, HostTrace)]
     failures = [r for r in results if isinstance(r, HostFailure)]
+    _share_programs(hosts)
     hosts, failures, notes = reconcile_hosts(hosts, failures)
     if not hosts:
         if len(failures) == 1:
@@ -339,6 +356,19 @@ def load_capture(path: Path | str, jobs: int | None = None,
                          path=capture.input_path)
     return Profile(input_path=str(capture.input_path), run=capture.run, hosts=hosts, failures=failures,
                    warnings=notes, modelled=any(h.modelled for h in hosts))
+
+
+def _share_programs(hosts: list[HostTrace]) -> None:
+    """Hosts of one SPMD run embed the same HLO protos (MBs each): keep one copy of each."""
+    seen: dict[int, list[bytes]] = {}
+    for host in hosts:
+        for pid, data in list(host.hlo_protos.items()):
+            copies = seen.setdefault(pid, [])
+            same = next((c for c in copies if c == data), None)
+            if same is None:
+                copies.append(data)
+            else:
+                host.hlo_protos[pid] = same
 
 
 _HOST_TABLES = ("events", "op_metadata", "modules", "async_windows")
@@ -387,5 +417,5 @@ def _rename_host(host: HostTrace, name: str) -> None:
     host.host = name
     for attr in _HOST_TABLES:
         df = getattr(host, attr)
-        if "host" in df.columns:
+        if df is not None and "host" in df.columns:
             df["host"] = pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), categories=[name])

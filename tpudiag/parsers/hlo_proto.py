@@ -62,33 +62,20 @@ def parse_capture_protos(hlo_protos: dict[int, bytes], path: str = "<capture>") 
     return {pid: parse_hlo_proto(data, f"{path} program {pid}", pid) for pid, data in hlo_protos.items()}
 
 
-def host_programs(host) -> dict[int, CompiledProgram]:
-    """The programs a host's capture embeds, parsed once and kept on the host.
-
-    The rules and the compiled-facts join both need them; parsing is the costly part. A damaged
-    proto is left out with a warning on the host: the trace itself still counts.
-    """
-    if host.programs is None:
-        programs: dict[int, CompiledProgram] = {}
+def capture_hlo_inputs(profile) -> tuple[HloInput, ...]:
+    """Every program the capture's hosts embed, parsed once per program id: the hosts of one SPMD
+    run carry the same programs, and parsing is the costly part. A damaged copy is left out with a
+    warning on its host (the trace itself still counts) and the next host's copy is tried."""
+    programs: dict[int, CompiledProgram] = {}
+    for host in profile.hosts:
         for pid, data in host.hlo_protos.items():
+            if pid in programs:
+                continue
             try:
                 programs[pid] = parse_hlo_proto(data, f"{host.path} program {pid}", pid)
             except InputError as exc:
                 host.warnings.append(f"embedded HLO not used: {exc.one_line()}")
-        host.programs = programs
-    return host.programs
-
-
-def capture_hlo_inputs(profile) -> tuple[HloInput, ...]:
-    """Every program the capture's hosts embed, once per program id (hosts of one SPMD run share them)."""
-    seen: set[int] = set()
-    out: list[HloInput] = []
-    for host in profile.hosts:
-        for pid, program in host_programs(host).items():
-            if pid not in seen:
-                seen.add(pid)
-                out.append(HloInput(program, CAPTURE_ORIGIN))
-    return tuple(out)
+    return tuple(HloInput(program, CAPTURE_ORIGIN) for program in programs.values())
 
 
 def _program(module, path: str, program_id: int | None) -> CompiledProgram:

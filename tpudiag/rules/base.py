@@ -44,14 +44,20 @@ def _host_tables(attr: str, schema):
     return check
 
 
+def _digest_tables(attr: str, schema):
+    def check(analysis: Analysis) -> None:
+        for digest in analysis.digests.values():
+            schema.require(getattr(digest, attr))
+    return check
+
+
 # Tables a rule may declare, with the check the engine runs before the rule: a missing or mistyped
 # column is a bug in the analysis, reported precisely instead of as a KeyError deep in a rule.
 TABLES: Mapping[str, Callable[[Analysis], None]] = {
     "ops": lambda a: schemas.OPS.require(a.ops),
     "steps": lambda a: schemas.STEPS.require(a.steps),
-    "events": _host_tables("events", schemas.EVENTS),
+    "op_step_worst": _digest_tables("op_step_worst", schemas.OP_STEP_WORST),
     "op_metadata": _host_tables("op_metadata", schemas.OP_METADATA),
-    "async_windows": _host_tables("async_windows", schemas.ASYNC_WINDOWS),
 }
 
 
@@ -255,45 +261,13 @@ def per_step_worst_core_by(frame: pd.DataFrame, value: str, basis: StepBasis,
 
 
 def op_events(analysis: Analysis, names) -> pd.DataFrame:
-    """(host, core, step, name, self_ps) of every event whose op name is in `names`, all hosts.
-
-    Filters each host's categorical name column before copying, so it stays cheap on traces of
-    millions of events.
-    """
-    names = set(names)
-    parts = []
-    for h in analysis.profile.hosts:
-        ev = h.events
-        if ev.empty:
-            continue
-        # Select by category code (a few hundred names), then take only the five columns needed.
-        codes = ev["name"].cat.codes.to_numpy()
-        categories = np.asarray(ev["name"].cat.categories.astype(str), dtype=object)
-        wanted = np.array([c in names for c in categories.tolist()] + [False], dtype=bool)  # code -1: NaN
-        idx = np.flatnonzero(wanted[codes])
-        if not len(idx):
-            continue
-        parts.append(pd.DataFrame({"host": h.host, "core": ev["core"].to_numpy()[idx],
-                                   "step": ev["step"].to_numpy()[idx], "name": categories[codes[idx]],
-                                   "self_ps": ev["self_ps"].to_numpy()[idx]}))
-    if not parts:
-        return pd.DataFrame({"host": [], "core": [], "step": [], "name": [], "self_ps": []})
-    return pd.concat(parts, ignore_index=True)
-
-
-
-def assign_steps(steps: pd.DataFrame, host: str, core: np.ndarray, start_ps: np.ndarray) -> np.ndarray:
-    """Step number containing each (core, start) on `host`; -1 outside every step."""
-    out = np.full(len(start_ps), -1, dtype=np.int64)
-    hs = steps[steps["host"] == host]
-    for c, m in hs.groupby("core"):
-        idx = np.flatnonzero(core == c)
-        if not len(idx):
-            continue
-        m = m.sort_values("start_ps")
-        s = m["start_ps"].to_numpy()
-        e = s + m["dur_ps"].to_numpy()
-        k = np.searchsorted(s, start_ps[idx], side="right") - 1
-        ok = (k >= 0) & (start_ps[idx] < e[np.clip(k, 0, None)])
-        out[idx[ok]] = m["step"].to_numpy()[k[ok]]
-    return out
+    """(host, core, step, name, self_ps) of the ops named in `names`, all hosts: per step, the self
+    time on each host's worst core (`core` 0 stands for it), from the hosts' digests. What every
+    per-step worst-core sum reads: the max over (host, core) is the max over hosts of these."""
+    table = analysis.op_table("op_step_worst")
+    wanted = table["name"].isin(set(names)).to_numpy()
+    return pd.DataFrame({"host": table["host"].astype(str).to_numpy()[wanted],
+                         "core": np.zeros(int(wanted.sum()), dtype=np.int64),
+                         "step": table["step"].to_numpy()[wanted],
+                         "name": table["name"].astype(str).to_numpy()[wanted],
+                         "self_ps": table["self_ps"].to_numpy()[wanted]})

@@ -104,7 +104,7 @@ def main_cause(h: HostIdle) -> str:
 
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
-    tables = idle_tables(ctx.analysis)
+    tables = idle_tables(ctx.analysis.digests)
     hosts = [h for h in host_idle(tables) if h.period_ps > 0]
     flagged = [h for h in hosts if (h.idle_ps + h.io_ps) / h.period_ps >= options.min_idle_share]
     if not flagged:
@@ -149,4 +149,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, tables=("steps", "events"))
+            doc=__doc__, tables=("steps",))

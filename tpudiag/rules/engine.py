@@ -29,7 +29,7 @@ STATIC_BASIS = "compiler estimate"
 
 
 def _has_tpu_trace(analysis: Analysis | None) -> bool:
-    return analysis is not None and any(h.device.platform == "TPU" and not h.events.empty
+    return analysis is not None and any(h.device.platform == "TPU" and analysis.digests[h.host].n_events
                                         for h in analysis.profile.hosts)
 
 

@@ -78,15 +78,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.host_compare import find_straggler, host_stats
-from tpudiag.model.intervals import covered, merge
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
-from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
+from tpudiag.model.profile import CollectiveDigest, WindowThresholds
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, assign_steps, per_step_worst_core,
+from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, per_step_worst_core,
                                 per_step_worst_core_by, step_basis)
 from tpudiag.rules.straggler_host import Options as StragglerOptions
 
@@ -116,9 +114,11 @@ class Options:
         if self.max_evidence_rows < 1:
             raise ValueError(f"max_evidence_rows must be at least 1, got {self.max_evidence_rows}")
 
-
-WINDOW_COLUMNS = ("host", "device", "core", "step", "name", "family", "kind", "start_ps", "span_ps", "covered_ps",
-                  "exposed_ps", "overlap_ratio", "klass", "double_suffix", "compute_inside", "source")
+def window_thresholds(config) -> WindowThresholds:
+    """The window classes a `RulesConfig` asks of this rule, known before any host is parsed, so each
+    host's digest is classed once, where it is parsed."""
+    options = RULE.options_with(config.options.get(NAME, {}))
+    return WindowThresholds(options.hidden_threshold, options.exposed_threshold)
 
 
 def classify(ratio: float, options: Options) -> str:
@@ -127,157 +127,6 @@ def classify(ratio: float, options: Options) -> str:
     if ratio <= options.exposed_threshold:
         return "exposed"
     return "partial"
-
-
-def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray,
-                  is_coll: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per event: (has a nested event, lies inside a collective), from the `depth` of nesting.
-
-    Events are walked in (device, start, depth) order, where a parent comes right before its
-    first child: an event has a child when the next one on its device is deeper. The parent of
-    an event at depth d is the last earlier event at depth d - 1 on its device, found level by
-    level with one searchsorted each, so the cost is per level, not per event.
-    """
-    n = len(start)
-    has_child = np.zeros(n, dtype=bool)
-    in_coll = np.zeros(n, dtype=bool)
-    if n == 0 or depth.max(initial=0) == 0:
-        return has_child, in_coll
-    order = np.lexsort((depth, start, device_codes))
-    dev, dep = device_codes[order], depth[order]
-    has_child[order[:-1]] = (dev[:-1] == dev[1:]) & (dep[1:] > dep[:-1])
-    # Key = (device, position) in one int64 so a searchsorted stays on the event's own device.
-    pos = np.arange(n, dtype=np.int64)
-    key = dev.astype(np.int64) * (n + 1) + pos
-    coll_or_inside = is_coll[order].copy()  # a collective, or nested in one
-    for level in range(1, int(dep.max()) + 1):
-        parents = np.flatnonzero(dep == level - 1)
-        children = np.flatnonzero(dep == level)
-        if not len(parents) or not len(children):
-            continue
-        at = np.searchsorted(key[parents], key[children], side="right") - 1
-        ok = at >= 0
-        ok[ok] = dev[parents[at[ok]]] == dev[children[ok]]
-        inside = np.zeros(len(children), dtype=bool)
-        inside[ok] = coll_or_inside[parents[at[ok]]]
-        in_coll[order[children]] = inside
-        coll_or_inside[children] |= inside
-    return has_child, in_coll
-
-
-def collective_windows(analysis, options: Options | None = None) -> pd.DataFrame:
-    """One row per async collective window and per synchronous collective, with its coverage.
-
-    Columns: `WINDOW_COLUMNS`. `kind` is "async" or "sync"; `klass` hidden/partial/exposed.
-    Whole arrays per host; only the interval union and the coverage go device by device.
-    """
-    options = options or Options()
-    frames = []
-    for host in analysis.profile.hosts:
-        frame = _host_windows(host, analysis.steps, options)
-        if frame is not None:
-            frames.append(frame)
-    if not frames:
-        return pd.DataFrame({c: [] for c in WINDOW_COLUMNS})
-    out = pd.concat(frames, ignore_index=True)
-    return out[list(WINDOW_COLUMNS)].sort_values(["host", "device", "start_ps"], kind="stable").reset_index(drop=True)
-
-
-def _category_strings(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, category names as an object array) of a categorical column."""
-    return column.cat.codes.to_numpy(), np.asarray(column.cat.categories.astype(str), dtype=object)
-
-
-def _host_windows(host, steps: pd.DataFrame, options: Options) -> pd.DataFrame | None:
-    ev = host.events
-    if ev.empty:
-        return None
-    # Per distinct name and category, not per event: traces hold millions of events.
-    name_codes, names = _category_strings(ev["name"])
-    cat_codes, cats = _category_strings(ev["category"])
-    is_async_op = np.array([async_role(n) is not None for n in names], dtype=bool)[name_codes]
-    fam_by_name = np.array([collective_family(n) for n in names] or [""], dtype=object)[name_codes]
-    # A category names the family when the name does not (e.g. an `all-reduce fusion` named `fusion.12`).
-    fam_by_cat = np.array([collective_family("", c) if "fusion" not in c or "all-" in c else ""
-                           for c in cats] + [""], dtype=object)[cat_codes]
-    fam = np.where(fam_by_name != "", fam_by_name, fam_by_cat)
-    is_coll = fam != ""
-    start = ev["start_ps"].to_numpy()
-    end = start + ev["dur_ps"].to_numpy()
-    device_codes, devices = _category_strings(ev["device"])
-    cores = ev["core"].to_numpy()
-    depth = ev["depth"].to_numpy()
-    has_child, in_coll = nesting_facts(device_codes, start, depth, is_coll)
-    # A container (`while`, `call`, `conditional`) spans its body: counting it as compute would
-    # hide every window inside a loop. Its children are what runs, so only leaves cover.
-    compute = ~is_async_op & ~is_coll & ~has_child & ~in_coll
-    sync_all = is_coll & ~is_async_op & ~in_coll & ~np.isin(fam, ["send", "recv"])
-    windows = host.async_windows
-    if len(windows):
-        w_dev_codes, w_devices = _category_strings(windows["device"])
-        w_name_codes, w_names = _category_strings(windows["name"])
-        w_fam_codes, w_fams = _category_strings(windows["family"])
-        w_src_codes, w_srcs = _category_strings(windows["source"])
-        w_keep = ~np.isin(np.append(w_fams, "nan"), ["copy", "other"])[w_fam_codes]  # code -1 reads "nan"
-        w_start, w_end = windows["start_ps"].to_numpy(), windows["end_ps"].to_numpy()
-        w_device_index = {d: i for i, d in enumerate(w_devices)}
-    cols: dict[str, list] = {k: [] for k in ("name", "family", "kind", "start_ps", "end_ps", "source", "covered",
-                                             "compute_inside", "device", "core")}
-    for code in np.unique(device_codes):
-        if code < 0:
-            continue
-        device = devices[code]
-        on = device_codes == code
-        core = int(cores[on][0])
-        ms, me = merge(start[on & compute], end[on & compute])
-        comp_starts = np.sort(start[on & compute])
-        parts = []  # (name, family, kind, start, end, source): async windows first, then sync collectives
-        if len(windows):
-            wsel = np.flatnonzero((w_dev_codes == w_device_index.get(device, -2)) & w_keep)
-            if len(wsel):
-                parts.append((np.append(w_names, "nan")[w_name_codes[wsel]], np.append(w_fams, "nan")[w_fam_codes[wsel]],
-                              "async", w_start[wsel], w_end[wsel], np.append(w_srcs, "nan")[w_src_codes[wsel]]))
-        sync = np.flatnonzero(on & sync_all)
-        if len(sync):
-            parts.append((names[name_codes[sync]], fam[sync], "sync", start[sync], end[sync], "XLA Ops"))
-        if not parts:
-            continue
-        ws = np.concatenate([p[3] for p in parts])
-        we = np.concatenate([p[4] for p in parts])
-        keep = we > ws
-        ws, we = ws[keep], we[keep]
-        n = len(ws)
-        for key, i in (("name", 0), ("family", 1), ("kind", 2), ("source", 5)):
-            cols[key].append(np.concatenate([np.asarray(p[i], dtype=object) if not isinstance(p[i], str)
-                                             else np.full(len(p[3]), p[i], dtype=object) for p in parts])[keep])
-        cols["start_ps"].append(ws)
-        cols["end_ps"].append(we)
-        cols["covered"].append(covered(ws, we, ms, me))
-        # Any compute op starting strictly inside the window: none means start and done are adjacent.
-        cols["compute_inside"].append((np.searchsorted(comp_starts, we, side="left")
-                                       - np.searchsorted(comp_starts, ws, side="right")) > 0)
-        cols["device"].append(np.full(n, device, dtype=object))
-        cols["core"].append(np.full(n, core, dtype=np.int64))
-    if not cols["start_ps"]:
-        return None
-    ws, we = np.concatenate(cols["start_ps"]), np.concatenate(cols["end_ps"])
-    cov = np.concatenate(cols["covered"])
-    span = we - ws
-    ratio = cov / span
-    name = np.concatenate(cols["name"])
-    suffix = {n: has_double_suffix(n) for n in pd.unique(name)}
-    core = np.concatenate(cols["core"])
-    return pd.DataFrame({
-        "name": name, "family": np.concatenate(cols["family"]), "kind": np.concatenate(cols["kind"]),
-        "start_ps": ws, "end_ps": we, "source": np.concatenate(cols["source"]), "span_ps": span,
-        "covered_ps": cov, "exposed_ps": span - cov, "overlap_ratio": ratio,
-        "klass": np.select([ratio >= options.hidden_threshold, ratio <= options.exposed_threshold],
-                           ["hidden", "exposed"], "partial").astype(object),
-        "double_suffix": np.fromiter((suffix[n] for n in name), dtype=bool, count=len(name)),
-        "compute_inside": np.concatenate(cols["compute_inside"]),
-        "host": host.host, "device": np.concatenate(cols["device"]), "core": core,
-        "step": assign_steps(steps, host.host, core, ws),
-    })
 
 
 @dataclass(frozen=True)
@@ -356,7 +205,7 @@ def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
                          "where all-gathers are async: shrink them (bf16 gradients, fewer and larger buckets) or "
                          "reduce less often (accumulate over microbatches)")
         return "; ".join(parts)
-    adjacent = int((~frame["compute_inside"] & (frame["klass"] != "hidden")).sum())
+    adjacent = int(frame["n_adjacent"].sum())
     if adjacent:
         return ("no compute is scheduled between start and done in "
                 f"{adjacent} window{'s' * (adjacent != 1)}: start the {families} earlier or give the scheduler "
@@ -364,28 +213,30 @@ def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
     return f"start the {families} earlier or split it so more compute overlaps it"
 
 
-def _evidence(frame: pd.DataFrame, basis: StepBasis, options: Options,
+def _class_counts(frame: pd.DataFrame) -> str:
+    return f"{int(frame['n_hidden'].sum())}/{int(frame['n_partial'].sum())}/{int(frame['n_exposed'].sum())}"
+
+
+def _evidence(coll: CollectiveDigest, basis: StepBasis, options: Options,
               facts: ScheduleFacts | None) -> tuple[Evidence, ...]:
     rows = []
-    fam_labels, fam_exposed = per_step_worst_core_by(frame, "exposed_ps", basis, "family")
+    frame = coll.ops
+    fam_labels, fam_exposed = per_step_worst_core_by(coll.steps, "exposed_ps", basis, "family")
     fam_exposed = dict(zip(fam_labels.tolist(), fam_exposed.tolist()))
-    for family, g in frame.groupby("family", sort=True):
-        counts = g["klass"].value_counts()
+    for family, g in frame.groupby("family", sort=True, observed=True):
         rows.append(Evidence(f"family {family}", (
             ("ops", str(g["name"].nunique())),
-            ("hidden/partial/exposed", f"{counts.get('hidden', 0)}/{counts.get('partial', 0)}/"
-                                       f"{counts.get('exposed', 0)}"),
+            ("hidden/partial/exposed", _class_counts(g)),
             ("exposed/step", fmt_time(fam_exposed[family])))))
     # Every op's exposed time per step in one pass; only the ops shown as evidence are sliced out.
-    labels, exposed_by_op = per_step_worst_core_by(frame, "exposed_ps", basis, "name")
+    # `op_steps` holds each host's worst core already: core 0 stands for it.
+    labels, exposed_by_op = per_step_worst_core_by(coll.op_steps.assign(core=0), "exposed_ps", basis, "name")
     per_op = sorted(zip(exposed_by_op.tolist(), (str(n) for n in labels)), key=lambda t: (-t[0], t[1]))
     names = frame["name"].to_numpy()
     for exposed, name in per_op[:options.max_evidence_rows]:
-        g = frame[names == name]
-        counts = g["klass"].value_counts()
+        g = frame[names.astype(str) == name]
         values = [("family", str(g["family"].iloc[0])),
-                  ("hidden/partial/exposed", f"{counts.get('hidden', 0)}/{counts.get('partial', 0)}/"
-                                             f"{counts.get('exposed', 0)}"),
+                  ("hidden/partial/exposed", _class_counts(g)),
                   ("covered", fmt_pct(float(g["covered_ps"].sum() / g["span_ps"].sum()))),
                   ("exposed/step", fmt_time(exposed))]
         if g["double_suffix"].any():
@@ -395,12 +246,16 @@ def _evidence(frame: pd.DataFrame, basis: StepBasis, options: Options,
             values.append(("schedule", reason))
         rows.append(Evidence(name, tuple(values)))
     if not basis.whole_capture:
-        inside = frame[frame["step"] >= 0]
-        per_step = (inside.groupby(["step", "host", "core"])["exposed_ps"].sum()
+        inside = coll.steps[coll.steps["step"] >= 0]
+        per_step = (inside.groupby(["step", "host", "core"], observed=True)["exposed_ps"].sum()
                     .groupby(level="step").max().sort_values(ascending=False, kind="stable"))
         for step, ps in per_step.head(2).items():
             rows.append(Evidence(f"step {step}", (("exposed (worst core)", fmt_time(float(ps))),)))
     return tuple(rows)
+
+
+def _of_kind(coll: CollectiveDigest, kind: str) -> CollectiveDigest:
+    return CollectiveDigest(*(t[t["kind"] == kind] for t in (coll.steps, coll.op_steps, coll.ops)))
 
 
 def straggler_of(analysis):
@@ -411,8 +266,8 @@ def straggler_of(analysis):
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
-    windows = collective_windows(analysis, options)
-    if windows.empty:
+    collectives = analysis.collectives(WindowThresholds(options.hidden_threshold, options.exposed_threshold))
+    if collectives.empty:
         return []
     basis = step_basis(analysis)
     scale = SeverityScale(options.high_share, options.medium_share)
@@ -424,17 +279,18 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     straggler = straggler_of(analysis)
     waiting = straggler.others_wait_ps if straggler is not None else 0.0
     for kind in ("sync", "async"):
-        g = windows[windows["kind"] == kind]
+        coll = _of_kind(collectives, kind)
+        g = coll.ops
         if g.empty:
             continue
-        exposed = per_step_worst_core(g, "exposed_ps", basis)
+        exposed = per_step_worst_core(coll.steps, "exposed_ps", basis)
         wait_here = min(waiting, exposed)
         waiting -= wait_here
         exposed -= wait_here
         share = exposed / basis.step_ps if basis.step_ps else 0.0
         if exposed <= 0 or share < options.min_exposed_fraction:
             continue
-        fam_labels, fam_exposed = per_step_worst_core_by(g, "exposed_ps", basis, "family")
+        fam_labels, fam_exposed = per_step_worst_core_by(coll.steps, "exposed_ps", basis, "family")
         fams = sorted(zip(fam_exposed.tolist(), (str(f) for f in fam_labels)), key=lambda t: (-t[0], t[1]))
         fams = [(ps, name) for ps, name in fams if ps > 0]
         per = "" if basis.whole_capture else " per step"
@@ -444,23 +300,22 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         if kind == "sync":
             message = (f"synchronous collectives leave {fmt_time(exposed)}{per} exposed ({fmt_pct(share)} of "
                        f"{step_text}): {by_family}")
-            confirmed = sorted(n for n in g["name"].unique() if facts is not None and facts.reason(n, "sync"))
+            confirmed = sorted(str(n) for n in g["name"].unique() if facts is not None and facts.reason(n, "sync"))
             if confirmed:
                 message += (f"; the compiled program issues {_names(confirmed)} synchronously"
                             + (f" (the default on {generation})" if generation in SYNC_BY_DEFAULT else ""))
             elif generation in SYNC_BY_DEFAULT:
                 message += f"; XLA leaves collectives synchronous on {generation} by default"
         else:
-            counts = g["klass"].value_counts()
             message = (f"async collective windows leave {fmt_time(exposed)}{per} exposed ({fmt_pct(share)} of "
-                       f"{step_text}): {by_family}; {len(g)} windows: {counts.get('exposed', 0)} exposed, "
-                       f"{counts.get('partial', 0)} partial, {counts.get('hidden', 0)} hidden")
-            exposed_names = g.loc[g["klass"] != "hidden", "name"].unique()
-            adjacent = sorted(n for n in exposed_names
+                       f"{step_text}): {by_family}; {int(g['n'].sum())} windows: {int(g['n_exposed'].sum())} "
+                       f"exposed, {int(g['n_partial'].sum())} partial, {int(g['n_hidden'].sum())} hidden")
+            exposed_names = g.loc[g["n_partial"] + g["n_exposed"] > 0, "name"].unique()
+            adjacent = sorted(str(n) for n in exposed_names
                               if facts is not None and facts.reason(n, "async") == "adjacent in the schedule")
             if adjacent:
                 message += f"; {_names(adjacent)} start and finish with nothing scheduled between"
-            doubles = int(g["double_suffix"].sum())
+            doubles = int(g.loc[g["double_suffix"], "n"].sum())
             if doubles:
                 message += (f"; {doubles} have double-suffix names that XProf's analyze_async_overlap reports as "
                             "hidden")
@@ -470,15 +325,15 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         explanation = ("largest exposed collective time on any core per step, averaged over "
                        f"{basis.n_steps} step{'s' * (basis.n_steps != 1)}"
                        + (" (no steps: whole capture)" if basis.whole_capture else ""))
-        top_ops = tuple(g.groupby("name")["exposed_ps"].sum().sort_values(ascending=False, kind="stable").head(
+        top_ops = tuple(g.groupby("name", observed=True)["exposed_ps"].sum().sort_values(ascending=False, kind="stable").head(
             options.max_evidence_rows).index.astype(str))
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message,
             saving=Saving(int(round(exposed)), "measured", explanation),
-            fix=_fix(kind, families, g, generation), evidence=_evidence(g, basis, options, facts),
+            fix=_fix(kind, families, g, generation), evidence=_evidence(coll, basis, options, facts),
             host=hosts[0].host if len(hosts) == 1 else "", ops=top_ops))
     return findings
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, uses=("hlo",), tables=("events", "steps", "async_windows"))
+            doc=__doc__, uses=("hlo",), tables=("steps",))

@@ -215,4 +215,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, tables=("ops", "events", "steps", "op_metadata"))
+            doc=__doc__, tables=("ops", "op_step_worst", "steps", "op_metadata"))

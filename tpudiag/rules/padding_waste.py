@@ -199,4 +199,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=("trace", "layouts"), options_type=Options,
-            check=check, doc=__doc__, tables=("ops", "events", "steps"))
+            check=check, doc=__doc__, tables=("ops", "op_step_worst", "steps"))

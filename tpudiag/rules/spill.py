@@ -117,7 +117,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         return []
     # Without a timeline (an LLO dump of unknown generation) spills are still counted; the saving
     # is then 0: the time they cost is unknown.
-    timed = analysis is not None and any(not h.events.empty for h in analysis.profile.hosts)
+    timed = analysis is not None and analysis.n_events > 0
     basis = step_basis(analysis) if timed else StepBasis(1, 0.0, True)
     scale = SeverityScale(options.high_share, options.medium_share)
     events = op_events(analysis, {r.op for r in records}) if timed else None
@@ -152,4 +152,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=("llo",), options_type=Options,
-            check=check, doc=__doc__, uses=("trace",), tables=("events", "steps"))
+            check=check, doc=__doc__, uses=("trace",), tables=("op_step_worst", "steps"))

@@ -96,18 +96,11 @@ def period(steps: list[int]) -> int | None:
 
 def _op_time_by_step(analysis) -> pd.DataFrame:
     """(step, name) -> self time in that step on the core and host where it is largest."""
-    parts = []
-    for host in analysis.profile.hosts:
-        ev = host.events
-        inside = ev[ev["step"] >= 0]
-        if inside.empty:
-            continue
-        per = inside.groupby(["step", "name", "core"], observed=True)["self_ps"].sum()
-        parts.append(per.groupby(level=["step", "name"], observed=True).max())
-    if not parts:
+    table = analysis.op_table("op_step_worst")  # per host, step and op: the worst core's self time
+    inside = table[table["step"] >= 0]
+    if inside.empty:
         return pd.DataFrame(columns=["step", "name", "self_ps"])
-    both = pd.concat(parts)
-    return both.groupby(level=["step", "name"], observed=True).max().rename("self_ps").reset_index()
+    return inside.groupby(["step", "name"], observed=True)["self_ps"].max().reset_index()
 
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
@@ -183,4 +176,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, tables=("steps", "events"))
+            doc=__doc__, tables=("steps", "op_step_worst"))

@@ -147,4 +147,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, tables=("steps", "events"))
+            doc=__doc__, tables=("steps", "op_step_worst"))

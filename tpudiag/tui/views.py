@@ -16,6 +16,7 @@ from tpudiag.analysis.drilldown import (SORT_COLUMNS, OpFilter, facets, filter_o
 from tpudiag.analysis.stragglers import host_step_matrix
 from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, IO, StepTimeline, rasterize, rasterize_in_flight,
                                        step_timeline)
+from tpudiag.errors import TpudiagError
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import OpRow, Report
 from tpudiag.model.text import one_line, printable
@@ -427,7 +428,17 @@ class TimelineView(VerticalScroll):
     def __init__(self, session: Session, **kw) -> None:
         super().__init__(**kw)
         self.session = session
-        self.timeline = step_timeline(session.analysis)
+        self.error = ""
+        self.timeline = self._timeline(None)
+
+    def _timeline(self, step: int | None):
+        """The step's timeline; None with `self.error` set when a host's file cannot be read again
+        (a multi-host capture keeps no events: the timeline re-reads the hosts it draws)."""
+        try:
+            return step_timeline(self.session.analysis, step)
+        except TpudiagError as exc:
+            self.error = exc.one_line()
+            return None
 
     def compose(self) -> ComposeResult:
         yield Static(id="timeline-title")
@@ -452,7 +463,11 @@ class TimelineView(VerticalScroll):
         self.show_step(step)
 
     def show_step(self, step: int) -> None:
-        self.timeline = step_timeline(self.session.analysis, step)
+        timeline = self._timeline(step)
+        if timeline is None:
+            self.app.notify(escape(self.error), severity="error")
+            return
+        self.timeline = timeline
         self.query_one(LaneChart).timeline = self.timeline
         self.query_one(LaneChart).refresh(layout=True)
         self._draw()
@@ -461,7 +476,8 @@ class TimelineView(VerticalScroll):
         title = self.query_one("#timeline-title", Static)
         t = self.timeline
         if t is None:
-            title.update("no steps in this capture: nothing to draw")
+            title.update(Text(f"error: {printable(self.error)}", style="bold red") if self.error
+                         else "no steps in this capture: nothing to draw")
             return
         pos = t.steps.index(t.step) + 1
         title.update(Text.assemble(("Step ", "bold"), (str(t.step), "bold"),

@@ -1,0 +1,186 @@
+"""Hosts digested where they are parsed: the driver keeps digests, and nothing downstream misses the events.
+
+A 3-host capture of a scanned layer loop (a `while` running four layers, each with an async
+all-gather hidden behind its matmul and one left adjacent, then a synchronous all-reduce; host1
+has one slow step) is diagnosed as a user runs it, where every host's events are dropped after
+its digest, and compared with the same capture whose hosts keep their events.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.rules import scenarios as sc
+from tpudiag.analysis.collective_windows import collective_windows
+from tpudiag.analysis.host_digest import digest_host, drop_events, parse_and_digest
+from tpudiag.analysis.profile_analysis import analyze, build_report
+from tpudiag.analysis.timeline import step_timeline
+from tpudiag.model.profile import HostFailure, WindowThresholds
+from tpudiag.parsers.capture import load_capture
+from tpudiag.parsers.hlo_proto import capture_hlo_inputs
+from tpudiag.pipeline import diagnose
+from tpudiag.render.json_format import render_json
+from tpudiag.rules import run_rules
+from tpudiag.rules.config import RulesConfig
+from tpudiag.writers.tpu_design import write_capture
+
+RUN = "plugins/profile/2026_01_01_00_00_00"
+US = sc.US
+LAYERS = 4
+LAYER_PS = 1_000 * US
+
+
+def _layer_loop(slow_step: int | None):
+    def schedule(chip: int, step: int) -> list[sc.Placed]:
+        extra = 800 * US if step == slow_step else 0
+        out = [sc.Placed(sc.LOOP_OP.name, 0, LAYERS * LAYER_PS + extra)]
+        for layer in range(LAYERS):
+            t = layer * LAYER_PS
+            out += [sc.Placed("all-gather-start.2", t, 10 * US), sc.Placed("fusion.2", t + 10 * US, 500 * US),
+                    sc.Placed("all-gather-done.2", t + 510 * US, 10 * US),
+                    sc.Placed("all-gather-start.1", t + 520 * US, 10 * US),
+                    sc.Placed("all-gather-done.1", t + 530 * US, 200 * US),
+                    sc.Placed("fusion.1", t + 730 * US, 250 * US + (extra if layer == LAYERS - 1 else 0))]
+        out.append(sc.Placed("all-reduce.4", LAYERS * LAYER_PS + extra + 100 * US, 600 * US))
+        return out
+    return schedule
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pod") / "logdir"
+    for h in range(3):
+        design = sc.design(sc.COLLECTIVE_OPS + (sc.LOOP_OP,), _layer_loop(2 if h == 1 else None),
+                           hostname=f"host{h}", first_chip=2 * h, n_steps=5, step_ps=6_000 * US)
+        write_capture(design, root / RUN)
+    return root
+
+
+def _kept(pod: Path):
+    """The capture analysed with every host's events still on the driver."""
+    return analyze(load_capture(pod, jobs=1))
+
+
+def test_a_multi_host_diagnosis_keeps_digests_not_events(pod: Path):
+    diagnosis = diagnose(pod, jobs=2)
+    hosts = diagnosis.analysis.profile.hosts
+    assert len(hosts) == 3
+    assert all(h.events is None and h.host_events is None and h.async_windows.empty for h in hosts)
+    assert all(h.digest is not None and h.digest.n_events > 0 for h in hosts)
+
+
+def test_dropping_the_events_changes_no_report(pod: Path):
+    def report(analysis) -> dict:
+        findings, skipped = run_rules(analysis, RulesConfig())
+        data = json.loads(render_json(build_report(analysis, tuple(findings), rules_run=True,
+                                                   rules_skipped=tuple(skipped))))
+        data["hosts"] = [{k: v for k, v in h.items() if k != "path"} for h in data["hosts"]]
+        return data
+
+    kept = report(_kept(pod))
+    dropped = _kept(pod)
+    for host in dropped.profile.hosts:
+        drop_events(host)
+    assert {f["rule"] for f in kept["findings"]} >= {"exposed-collective"}
+    assert report(dropped) == kept
+    assert json.loads(render_json(diagnose(pod, jobs=2).report))["findings"] == kept["findings"]
+
+
+def _as_dict(series) -> dict:
+    """A grouped series as {key as strings: int}, whatever the key columns' dtypes."""
+    return {tuple(str(k) for k in key): int(v) for key, v in series.items()}
+
+
+def test_op_tables_agree_with_the_events(pod: Path):
+    analysis = _kept(pod)
+    for host in analysis.profile.hosts:
+        ev, digest = host.events, host.digest
+        per_core = ev.groupby(["step", "name", "core"], observed=True)["self_ps"].sum()
+        worst = per_core.groupby(level=["step", "name"], observed=True).max()
+        assert _as_dict(worst) == _as_dict(digest.op_step_worst.set_index(["step", "name"])["self_ps"])
+        sums = ev.groupby(["step", "program_id", "name"], observed=True)["self_ps"].sum()
+        assert _as_dict(sums) == _as_dict(digest.op_step_sums.set_index(["step", "program_id", "name"])["self_ps"])
+        counts = ev.groupby(["device", "name"], observed=True)["self_ps"].size()
+        assert _as_dict(counts) == _as_dict(digest.op_cores.groupby(["device", "name"], observed=True)["n"].sum())
+        # Reduced over the cores, the per-step table is a fraction of the events.
+        assert len(digest.op_step_worst) * 2 <= len(ev)
+
+
+def test_the_collective_digest_folds_the_windows(pod: Path):
+    analysis = _kept(pod)
+    windows = collective_windows(analysis)
+    coll = analysis.collectives(WindowThresholds())
+    assert int(coll.ops["n"].sum()) == len(windows)
+    assert len(coll.ops) + len(coll.op_steps) + len(coll.steps) < len(windows)
+    for col in ("span_ps", "covered_ps", "exposed_ps"):
+        assert int(coll.ops[col].sum()) == int(windows[col].sum())
+    for klass in ("hidden", "partial", "exposed"):
+        assert int(coll.ops[f"n_{klass}"].sum()) == int((windows["klass"] == klass).sum())
+    by_core = windows.groupby(["host", "core", "step", "family"])["exposed_ps"].sum()
+    assert _as_dict(by_core) == _as_dict(coll.steps.groupby(["host", "core", "step", "family"],
+                                                            observed=True)["exposed_ps"].sum())
+    worst = windows.groupby(["host", "step", "name", "core"])["exposed_ps"].sum().groupby(
+        level=["host", "step", "name"]).max()
+    assert _as_dict(worst) == _as_dict(coll.op_steps.set_index(["host", "step", "name"])["exposed_ps"])
+
+
+def test_other_thresholds_reclass_from_events_and_need_them(pod: Path):
+    analysis = _kept(pod)
+    strict = WindowThresholds(hidden=0.999, exposed=0.9)
+    reclassed = analysis.collectives(strict).ops
+    default = analysis.collectives(WindowThresholds()).ops
+    # all-gather.2 is 96 % covered: hidden by default, partial when hidden needs 99.9 %.
+    assert int(default["n_hidden"].sum()) > 0 and int(reclassed["n_hidden"].sum()) == 0
+    for host in analysis.profile.hosts:
+        drop_events(host)
+    with pytest.raises(ValueError, match="events are gone"):
+        analysis.collectives(WindowThresholds(hidden=0.5, exposed=0.2))
+
+
+def test_config_thresholds_reach_the_workers(pod: Path, tmp_path: Path):
+    config = tmp_path / "tpudiag.toml"
+    config.write_text("[rules.exposed-collective]\nhidden_threshold = 0.999\nexposed_threshold = 0.9\n")
+    diagnosis = diagnose(pod, jobs=2, config=config)
+    assert {h.digest.thresholds for h in diagnosis.analysis.profile.hosts} == {WindowThresholds(0.999, 0.9)}
+
+
+def test_the_timeline_rereads_a_dropped_host(pod: Path):
+    kept = step_timeline(_kept(pod), 2)
+    dropped = step_timeline(diagnose(pod, jobs=2).analysis, 2)
+    assert len(dropped.lanes) == 6
+    assert dropped == kept
+
+
+def test_a_digest_needs_events(pod: Path):
+    host = load_capture(pod, jobs=1).hosts[0]
+    drop_events(host)
+    with pytest.raises(ValueError, match="no events"):
+        digest_host(host)
+
+
+def test_a_damaged_host_is_a_failure_in_the_task(tmp_path: Path, pod: Path):
+    bad = tmp_path / "host9.xplane.pb"
+    good = next((pod / RUN).glob("*.xplane.pb")).read_bytes()
+    bad.write_bytes(good[: len(good) // 2])
+    result = parse_and_digest(bad, keep_events=False)
+    assert isinstance(result, HostFailure) and "host9.xplane.pb" in result.message
+
+
+def test_hosts_share_one_copy_of_each_embedded_program(tmp_path: Path):
+    """Every host of an SPMD run embeds the same HLO proto: one copy is kept, parsed once; a damaged
+    copy on one host is a warning there, and another host's copy serves."""
+    proto = (Path(__file__).resolve().parents[1] / "fixtures" / "dumps" / "v6e_mlp_train" / "module.pb").read_bytes()
+    run = tmp_path / "logdir" / RUN
+    for h, blob in enumerate((proto[:100], proto, proto)):  # host0's copy is cut short
+        write_capture(sc.exposed_collectives(hostname=f"host{h}", first_chip=2 * h, hlo_proto=blob), run)
+    profile = load_capture(tmp_path / "logdir", jobs=2)
+    blobs = [h.hlo_protos for h in profile.hosts]
+    (pid,) = blobs[1]
+    assert blobs[1][pid] is blobs[2][pid] and blobs[0][pid] is not blobs[1][pid]
+    inputs = capture_hlo_inputs(profile)
+    assert len(inputs) == 1 and inputs[0].program.instructions
+    assert any("embedded HLO not used" in w for w in profile.hosts[0].warnings)
+    assert not any("embedded HLO" in w for h in profile.hosts[1:] for w in h.warnings)

@@ -1,0 +1,233 @@
+"""Collective windows per core: how much of each async window and synchronous collective compute hides.
+
+Every async collective window (start to done, from the `Async XLA Ops` line or from start/done
+pairs) and every synchronous collective is measured against the union of compute ops on the same
+core. A container op (`while`, `call`, `conditional`: any op with ops nested in it) is not
+compute; its body is, so a layer loop does not hide the collectives inside it. Collectives, and
+ops nested inside a collective, are not compute either.
+
+`collective_windows` gives one row per window (it needs the host's events);
+`summarize_windows` folds one host's rows into the `CollectiveDigest` its digest keeps, which is
+what the exposed-collective rule reads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tpudiag.model import schemas
+from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
+from tpudiag.model.intervals import covered, merge
+from tpudiag.model.profile import CollectiveDigest, HostTrace, WindowThresholds
+
+WINDOW_COLUMNS = ("host", "device", "core", "step", "name", "family", "kind", "start_ps", "span_ps", "covered_ps",
+                  "exposed_ps", "overlap_ratio", "klass", "double_suffix", "compute_inside", "source")
+
+
+
+def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray,
+                  is_coll: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per event: (has a nested event, lies inside a collective), from the `depth` of nesting.
+
+    Events are walked in (device, start, depth) order, where a parent comes right before its
+    first child: an event has a child when the next one on its device is deeper. The parent of
+    an event at depth d is the last earlier event at depth d - 1 on its device, found level by
+    level with one searchsorted each, so the cost is per level, not per event.
+    """
+    n = len(start)
+    has_child = np.zeros(n, dtype=bool)
+    in_coll = np.zeros(n, dtype=bool)
+    if n == 0 or depth.max(initial=0) == 0:
+        return has_child, in_coll
+    order = np.lexsort((depth, start, device_codes))
+    dev, dep = device_codes[order], depth[order]
+    has_child[order[:-1]] = (dev[:-1] == dev[1:]) & (dep[1:] > dep[:-1])
+    # Key = (device, position) in one int64 so a searchsorted stays on the event's own device.
+    pos = np.arange(n, dtype=np.int64)
+    key = dev.astype(np.int64) * (n + 1) + pos
+    coll_or_inside = is_coll[order].copy()  # a collective, or nested in one
+    for level in range(1, int(dep.max()) + 1):
+        parents = np.flatnonzero(dep == level - 1)
+        children = np.flatnonzero(dep == level)
+        if not len(parents) or not len(children):
+            continue
+        at = np.searchsorted(key[parents], key[children], side="right") - 1
+        ok = at >= 0
+        ok[ok] = dev[parents[at[ok]]] == dev[children[ok]]
+        inside = np.zeros(len(children), dtype=bool)
+        inside[ok] = coll_or_inside[parents[at[ok]]]
+        in_coll[order[children]] = inside
+        coll_or_inside[children] |= inside
+    return has_child, in_coll
+
+
+def collective_windows(analysis, thresholds: WindowThresholds | None = None) -> pd.DataFrame:
+    """One row per async collective window and per synchronous collective, with its coverage.
+
+    Columns: `WINDOW_COLUMNS`. `kind` is "async" or "sync"; `klass` hidden/partial/exposed.
+    Whole arrays per host; only the interval union and the coverage go device by device.
+    """
+    thresholds = thresholds or WindowThresholds()
+    frames = []
+    for host in analysis.profile.hosts:
+        if host.events_dropped:
+            raise ValueError(f"host {host.host}: its events were digested away; read the window summary "
+                             "(`Analysis.window_summary`) instead")
+        frame = host_windows(host, analysis.steps, thresholds)
+        if frame is not None:
+            frames.append(frame)
+    if not frames:
+        return pd.DataFrame({c: [] for c in WINDOW_COLUMNS})
+    out = pd.concat(frames, ignore_index=True)
+    return out[list(WINDOW_COLUMNS)].sort_values(["host", "device", "start_ps"], kind="stable").reset_index(drop=True)
+
+
+def _category_strings(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, category names as an object array) of a categorical column."""
+    return column.cat.codes.to_numpy(), np.asarray(column.cat.categories.astype(str), dtype=object)
+
+
+def host_windows(host: HostTrace, steps: pd.DataFrame, thresholds: WindowThresholds) -> pd.DataFrame | None:
+    """`collective_windows` of one host (None when it has no windows)."""
+    ev = host.events
+    if ev.empty:
+        return None
+    # Per distinct name and category, not per event: traces hold millions of events.
+    name_codes, names = _category_strings(ev["name"])
+    cat_codes, cats = _category_strings(ev["category"])
+    is_async_op = np.array([async_role(n) is not None for n in names], dtype=bool)[name_codes]
+    fam_by_name = np.array([collective_family(n) for n in names] or [""], dtype=object)[name_codes]
+    # A category names the family when the name does not (e.g. an `all-reduce fusion` named `fusion.12`).
+    fam_by_cat = np.array([collective_family("", c) if "fusion" not in c or "all-" in c else ""
+                           for c in cats] + [""], dtype=object)[cat_codes]
+    fam = np.where(fam_by_name != "", fam_by_name, fam_by_cat)
+    is_coll = fam != ""
+    start = ev["start_ps"].to_numpy()
+    end = start + ev["dur_ps"].to_numpy()
+    device_codes, devices = _category_strings(ev["device"])
+    cores = ev["core"].to_numpy()
+    depth = ev["depth"].to_numpy()
+    has_child, in_coll = nesting_facts(device_codes, start, depth, is_coll)
+    # A container (`while`, `call`, `conditional`) spans its body: counting it as compute would
+    # hide every window inside a loop. Its children are what runs, so only leaves cover.
+    compute = ~is_async_op & ~is_coll & ~has_child & ~in_coll
+    sync_all = is_coll & ~is_async_op & ~in_coll & ~np.isin(fam, ["send", "recv"])
+    windows = host.async_windows
+    if len(windows):
+        w_dev_codes, w_devices = _category_strings(windows["device"])
+        w_name_codes, w_names = _category_strings(windows["name"])
+        w_fam_codes, w_fams = _category_strings(windows["family"])
+        w_src_codes, w_srcs = _category_strings(windows["source"])
+        w_keep = ~np.isin(np.append(w_fams, "nan"), ["copy", "other"])[w_fam_codes]  # code -1 reads "nan"
+        w_start, w_end = windows["start_ps"].to_numpy(), windows["end_ps"].to_numpy()
+        w_device_index = {d: i for i, d in enumerate(w_devices)}
+    cols: dict[str, list] = {k: [] for k in ("name", "family", "kind", "start_ps", "end_ps", "source", "covered",
+                                             "compute_inside", "device", "core")}
+    for code in np.unique(device_codes):
+        if code < 0:
+            continue
+        device = devices[code]
+        on = device_codes == code
+        core = int(cores[on][0])
+        ms, me = merge(start[on & compute], end[on & compute])
+        comp_starts = np.sort(start[on & compute])
+        parts = []  # (name, family, kind, start, end, source): async windows first, then sync collectives
+        if len(windows):
+            wsel = np.flatnonzero((w_dev_codes == w_device_index.get(device, -2)) & w_keep)
+            if len(wsel):
+                parts.append((np.append(w_names, "nan")[w_name_codes[wsel]], np.append(w_fams, "nan")[w_fam_codes[wsel]],
+                              "async", w_start[wsel], w_end[wsel], np.append(w_srcs, "nan")[w_src_codes[wsel]]))
+        sync = np.flatnonzero(on & sync_all)
+        if len(sync):
+            parts.append((names[name_codes[sync]], fam[sync], "sync", start[sync], end[sync], "XLA Ops"))
+        if not parts:
+            continue
+        ws = np.concatenate([p[3] for p in parts])
+        we = np.concatenate([p[4] for p in parts])
+        keep = we > ws
+        ws, we = ws[keep], we[keep]
+        n = len(ws)
+        for key, i in (("name", 0), ("family", 1), ("kind", 2), ("source", 5)):
+            cols[key].append(np.concatenate([np.asarray(p[i], dtype=object) if not isinstance(p[i], str)
+                                             else np.full(len(p[3]), p[i], dtype=object) for p in parts])[keep])
+        cols["start_ps"].append(ws)
+        cols["end_ps"].append(we)
+        cols["covered"].append(covered(ws, we, ms, me))
+        # Any compute op starting strictly inside the window: none means start and done are adjacent.
+        cols["compute_inside"].append((np.searchsorted(comp_starts, we, side="left")
+                                       - np.searchsorted(comp_starts, ws, side="right")) > 0)
+        cols["device"].append(np.full(n, device, dtype=object))
+        cols["core"].append(np.full(n, core, dtype=np.int64))
+    if not cols["start_ps"]:
+        return None
+    ws, we = np.concatenate(cols["start_ps"]), np.concatenate(cols["end_ps"])
+    cov = np.concatenate(cols["covered"])
+    span = we - ws
+    ratio = cov / span
+    name = np.concatenate(cols["name"])
+    suffix = {n: has_double_suffix(n) for n in pd.unique(name)}
+    core = np.concatenate(cols["core"])
+    return pd.DataFrame({
+        "name": name, "family": np.concatenate(cols["family"]), "kind": np.concatenate(cols["kind"]),
+        "start_ps": ws, "end_ps": we, "source": np.concatenate(cols["source"]), "span_ps": span,
+        "covered_ps": cov, "exposed_ps": span - cov, "overlap_ratio": ratio,
+        "klass": np.select([ratio >= thresholds.hidden, ratio <= thresholds.exposed],
+                           ["hidden", "exposed"], "partial").astype(object),
+        "double_suffix": np.fromiter((suffix[n] for n in name), dtype=bool, count=len(name)),
+        "compute_inside": np.concatenate(cols["compute_inside"]),
+        "host": host.host, "device": np.concatenate(cols["device"]), "core": core,
+        "step": _assign_steps(steps, host.host, core, ws),
+    })
+
+
+def _assign_steps(steps: pd.DataFrame, host: str, core: np.ndarray, start_ps: np.ndarray) -> np.ndarray:
+    """Step number containing each (core, start) on `host`; -1 outside every step."""
+    out = np.full(len(start_ps), -1, dtype=np.int64)
+    hs = steps[steps["host"] == host]
+    for c, m in hs.groupby("core"):
+        idx = np.flatnonzero(core == c)
+        if not len(idx):
+            continue
+        m = m.sort_values("start_ps")
+        s = m["start_ps"].to_numpy()
+        e = s + m["dur_ps"].to_numpy()
+        k = np.searchsorted(s, start_ps[idx], side="right") - 1
+        ok = (k >= 0) & (start_ps[idx] < e[np.clip(k, 0, None)])
+        out[idx[ok]] = m["step"].to_numpy()[k[ok]]
+    return out
+
+
+def summarize_windows(windows: pd.DataFrame | None, host: str) -> CollectiveDigest:
+    """One host's per-window rows (`WINDOW_COLUMNS`) folded three ways (`CollectiveDigest`): exposed
+    time per (core, step, family), per (step, op) on the worst core, and per op over the capture.
+    These answer every per-step worst-core sum the exposed-collective rule takes, by kind, family
+    or op, as the rows did."""
+    if windows is None or windows.empty:
+        return CollectiveDigest(schemas.COLLECTIVE_STEPS.empty(), schemas.COLLECTIVE_OP_STEPS.empty(),
+                                schemas.COLLECTIVE_OPS.empty())
+    by_family = (windows.groupby(["device", "core", "step", "kind", "family"], sort=True)["exposed_ps"].sum()
+                 .reset_index())
+    per_core = windows.groupby(["kind", "name", "step", "core"], sort=True)["exposed_ps"].sum()
+    by_op = per_core.groupby(level=["kind", "name", "step"], sort=True).max().reset_index()
+    klass = windows["klass"].to_numpy()
+    frame = pd.DataFrame({k: windows[k].to_numpy() for k in _OP_KEYS})
+    frame["n"] = 1
+    for name in ("hidden", "partial", "exposed"):
+        frame[f"n_{name}"] = (klass == name).astype(np.int64)
+    frame["n_adjacent"] = (~windows["compute_inside"].to_numpy() & (klass != "hidden")).astype(np.int64)
+    for col in ("span_ps", "covered_ps", "exposed_ps"):
+        frame[col] = windows[col].to_numpy().astype(np.int64)
+    ops = frame.groupby(_OP_KEYS, sort=True).sum().reset_index()
+    return CollectiveDigest(_with_host(schemas.COLLECTIVE_STEPS, by_family, host),
+                            _with_host(schemas.COLLECTIVE_OP_STEPS, by_op, host),
+                            _with_host(schemas.COLLECTIVE_OPS, ops, host))
+
+
+_OP_KEYS = ["kind", "family", "name", "source", "double_suffix"]
+
+
+def _with_host(schema, frame: pd.DataFrame, host: str) -> pd.DataFrame:
+    data = {c: frame[c].to_numpy() for c in frame.columns}
+    data["host"] = np.full(len(frame), host, dtype=object)
+    return schema.frame(data)
