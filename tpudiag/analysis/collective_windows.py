@@ -206,28 +206,24 @@ def summarize_windows(windows: pd.DataFrame | None, host: str) -> CollectiveDige
     if windows is None or windows.empty:
         return CollectiveDigest(schemas.COLLECTIVE_STEPS.empty(), schemas.COLLECTIVE_OP_STEPS.empty(),
                                 schemas.COLLECTIVE_OPS.empty())
-    by_family = (windows.groupby(["device", "core", "step", "kind", "family"], sort=True)["exposed_ps"].sum()
-                 .reset_index())
-    per_core = windows.groupby(["kind", "name", "step", "core"], sort=True)["exposed_ps"].sum()
-    by_op = per_core.groupby(level=["kind", "name", "step"], sort=True).max().reset_index()
+    # Strings as categories first: grouping tens of thousands of rows by string keys is the cost.
+    windows = windows.astype({k: "category" for k in ("device", "kind", "family", "name", "source")})
+    by_family = (windows.groupby(["device", "core", "step", "kind", "family"], sort=True, observed=True)
+                 ["exposed_ps"].sum().reset_index())
+    per_core = windows.groupby(["kind", "name", "step", "core"], sort=True, observed=True)["exposed_ps"].sum()
+    by_op = per_core.groupby(level=["kind", "name", "step"], sort=True, observed=True).max().reset_index()
     klass = windows["klass"].to_numpy()
-    frame = pd.DataFrame({k: windows[k].to_numpy() for k in _OP_KEYS})
+    frame = pd.DataFrame({k: windows[k] for k in _OP_KEYS})
     frame["n"] = 1
     for name in ("hidden", "partial", "exposed"):
         frame[f"n_{name}"] = (klass == name).astype(np.int64)
     frame["n_adjacent"] = (~windows["compute_inside"].to_numpy() & (klass != "hidden")).astype(np.int64)
     for col in ("span_ps", "covered_ps", "exposed_ps"):
         frame[col] = windows[col].to_numpy().astype(np.int64)
-    ops = frame.groupby(_OP_KEYS, sort=True).sum().reset_index()
-    return CollectiveDigest(_with_host(schemas.COLLECTIVE_STEPS, by_family, host),
-                            _with_host(schemas.COLLECTIVE_OP_STEPS, by_op, host),
-                            _with_host(schemas.COLLECTIVE_OPS, ops, host))
+    ops = frame.groupby(_OP_KEYS, sort=True, observed=True).sum().reset_index()
+    return CollectiveDigest(schemas.COLLECTIVE_STEPS.of_host(by_family, host),
+                            schemas.COLLECTIVE_OP_STEPS.of_host(by_op, host),
+                            schemas.COLLECTIVE_OPS.of_host(ops, host))
 
 
 _OP_KEYS = ["kind", "family", "name", "source", "double_suffix"]
-
-
-def _with_host(schema, frame: pd.DataFrame, host: str) -> pd.DataFrame:
-    data = {c: frame[c].to_numpy() for c in frame.columns}
-    data["host"] = np.full(len(frame), host, dtype=object)
-    return schema.frame(data)

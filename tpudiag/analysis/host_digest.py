@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.collective_windows import host_windows, summarize_windows
@@ -66,15 +65,8 @@ def op_tables(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     sums = ev.groupby(["step", "program_id", "name"], observed=True, sort=False)["self_ps"].sum().reset_index()
     per_core = ev.groupby(["step", "name", "core"], observed=True, sort=False)["self_ps"].sum()
     worst = per_core.groupby(level=["step", "name"], observed=True, sort=False).max().reset_index()
-    return (_frame(schemas.OP_CORES, cores, host.host), _frame(schemas.OP_STEP_SUMS, sums, host.host),
-            _frame(schemas.OP_STEP_WORST, worst, host.host))
-
-
-def _frame(schema, frame: pd.DataFrame, host: str) -> pd.DataFrame:
-    data = {c: (frame[c].astype(str).to_numpy() if isinstance(frame[c].dtype, pd.CategoricalDtype)
-                else frame[c].to_numpy()) for c in frame.columns}
-    data["host"] = np.full(len(frame), host, dtype=object)
-    return schema.frame(data)
+    return (schemas.OP_CORES.of_host(cores, host.host), schemas.OP_STEP_SUMS.of_host(sums, host.host),
+            schemas.OP_STEP_WORST.of_host(worst, host.host))
 
 
 def drop_events(host: HostTrace) -> None:

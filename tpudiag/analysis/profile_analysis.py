@@ -75,12 +75,7 @@ def _digest(host, thresholds: WindowThresholds | None):
 def _stacked(frames: list[pd.DataFrame], digests: dict[str, HostDigest], schema) -> pd.DataFrame:
     """Per-host tables of one schema stacked, each host's `host` column set to its (final) name:
     hosts renamed after parsing (a duplicate hostname) keep their digest as it was made."""
-    parts = [f.assign(host=name) for f, name in zip(frames, digests) if len(f)]
-    if not parts:
-        return schema.empty()
-    out = pd.concat(parts, ignore_index=True)
-    # concat of categoricals with different categories falls back to object: restore the schema.
-    return schema.frame({c: out[c].to_numpy() for c in schema.names})
+    return schema.stack(frames, list(digests))
 
 
 def analyze(profile: Profile, thresholds: WindowThresholds | None = None) -> Analysis:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,31 @@ class TableSchema:
     def empty(self) -> pd.DataFrame:
         return self.frame(length=0)
 
+    def of_host(self, frame: pd.DataFrame, host: str) -> pd.DataFrame:
+        """This schema's table from `frame`'s columns, every row on `host`. Categorical columns are
+        kept as they are: re-encoding strings is the costly part on tables of many rows."""
+        data = {c: (frame[c].array if isinstance(frame[c].dtype, pd.CategoricalDtype) else frame[c].to_numpy())
+                for c in self.names if c != "host"}
+        data["host"] = pd.Categorical.from_codes(np.zeros(len(frame), dtype=np.int8), categories=[host])
+        return self.frame(data)
+
+    def stack(self, frames: list[pd.DataFrame], hosts: list[str]) -> pd.DataFrame:
+        """Per-host tables of this schema in one, each row's `host` set to its table's host (the
+        hosts are distinct); categorical columns are merged by their categories, not re-encoded."""
+        pairs = [(f, h) for f, h in zip(frames, hosts) if len(f)]
+        if not pairs:
+            return self.empty()
+        data: dict[str, object] = {}
+        for c in self.columns:
+            if c.name == "host":
+                codes = np.repeat(np.arange(len(pairs), dtype=np.int32), [len(f) for f, _ in pairs])
+                data["host"] = pd.Categorical.from_codes(codes, categories=[h for _, h in pairs])
+            elif c.dtype == "category":
+                data[c.name] = union_categoricals([_categorical(f[c.name]) for f, _ in pairs], ignore_order=True)
+            else:
+                data[c.name] = np.concatenate([f[c.name].to_numpy() for f, _ in pairs])
+        return self.frame(data)
+
     def require(self, df: pd.DataFrame, columns: list[str] | None = None) -> None:
         """Raise ValueError naming the missing or mistyped columns of `df`."""
         wanted = [c for c in self.columns if columns is None or c.name in columns]
@@ -56,6 +82,10 @@ class TableSchema:
                  if not _dtype_ok(df[c.name].dtype, c.dtype)]
         if wrong:
             raise ValueError(f"{self.name} table has mistyped columns: {', '.join(wrong)}")
+
+
+def _categorical(column: pd.Series) -> pd.Categorical:
+    return column.array if isinstance(column.dtype, pd.CategoricalDtype) else pd.Categorical(column.to_numpy())
 
 
 def _cast(value, dtype: str):
