@@ -228,7 +228,7 @@ def _stage(progress: Callable[[str], None] | None, i: int) -> None:
 
 def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None, jobs: int | None,
                     progress: Callable[[str], None] | None, scheduler=None) -> Diagnosis:
-    from tpudiag.analysis.host_digest import parse_and_digest
+    from tpudiag.analysis.host_digest import StepFold, parse_and_digest
     from tpudiag.parsers.capture import find_capture, load_capture
     from tpudiag.parsers.hlo_proto import capture_hlo_inputs
     from tpudiag.rules import run_rules
@@ -238,11 +238,13 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     loaded = load_dumps(dumps)
     thresholds = window_thresholds(rules_config)
     _stage(progress, 0)
-    # Each host is digested where it is parsed: the driver holds digests, not every host's events.
+    # Each host is digested where it is parsed, and its per-step tables are folded into the
+    # capture's as it arrives: the driver holds small per-host digests and one fold, no events.
+    fold = StepFold()
     profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler,
-                           per_host=functools.partial(parse_and_digest, thresholds=thresholds))
+                           per_host=functools.partial(parse_and_digest, thresholds=thresholds), on_host=fold.add)
     _stage(progress, 1)
-    analysis = analyze(profile, thresholds)
+    analysis = analyze(profile, thresholds, per_step=fold.result())
     hosts = profile.hosts
     trace_chip = hosts[0].device.chip if hosts else None
     compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=trace_chip or chip)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.rules import scenarios as sc
 from tpudiag.analysis.collective_windows import collective_windows
-from tpudiag.analysis.host_digest import digest_host, drop_events, parse_and_digest
+from tpudiag.analysis.host_digest import StepFold, digest_host, drop_events, fold_step_tables, parse_and_digest
 from tpudiag.analysis.profile_analysis import analyze, build_report
 from tpudiag.analysis.timeline import step_timeline
-from tpudiag.model.profile import HostFailure, WindowThresholds
+from tpudiag.model.profile import HostFailure, StepTables, WindowThresholds
 from tpudiag.parsers.capture import load_capture
 from tpudiag.parsers.hlo_proto import capture_hlo_inputs
 from tpudiag.pipeline import diagnose
@@ -70,6 +71,8 @@ def test_a_multi_host_diagnosis_keeps_digests_not_events(pod: Path):
     assert len(hosts) == 3
     assert all(h.events is None and h.host_events is None and h.async_windows.empty for h in hosts)
     assert all(h.digest is not None and h.digest.n_events > 0 for h in hosts)
+    assert all(h.digest.per_step is None for h in hosts)  # folded as each host arrived
+    assert not diagnosis.analysis.per_step.op_step_worst.empty
 
 
 def test_dropping_the_events_changes_no_report(pod: Path):
@@ -95,26 +98,57 @@ def _as_dict(series) -> dict:
 
 
 def test_op_tables_agree_with_the_events(pod: Path):
-    analysis = _kept(pod)
-    for host in analysis.profile.hosts:
-        ev, digest = host.events, host.digest
+    profile = load_capture(pod, jobs=1)
+    for host in profile.hosts:
+        digest = digest_host(host)
+        ev, per_step = host.events, digest.per_step
         per_core = ev.groupby(["step", "name", "core"], observed=True)["self_ps"].sum()
         worst = per_core.groupby(level=["step", "name"], observed=True).max()
-        assert _as_dict(worst) == _as_dict(digest.op_step_worst.set_index(["step", "name"])["self_ps"])
+        assert _as_dict(worst) == _as_dict(per_step.op_step_worst.set_index(["step", "name"])["self_ps"])
         sums = ev.groupby(["step", "program_id", "name"], observed=True)["self_ps"].sum()
-        assert _as_dict(sums) == _as_dict(digest.op_step_sums.set_index(["step", "program_id", "name"])["self_ps"])
+        assert _as_dict(sums) == _as_dict(per_step.op_step_sums.set_index(["step", "program_id", "name"])["self_ps"])
         counts = ev.groupby(["device", "name"], observed=True)["self_ps"].size()
         assert _as_dict(counts) == _as_dict(digest.op_cores.groupby(["device", "name"], observed=True)["n"].sum())
         # Reduced over the cores, the per-step table is a fraction of the events.
-        assert len(digest.op_step_worst) * 2 <= len(ev)
+        assert len(per_step.op_step_worst) * 2 <= len(ev)
+    # Folded over the hosts: the worst core of any host, per step and op.
+    analysis = analyze(profile)
+    ev = pd.concat([h.events.assign(host=h.host) for h in profile.hosts])
+    per_core = ev.groupby(["step", "name", "host", "core"], observed=True)["self_ps"].sum()
+    worst = per_core.groupby(level=["step", "name"], observed=True).max()
+    assert _as_dict(worst) == _as_dict(analysis.per_step.op_step_worst.set_index(["step", "name"])["self_ps"])
+    assert all(d.per_step is None for d in analysis.digests.values())  # held once, in the fold
+
+
+def test_the_fold_does_not_depend_on_arrival_order(pod: Path):
+    hosts = load_capture(pod, jobs=1).hosts
+    for h in hosts:
+        h.digest = digest_host(h)
+    tables = [h.digest.per_step for h in hosts]
+
+    def folded(order) -> StepTables:
+        fold = StepFold()
+        fold.BATCH = 2  # fold in batches, as a long pod does
+        for i in order:
+            hosts[i].digest.per_step = tables[i]
+            fold.add(hosts[i])
+        return fold.result()
+
+    a, b = folded([0, 1, 2]), folded([2, 0, 1])
+    for field in ("op_step_worst", "op_step_sums", "collective_op_steps"):
+        x, y = getattr(a, field), getattr(b, field)
+        assert not x.empty
+        pd.testing.assert_frame_equal(x, y)
+        pd.testing.assert_frame_equal(x, getattr(fold_step_tables(tables), field))
 
 
 def test_the_collective_digest_folds_the_windows(pod: Path):
     analysis = _kept(pod)
     windows = collective_windows(analysis)
     coll = analysis.collectives(WindowThresholds())
+    op_steps = analysis.per_step.collective_op_steps
     assert int(coll.ops["n"].sum()) == len(windows)
-    assert len(coll.ops) + len(coll.op_steps) + len(coll.steps) < len(windows)
+    assert len(coll.ops) + len(op_steps) + len(coll.steps) < len(windows)
     for col in ("span_ps", "covered_ps", "exposed_ps"):
         assert int(coll.ops[col].sum()) == int(windows[col].sum())
     for klass in ("hidden", "partial", "exposed"):
@@ -122,9 +156,9 @@ def test_the_collective_digest_folds_the_windows(pod: Path):
     by_core = windows.groupby(["host", "core", "step", "family"])["exposed_ps"].sum()
     assert _as_dict(by_core) == _as_dict(coll.steps.groupby(["host", "core", "step", "family"],
                                                             observed=True)["exposed_ps"].sum())
-    worst = windows.groupby(["host", "step", "name", "core"])["exposed_ps"].sum().groupby(
-        level=["host", "step", "name"]).max()
-    assert _as_dict(worst) == _as_dict(coll.op_steps.set_index(["host", "step", "name"])["exposed_ps"])
+    worst = windows.groupby(["step", "kind", "name", "host", "core"])["exposed_ps"].sum().groupby(
+        level=["step", "kind", "name"]).max()
+    assert _as_dict(worst) == _as_dict(op_steps.set_index(["step", "kind", "name"])["exposed_ps"])
 
 
 def test_other_thresholds_reclass_from_events_and_need_them(pod: Path):

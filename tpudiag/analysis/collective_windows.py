@@ -7,8 +7,8 @@ compute; its body is, so a layer loop does not hide the collectives inside it. C
 ops nested inside a collective, are not compute either.
 
 `collective_windows` gives one row per window (it needs the host's events);
-`summarize_windows` folds one host's rows into the `CollectiveDigest` its digest keeps, which is
-what the exposed-collective rule reads.
+`summarize_windows` folds one host's rows into what its digest keeps (a `CollectiveDigest` and a
+per-step table), which is what the exposed-collective rule reads.
 """
 
 from __future__ import annotations
@@ -198,14 +198,15 @@ def _assign_steps(steps: pd.DataFrame, host: str, core: np.ndarray, start_ps: np
     return out
 
 
-def summarize_windows(windows: pd.DataFrame | None, host: str) -> CollectiveDigest:
-    """One host's per-window rows (`WINDOW_COLUMNS`) folded three ways (`CollectiveDigest`): exposed
-    time per (core, step, family), per (step, op) on the worst core, and per op over the capture.
+def summarize_windows(windows: pd.DataFrame | None, host: str) -> tuple[CollectiveDigest, pd.DataFrame]:
+    """One host's per-window rows (`WINDOW_COLUMNS`) folded three ways: exposed time per (core,
+    step, family) and counts per op over the capture (`CollectiveDigest`), and exposed time per
+    (step, op) on the worst core (`schemas.COLLECTIVE_OP_STEPS`, one of the host's `StepTables`).
     These answer every per-step worst-core sum the exposed-collective rule takes, by kind, family
     or op, as the rows did."""
     if windows is None or windows.empty:
-        return CollectiveDigest(schemas.COLLECTIVE_STEPS.empty(), schemas.COLLECTIVE_OP_STEPS.empty(),
-                                schemas.COLLECTIVE_OPS.empty())
+        return (CollectiveDigest(schemas.COLLECTIVE_STEPS.empty(), schemas.COLLECTIVE_OPS.empty()),
+                schemas.COLLECTIVE_OP_STEPS.empty())
     # Strings as categories first: grouping tens of thousands of rows by string keys is the cost.
     windows = windows.astype({k: "category" for k in ("device", "kind", "family", "name", "source")})
     by_family = (windows.groupby(["device", "core", "step", "kind", "family"], sort=True, observed=True)
@@ -221,9 +222,9 @@ def summarize_windows(windows: pd.DataFrame | None, host: str) -> CollectiveDige
     for col in ("span_ps", "covered_ps", "exposed_ps"):
         frame[col] = windows[col].to_numpy().astype(np.int64)
     ops = frame.groupby(_OP_KEYS, sort=True, observed=True).sum().reset_index()
-    return CollectiveDigest(schemas.COLLECTIVE_STEPS.of_host(by_family, host),
-                            schemas.COLLECTIVE_OP_STEPS.of_host(by_op, host),
-                            schemas.COLLECTIVE_OPS.of_host(ops, host))
+    return (CollectiveDigest(schemas.COLLECTIVE_STEPS.of_host(by_family, host),
+                             schemas.COLLECTIVE_OPS.of_host(ops, host)),
+            schemas.COLLECTIVE_OP_STEPS.of_host(by_op))
 
 
 _OP_KEYS = ["kind", "family", "name", "source", "double_suffix"]

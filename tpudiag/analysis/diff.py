@@ -336,20 +336,15 @@ def _op_table(analysis: Analysis, compiled: pd.DataFrame | None = None) -> pd.Da
 def _per_step_op_times(analysis: Analysis, ops: pd.DataFrame) -> pd.DataFrame:
     """Rows: name_key; columns: the run's steps; values: self time per step and core (ps)."""
     steps = _steps(analysis)
-    frames = []
-    for host in analysis.profile.hosts:
-        ev = analysis.digests[host.host].op_step_sums  # summed over the host's cores
-        if ev.empty:
-            continue
-        inside = ev[ev["step"] >= 0]
-        g = (inside.groupby(["program_id", "name", "step"], observed=True)["self_ps"].sum().reset_index())
-        g["host"] = host.host
-        g["name"] = g["name"].astype(str)
-        frames.append(g)
-    if not frames or len(steps) == 0:
+    sums = analysis.per_step.op_step_sums  # summed over every host's cores
+    inside = sums[sums["step"] >= 0]
+    if inside.empty or len(steps) == 0:
         return pd.DataFrame(index=pd.Index([], name="name_key"), columns=steps, dtype=np.float64)
-    g = pd.concat(frames, ignore_index=True).merge(ops[["host", "program_id", "name", "name_key"]],
-                                                   on=["host", "program_id", "name"], how="inner")
+    g = pd.DataFrame({"program_id": inside["program_id"].to_numpy(), "name": inside["name"].astype(str).to_numpy(),
+                      "step": inside["step"].to_numpy(), "self_ps": inside["self_ps"].to_numpy()})
+    # A program's op has one name_key on every host (module, name and shape are the program's).
+    keys = ops[["program_id", "name", "name_key"]].drop_duplicates(["program_id", "name"])
+    g = g.merge(keys, on=["program_id", "name"], how="inner")
     table = g.pivot_table(index="name_key", columns="step", values="self_ps", aggfunc="sum", fill_value=0)
     table = table.reindex(columns=steps, fill_value=0).astype(np.float64)
     return table / _n_cores(analysis)

@@ -48,23 +48,17 @@ def host_stats(analysis: Analysis) -> list[HostStats]:
 def op_time_per_step(analysis: Analysis) -> pd.DataFrame:
     """(host, name, category, self_ps): per host and op, the mean per step of its self time on the core where
     it is largest; ops outside every step are left out."""
-    parts = []
-    for host in analysis.profile.hosts:
-        digest = analysis.digests[host.host]
-        worst = digest.op_step_worst  # per step and op name: the worst core's self time
-        inside = worst[worst["step"] >= 0]
-        n_steps = inside["step"].nunique()
-        if inside.empty or not n_steps:
-            continue
-        mean = inside.groupby("name", observed=True)["self_ps"].sum() / n_steps
-        names = mean.index.astype(str)
-        cats = digest.ops.groupby("name", sort=False)["category"].first()
-        parts.append(pd.DataFrame({"host": host.host, "name": names,
-                                   "category": cats.reindex(names).fillna("").astype(str).to_numpy(),
-                                   "self_ps": mean.to_numpy(dtype=np.float64)}))
-    if not parts:
+    means = analysis.host_table("op_means")  # computed per host where it was parsed
+    if means.empty:
         return pd.DataFrame({"host": [], "name": [], "category": [], "self_ps": []})
-    return pd.concat(parts, ignore_index=True)
+    ops = analysis.ops
+    cats = (pd.DataFrame({"host": ops["host"].astype(str), "name": ops["name"].astype(str),
+                          "category": ops["category"].astype(str)})
+            .groupby(["host", "name"], sort=False)["category"].first())
+    keys = pd.MultiIndex.from_arrays([means["host"].astype(str), means["name"].astype(str)])
+    return pd.DataFrame({"host": keys.get_level_values(0), "name": keys.get_level_values(1),
+                         "category": cats.reindex(keys).fillna("").astype(str).to_numpy(),
+                         "self_ps": means["self_ps"].to_numpy(dtype=np.float64)})
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from tpudiag.analysis.idle import host_idle_tables
 from tpudiag.analysis.ops import aggregate_ops
 from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
-from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, WindowThresholds
+from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepTables, WindowThresholds
 from tpudiag.parsers.capture import HostUrl, parse_file_or_failure
 
 
@@ -33,11 +33,23 @@ def digest_host(host: HostTrace, thresholds: WindowThresholds | None = None) -> 
     executions = source.kind == "XLA Modules"
     gaps, idle_steps = host_idle_tables(host, steps, executions)
     op_cores, op_step_sums, op_step_worst = op_tables(host)
+    collectives, collective_op_steps = summarize_windows(windows, host.host)
     return HostDigest(steps=steps, step_source=source, ops=aggregate_ops(host),
                       core_span_ps=core_spans(host.events, steps), n_events=len(host.events), op_cores=op_cores,
-                      op_step_sums=op_step_sums, op_step_worst=op_step_worst,
-                      collectives=summarize_windows(windows, host.host), thresholds=thresholds,
+                      op_means=op_means(op_step_worst, host.host), collectives=collectives,
+                      per_step=StepTables(op_step_worst, op_step_sums, collective_op_steps), thresholds=thresholds,
                       idle_gaps=gaps, idle_steps=idle_steps, executions=executions)
+
+
+def op_means(op_step_worst: pd.DataFrame, host: str) -> pd.DataFrame:
+    """`schemas.OP_MEANS`: per op, its worst core's self time averaged over the host's steps (ops
+    outside every step left out), the per-host figure straggler-host compares between hosts."""
+    inside = op_step_worst[op_step_worst["step"] >= 0]
+    n_steps = inside["step"].nunique()
+    if not n_steps:
+        return schemas.OP_MEANS.empty()
+    mean = (inside.groupby("name", observed=True)["self_ps"].sum() / n_steps).reset_index()
+    return schemas.OP_MEANS.of_host(mean, host)
 
 
 def core_spans(events: pd.DataFrame, steps: pd.DataFrame) -> int:
@@ -65,8 +77,60 @@ def op_tables(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     sums = ev.groupby(["step", "program_id", "name"], observed=True, sort=False)["self_ps"].sum().reset_index()
     per_core = ev.groupby(["step", "name", "core"], observed=True, sort=False)["self_ps"].sum()
     worst = per_core.groupby(level=["step", "name"], observed=True, sort=False).max().reset_index()
-    return (schemas.OP_CORES.of_host(cores, host.host), schemas.OP_STEP_SUMS.of_host(sums, host.host),
-            schemas.OP_STEP_WORST.of_host(worst, host.host))
+    return (schemas.OP_CORES.of_host(cores, host.host), schemas.OP_STEP_SUMS.of_host(sums),
+            schemas.OP_STEP_WORST.of_host(worst))
+
+
+# (field, schema, keys, value, how): each per-step table folds over hosts by max or sum per key,
+# which is what its readers take over hosts anyway (the worst core of any host; a sum over cores).
+_FOLDS = (("op_step_worst", schemas.OP_STEP_WORST, ["step", "name"], "self_ps", "max"),
+          ("op_step_sums", schemas.OP_STEP_SUMS, ["step", "program_id", "name"], "self_ps", "sum"),
+          ("collective_op_steps", schemas.COLLECTIVE_OP_STEPS, ["step", "kind", "name"], "exposed_ps", "max"))
+
+
+def fold_step_tables(parts: list[StepTables]) -> StepTables:
+    """Several hosts' (or partial folds') per-step tables in one, rows sorted by their keys."""
+    out = []
+    for field, schema, keys, value, how in _FOLDS:
+        both = schema.stack([getattr(p, field) for p in parts])
+        if both.empty:
+            out.append(both)
+            continue
+        folded = both.groupby(keys, observed=True, sort=False)[value].agg(how).reset_index()
+        for key in keys:  # categories in name order, so the result does not depend on arrival order
+            if isinstance(folded[key].dtype, pd.CategoricalDtype):
+                folded[key] = folded[key].cat.set_categories(sorted(folded[key].cat.categories))
+        out.append(schema.of_host(folded.sort_values(keys, kind="stable", ignore_index=True)))
+    return StepTables(*out)
+
+
+class StepFold:
+    """Folds hosts' per-step tables as the hosts arrive (`load_capture`'s `on_host`), a few at a
+    time, and frees each host's own: the driver holds one set of them, not one per host."""
+
+    BATCH = 8  # hosts folded together: fewer regroupings of the running fold, little memory
+
+    def __init__(self) -> None:
+        self._folded: StepTables | None = None
+        self._pending: list[StepTables] = []
+
+    def add(self, host: HostTrace) -> None:
+        if host.digest is None or host.digest.per_step is None:
+            return
+        self._pending.append(host.digest.per_step)
+        host.digest.per_step = None
+        if len(self._pending) >= self.BATCH:
+            self._fold()
+
+    def _fold(self) -> None:
+        parts = ([self._folded] if self._folded is not None else []) + self._pending
+        self._folded = fold_step_tables(parts)
+        self._pending = []
+
+    def result(self) -> StepTables:
+        if self._pending or self._folded is None:
+            self._fold()
+        return self._folded
 
 
 def drop_events(host: HostTrace) -> None:

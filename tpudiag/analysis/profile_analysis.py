@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from tpudiag.analysis.host_digest import digest_host
+from tpudiag.analysis.host_digest import digest_host, fold_step_tables
 from tpudiag.model import schemas
 from tpudiag.model.findings import Finding
-from tpudiag.model.profile import CollectiveDigest, HostDigest, Profile, StepSource, WindowThresholds
+from tpudiag.model.profile import CollectiveDigest, HostDigest, Profile, StepSource, StepTables, WindowThresholds
 from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, OpRow, Report,
                                   RuleSkip, Summary)
 
@@ -25,6 +25,7 @@ class Analysis:
 
     profile: Profile
     digests: dict[str, HostDigest]  # per host: what its events reduce to (`analysis.host_digest`)
+    per_step: StepTables  # every host's per-step tables, folded (max or sum over hosts)
     steps: pd.DataFrame  # schemas.STEPS, every host
     ops: pd.DataFrame  # schemas.OPS, every host
     step_sources: dict[str, StepSource]
@@ -41,35 +42,36 @@ class Analysis:
     def n_events(self) -> int:
         return sum(d.n_events for d in self.digests.values())
 
-    def op_table(self, table: str) -> pd.DataFrame:
-        """A digest table of every host, stacked: "op_cores", "op_step_sums" or "op_step_worst"
-        (`HostDigest`; schemas of the same names in `tpudiag.model.schemas`)."""
-        schema = _OP_TABLES[table]
-        return _stacked([getattr(d, table) for d in self.digests.values()], self.digests, schema)
+    def host_table(self, table: str) -> pd.DataFrame:
+        """A per-host digest table of every host, stacked: "op_cores" or "op_means" (`HostDigest`;
+        schemas of the same names in `tpudiag.model.schemas`)."""
+        return _stacked([getattr(d, table) for d in self.digests.values()], self.digests, _HOST_TABLES[table])
 
     def collectives(self, thresholds: WindowThresholds) -> CollectiveDigest:
         """Every host's `CollectiveDigest`, stacked, classed with `thresholds`: from the digests
-        when they were classed so, else again from the events (a host without them is an error)."""
+        when they were classed so, else again from the events (a host without them is an error).
+        Per step, the exposed time per op on the worst core is `per_step.collective_op_steps`,
+        which does not depend on the classes."""
         for host in self.profile.hosts:
-            if self.digests[host.host].thresholds != thresholds:
-                self.digests[host.host] = _digest(host, thresholds)
+            _reclass(host, self.digests[host.host], thresholds)
         parts = [d.collectives for d in self.digests.values()]
-        return CollectiveDigest(*(_stacked([getattr(p, f) for p in parts], self.digests, schema)
-                                  for f, schema in (("steps", schemas.COLLECTIVE_STEPS),
-                                                    ("op_steps", schemas.COLLECTIVE_OP_STEPS),
-                                                    ("ops", schemas.COLLECTIVE_OPS))))
+        return CollectiveDigest(_stacked([p.steps for p in parts], self.digests, schemas.COLLECTIVE_STEPS),
+                                _stacked([p.ops for p in parts], self.digests, schemas.COLLECTIVE_OPS))
 
 
-_OP_TABLES = {"op_cores": schemas.OP_CORES, "op_step_sums": schemas.OP_STEP_SUMS,
-              "op_step_worst": schemas.OP_STEP_WORST}
-
-
-def _digest(host, thresholds: WindowThresholds | None):
+def _reclass(host, digest: HostDigest, thresholds: WindowThresholds) -> None:
+    """Class the host's collective windows with `thresholds` (again, from its events, if it was
+    classed otherwise). Only the class counts change: the per-step tables stay as they are."""
+    if digest.thresholds == thresholds:
+        return
     if host.events is None:
-        raise ValueError(f"host {host.host}: digested with other collective-window thresholds and its events "
-                         "are gone; pass the thresholds to `analyze` (or `load_capture`'s task)")
-    host.digest = digest_host(host, thresholds)
-    return host.digest
+        raise ValueError(f"host {host.host}: digested with other collective-window thresholds and its events are "
+                         "gone; pass the same thresholds to `analyze` and to the host task")
+    digest.collectives = digest_host(host, thresholds).collectives
+    digest.thresholds = thresholds
+
+
+_HOST_TABLES = {"op_cores": schemas.OP_CORES, "op_means": schemas.OP_MEANS}
 
 
 def _stacked(frames: list[pd.DataFrame], digests: dict[str, HostDigest], schema) -> pd.DataFrame:
@@ -78,20 +80,30 @@ def _stacked(frames: list[pd.DataFrame], digests: dict[str, HostDigest], schema)
     return schema.stack(frames, list(digests))
 
 
-def analyze(profile: Profile, thresholds: WindowThresholds | None = None) -> Analysis:
+def analyze(profile: Profile, thresholds: WindowThresholds | None = None,
+            per_step: StepTables | None = None) -> Analysis:
     """The analysis of every host, from their digests (made here for hosts that come without one).
 
     `thresholds` class collective windows (the exposed-collective rule's); a host digested with
-    others is digested again, which needs its events.
+    others is digested again, which needs its events. `per_step` is the fold of the hosts whose
+    per-step tables were folded as they arrived (`host_digest.StepFold`); the others fold here.
     """
     thresholds = thresholds or WindowThresholds()
     digests = {}
     for host in profile.hosts:
         digest = host.digest
-        if digest is None or digest.thresholds != thresholds:
-            digest = _digest(host, thresholds)
+        if digest is None:
+            digest = host.digest = digest_host(host, thresholds)
+        _reclass(host, digest, thresholds)
         digests[host.host] = digest
-    return Analysis(profile, digests,
+    unfolded = [d.per_step for d in digests.values() if d.per_step is not None]
+    if per_step is None and len(unfolded) < len(digests):
+        raise ValueError("some hosts' per-step tables were folded elsewhere: pass that fold as `per_step`")
+    if unfolded or per_step is None:
+        per_step = fold_step_tables(([per_step] if per_step is not None else []) + unfolded)
+        for d in digests.values():
+            d.per_step = None  # held once, in the fold
+    return Analysis(profile, digests, per_step,
                     steps=_stacked([d.steps for d in digests.values()], digests, schemas.STEPS),
                     ops=_stacked([d.ops for d in digests.values()], digests, schemas.OPS),
                     step_sources={h: d.step_source for h, d in digests.items()},

@@ -48,12 +48,23 @@ class CollectiveDigest:
     follow `tpudiag.model.schemas`."""
 
     steps: pd.DataFrame  # COLLECTIVE_STEPS: exposed time per (core, step, kind, family)
-    op_steps: pd.DataFrame  # COLLECTIVE_OP_STEPS: exposed time per (step, kind, op) on the worst core
     ops: pd.DataFrame  # COLLECTIVE_OPS: counts per class and summed times per op
 
     @property
     def empty(self) -> bool:
         return self.ops.empty
+
+
+@dataclass(frozen=True)
+class StepTables:
+    """The per-step tables, steps x ops rows each: a training capture runs most ops once per step,
+    so these are the big part of a digest. Reduced over a host's cores on its worker, then folded
+    over the hosts as they arrive (max or sum per key), so the driver holds one set, not one per
+    host. Tables follow `tpudiag.model.schemas`."""
+
+    op_step_worst: pd.DataFrame  # OP_STEP_WORST: self time per (step, op name) on the worst core
+    op_step_sums: pd.DataFrame  # OP_STEP_SUMS: self time per (step, program, op), summed over cores
+    collective_op_steps: pd.DataFrame  # COLLECTIVE_OP_STEPS: exposed time per (step, kind, op), worst core
 
 
 @dataclass
@@ -71,9 +82,9 @@ class HostDigest:
     core_span_ps: int  # sum over cores of (last end - first start)
     n_events: int
     op_cores: pd.DataFrame  # OP_CORES: count and self time per (core, op)
-    op_step_sums: pd.DataFrame  # OP_STEP_SUMS: self time per (step, program, op), summed over cores
-    op_step_worst: pd.DataFrame  # OP_STEP_WORST: self time per (step, op name) on the worst core
+    op_means: pd.DataFrame  # OP_MEANS: per op, mean over steps of its worst core's self time
     collectives: CollectiveDigest  # classed with `thresholds`
+    per_step: StepTables | None  # None once folded into the capture's (`analysis.host_digest.StepFold`)
     thresholds: WindowThresholds
     idle_gaps: pd.DataFrame  # analysis.idle: one row per idle interval
     idle_steps: pd.DataFrame  # analysis.idle: per (core, step) period, idle and causes

@@ -47,17 +47,20 @@ class TableSchema:
     def empty(self) -> pd.DataFrame:
         return self.frame(length=0)
 
-    def of_host(self, frame: pd.DataFrame, host: str) -> pd.DataFrame:
-        """This schema's table from `frame`'s columns, every row on `host`. Categorical columns are
-        kept as they are: re-encoding strings is the costly part on tables of many rows."""
+    def of_host(self, frame: pd.DataFrame, host: str | None = None) -> pd.DataFrame:
+        """This schema's table from `frame`'s columns, every row on `host` (for a schema with a host
+        column). Categorical columns are kept as they are: re-encoding strings is the costly part on
+        tables of many rows."""
         data = {c: (frame[c].array if isinstance(frame[c].dtype, pd.CategoricalDtype) else frame[c].to_numpy())
                 for c in self.names if c != "host"}
-        data["host"] = pd.Categorical.from_codes(np.zeros(len(frame), dtype=np.int8), categories=[host])
+        if "host" in self.names:
+            data["host"] = pd.Categorical.from_codes(np.zeros(len(frame), dtype=np.int8), categories=[host])
         return self.frame(data)
 
-    def stack(self, frames: list[pd.DataFrame], hosts: list[str]) -> pd.DataFrame:
-        """Per-host tables of this schema in one, each row's `host` set to its table's host (the
-        hosts are distinct); categorical columns are merged by their categories, not re-encoded."""
+    def stack(self, frames: list[pd.DataFrame], hosts: list[str] | None = None) -> pd.DataFrame:
+        """Tables of this schema in one; with a host column, each row's `host` is set to its table's
+        (distinct) host. Categorical columns are merged by their categories, not re-encoded."""
+        hosts = hosts if hosts is not None else [""] * len(frames)
         pairs = [(f, h) for f, h in zip(frames, hosts) if len(f)]
         if not pairs:
             return self.empty()
@@ -205,8 +208,8 @@ HOST_EVENTS = TableSchema("host_events", (
 ))
 
 # A host's digest (`model.profile.HostDigest`): per-event facts reduced where the host is parsed.
-# Per-step tables are reduced over the host's cores (its worst core, or the sum), so they hold
-# steps x ops rows, not cores x steps x ops.
+# Per-step tables (`StepTables`: OP_STEP_SUMS, OP_STEP_WORST, COLLECTIVE_OP_STEPS) are reduced over
+# the host's cores, then folded over the hosts as they arrive, so they carry no host column.
 
 OP_CORES = TableSchema("op_cores", (
     Column("host", "category", "host"),
@@ -219,18 +222,22 @@ OP_CORES = TableSchema("op_cores", (
 ))
 
 OP_STEP_SUMS = TableSchema("op_step_sums", (
-    Column("host", "category", "host"),
     Column("step", "int64", "step number; -1 for events outside every step"),
     Column("program_id", "uint64", "program id"),
     Column("name", "category", "HLO instruction name"),
-    Column("self_ps", "int64", "self time in that step, summed over the host's cores"),
+    Column("self_ps", "int64", "self time in that step, summed over the cores (of a host, or of every host)"),
 ))
 
 OP_STEP_WORST = TableSchema("op_step_worst", (
-    Column("host", "category", "host"),
     Column("step", "int64", "step number; -1 for events outside every step (the whole capture without steps)"),
     Column("name", "category", "HLO instruction name (every program's op of that name together)"),
-    Column("self_ps", "int64", "self time in that step on the host's core where it is largest"),
+    Column("self_ps", "int64", "self time in that step on the core where it is largest (of a host, or of every host)"),
+))
+
+OP_MEANS = TableSchema("op_means", (
+    Column("host", "category", "host"),
+    Column("name", "category", "HLO instruction name"),
+    Column("self_ps", "float64", "mean over the host's steps of the op's self time on its worst core in each"),
 ))
 
 COLLECTIVE_STEPS = TableSchema("collective_steps", (
@@ -244,11 +251,10 @@ COLLECTIVE_STEPS = TableSchema("collective_steps", (
 ))
 
 COLLECTIVE_OP_STEPS = TableSchema("collective_op_steps", (
-    Column("host", "category", "host"),
     Column("step", "int64", "step the windows start in; -1 outside every step"),
     Column("kind", "category", "'async' or 'sync'"),
     Column("name", "category", "collective op name (an async start op, or a synchronous collective)"),
-    Column("exposed_ps", "int64", "its exposed time in that step on the host's core where it is largest"),
+    Column("exposed_ps", "int64", "its exposed time in that step on the core where it is largest (of a host, or of every host)"),
 ))
 
 COLLECTIVE_OPS = TableSchema("collective_ops", (

@@ -280,7 +280,8 @@ def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
         return HostFailure(str(path), exc.one_line())
 
 
-def _map_on_dask(task: HostTask, files: tuple, keep_events: bool, scheduler) -> list[HostTrace | HostFailure]:
+def _map_on_dask(task: HostTask, files: tuple, keep_events: bool, scheduler,
+                 arrived: Callable[[HostTrace | HostFailure], None]) -> list[HostTrace | HostFailure]:
     """Parse every host file as one task on a Dask distributed cluster.
 
     `scheduler` is an address (`tcp://host:8786`) or a `distributed.Client`. Only the file names go
@@ -288,7 +289,7 @@ def _map_on_dask(task: HostTask, files: tuple, keep_events: bool, scheduler) -> 
     returns its parsed host or its one-line failure, so a bad host stays a per-host warning.
     """
     try:
-        from distributed import Client
+        from distributed import Client, as_completed
     except ImportError as exc:
         raise UsageError("`--scheduler` needs Dask distributed",
                          hint="install the dask extra: `pip install 'tpudiag[dask]'`") from exc
@@ -299,7 +300,14 @@ def _map_on_dask(task: HostTask, files: tuple, keep_events: bool, scheduler) -> 
         raise UsageError(f"cannot reach the Dask scheduler at `{scheduler}` ({exc})") from exc
     try:
         futures = client.map(task, list(files), plane_jobs=1, keep_events=keep_events, pure=False)
-        return list(client.gather(futures))
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list[HostTrace | HostFailure | None] = [None] * len(futures)
+        for future in as_completed(futures):  # each host as it finishes, so the caller can fold it
+            result = future.result()
+            arrived(result)
+            results[index[future.key]] = result
+            future.release()
+        return results
     finally:
         if own:
             client.close()
@@ -313,35 +321,43 @@ HostTask = Callable[..., "HostTrace | HostFailure"]
 
 def load_capture(path: Path | str, jobs: int | None = None,
                  progress: Callable[[str], None] | None = None, scheduler=None,
-                 per_host: HostTask | None = None) -> Profile:
+                 per_host: HostTask | None = None, on_host: Callable[[HostTrace], None] | None = None) -> Profile:
     """Parse every host of the capture at `path` (a local path or an fsspec URL).
 
     Several hosts parse in parallel processes (`jobs`), or as tasks on a Dask distributed cluster
     when `scheduler` (an address or a `distributed.Client`) is given. `per_host` replaces the
     plain parse of each host file; it is asked to keep the events only for a single-host capture.
+    `on_host` is called in this process with each parsed host as it arrives, before the next ones
+    are gathered, so a caller can fold what a host brings instead of holding every host's.
     """
     capture = find_capture(path)
     files = capture.files
     task = per_host or parse_file_or_failure
     keep = len(files) == 1
+
+    def arrived(result: HostTrace | HostFailure) -> HostTrace | HostFailure:
+        if on_host is not None and isinstance(result, HostTrace):
+            on_host(result)
+        return result
+
     results: list[HostTrace | HostFailure]
     workers = min(len(files), jobs or os.cpu_count() or 1)
     if scheduler is not None:
         if progress:
             progress(f"parsing {len(files)} hosts on the Dask cluster")
-        results = _map_on_dask(task, files, keep, scheduler)
+        results = _map_on_dask(task, files, keep, scheduler, arrived)
     elif workers <= 1 or len(files) == 1:
         results = []
         for f in files:
             if progress:
                 progress(f"parsing {f.name}")
             # A single host may still use every core, plane by plane.
-            results.append(task(f, plane_jobs=jobs or os.cpu_count() or 1, keep_events=keep))
+            results.append(arrived(task(f, plane_jobs=jobs or os.cpu_count() or 1, keep_events=keep)))
     else:
         if progress:
             progress(f"parsing {len(files)} hosts in {workers} processes")
         with _pool(workers) as pool:
-            results = list(pool.map(functools.partial(task, plane_jobs=1, keep_events=keep), files))
+            results = [arrived(r) for r in pool.map(functools.partial(task, plane_jobs=1, keep_events=keep), files)]
     for f, r in zip(files, results):
         if isinstance(r, HostTrace):  # resolved here, in the caller's working directory
             r.source = str(f) if isinstance(f, HostUrl) else str(Path(f).resolve())

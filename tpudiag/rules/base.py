@@ -44,19 +44,12 @@ def _host_tables(attr: str, schema):
     return check
 
 
-def _digest_tables(attr: str, schema):
-    def check(analysis: Analysis) -> None:
-        for digest in analysis.digests.values():
-            schema.require(getattr(digest, attr))
-    return check
-
-
 # Tables a rule may declare, with the check the engine runs before the rule: a missing or mistyped
 # column is a bug in the analysis, reported precisely instead of as a KeyError deep in a rule.
 TABLES: Mapping[str, Callable[[Analysis], None]] = {
     "ops": lambda a: schemas.OPS.require(a.ops),
     "steps": lambda a: schemas.STEPS.require(a.steps),
-    "op_step_worst": _digest_tables("op_step_worst", schemas.OP_STEP_WORST),
+    "op_step_worst": lambda a: schemas.OP_STEP_WORST.require(a.per_step.op_step_worst),
     "op_metadata": _host_tables("op_metadata", schemas.OP_METADATA),
 }
 
@@ -261,13 +254,13 @@ def per_step_worst_core_by(frame: pd.DataFrame, value: str, basis: StepBasis,
 
 
 def op_events(analysis: Analysis, names) -> pd.DataFrame:
-    """(host, core, step, name, self_ps) of the ops named in `names`, all hosts: per step, the self
-    time on each host's worst core (`core` 0 stands for it), from the hosts' digests. What every
-    per-step worst-core sum reads: the max over (host, core) is the max over hosts of these."""
-    table = analysis.op_table("op_step_worst")
+    """(host, core, step, name, self_ps) of the ops named in `names`: per step, the self time on the
+    worst core of any host (`analysis.per_step`, folded over hosts: host "" and core 0 stand for
+    it). What every per-step worst-core sum reads: the max over (host, core) of the events' sums."""
+    table = analysis.per_step.op_step_worst
     wanted = table["name"].isin(set(names)).to_numpy()
-    return pd.DataFrame({"host": table["host"].astype(str).to_numpy()[wanted],
-                         "core": np.zeros(int(wanted.sum()), dtype=np.int64),
+    n = int(wanted.sum())
+    return pd.DataFrame({"host": np.full(n, "", dtype=object), "core": np.zeros(n, dtype=np.int64),
                          "step": table["step"].to_numpy()[wanted],
                          "name": table["name"].astype(str).to_numpy()[wanted],
                          "self_ps": table["self_ps"].to_numpy()[wanted]})

@@ -217,7 +217,7 @@ def _class_counts(frame: pd.DataFrame) -> str:
     return f"{int(frame['n_hidden'].sum())}/{int(frame['n_partial'].sum())}/{int(frame['n_exposed'].sum())}"
 
 
-def _evidence(coll: CollectiveDigest, basis: StepBasis, options: Options,
+def _evidence(coll: CollectiveDigest, op_steps: pd.DataFrame, basis: StepBasis, options: Options,
               facts: ScheduleFacts | None) -> tuple[Evidence, ...]:
     rows = []
     frame = coll.ops
@@ -229,8 +229,8 @@ def _evidence(coll: CollectiveDigest, basis: StepBasis, options: Options,
             ("hidden/partial/exposed", _class_counts(g)),
             ("exposed/step", fmt_time(fam_exposed[family])))))
     # Every op's exposed time per step in one pass; only the ops shown as evidence are sliced out.
-    # `op_steps` holds each host's worst core already: core 0 stands for it.
-    labels, exposed_by_op = per_step_worst_core_by(coll.op_steps.assign(core=0), "exposed_ps", basis, "name")
+    # `op_steps` holds the worst core of any host already: host "" and core 0 stand for it.
+    labels, exposed_by_op = per_step_worst_core_by(op_steps.assign(host="", core=0), "exposed_ps", basis, "name")
     per_op = sorted(zip(exposed_by_op.tolist(), (str(n) for n in labels)), key=lambda t: (-t[0], t[1]))
     names = frame["name"].to_numpy()
     for exposed, name in per_op[:options.max_evidence_rows]:
@@ -255,7 +255,7 @@ def _evidence(coll: CollectiveDigest, basis: StepBasis, options: Options,
 
 
 def _of_kind(coll: CollectiveDigest, kind: str) -> CollectiveDigest:
-    return CollectiveDigest(*(t[t["kind"] == kind] for t in (coll.steps, coll.op_steps, coll.ops)))
+    return CollectiveDigest(*(t[t["kind"] == kind] for t in (coll.steps, coll.ops)))
 
 
 def straggler_of(analysis):
@@ -269,6 +269,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     collectives = analysis.collectives(WindowThresholds(options.hidden_threshold, options.exposed_threshold))
     if collectives.empty:
         return []
+    op_steps = analysis.per_step.collective_op_steps
     basis = step_basis(analysis)
     scale = SeverityScale(options.high_share, options.medium_share)
     generation = _generation(analysis)
@@ -330,7 +331,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message,
             saving=Saving(int(round(exposed)), "measured", explanation),
-            fix=_fix(kind, families, g, generation), evidence=_evidence(coll, basis, options, facts),
+            fix=_fix(kind, families, g, generation), evidence=_evidence(coll, op_steps[op_steps["kind"] == kind], basis, options, facts),
             host=hosts[0].host if len(hosts) == 1 else "", ops=top_ops))
     return findings
 

@@ -96,11 +96,11 @@ def period(steps: list[int]) -> int | None:
 
 def _op_time_by_step(analysis) -> pd.DataFrame:
     """(step, name) -> self time in that step on the core and host where it is largest."""
-    table = analysis.op_table("op_step_worst")  # per host, step and op: the worst core's self time
+    table = analysis.per_step.op_step_worst  # per step and op: the worst core of any host
     inside = table[table["step"] >= 0]
     if inside.empty:
         return pd.DataFrame(columns=["step", "name", "self_ps"])
-    return inside.groupby(["step", "name"], observed=True)["self_ps"].max().reset_index()
+    return inside[["step", "name", "self_ps"]].reset_index(drop=True)
 
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
