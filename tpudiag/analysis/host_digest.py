@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.collective_windows import host_windows, summarize_windows
@@ -19,6 +20,7 @@ from tpudiag.analysis.idle import host_idle_tables
 from tpudiag.analysis.ops import aggregate_ops
 from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
+from tpudiag.model.grouping import group_sums, heads
 from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepTables, WindowThresholds
 from tpudiag.parsers.capture import HostUrl, parse_file_or_failure
 
@@ -74,11 +76,22 @@ def op_tables(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
         return schemas.OP_CORES.empty(), schemas.OP_STEP_SUMS.empty(), schemas.OP_STEP_WORST.empty()
     cores = (ev.groupby(["device", "program_id", "name"], observed=True, sort=False)
              .agg(n=("self_ps", "size"), self_ps=("self_ps", "sum"), core=("core", "first")).reset_index())
-    sums = ev.groupby(["step", "program_id", "name"], observed=True, sort=False)["self_ps"].sum().reset_index()
-    per_core = ev.groupby(["step", "name", "core"], observed=True, sort=False)["self_ps"].sum()
-    worst = per_core.groupby(level=["step", "name"], observed=True, sort=False).max().reset_index()
-    return (schemas.OP_CORES.of_host(cores, host.host), schemas.OP_STEP_SUMS.of_host(sums),
-            schemas.OP_STEP_WORST.of_host(worst))
+    # Per-step tables from integer codes (one sort each): millions of events on a training host.
+    step = ev["step"].to_numpy().astype(np.int64) + 1  # -1 (outside every step) becomes code 0
+    names = ev["name"].cat.categories
+    name = ev["name"].cat.codes.to_numpy()
+    program, programs = pd.factorize(ev["program_id"].to_numpy())
+    self_ps = ev["self_ps"].to_numpy()
+    (s, p, nm), sums = group_sums([step, program, name], self_ps)
+    (s2, nm2, _), per_core = group_sums([step, name, ev["core"].to_numpy()], self_ps)
+    first = heads([s2, nm2])  # the worst core of each (step, op): max over its run of cores
+    return (schemas.OP_CORES.of_host(cores, host.host),
+            schemas.OP_STEP_SUMS.of_host(pd.DataFrame({
+                "step": s - 1, "program_id": programs[p], "name": pd.Categorical.from_codes(nm, categories=names),
+                "self_ps": sums})),
+            schemas.OP_STEP_WORST.of_host(pd.DataFrame({
+                "step": s2[first] - 1, "name": pd.Categorical.from_codes(nm2[first], categories=names),
+                "self_ps": np.maximum.reduceat(per_core, first)})))
 
 
 # (field, schema, keys, value, how): each per-step table folds over hosts by max or sum per key,
@@ -90,6 +103,8 @@ _FOLDS = (("op_step_worst", schemas.OP_STEP_WORST, ["step", "name"], "self_ps", 
 
 def fold_step_tables(parts: list[StepTables]) -> StepTables:
     """Several hosts' (or partial folds') per-step tables in one, rows sorted by their keys."""
+    if len(parts) == 1:
+        return parts[0]  # one host: its own tables are the fold
     out = []
     for field, schema, keys, value, how in _FOLDS:
         both = schema.stack([getattr(p, field) for p in parts])

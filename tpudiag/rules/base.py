@@ -22,6 +22,7 @@ from tpudiag.model import schemas
 from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.findings import Finding, Severity
+from tpudiag.model.grouping import group_sums
 from tpudiag.model.units import number_problem
 
 DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Savings estimate", "Known limits",
@@ -197,20 +198,6 @@ def _codes(values: np.ndarray) -> np.ndarray:
     return pd.factorize(values, sort=False)[0].astype(np.int64)
 
 
-def _group_sums(keys: list[np.ndarray], values: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-    """Exact (integer) sums of `values` per distinct tuple of `keys`, sorted by the keys."""
-    order = np.lexsort(keys[::-1])
-    sorted_keys = [k[order] for k in keys]
-    change = np.zeros(len(order), dtype=bool)
-    if len(order):
-        change[0] = True
-        for k in sorted_keys:
-            change[1:] |= k[1:] != k[:-1]
-    starts = np.flatnonzero(change)
-    sums = np.add.reduceat(values[order], starts) if len(starts) else values[:0]
-    return [k[starts] for k in sorted_keys], sums
-
-
 def per_step_worst_core_by(frame: pd.DataFrame, value: str, basis: StepBasis,
                           by: str | None) -> tuple[np.ndarray, np.ndarray]:
     """`per_step_worst_core` for every group of column `by` at once: (group labels, values).
@@ -231,7 +218,7 @@ def per_step_worst_core_by(frame: pd.DataFrame, value: str, basis: StepBasis,
     core = frame["core"].to_numpy().astype(np.int64)
     out = np.zeros(len(labels), dtype=np.float64)
     if basis.whole_capture:
-        (g, _, _), sums = _group_sums([group, host, core], vals)
+        (g, _, _), sums = group_sums([group, host, core], vals)
         worst = np.full(len(labels), -np.inf)
         np.maximum.at(worst, g, sums.astype(np.float64))
         present = np.isfinite(worst)
@@ -241,7 +228,7 @@ def per_step_worst_core_by(frame: pd.DataFrame, value: str, basis: StepBasis,
     inside = step >= 0
     if not inside.any():
         return labels, out
-    (g, s, _, _), sums = _group_sums([group[inside], step[inside], host[inside], core[inside]], vals[inside])
+    (g, s, _, _), sums = group_sums([group[inside], step[inside], host[inside], core[inside]], vals[inside])
     # Max over (host, core) within each (group, step): the sums are sorted by group then step.
     new = np.ones(len(g), dtype=bool)
     new[1:] = (g[1:] != g[:-1]) | (s[1:] != s[:-1])
