@@ -60,6 +60,9 @@ def test_dask_cluster_gives_the_local_report(pod_logdir: Path):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                   dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         on_dask = _report(pod_logdir, scheduler=client)
+        # The workers digest their hosts: no host's events reach the driver.
+        hosts = diagnose(pod_logdir, scheduler=client).analysis.profile.hosts
+        assert all(h.events is None and h.digest.per_step is None for h in hosts)
         by_address = _report(pod_logdir, scheduler=cluster.scheduler_address)
         cli = CliRunner().invoke(app, ["report", "--format", "json", "--scheduler", cluster.scheduler_address,
                                        str(pod_logdir)])
