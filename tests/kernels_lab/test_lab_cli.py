@@ -126,7 +126,7 @@ def test_every_family_in_the_example_reproduces_and_agrees(op, tmp_path):
 
     from tpudiag.kernels_lab.harness import numerics_check
     from tpudiag.kernels_lab.reproduce import load_repro, write_repro
-    from tpudiag.kernels_lab.spec import extract_spec
+    from tests.kernels_lab.test_lab_spec import extract_spec
     from tpudiag.kernels_lab.tiling import scale_dim
 
     write_repro(extract_spec(EXAMPLE, op, scale_down=16), tmp_path)

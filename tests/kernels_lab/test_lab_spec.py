@@ -7,9 +7,15 @@ from pathlib import Path
 import pytest
 
 from tpudiag.errors import UsageError
-from tpudiag.kernels_lab.spec import NotReproducible, extract_spec, infer, parse_array
+from tpudiag.kernels_lab.spec import NotReproducible, infer, parse_array, spec_from_analysis
+from tpudiag.pipeline import diagnose
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "captures" / "train_v6e_4chip"
+
+
+def extract_spec(capture: Path, op: str, **kw):
+    """The op's spec as `tpudiag lab extract` makes it: the capture through `diagnose`."""
+    return spec_from_analysis(diagnose(capture).analysis, capture, op, **kw)
 
 
 def _infer(**kw):

@@ -719,18 +719,6 @@ def operand_names(hlo_text: str) -> list[str]:
     return re.findall(r"%([\w.\-]+)", m.group("args")) if m else []
 
 
-def extract_spec(capture: Path, op: str, *, dump: Path | None = None, topology: str | None = None,
-                 scale_down: int = 1) -> OpSpec:
-    """Load the capture, find `op`, infer its family and problem. Raises the project's errors."""
-    from tpudiag.analysis.profile_analysis import analyze
-    from tpudiag.parsers.capture import load_capture
-
-    if scale_down < 1:
-        raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
-    return spec_from_analysis(analyze(load_capture(capture)), capture, op, dump=dump, topology=topology,
-                              scale_down=scale_down)
-
-
 _SHORT = {"bfloat16": "bf16", "float32": "f32"}
 
 
@@ -863,7 +851,11 @@ def coverage(rows: list[SurveyRow]) -> Coverage:
 
 def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology: str | None = None,
                        scale_down: int = 1) -> OpSpec:
-    """`extract_spec` on an already analysed capture; `dump` is a directory or a `DumpIndex`."""
+    """Find `op` in an analysed capture (`tpudiag.diagnose(capture).analysis`: the lab reads captures
+    through the one pipeline), infer its family and problem; `dump` is a directory or a
+    `DumpIndex`. Raises the project's errors."""
+    if scale_down < 1:
+        raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
     ops = analysis.ops[analysis.ops["name"] == op]
     if ops.empty:
         names = sorted(set(analysis.ops["name"]))
