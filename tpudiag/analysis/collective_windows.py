@@ -25,6 +25,13 @@ WINDOW_COLUMNS = ("host", "device", "core", "step", "name", "family", "kind", "s
                   "exposed_ps", "overlap_ratio", "klass", "double_suffix", "compute_inside", "source")
 
 
+def classify(ratio, thresholds: WindowThresholds) -> np.ndarray:
+    """"hidden", "partial" or "exposed" per covered fraction (an array, or one value): hidden at or
+    above `thresholds.hidden`, exposed at or below `thresholds.exposed`."""
+    ratio = np.asarray(ratio)
+    return np.select([ratio >= thresholds.hidden, ratio <= thresholds.exposed], ["hidden", "exposed"],
+                     "partial").astype(object)
+
 
 def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray,
                   is_coll: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -71,9 +78,9 @@ def collective_windows(analysis, thresholds: WindowThresholds | None = None) -> 
     thresholds = thresholds or WindowThresholds()
     frames = []
     for host in analysis.profile.hosts:
-        if host.events_dropped:
-            raise ValueError(f"host {host.host}: its events were digested away; read the window summary "
-                             "(`Analysis.window_summary`) instead")
+        if host.events is None:
+            raise ValueError(f"host {host.host}: its events were digested away; read the folded windows "
+                             "(`Analysis.collectives`) instead")
         frame = host_windows(host, analysis.steps, thresholds)
         if frame is not None:
             frames.append(frame)
@@ -136,8 +143,9 @@ def host_windows(host: HostTrace, steps: pd.DataFrame, thresholds: WindowThresho
         if len(windows):
             wsel = np.flatnonzero((w_dev_codes == w_device_index.get(device, -2)) & w_keep)
             if len(wsel):
-                parts.append((np.append(w_names, "nan")[w_name_codes[wsel]], np.append(w_fams, "nan")[w_fam_codes[wsel]],
-                              "async", w_start[wsel], w_end[wsel], np.append(w_srcs, "nan")[w_src_codes[wsel]]))
+                parts.append((np.append(w_names, "nan")[w_name_codes[wsel]],
+                              np.append(w_fams, "nan")[w_fam_codes[wsel]], "async", w_start[wsel], w_end[wsel],
+                              np.append(w_srcs, "nan")[w_src_codes[wsel]]))
         sync = np.flatnonzero(on & sync_all)
         if len(sync):
             parts.append((names[name_codes[sync]], fam[sync], "sync", start[sync], end[sync], "XLA Ops"))
@@ -172,8 +180,7 @@ def host_windows(host: HostTrace, steps: pd.DataFrame, thresholds: WindowThresho
         "name": name, "family": np.concatenate(cols["family"]), "kind": np.concatenate(cols["kind"]),
         "start_ps": ws, "end_ps": we, "source": np.concatenate(cols["source"]), "span_ps": span,
         "covered_ps": cov, "exposed_ps": span - cov, "overlap_ratio": ratio,
-        "klass": np.select([ratio >= thresholds.hidden, ratio <= thresholds.exposed],
-                           ["hidden", "exposed"], "partial").astype(object),
+        "klass": classify(ratio, thresholds),
         "double_suffix": np.fromiter((suffix[n] for n in name), dtype=bool, count=len(name)),
         "compute_inside": np.concatenate(cols["compute_inside"]),
         "host": host.host, "device": np.concatenate(cols["device"]), "core": core,

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.profile_analysis import Analysis, per_step_times
+from tpudiag.model import schemas
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ def host_stats(analysis: Analysis) -> list[HostStats]:
 def op_time_per_step(analysis: Analysis) -> pd.DataFrame:
     """(host, name, category, self_ps): per host and op, the mean per step of its self time on the core where
     it is largest; ops outside every step are left out."""
-    means = analysis.host_table("op_means")  # computed per host where it was parsed
+    # Computed per host where it was parsed.
+    means = schemas.OP_MEANS.stack([d.op_means for d in analysis.digests.values()], list(analysis.digests))
     if means.empty:
         return pd.DataFrame({"host": [], "name": [], "category": [], "self_ps": []})
     ops = analysis.ops

@@ -21,7 +21,8 @@ from tpudiag.analysis.ops import aggregate_ops
 from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
 from tpudiag.model.grouping import group_sums, heads
-from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepTables, WindowThresholds
+from tpudiag.model.profile import (CollectiveDigest, HostDigest, HostFailure, HostTrace, StepTables,
+                                   WindowThresholds)
 from tpudiag.parsers.capture import HostUrl, parse_file_or_failure
 
 
@@ -31,16 +32,21 @@ def digest_host(host: HostTrace, thresholds: WindowThresholds | None = None) -> 
         raise ValueError(f"host {host.host}: no events to digest")
     thresholds = thresholds or WindowThresholds()
     steps, source = build_steps(host)
-    windows = host_windows(host, steps, thresholds)
     executions = source.kind == "XLA Modules"
     gaps, idle_steps = host_idle_tables(host, steps, executions)
     op_cores, op_step_sums, op_step_worst = op_tables(host)
-    collectives, collective_op_steps = summarize_windows(windows, host.host)
+    collectives, collective_op_steps = host_collectives(host, steps, thresholds)
     return HostDigest(steps=steps, step_source=source, ops=aggregate_ops(host),
                       core_span_ps=core_spans(host.events, steps), n_events=len(host.events), op_cores=op_cores,
                       op_means=op_means(op_step_worst, host.host), collectives=collectives,
                       per_step=StepTables(op_step_worst, op_step_sums, collective_op_steps), thresholds=thresholds,
                       idle_gaps=gaps, idle_steps=idle_steps, executions=executions)
+
+
+def host_collectives(host: HostTrace, steps: pd.DataFrame,
+                     thresholds: WindowThresholds) -> tuple[CollectiveDigest, pd.DataFrame]:
+    """The host's collective windows, classed with `thresholds` and folded (`summarize_windows`)."""
+    return summarize_windows(host_windows(host, steps, thresholds), host.host)
 
 
 def op_means(op_step_worst: pd.DataFrame, host: str) -> pd.DataFrame:

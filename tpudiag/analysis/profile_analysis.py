@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from tpudiag.analysis.host_digest import digest_host, fold_step_tables
+from tpudiag.analysis.host_digest import digest_host, fold_step_tables, host_collectives
 from tpudiag.model import schemas
 from tpudiag.model.findings import Finding
 from tpudiag.model.profile import CollectiveDigest, HostDigest, Profile, StepSource, StepTables, WindowThresholds
@@ -42,11 +42,6 @@ class Analysis:
     def n_events(self) -> int:
         return sum(d.n_events for d in self.digests.values())
 
-    def host_table(self, table: str) -> pd.DataFrame:
-        """A per-host digest table of every host, stacked: "op_cores" or "op_means" (`HostDigest`;
-        schemas of the same names in `tpudiag.model.schemas`)."""
-        return _stacked([getattr(d, table) for d in self.digests.values()], self.digests, _HOST_TABLES[table])
-
     def collectives(self, thresholds: WindowThresholds) -> CollectiveDigest:
         """Every host's `CollectiveDigest`, stacked, classed with `thresholds`: from the digests
         when they were classed so, else again from the events (a host without them is an error).
@@ -67,11 +62,8 @@ def _reclass(host, digest: HostDigest, thresholds: WindowThresholds) -> None:
     if host.events is None:
         raise ValueError(f"host {host.host}: digested with other collective-window thresholds and its events are "
                          "gone; pass the same thresholds to `analyze` and to the host task")
-    digest.collectives = digest_host(host, thresholds).collectives
+    digest.collectives, _ = host_collectives(host, digest.steps, thresholds)  # per-step tables: unchanged
     digest.thresholds = thresholds
-
-
-_HOST_TABLES = {"op_cores": schemas.OP_CORES, "op_means": schemas.OP_MEANS}
 
 
 def _stacked(frames: list[pd.DataFrame], digests: dict[str, HostDigest], schema) -> pd.DataFrame:
@@ -156,7 +148,8 @@ def _host_summaries(analysis: Analysis) -> list[HostSummary]:
             slowest = str(hs.groupby("device", observed=True)["dur_ps"].mean().idxmax())
         numbers = per_host.loc[per_host["host"] == host.host, "step"].to_numpy()
         out.append(HostSummary(host=host.host, path=host.path, device_type=host.device.device_type,
-                               n_chips=host.device.n_chips, n_cores=host.device.n_cores, n_events=analysis.digests[host.host].n_events,
+                               n_chips=host.device.n_chips, n_cores=host.device.n_cores,
+                               n_events=analysis.digests[host.host].n_events,
                                step_time=_distribution(times), breakdown=_breakdown(hs), slowest_core=slowest,
                                step_numbers=tuple(int(n) for n in numbers),
                                step_times_ps=tuple(int(t) for t in times)))

@@ -131,7 +131,7 @@ _reread: OrderedDict[str, tuple[pd.DataFrame, pd.DataFrame]] = OrderedDict()
 
 def _events_of(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(events, async windows) of `host`, read again from its file when they were dropped."""
-    if not host.events_dropped:
+    if host.events is not None:
         return host.events, host.async_windows
     where = host.source or host.path
     if where not in _reread:

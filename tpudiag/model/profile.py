@@ -112,10 +112,6 @@ class HostTrace:
     digest: HostDigest | None = None  # set by `analysis.host_digest`; events may then be dropped
     source: str = ""  # where to read the file again (absolute path or URL); `path` is as the user gave it
 
-    @property
-    def events_dropped(self) -> bool:
-        return self.events is None
-
 
 @dataclass(frozen=True)
 class HostFailure:

@@ -231,7 +231,7 @@ OP_STEP_SUMS = TableSchema("op_step_sums", (
 OP_STEP_WORST = TableSchema("op_step_worst", (
     Column("step", "int64", "step number; -1 for events outside every step (the whole capture without steps)"),
     Column("name", "category", "HLO instruction name (every program's op of that name together)"),
-    Column("self_ps", "int64", "self time in that step on the core where it is largest (of a host, or of every host)"),
+    Column("self_ps", "int64", "self time in that step on its busiest core (of a host, or of every host)"),
 ))
 
 OP_MEANS = TableSchema("op_means", (
@@ -254,7 +254,7 @@ COLLECTIVE_OP_STEPS = TableSchema("collective_op_steps", (
     Column("step", "int64", "step the windows start in; -1 outside every step"),
     Column("kind", "category", "'async' or 'sync'"),
     Column("name", "category", "collective op name (an async start op, or a synchronous collective)"),
-    Column("exposed_ps", "int64", "its exposed time in that step on the core where it is largest (of a host, or of every host)"),
+    Column("exposed_ps", "int64", "its exposed time in that step on its worst core (of a host, or of every host)"),
 ))
 
 COLLECTIVE_OPS = TableSchema("collective_ops", (

@@ -114,19 +114,15 @@ class Options:
         if self.max_evidence_rows < 1:
             raise ValueError(f"max_evidence_rows must be at least 1, got {self.max_evidence_rows}")
 
+    @property
+    def thresholds(self) -> WindowThresholds:
+        return WindowThresholds(self.hidden_threshold, self.exposed_threshold)
+
+
 def window_thresholds(config) -> WindowThresholds:
     """The window classes a `RulesConfig` asks of this rule, known before any host is parsed, so each
     host's digest is classed once, where it is parsed."""
-    options = RULE.options_with(config.options.get(NAME, {}))
-    return WindowThresholds(options.hidden_threshold, options.exposed_threshold)
-
-
-def classify(ratio: float, options: Options) -> str:
-    if ratio >= options.hidden_threshold:
-        return "hidden"
-    if ratio <= options.exposed_threshold:
-        return "exposed"
-    return "partial"
+    return RULE.options_with(config.options.get(NAME, {})).thresholds
 
 
 @dataclass(frozen=True)
@@ -266,7 +262,7 @@ def straggler_of(analysis):
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
-    collectives = analysis.collectives(WindowThresholds(options.hidden_threshold, options.exposed_threshold))
+    collectives = analysis.collectives(options.thresholds)
     if collectives.empty:
         return []
     op_steps = analysis.per_step.collective_op_steps
@@ -326,12 +322,13 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         explanation = ("largest exposed collective time on any core per step, averaged over "
                        f"{basis.n_steps} step{'s' * (basis.n_steps != 1)}"
                        + (" (no steps: whole capture)" if basis.whole_capture else ""))
-        top_ops = tuple(g.groupby("name", observed=True)["exposed_ps"].sum().sort_values(ascending=False, kind="stable").head(
-            options.max_evidence_rows).index.astype(str))
+        top_ops = tuple(g.groupby("name", observed=True)["exposed_ps"].sum()
+                        .sort_values(ascending=False, kind="stable").head(options.max_evidence_rows).index.astype(str))
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message,
             saving=Saving(int(round(exposed)), "measured", explanation),
-            fix=_fix(kind, families, g, generation), evidence=_evidence(coll, op_steps[op_steps["kind"] == kind], basis, options, facts),
+            fix=_fix(kind, families, g, generation),
+            evidence=_evidence(coll, op_steps[op_steps["kind"] == kind], basis, options, facts),
             host=hosts[0].host if len(hosts) == 1 else "", ops=top_ops))
     return findings
 
