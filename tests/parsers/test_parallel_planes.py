@@ -43,8 +43,14 @@ def test_a_corrupt_plane_in_a_worker_is_a_clean_error(tmp_path, always_parallel)
 
 
 def test_two_cores_parse_in_one_process(tmp_path, monkeypatch, always_parallel):
-    called = []
-    monkeypatch.setattr(capture, "_parse_planes_in_parallel", lambda *a: called.append(a))
+    class PoolUsed(Exception):
+        pass
+
+    def no_pool(*args):
+        raise PoolUsed
+
+    monkeypatch.setattr(capture, "_pool", no_pool)
     f = write_capture(small_design(), tmp_path / "run")
-    capture._parse_file(f, plane_jobs=2)
-    assert not called
+    capture._parse_file(f, plane_jobs=2)  # no pool
+    with pytest.raises(PoolUsed):  # so the line above could have failed
+        capture._parse_file(f, plane_jobs=capture.PARALLEL_PLANES_MIN_JOBS)

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.model import schemas
+from tpudiag.model.grouping import lexsort_order
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model.profile import CollectiveDigest, HostTrace, WindowThresholds
@@ -47,7 +48,7 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
     in_coll = np.zeros(n, dtype=bool)
     if n == 0 or depth.max(initial=0) == 0:
         return has_child, in_coll
-    order = np.lexsort((depth, start, device_codes))
+    order = lexsort_order((depth, start, device_codes))
     dev, dep = device_codes[order], depth[order]
     has_child[order[:-1]] = (dev[:-1] == dev[1:]) & (dep[1:] > dep[:-1])
     # Key = (device, position) in one int64 so a searchsorted stays on the event's own device.
@@ -104,12 +105,16 @@ def host_windows(host: HostTrace, steps: pd.DataFrame, thresholds: WindowThresho
     name_codes, names = _category_strings(ev["name"])
     cat_codes, cats = _category_strings(ev["category"])
     is_async_op = np.array([async_role(n) is not None for n in names], dtype=bool)[name_codes]
-    fam_by_name = np.array([collective_family(n) for n in names] or [""], dtype=object)[name_codes]
+    # Families as integer ids (0: none) per event, their strings looked up only where kept.
+    family_ids: dict[str, int] = {"": 0}
+    fam_of_name = np.array([family_ids.setdefault(collective_family(n), len(family_ids)) for n in names] or [0])
     # A category names the family when the name does not (e.g. an `all-reduce fusion` named `fusion.12`).
-    fam_by_cat = np.array([collective_family("", c) if "fusion" not in c or "all-" in c else ""
-                           for c in cats] + [""], dtype=object)[cat_codes]
-    fam = np.where(fam_by_name != "", fam_by_name, fam_by_cat)
-    is_coll = fam != ""
+    fam_of_cat = np.array([family_ids.setdefault(collective_family("", c), len(family_ids))
+                           if "fusion" not in c or "all-" in c else 0 for c in cats] + [0])
+    fam_by_name = fam_of_name[name_codes]
+    fam = np.where(fam_by_name != 0, fam_by_name, fam_of_cat[cat_codes])
+    families = np.array(list(family_ids), dtype=object)
+    is_coll = fam != 0
     start = ev["start_ps"].to_numpy()
     end = start + ev["dur_ps"].to_numpy()
     device_codes, devices = _category_strings(ev["device"])
@@ -119,7 +124,7 @@ def host_windows(host: HostTrace, steps: pd.DataFrame, thresholds: WindowThresho
     # A container (`while`, `call`, `conditional`) spans its body: counting it as compute would
     # hide every window inside a loop. Its children are what runs, so only leaves cover.
     compute = ~is_async_op & ~is_coll & ~has_child & ~in_coll
-    sync_all = is_coll & ~is_async_op & ~in_coll & ~np.isin(fam, ["send", "recv"])
+    sync_all = is_coll & ~is_async_op & ~in_coll & ~np.isin(fam, [family_ids.get(f, -1) for f in ("send", "recv")])
     windows = host.async_windows
     if len(windows):
         w_dev_codes, w_devices = _category_strings(windows["device"])
@@ -148,7 +153,7 @@ def host_windows(host: HostTrace, steps: pd.DataFrame, thresholds: WindowThresho
                               np.append(w_srcs, "nan")[w_src_codes[wsel]]))
         sync = np.flatnonzero(on & sync_all)
         if len(sync):
-            parts.append((names[name_codes[sync]], fam[sync], "sync", start[sync], end[sync], "XLA Ops"))
+            parts.append((names[name_codes[sync]], families[fam[sync]], "sync", start[sync], end[sync], "XLA Ops"))
         if not parts:
             continue
         ws = np.concatenate([p[3] for p in parts])
@@ -174,14 +179,15 @@ def host_windows(host: HostTrace, steps: pd.DataFrame, thresholds: WindowThresho
     span = we - ws
     ratio = cov / span
     name = np.concatenate(cols["name"])
-    suffix = {n: has_double_suffix(n) for n in pd.unique(name)}
+    name_ids, distinct = pd.factorize(name)
+    double_suffix = np.array([has_double_suffix(n) for n in distinct], dtype=bool)[name_ids]
     core = np.concatenate(cols["core"])
     return pd.DataFrame({
         "name": name, "family": np.concatenate(cols["family"]), "kind": np.concatenate(cols["kind"]),
         "start_ps": ws, "end_ps": we, "source": np.concatenate(cols["source"]), "span_ps": span,
         "covered_ps": cov, "exposed_ps": span - cov, "overlap_ratio": ratio,
         "klass": classify(ratio, thresholds),
-        "double_suffix": np.fromiter((suffix[n] for n in name), dtype=bool, count=len(name)),
+        "double_suffix": double_suffix,
         "compute_inside": np.concatenate(cols["compute_inside"]),
         "host": host.host, "device": np.concatenate(cols["device"]), "core": core,
         "step": _assign_steps(steps, host.host, core, ws),

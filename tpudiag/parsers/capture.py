@@ -21,11 +21,11 @@ import pandas as pd
 
 from tpudiag.errors import InputError, TpudiagError, UsageError
 from tpudiag.model.profile import HostFailure, HostTrace, Profile
-from tpudiag.parsers.device_trace import (PlaneRef, assemble_host, device_planes, origin_of, parse_device_plane,
-                                          parse_host)
+from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, device_planes, host_name,
+                                          origin_of, parse_device_plane)
 from tpudiag.parsers.input_files import default_limits, size_error
-from tpudiag.parsers.xspace import check_trace_bytes, parse_message, parse_xspace, read_trace_bytes
-from tpudiag.proto import XPlane, XPlaneHead, XSpaceRawPlanes
+from tpudiag.parsers.xspace import check_trace_bytes, parse_message, read_trace_bytes
+from tpudiag.proto import XPlane, XPlaneHead, XPlaneRawLines, XSpaceRawPlanes
 
 TRACE_SUFFIX = ".xplane.pb"
 
@@ -221,17 +221,15 @@ def _parse_file(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace:
 def _parse_file_unchecked(path: Path | HostUrl, plane_jobs: int) -> HostTrace:
     data = read_location_bytes(path)
     check_trace_bytes(data, path)
-    if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and len(data) >= PARALLEL_PLANES_MIN_BYTES:
-        return _parse_planes_in_parallel(path, data, plane_jobs)
-    space = parse_xspace(data, path)
-    del data
-    return parse_host(space, path)
+    jobs = plane_jobs if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and len(data) >= PARALLEL_PLANES_MIN_BYTES else 1
+    return _parse_planes(path, data, jobs)
 
 
 def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
-    """Worker: parse one device plane from its bytes; a string result is the error's cause."""
+    """Parse one device plane from its bytes (in a worker with `jobs`); a string result is the
+    error's cause. The plane's lines stay serialized: their events are decoded from the wire."""
     plane_bytes, ref, platform, origin = job
-    plane = XPlane()
+    plane = XPlaneRawLines()
     try:
         parse_message(plane, plane_bytes, ref.name)
         return parse_device_plane(plane, ref, platform, origin)
@@ -243,11 +241,13 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
         return "nesting too deep to parse (a damaged or hostile trace)"
 
 
-def _parse_planes_in_parallel(path: Path | HostUrl, data: bytes, jobs: int) -> HostTrace:
-    """Parse a big host file's device planes in worker processes.
+def _parse_planes(path: Path | HostUrl, data: bytes, jobs: int) -> HostTrace:
+    """Parse a host file plane by plane, the device planes in `jobs` worker processes when above 1.
 
-    The main process reads only the plane list and the plane and line headers (the shadow schemas
-    keep events as raw bytes), so memory stays near one copy of the file plus the workers' planes.
+    Only the plane list and the plane and line headers are read here first (the shadow schemas
+    keep events as raw bytes), so memory stays near one copy of the file plus the planes being
+    parsed. Planes tpudiag does not read are still parsed whole, so that damage anywhere in the
+    file is an error, as when the file is read as one XSpace.
     """
     raw = parse_message(XSpaceRawPlanes(), data, path)
     del data
@@ -256,15 +256,19 @@ def _parse_planes_in_parallel(path: Path | HostUrl, data: bytes, jobs: int) -> H
         raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
     platform, refs = device_planes([h.name for h in heads])
     origin = origin_of(heads[r.index] for r in refs)
-    with _pool(min(jobs, max(1, len(refs)))) as pool:
-        parts = list(pool.map(_plane_job, [(raw.planes[r.index], r, platform, origin) for r in refs]))
+    jobs_in = [(raw.planes[r.index], r, platform, origin) for r in refs]
+    if jobs > 1:
+        with _pool(min(jobs, max(1, len(refs)))) as pool:
+            parts = list(pool.map(_plane_job, jobs_in))
+    else:
+        parts = [_plane_job(job) for job in jobs_in]
     errors = [p for p in parts if isinstance(p, str)]
     if errors:
         raise InputError(errors[0], path=path)
-    aux = [parse_message(XPlane(), raw.planes[i], path) for i, h in enumerate(heads)
-           if h.name in ("/host:CPU", "/host:metadata")]
-    name = raw.hostnames[0] if raw.hostnames and raw.hostnames[0] else path.name.removesuffix(TRACE_SUFFIX)
-    return assemble_host(name, path, platform, refs, parts, aux, origin)
+    on_device = {r.index for r in refs}
+    others = [parse_message(XPlane(), raw.planes[i], path) for i in range(len(heads)) if i not in on_device]
+    aux = [p for p in others if p.name in AUX_PLANES]
+    return assemble_host(host_name(raw, Path(path)), path, platform, refs, parts, aux, origin)
 
 
 def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,

@@ -19,10 +19,13 @@ import pandas as pd
 
 from tpudiag.model.intervals import nest
 from tpudiag.model import schemas
+from tpudiag.model.grouping import lexsort_order
 from tpudiag.model.hardware import chip_for
 from tpudiag.model.hlo_names import async_role, pair_async, window_family
 from tpudiag.model.profile import DeviceInfo, HostTrace
+from tpudiag.parsers import event_wire
 from tpudiag.parsers.host_plane import host_events
+from tpudiag.parsers.event_wire import RawLine
 from tpudiag.parsers.xspace import stat_value, stats_dict
 from tpudiag.proto import CoreDetails, MemoryAccessBreakdown, XStat
 
@@ -33,6 +36,7 @@ OP_LINES = ("XLA Ops", "Sparse Core Ops")
 STEP_LINES = ("Steps",)
 MODULE_LINES = ("XLA Modules",)
 ASYNC_LINES = ("Async XLA Ops",)
+AUX_PLANES = ("/host:CPU", "/host:metadata")  # host planes read beside the device planes
 GPU_NON_KERNEL_LINES = {"XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code",
                         "Launch Stats", "_counters_", "XLA Ops", "Async XLA Ops"}
 _MODULE_NAME = re.compile(r"^(?P<module>.*)\((?P<id>\d+)\)$")
@@ -162,10 +166,15 @@ def _read_line(line, off_id: int | None, dur_id: int | None,
     line's timestamp; real TPU device lines have timestamp 0, where this is XProf's reading
     (the stat replaces the event's own timespan).
     """
+    base = (line.timestamp_ns - origin_ns) * 1000
+    if isinstance(line, RawLine):
+        cols = event_wire.decode_line(line, off_id is not None and dur_id is not None, off_id, dur_id, None,
+                                      base)
+        if cols is not None:
+            return cols[0], cols[1], cols[2]
     mids = array("q")
     starts = array("q")
     durs = array("q")
-    base = (line.timestamp_ns - origin_ns) * 1000
     if off_id is None or dur_id is None:
         for ev in line.events:
             mids.append(ev.metadata_id)
@@ -208,13 +217,19 @@ def _read_async_line(line, off_id: int | None, dur_id: int | None, hlo_op_id: in
     string when non-empty, `("stat", serialised stat, metadata id)` for another kind of value,
     else its metadata id. Reading both in one pass halves the per-event protobuf access here.
     """
+    base = (line.timestamp_ns - origin_ns) * 1000
+    timed = off_id is not None and dur_id is not None
+    if isinstance(line, RawLine):
+        cols = event_wire.decode_line(line, timed, off_id, dur_id, hlo_op_id, base)
+        interned = cols and event_wire.intern_keys(line.data, cols[0], *cols[3:])
+        if interned:
+            codes_arr, keys = interned
+            return cols[1], cols[2], codes_arr, {key: code for code, key in enumerate(keys)}
     starts = array("q")
     durs = array("q")
     codes = array("q")
     add_start, add_dur, add_code = starts.append, durs.append, codes.append
     index: dict[object, int] = {}
-    base = (line.timestamp_ns - origin_ns) * 1000
-    timed = off_id is not None and dur_id is not None
     for ev in line.events:
         stats = ev.stats
         key: object = ev.metadata_id  # no `hlo_op` stat: the name comes from the metadata
@@ -322,9 +337,9 @@ class _HostBuilder:
                           f"({', '.join(sorted(set(bad)))}) were ignored")
         if len(mids) == 0:
             return
-        order = np.lexsort((-durs, starts))
+        order = lexsort_order((-durs, starts))
         mids, starts, durs = mids[order], starts[order], durs[order]
-        self_ps, depth, partial = nest(starts, durs)
+        self_ps, depth, partial = event_wire.nest(starts, durs) or nest(starts, durs)
         self.partial_overlaps += partial
         ids = np.fromiter(metas.keys(), dtype=np.int64, count=len(metas))
         id_order = np.argsort(ids)
@@ -422,13 +437,13 @@ class _HostBuilder:
             self.module_rows.append((device, core, pid, module, s, d))
 
     def add_async(self, plane, line, device: str, core: int, stat_names, sid) -> None:
-        if not len(line.events):
-            return
         # Each event's `hlo_op` is interned to a code; everything derived from the name (the
         # window family, the metadata fallback) is then worked out once per distinct name.
         starts, durs, codes, index = _read_async_line(line, sid.get("device_offset_ps"),
                                                       sid.get("device_duration_ps"), sid.get("hlo_op"),
                                                       self.origin_ns)
+        if not len(starts):
+            return
         names = []
         for key in index:
             if isinstance(key, str) and key:
@@ -686,9 +701,10 @@ def parse_device_plane(plane, ref: PlaneRef, platform: str, origin_ns: int) -> _
     b.plane_stats = {} if ref.sparse else stats_dict(plane.stats, stat_names)
     chip = _plane_chip(plane, stat_names, core if not ref.sparse else core // 1000)
     b.chip = None if ref.sparse else chip
-    lines = {ln.name: ln for ln in plane.lines}
+    plane_lines = [RawLine(ln) if isinstance(ln, bytes) else ln for ln in plane.lines]  # `XPlaneRawLines`
+    lines = {ln.name: ln for ln in plane_lines}
     gpu = platform == "GPU"
-    op_lines = [ln for ln in plane.lines if (ln.name in OP_LINES) or (gpu and ln.name not in GPU_NON_KERNEL_LINES)]
+    op_lines = [ln for ln in plane_lines if (ln.name in OP_LINES) or (gpu and ln.name not in GPU_NON_KERNEL_LINES)]
     for line in op_lines:
         b.add_op_line(plane, line, plane.name, core, chip, stat_names, sid, gpu)
     for name in STEP_LINES:
@@ -736,7 +752,7 @@ def parse_host(space, path: Path) -> HostTrace:
     platform, refs = device_planes([p.name for p in space.planes])
     origin = origin_of(space.planes[r.index] for r in refs)
     parts = [parse_device_plane(space.planes[r.index], r, platform, origin) for r in refs]
-    aux = [p for p in space.planes if p.name in ("/host:CPU", "/host:metadata")]
+    aux = [p for p in space.planes if p.name in AUX_PLANES]
     return assemble_host(host_name(space, path), path, platform, refs, parts, aux, origin)
 
 

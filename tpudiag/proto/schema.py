@@ -104,6 +104,17 @@ _XPLANE_MESSAGES = (
         ("event_metadata", 4, "int64", "XEventMetadata"),
         ("stat_metadata", 5, "int64", "XStatMetadata"),
     )),
+    # An XPlane whose lines stay serialized (`parsers.xspace.RawLine`), so their events can be
+    # decoded from the wire (`parsers.event_wire`) instead of as one object each.
+    Message("XPlaneRawLines", (
+        Field("id", 1, "int64"),
+        Field("name", 2, "string"),
+        Field("lines", 3, "bytes", repeated=True),
+        Field("stats", 6, "XStat", repeated=True),
+    ), map_entries=(
+        ("event_metadata", 4, "int64", "XEventMetadata"),
+        ("stat_metadata", 5, "int64", "XStatMetadata"),
+    )),
     Message("XLine", (
         Field("id", 1, "int64"),
         Field("display_id", 10, "int64"),
@@ -284,6 +295,7 @@ _hlo = _build("xla", "tpudiag/hlo_subset.proto", _HLO_MESSAGES)
 XSpace = _xplane["XSpace"]
 XPlane = _xplane["XPlane"]
 XLine = _xplane["XLine"]
+XPlaneRawLines = _xplane["XPlaneRawLines"]
 XEvent = _xplane["XEvent"]
 XStat = _xplane["XStat"]
 XEventMetadata = _xplane["XEventMetadata"]
@@ -299,6 +311,8 @@ HloModuleProto = _hlo["HloModuleProto"]
 _SHADOW_MESSAGES = (
     Message("XSpaceRawPlanes", (
         Field("planes", 1, "bytes", repeated=True),
+        Field("errors", 2, "string", repeated=True),  # declared so that their UTF-8 is checked as in XSpace
+        Field("warnings", 3, "string", repeated=True),
         Field("hostnames", 4, "string", repeated=True),
     )),
     Message("XPlaneHead", (
@@ -306,12 +320,16 @@ _SHADOW_MESSAGES = (
         Field("name", 2, "string"),
         Field("lines", 3, "XLineHead", repeated=True),
     )),
-    Message("XLineHead", (
+    Message("XLineHead", (  # an XLine without its events (4), which stay unknown bytes
         Field("id", 1, "int64"),
+        Field("display_id", 10, "int64"),
         Field("name", 2, "string"),
+        Field("display_name", 11, "string"),
         Field("timestamp_ns", 3, "int64"),
+        Field("duration_ps", 9, "int64"),
     )),
 )
 _shadow = _build("tpudiag.shadow", "tpudiag/xplane_shadow.proto", _SHADOW_MESSAGES)
 XSpaceRawPlanes = _shadow["XSpaceRawPlanes"]
 XPlaneHead = _shadow["XPlaneHead"]
+XLineHead = _shadow["XLineHead"]
