@@ -219,10 +219,10 @@ def _parse_file(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace:
 
 
 def _parse_file_unchecked(path: Path | HostUrl, plane_jobs: int) -> HostTrace:
-    data = read_location_bytes(path)
-    check_trace_bytes(data, path)
-    jobs = plane_jobs if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and len(data) >= PARALLEL_PLANES_MIN_BYTES else 1
-    return _parse_planes(path, data, jobs)
+    data = [read_location_bytes(path)]  # in a list, so that `_parse_planes` can drop the only reference
+    check_trace_bytes(data[0], path)
+    big = len(data[0]) >= PARALLEL_PLANES_MIN_BYTES
+    return _parse_planes(path, data, plane_jobs if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and big else 1)
 
 
 def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
@@ -241,34 +241,54 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
         return "nesting too deep to parse (a damaged or hostile trace)"
 
 
-def _parse_planes(path: Path | HostUrl, data: bytes, jobs: int) -> HostTrace:
-    """Parse a host file plane by plane, the device planes in `jobs` worker processes when above 1.
+def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTrace:
+    """Parse a host file (`data`, its bytes, which this takes over) plane by plane, the device
+    planes in `jobs` worker processes when above 1.
 
-    Only the plane list and the plane and line headers are read here first (the shadow schemas
-    keep events as raw bytes), so memory stays near one copy of the file plus the planes being
-    parsed. Planes tpudiag does not read are still parsed whole, so that damage anywhere in the
-    file is an error, as when the file is read as one XSpace.
+    Only the plane list and the plane and line headers are read first (the shadow schemas keep
+    events as raw bytes), and each plane's bytes are dropped once it is parsed, so memory stays
+    near one copy of the file plus the plane being parsed. Planes tpudiag does not read are still
+    parsed whole, so that damage anywhere in the file is an error, as when it is read as one XSpace.
     """
-    raw = parse_message(XSpaceRawPlanes(), data, path)
-    del data
-    heads = [parse_message(XPlaneHead(), pb, path) for pb in raw.planes]
-    if not heads:
+    raw = parse_message(XSpaceRawPlanes(), data.pop(), path)
+    planes, name = list(raw.planes), host_name(raw, Path(path))
+    del raw
+    if not planes:
         raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
-    platform, refs = device_planes([h.name for h in heads])
-    origin = origin_of(heads[r.index] for r in refs)
-    jobs_in = [(raw.planes[r.index], r, platform, origin) for r in refs]
+    platform, refs, origin = _plane_roles(planes, path)
+    jobs_in = [(planes[r.index], r, platform, origin) for r in refs]
+    for r in refs:
+        planes[r.index] = b""  # held by its job only
     if jobs > 1:
         with _pool(min(jobs, max(1, len(refs)))) as pool:
             parts = list(pool.map(_plane_job, jobs_in))
     else:
-        parts = [_plane_job(job) for job in jobs_in]
+        parts = []
+        for i, job in enumerate(jobs_in):
+            jobs_in[i] = None  # the job alone holds this plane's bytes, dropped once it is parsed
+            parts.append(_plane_job(job))
+            del job
+            if isinstance(parts[-1], str):
+                break
     errors = [p for p in parts if isinstance(p, str)]
     if errors:
         raise InputError(errors[0], path=path)
     on_device = {r.index for r in refs}
-    others = [parse_message(XPlane(), raw.planes[i], path) for i in range(len(heads)) if i not in on_device]
+    others = [parse_message(XPlane(), pb, path) for i, pb in enumerate(planes) if i not in on_device]
     aux = [p for p in others if p.name in AUX_PLANES]
-    return assemble_host(host_name(raw, Path(path)), path, platform, refs, parts, aux, origin)
+    return assemble_host(name, path, platform, refs, parts, aux, origin)
+
+
+def _plane_roles(planes: list[bytes], path) -> tuple[str, list[PlaneRef], int]:
+    """(platform, device planes, time origin) from the planes' headers, read one at a time."""
+    names, stamps = [], []
+    for pb in planes:
+        head = parse_message(XPlaneHead(), pb, path)
+        names.append(head.name)
+        stamps.append(origin_of([head]) if head.lines else None)
+    platform, refs = device_planes(names)
+    origin = min((stamps[r.index] for r in refs if stamps[r.index] is not None), default=0)
+    return platform, refs, origin
 
 
 def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
