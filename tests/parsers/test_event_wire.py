@@ -273,3 +273,16 @@ def test_compiled_nest_declines_what_python_must_judge():
     deep = 40_000  # deeper than int16 depths hold
     assert event_wire.nest(np.arange(deep, dtype=np.int64), np.arange(2 * deep, deep, -1, dtype=np.int64)) is None
     assert event_wire.nest(np.array([2**62, 2**62 + 1]), np.array([2**62, 5])) is None  # an end past int64
+
+
+def test_op_metadata_decoded_once_are_the_same_as_decoded_anew(tmp_path, monkeypatch):
+    # Metadata are cached per process across cores and hosts; a cold cache must give equal tables.
+    from tpudiag.parsers import device_trace
+
+    path = _write_capture(tmp_path)
+    _parse_file(path)  # fills the cache
+    assert device_trace._META_CACHE
+    warm = _parse_file(path)
+    monkeypatch.setattr(device_trace, "_META_CACHE", {})
+    cold = _parse_file(path)
+    assert warm.op_metadata.equals(cold.op_metadata) and warm.warnings == cold.warnings

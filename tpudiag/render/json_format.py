@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import secrets
 
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding
@@ -20,6 +21,23 @@ def _clean(value):
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
     return value
+
+
+def _finite(value):
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _flat_row(row) -> dict:
+    """A dataclass of plain values (an `OpRow`) as a dict, non-finite floats as None: what
+    `_clean(dataclasses.asdict(row))` gives, without its deep copy (pods have tens of thousands of
+    op rows)."""
+    names = _FIELDS.get(type(row))
+    if names is None:
+        names = _FIELDS[type(row)] = tuple(f.name for f in dataclasses.fields(row))
+    return {name: _finite(getattr(row, name)) for name in names}
 
 
 def _distribution(d: Distribution | None) -> dict | None:
@@ -77,12 +95,11 @@ def report_to_dict(report: Report) -> dict:
         "breakdown": None if h.breakdown is None else {**dataclasses.asdict(h.breakdown),
                                                        "duty_cycle": h.breakdown.duty_cycle},
     } for h in report.hosts]
-    ops = [dataclasses.asdict(o) for o in report.ops]
-    return _clean({
+    doc = _clean({
         "tool": {"name": "tpudiag", "version": __version__},
         "summary": summary,
         "hosts": hosts,
-        "ops": ops,
+        "ops": [],
         "categories": [dataclasses.asdict(c) for c in report.categories],
         "findings": [finding_to_dict(f) for f in report.findings],
         "rules_run": report.rules_run,
@@ -90,7 +107,16 @@ def report_to_dict(report: Report) -> dict:
         "warnings": list(report.warnings),
         "failed_hosts": list(report.failures),
     })
+    doc["ops"] = [_flat_row(o) for o in report.ops]
+    return doc
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report_to_dict(report), indent=2)
+    """The report as indented JSON, each op row on one line: json's C encoder writes those, where
+    indenting them takes its pure-Python one (seconds on a pod's tens of thousands of rows)."""
+    doc = report_to_dict(report)
+    ops = doc["ops"]
+    marker = f"tpudiag-ops-{secrets.token_hex(16)}"  # no trace string can be this value
+    doc["ops"] = marker
+    rows = ",\n".join("    " + json.dumps(row) for row in ops)
+    return json.dumps(doc, indent=2).replace(json.dumps(marker), f"[\n{rows}\n  ]" if ops else "[]", 1)
