@@ -33,6 +33,6 @@ class BuildPyWithExample(build_py):
 
 
 WIRE = Extension("tpudiag.parsers._wire", ["tpudiag/parsers/_wire.c"], optional=True,
-                 extra_compile_args=["-O2"])
+                 extra_compile_args=["-O3"])
 
 setup(cmdclass={"build_py": BuildPyWithExample}, ext_modules=[WIRE])

@@ -21,16 +21,23 @@ typedef Py_ssize_t Pos;
 
 static inline int read_varint(const uint8_t *b, Pos *pos, Pos end, uint64_t *out)
 {
+    Pos p = *pos;
+    if (p < end && b[p] < 0x80) { /* most tags and ids: one byte */
+        *out = b[p];
+        *pos = p + 1;
+        return 0;
+    }
     uint64_t v = 0;
     for (int i = 0; i < 10; i++) {
-        if (*pos >= end)
+        if (p >= end)
             return -1;
-        uint8_t c = b[(*pos)++];
+        uint8_t c = b[p++];
         v |= (uint64_t)(c & 0x7F) << (7 * i);
         if (c < 0x80) {
             if (i == 9 && c > 1) /* more than 64 bits */
                 return -1;
             *out = v;
+            *pos = p;
             return 0;
         }
     }
@@ -338,6 +345,7 @@ static PyObject *decode_events(PyObject *self, PyObject *args)
     Pos pos = 0, end = data.len;
     Py_ssize_t i = 0;
     int ok = 1;
+    Py_BEGIN_ALLOW_THREADS /* the buffers are held: other threads may run Python meanwhile */
     while (pos < end && ok) {
         uint64_t field;
         int wt;
@@ -351,6 +359,7 @@ static PyObject *decode_events(PyObject *self, PyObject *args)
             i++;
         }
     }
+    Py_END_ALLOW_THREADS
     result = PyBool_FromLong(ok && i == n);
 done:
     PyBuffer_Release(&data);
