@@ -245,9 +245,14 @@ def op_events(analysis: Analysis, names) -> pd.DataFrame:
     worst core of any host (`analysis.per_step`, folded over hosts: host "" and core 0 stand for
     it). What every per-step worst-core sum reads: the max over (host, core) of the events' sums."""
     table = analysis.per_step.op_step_worst
-    wanted = table["name"].isin(set(names)).to_numpy()
+    # By category code: the table has steps x ops rows, the names are few.
+    column = table["name"].astype("category")
+    categories = np.asarray(column.cat.categories.astype(str), dtype=object)
+    codes = column.cat.codes.to_numpy()
+    wanted_code = np.append(pd.Index(categories).isin(set(map(str, names))), False)  # code -1: no name
+    wanted = wanted_code[codes]
     n = int(wanted.sum())
     return pd.DataFrame({"host": np.full(n, "", dtype=object), "core": np.zeros(n, dtype=np.int64),
                          "step": table["step"].to_numpy()[wanted],
-                         "name": table["name"].astype(str).to_numpy()[wanted],
+                         "name": categories[codes[wanted]],
                          "self_ps": table["self_ps"].to_numpy()[wanted]})
