@@ -286,3 +286,50 @@ def test_op_metadata_decoded_once_are_the_same_as_decoded_anew(tmp_path, monkeyp
     monkeypatch.setattr(device_trace, "_META_CACHE", {})
     cold = _parse_file(path)
     assert warm.op_metadata.equals(cold.op_metadata) and warm.warnings == cold.warnings
+
+
+def _split_outcome(data: bytes, number: int, message):
+    """What protobuf makes of `data` read whole, and of its split (None where the reader declines):
+    both must succeed or fail alike, and the split values must be the field's values."""
+    whole = _outcome(lambda: list(getattr(message.FromString(data), "planes" if number == 1 else "lines")))
+    split = event_wire.split_field(data, number)
+    if split is None:
+        return whole, None
+    views, rest = split
+    parsed = _outcome(lambda: message.FromString(rest))
+    return whole, (parsed[0], [bytes(v) for v in views])
+
+
+def test_split_planes_and_lines_equal_protobufs(tmp_path):
+    data = _write_capture(tmp_path).read_bytes()
+    whole, split = _split_outcome(data, 1, XSpaceRawPlanes)
+    assert whole[0] == "ok" and split == ("ok", whole[1])
+    for plane in whole[1]:
+        lines_whole, lines_split = _split_outcome(plane, 3, XPlaneRawLines)
+        assert lines_split == ("ok", lines_whole[1])
+        rest = XPlaneRawLines.FromString(event_wire.split_field(plane, 3)[1])
+        full = XPlaneRawLines.FromString(plane)
+        assert rest.name == full.name and dict(rest.stat_metadata) == dict(full.stat_metadata)
+        assert not rest.lines
+
+
+def test_split_of_mutated_planes_fails_as_protobuf_fails(tmp_path):
+    data = _write_capture(tmp_path).read_bytes()
+    planes = list(XSpaceRawPlanes.FromString(data).planes)
+    rng = random.Random(5)
+    split_ok = 0
+    for i in range(600):
+        number, message, source = (1, XSpaceRawPlanes, data) if i % 2 else (3, XPlaneRawLines, rng.choice(planes))
+        mutated = bytearray(source)
+        for _ in range(rng.randint(1, 3)):  # flipped bytes: in a length, a tag, a name or a value
+            mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+        if rng.random() < 0.2:
+            mutated = mutated[:rng.randrange(len(mutated))]
+        whole, split = _split_outcome(bytes(mutated), number, message)
+        if split is None:
+            continue
+        split_ok += split[0] == "ok"
+        assert split[0] == whole[0], (whole, split)
+        if whole[0] == "ok":
+            assert split[1] == whole[1]
+    assert split_ok > 100  # had the reader always declined, this would prove nothing

@@ -317,6 +317,63 @@ static PyObject *scan_line(PyObject *self, PyObject *args)
     return result;
 }
 
+/* Splits a message's top-level fields: the values of field `number` (length-delimited) as
+ * (start, stop) spans, and every other field copied, in order, into `rest`. Parsing `rest` with
+ * protobuf then reads the message as if it had no field `number`, without copying the big values
+ * (an XSpace's planes, an XPlane's lines). None when the framing is not plain. */
+static PyObject *split_field(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    unsigned long long number;
+    if (!PyArg_ParseTuple(args, "y*K", &data, &number))
+        return NULL;
+    const uint8_t *b = data.buf;
+    Pos pos = 0, end = data.len, rest_len = 0;
+    PyObject *spans = NULL, *rest = NULL, *result = NULL;
+    uint8_t *out = PyMem_Malloc((size_t)(end ? end : 1));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    spans = PyList_New(0);
+    if (spans == NULL)
+        goto done;
+    while (pos < end) {
+        uint64_t field;
+        int wt;
+        Pos at = pos, a, c;
+        if (read_tag(b, &pos, end, &field, &wt))
+            goto plain_no;
+        if (field == number) {
+            if (wt != 2 || read_length(b, &pos, end, &a, &c))
+                goto plain_no;
+            PyObject *span = Py_BuildValue("(nn)", a, c);
+            if (span == NULL || PyList_Append(spans, span)) {
+                Py_XDECREF(span);
+                goto done;
+            }
+            Py_DECREF(span);
+        } else {
+            if (skip_value(b, &pos, end, wt))
+                goto plain_no;
+            memcpy(out + rest_len, b + at, (size_t)(pos - at));
+            rest_len += pos - at;
+        }
+    }
+    rest = PyBytes_FromStringAndSize((const char *)out, rest_len);
+    if (rest != NULL)
+        result = PyTuple_Pack(2, spans, rest);
+    goto done;
+plain_no:
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(out);
+    Py_XDECREF(spans);
+    Py_XDECREF(rest);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static int column(Py_buffer *buf, Py_ssize_t n, Py_ssize_t itemsize, const char *name)
 {
     if (buf->len != n * itemsize) {
@@ -470,6 +527,9 @@ static PyMethodDef methods[] = {
     {"same_strings", same_strings, METH_VARARGS,
      "same_strings(xline_bytes, kinds, key_starts, key_lengths, rep) -> whether each string key equals "
      "that of event rep[i]"},
+    {"split_field", split_field, METH_VARARGS,
+     "split_field(message_bytes, number) -> ([(start, stop) of each value of field number], the other fields' "
+     "bytes), or None when the framing is not plain"},
     {"nest", nest, METH_VARARGS,
      "nest(starts, durs, self_ps, depth) -> partial overlaps, or -1 (int64 starts and durations, sorted by "
      "start, parents first; writes int64 self times and int16 depths)"},

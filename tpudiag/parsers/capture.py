@@ -22,7 +22,9 @@ import pandas as pd
 from tpudiag.errors import InputError, TpudiagError, UsageError
 from tpudiag.model.profile import HostFailure, HostTrace, Profile
 from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, device_planes, host_name,
-                                          origin_of, parse_device_plane)
+                                          parse_device_plane)
+from tpudiag.parsers import event_wire
+from tpudiag.parsers.event_wire import RawLine
 from tpudiag.parsers.input_files import default_limits, size_error
 from tpudiag.parsers.xspace import check_trace_bytes, parse_message, read_trace_bytes
 from tpudiag.proto import XPlane, XPlaneHead, XPlaneRawLines, XSpaceRawPlanes
@@ -229,10 +231,9 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
     """Parse one device plane from its bytes (in a worker with `jobs`); a string result is the
     error's cause. The plane's lines stay serialized: their events are decoded from the wire."""
     plane_bytes, ref, platform, origin = job
-    plane = XPlaneRawLines()
     try:
-        parse_message(plane, plane_bytes, ref.name)
-        return parse_device_plane(plane, ref, platform, origin)
+        plane, lines = _split_lines(plane_bytes, ref.name)
+        return parse_device_plane(plane, ref, platform, origin, lines)
     except InputError as exc:
         return exc.message
     except OverflowError:
@@ -245,14 +246,14 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
     """Parse a host file (`data`, its bytes, which this takes over) plane by plane, the device
     planes in `jobs` worker processes when above 1.
 
-    Only the plane list and the plane and line headers are read first (the shadow schemas keep
-    events as raw bytes), and each plane's bytes are dropped once it is parsed, so memory stays
-    near one copy of the file plus the plane being parsed. Planes tpudiag does not read are still
-    parsed whole, so that damage anywhere in the file is an error, as when it is read as one XSpace.
+    Only the plane list and the plane and line headers are read first. Planes and lines are views
+    into the file's bytes where the compiled reader splits them (`event_wire.split_field`), else
+    copies by the shadow schemas, dropped once parsed; either way memory stays near one copy of
+    the file plus the plane being parsed. The framing of every plane and line is checked, and
+    planes tpudiag does not read are parsed whole, so damage there is an error as when the file
+    is read as one XSpace; the events of a device-plane line tpudiag does not read are not decoded.
     """
-    raw = parse_message(XSpaceRawPlanes(), data.pop(), path)
-    planes, name = list(raw.planes), host_name(raw, Path(path))
-    del raw
+    planes, name = _split_planes(data.pop(), path)
     if not planes:
         raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
     platform, refs, origin = _plane_roles(planes, path)
@@ -261,7 +262,7 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
         planes[r.index] = b""  # held by its job only
     if jobs > 1:
         with _pool(min(jobs, max(1, len(refs)))) as pool:
-            parts = list(pool.map(_plane_job, jobs_in))
+            parts = list(pool.map(_plane_job, [(bytes(pb), *rest) for pb, *rest in jobs_in]))
     else:
         parts = []
         for i, job in enumerate(jobs_in):
@@ -279,13 +280,40 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
     return assemble_host(name, path, platform, refs, parts, aux, origin)
 
 
-def _plane_roles(planes: list[bytes], path) -> tuple[str, list[PlaneRef], int]:
+def _split_planes(data: bytes, path) -> tuple[list[bytes | memoryview], str]:
+    """(the XSpace's planes, views into `data` where the compiled reader splits it, the host name)."""
+    split = event_wire.split_field(data, 1)  # XSpace.planes
+    if split is None:
+        space = parse_message(XSpaceRawPlanes(), data, path)
+        return list(space.planes), host_name(space, Path(path))
+    planes, rest = split
+    return planes, host_name(parse_message(XSpaceRawPlanes(), rest, path), Path(path))
+
+
+def _split_lines(plane_bytes, path) -> tuple[object, list[RawLine]]:
+    """(the plane without its lines, as `XPlaneRawLines`; its lines) from a serialized XPlane."""
+    split = event_wire.split_field(plane_bytes, 3)  # XPlane.lines
+    plane = XPlaneRawLines()
+    if split is None:
+        parse_message(plane, plane_bytes, path)
+        return plane, [RawLine(line) for line in plane.lines]
+    lines, rest = split
+    parse_message(plane, rest, path)
+    return plane, [RawLine(line) for line in lines]
+
+
+def _plane_roles(planes: list[bytes | memoryview], path) -> tuple[str, list[PlaneRef], int]:
     """(platform, device planes, time origin) from the planes' headers, read one at a time."""
     names, stamps = [], []
     for pb in planes:
-        head = parse_message(XPlaneHead(), pb, path)
-        names.append(head.name)
-        stamps.append(origin_of([head]) if head.lines else None)
+        split = event_wire.split_field(pb, 3)
+        if split is None:
+            head = parse_message(XPlaneHead(), pb, path)
+            name, lines = head.name, list(head.lines)
+        else:
+            name, lines = parse_message(XPlaneHead(), split[1], path).name, [RawLine(v) for v in split[0]]
+        names.append(name)
+        stamps.append(min(line.timestamp_ns for line in lines) if lines else None)
     platform, refs = device_planes(names)
     origin = min((stamps[r.index] for r in refs if stamps[r.index] is not None), default=0)
     return platform, refs, origin

@@ -712,10 +712,12 @@ def device_planes(names: list[str]) -> tuple[str, list[PlaneRef]]:
     return "CPU", []
 
 
-def parse_device_plane(plane, ref: PlaneRef, platform: str, origin_ns: int) -> _HostBuilder:
+def parse_device_plane(plane, ref: PlaneRef, platform: str, origin_ns: int, lines=None) -> _HostBuilder:
     """One device plane's parts, in a builder of its own (merged into the host's later).
 
-    Pure and picklable so that big hosts can parse their planes in worker processes.
+    `lines`: the plane's lines when they were split from its bytes (`event_wire.split_field`);
+    None reads `plane.lines`. Pure, with a picklable result, so that big hosts can parse their
+    planes in worker processes.
     """
     b = _HostBuilder("", "")
     b.origin_ns = origin_ns
@@ -725,7 +727,8 @@ def parse_device_plane(plane, ref: PlaneRef, platform: str, origin_ns: int) -> _
     b.plane_stats = {} if ref.sparse else stats_dict(plane.stats, stat_names)
     chip = _plane_chip(plane, stat_names, core if not ref.sparse else core // 1000)
     b.chip = None if ref.sparse else chip
-    plane_lines = [RawLine(ln) if isinstance(ln, bytes) else ln for ln in plane.lines]  # `XPlaneRawLines`
+    # An XPlane's lines, `XPlaneRawLines`' serialized ones, or `lines` split from the plane's bytes.
+    plane_lines = [RawLine(ln) if isinstance(ln, bytes) else ln for ln in (plane.lines if lines is None else lines)]
     lines = {ln.name: ln for ln in plane_lines}
     gpu = platform == "GPU"
     op_lines = [ln for ln in plane_lines if (ln.name in OP_LINES) or (gpu and ln.name not in GPU_NON_KERNEL_LINES)]

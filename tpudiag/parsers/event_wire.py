@@ -41,8 +41,27 @@ def available() -> bool:
     return _wire is not None and os.environ.get("TPUDIAG_NO_WIRE", "") in ("", "0")
 
 
+def split_field(data, number: int) -> tuple[list[memoryview], bytes] | None:
+    """The values of the length-delimited field `number` of the message in `data`, as views into
+    `data` (no copy), and the message's other fields as bytes, to parse with protobuf as the
+    message without that field. None where the framing is not plain, or without the module.
+
+    An XSpace's planes and an XPlane's lines are most of a trace file: protobuf would copy each
+    of them (once per level) before the events are read from them.
+    """
+    if not available():
+        return None
+    out = _wire.split_field(data, number)
+    if out is None:
+        return None
+    spans, rest = out
+    view = memoryview(data)
+    return [view[a:b] for a, b in spans], rest
+
+
 class RawLine:
-    """A serialized XLine (an element of `XPlaneRawLines.lines`) that reads like an XLine: its
+    """A serialized XLine (an element of `XPlaneRawLines.lines`, or a view of one in its plane's
+    bytes from `split_field`) that reads like an XLine: its
     header from the wire bytes (or through protobuf where they are not plain), its events as
     columns (`decode_line`) or, on first use of `events`, as protobuf objects.
 
@@ -51,7 +70,7 @@ class RawLine:
 
     __slots__ = ("data", "name", "timestamp_ns", "n_events", "_line")
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes | memoryview):
         self.data = data
         self._line = None
         head = _wire.scan_line(data) if available() else None
@@ -107,7 +126,7 @@ def intern_keys(data: bytes, mids: np.ndarray, kinds: np.ndarray, hashes: np.nda
     rep = first[np.argsort(rank)]  # the first event of each code, by code
     if not _wire.same_strings(data, kinds, starts, lengths, np.ascontiguousarray(rep[codes])):
         return None
-    keys = [data[starts[i]:starts[i] + lengths[i]].decode("ascii") if kinds[i] == 1 else int(mids[i])
+    keys = [bytes(data[starts[i]:starts[i] + lengths[i]]).decode("ascii") if kinds[i] == 1 else int(mids[i])
             for i in rep.tolist()]
     return codes, keys
 
