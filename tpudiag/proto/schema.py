@@ -88,6 +88,19 @@ def _build(package: str, filename: str, messages: tuple[Message, ...]) -> dict[s
 
 _STAT_VALUE = "value"
 
+def _xplane_message(name: str, lines: str) -> Message:
+    """XPlane, its lines of message type or kind `lines`."""
+    return Message(name, (
+        Field("id", 1, "int64"),
+        Field("name", 2, "string"),
+        Field("lines", 3, lines, repeated=True),
+        Field("stats", 6, "XStat", repeated=True),
+    ), map_entries=(
+        ("event_metadata", 4, "int64", "XEventMetadata"),
+        ("stat_metadata", 5, "int64", "XStatMetadata"),
+    ))
+
+
 _XPLANE_MESSAGES = (
     Message("XSpace", (
         Field("planes", 1, "XPlane", repeated=True),
@@ -95,26 +108,10 @@ _XPLANE_MESSAGES = (
         Field("warnings", 3, "string", repeated=True),
         Field("hostnames", 4, "string", repeated=True),
     )),
-    Message("XPlane", (
-        Field("id", 1, "int64"),
-        Field("name", 2, "string"),
-        Field("lines", 3, "XLine", repeated=True),
-        Field("stats", 6, "XStat", repeated=True),
-    ), map_entries=(
-        ("event_metadata", 4, "int64", "XEventMetadata"),
-        ("stat_metadata", 5, "int64", "XStatMetadata"),
-    )),
-    # An XPlane whose lines stay serialized (`parsers.xspace.RawLine`), so their events can be
+    _xplane_message("XPlane", "XLine"),
+    # An XPlane whose lines stay serialized (`parsers.event_wire.RawLine`), so their events can be
     # decoded from the wire (`parsers.event_wire`) instead of as one object each.
-    Message("XPlaneRawLines", (
-        Field("id", 1, "int64"),
-        Field("name", 2, "string"),
-        Field("lines", 3, "bytes", repeated=True),
-        Field("stats", 6, "XStat", repeated=True),
-    ), map_entries=(
-        ("event_metadata", 4, "int64", "XEventMetadata"),
-        ("stat_metadata", 5, "int64", "XStatMetadata"),
-    )),
+    _xplane_message("XPlaneRawLines", "bytes"),
     Message("XLine", (
         Field("id", 1, "int64"),
         Field("display_id", 10, "int64"),
