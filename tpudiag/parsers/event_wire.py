@@ -1,10 +1,12 @@
-"""The events of one XLine read straight from its wire bytes, by the compiled `_wire` module.
+"""Trace events read straight from their wire bytes, by the compiled `_wire` module.
 
 Reading events through protobuf objects costs 1.5-2 µs each (an object per event and per stat);
 a TPU host of millions of op events spent most of its parse there. `_wire` (C, built with the
-package where a compiler is found) reads the few fields the parser needs (`metadata_id`,
+package where a compiler is found) splits an XSpace into planes and a plane into lines without
+copying them (`split_field`), reads the few fields the parser needs of each event (`metadata_id`,
 `offset_ps`, `duration_ps`, the device timespan stats and the `hlo_op` key of async events) from
-the serialized XLine in one pass, into numpy columns.
+the serialized XLine in one pass, into numpy columns (`decode_line`), and nests a line's events
+(`nest`).
 
 It is exact, not approximate: it reads only what it can read as upb would, and answers None (the
 caller then reads the line through protobuf, the reference path in `device_trace`) on anything
