@@ -172,7 +172,7 @@ def test_the_fast_path_is_taken_on_plain_lines():
     # If it always declined, every equality above would hold trivially.
     line = RawLine(EDGE_CASES["string hlo_op keys"])
     assert line.n_events == 3 and line.name == "XLA Ops" and line.timestamp_ns == 5
-    assert event_wire.decode_line(line, True, OFF, DUR, HLO_OP, 0) is not None
+    assert event_wire.decode_line(line, OFF, DUR, HLO_OP, 0) is not None
 
 
 def _write_capture(tmp_path: Path) -> Path:
@@ -215,7 +215,7 @@ def test_capture_lines_and_their_mutations(tmp_path):
         off, dur, hlo_op = ids.get("device_offset_ps"), ids.get("device_duration_ps"), ids.get("hlo_op")
         _assert_same(*_both(data, _read_line, off, dur, 0))
         _assert_same(*_both(data, _read_async_line, off, dur, hlo_op, 0))
-        taken += event_wire.decode_line(RawLine(data), True, off, dur, hlo_op, 0) is not None
+        taken += event_wire.decode_line(RawLine(data), off, dur, hlo_op, 0) is not None
         for _ in range(150):  # flipped bytes, cuts and splices: all must read as protobuf reads them
             mutated = bytearray(data[:4000])
             how = rng.random()
@@ -248,7 +248,7 @@ def test_host_tables_equal_with_and_without_the_reader(tmp_path, monkeypatch):
 
 def test_a_hash_collision_declines_to_the_reference():
     line = RawLine(EDGE_CASES["string hlo_op keys"])
-    mids, starts, durs, kinds, hashes, key_starts, key_lengths = event_wire.decode_line(line, True, OFF, DUR,
+    mids, starts, durs, kinds, hashes, key_starts, key_lengths = event_wire.decode_line(line, OFF, DUR,
                                                                                         HLO_OP, 0)
     assert event_wire.intern_keys(line.data, mids, kinds, hashes, key_starts, key_lengths) is not None
     hashes[:] = 1  # as if the two different names had one hash

@@ -106,6 +106,12 @@ typedef struct {
     Pos str_start, str_stop;
 } Stat;
 
+/* A stat's integer as the reference reads it: `uint64_value or int64_value` (0 for other kinds). */
+static inline int64_t stat_integer(const Stat *st)
+{
+    return st->kind == 3 ? as_int64(st->uint_value) : (st->kind == 4 ? st->int_value : 0);
+}
+
 static int read_stat(const uint8_t *b, Pos pos, Pos end, Stat *st)
 {
     memset(st, 0, sizeof *st);
@@ -250,7 +256,7 @@ static int read_event(const uint8_t *b, Pos pos, Pos end, const Params *p, Colum
             if (p->timed && (st.metadata_id == p->off_id || st.metadata_id == p->dur_id) && st.kind == 3
                 && st.uint_value > (uint64_t)INT64_MAX)
                 return -1;
-            int64_t value = st.kind == 3 ? as_int64(st.uint_value) : (st.kind == 4 ? st.int_value : 0);
+            int64_t value = stat_integer(&st);
             if (n_stats == 0)
                 first = st;
             else if (n_stats == 1)
@@ -282,8 +288,8 @@ static int read_event(const uint8_t *b, Pos pos, Pos end, const Params *p, Colum
     int64_t s, d;
     if (p->timed && n_stats > 1 && first.metadata_id == p->off_id && second.metadata_id == p->dur_id) {
         /* The reference reads the first two stats as is when they are the device timespan. */
-        int64_t fv = first.kind == 3 ? as_int64(first.uint_value) : (first.kind == 4 ? first.int_value : 0);
-        d = second.kind == 3 ? as_int64(second.uint_value) : (second.kind == 4 ? second.int_value : 0);
+        int64_t fv = stat_integer(&first);
+        d = stat_integer(&second);
         if (__builtin_add_overflow((int64_t)p->base, fv, &s))
             return -1;
     } else if (p->timed && o >= 0 && dd >= 0) {

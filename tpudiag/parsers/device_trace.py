@@ -191,8 +191,7 @@ def _read_line(line, off_id: int | None, dur_id: int | None,
     """
     base = (line.timestamp_ns - origin_ns) * 1000
     if isinstance(line, RawLine):
-        cols = event_wire.decode_line(line, off_id is not None and dur_id is not None, off_id, dur_id, None,
-                                      base)
+        cols = event_wire.decode_line(line, off_id, dur_id, None, base)
         if cols is not None:
             return cols[0], cols[1], cols[2]
     mids = array("q")
@@ -243,7 +242,7 @@ def _read_async_line(line, off_id: int | None, dur_id: int | None, hlo_op_id: in
     base = (line.timestamp_ns - origin_ns) * 1000
     timed = off_id is not None and dur_id is not None
     if isinstance(line, RawLine):
-        cols = event_wire.decode_line(line, timed, off_id, dur_id, hlo_op_id, base)
+        cols = event_wire.decode_line(line, off_id, dur_id, hlo_op_id, base)
         interned = cols and event_wire.intern_keys(line.data, cols[0], *cols[3:])
         if interned:
             codes_arr, keys = interned
@@ -715,8 +714,8 @@ def device_planes(names: list[str]) -> tuple[str, list[PlaneRef]]:
 def parse_device_plane(plane, ref: PlaneRef, platform: str, origin_ns: int, lines=None) -> _HostBuilder:
     """One device plane's parts, in a builder of its own (merged into the host's later).
 
-    `lines`: the plane's lines when they were split from its bytes (`event_wire.split_field`);
-    None reads `plane.lines`. Pure, with a picklable result, so that big hosts can parse their
+    `lines`: the plane's lines as `RawLine`s, when `plane` is an `XPlaneRawLines` (its lines
+    split from its bytes by `parsers.capture`); None reads the XLines of a whole `XPlane`. Pure, with a picklable result, so that big hosts can parse their
     planes in worker processes.
     """
     b = _HostBuilder("", "")
@@ -727,8 +726,7 @@ def parse_device_plane(plane, ref: PlaneRef, platform: str, origin_ns: int, line
     b.plane_stats = {} if ref.sparse else stats_dict(plane.stats, stat_names)
     chip = _plane_chip(plane, stat_names, core if not ref.sparse else core // 1000)
     b.chip = None if ref.sparse else chip
-    # An XPlane's lines, `XPlaneRawLines`' serialized ones, or `lines` split from the plane's bytes.
-    plane_lines = [RawLine(ln) if isinstance(ln, bytes) else ln for ln in (plane.lines if lines is None else lines)]
+    plane_lines = list(plane.lines) if lines is None else lines
     lines = {ln.name: ln for ln in plane_lines}
     gpu = platform == "GPU"
     op_lines = [ln for ln in plane_lines if (ln.name in OP_LINES) or (gpu and ln.name not in GPU_NON_KERNEL_LINES)]

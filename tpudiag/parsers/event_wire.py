@@ -89,13 +89,12 @@ class RawLine:
         return self._line.events
 
 
-def decode_line(line: RawLine, timed: bool, off_id: int | None, dur_id: int | None, key_id: int | None,
-                base_ps: int):
+def decode_line(line: RawLine, off_id: int | None, dur_id: int | None, key_id: int | None, base_ps: int):
     """(metadata ids, starts, durations, key kinds, key hashes, key starts, key lengths) of the
     events of `line`, or None where only protobuf may read them.
 
-    Starts are `base_ps` plus the event's offset, or its `device_offset_ps` stat (`off_id`, with
-    `dur_id`) when `timed`. Key kind 1 marks an event whose first `key_id` stat is a non-empty
+    Starts are `base_ps` plus the event's offset, or its `device_offset_ps` stat (`off_id`) when
+    both timespan stats (`off_id`, `dur_id`) exist in the plane. Key kind 1 marks an event whose first `key_id` stat is a non-empty
     string, `data[key_start:key_start + key_len]`; kind 0 events are keyed by their metadata id.
     """
     n = line.n_events
@@ -104,6 +103,7 @@ def decode_line(line: RawLine, timed: bool, off_id: int | None, dur_id: int | No
         return None
     cols = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8),
             np.empty(n, np.uint64), np.empty(n, np.int64), np.empty(n, np.int64))
+    timed = off_id is not None and dur_id is not None
     if not _wire.decode_events(line.data, n, *cols, timed, ids[0], ids[1], key_id is not None, ids[2], base_ps):
         return None
     return cols

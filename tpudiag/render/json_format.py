@@ -13,18 +13,16 @@ from tpudiag.model.findings import Finding
 from tpudiag.model.report import Distribution, Report
 
 
+def _finite(value):
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
-    return value
-
-
-def _finite(value):
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+    return _finite(value)
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
