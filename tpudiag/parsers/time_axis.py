@@ -58,13 +58,9 @@ class TimeAxis:
 
     def base_ps(self, timestamp_ns: int) -> int | None:
         """The line's start in ps on this axis, or None when it cannot be placed in int64."""
-        t, clock = self._rebased(timestamp_ns)
-        origin = dict(self.origins_ns).get(clock, 0)
-        base = (t - origin) * 1000
+        t, clock = _rebase(timestamp_ns, self.anchor_ns)
+        base = (t - dict(self.origins_ns).get(clock, 0)) * 1000
         return base if -MAX_BASE_PS <= base <= MAX_BASE_PS else None
-
-    def _rebased(self, timestamp_ns: int) -> tuple[int, str]:
-        return _rebase(timestamp_ns, self.anchor_ns)
 
     @property
     def devices_aligned(self) -> bool:
