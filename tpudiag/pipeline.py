@@ -80,10 +80,11 @@ class Diagnosis:
     def findings_frame(self) -> pd.DataFrame:
         """One row per finding: rule, code, severity, message, saving and its basis, fix, ops."""
         rows = [{"rule": f.rule, "code": f.code, "severity": f.severity.label(), "message": f.message,
-                 "saving_ps": f.saving.ps, "saving_basis": f.saving.basis, "fix": f.fix,
+                 "saving_ps": f.saving.ps, "saving_basis": f.saving.basis,
+                 "saving_explanation": f.saving.explanation, "fix": f.fix,
                  "host": f.host, "ops": ", ".join(f.ops)} for f in self.findings]
         return pd.DataFrame(rows, columns=["rule", "code", "severity", "message", "saving_ps", "saving_basis",
-                                           "fix", "host", "ops"])
+                                           "saving_explanation", "fix", "host", "ops"])
 
 
 @dataclass(frozen=True)

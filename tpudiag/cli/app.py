@@ -146,8 +146,17 @@ tui_cmd.register(app)
 lab_cmd.register(app)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from tpudiag.version import __version__
+
+        sys.stdout.write(f"tpudiag {__version__}\n")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
     """Performance diagnosis for TPU workloads from XProf captures and compiler dumps."""
 
 
