@@ -19,7 +19,7 @@ PACKAGE = REPO / "tpudiag"
 
 # Top-level module or subpackage of `tpudiag` -> its layer (docs/architecture.md).
 LAYERS = {
-    "errors": 0, "proto": 0, "model": 0, "version": 0, "examples_data": 0,
+    "errors": 0, "arguments": 0, "proto": 0, "model": 0, "version": 0, "examples_data": 0,
     "parsers": 1, "writers": 1,
     "analysis": 2, "compiler": 2,
     "rules": 3, "render": 3, "kernels_lab": 3,

@@ -148,8 +148,17 @@ lab_cmd.register(app)
 run_cmd.register(app, report, OutputFormat)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from tpudiag.version import __version__
+
+        sys.stdout.write(f"tpudiag {__version__}\n")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
     """Performance diagnosis for TPU workloads from XProf captures and compiler dumps."""
 
 
