@@ -109,6 +109,26 @@ def decode_line(line: RawLine, off_id: int | None, dur_id: int | None, key_id: i
     return cols
 
 
+def decode_stats(line: RawLine, stat_ids: np.ndarray):
+    """(metadata ids, offsets, values, lengths, kinds, seqs) of the events of `line` and, per event
+    (row) and stat id of `stat_ids` (column), the stat's value as `_wire.decode_stats` gives it:
+    kinds are the XStat value's field number (2 double bits, 3 uint64, 4 int64, 5 string at
+    `data[value:value + length]`, 7 ref id), seqs its 1-based position among the event's stats
+    (0: absent). Offsets are `offset_ps`, 0 where `num_occurrences` replaced it. None where only
+    protobuf may read the line.
+    """
+    n = line.n_events
+    if n < 0 or not available():
+        return None
+    k = len(stat_ids)
+    cols = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty((n, k), np.int64), np.empty((n, k), np.int64),
+            np.empty((n, k), np.int8), np.empty((n, k), np.int32))
+    ids = np.ascontiguousarray(stat_ids, dtype=np.int64)
+    if not _wire.decode_stats(line.data, n, ids, *cols):
+        return None
+    return cols
+
+
 def intern_keys(data: bytes, mids: np.ndarray, kinds: np.ndarray, hashes: np.ndarray, starts: np.ndarray,
                 lengths: np.ndarray):
     """(codes, keys) of the events' keys (`decode_line`): keys in order of first appearance, each
