@@ -8,9 +8,11 @@ sample whose whole stack is inside JAX keeps its innermost frame and is marked `
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from tpudiag.model import schemas
 from tpudiag.model.live_buffers import DeviceMemoryProfile, DeviceTotal, LiveBytes, SourceFrame
+from tpudiag.parsers.pprof import read_device_memory_profile
 
 # Files of JAX itself: the installed packages, and a source checkout's `jax/_src`.
 _JAX_FILE = re.compile(r"(?:site|dist)-packages[/\\](?:jax|jaxlib)[/\\]|[/\\]jax[/\\]_src[/\\]|[/\\]jaxlib[/\\]")
@@ -26,6 +28,11 @@ def attributed_frame(stack: tuple[SourceFrame, ...]) -> tuple[SourceFrame | None
         if not is_jax_frame(frame):
             return frame, False
     return (stack[0], True) if stack else (None, True)
+
+
+def live_bytes_of(path: Path | str) -> LiveBytes:
+    """The device memory profile at `path` attributed to source lines."""
+    return attribute(read_device_memory_profile(path))
 
 
 def attribute(profile: DeviceMemoryProfile) -> LiveBytes:

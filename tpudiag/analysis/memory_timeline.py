@@ -18,13 +18,31 @@ whose lines start at different times.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
+from tpudiag.errors import InputError
 from tpudiag.model.allocator import (UNATTRIBUTED, ActiveAllocation, AllocatorTimeline, HostAllocatorEvents,
                                      HostMemoryTimeline)
+from tpudiag.model.profile import HostFailure
+from tpudiag.parsers.allocator_events import read_allocator_events
+from tpudiag.parsers.capture import find_capture
 
 XPROF_MAX_SNAPSHOTS = 1000  # XProf samples its timeline graph down to this many points
+
+
+def capture_memory_timelines(path: Path | str) -> tuple[list[HostMemoryTimeline], list[HostFailure]]:
+    """Every host file of the capture at `path` (as `tpudiag report` resolves it), each read for its
+    allocator events alone; a host file that cannot be read is a failure and the others go on."""
+    hosts, failures = [], []
+    for f in find_capture(path).files:
+        try:
+            hosts.append(host_memory_timeline(read_allocator_events(f)))
+        except InputError as exc:
+            failures.append(HostFailure(str(f), exc.one_line()))
+    return hosts, failures
 
 
 def host_memory_timeline(host: HostAllocatorEvents) -> HostMemoryTimeline:

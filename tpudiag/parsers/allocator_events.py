@@ -69,23 +69,29 @@ def _plane_name(plane_bytes, path) -> str:
     return parse_message(XPlaneHead(), plane_bytes if split is None else split[1], path).name
 
 
-def _int(stat) -> int:
-    kind = stat.WhichOneof("value")
-    if kind == "int64_value":
-        return stat.int64_value
-    if kind == "uint64_value":  # as XProf's IntValue: the same 64 bits, read signed
-        v = stat.uint64_value
-        return v - (1 << 64) if v > _INT64_MAX else v
-    return 0
+# How each stat is read (as XProf's `IntValue`, `StrOrRefValue`, `DoubleValue`). Oneof fields
+# that are not set read as 0 or "", so `int64_value or uint64_value` is the one that is set.
+_INT, _TEXT, _ID, _ID_TEXT, _DOUBLE = range(5)
+_COLUMNS = [c for c in schemas.ALLOCATOR_EVENTS.names if c not in ("allocation", "time_ps", "thread")]
+_DEFAULTS = [{"step_id": -1, "fragmentation": 0.0}.get(c, "" if c in (*_STR_STATS.values(), "allocator") else 0)
+             for c in _COLUMNS]
 
 
-def _text(stat, stat_names: dict[int, str]) -> str:
-    kind = stat.WhichOneof("value")
-    if kind == "str_value":
-        return stat.str_value
-    if kind == "ref_value":
-        return stat_names.get(stat.ref_value, "")
-    return ""
+def _stat_readers(stat_names: dict[int, str]) -> dict[int, tuple[int, int]]:
+    """Stat metadata id -> (column index, how to read it), for the stats tpudiag reads."""
+    out = {}
+    for sid, name in stat_names.items():
+        if name in _INT_STATS:
+            out[sid] = (_COLUMNS.index(_INT_STATS[name]), _INT)
+        elif name in _STR_STATS:
+            out[sid] = (_COLUMNS.index(_STR_STATS[name]), _TEXT)
+        elif name == "allocator_name":
+            out[sid] = (_COLUMNS.index("allocator"), _ID_TEXT)
+        elif name in _MEMORY_ID_INT_STATS:
+            out[sid] = (_COLUMNS.index("allocator"), _ID)
+        elif name == "fragmentation":
+            out[sid] = (_COLUMNS.index("fragmentation"), _DOUBLE)
+    return out
 
 
 def _host_plane_events(plane_bytes, path):
@@ -95,8 +101,11 @@ def _host_plane_events(plane_bytes, path):
     if not kinds:
         return schemas.ALLOCATOR_EVENTS.empty()
     stat_names = {sid: md.name for sid, md in plane.stat_metadata.items()}
+    readers = _stat_readers(stat_names)
     wanted = np.fromiter(kinds, dtype=np.int64)
-    cols: dict[str, list] = {c: [] for c in schemas.ALLOCATOR_EVENTS.names}
+    rows: list[list] = []
+    allocation: list[bool] = []
+    threads: list[str] = []
     stamps: list[int] = []
     for line in lines:
         decoded = event_wire.decode_line(line, None, None, None, 0)
@@ -104,32 +113,33 @@ def _host_plane_events(plane_bytes, path):
             continue  # no allocator event on this thread: its events stay undecoded
         base_ps = line.timestamp_ns * 1000
         for ev in line.events:
-            allocation = kinds.get(ev.metadata_id)
-            if allocation is None:
+            kind = kinds.get(ev.metadata_id)
+            if kind is None:
                 continue
-            row = dict.fromkeys(_INT_STATS.values(), 0)
-            row.update(dict.fromkeys(_STR_STATS.values(), ""), step_id=-1, fragmentation=0.0, allocator="")
+            row = _DEFAULTS.copy()
             for stat in ev.stats:  # the last of repeated stats wins, as in XProf's pass over them
-                name = stat_names.get(stat.metadata_id)
-                if name in _INT_STATS:
-                    row[_INT_STATS[name]] = _int(stat)
-                elif name in _STR_STATS:
-                    row[_STR_STATS[name]] = _text(stat, stat_names)
-                elif name == "allocator_name":
-                    row["allocator"] = _text(stat, stat_names)
-                elif name in _MEMORY_ID_INT_STATS:
-                    row["allocator"] = str(_int(stat))
-                elif name == "fragmentation" and stat.WhichOneof("value") == "double_value":
-                    row["fragmentation"] = stat.double_value
-            for key, value in row.items():
-                cols[key].append(value)
-            cols["allocation"].append(allocation)
-            cols["thread"].append(line.name)
+                reader = readers.get(stat.metadata_id)
+                if reader is None:
+                    continue
+                col, how = reader
+                if how == _INT or how == _ID:
+                    value = stat.int64_value or stat.uint64_value
+                    if value > _INT64_MAX:  # XProf reads a uint64 as the same 64 bits, signed
+                        value -= 1 << 64
+                    row[col] = value if how == _INT else str(value)
+                elif how == _DOUBLE:
+                    row[col] = stat.double_value
+                else:
+                    row[col] = stat.str_value or stat_names.get(stat.ref_value, "")
+            rows.append(row)
+            allocation.append(kind)
+            threads.append(line.name)
             stamps.append(base_ps + ev.offset_ps)
     if not stamps:
         return schemas.ALLOCATOR_EVENTS.empty()
     origin = min(stamps)
     if max(stamps) - origin > _INT64_MAX:
         raise InputError("implausible allocator event times (beyond the int64 picosecond range)", path=path)
-    cols["time_ps"] = [t - origin for t in stamps]
+    cols = dict(zip(_COLUMNS, map(list, zip(*rows))))
+    cols.update(allocation=allocation, thread=threads, time_ps=[t - origin for t in stamps])
     return schemas.ALLOCATOR_EVENTS.frame(cols)
