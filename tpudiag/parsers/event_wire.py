@@ -5,8 +5,9 @@ a TPU host of millions of op events spent most of its parse there. `_wire` (C, b
 package where a compiler is found) splits an XSpace into planes and a plane into lines without
 copying them (`split_field`), reads the few fields the parser needs of each event (`metadata_id`,
 `offset_ps`, `duration_ps`, the device timespan stats and the `hlo_op` key of async events) from
-the serialized XLine in one pass, into numpy columns (`decode_line`), and nests a line's events
-(`nest`).
+the serialized XLine in one pass, into numpy columns (`decode_line`), reads chosen stats of every
+event the same way (`decode_stats`, for the allocator's events of `tpudiag memory`), and nests a
+line's events (`nest`).
 
 It is exact, not approximate: it reads only what it can read as upb would, and answers None (the
 caller then reads the line through protobuf, the reference path in `device_trace`) on anything
