@@ -119,7 +119,8 @@ def decode_stats(line: RawLine, stat_ids: np.ndarray):
     protobuf may read the line.
     """
     n = line.n_events
-    if n < 0 or not available():
+    # A module built before decode_stats existed (an in-place build not redone) reads through protobuf.
+    if n < 0 or not available() or not hasattr(_wire, "decode_stats"):
         return None
     k = len(stat_ids)
     cols = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty((n, k), np.int64), np.empty((n, k), np.int64),
