@@ -177,7 +177,7 @@ def test_check_gates_compiler_dumps_alone(capsys):
         main(["check", str(MODELS / "dumps" / "llm_decode_v5e"), "--fail-on", "high", "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert exc.value.code == 1 and doc["result"] == "fail"
-    assert doc["findings"] and {f["savings_basis"] for f in doc["findings"]} == {"compiler estimate"}
+    assert doc["findings"] and {f["saving_basis"] for f in doc["findings"]} == {"compiler estimate"}
 
 
 def test_dumps_alone_give_a_markdown_report_labelled_compiler_estimate(capsys, tmp_path):

@@ -17,6 +17,7 @@ from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
 from tpudiag.cli import memory_cmd
+from tpudiag.cli import run_cmd
 from tpudiag.cli.console import stderr_console, stdout_console
 from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import TpudiagError, UsageError
@@ -148,10 +149,20 @@ check_cmd.register(app)
 tui_cmd.register(app)
 lab_cmd.register(app)
 memory_cmd.register(app)
+run_cmd.register(app, report, OutputFormat)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from tpudiag.version import __version__
+
+        sys.stdout.write(f"tpudiag {__version__}\n")
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
     """Performance diagnosis for TPU workloads from XProf captures and compiler dumps."""
 
 
