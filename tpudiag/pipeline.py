@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from tpudiag import arguments
 from tpudiag.analysis.join import HloSource, JoinResult, join_compiled
 from tpudiag.analysis.profile_analysis import Analysis, analyze, build_report
 from tpudiag.errors import InputError, UsageError
@@ -38,7 +39,7 @@ if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the com
     from tpudiag.analysis.diff import NoiseOptions
     from tpudiag.compiler.static_report import StaticReport
 
-CHIP_NAMES = ("v4", "v5e", "v5p", "v6e", "tpu7x")
+CHIP_NAMES = arguments.CHIP_NAMES
 STAGES = ("reading host files", "analysing steps and ops", "running the rules", "building the report")
 
 
@@ -97,14 +98,7 @@ class Diff:
 
 def parse_chip(chip: str | ChipSpec | None) -> ChipSpec | None:
     """`--chip` / `chip=` as a ChipSpec; a name not in `CHIP_NAMES` is a usage error."""
-    from tpudiag.model.hardware import chip_for
-
-    if chip is None or isinstance(chip, ChipSpec):
-        return chip
-    spec = chip_for(chip) if chip.lower() in CHIP_NAMES else None
-    if spec is None:
-        raise UsageError(f"--chip: unknown TPU generation `{chip}`", hint=f"use one of {', '.join(CHIP_NAMES)}")
-    return spec
+    return arguments.check_chip(chip)
 
 
 def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
@@ -180,23 +174,28 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     path: a logdir, run directory or `.xplane.pb`; or a compiler dump directory (static mode);
       or an fsspec URL of a capture (`gs://bucket/logdir`, with the cloud extra);
       None: the bundled example and its dumps.
-    dumps: compiler dump directories joined to a capture's ops and given to the rules.
+    dumps: a compiler dump directory, or an iterable of them, joined to a capture's ops and given
+      to the rules (a single str or PathLike is one directory).
     config: a rule configuration file (TOML) or a `RulesConfig`; None looks next to the input.
     chip: the TPU generation (`v4`, `v5e`, `v5p`, `v6e`, `tpu7x`) where the files do not say it.
+    jobs: processes parsing host files (at least 1; None: one per CPU).
     progress: called with a short text at each stage (and per host file while reading).
     select / ignore: rule names or codes, as `--select` / `--ignore`.
-    clock_ghz: static mode: the clock turning estimated cycles into time (else the public one,
-      else the FLOPs/bytes roofline).
+    clock_ghz: static mode: the clock (positive, finite) turning estimated cycles into time (else
+      the public one, else the FLOPs/bytes roofline).
     scheduler: a Dask distributed scheduler address (`tcp://host:8786`) or `distributed.Client`:
       the hosts are parsed as tasks on that cluster, whose workers read the files themselves.
 
-    Raises the project's errors (`tpudiag.errors`) for unreadable inputs and bad options.
+    Raises the project's errors (`tpudiag.errors`) for unreadable inputs and bad options: an
+    argument of the wrong type or value is a `UsageError` naming it (`tpudiag.arguments`).
     """
     from tpudiag.compiler.dump_dir import is_dump_directory, is_hlo_text_file
     from tpudiag.examples_data import bundled_capture, bundled_dumps
     from tpudiag.parsers.capture import HostUrl, as_location
 
-    dumps = [Path(d) for d in dumps]
+    path, dumps = arguments.check_path(path), arguments.check_dumps(dumps)  # UsageError for a wrong type/value
+    jobs, progress = arguments.check_jobs(jobs), arguments.check_progress(progress)
+    clock_ghz = arguments.check_clock_ghz(clock_ghz)
     if path is None:
         path = bundled_capture()
         dumps = dumps or list(bundled_dumps())
@@ -348,6 +347,14 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
     """
     from tpudiag.analysis.diff import NoiseOptions, diff_analyses
 
+    # Checked before either input is read: a bad argument must not cost a whole diagnosis first.
+    arguments.check_path(base, "base")
+    arguments.check_path(new, "new")
+    base_dumps = arguments.check_dumps(base_dumps, "base_dumps")  # a generator is read once, here
+    new_dumps = arguments.check_dumps(new_dumps, "new_dumps")
+    arguments.check_chip(chip)
+    arguments.check_jobs(jobs)
+    arguments.check_clock_ghz(clock_ghz)
     b = diagnose(base, dumps=base_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,
                  scheduler=scheduler)
     n = diagnose(new, dumps=new_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,
