@@ -31,6 +31,7 @@ class Saving:
     ps: int
     basis: str  # "measured", "modelled" or "compiler estimate"
     explanation: str
+    bytes: int = 0  # memory findings: device memory a fix could free (an upper bound), not time
 
 
 @dataclass(frozen=True)
@@ -64,4 +65,10 @@ class Finding:
     evidence: tuple[Evidence, ...] = field(default_factory=tuple)
     host: str = ""
     ops: tuple[str, ...] = ()  # op names the finding cites; several ops of one shape when grouped
+    blocking: bool = False  # the program cannot run as compiled (out of memory): ranked before any saving
     sites: tuple[OpSite, ...] = ()  # source line and JAX op name of each cited op that has them
+
+
+def rank_key(f: Finding) -> tuple:
+    """How findings are ranked: what stops the program first, then by saving, then by severity."""
+    return (not f.blocking, -f.saving.ps, -int(f.severity), f.code, f.message)

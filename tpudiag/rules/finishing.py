@@ -81,7 +81,7 @@ def group_repeats(findings: list[Finding], analysis: Analysis | None, programs: 
         if signature is None:
             out.append(f)
             continue
-        key = (f.rule, f.host, f.fix, f.saving.basis, signature)
+        key = (f.rule, f.host, f.fix, f.saving.basis, f.blocking, signature)
         if key not in groups:
             groups[key] = []
             out.append(key)
