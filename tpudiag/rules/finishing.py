@@ -160,6 +160,14 @@ def _annotated(message: str, sites: Iterable[OpSite]) -> str:
     return message
 
 
+def _with_site(row: Evidence, site: OpSite) -> Evidence:
+    """The evidence row with an `at` value, unless the rule already wrote the site's parts in it."""
+    values = {v for _, v in row.values}
+    if any(part in values for part in (site.source, site.tf_op) if part):
+        return row
+    return Evidence(row.subject, (*row.values, ("at", site.label())))
+
+
 def locate(findings: list[Finding], analysis: Analysis | None,
            programs: tuple[CompiledProgram, ...]) -> list[Finding]:
     """Each finding with `sites` for its ops, and those sites in its message and evidence rows."""
@@ -171,7 +179,7 @@ def locate(findings: list[Finding], analysis: Analysis | None,
             out.append(f)
             continue
         named = [s for s in mine if f"`{s.op}`" in f.message]
-        evidence = tuple(Evidence(e.subject, (*e.values, ("at", sites[e.subject].label())))
-                         if e.subject in sites else e for e in f.evidence)
+        own = {s.op: s for s in mine}
+        evidence = tuple(_with_site(e, own[e.subject]) if e.subject in own else e for e in f.evidence)
         out.append(dataclasses.replace(f, message=_annotated(f.message, named), evidence=evidence, sites=mine))
     return out
