@@ -24,6 +24,7 @@ LAYERS = {
     "analysis": 2, "compiler": 2,
     "rules": 3, "render": 3, "kernels_lab": 3,
     "pipeline": 4,
+    "profiling": 4.2,  # `tpudiag.profile()`: traces with jax.profiler, then calls the pipeline's `diagnose`
     "__init__": 4.5,  # the package root re-exports the pipeline's `diagnose` and `compare`, lazily
     "tui": 5,
     "cli": 6,
