@@ -262,11 +262,13 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
                     oom_errors: tuple[OomError, ...] = ()) -> Diagnosis:
     from tpudiag.analysis.host_digest import StepFold, parse_and_digest
     from tpudiag.parsers.capture import find_capture, load_capture
+    from tpudiag.parsers.dask_hosts import check_scheduler
     from tpudiag.parsers.hlo_proto import capture_hlo_inputs
     from tpudiag.rules import run_rules
     from tpudiag.rules.exposed_collective import window_thresholds
 
     find_capture(path)  # fail fast with the precise input error, before parsing any dump
+    check_scheduler(scheduler)  # likewise for an address that is not a Dask scheduler
     loaded = load_dumps(dumps)
     thresholds = window_thresholds(rules_config)
     _stage(progress, 0)
