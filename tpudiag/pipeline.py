@@ -30,6 +30,7 @@ from tpudiag.analysis.join import HloSource, JoinResult, join_compiled
 from tpudiag.analysis.profile_analysis import Analysis, analyze, build_report
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding, rank_key
+from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.memory import MemoryReport, OomError
@@ -77,6 +78,13 @@ class Diagnosis:
         from tpudiag.model import schemas
 
         return self.analysis.steps.copy() if self.analysis is not None else schemas.STEPS.empty()
+
+    def memory_over_time(self) -> list[HostMemoryTimeline]:
+        """Per host file, each allocator's peak, timeline and live set at the peak, where the capture
+        traced its allocator (`tpudiag memory PATH`); [] for compiler dumps. Reads the host planes anew."""
+        from tpudiag.analysis.memory_timeline import capture_memory_timelines
+
+        return capture_memory_timelines(self.input_path)[0] if self.mode == "trace" else []
 
     def memory(self) -> MemoryReport:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
@@ -254,11 +262,13 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
                     oom_errors: tuple[OomError, ...] = ()) -> Diagnosis:
     from tpudiag.analysis.host_digest import StepFold, parse_and_digest
     from tpudiag.parsers.capture import find_capture, load_capture
+    from tpudiag.parsers.dask_hosts import check_scheduler
     from tpudiag.parsers.hlo_proto import capture_hlo_inputs
     from tpudiag.rules import run_rules
     from tpudiag.rules.exposed_collective import window_thresholds
 
     find_capture(path)  # fail fast with the precise input error, before parsing any dump
+    check_scheduler(scheduler)  # likewise for an address that is not a Dask scheduler
     loaded = load_dumps(dumps)
     thresholds = window_thresholds(rules_config)
     _stage(progress, 0)
