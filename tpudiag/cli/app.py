@@ -16,7 +16,7 @@ from tpudiag.cli import compile_cmd, rules_cmd
 from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
-from tpudiag.cli import run_cmd
+from tpudiag.cli import run_cmd, whatif_cmd
 from tpudiag.cli.console import stderr_console, stdout_console
 from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import TpudiagError, UsageError
@@ -146,6 +146,7 @@ check_cmd.register(app)
 tui_cmd.register(app)
 lab_cmd.register(app)
 run_cmd.register(app, report, OutputFormat)
+whatif_cmd.register(app)
 
 
 def _print_version(value: bool) -> None:
