@@ -188,3 +188,13 @@ def test_a_damaged_file_is_one_input_error_naming_it(tmp_path, played):
     with pytest.raises(InputError) as err:
         read_allocator_events(bad)
     assert err.value.path == str(bad)
+
+
+def test_the_front_door_gives_the_same_timelines(played):
+    import tpudiag
+
+    path, _ = played
+    d = tpudiag.diagnose(path)
+    [host] = d.memory_over_time()
+    assert [(a.allocator, a.peak_bytes, a.events) for a in host.allocators] == [
+        (a.allocator, a.peak_bytes, a.events) for a in host_memory_timeline(read_allocator_events(path)).allocators]

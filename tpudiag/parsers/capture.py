@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tpudiag.errors import InputError, TpudiagError, UsageError
+from tpudiag.errors import InputError, TpudiagError
 from tpudiag.model.profile import HostFailure, HostTrace, Profile
 from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, device_planes, host_name,
                                           parse_device_plane)
@@ -332,39 +332,6 @@ def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
         return HostFailure(str(path), exc.one_line())
 
 
-def _map_on_dask(task: HostTask, files: tuple, keep_events: bool, scheduler,
-                 arrived: Callable[[HostTrace | HostFailure], None]) -> list[HostTrace | HostFailure]:
-    """Parse every host file as one task on a Dask distributed cluster.
-
-    `scheduler` is an address (`tcp://host:8786`) or a `distributed.Client`. Only the file names go
-    to the workers, which read the files themselves (a shared filesystem or a URL); each task
-    returns its parsed host or its one-line failure, so a bad host stays a per-host warning.
-    """
-    try:
-        from distributed import Client, as_completed
-    except ImportError as exc:
-        raise UsageError("`--scheduler` needs Dask distributed",
-                         hint="install the dask extra: `pip install 'tpudiag[dask]'`") from exc
-    own = not isinstance(scheduler, Client)
-    try:
-        client = Client(scheduler, set_as_default=False) if own else scheduler
-    except (OSError, ValueError, TimeoutError) as exc:
-        raise UsageError(f"cannot reach the Dask scheduler at `{scheduler}` ({exc})") from exc
-    try:
-        futures = client.map(task, list(files), plane_jobs=1, keep_events=keep_events, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        results: list[HostTrace | HostFailure | None] = [None] * len(futures)
-        for future in as_completed(futures):  # each host as it finishes, so the caller can fold it
-            result = future.result()
-            arrived(result)
-            results[index[future.key]] = result
-            future.release()
-        return results
-    finally:
-        if own:
-            client.close()
-
-
 # A host task: (host file, plane_jobs, keep_events) -> the parsed host or its failure. It runs in
 # the process that parsed the host (pool process, Dask worker), so a task that reduces the host
 # there (`analysis.host_digest.parse_and_digest`) sends back only what it keeps. Picklable.
@@ -397,7 +364,9 @@ def load_capture(path: Path | str, jobs: int | None = None,
     if scheduler is not None:
         if progress:
             progress(f"parsing {len(files)} hosts on the Dask cluster")
-        results = _map_on_dask(task, files, keep, scheduler, arrived)
+        from tpudiag.parsers.dask_hosts import map_on_dask
+
+        results = map_on_dask(task, files, keep, scheduler, arrived)
     elif workers <= 1 or len(files) == 1:
         results = []
         for f in files:
