@@ -10,7 +10,7 @@ import pandas as pd
 
 from tpudiag.analysis.host_digest import digest_host, fold_step_tables, host_collectives
 from tpudiag.model import schemas
-from tpudiag.model.findings import Finding
+from tpudiag.model.findings import Finding, rank_key
 from tpudiag.model.profile import CollectiveDigest, HostDigest, Profile, StepSource, StepTables, WindowThresholds
 from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, OpRow, Report,
                                   RuleSkip, Summary)
@@ -170,6 +170,7 @@ def _op_rows(analysis: Analysis, join: JoinResult | None = None) -> list[OpRow]:
             hbm_bw=float(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
             flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
             bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
+            tf_op=r.tf_op,
             **facts))
     return rows
 
@@ -246,7 +247,7 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_r
             from_dumps=join.dump_matched, sources=join.sources,
             with_cycles=int(join.columns["estimated_cycles"].notna().sum())))
     return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis, join)),
-                  findings=tuple(sorted(findings, key=lambda f: (-f.saving.ps, -f.severity))),
+                  findings=tuple(sorted(findings, key=rank_key)),
                   rules_run=rules_run, rules_skipped=rules_skipped, warnings=tuple(dict.fromkeys(warnings)),
                   failures=tuple(f.message for f in profile.failures),
                   categories=tuple(_category_times(analysis)))

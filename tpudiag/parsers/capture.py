@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tpudiag.errors import InputError, TpudiagError, UsageError
+from tpudiag.errors import InputError, TpudiagError
 from tpudiag.model.profile import HostFailure, HostTrace, Profile
 from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, axis_of, device_planes, host_name,
                                           is_read_line, parse_device_plane)
@@ -193,6 +193,11 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
+def process_pool(workers: int) -> ProcessPoolExecutor:
+    """The pool other readers of host files use (`analysis.memory_timeline`), started as `load_capture`'s."""
+    return _pool(workers)
+
+
 # A host file at least this big, with several device planes, parses its planes in parallel
 # when at least this many processes are allowed. On 2 cores it does not pay: a 2M-event host took
 # 3.8 s either way and 0.5 GB more with two plane workers (benchmarks/bench_report.py).
@@ -233,7 +238,7 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, TimeAxis]):
     error's cause. The plane's lines stay serialized: their events are decoded from the wire."""
     plane_bytes, ref, platform, axis = job
     try:
-        plane, lines = _plane_lines(plane_bytes, ref.name, head_only=False)
+        plane, lines = split_lines(plane_bytes, ref.name)
         return parse_device_plane(plane, ref, platform, axis, lines)
     except InputError as exc:
         return exc.message
@@ -255,7 +260,7 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
     naming it (a partly read device plane would show its missing ops as idle time); the host
     fails only when it has device planes and none of them can be read.
     """
-    planes, name = _split_planes(data.pop(), path)
+    planes, name = split_planes(data.pop(), path)
     if not planes:
         raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
     roles = _plane_roles(planes, path)
@@ -294,7 +299,7 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
     return host
 
 
-def _split_planes(data: bytes, path) -> tuple[list[bytes | memoryview], str]:
+def split_planes(data: bytes, path) -> tuple[list[bytes | memoryview], str]:
     """(the XSpace's planes, views into `data` where the compiled reader splits it, the host name)."""
     split = event_wire.split_field(data, 1)  # XSpace.planes
     if split is None:
@@ -302,6 +307,11 @@ def _split_planes(data: bytes, path) -> tuple[list[bytes | memoryview], str]:
         return list(space.planes), host_name(space, Path(path))
     planes, rest = split
     return planes, host_name(parse_message(XSpaceRawPlanes(), rest, path), Path(path))
+
+
+def split_lines(plane_bytes, path) -> tuple[object, list[RawLine]]:
+    """(the plane without its lines, as `XPlaneRawLines`; its lines) from a serialized XPlane."""
+    return _plane_lines(plane_bytes, path, head_only=False)
 
 
 def _plane_lines(plane_bytes, path, head_only: bool) -> tuple[object, list[RawLine]]:
@@ -418,39 +428,6 @@ def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
         return HostFailure(str(path), exc.one_line())
 
 
-def _map_on_dask(task: HostTask, files: tuple, keep_events: bool, scheduler,
-                 arrived: Callable[[HostTrace | HostFailure], None]) -> list[HostTrace | HostFailure]:
-    """Parse every host file as one task on a Dask distributed cluster.
-
-    `scheduler` is an address (`tcp://host:8786`) or a `distributed.Client`. Only the file names go
-    to the workers, which read the files themselves (a shared filesystem or a URL); each task
-    returns its parsed host or its one-line failure, so a bad host stays a per-host warning.
-    """
-    try:
-        from distributed import Client, as_completed
-    except ImportError as exc:
-        raise UsageError("`--scheduler` needs Dask distributed",
-                         hint="install the dask extra: `pip install 'tpudiag[dask]'`") from exc
-    own = not isinstance(scheduler, Client)
-    try:
-        client = Client(scheduler, set_as_default=False) if own else scheduler
-    except (OSError, ValueError, TimeoutError) as exc:
-        raise UsageError(f"cannot reach the Dask scheduler at `{scheduler}` ({exc})") from exc
-    try:
-        futures = client.map(task, list(files), plane_jobs=1, keep_events=keep_events, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        results: list[HostTrace | HostFailure | None] = [None] * len(futures)
-        for future in as_completed(futures):  # each host as it finishes, so the caller can fold it
-            result = future.result()
-            arrived(result)
-            results[index[future.key]] = result
-            future.release()
-        return results
-    finally:
-        if own:
-            client.close()
-
-
 # A host task: (host file, plane_jobs, keep_events) -> the parsed host or its failure. It runs in
 # the process that parsed the host (pool process, Dask worker), so a task that reduces the host
 # there (`analysis.host_digest.parse_and_digest`) sends back only what it keeps. Picklable.
@@ -483,7 +460,9 @@ def load_capture(path: Path | str, jobs: int | None = None,
     if scheduler is not None:
         if progress:
             progress(f"parsing {len(files)} hosts on the Dask cluster")
-        results = _map_on_dask(task, files, keep, scheduler, arrived)
+        from tpudiag.parsers.dask_hosts import map_on_dask
+
+        results = map_on_dask(task, files, keep, scheduler, arrived)
     elif workers <= 1 or len(files) == 1:
         results = []
         for f in files:
