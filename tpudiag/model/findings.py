@@ -43,6 +43,18 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class OpSite:
+    """Where an op comes from in the user's program: its HLO metadata, as the trace or dump gives it."""
+
+    op: str  # HLO instruction name
+    source: str  # `file.py:LINE`; '' when unknown
+    tf_op: str  # JAX op name (the name stack, e.g. `jit(train_step)/transpose(jvp())/dot_general`); '' when unknown
+
+    def label(self) -> str:
+        return ", ".join(part for part in (self.source, self.tf_op) if part)
+
+
+@dataclass(frozen=True)
 class Finding:
     rule: str  # kebab-case rule name
     code: str  # stable code, e.g. TPD101
@@ -52,8 +64,9 @@ class Finding:
     fix: str  # one line
     evidence: tuple[Evidence, ...] = field(default_factory=tuple)
     host: str = ""
-    ops: tuple[str, ...] = ()  # op names the finding cites
+    ops: tuple[str, ...] = ()  # op names the finding cites; several ops of one shape when grouped
     blocking: bool = False  # the program cannot run as compiled (out of memory): ranked before any saving
+    sites: tuple[OpSite, ...] = ()  # source line and JAX op name of each cited op that has them
 
 
 def rank_key(f: Finding) -> tuple:

@@ -118,7 +118,8 @@ class OpRow:
     bound_by: str
     family: str
     shape_with_layout: str
-    source: str
+    source: str  # `file.py:LINE` of the op's metadata; '' when unknown
+    tf_op: str  # JAX op name (metadata op_name, the name stack); '' when unknown
     # Compiled facts of the same op (`tpudiag.analysis.join`); None when no dump or embedded HLO tells.
     logical_bytes: int | None = None  # operands + result
     padded_bytes: int | None = None  # operands + result in their tiled layouts

@@ -59,6 +59,7 @@ def finding_to_dict(f: Finding) -> dict:
         "fix": f.fix,
         "host": f.host,
         "ops": list(f.ops),
+        "sites": [{"op": s.op, "source": s.source, "tf_op": s.tf_op} for s in f.sites],
         "evidence": [{"subject": e.subject, "values": dict(e.values)} for e in f.evidence],
     }
 
