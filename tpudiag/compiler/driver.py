@@ -38,6 +38,8 @@ XLA_KEEP_SUFFIXES = (
     ".after_optimizations.txt",
     ".after_optimizations-buffer-assignment.txt",
     ".after_optimizations-memory-usage-report.txt",
+    ".after_optimizations-live-range.txt",  # what is live when the temporaries peak (`tpudiag memory`)
+    ".oom_intermediate_module.txt",  # written only when the compile ran out of memory
     ".target_arguments.txt",
 )
 # glog fatal lines: `F1129 22:10:00.123456   1234 file.cc:123] message`
@@ -199,7 +201,13 @@ def compile_program(target: str, topology: Topology, out: Path, static_profile: 
     if proc.returncode == EXIT_INPUT_ERROR and result:
         raise InputError(result["message"], hint=result.get("hint") or None)
     if proc.returncode == EXIT_COMPILE_ERROR and result:
-        raise _compile_error(topology, result)
+        error = _compile_error(topology, result)
+        if result.get("module") and (out / XLA_DIR).is_dir():
+            # An out-of-memory compile still writes its buffer assignment: keep it, and say how to read it.
+            trim_xla_dump(out / XLA_DIR, result["module"])
+            if any((out / XLA_DIR).iterdir()) and "memory" in result.get("message", "").lower():
+                error.hint = f"the dump is kept: `tpudiag memory {out}` shows what holds the memory"
+        raise error
     if proc.returncode != 0 or result is None or result.get("status") != "ok":
         line = compiler_error_line(stderr)
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"

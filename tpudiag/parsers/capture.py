@@ -192,6 +192,11 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
+def process_pool(workers: int) -> ProcessPoolExecutor:
+    """The pool other readers of host files use (`analysis.memory_timeline`), started as `load_capture`'s."""
+    return _pool(workers)
+
+
 # A host file at least this big, with several device planes, parses its planes in parallel
 # when at least this many processes are allowed. On 2 cores it does not pay: a 2M-event host took
 # 3.8 s either way and 0.5 GB more with two plane workers (benchmarks/bench_report.py).
