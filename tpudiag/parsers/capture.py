@@ -78,46 +78,12 @@ def as_location(path: Path | str) -> Path | HostUrl:
     return HostUrl(text)
 
 
-def _filesystem(url: str):
-    """(fsspec filesystem, path inside it) for a URL; InputError when fsspec or the backend is missing."""
-    try:
-        import fsspec
-    except ImportError as exc:
-        raise InputError("reading URLs needs fsspec", path=url,
-                         hint="install the cloud extra: `pip install 'tpudiag[cloud]'`") from exc
-    try:
-        return fsspec.core.url_to_fs(url)
-    except (ImportError, ValueError) as exc:
-        raise InputError(f"no filesystem for this URL ({exc})", path=url,
-                         hint="`gs://` needs gcsfs: `pip install 'tpudiag[cloud]'`") from exc
-
-
 def _find_remote(url: HostUrl) -> CaptureFiles:
     """`find_capture` for an fsspec URL: the same three forms (logdir, run directory, one file)."""
-    fs, root = _filesystem(url)
-    root = root.rstrip("/")
-    try:
-        if fs.isfile(root):
-            return CaptureFiles(url, root.rsplit("/", 1)[0].rsplit("/", 1)[-1], (url,))
-        if not fs.isdir(root):
-            raise InputError("no such file or directory", path=url)
-        run_dir = root
-        runs_root = f"{root}/plugins/profile"
-        if fs.isdir(runs_root):
-            runs = sorted(d for d in fs.ls(runs_root, detail=False)
-                          if fs.isdir(d) and fs.glob(f"{d.rstrip('/')}/*{TRACE_SUFFIX}"))
-            if not runs:
-                raise InputError(f"no run with `*{TRACE_SUFFIX}` files under plugins/profile", path=url)
-            run_dir = runs[-1].rstrip("/")  # runs are named by timestamp: the last is the newest
-        files = sorted(fs.glob(f"{run_dir}/*{TRACE_SUFFIX}"))
-    except InputError:
-        raise
-    except (OSError, ValueError) as exc:  # fsspec backends report missing buckets, auth and I/O this way
-        raise InputError(f"cannot list ({exc})", path=url) from exc
-    if not files:
-        raise InputError(f"no `*{TRACE_SUFFIX}` trace files here (expected a logdir, a run directory "
-                         "or a trace file)", path=url)
-    return CaptureFiles(url, run_dir.rsplit("/", 1)[-1], tuple(HostUrl(fs.unstrip_protocol(f)) for f in files))
+    from tpudiag.parsers.remote import find_remote
+
+    run, files = find_remote(url, TRACE_SUFFIX)
+    return CaptureFiles(url, run, tuple(HostUrl(f) for f in files))
 
 
 def read_location_bytes(location: Path | HostUrl) -> bytes:
@@ -129,23 +95,10 @@ def read_location_bytes(location: Path | HostUrl) -> bytes:
     """
     if not isinstance(location, HostUrl):
         return read_trace_bytes(location)
+    from tpudiag.parsers.remote import read_remote_bytes
+
     cap = default_limits().max_file_bytes
-    fs, inner = _filesystem(location)
-    try:
-        size = fs.size(inner)
-        if size is not None and size > cap:
-            raise size_error(location, size, cap)
-        with fs.open(inner, "rb") as f:
-            data = f.read(cap + 1)
-    except InputError:
-        raise
-    except FileNotFoundError as exc:
-        raise InputError("no such file", path=location) from exc
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read ({exc})", path=location) from exc
-    if len(data) > cap:
-        raise size_error(location, len(data), cap)
-    return data
+    return read_remote_bytes(location, cap, lambda size: size_error(location, size, cap))
 
 
 def _runs_dir(path: Path) -> Path | None:
