@@ -30,6 +30,7 @@ from tpudiag.analysis.join import HloSource, JoinResult, join_compiled
 from tpudiag.analysis.profile_analysis import Analysis, analyze, build_report
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding, rank_key
+from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.memory import MemoryReport, OomError
@@ -77,6 +78,13 @@ class Diagnosis:
         from tpudiag.model import schemas
 
         return self.analysis.steps.copy() if self.analysis is not None else schemas.STEPS.empty()
+
+    def memory_over_time(self) -> list[HostMemoryTimeline]:
+        """Per host file, each allocator's peak, timeline and live set at the peak, where the capture
+        traced its allocator (`tpudiag memory PATH`); [] for compiler dumps. Reads the host planes anew."""
+        from tpudiag.analysis.memory_timeline import capture_memory_timelines
+
+        return capture_memory_timelines(self.input_path)[0] if self.mode == "trace" else []
 
     def memory(self) -> MemoryReport:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
@@ -371,8 +379,6 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
     mode); the result then says the run is modelled. The result's warnings hold both diagnoses'
     warnings (prefixed `base:` / `new:`), so `diff` shows what `report` shows for the same input.
     """
-    from tpudiag.analysis.diff import NoiseOptions, diff_analyses
-
     # Checked before either input is read: a bad argument must not cost a whole diagnosis first.
     arguments.check_path(base, "base")
     arguments.check_path(new, "new")
@@ -385,6 +391,13 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
                  scheduler=scheduler)
     n = diagnose(new, dumps=new_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,
                  scheduler=scheduler)
+    return compare_diagnoses(b, n, noise)
+
+
+def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = None) -> Diff:
+    """`compare` of two diagnoses already made (`tpudiag whatif` diagnoses its baseline once)."""
+    from tpudiag.analysis.diff import NoiseOptions, diff_analyses
+
     for d in (b, n):
         if d.analysis is None:
             raise InputError("no timeline to compare: the TPU generation of these dumps is unknown",

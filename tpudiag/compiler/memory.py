@@ -17,8 +17,10 @@ from pathlib import Path
 from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, Instruction, memory_space_name
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
-from tpudiag.model.memory import MemoryBuffer, MemoryLever, MemoryReport, OomError, ProgramMemory, SpaceMemory
+from tpudiag.model.memory import MemoryBuffer, MemoryGroup, MemoryLever, MemoryReport, OomError, ProgramMemory, SpaceMemory
+from tpudiag.compiler.worker import RESULT_FILE
 from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
+from tpudiag.parsers.oom_error import parse_oom_error
 
 # A modelled lever for sharding across devices assumes this many (the smallest v5e/v6e slice).
 FSDP_DEVICES = 4
@@ -47,6 +49,8 @@ def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomErr
 
     program = hlo.program
     chip = chip_for(hlo.generation) or chip
+    facts = _compile_facts(hlo)
+    errors = tuple(errors) or _compile_errors(facts)
     hbm_error = next((e for e in errors if e.space == "hbm"), None)
     error = hbm_error or next(iter(errors), None)
     capacity = chip.hbm_capacity_bytes if chip else None
@@ -70,17 +74,31 @@ def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomErr
         module=program.module, path=program.path, generation=chip.generation if chip else "",
         hbm_capacity_bytes=capacity, hbm_usable_bytes=usable, usable_source=usable_source, spaces=spaces,
         oom_recorded=program.oom_recorded, error=error, levers=levers,
-        compiler_peak_bytes=_compiler_peak(hlo), warnings=tuple(warnings))
+        compiler_peak_bytes=_compiler_peak(facts), warnings=tuple(warnings))
 
 
-def _compiler_peak(hlo: HloInput) -> int | None:
-    """`memory_analysis().peak_memory_in_bytes` from a `tpudiag compile` output's result.json."""
-    result = Path(hlo.origin).parent / "result.json"
+def _compile_facts(hlo: HloInput) -> dict:
+    """The `result.json` of the `tpudiag compile` output this program's dump is in, when it is
+    this program's; {} otherwise (an XLA dump of its own, or damaged)."""
+    result = Path(hlo.origin).parent / RESULT_FILE
     try:
         facts = json.loads(result.read_text()) if result.is_file() else {}
     except (OSError, ValueError):
-        return None
-    peak = facts.get("peak_memory_in_bytes") if facts.get("module") == hlo.program.module else None
+        return {}
+    return facts if isinstance(facts, dict) and facts.get("module") == hlo.program.module else {}
+
+
+def _compile_errors(facts: dict) -> tuple[OomError, ...]:
+    """The out-of-memory error a failed `tpudiag compile` recorded, as if given with `--error`."""
+    if facts.get("status") != "compile_error":
+        return ()
+    error = parse_oom_error(str(facts.get("detail") or facts.get("message") or ""))
+    return (error,) if error is not None else ()
+
+
+def _compiler_peak(facts: dict) -> int | None:
+    """`memory_analysis().peak_memory_in_bytes` of a successful `tpudiag compile`."""
+    peak = facts.get("peak_memory_in_bytes")
     return int(peak) if isinstance(peak, int) and peak >= 0 else None
 
 
@@ -136,7 +154,21 @@ def _space(program: CompiledProgram, color: int, allocs: list[BufferAllocation],
         peak_bytes=sum(a.size_bytes for a in allocs), argument_bytes=totals["argument"],
         output_bytes=totals["output"], temp_bytes=totals["temporary"], constant_bytes=totals["constant"],
         alias_bytes=alias, reported_total_bytes=reported, live_at_peak=tuple(live), peak_position=peak_at,
-        timeline_bytes=tuple(timeline))
+        timeline_bytes=tuple(timeline), groups=_groups(live))
+
+
+def _groups(live: list[MemoryBuffer]) -> tuple[MemoryGroup, ...]:
+    """The buffers at the peak by jit argument (arguments) or by JAX op (the others): what a user
+    changes is an argument or a line of code, not one of a hundred same-sized buffers."""
+    groups: dict[tuple[str, str], list[MemoryBuffer]] = defaultdict(list)
+    for b in live:
+        label = _argument_root(b.op_name, b.instruction) if b.kind == "argument" else (b.op_name or b.instruction)
+        groups[(b.kind, label)].append(b)
+    out = [MemoryGroup(label=label, kind=kind, count=len(bs), size_bytes=sum(b.size_bytes for b in bs),
+                       source=next((f"{b.source_file}:{b.source_line}" for b in bs if b.source_line), ""))
+           for (kind, label), bs in groups.items()]
+    out.sort(key=lambda g: (-g.size_bytes, g.kind, g.label))
+    return tuple(out)
 
 
 def _held_value(alloc: BufferAllocation, ranges: dict[str, tuple[int, int]]) -> BufferValue | None:

@@ -47,6 +47,18 @@ class MemoryBuffer:
 
 
 @dataclass(frozen=True)
+class MemoryGroup:
+    """Buffers at the peak that belong together: one jit argument (`params`, `opt_state`), or the
+    values one JAX op makes (outputs or temporaries of `jit(step)/jvp()/dot_general`)."""
+
+    label: str  # the argument root or the JAX op name ('' op names: the instruction)
+    kind: str  # one of BUFFER_KINDS
+    count: int
+    size_bytes: int
+    source: str = ""  # `file:line` of the first buffer, when known
+
+
+@dataclass(frozen=True)
 class MemoryLever:
     """One way to lower the peak, with its modelled saving in bytes (an upper bound).
 
@@ -78,6 +90,7 @@ class SpaceMemory:
     live_at_peak: tuple[MemoryBuffer, ...]  # largest first
     peak_position: int | None  # program position where the temporaries peak; None without live ranges
     timeline_bytes: tuple[int, ...] = ()  # temporaries live at each program position (live ranges)
+    groups: tuple[MemoryGroup, ...] = ()  # live_at_peak grouped by argument or op, largest first
 
     @property
     def whole_program_bytes(self) -> int:

@@ -9,6 +9,7 @@ JSON contract (stable keys; everything else may grow): `input`, `programs[]` wit
 `does_not_fit`, `oom_recorded`, `compiler_peak_bytes`, `error` (null or `space`, `kind`,
 `required_bytes`, `available_bytes`, `message`), `spaces[]` (`space`, `color`, `peak_bytes`,
 `argument_bytes`, `output_bytes`, `temp_bytes`, `constant_bytes`, `alias_bytes`, `peak_position`,
+`groups[]` (`label`, `kind`, `count`, `size_bytes`, `source`),
 `live_at_peak[]`: `name`, `instruction`, `kind`, `size_bytes`, `logical_bytes`, `shape`,
 `op_name`, `source_file`, `source_line`), `levers[]` (`key`, `title`, `saving_bytes`,
 `explanation`, `fix`); `errors[]`; `warnings`. Sizes are integer bytes.
@@ -58,6 +59,17 @@ def _spaces_table(spaces: tuple[SpaceMemory, ...]) -> Table:
     return t
 
 
+def _groups_table(s: SpaceMemory, top: int) -> Table:
+    t = Table(show_edge=False, pad_edge=False, box=None)
+    for col, justify in (("#", "right"), ("argument or op", "left"), ("kind", "left"), ("buffers", "right"),
+                         ("size", "right"), ("of peak", "right"), ("source", "left")):
+        t.add_column(col, justify=justify, overflow="fold")
+    for i, g in enumerate(s.groups[:top], start=1):
+        t.add_row(str(i), one_line(g.label), g.kind, str(g.count), fmt_bytes(g.size_bytes),
+                  _pct(g.size_bytes, s.peak_bytes), one_line(g.source) or "-")
+    return t
+
+
 def _buffers_table(s: SpaceMemory, top: int) -> Table:
     t = Table(show_edge=False, pad_edge=False, box=None)
     for col, justify in (("#", "right"), ("buffer", "left"), ("kind", "left"), ("size", "right"),
@@ -81,6 +93,9 @@ def _terminal_program(p: ProgramMemory, console: Console, top: int) -> None:
     if p.compiler_peak_bytes is not None and hbm is not None:
         console.print(Text(f"  memory_analysis() peak: {fmt_bytes(p.compiler_peak_bytes)} "
                            f"(buffer assignment: {fmt_bytes(hbm.peak_bytes)})", style="dim"))
+    if hbm is not None and hbm.groups:
+        console.print(Text("\nWhat holds HBM at the peak, by jit argument or JAX op", style="bold"))
+        console.print(_groups_table(hbm, top))
     if hbm is not None and hbm.live_at_peak:
         where = f" (program position {hbm.peak_position})" if hbm.peak_position is not None else ""
         console.print(Text(f"\nLive in HBM at the peak{where}, largest first", style="bold"))
@@ -122,7 +137,8 @@ def _program_json(p: ProgramMemory) -> dict:
         "hbm_capacity_bytes": p.hbm_capacity_bytes, "hbm_usable_bytes": p.hbm_usable_bytes,
         "usable_source": p.usable_source, "hbm_peak_bytes": p.hbm_peak_bytes, "does_not_fit": p.does_not_fit,
         "oom_recorded": p.oom_recorded, "compiler_peak_bytes": p.compiler_peak_bytes, "error": _error_json(p.error),
-        "spaces": [{**{k: v for k, v in asdict(s).items() if k not in ("live_at_peak", "timeline_bytes")},
+        "spaces": [{**{k: v for k, v in asdict(s).items() if k not in ("live_at_peak", "timeline_bytes", "groups")},
+                    "groups": [asdict(g) for g in s.groups],
                     "live_at_peak": [asdict(b) for b in s.live_at_peak]} for s in p.spaces],
         "levers": [asdict(lv) for lv in p.levers],
         "warnings": list(p.warnings),
