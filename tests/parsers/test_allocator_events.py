@@ -23,6 +23,7 @@ from tpudiag.parsers import event_wire
 from tpudiag.parsers.allocator_events import _line_from_protobuf, _line_from_wire, _Plane, read_allocator_events
 from tpudiag.parsers.event_wire import RawLine
 from tpudiag.proto import XLine, XSpace
+from tpudiag.writers.allocator_trace import TracedAllocator, write_allocator_line
 from tpudiag.writers.xspace_builder import U64, Ref, XSpaceBuilder
 
 pytestmark = pytest.mark.skipif(
@@ -158,3 +159,19 @@ def test_damaged_files_are_an_input_error_or_read_never_another_exception(tmp_pa
             read_allocator_events(bad)
         except InputError as exc:
             assert exc.path == str(bad)
+
+
+def test_lines_on_an_epoch_clock_read_from_their_first_event(tmp_path):
+    # Host lines may carry epoch timestamps (~1.76e18 ns): their picoseconds do not fit int64.
+    alloc = TracedAllocator("HBM_0", 1 << 30)
+    address = alloc.allocate(5_000, 4096)
+    alloc.free(9_000, address)
+    space = XSpaceBuilder("h")
+    plane = space.plane("/host:CPU", 1)
+    epoch_ns = 1_764_000_000_000_000_000
+    write_allocator_line(plane, "a", 1, 0, [r for r in alloc.records if r.allocation])  # at 5,000 ps
+    write_allocator_line(plane, "b", 2, 0, [r for r in alloc.records if not r.allocation])  # at 9,000 ps
+    plane.proto.lines[0].timestamp_ns = epoch_ns
+    plane.proto.lines[1].timestamp_ns = epoch_ns + 1  # 1 ns later: the free comes 5,000 ps after the allocation
+    ev = read_allocator_events(space.write(tmp_path / "e.xplane.pb")).events
+    assert list(ev["time_ps"]) == [0, 5_000]
