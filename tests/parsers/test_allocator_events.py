@@ -3,6 +3,8 @@
 For any line, the wire reader gives what the protobuf reference gives, or declines (then the
 reference reads the line); it never differs. Checked on the lines of a played capture and of the
 real GPU captures, on hand-made edge cases of how stats can be written, and on mutated lines.
+What the stats mean (XProf's readings of them), damaged files and epoch clocks are checked on
+whichever reader is there.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from tpudiag.proto import XLine, XSpace
 from tpudiag.writers.allocator_trace import TracedAllocator, write_allocator_line
 from tpudiag.writers.xspace_builder import U64, Ref, XSpaceBuilder
 
-pytestmark = pytest.mark.skipif(
-    not event_wire.available() and not os.environ.get("TPUDIAG_REQUIRE_WIRE"),
-    reason="the compiled event reader `tpudiag.parsers._wire` is not built here (no C compiler at install)")
+needs_wire = pytest.mark.skipif(
+    not (event_wire.available() and hasattr(event_wire._wire, "decode_stats"))
+    and not os.environ.get("TPUDIAG_REQUIRE_WIRE"),
+    reason="the compiled event reader `tpudiag.parsers._wire` is not built here, or was built before "
+           "decode_stats (rebuild: `python setup.py build_ext --inplace`)")
 
 REAL = sorted((SHARED / "data" / "real-captures").rglob("*.xplane.pb"))
 
@@ -71,6 +75,7 @@ def _assert_same(data: bytes, plane: _Plane) -> str:
     return "wire"
 
 
+@needs_wire
 @pytest.mark.parametrize("source", ["played", *[p.parent.parent.parent.parent.name for p in REAL]])
 def test_lines_of_captures_read_the_same_both_ways(source, tmp_path):
     path = (played_capture(tmp_path / "h.xplane.pb") if source == "played"
@@ -79,6 +84,7 @@ def test_lines_of_captures_read_the_same_both_ways(source, tmp_path):
     assert {_assert_same(data, plane) for data in lines} == {"wire"}
 
 
+@needs_wire
 def test_whole_file_reads_the_same_with_and_without_the_wire_reader(tmp_path, monkeypatch):
     path = played_capture(tmp_path / "h.xplane.pb")
     wire = read_allocator_events(path).events
@@ -112,11 +118,14 @@ def _edge_capture(path: Path) -> Path:
     return space.write(path)
 
 
-def test_edge_cases_read_the_same_and_as_xprof_would(tmp_path):
-    path = _edge_capture(tmp_path / "e.xplane.pb")
-    plane, lines = _host_lines(path)
+@needs_wire
+def test_edge_cases_read_the_same_both_ways(tmp_path):
+    plane, lines = _host_lines(_edge_capture(tmp_path / "e.xplane.pb"))
     assert [_assert_same(data, plane) for data in lines] == ["wire"]
-    ev = read_allocator_events(path).events
+
+
+def test_edge_cases_read_as_xprof_would(tmp_path):
+    ev = read_allocator_events(_edge_capture(tmp_path / "e.xplane.pb")).events
     assert list(ev["allocator"]) == ["HBM_0", "3", "HBM_1", "2", "HBM_0"]  # the last memory-id stat wins
     assert list(ev["heap_bytes"]) == [4096, 1, 0, 0, 0]
     assert ev["address"].iat[0] == -5  # uint64 read as the same 64 bits, signed, as XProf's IntValue
@@ -128,6 +137,7 @@ def test_edge_cases_read_the_same_and_as_xprof_would(tmp_path):
     assert list(ev["time_ps"]) == [10, 20, 30, 40, 0]  # num_occurrences: no offset, at the line's start
 
 
+@needs_wire
 def test_mutated_lines_never_read_differently(tmp_path):
     plane, lines = _host_lines(played_capture(tmp_path / "h.xplane.pb"))
     rng = random.Random(3)
