@@ -51,8 +51,8 @@ def played_capture(path: Path) -> Path:
 
 
 def pprof_bytes(sample_types=(("allocations", "count"), ("space", "bytes")), values=(1, 64),
-                function_id=1, location_id=1) -> bytes:
-    """A gzipped pprof profile of one sample: `values` per sample type, at model.py:7 on tpu:0."""
+                function_id=1, location_id=1, kind="buffer") -> bytes:
+    """A gzipped pprof profile of one sample of `kind`: `values` per sample type, at model.py:7 on tpu:0."""
     p = PprofProfile()
     strings = [""]
 
@@ -65,7 +65,7 @@ def pprof_bytes(sample_types=(("allocations", "count"), ("space", "bytes")), val
     p.function.add(id=1, name=s("f"), filename=s("model.py"))
     p.location.add(id=1).line.add(function_id=function_id, line=7)
     sample = p.sample.add(location_id=[location_id], value=list(values))
-    sample.label.add(key=s("kind"), str=s("buffer"))
+    sample.label.add(key=s("kind"), str=s(kind))
     sample.label.add(key=s("device"), str=s("tpu:0"))
     p.string_table.extend(strings)
     return gzip.compress(p.SerializeToString())

@@ -388,8 +388,6 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
     mode); the result then says the run is modelled. The result's warnings hold both diagnoses'
     warnings (prefixed `base:` / `new:`), so `diff` shows what `report` shows for the same input.
     """
-    from tpudiag.analysis.diff import NoiseOptions, diff_analyses
-
     # Checked before either input is read: a bad argument must not cost a whole diagnosis first.
     arguments.check_path(base, "base")
     arguments.check_path(new, "new")
@@ -402,6 +400,13 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
                  scheduler=scheduler)
     n = diagnose(new, dumps=new_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,
                  scheduler=scheduler)
+    return compare_diagnoses(b, n, noise)
+
+
+def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = None) -> Diff:
+    """`compare` of two diagnoses already made (`tpudiag whatif` diagnoses its baseline once)."""
+    from tpudiag.analysis.diff import NoiseOptions, diff_analyses
+
     for d in (b, n):
         if d.analysis is None:
             raise InputError("no timeline to compare: the TPU generation of these dumps is unknown",

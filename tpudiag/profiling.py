@@ -192,8 +192,12 @@ class _Installed:
     """jax.profiler patched for one tracer; `restore()` puts jax's own objects back."""
 
     def __init__(self, tracer: Tracer, announce):
-        import jax.profiler
-        from jax._src import profiler as jax_profiler
+        try:
+            import jax.profiler
+            from jax._src import profiler as jax_profiler
+        except ImportError as exc:
+            raise UsageError(f"tracing needs jax, which cannot be imported: {exc}",
+                             hint="install jax for your accelerator (`pip install jax`, or the tpu extra)") from None
 
         self._saved = [(mod, name, getattr(mod, name)) for mod in (jax.profiler, jax_profiler)
                        for name in ("StepTraceAnnotation", "start_trace", "stop_trace")]

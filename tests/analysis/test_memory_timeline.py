@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import SHARED
 from tests.memory_captures import LINE_NS, played_capture
-from tpudiag.analysis.memory_timeline import XPROF_MAX_SNAPSHOTS, host_memory_timeline, sampled
+from tpudiag.analysis.memory_timeline import XPROF_MAX_SNAPSHOTS, capture_memory_timelines, host_memory_timeline, sampled
 from tpudiag.errors import InputError
 from tpudiag.model.allocator import UNATTRIBUTED
 from tpudiag.parsers.allocator_events import read_allocator_events
@@ -198,3 +198,16 @@ def test_the_front_door_gives_the_same_timelines(played):
     [host] = d.memory_over_time()
     assert [(a.allocator, a.peak_bytes, a.events) for a in host.allocators] == [
         (a.allocator, a.peak_bytes, a.events) for a in host_memory_timeline(read_allocator_events(path)).allocators]
+
+
+def test_hosts_read_in_parallel_equal_hosts_read_one_by_one_and_a_bad_one_stays_apart(tmp_path):
+    run = tmp_path / "logdir" / "plugins" / "profile" / "run"
+    for name in ("a", "b"):
+        played_capture(run / f"{name}.xplane.pb")
+    (run / "c.xplane.pb").write_bytes(b"\x0a\xff\xff")  # damaged: its own failure
+    one, failures_one = capture_memory_timelines(tmp_path / "logdir", jobs=1)
+    two, failures_two = capture_memory_timelines(tmp_path / "logdir", jobs=2)
+    assert [Path(h.path).name for h in one] == ["a.xplane.pb", "b.xplane.pb"]
+    assert [(h.path, [(a.allocator, a.peak_bytes, a.at_peak) for a in h.allocators]) for h in one] == \
+        [(h.path, [(a.allocator, a.peak_bytes, a.at_peak) for a in h.allocators]) for h in two]
+    assert [Path(f.path).name for f in failures_one] == [Path(f.path).name for f in failures_two] == ["c.xplane.pb"]

@@ -141,3 +141,20 @@ def test_mutated_lines_never_read_differently(tmp_path):
             mutated[rng.randrange(len(mutated))] = rng.randrange(256)
         outcomes.append(_assert_same(bytes(mutated), plane))
     assert "wire" in outcomes  # many mutations leave a readable line; those must agree
+
+
+def test_damaged_files_are_an_input_error_or_read_never_another_exception(tmp_path):
+    source = played_capture(tmp_path / "h.xplane.pb").read_bytes()
+    rng = random.Random(11)
+    bad = tmp_path / "bad.xplane.pb"
+    for _ in range(200):
+        data = bytearray(source)
+        if rng.random() < 0.3:
+            data = data[:rng.randrange(len(data))]
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        bad.write_bytes(bytes(data))
+        try:
+            read_allocator_events(bad)
+        except InputError as exc:
+            assert exc.path == str(bad)

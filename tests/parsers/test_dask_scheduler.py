@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.parsers.loopback import free_port
 from tests.parsers.test_scale_out import RUN, _comparable, _pod, _report
 
 distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed (the dask extra)")
@@ -76,12 +77,6 @@ def test_report_cli_on_a_process_cluster_equals_the_local_report(tmp_path: Path,
     assert _no_default_client()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def stranger(request) -> Iterator[str]:
     """A loopback TCP service that accepts and then speaks `request.param` (None: says nothing)."""
@@ -132,7 +127,7 @@ def test_a_service_that_is_not_dask_is_one_line_and_exit_2(small_capture: Path, 
 
 @pytest.mark.parametrize("address", ["garbage", "refused"])
 def test_a_wrong_or_unreachable_address_is_one_line_and_exit_2(small_capture: Path, address: str):
-    address = f"tcp://127.0.0.1:{_free_port()}" if address == "refused" else address
+    address = f"tcp://127.0.0.1:{free_port()}" if address == "refused" else address
     code, out, err, seconds = _cli("report", "--scheduler", address, str(small_capture))
     assert code == 2 and out == ""
     assert err.splitlines() == [err.strip()] and "Traceback" not in err, err

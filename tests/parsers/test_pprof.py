@@ -92,6 +92,15 @@ def test_a_small_built_profile_reads_back():
     assert sample.stack[0].location == "model.py:7"
 
 
+def test_an_executable_of_unknown_size_is_read_as_such():
+    # PJRT backends that cannot size generated code report -1 per executable (here 3 of them).
+    prof = parse_device_memory_profile(pprof_bytes(values=(3, -3), kind="executable"))
+    (sample,) = prof.samples
+    assert (sample.kind, sample.buffers, sample.bytes, sample.size_known) == ("executable", 3, 0, False)
+    live = attribute(prof)
+    assert (live.executables, live.executable_bytes, live.total_bytes) == (3, 0, 0)
+
+
 @pytest.mark.parametrize("data, cause", [
     (b"", "empty file"),
     (b"\x1f\x8b\x08\x00garbage", "damaged gzip"),

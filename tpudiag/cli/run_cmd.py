@@ -137,6 +137,8 @@ def run_command(
                                                      "default: a fresh temporary directory")] = None,
     output_format: Annotated[str, typer.Option("--format", "-f", help="terminal or json")] = "terminal",
     top: Annotated[int, typer.Option(help="Ops to list in the report")] = 15,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file instead of "
+                                                "stdout, which the program's own output shares")] = None,
     python_tracer: Annotated[bool, typer.Option(help="Also trace Python function calls (large captures)")]
     = False,
 ) -> None:
@@ -175,7 +177,7 @@ def run_command(
         _say(note)
     _say(f"the program exited with status {returncode}; report of `{run}`")
     report, formats = _REPORT
-    report(path=run, dumps=dumps, output_format=formats(output_format), top=top)
+    report(path=run, dumps=dumps, output_format=formats(output_format), top=top, output=output)
     raise typer.Exit(returncode)
 
 

@@ -130,7 +130,7 @@ def run(request: dict) -> int:
         return EXIT_INPUT_ERROR
     t1 = time.perf_counter()
     try:
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=request.get("compiler_options") or None)
     except Exception as exc:
         _write(out, {"status": "compile_error", "stage": "compile", "message": _first_line(exc),
                      "detail": str(exc)[:20000], "module": _lowered_module(lowered)})

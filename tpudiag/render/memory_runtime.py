@@ -116,6 +116,9 @@ def render_live_bytes_terminal(live: LiveBytes, console: Console, top: int = 15)
     devices = ", ".join(f"{markup(d.device or '?')} {fmt_bytes(d.bytes)}" for d in live.by_device)
     console.print(f"  {fmt_bytes(live.total_bytes)} in {live.total_buffers:,} buffers on {len(live.by_device)} "
                   f"device(s){': ' + devices if devices else ''}")
+    if live.executables:
+        code = f", {fmt_bytes(live.executable_bytes)} of generated code" if live.executable_bytes else ""
+        console.print(f"  and {live.executables:,} loaded executables{code} (not counted above)")
     if live.by_line.empty:
         console.print("  no live buffers in this profile")
         return
@@ -137,7 +140,7 @@ def live_bytes_to_dict(live: LiveBytes) -> dict:
     rows = live.by_line
     return {
         "path": live.path, "total_bytes": live.total_bytes, "total_buffers": live.total_buffers,
-        "executables": live.executables,
+        "executables": live.executables, "executable_bytes": live.executable_bytes,
         "devices": [{"device": d.device, "buffers": d.buffers, "bytes": d.bytes} for d in live.by_device],
         "by_line": [{"file": str(f), "line": int(n), "function": str(fn), "buffers": int(b), "bytes": int(by),
                      "devices": int(d), "internal": bool(i)}

@@ -174,6 +174,13 @@ def _names(names: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def whatif_hint(generation: str) -> str:
+    """How to model the async flags without a TPU: the `tpudiag whatif` command (MODULE:FUNCTION: the step)."""
+    grid = "2x2" if generation in ("v5e", "v6e") else "2x2x1"
+    settings = " ".join(f"--xla-flag {flag.removeprefix('--')}" for flag in ASYNC_FLAGS.split())
+    return f"model it without a TPU: `tpudiag whatif MODULE:FUNCTION --topology {generation}:{grid} {settings}`"
+
+
 REDUCING = ("all-reduce", "reduce-scatter")  # synchronous at entry level even on v5e (async all-gathers)
 
 
@@ -184,10 +191,10 @@ def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
         if "all-gather" in present:
             if generation == "v6e":
                 parts.append(f"make the all-gathers asynchronous: compile with `{ASYNC_FLAGS}` (in LIBTPU_INIT_ARGS; "
-                             "verified to turn v6e all-gathers into async collective fusions)")
+                             f"verified to turn v6e all-gathers into async collective fusions; {whatif_hint(generation)})")
             elif generation in SYNC_BY_DEFAULT:
                 parts.append(f"XLA leaves all-gathers synchronous on {generation} by default: try `{ASYNC_FLAGS}` "
-                             "(verified on v6e only)")
+                             f"(verified on v6e only; {whatif_hint(generation)})")
             else:
                 parts.append("overlap the all-gathers with independent compute (async collectives or a collective "
                              "matmul)")
