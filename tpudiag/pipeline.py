@@ -90,7 +90,7 @@ class Diagnosis:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
         from tpudiag.compiler.memory import memory_report
 
-        return memory_report(self.input_path, self.compiled, self.compiled.oom_errors)
+        return memory_report(self.input_path, self.compiled, self.compiled.oom_errors, programs=self.report.memory)
 
     def findings_frame(self) -> pd.DataFrame:
         """One row per finding: rule, code, severity, message, saving and its basis, fix, ops."""
@@ -294,6 +294,7 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     _stage(progress, 3)
     report = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
                           dumps=compiled.labels, join=join)
+    report = replace(report, memory=_memory(compiled))
     return Diagnosis(input_path=str(path), mode="trace", analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report)
 
@@ -340,9 +341,17 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         report = replace(report, summary=replace(report.summary, input_path=str(path), mode="static"))
     else:
         report = _dump_only_report(path, compiled, findings, skipped, warnings)
+    report = replace(report, memory=_memory(compiled))
     return Diagnosis(input_path=str(path), mode="static", analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
                      static=static)
+
+
+def _memory(compiled: CompiledInputs) -> tuple:
+    """The device memory of the compiled programs, for the report's memory section."""
+    from tpudiag.compiler.memory import program_memories
+
+    return program_memories(compiled, compiled.oom_errors)
 
 
 def _modelled_analysis(output, path: Path, clock_ghz: float | None, rules_config) -> Analysis:
