@@ -171,7 +171,7 @@ def test_damaged_files_are_an_input_error_or_read_never_another_exception(tmp_pa
             assert exc.path == str(bad)
 
 
-def test_lines_on_an_epoch_clock_read_from_their_first_event(tmp_path):
+def test_lines_on_an_epoch_clock_are_placed_on_the_host_time_axis(tmp_path):
     # Host lines may carry epoch timestamps (~1.76e18 ns): their picoseconds do not fit int64.
     alloc = TracedAllocator("HBM_0", 1 << 30)
     address = alloc.allocate(5_000, 4096)
@@ -184,4 +184,22 @@ def test_lines_on_an_epoch_clock_read_from_their_first_event(tmp_path):
     plane.proto.lines[0].timestamp_ns = epoch_ns
     plane.proto.lines[1].timestamp_ns = epoch_ns + 1  # 1 ns later: the free comes 5,000 ps after the allocation
     ev = read_allocator_events(space.write(tmp_path / "e.xplane.pb")).events
-    assert list(ev["time_ps"]) == [0, 5_000]
+    assert list(ev["time_ps"]) == [5_000, 10_000]  # from the earliest line: a host-only file's axis
+
+
+def test_an_epoch_line_beside_a_relative_one_is_rebased_on_profile_start_time(tmp_path):
+    # TSL made one thread's line relative to the profile start and left another on the epoch clock.
+    alloc = TracedAllocator("HBM_0", 1 << 30)
+    address = alloc.allocate(5_000, 4096)
+    alloc.free(9_000, address)
+    start_ns = 1_764_000_000_000_000_000
+    space = XSpaceBuilder("h")
+    space.plane("Task Environment", 2).set_stat("profile_start_time", U64(start_ns))
+    plane = space.plane("/host:CPU", 1)
+    write_allocator_line(plane, "epoch", 1, 0, [r for r in alloc.records if r.allocation])
+    write_allocator_line(plane, "relative", 2, 0, [r for r in alloc.records if not r.allocation])
+    plane.proto.lines[0].timestamp_ns = start_ns + 3  # 3 ns after the profile started
+    plane.proto.lines[1].timestamp_ns = 10  # 10 ns after it
+    host = read_allocator_events(space.write(tmp_path / "m.xplane.pb"))
+    assert host.warnings == ()
+    assert list(host.events["time_ps"]) == [3_000 + 5_000 - 3_000, 10_000 + 9_000 - 3_000]

@@ -104,3 +104,30 @@ def test_joined_to_a_trace_of_entry_ops_the_loop_gets_the_kernel_spills(tmp_path
 def test_spills_are_never_counted_twice(tmp_path, nested):
     d = tpudiag.diagnose(_trace(tmp_path, nested=nested), dumps=[FIXTURE])
     assert sum(o.spill_stores or 0 for o in d.report.ops) == 691
+
+
+def _with_a_newer_compile(tmp_path: Path) -> Path:
+    """The fixture with a later compile of another module (`jit_f`, the 64-row Pallas reduction)
+    in the same LLO directory, as a script that compiles a helper after its step leaves it, and an
+    XLA dump restricted to the step (`--xla_dump_hlo_module_re`)."""
+    import shutil
+
+    root = tmp_path / "dump"
+    shutil.copytree(FIXTURE, root)
+    helper = FIXTURE.parent / "v5e_pallas_r64"
+    for f in helper.glob("*.txt"):
+        stamp, rest = f.name.split("-", 1)
+        newer = int(stamp) - 1795992125525773570 + 1796999999000000000  # after every file of the step
+        shutil.copy(f, root / f"{newer}-{rest}")
+    return root
+
+
+def test_the_llo_compile_of_the_xla_dumps_module_is_read_not_the_newest(tmp_path):
+    """Regression (issue 20): the newest LLO compile was read whatever module the XLA dump held, so
+    the step's kernel spills were lost: `-` under spills and no spill finding."""
+    root = _with_a_newer_compile(tmp_path)
+    d = tpudiag.diagnose(root)
+    assert d.static.ops.set_index("name").loc["while", "spill_stores"] == 691
+    assert [f.ops for f in d.findings if f.rule == "spill"] == [(KERNEL, "while")]
+    trace = tpudiag.diagnose(_trace(tmp_path, nested=True), dumps=[root])
+    assert {o.name: o.spill_stores for o in trace.report.ops}[KERNEL] == 691
