@@ -154,3 +154,7 @@ def test_one_name_for_one_thing_across_json_frames_and_objects():
     shared = set(frame.columns) - {"ops"}  # the frame joins ops into one string, the JSON keeps a list
     assert shared <= set(doc["findings"][0]), shared - set(doc["findings"][0])
     assert list(d.ops_frame().columns) == list(doc["ops"][0])
+    s = d.report.summary
+    assert (doc["summary"]["peak_flops_per_s"], doc["summary"]["hbm_bytes_per_s"]) == \
+        (s.peak_flops_per_s, s.hbm_bytes_per_s) == \
+        (doc["summary"]["peak_flops_per_s_per_core"], doc["summary"]["hbm_bytes_per_s_per_core"])

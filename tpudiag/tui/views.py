@@ -17,10 +17,10 @@ from tpudiag.analysis.stragglers import host_step_matrix
 from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, IO, StepTimeline, rasterize, rasterize_in_flight,
                                        step_timeline)
 from tpudiag.errors import TpudiagError
-from tpudiag.model.findings import Finding
+from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.report import OpRow, Report
 from tpudiag.model.text import one_line, printable
-from tpudiag.model.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 from tpudiag.render.console import markup as escape
 from tpudiag.tui import export, keys
 from tpudiag.tui.session import Session, rule_explanation
@@ -181,7 +181,7 @@ class FindingsView(Horizontal):
             label = Text(f"{i:>2}. ")
             label.append(f"{f.severity.label():<6} ", style="bold")
             label.append(one_line(f.rule), style="cyan")
-            label.append(f" ≤{fmt_time(f.saving.ps)}")
+            label.append(f" ≤{fmt_bytes(f.saving.bytes) if f.saving.bytes and not f.saving.ps else fmt_time(f.saving.ps)}")
             items.append(ListItem(Label(label)))
         with Vertical(id="findings-left"):
             yield Label(Text(f"Findings ({len(report.findings)}), ranked by estimated saving", style="bold"))
@@ -229,7 +229,7 @@ class FindingsView(Horizontal):
         t.append("Fix ", style="bold")
         t.append(one_line(f.fix) + "\n\n")
         t.append("Saving ", style="bold")
-        t.append(f"≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
+        t.append(f"≤ {saving_amount(f.saving)} ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
         if f.evidence:
             t.append("Evidence\n", style="bold")
             for ev in f.evidence:
