@@ -148,6 +148,15 @@ def test_run_says_when_no_capture_was_made(tmp_path):
     assert "no capture was made: the program never imported jax" in proc.stderr
 
 
+def test_run_passes_a_signal_death_through_as_a_shell_does(tmp_path):
+    script = "import os, signal\nimport jax.numpy as jnp\njnp.ones(3).block_until_ready()\n" \
+             "os.kill(os.getpid(), signal.SIGTERM)\n"
+    proc = run_tpudiag(tmp_path, script=script)
+    assert proc.returncode == 128 + 15
+    # killed: no exit handlers ran, so jax never wrote the trace
+    assert "no capture was made: the program ended without running its exit handlers" in proc.stderr
+
+
 def test_run_into_a_logdir_reports_only_the_new_run(tmp_path):
     logdir = tmp_path / "logdir"
     old = logdir / "plugins" / "profile" / "2000_01_01_00_00_00"
