@@ -93,13 +93,15 @@ class Diagnosis:
         return memory_report(self.input_path, self.compiled, self.compiled.oom_errors, programs=self.report.memory)
 
     def findings_frame(self) -> pd.DataFrame:
-        """One row per finding: rule, code, severity, message, saving and its basis, fix, ops."""
+        """One row per finding: rule, code, severity, message, saving and its basis, fix, ops and
+        their sites (`op: file.py:LINE, JAX op name`, `; `-separated)."""
         rows = [{"rule": f.rule, "code": f.code, "severity": f.severity.label(), "message": f.message,
                  "saving_ps": f.saving.ps, "saving_basis": f.saving.basis,
                  "saving_explanation": f.saving.explanation, "fix": f.fix,
-                 "host": f.host, "ops": ", ".join(f.ops)} for f in self.findings]
+                 "host": f.host, "ops": ", ".join(f.ops),
+                 "sites": "; ".join(f"{s.op}: {s.label()}" for s in f.sites)} for f in self.findings]
         return pd.DataFrame(rows, columns=["rule", "code", "severity", "message", "saving_ps", "saving_basis",
-                                           "saving_explanation", "fix", "host", "ops"])
+                                           "saving_explanation", "fix", "host", "ops", "sites"])
 
 
 @dataclass(frozen=True)
