@@ -69,6 +69,15 @@ class Finding:
     sites: tuple[OpSite, ...] = ()  # source line and JAX op name of each cited op that has them
 
 
+def saving_amount(s: Saving) -> str:
+    """`1.20 ms per step`, or `6.25 GiB of device memory` for a memory finding."""
+    from tpudiag.model.units import fmt_bytes, fmt_time
+
+    if s.bytes and not s.ps:
+        return f"{fmt_bytes(s.bytes)} of device memory"
+    return f"{fmt_time(s.ps)} per step"
+
+
 def rank_key(f: Finding) -> tuple:
     """How findings are ranked: what stops the program first, then by saving, then by severity."""
     return (not f.blocking, -f.saving.ps, -int(f.severity), f.code, f.message)

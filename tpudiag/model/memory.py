@@ -136,8 +136,13 @@ class ProgramMemory:
     oom_recorded: bool  # the dump holds the compiler's `*.oom_intermediate_module.txt`
     error: OomError | None = None  # the `--error` message joined to this program
     levers: tuple[MemoryLever, ...] = ()  # HBM levers, largest modelled saving first
+    first: str = ""  # key of the lever to try first (`tpudiag.compiler.memory.first_lever`)
     compiler_peak_bytes: int | None = None  # `memory_analysis().peak_memory_in_bytes` (a `compile` output)
     warnings: tuple[str, ...] = ()
+
+    @property
+    def first_lever(self) -> MemoryLever | None:
+        return next((lv for lv in self.levers if lv.key == self.first), None)
 
     def space(self, name: str) -> SpaceMemory | None:
         return next((s for s in self.spaces if s.space == name), None)
@@ -163,6 +168,11 @@ class ProgramMemory:
         limit, peak = self.hbm_limit_bytes, self.hbm_peak_bytes
         hbm_error = self.error is not None and self.error.space == "hbm"
         return self.oom_recorded or hbm_error or (limit is not None and peak is not None and peak > limit)
+
+
+def largest_hbm_program(programs: tuple[ProgramMemory, ...]) -> ProgramMemory | None:
+    """The program a report's memory section shows: the largest HBM peak."""
+    return max((p for p in programs if p.hbm is not None), key=lambda p: p.hbm_peak_bytes or 0, default=None)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpudiag.model.findings import Finding
+from tpudiag.model.memory import ProgramMemory
 
 
 @dataclass(frozen=True)
@@ -155,3 +156,4 @@ class Report:
     warnings: tuple[str, ...] = ()
     failures: tuple[str, ...] = ()  # host files that could not be analysed
     categories: tuple[CategoryTime, ...] = ()  # sorted by self time, descending
+    memory: tuple[ProgramMemory, ...] = ()  # device memory of the compiled programs with a buffer assignment

@@ -66,17 +66,12 @@ from dataclasses import dataclass
 
 from tpudiag.compiler.memory import memory_report
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
-from tpudiag.model.memory import MemoryGroup, MemoryLever, OomError, ProgramMemory
+from tpudiag.model.memory import MemoryGroup, OomError, ProgramMemory
 from tpudiag.model.units import fmt_bytes, fmt_pct
 from tpudiag.rules.base import Rule, RuleContext
 
 CODE = "TPD109"
 NAME = "hbm-pressure"
-
-# The order in which levers are tried first: cost to the user, cheapest first (donation is free,
-# remat costs FLOPs, a microbatch costs steps, dtypes cost numerics, offload PCIe, FSDP devices).
-EFFORT = ("donation", "remat", "microbatch", "dtype", "host-offload", "fsdp")
-
 
 @dataclass(frozen=True)
 class Options:
@@ -90,16 +85,8 @@ class Options:
             raise ValueError(f"max_buffers must be at least 1, got {self.max_buffers}")
 
 
-def first_lever(levers: tuple[MemoryLever, ...], over_bytes: int) -> MemoryLever | None:
-    """The cheapest lever that frees `over_bytes` on its own, else the one that frees the most."""
-    enough = [lv for lv in levers if lv.saving_bytes >= over_bytes]
-    if enough:
-        return min(enough, key=lambda lv: EFFORT.index(lv.key))
-    return max(levers, key=lambda lv: lv.saving_bytes, default=None)
-
-
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
-    report = memory_report("", ctx.compiled, ctx.compiled.oom_errors)
+    report = memory_report("", ctx.compiled, ctx.compiled.oom_errors)  # the pipeline's report.memory comes later
     findings = [f for p in report.programs for f in _program_findings(p, options, ctx)]
     joined = {id(p.error) for p in report.programs if p.error is not None}
     findings += [_vmem_finding(e, ctx) for e in report.errors if e.space == "vmem" and not report.programs]
@@ -119,7 +106,7 @@ def _program_findings(p: ProgramMemory, options: Options, ctx: RuleContext) -> l
     if fits and (limit is None or peak < options.near_fraction * limit):
         return out
     over = peak - limit if limit is not None else 0
-    first = first_lever(p.levers, max(over, 0) + 1 if not fits else 0)
+    first = p.first_lever
     limit_text = f"{fmt_bytes(limit)} usable ({p.usable_source})" if limit else "an unknown HBM size"
     split = (f"arguments {fmt_bytes(hbm.argument_bytes)}, outputs {fmt_bytes(hbm.output_bytes)}, "
              f"temporaries {fmt_bytes(hbm.temp_bytes)}, aliased {fmt_bytes(hbm.alias_bytes)}")
