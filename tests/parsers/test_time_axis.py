@@ -113,6 +113,22 @@ def test_anchored_host_spans_land_where_the_relative_ones_did(tmp_path):
     pd.testing.assert_frame_equal(plain.host_events, epoch.host_events)
 
 
+def test_regression_a_host_line_that_began_before_the_profile_start(tmp_path):
+    """TSL rebases only lines at or after `profile_start_time`, so a host line that began 1 ms before
+    it stays on the epoch clock in the file: it is rebased all the same, to a negative start."""
+    d = sc.decode_v6e()
+    plain = load_capture(write(build_capture(d).proto, tmp_path / "a"), jobs=1).hosts[0]
+    space = on_epoch_clock(build_capture(d).proto, set(), EPOCH_NS, True)
+    cpu = next(p for p in space.planes if p.name == "/host:CPU")
+    for line in cpu.lines:
+        line.timestamp_ns += EPOCH_NS - 1_000_000  # its events' offsets grow by the same 1 ms
+        for ev in line.events:
+            ev.offset_ps += 1_000_000_000
+    early = load_capture(write(space, tmp_path / "b"), jobs=1).hosts[0]
+    pd.testing.assert_frame_equal(plain.host_events, early.host_events)
+    assert not any("clock" in w for w in early.warnings)
+
+
 def test_a_host_line_far_before_the_profile_start_is_dropped_with_a_warning(tmp_path):
     space = on_epoch_clock(build_capture(sc.decode_v6e()).proto, {"/host:CPU"}, EPOCH_NS, True)
     cpu = next(p for p in space.planes if p.name == "/host:CPU")
