@@ -168,7 +168,7 @@ class Tracer:
             _REAL["stop_trace"]()
 
 
-# jax.profiler's own functions, kept before they are wrapped (see `_install`).
+# jax.profiler's own start/stop, kept before `_Installed` wraps them.
 _REAL: dict = {}
 
 
@@ -387,9 +387,12 @@ def no_capture_reason(tracer: Tracer | None, inside: str = "the program", status
     if tracer is not None:
         steps, seen, started, step_var = tracer.steps, tracer.seen_steps, tracer.started, tracer.step_var
     elif status is None:
-        return (f"no capture was made: {inside} ended without running its exit handlers (a signal or "
-                "os._exit), so the trace was never written")
+        return (f"no capture was made: tpudiag's bootstrap never ran in {inside} (not Python, or Python "
+                "started with -I or -S, which skip sitecustomize)")
     else:
+        if not status.get("exited"):
+            return (f"no capture was made: {inside} ended without running its exit handlers (a signal or "
+                    "os._exit), so the trace was never written")
         if not status.get("jax_imported"):
             return f"no capture was made: {inside} never imported jax"
         steps = StepRange(*status["steps"]) if status.get("steps") else None
@@ -457,11 +460,11 @@ def bootstrap_child() -> None:
     except (ValueError, KeyError, TypeError) as exc:
         _announce(f"ignoring a malformed {CHILD_ENV} ({exc}): not tracing")
         return
-    status = {"jax_imported": False, "started": False, "seen_steps": [], "steps": config.get("steps"),
-              "step_var": tracer.step_var}
+    status = {"exited": False, "jax_imported": False, "started": False, "seen_steps": [],
+              "steps": config.get("steps"), "step_var": tracer.step_var}
 
-    def write_status() -> None:
-        status.update(started=tracer.started, seen_steps=tracer.seen_steps)
+    def write_status(exiting: bool = True) -> None:
+        status.update(exited=exiting, started=tracer.started, seen_steps=tracer.seen_steps)
         try:
             status_path.write_text(json.dumps(status))
         except OSError:
@@ -482,6 +485,7 @@ def bootstrap_child() -> None:
         tracer.armed = True  # the program's own start_trace is skipped from now on
         _start_at_backend_init(tracer)
 
+    write_status(exiting=False)  # the bootstrap ran: a status without `exited` means it was killed
     atexit.register(write_status)
     if "jax" in sys.modules:
         on_jax(sys.modules["jax"])

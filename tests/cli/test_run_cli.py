@@ -157,6 +157,39 @@ def test_run_passes_a_signal_death_through_as_a_shell_does(tmp_path):
     assert "no capture was made: the program ended without running its exit handlers" in proc.stderr
 
 
+def test_run_refuses_a_report_inside_the_logdir_before_running_anything(tmp_path):
+    proc = run_tpudiag(tmp_path, "--logdir", str(tmp_path / "logs"), "-o", str(tmp_path / "logs" / "r.json"))
+    assert proc.returncode == 2 and "inside the input directory" in proc.stderr
+    assert "script done" not in proc.stdout  # the program never ran
+
+
+def test_run_passes_the_programs_status_through_a_report_that_fails(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    proc = run_tpudiag(tmp_path, "-o", str(tmp_path / "a_file" / "report.md"), program_args=("3",))
+    assert proc.returncode == 3, proc.stderr[-2000:]  # the program's, not the report's 2
+    assert "tpudiag run: no report:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_run_keeps_the_environments_own_sitecustomize(tmp_path):
+    theirs = tmp_path / "site"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIR_SITE = 'ran'\n")
+    script = "import builtins, jax.numpy as jnp\njnp.ones(3).block_until_ready()\nprint(builtins.THEIR_SITE)\n"
+    proc = run_tpudiag(tmp_path, script=script, env={"PYTHONPATH": os.pathsep.join([str(REPO), str(theirs)])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("ran\n") and "tpudiag report" in proc.stdout  # theirs ran, and ours traced
+
+
+def test_run_says_when_its_bootstrap_could_not_run(tmp_path):
+    path = tmp_path / "isolated.py"
+    path.write_text("import jax.numpy as jnp\njnp.ones(3).block_until_ready()\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "tpudiag", "run", "--", sys.executable, "-I", str(path)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2  # -I ignores PYTHONPATH, so no trace could be started
+    assert "bootstrap never ran in the program" in proc.stderr and "-I or -S" in proc.stderr
+
+
 def test_run_into_a_logdir_reports_only_the_new_run(tmp_path):
     logdir = tmp_path / "logdir"
     old = logdir / "plugins" / "profile" / "2000_01_01_00_00_00"
