@@ -182,3 +182,34 @@ def test_an_event_past_int64_on_a_far_line_is_dropped_alone(tmp_path, monkeypatc
     host = load_capture(write(space, tmp_path), jobs=1).hosts[0]
     assert len(host.events) == n - 1
     assert any("1 events on a `XLA Ops` line dropped" in w for w in host.warnings)
+
+
+STAT_VALUES = st.one_of(st.tuples(st.just("uint64_value"), st.sampled_from([EPOCH_NS, EPOCH_NS - 10**6, 0])),
+                        st.tuples(st.just("int64_value"), INT64),
+                        st.tuples(st.just("uint64_value"), st.integers(0, (1 << 64) - 1)),
+                        st.tuples(st.just("double_value"), st.floats(allow_nan=True)),
+                        st.tuples(st.just("str_value"), st.text(max_size=20)))
+
+
+STAMPS = st.one_of(INT64, st.sampled_from([0, 1, EPOCH_NS, EPOCH_NS - 10**6, EPOCH_NS + 10**15, EPOCH_MIN_NS,
+                                           -(1 << 63), (1 << 63) - 1]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(STAT_VALUES, st.lists(STAMPS, min_size=1, max_size=8), st.lists(STAMPS, min_size=1, max_size=8))
+def test_no_anchor_or_line_timestamp_fails_the_host(tmp_path_factory, anchor, device_ns, host_ns):
+    """Whatever `profile_start_time` and line timestamps say, the host is read: what cannot be
+    placed is dropped with a warning, what is kept is plausible and analyses."""
+    space = build_capture(sc.decode_v6e(n_chips=1, n_steps=2)).proto
+    env = space.planes.add(id=99, name="Task Environment")
+    env.stat_metadata[1].id = 1
+    env.stat_metadata[1].name = "profile_start_time"
+    setattr(env.stats.add(metadata_id=1), *anchor)
+    lines = [(p.name, ln) for p in space.planes for ln in p.lines]
+    for i, (name, line) in enumerate(lines):
+        stamps = host_ns if name == "/host:CPU" else device_ns
+        line.timestamp_ns = stamps[i % len(stamps)]
+    profile = load_capture(write(space, tmp_path_factory.mktemp("run")), jobs=1)
+    for host in profile.hosts:
+        assert host.events["dur_ps"].between(0, 86_400 * 10**12).all()
+        analyze(profile)
