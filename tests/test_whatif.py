@@ -4,7 +4,8 @@ The libtpu tests share one `whatif()` run on the bundled transformer for v5e:2x2
 without the static profile, about a minute on a quiet 2-core machine): the baseline, the
 latency-hiding scheduler off (measured here to change the schedule: v5e's async all-gather pairs
 become synchronous and the modelled step grows), and the scheduler on, the default (identical
-flags: an identical compile and model).
+flags: an identical compile and model). Two more on the small MLP fixture check the compiler-option
+path: an option and the same libtpu flag compile alike, and an unknown option is one error line.
 """
 
 from __future__ import annotations
@@ -94,11 +95,15 @@ def test_the_exposed_collective_fix_names_a_whatif_command_that_parses(generatio
 
 
 @pytest.fixture(scope="module")
-def transformer_whatif(tmp_path_factory):
+def libtpu():
     if importlib.util.find_spec("libtpu") is None:
         if os.environ.get("TPUDIAG_ALLOW_NO_LIBTPU") == "1":
             pytest.skip("libtpu is not installed (TPUDIAG_ALLOW_NO_LIBTPU=1)")
         pytest.fail("libtpu is not installed: install the tpu extra or set TPUDIAG_ALLOW_NO_LIBTPU=1 to skip")
+
+
+@pytest.fixture(scope="module")
+def transformer_whatif(libtpu, tmp_path_factory):
     variants = plan_variants([f"{LHS}=false", f"{LHS}=true"], [], each=True)
     return whatif(TRANSFORMER, "v5e:2x2", variants, tmp_path_factory.mktemp("whatif"), static_profile=False)
 
@@ -155,3 +160,31 @@ def test_a_finding_on_a_renamed_op_is_not_listed_as_gone_and_new():
     appeared, gone, renamed = VariantResult(None, None, diff).finding_changes()
     assert [f.ops for f in appeared] == [("fusion.8",)] and [f.ops for f in gone] == [("fusion.7",)]
     assert [(a.ops, b.ops) for a, b in renamed] == [(("fusion.203",), ("fusion.9",))]
+
+
+@pytest.mark.libtpu
+def test_a_compiler_option_and_the_same_libtpu_flag_compile_alike(libtpu, tmp_path):
+    """The per-compile option path (`lowered.compile(compiler_options=...)`) reaches the compiler.
+
+    On the small MLP fixture (three compiles, ~15 s): the scheduler off as a flag and as an option
+    give the same scheduled HLO, and not the baseline's (its async all-gather becomes synchronous).
+    """
+    mlp = f"{REPO / 'tests' / 'compiler' / 'fixtures' / 'mlp_train.py'}:step"
+    variants = plan_variants([f"{LHS}=false"], [f"{LHS}=false"], each=True)
+    result = whatif(mlp, "v5e:2x2", variants, tmp_path, static_profile=False)
+    flag, option = (v.compiled for v in result.variants)
+    assert option.schedule_sha == flag.schedule_sha != result.baseline.schedule_sha
+    assert result.baseline.async_collectives == 1 and flag.async_collectives == option.async_collectives == 0
+    assert option.step_ps == flag.step_ps > result.baseline.step_ps
+
+
+@pytest.mark.libtpu
+def test_an_unknown_compiler_option_is_one_error_line(libtpu, tmp_path, capsys):
+    from tpudiag.cli.app import main
+
+    mlp = f"{REPO / 'tests' / 'compiler' / 'fixtures' / 'mlp_train.py'}:step"
+    with pytest.raises(SystemExit) as info:
+        main(["whatif", mlp, "-t", "v5e:2x2", "--option", "xla_no_such_option=1", "--no-static-profile",
+              "-o", str(tmp_path)])
+    assert info.value.code == 2
+    assert "No such compile option: 'xla_no_such_option'" in capsys.readouterr().err

@@ -6,6 +6,7 @@ Each rewrite is one a valid producer could make (docs/time-axis.md):
 - `epoch`: some planes' lines re-expressed on an absolute epoch clock, offsets unchanged, with
   the `Task Environment` plane's `profile_start_time` saying where that clock's zero was (the
   capture's own anchor when it has one);
+- `one-clock`: every line re-expressed on one epoch clock, with no anchor added;
 - `reorder`: planes, lines and events in another order (the format does not order them);
 - `renumber`: other event and stat metadata ids (they are keys, not values), except on
   `/host:metadata`, whose metadata ids are program ids by XProf's convention;
@@ -75,6 +76,16 @@ def on_epoch_clock(space: XSpace, rng: random.Random) -> None:
     for plane in rng.sample(relative, rng.randint(1, len(relative))):
         for line in plane.lines:
             line.timestamp_ns += start
+
+
+def on_one_epoch_clock(space: XSpace, rng: random.Random) -> None:
+    """Every relative line moved to one epoch clock, with no anchor added: one clock for all, so
+    the capture reads as it did (docs/time-axis.md, rule 3)."""
+    start = profile_start(space) or EPOCH_NS + rng.randrange(10**15)
+    for plane in space.planes:
+        for line in plane.lines:
+            if line.timestamp_ns < EPOCH_MIN_NS:
+                line.timestamp_ns += start
 
 
 def reorder(space: XSpace, rng: random.Random) -> None:
@@ -196,7 +207,8 @@ def add_unknown(space: XSpace, rng: random.Random) -> None:
 
 
 TRANSFORMS: dict[str, Callable[[XSpace, random.Random], None]] = {
-    "epoch": on_epoch_clock, "reorder": reorder, "renumber": renumber, "unknown": add_unknown,
+    "epoch": on_epoch_clock, "one-clock": on_one_epoch_clock, "reorder": reorder, "renumber": renumber,
+    "unknown": add_unknown,
 }
 
 

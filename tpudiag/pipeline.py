@@ -93,13 +93,15 @@ class Diagnosis:
         return memory_report(self.input_path, self.compiled, self.compiled.oom_errors, programs=self.report.memory)
 
     def findings_frame(self) -> pd.DataFrame:
-        """One row per finding: rule, code, severity, message, saving and its basis, fix, ops."""
+        """One row per finding: rule, code, severity, message, saving and its basis, fix, ops and
+        their sites (`op: file.py:LINE, JAX op name`, `; `-separated)."""
         rows = [{"rule": f.rule, "code": f.code, "severity": f.severity.label(), "message": f.message,
                  "saving_ps": f.saving.ps, "saving_basis": f.saving.basis,
                  "saving_explanation": f.saving.explanation, "fix": f.fix,
-                 "host": f.host, "ops": ", ".join(f.ops)} for f in self.findings]
+                 "host": f.host, "ops": ", ".join(f.ops),
+                 "sites": "; ".join(f"{s.op}: {s.label()}" for s in f.sites)} for f in self.findings]
         return pd.DataFrame(rows, columns=["rule", "code", "severity", "message", "saving_ps", "saving_basis",
-                                           "saving_explanation", "fix", "host", "ops"])
+                                           "saving_explanation", "fix", "host", "ops", "sites"])
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
     """LLO dumps (`--xla_jf_dump_to`) and XLA dumps (`--xla_dump_to`) from directories; a `tpudiag
     compile` output directory gives both (its `llo/`, `static_profile/` and `xla/`). A directory
     holding neither is an input error naming it."""
-    from tpudiag.compiler.dump_dir import dump_parts, generation_for_target
+    from tpudiag.compiler.dump_dir import dump_parts, generation_for_target, llo_for_programs
     from tpudiag.parsers.hlo_text import load_hlo_dump
     from tpudiag.parsers.llo.load import load_llo_dump
 
@@ -129,19 +131,23 @@ def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
         path = Path(path)
         found, causes = [], []
         parts = dump_parts(path)
-        try:
-            llo.append(load_llo_dump(parts.llo, static_profile_dir=parts.static_profile))
-            found.append("LLO")
-            warnings.extend(llo[-1].warnings)
-        except InputError as exc:
-            causes.append(f"LLO: {exc.message}")
+        dump = None
         try:
             dump = load_hlo_dump(parts.xla)
             hlo.extend(HloInput(p, str(dump.path), generation_for_target(p.target)) for p in dump.programs)
-            found.append("XLA")
             warnings.extend([*dump.warnings, *(w for p in dump.programs for w in p.warnings)])
         except InputError as exc:
             causes.append(f"XLA: {exc.message}")
+        try:
+            llo.append(load_llo_dump(parts.llo, static_profile_dir=parts.static_profile))
+            if dump is not None:  # the compile the XLA dump is about, when the directory has several
+                llo[-1] = llo_for_programs(parts, llo[-1], dump.programs)
+            found.append("LLO")
+            warnings.extend(llo[-1].warnings)
+        except InputError as exc:
+            causes.insert(0, f"LLO: {exc.message}")
+        if dump is not None:
+            found.append("XLA")
         if not found:  # both causes: a damaged dump must say what is damaged, not only "not a dump"
             raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`) ("
                              + "; ".join(causes) + ")",

@@ -1,9 +1,9 @@
 """What-if compiles: would this XLA flag or compiler option help, answered without a TPU.
 
 `whatif()` compiles a JAX function for a TPU topology deviceless (`tpudiag.compiler.driver`), once
-with the default settings and once per variant, diagnoses each compile output on its modelled
-timeline (static mode, as `tpudiag report DIR`) and compares each variant with the baseline
-(`pipeline.compare_diagnoses`). Every time is modelled from the compiler's own estimates and the
+per variant (first, so a mistyped setting fails fast) and once with the default settings,
+diagnoses each compile output on its modelled timeline (static mode, as `tpudiag report DIR`) and
+compares each variant with the baseline (`pipeline.compare_diagnoses`). Every time is modelled from the compiler's own estimates and the
 ICI model of `tpudiag simulate`; the HBM peak is the compiler's `memory_analysis()`. Nothing is
 measured, and the results say so.
 
@@ -196,15 +196,18 @@ def whatif(target: str, topology: str, variants: Sequence[Variant], out: Path, *
     topo = parse_topology(topology)
     say = progress or (lambda _text: None)
     timeout = timeout_s or DEFAULT_TIMEOUT_S
+    # The variants first: a mistyped flag or option fails in seconds, before the baseline's compile
+    runs = []
+    for i, variant in enumerate(variants, 1):
+        say(f"compiling variant {i} of {len(variants)} for {topo.name}: {variant.label}")
+        runs.append(compile_program(target, topo, out / f"variant-{i}", static_profile, variant.libtpu_flags,
+                                    timeout, xla_flags=variant.xla_flags, compiler_options=variant.compiler_options))
     say(f"compiling the baseline for {topo.name}")
     base = _compiled(compile_program(target, topo, out / BASELINE_DIR, static_profile, timeout_s=timeout),
                      clock_ghz)
     noise = NoiseOptions(min_relative=min_change)
     results = []
-    for i, variant in enumerate(variants, 1):
-        say(f"compiling variant {i} of {len(variants)}: {variant.label}")
-        run = compile_program(target, topo, out / f"variant-{i}", static_profile, variant.libtpu_flags, timeout,
-                              xla_flags=variant.xla_flags, compiler_options=variant.compiler_options)
+    for variant, run in zip(variants, runs):
         new = _compiled(run, clock_ghz)
         results.append(VariantResult(variant, new, compare_diagnoses(base.diagnosis, new.diagnosis, noise).result))
     return WhatIf(target=target, topology=topo.name, out=out, baseline=base, variants=tuple(results))

@@ -103,6 +103,41 @@ def test_run_steps_window_and_a_failing_program(tmp_path):
     assert executed == {2}
 
 
+# The same work with no step annotation: only the loop variable says which step runs.
+NO_ANNOTATION = """\
+import sys, time
+import jax, jax.numpy as jnp
+
+@jax.jit
+def matmul(x):
+    return jnp.tanh(x @ x)
+
+def main():
+    x = jnp.ones((64, 64))
+    for step in range(6):
+        x = matmul(x).block_until_ready()
+        time.sleep(0.3)  # steps long against the watcher's lag (polling, starting a trace), as real steps are
+
+main()
+"""
+
+
+def test_run_steps_of_a_loop_variable(tmp_path):
+    proc = run_tpudiag(tmp_path, "--steps", "2..3", "--step-var", "step", script=NO_ANNOTATION)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(_named(proc.stderr, "trace"))
+    ops, steps = capture_events(run_dir)
+    assert steps == []  # no annotations: the window came from `step` alone
+    executed = {n for name, n in ops.items() if name in jit_instructions(_named(proc.stderr, "dumps"))}
+    # steps 2 and 3, one matmul each; the edges are approximate (the watcher lags on a busy machine),
+    # so one step may be cut or one more included, never the whole run
+    assert executed and executed <= {1, 2, 3}
+    proc = run_tpudiag(tmp_path, "--steps", "2", "--step-var", "nothing_by_this_name", script=NO_ANNOTATION)
+    assert proc.returncode == 2 and "never set `nothing_by_this_name` to a step number" in proc.stderr
+    proc = run_tpudiag(tmp_path, "--step-var", "step", script=NO_ANNOTATION)
+    assert proc.returncode == 2 and "give the steps too" in proc.stderr
+
+
 def test_run_says_when_no_capture_was_made(tmp_path):
     proc = run_tpudiag(tmp_path, "--steps", "7..9")
     assert proc.returncode == 2  # it succeeded, but there is nothing to diagnose
@@ -111,6 +146,35 @@ def test_run_says_when_no_capture_was_made(tmp_path):
     proc = run_tpudiag(tmp_path, script="import sys\nsys.exit(int(sys.argv[1]))\n", program_args=("5",))
     assert proc.returncode == 5
     assert "no capture was made: the program never imported jax" in proc.stderr
+
+
+def test_run_passes_a_signal_death_through_as_a_shell_does(tmp_path):
+    script = "import os, signal\nimport jax.numpy as jnp\njnp.ones(3).block_until_ready()\n" \
+             "os.kill(os.getpid(), signal.SIGTERM)\n"
+    proc = run_tpudiag(tmp_path, script=script)
+    assert proc.returncode == 128 + 15
+    # killed: no exit handlers ran, so jax never wrote the trace
+    assert "no capture was made: the program ended without running its exit handlers" in proc.stderr
+
+
+def test_run_keeps_the_environments_own_sitecustomize(tmp_path):
+    theirs = tmp_path / "site"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIR_SITE = 'ran'\n")
+    script = "import builtins, jax.numpy as jnp\njnp.ones(3).block_until_ready()\nprint(builtins.THEIR_SITE)\n"
+    proc = run_tpudiag(tmp_path, script=script, env={"PYTHONPATH": os.pathsep.join([str(REPO), str(theirs)])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("ran\n") and "tpudiag report" in proc.stdout  # theirs ran, and ours traced
+
+
+def test_run_says_when_its_bootstrap_could_not_run(tmp_path):
+    path = tmp_path / "isolated.py"
+    path.write_text("import jax.numpy as jnp\njnp.ones(3).block_until_ready()\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "tpudiag", "run", "--", sys.executable, "-I", str(path)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2  # -I ignores PYTHONPATH, so no trace could be started
+    assert "bootstrap never ran in the program" in proc.stderr and "-I or -S" in proc.stderr
 
 
 def test_run_into_a_logdir_reports_only_the_new_run(tmp_path):

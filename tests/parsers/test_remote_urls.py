@@ -132,3 +132,21 @@ def test_cause_reads_the_exception_chain():
     assert cause(OSError("Forbidden: b/bucket/o\nnope")).startswith("credentials: ")
     assert cause(FileNotFoundError("b/x")) == "no such bucket or object"
     assert cause(ValueError("x" * 500)).endswith("...")
+
+
+def test_a_service_that_does_not_answer_is_cut_off_at_the_deadline():
+    from tpudiag.parsers.remote import _with_deadline
+
+    release = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(InputError, match="network or credentials: no answer within 0.5 s"):
+        _with_deadline(lambda: release.wait(30), "gs://bucket/logdir", 0.5)
+    assert time.monotonic() - start < 5
+    release.set()
+    assert _with_deadline(lambda: "listed", "gs://bucket/logdir", 5) == "listed"
+
+    def missing() -> None:
+        raise InputError("no such bucket `b`")
+
+    with pytest.raises(InputError, match="no such bucket"):  # the work's own error reaches the caller as itself
+        _with_deadline(missing, "gs://b/x", 5)

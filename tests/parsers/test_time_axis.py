@@ -7,7 +7,7 @@ and `1.76e18 x 1000` ps overflows int64. The rules are in docs/time-axis.md.
 
 from __future__ import annotations
 
-import shutil
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -89,8 +89,6 @@ def test_regression_four_hosts_with_epoch_host_lines_report_all_four(tmp_path):
         write(on_epoch_clock(space, {"/host:CPU"}, EPOCH_NS + h * 1_000_003, anchor=False), run, f"host{h}")
     proc = run_cli("report", str(run), "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    import json
-
     doc = json.loads(proc.stdout)
     assert doc["summary"]["hosts"] == [f"host{h}" for h in range(4)]
 
@@ -115,6 +113,22 @@ def test_anchored_host_spans_land_where_the_relative_ones_did(tmp_path):
     pd.testing.assert_frame_equal(plain.host_events, epoch.host_events)
 
 
+def test_regression_a_host_line_that_began_before_the_profile_start(tmp_path):
+    """TSL rebases only lines at or after `profile_start_time`, so a host line that began 1 ms before
+    it stays on the epoch clock in the file: it is rebased all the same, to a negative start."""
+    d = sc.decode_v6e()
+    plain = load_capture(write(build_capture(d).proto, tmp_path / "a"), jobs=1).hosts[0]
+    space = on_epoch_clock(build_capture(d).proto, set(), EPOCH_NS, True)
+    cpu = next(p for p in space.planes if p.name == "/host:CPU")
+    for line in cpu.lines:
+        line.timestamp_ns += EPOCH_NS - 1_000_000  # its events' offsets grow by the same 1 ms
+        for ev in line.events:
+            ev.offset_ps += 1_000_000_000
+    early = load_capture(write(space, tmp_path / "b"), jobs=1).hosts[0]
+    pd.testing.assert_frame_equal(plain.host_events, early.host_events)
+    assert not any("clock" in w for w in early.warnings)
+
+
 def test_a_host_line_far_before_the_profile_start_is_dropped_with_a_warning(tmp_path):
     space = on_epoch_clock(build_capture(sc.decode_v6e()).proto, {"/host:CPU"}, EPOCH_NS, True)
     cpu = next(p for p in space.planes if p.name == "/host:CPU")
@@ -125,15 +139,31 @@ def test_a_host_line_far_before_the_profile_start_is_dropped_with_a_warning(tmp_
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(INT64, max_size=4), st.lists(INT64, max_size=4), st.one_of(st.none(), st.integers(EPOCH_MIN_NS, (1 << 63) - 1)),
-       INT64)
+@given(st.lists(INT64, max_size=4), st.lists(INT64, max_size=4),
+       st.one_of(st.none(), st.integers(EPOCH_MIN_NS, (1 << 63) - 1)), INT64)
 def test_any_int64_timestamp_is_placed_exactly_or_not_at_all(device, host, anchor, t):
-    axis = time_axis(device, host, anchor)
-    base = axis.base_ps(t)
+    base = time_axis(device, host, anchor).base_ps(t)
     assert base is None or (-MAX_BASE_PS <= base <= MAX_BASE_PS and base % 1000 == 0)
-    for stamp in device:  # a domain's own origin is always placeable
-        if stamp == min(device):
-            assert axis.base_ps(stamp) is not None or len(set(device)) > 1
+
+
+RELATIVE_NS = st.integers(-10**15, 10**15)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(RELATIVE_NS, min_size=1, max_size=4), st.lists(RELATIVE_NS, max_size=4), RELATIVE_NS)
+def test_an_epoch_clock_with_its_anchor_reads_as_the_relative_one(device, host, t):
+    plain = time_axis(device, host, None)
+    epoch = time_axis([d + EPOCH_NS for d in device], [h + EPOCH_NS for h in host], EPOCH_NS)
+    assert epoch.base_ps(t + EPOCH_NS) == plain.base_ps(t)
+    assert plain.base_ps(min(device)) == 0  # the earliest device line is the origin
+    assert epoch.host_aligned and plain.host_aligned
+
+
+def test_without_an_anchor_each_clock_keeps_its_own_origin():
+    axis = time_axis([0, 0, EPOCH_NS + 5], [EPOCH_NS + 7], None)
+    assert axis.base_ps(0) == 0 and axis.base_ps(EPOCH_NS + 5) == 0 and axis.base_ps(EPOCH_NS + 7) == 2000
+    assert not axis.devices_aligned and not axis.host_aligned
+    assert time_axis([EPOCH_NS], [EPOCH_NS - 10], None).host_aligned  # one clock for all: aligned
 
 
 @pytest.mark.parametrize("line_ns, offset_ps", [(4 * 10**15, (1 << 63) - 1), (-4 * 10**15, -(1 << 63))])

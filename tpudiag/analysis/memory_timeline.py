@@ -11,9 +11,9 @@ Follows XProf's memory profile (`ConvertXPlaneToMemoryProfile`, openxla/xprof
   freed since; what they do not account for of the peak's heap bytes is one "unattributed" row
   (allocated before the capture, or preallocated); alike allocations are merged with a count.
 
-One deliberate difference (docs/xprof-differences.md): events are ordered by their absolute time
-(line timestamp + offset). XProf orders them by the offset within their line, which mixes threads
-whose lines start at different times.
+One deliberate difference (docs/xprof-differences.md): events are ordered by their time on the
+host's axis (line timestamp + offset, clocks reconciled as in docs/time-axis.md). XProf orders
+them by the offset within their line, which mixes threads whose lines start at different times.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def host_memory_timeline(host: HostAllocatorEvents) -> HostMemoryTimeline:
     events = host.events
     allocators = tuple(allocator_timeline(str(name), group)
                        for name, group in events.groupby("allocator", observed=True, sort=True))
-    return HostMemoryTimeline(host=host.host, path=host.path, allocators=allocators)
+    return HostMemoryTimeline(host=host.host, path=host.path, allocators=allocators, warnings=host.warnings)
 
 
 def allocator_timeline(name: str, events: pd.DataFrame) -> AllocatorTimeline:

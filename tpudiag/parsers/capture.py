@@ -216,7 +216,7 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
     planes, name = split_planes(data.pop(), path)
     if not planes:
         raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
-    roles = _plane_roles(planes, path)
+    roles = plane_roles(planes, path)
     refs = roles.refs
     jobs_in = [(planes[r.index], r, roles.platform, roles.axis) for r in refs]
     for r in refs:
@@ -320,7 +320,7 @@ def _salvage_name(plane_bytes) -> str:
 
 
 @dataclass(frozen=True)
-class _PlaneRoles:
+class PlaneRoles:
     platform: str
     refs: list[PlaneRef]  # the device planes
     names: list[str]  # every plane's name; "" for one whose header could not be read
@@ -328,7 +328,7 @@ class _PlaneRoles:
     warnings: tuple[str, ...]
 
 
-def _plane_roles(planes: list[bytes | memoryview], path) -> _PlaneRoles:
+def plane_roles(planes: list[bytes | memoryview], path) -> PlaneRoles:
     """The planes' roles and the host's time axis, from the planes' headers read one at a time
     (and the small `Task Environment` plane read whole)."""
     names, stamps, warnings = [], [], []
@@ -365,7 +365,7 @@ def _plane_roles(planes: list[bytes | memoryview], path) -> _PlaneRoles:
     # Only the device lines tpudiag reads set the axis: an unread line cannot move it.
     device_stamps = [t for r in refs for line, t in stamps[r.index] if is_read_line(line, platform)]
     axis = axis_of(device_stamps, host_stamps, task_env)
-    return _PlaneRoles(platform, refs, names, axis, tuple(warnings))
+    return PlaneRoles(platform, refs, names, axis, tuple(warnings))
 
 
 def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,

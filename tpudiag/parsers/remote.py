@@ -9,8 +9,9 @@ traceback to stderr. So, before the first call:
 - where the service's endpoint is known (`gs://`: Cloud Storage, or `STORAGE_EMULATOR_HOST`),
   it is connected to with a short timeout before the filesystem is made: no network is then
   said in seconds (gcsfs would first spend 15 s looking for credentials on a metadata server);
-- making the filesystem and listing run under a deadline (`LIST_TIMEOUT_S`), and what they
-  raise is named by its cause: network, credentials, or a bucket or path that does not exist.
+- making the filesystem and its first call run under a deadline (`FIRST_ANSWER_TIMEOUT_S`),
+  and what they raise is named by its cause: network, credentials, or a bucket or path that
+  does not exist.
 
 Each scheme's missing backend is named in its own hint (`s3://` needs s3fs, not gcsfs).
 """
@@ -27,7 +28,7 @@ from urllib.parse import urlsplit
 from tpudiag.errors import InputError
 
 CONNECT_TIMEOUT_S = 5.0  # the endpoint check: a reachable cloud endpoint answers in well under a second
-LIST_TIMEOUT_S = 20.0  # finding the capture's files: a few listing calls
+FIRST_ANSWER_TIMEOUT_S = 20.0  # credentials and the first listing call (gcsfs alone may spend 15 s on credentials)
 _QUIET_LOGGERS = ("fsspec", "gcsfs", "s3fs", "adlfs", "aiobotocore", "google.auth", "aiohttp.client")
 _PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
@@ -82,22 +83,12 @@ def find_remote(url: str, suffix: str) -> tuple[str, list[str]]:
     (host files end in `suffix`), as `capture.find_capture` finds them locally."""
     quiet_remote_logs()
     check_endpoint(url)  # before the filesystem is made: gcsfs looks for credentials at once, with retries
-
-    def find() -> tuple[str, list[str]]:
-        fs, root = filesystem(url)
-        return _list_capture(fs, root.rstrip("/"), url, suffix)
-
-    return _with_deadline(find, url, LIST_TIMEOUT_S)
-
-
-def _list_capture(fs, root: str, url: str, suffix: str) -> tuple[str, list[str]]:
+    # The deadline bounds the first answer (credentials, then what `url` is); listing a logdir
+    # of many runs after that may take as long as it takes.
+    fs, root, kind = _with_deadline(lambda: _first_answer(url), url, FIRST_ANSWER_TIMEOUT_S)
+    if kind == "file":
+        return root.rsplit("/", 1)[0].rsplit("/", 1)[-1], [url]
     try:
-        try:
-            kind = fs.info(root).get("type")  # not isfile/isdir: they answer False for any error
-        except FileNotFoundError:
-            raise InputError(_missing(fs, root), path=url) from None
-        if kind == "file":
-            return root.rsplit("/", 1)[0].rsplit("/", 1)[-1], [url]
         run_dir = root
         runs_root = f"{root}/plugins/profile"
         if fs.isdir(runs_root):
@@ -115,6 +106,20 @@ def _list_capture(fs, root: str, url: str, suffix: str) -> tuple[str, list[str]]
         raise InputError(f"no `*{suffix}` trace files here (expected a logdir, a run directory "
                          "or a trace file)", path=url)
     return run_dir.rsplit("/", 1)[-1], [fs.unstrip_protocol(f) for f in files]
+
+
+def _first_answer(url: str) -> tuple[object, str, str]:
+    """(filesystem, path inside it, `file` or `directory`): the first calls, which find out whether
+    the network, the credentials and the bucket are there."""
+    fs, root = filesystem(url)
+    root = root.rstrip("/")
+    try:
+        kind = fs.info(root).get("type")  # not isfile/isdir: they answer False for any error
+    except FileNotFoundError:
+        raise InputError(_missing(fs, root), path=url) from None
+    except Exception as exc:  # noqa: BLE001 - backends raise their own types (HttpError, ClientError...)
+        raise InputError(f"cannot list: {cause(exc)}", path=url) from exc
+    return fs, root, "file" if kind == "file" else "directory"
 
 
 def _missing(fs, root: str) -> str:
@@ -226,7 +231,7 @@ def _with_deadline(work: Callable, url: str, timeout_s: float):
     thread.join(timeout_s)
     if thread.is_alive():
         raise InputError(f"network or credentials: no answer within {timeout_s:g} s while looking for "
-                         "credentials and listing", path=url)
+                         "credentials and reading the bucket", path=url)
     if "error" in box:
         raise box["error"]
     return box["value"]

@@ -77,6 +77,9 @@ def report_to_dict(report: Report) -> dict:
         "n_hosts": len(s.hosts),
         "n_chips": s.n_chips,
         "n_cores": s.n_cores,
+        "peak_flops_per_s": s.peak_flops_per_s,  # per core, as `Summary` and the static JSON name it
+        "hbm_bytes_per_s": s.hbm_bytes_per_s,
+        # Deprecated aliases of the two keys above (their older names), kept while readers move.
         "peak_flops_per_s_per_core": s.peak_flops_per_s,
         "hbm_bytes_per_s_per_core": s.hbm_bytes_per_s,
         "peaks_source": s.peaks_source,

@@ -15,6 +15,7 @@ from rich.text import Text
 from tpudiag.analysis.memory_timeline import sampled
 from tpudiag.model.allocator import AllocatorTimeline, HostMemoryTimeline
 from tpudiag.model.live_buffers import LiveBytes
+from tpudiag.model.text import one_line
 from tpudiag.model.units import fmt_bytes, fmt_pct, fmt_time
 from tpudiag.render.console import markup
 
@@ -39,6 +40,8 @@ def render_timelines_terminal(hosts: list[HostMemoryTimeline], console: Console,
     for host in hosts:
         console.print(Text.assemble(("Memory over time", "bold"),
                                     f" (measured: the allocator's events in the capture) · host {markup(host.host)}"))
+        for warning in host.warnings:
+            console.print(Text(f"  warning: {one_line(warning)}", style="yellow"))
         if not host.allocators:
             console.print("  no allocator events in this capture (the runtime did not trace its allocator)")
             continue
@@ -52,8 +55,8 @@ def render_timelines_terminal(hosts: list[HostMemoryTimeline], console: Console,
                       _share(a.peak_bytes, a.capacity_bytes), fmt_bytes(a.capacity_bytes),
                       fmt_bytes(a.lifetime_peak_bytes), sparkline(a.timeline))
         console.print(t)
-        console.print("  at: after the first allocator event · capacity: in use + free at the peak · "
-                      "lifetime peak: since the allocator was made")
+        console.print("  at: on the capture's time axis, as `tpudiag report` places host events · capacity: in use "
+                      "+ free at the peak · lifetime peak: since the allocator was made")
         # The live set of the space with the highest peak; with many devices alike, the others are in JSON.
         worst = max(host.allocators, key=lambda a: a.peak_bytes)
         _at_peak_table(worst, console, top)
@@ -91,8 +94,8 @@ def _at_peak_table(a: AllocatorTimeline, console: Console, top: int) -> None:
 
 
 def timelines_to_dict(hosts: list[HostMemoryTimeline], max_points: int) -> list[dict]:
-    return [{"host": h.host, "path": h.path, "allocators": [_allocator_dict(a, max_points) for a in h.allocators]}
-            for h in hosts]
+    return [{"host": h.host, "path": h.path, "allocators": [_allocator_dict(a, max_points) for a in h.allocators],
+             "warnings": list(h.warnings)} for h in hosts]
 
 
 def _allocator_dict(a: AllocatorTimeline, max_points: int) -> dict:

@@ -32,7 +32,8 @@ Synchronous all-gathers on v6e: compile with `--xla_tpu_enable_async_collective_
 --xla_tpu_enable_async_collective_fusion_multiple_steps=true
 --xla_tpu_overlap_compute_collective_tc=true` (in `LIBTPU_INIT_ARGS`) so XLA turns them into
 async collective fusions that overlap compute; on v4 and v5p the same flags are worth trying
-(verified on v6e only). Entry-level all-reduces and reduce-scatters (`all-reduce-scatter`
+(verified on v6e only). `tpudiag whatif MODULE:FUNCTION --topology v6e:2x2 --xla-flag ...` models
+a flag's effect on the step before any TPU time is spent (the finding's fix spells it out). Entry-level all-reduces and reduce-scatters (`all-reduce-scatter`
 fusions) stay synchronous even on v5e, where all-gathers are async by default: make them smaller
 (bf16 gradients, fewer larger buckets) or reduce less often (accumulate over microbatches). Exposed
 async windows with no compute inside: give the scheduler independent work to place between

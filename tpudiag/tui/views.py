@@ -12,7 +12,8 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import DataTable, Input, ListItem, ListView, Label, Select, Static
 
-from tpudiag.analysis.drilldown import (SORT_COLUMNS, OpFilter, facets, filter_ops, sort_column, sort_ops)
+from tpudiag.analysis.drilldown import (SORT_COLUMNS, OpFilter, facets, filter_ops, find_op, sort_column,
+                                        sort_ops)
 from tpudiag.analysis.stragglers import host_step_matrix
 from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, IO, StepTimeline, rasterize, rasterize_in_flight,
                                        step_timeline)
@@ -216,7 +217,9 @@ class FindingsView(Horizontal):
         if f is None or not f.ops:
             self.app.notify("this finding cites no op", severity="warning")
             return
-        self.post_message(self.OpenOp(f.ops[0], f.host))
+        # The first cited op the ops table lists (a spill in a loop body cites the kernel, then the loop).
+        name = next((op for op in f.ops if find_op(self.session.report, op, f.host) is not None), f.ops[0])
+        self.post_message(self.OpenOp(name, f.host))
 
     def _show(self) -> None:
         f = self.selected
