@@ -115,7 +115,7 @@ def _vmem(hlo: HloInput, chip: ChipSpec | None, errors: tuple[OomError, ...], ll
     """The VMEM fields of ProgramMemory: scoped VMEM per op, the scoped limit and the chip's VMEM."""
     program = hlo.program
     dumps = [d for d in llo if d.vmem_report is not None and d.vmem_report.module_name in ("", program.module)]
-    ops = _vmem_from_llo(program, dumps) if dumps else _vmem_from_hlo(program)
+    ops = vmem_from_llo(program, dumps) if dumps else _vmem_from_hlo(program)
     if not ops and facts:  # a `tpudiag compile` output: its `compiled.hlo.txt` carries the backend configs
         ops = _vmem_from_hlo(_compiled_text(hlo))
     vmem_error = next((e for e in errors if e.space == "vmem"), None)
@@ -132,7 +132,7 @@ def _vmem(hlo: HloInput, chip: ChipSpec | None, errors: tuple[OomError, ...], ll
             "vmem_scoped_limit_bytes": limit, "vmem_limit_source": source, "vmem_capacity_bytes": capacity}
 
 
-def _vmem_from_llo(program: CompiledProgram | None, dumps: list[LloDump]) -> list[VmemUse]:
+def vmem_from_llo(program: CompiledProgram | None, dumps: list[LloDump]) -> list[VmemUse]:
     """Per HLO op, its largest SCOPED block in the LLO VMEM report (the program's own entry,
     `<top-inlining-caller>`, is the whole program, not one op)."""
     out: dict[str, int] = {}
