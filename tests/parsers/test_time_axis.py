@@ -20,6 +20,7 @@ from tests.rules import scenarios as sc
 from tests.robustness.test_multi_host import run_cli
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.parsers.capture import load_capture
+from tpudiag.pipeline import diagnose
 from tpudiag.parsers.time_axis import EPOCH_MIN_NS, MAX_BASE_PS, time_axis
 from tpudiag.proto import XSpace
 from tpudiag.writers.tpu_design import build_capture
@@ -213,3 +214,17 @@ def test_no_anchor_or_line_timestamp_fails_the_host(tmp_path_factory, anchor, de
     for host in profile.hosts:
         assert host.events["dur_ps"].between(0, 86_400 * 10**12).all()
         analyze(profile)
+
+
+def test_regression_idle_on_a_host_clock_apart_says_why_its_cause_is_unknown(tmp_path):
+    """The device-idle finding must not ask for a host plane the capture has: its host plane is on
+    another clock with no anchor, and the finding says that instead."""
+    space = build_capture(sc.idle_training(1500 * sc.US, "TransferFromDevice")).proto
+    run = write(on_epoch_clock(space, {"/host:CPU"}, EPOCH_NS, anchor=False), tmp_path)
+    d = diagnose(run, jobs=1)
+    idle = next(f for f in d.findings if f.rule == "device-idle")
+    assert "the host plane is on another clock" in idle.message
+    assert "profile_start_time" in idle.fix
+    anchored = diagnose(write(on_epoch_clock(build_capture(sc.idle_training(1500 * sc.US, "TransferFromDevice")).proto,
+                                             {"/host:CPU"}, EPOCH_NS, anchor=True), tmp_path / "b"), jobs=1)
+    assert "synchronisation" in next(f for f in anchored.findings if f.rule == "device-idle").message
