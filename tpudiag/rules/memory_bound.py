@@ -67,6 +67,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from tpudiag.analysis.limits import over_peak_names
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
@@ -142,8 +143,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     basis = step_basis(analysis)
     n_cores = sum(h.device.n_cores for h in analysis.profile.hosts) or 1
     total_core_ps = sum(analysis.core_time_ps.values())
-    # Collectives move bytes over ICI, not only HBM: exposed-collective judges them.
-    ops = ops[ops["family"].astype(str) == ""]
+    # Collectives move bytes over ICI, not only HBM: exposed-collective judges them. An op above the
+    # peak bandwidth has an unphysical rate (a warning says why): nothing is built on it.
+    unphysical = over_peak_names(ops, device)
+    ops = ops[(ops["family"].astype(str) == "") & ~ops["name"].astype(str).isin(unphysical)]
     grouped = (ops.assign(name=ops["name"].astype(str), category=ops["category"].astype(str))
                .groupby("name", sort=False)
                .agg(category=("category", "first"), flops=("flops", "sum"), hbm_bytes=("hbm_bytes", "sum"),
