@@ -55,6 +55,7 @@ def finding_to_dict(f: Finding) -> dict:
         "host": f.host,
         "ops": list(f.ops),
         "evidence": [{"subject": e.subject, "values": dict(e.values)} for e in f.evidence],
+        "quantities": [dataclasses.asdict(q) for q in f.quantities],
     }
 
 

@@ -5,10 +5,14 @@ What it does
 Compares each matmul or convolution op's achieved FLOP rate (FLOPs over its total time, as
 XProf computes it) with the per-core peak, and flags the ops that take a large share of device
 time at low utilization. Ops are matmul-like when their category contains "convolution" or
-"dot", or their name contains `convolution`, `dot`, `matmul` or `einsum`. Where the trace can
-tell, it says why: the op is memory-bound (operational intensity below the ridge point), its
-dimensions are not multiples of the MXU size (128 on v4/v5e/v5p, 256 on v6e/TPU7x), its batch
-(rows) is small, or it multiplies f32 operands.
+"dot", or their name contains `convolution`, `dot`, `matmul` or `einsum`. It says why from the
+op's math (`tpudiag.model.matmuls`): the main matmul inside the fusion (a `dot` or a
+`convolution`, nested fusions included) with its M, N, K and batch and its operand dtypes. Causes:
+the op is memory-bound (operational intensity below the ridge point); M, the rows, is below the
+MXU width (a small batch); N or K is below the MXU width (a narrow or short matmul) or not a
+multiple of it (128 on v4/v5e/v5p, 256 on v6e/TPU7x); an operand of that matmul is f32; the
+compiled code spills (LLO) or keeps the MXUs idle (static LLO). Only that matmul's dims and
+dtypes are named, never those of the fusion's other instructions or of its output tuple.
 
 Why it matters
 --------------
@@ -18,17 +22,21 @@ idle. Each reason has a different fix, and a memory-bound matmul will not speed 
 Evidence
 --------
 Per op: share of device time, achieved FLOP/s and utilization, operational intensity against the
-ridge point, the shapes parsed from `shape_with_layout` and the op's HLO text, and the reasons.
-With LLO dumps (`--dumps DIR`), the compiler's static MXU busy fraction for the op: when it is
-low too, the compiled tiling, not the runtime, keeps the MXUs idle.
+ridge point, the main matmul (`convolution.55: bf16 x bf16 -> bf16, M 512, N 256, K 1024
+(128x8)`) and where its dims come from (the compiled HLO, or the op's operand shapes), the other
+matmuls of the op, and the reasons. With LLO dumps (`--dumps DIR`), the compiler's static MXU
+busy fraction for the op and its spills. The finding carries the dims, dtypes and rates as typed
+quantities (`Finding.quantities`, `quantities` in JSON).
 
 How to fix
 ----------
-Misaligned dims: pad them to the MXU multiple (a 1000-wide layer to 1024). Small batch: raise
-the per-core batch or fuse more tokens per call. f32 operands: cast to bf16 and keep f32
+Small M: raise the rows per call (per-core batch, tokens per call); padding M only adds work.
+Narrow N: merge matmuls that share an operand (concatenate their weights along N). N or K off
+the MXU multiple: pad it, when the padding adds less work than the op could recover (the fix
+says how much it adds: 1000→1024 is +2.4 %). f32 operands: cast to bf16 and keep f32
 accumulation with `preferred_element_type=jnp.float32`. Memory-bound: raise the operational
 intensity (fuse the producer, reuse weights across more rows). Otherwise inspect the fusion's
-tiling in the compiler dump.
+tiling and spills in the compiler dump.
 
 Bad: `bf16[8,1000] dot bf16[1000,1000]` at 3 % of peak.
 Good: `bf16[1024,1024] dot bf16[1024,1024]` at 60 % of peak.
@@ -38,18 +46,21 @@ Savings estimate
 Modelled: self time per step x (1 - utilization / attainable target), where the attainable
 target is `target_utilization` x min(1, operational intensity / ridge point) (the roofline);
 for a compute-bound op that is self time x (1 - util / target). Per step, on the core where the
-op takes longest. An upper bound that overlaps with padding-waste for padded matmuls.
+op takes longest. An upper bound that overlaps with padding-waste for padded matmuls. An op whose
+FLOP rate is above the peak is not judged (a warning names it: see `tpudiag.analysis.limits`).
 
 Known limits
 ------------
 Memory-bound matmuls already at their roofline target get an info finding that refers them to
 `memory-bound`, which models the byte savings. Custom calls (Pallas kernels) without FLOPs in
-the trace are judged with FLOPs from the kernel's declared `cost_estimate` or, for a two-operand
-matmul, from its shapes (the finding says which). Other ops without FLOPs in the trace cannot be
+the trace are judged with FLOPs from the kernel's declared `cost_estimate` or, for a matmul-shaped
+call, from its shapes (the finding says which). Other ops without FLOPs in the trace cannot be
 judged and are left out; a trace with no FLOPs at all, or without a peak FLOP/s, skips the rule.
-Dimensions come from the result shape and the operand shapes in the HLO text; which operand
-dim is contracting is not known, so every minor dim of every operand is checked. A `dot` inside
-a loop fusion is not recognised unless the category or name says so.
+The matmul comes from the compiled program the trace op joined (`--dumps`, or the HLO a capture
+embeds); without one, only from the op's own HLO text when its operand shapes compose as a
+matmul, and otherwise its dims are said to be unknown. M's alignment is not judged (rows stream
+through the MXU); with several matmuls in one op, the causes are those of the one doing most of
+its FLOPs. A `dot` inside a loop fusion is not recognised unless the category or name says so.
 
 Options
 -------

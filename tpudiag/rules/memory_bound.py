@@ -44,7 +44,9 @@ step saving (the step does more work). Overlaps with low-mxu-utilization for the
 Known limits
 ------------
 Weights are taken to be the largest operand of a matmul, from the operand shapes in the op's HLO
-text; without them the weight lever is not modelled. HBM bytes come from the trace's
+text; without them the weight lever is not modelled. An op whose HBM bandwidth works out above
+the peak (an async copy whose bytes the trace counts on its done, or a peak from another
+generation) is left out: a warning names it, and no saving is built on its rate. HBM bytes come from the trace's
 `memory_access_breakdown` (all bytes accessed without one). An op limited by VMEM or CMEM
 bandwidth is not judged.
 
