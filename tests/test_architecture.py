@@ -19,11 +19,12 @@ PACKAGE = REPO / "tpudiag"
 
 # Top-level module or subpackage of `tpudiag` -> its layer (docs/architecture.md).
 LAYERS = {
-    "errors": 0, "proto": 0, "model": 0, "version": 0, "examples_data": 0,
+    "errors": 0, "arguments": 0, "proto": 0, "model": 0, "version": 0, "examples_data": 0,
     "parsers": 1, "writers": 1,
     "analysis": 2, "compiler": 2,
     "rules": 3, "render": 3, "kernels_lab": 3,
     "pipeline": 4,
+    "profiling": 4.2,  # `tpudiag.profile()`: traces with jax.profiler, then calls the pipeline's `diagnose`
     "__init__": 4.5,  # the package root re-exports the pipeline's `diagnose` and `compare`, lazily
     "tui": 5,
     "cli": 6,

@@ -25,12 +25,14 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from tpudiag import arguments
 from tpudiag.analysis.join import HloSource, JoinResult, join_compiled
 from tpudiag.analysis.profile_analysis import Analysis, analyze, build_report
 from tpudiag.errors import InputError, UsageError
-from tpudiag.model.findings import Finding
+from tpudiag.model.findings import Finding, rank_key
 from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
+from tpudiag.model.memory import MemoryReport, OomError
 from tpudiag.model.report import Report, RuleSkip, Summary
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
@@ -38,7 +40,7 @@ if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the com
     from tpudiag.analysis.diff import NoiseOptions
     from tpudiag.compiler.static_report import StaticReport
 
-CHIP_NAMES = ("v4", "v5e", "v5p", "v6e", "tpu7x")
+CHIP_NAMES = arguments.CHIP_NAMES
 STAGES = ("reading host files", "analysing steps and ops", "running the rules", "building the report")
 
 
@@ -76,13 +78,20 @@ class Diagnosis:
 
         return self.analysis.steps.copy() if self.analysis is not None else schemas.STEPS.empty()
 
+    def memory(self) -> MemoryReport:
+        """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
+        from tpudiag.compiler.memory import memory_report
+
+        return memory_report(self.input_path, self.compiled, self.compiled.oom_errors)
+
     def findings_frame(self) -> pd.DataFrame:
         """One row per finding: rule, code, severity, message, saving and its basis, fix, ops."""
         rows = [{"rule": f.rule, "code": f.code, "severity": f.severity.label(), "message": f.message,
-                 "saving_ps": f.saving.ps, "saving_basis": f.saving.basis, "fix": f.fix,
+                 "saving_ps": f.saving.ps, "saving_basis": f.saving.basis,
+                 "saving_explanation": f.saving.explanation, "fix": f.fix,
                  "host": f.host, "ops": ", ".join(f.ops)} for f in self.findings]
         return pd.DataFrame(rows, columns=["rule", "code", "severity", "message", "saving_ps", "saving_basis",
-                                           "fix", "host", "ops"])
+                                           "saving_explanation", "fix", "host", "ops"])
 
 
 @dataclass(frozen=True)
@@ -96,14 +105,7 @@ class Diff:
 
 def parse_chip(chip: str | ChipSpec | None) -> ChipSpec | None:
     """`--chip` / `chip=` as a ChipSpec; a name not in `CHIP_NAMES` is a usage error."""
-    from tpudiag.model.hardware import chip_for
-
-    if chip is None or isinstance(chip, ChipSpec):
-        return chip
-    spec = chip_for(chip) if chip.lower() in CHIP_NAMES else None
-    if spec is None:
-        raise UsageError(f"--chip: unknown TPU generation `{chip}`", hint=f"use one of {', '.join(CHIP_NAMES)}")
-    return spec
+    return arguments.check_chip(chip)
 
 
 def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
@@ -173,44 +175,65 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
              chip: str | ChipSpec | None = None, jobs: int | None = None,
              progress: Callable[[str], None] | None = None, select: str | Sequence[str] | None = None,
              ignore: str | Sequence[str] | None = None, clock_ghz: float | None = None,
-             scheduler=None) -> Diagnosis:
+             scheduler=None, error: str | None = None) -> Diagnosis:
     """Diagnose a capture, a capture with compiler dumps, or compiler dumps alone.
 
     path: a logdir, run directory or `.xplane.pb`; or a compiler dump directory (static mode);
       or an fsspec URL of a capture (`gs://bucket/logdir`, with the cloud extra);
       None: the bundled example and its dumps.
-    dumps: compiler dump directories joined to a capture's ops and given to the rules.
+    dumps: a compiler dump directory, or an iterable of them, joined to a capture's ops and given
+      to the rules (a single str or PathLike is one directory).
     config: a rule configuration file (TOML) or a `RulesConfig`; None looks next to the input.
     chip: the TPU generation (`v4`, `v5e`, `v5p`, `v6e`, `tpu7x`) where the files do not say it.
+    jobs: processes parsing host files (at least 1; None: one per CPU).
     progress: called with a short text at each stage (and per host file while reading).
     select / ignore: rule names or codes, as `--select` / `--ignore`.
-    clock_ghz: static mode: the clock turning estimated cycles into time (else the public one,
-      else the FLOPs/bytes roofline).
+    clock_ghz: static mode: the clock (positive, finite) turning estimated cycles into time (else
+      the public one, else the FLOPs/bytes roofline).
     scheduler: a Dask distributed scheduler address (`tcp://host:8786`) or `distributed.Client`:
       the hosts are parsed as tasks on that cluster, whose workers read the files themselves.
+    error: the text of a `RESOURCE_EXHAUSTED` error from JAX (`--error FILE`): joined to the
+      compiled program, for the `hbm-pressure` rule and the memory view.
 
-    Raises the project's errors (`tpudiag.errors`) for unreadable inputs and bad options.
+    Raises the project's errors (`tpudiag.errors`) for unreadable inputs and bad options: an
+    argument of the wrong type or value is a `UsageError` naming it (`tpudiag.arguments`).
     """
     from tpudiag.compiler.dump_dir import is_dump_directory, is_hlo_text_file
     from tpudiag.examples_data import bundled_capture, bundled_dumps
     from tpudiag.parsers.capture import HostUrl, as_location
 
-    dumps = [Path(d) for d in dumps]
+    path, dumps = arguments.check_path(path), arguments.check_dumps(dumps)  # UsageError for a wrong type/value
+    jobs, progress = arguments.check_jobs(jobs), arguments.check_progress(progress)
+    clock_ghz = arguments.check_clock_ghz(clock_ghz)
     if path is None:
         path = bundled_capture()
         dumps = dumps or list(bundled_dumps())
     path = as_location(path)
     remote = isinstance(path, HostUrl)  # a URL: no config file beside it, and no compiler dump directory
     chip_spec = parse_chip(chip)
+    oom_errors = parse_error_text(error)
     rules_config = _rules_config(None if remote else path, config, _as_list(select), _as_list(ignore))
     if not remote and (is_dump_directory(path) or is_hlo_text_file(path)):
         if dumps:
             raise UsageError("`--dumps` joins compiled programs to a trace, and PATH is a compiler dump directory",
                              path=path, hint="pass the capture as PATH and the dumps with --dumps")
-        return _with_warnings(_diagnose_static(path, rules_config, chip_spec, clock_ghz, progress),
+        return _with_warnings(_diagnose_static(path, rules_config, chip_spec, clock_ghz, progress, oom_errors),
                               rules_config.warnings)
-    return _with_warnings(_diagnose_trace(path, dumps, rules_config, chip_spec, jobs, progress, scheduler),
-                          rules_config.warnings)
+    return _with_warnings(_diagnose_trace(path, dumps, rules_config, chip_spec, jobs, progress, scheduler,
+                                          oom_errors), rules_config.warnings)
+
+
+def parse_error_text(error: str | None) -> tuple[OomError, ...]:
+    """`--error`: the out-of-memory error in a JAX error text; a text without one is a usage error."""
+    if error is None:
+        return ()
+    from tpudiag.parsers.oom_error import parse_oom_error
+
+    parsed = parse_oom_error(error)
+    if parsed is None:
+        raise UsageError("--error: no out-of-memory message (`RESOURCE_EXHAUSTED: Ran out of memory ...`) in the text",
+                         hint="pass the error JAX printed when the compile or run failed")
+    return (parsed,)
 
 
 def _with_warnings(diagnosis: Diagnosis, extra: Sequence[str]) -> Diagnosis:
@@ -227,7 +250,8 @@ def _stage(progress: Callable[[str], None] | None, i: int) -> None:
 
 
 def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None, jobs: int | None,
-                    progress: Callable[[str], None] | None, scheduler=None) -> Diagnosis:
+                    progress: Callable[[str], None] | None, scheduler=None,
+                    oom_errors: tuple[OomError, ...] = ()) -> Diagnosis:
     from tpudiag.analysis.host_digest import StepFold, parse_and_digest
     from tpudiag.parsers.capture import find_capture, load_capture
     from tpudiag.parsers.hlo_proto import capture_hlo_inputs
@@ -247,7 +271,7 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     analysis = analyze(profile, thresholds, per_step=fold.result())
     hosts = profile.hosts
     trace_chip = hosts[0].device.chip if hosts else None
-    compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=trace_chip or chip)
+    compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=trace_chip or chip, oom_errors=oom_errors)
     join = _join(analysis, compiled, trace_chip)
     analysis.join = join  # compiled facts per op, for the rules and the report
     profile.warnings.extend(compiled.warnings)  # what reading `--dumps` set aside, shown as report shows it
@@ -261,7 +285,7 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
 
 
 def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz: float | None,
-                     progress: Callable[[str], None] | None) -> Diagnosis:
+                     progress: Callable[[str], None] | None, oom_errors: tuple[OomError, ...] = ()) -> Diagnosis:
     """Compiler dumps alone: a modelled timeline from the compiler's estimate when the generation is
     known, the dump-only rules otherwise. Exit 2 (InputError) only when nothing can be read."""
     from tpudiag.compiler.dump_dir import load_dump_directory
@@ -288,7 +312,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         analysis = _modelled_analysis(output, path, clock_ghz, rules_config)
         join = _join(analysis, compiled, chip)
         analysis.join = join
-    compiled = replace(compiled, chip=chip)
+    compiled = replace(compiled, chip=chip, oom_errors=oom_errors)
     for dump in compiled.llo:
         warnings.extend(w for w in dump.warnings if output is None)
     _stage(progress, 2)
@@ -331,7 +355,7 @@ def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, w
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
         dumps=compiled.labels, mode="static")
     return Report(summary=summary, hosts=(), ops=(),
-                  findings=tuple(sorted(findings, key=lambda f: (-f.saving.ps, -f.severity))), rules_run=True,
+                  findings=tuple(sorted(findings, key=rank_key)), rules_run=True,
                   rules_skipped=tuple(skipped), warnings=tuple(dict.fromkeys(warnings)))
 
 
@@ -347,6 +371,14 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
     """
     from tpudiag.analysis.diff import NoiseOptions, diff_analyses
 
+    # Checked before either input is read: a bad argument must not cost a whole diagnosis first.
+    arguments.check_path(base, "base")
+    arguments.check_path(new, "new")
+    base_dumps = arguments.check_dumps(base_dumps, "base_dumps")  # a generator is read once, here
+    new_dumps = arguments.check_dumps(new_dumps, "new_dumps")
+    arguments.check_chip(chip)
+    arguments.check_jobs(jobs)
+    arguments.check_clock_ghz(clock_ghz)
     b = diagnose(base, dumps=base_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,
                  scheduler=scheduler)
     n = diagnose(new, dumps=new_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,

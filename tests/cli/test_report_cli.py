@@ -126,3 +126,31 @@ def test_bundled_example_joins_its_own_dumps_so_every_rule_runs():
     assert len(doc["summary"]["dumps"]) == 1 and "transformer_train_v5e" in doc["summary"]["dumps"][0]
     assert doc["rules_skipped"] == []
     assert {f["rule"] for f in doc["findings"]} >= {"exposed-collective", "spill"}
+
+
+def test_version_prints_the_package_version_and_exits_0():
+    from tpudiag.version import __version__
+
+    proc = run("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"tpudiag {__version__}\n"
+    assert proc.stderr == ""
+
+
+def test_one_name_for_one_thing_across_json_frames_and_objects():
+    """A finding's saving is `saving_*` in the JSON and in `findings_frame()` (as `Finding.saving`),
+    op columns are the same in `ops_frame()` and the JSON; the old `savings_*` keys are aliases."""
+    import tpudiag
+    from tpudiag.render.json_format import report_to_dict
+
+    d = tpudiag.diagnose(EXAMPLE)
+    doc = report_to_dict(d.report)
+    assert doc["findings"], "the example has findings"
+    frame = d.findings_frame()
+    for finding, row, json_row in zip(d.findings, frame.itertuples(index=False), doc["findings"]):
+        assert row.saving_ps == json_row["saving_ps"] == json_row["savings_ps"] == finding.saving.ps
+        assert row.saving_basis == json_row["saving_basis"] == json_row["savings_basis"] == finding.saving.basis
+        assert json_row["saving_explanation"] == json_row["savings_explanation"] == finding.saving.explanation
+    shared = set(frame.columns) - {"ops"}  # the frame joins ops into one string, the JSON keeps a list
+    assert shared <= set(doc["findings"][0]), shared - set(doc["findings"][0])
+    assert list(d.ops_frame().columns) == list(doc["ops"][0])

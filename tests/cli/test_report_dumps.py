@@ -184,7 +184,7 @@ def test_llo_dump_without_its_hlo_still_reports_spills(tmp_path):
     doc = json.loads(proc.stdout)
     assert doc["summary"]["mode"] == "static" and doc["ops"] == []
     assert {f["rule"] for f in doc["findings"]} == {"spill"}
-    assert all(f["savings_basis"] == "compiler estimate" for f in doc["findings"])
+    assert all(f["saving_basis"] == "compiler estimate" for f in doc["findings"])
     assert any("an LLO dump without its HLO" in w for w in doc["warnings"])
     assert {s["rule"]: s["reason"] for s in doc["rules_skipped"]}["padding-waste"].startswith("needs a timeline, modelled from the compiled HLO")
 

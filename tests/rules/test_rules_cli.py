@@ -78,8 +78,8 @@ def test_select_ignore_and_json_findings(problem_run: Path):
     proc = run("report", str(problem_run), "--format", "json", "--select", "TPD101,spill")
     doc = json.loads(proc.stdout)
     assert {f["rule"] for f in doc["findings"]} == {"exposed-collective"}
-    assert [f["savings_ps"] for f in doc["findings"]] == [830 * sc.US, 800 * sc.US]
-    assert all(set(f) >= {"rule", "severity", "message", "savings_ps"} for f in doc["findings"])
+    assert [f["saving_ps"] for f in doc["findings"]] == [830 * sc.US, 800 * sc.US]
+    assert all(set(f) >= {"rule", "severity", "message", "saving_ps"} for f in doc["findings"])
     assert doc["rules_skipped"] == [{"rule": "spill", "reason": "needs LLO dumps (`--dumps DIR`)"}]
     proc = run("report", str(problem_run), "--format", "json", "--ignore", "exposed-collective")
     assert all(f["rule"] != "exposed-collective" for f in json.loads(proc.stdout)["findings"])
@@ -136,7 +136,7 @@ def test_dumps_feed_the_spill_and_schedule_rules(tmp_path: Path):
     assert len(doc["summary"]["dumps"]) == 2
     by_rule = {f["rule"]: f for f in doc["findings"]}
     assert "spills 107 vector registers and fills 523" in by_rule["spill"]["message"]
-    assert by_rule["spill"]["savings_ps"] == pytest.approx(2000 * sc.US * 630 / 4076, abs=1)
+    assert by_rule["spill"]["saving_ps"] == pytest.approx(2000 * sc.US * 630 / 4076, abs=1)
     assert "issues `all-gather.3` synchronously" in by_rule["exposed-collective"]["message"]
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 from tpudiag.analysis.host_digest import digest_host, fold_step_tables, host_collectives
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.model import schemas
-from tpudiag.model.findings import Finding
+from tpudiag.model.findings import Finding, rank_key
 from tpudiag.model.profile import CollectiveDigest, HostDigest, Profile, StepSource, StepTables, WindowThresholds
 from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, OpRow, Report,
                                   RuleSkip, Summary)
@@ -252,7 +252,7 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_r
             from_dumps=join.dump_matched, sources=join.sources,
             with_cycles=int(join.columns["estimated_cycles"].notna().sum())))
     return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis, join)),
-                  findings=tuple(sorted(findings, key=lambda f: (-f.saving.ps, -f.severity))),
+                  findings=tuple(sorted(findings, key=rank_key)),
                   rules_run=rules_run, rules_skipped=rules_skipped, warnings=tuple(dict.fromkeys(warnings)),
                   failures=tuple(f.message for f in profile.failures),
                   categories=tuple(_category_times(analysis)))

@@ -16,6 +16,8 @@ from tpudiag.cli import compile_cmd, rules_cmd
 from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
+from tpudiag.cli import memory_cmd
+from tpudiag.cli import run_cmd
 from tpudiag.cli.console import stderr_console, stdout_console
 from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import TpudiagError, UsageError
@@ -68,6 +70,7 @@ def report(
                                                          "into time (default: the public clock, else the "
                                                          "FLOPs/bytes roofline)")] = None,
     scheduler: Annotated[str | None, typer.Option(help=SCHEDULER_HELP)] = None,
+    error: Annotated[Path | None, typer.Option("--error", help=memory_cmd.ERROR_HELP)] = None,
 ) -> None:
     """Print where each step's time goes, which ops dominate it, and the rules' findings.
 
@@ -80,6 +83,7 @@ def report(
     rules_cmd.check_number_option("--clock-ghz", clock_ghz, positive=True)
     # `-o -` is stdout; never into an input (checked before reading anything)
     output = resolve_output(output, [path if path is not None else default_capture(), *(dumps or [])])
+    error_text = memory_cmd.read_error_text(error)
     err = stderr_console()
     status = err.status("reading") if err.is_terminal else None
 
@@ -92,7 +96,7 @@ def report(
     try:
         result = diagnose(path, dumps=dumps or (), config=config, chip=chip.value if chip else None, jobs=jobs,
                           progress=progress, select=select, ignore=ignore, clock_ghz=clock_ghz,
-                          scheduler=scheduler)
+                          scheduler=scheduler, error=error_text)
     finally:
         if status is not None:
             status.stop()
@@ -144,10 +148,21 @@ diff_cmd.register(app)
 check_cmd.register(app)
 tui_cmd.register(app)
 lab_cmd.register(app)
+memory_cmd.register(app)
+run_cmd.register(app, report, OutputFormat)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from tpudiag.version import __version__
+
+        sys.stdout.write(f"tpudiag {__version__}\n")
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
     """Performance diagnosis for TPU workloads from XProf captures and compiler dumps."""
 
 

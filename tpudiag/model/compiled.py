@@ -246,6 +246,11 @@ class CompiledProgram:
     total_bytes_used: int | None = None  # `Total bytes used` (head of `*-buffer-assignment-values.txt`)
     memory_spaces: tuple[MemorySpaceUsage, ...] = ()
     target: str = ""  # from target_arguments.txt, e.g. 'TPU_VERSION_VIPERFISH lite'
+    # `*-live-range.txt`: HLO value (`name{index}`) -> (first, last) program position, and the
+    # number of positions; empty when not dumped.
+    live_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    live_range_positions: int = 0
+    oom_recorded: bool = False  # the compiler wrote `*.oom_intermediate_module.txt`: it ran out of memory
     warnings: list[str] = field(default_factory=list)
 
     def instruction(self, name: str, computation: str | None = None) -> Instruction:

@@ -31,6 +31,7 @@ class Saving:
     ps: int
     basis: str  # "measured", "modelled" or "compiler estimate"
     explanation: str
+    bytes: int = 0  # memory findings: device memory a fix could free (an upper bound), not time
 
 
 @dataclass(frozen=True)
@@ -69,4 +70,10 @@ class Finding:
     evidence: tuple[Evidence, ...] = field(default_factory=tuple)
     host: str = ""
     ops: tuple[str, ...] = ()  # op names the finding cites
+    blocking: bool = False  # the program cannot run as compiled (out of memory): ranked before any saving
     quantities: tuple[Quantity, ...] = ()  # what the message and evidence state, typed (see Quantity)
+
+
+def rank_key(f: Finding) -> tuple:
+    """How findings are ranked: what stops the program first, then by saving, then by severity."""
+    return (not f.blocking, -f.saving.ps, -int(f.severity), f.code, f.message)

@@ -65,3 +65,9 @@ def chip_for(name: str | None) -> ChipSpec | None:
         if pattern in key:
             return chip
     return None
+
+
+# HBM the TPU compiler lets one program use, as its out-of-memory message reports it ("exceeds
+# available HBM (15.75G)"): measured on v5e (16 GiB) with libtpu 0.0.42.1. Other generations keep
+# some HBM back too, by amounts not measured here; their public capacity is then the bound.
+COMPILER_USABLE_HBM_BYTES: dict[str, int] = {"v5e": 16128 * MIB}

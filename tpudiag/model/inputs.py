@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from tpudiag.model.compiled import CompiledProgram
 from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.llo import LloDump
+from tpudiag.model.memory import OomError
 
 CAPTURE_ORIGIN = "capture"  # HloInput.origin of the HloProtos a capture embeds
 
@@ -35,6 +36,7 @@ class CompiledInputs:
     labels: tuple[str, ...] = ()  # one per dump directory: `DIR (LLO + XLA)`, as reports print it
     chip: ChipSpec | None = None  # from `--chip`, the dump's target or the trace; None when unknown
     warnings: tuple[str, ...] = ()  # what reading the dumps set aside (skipped files, damaged instructions)
+    oom_errors: tuple[OomError, ...] = ()  # `--error`: the RESOURCE_EXHAUSTED messages of this compile or run
 
     @property
     def programs(self) -> tuple[CompiledProgram, ...]:

@@ -207,6 +207,40 @@ HOST_EVENTS = TableSchema("host_events", (
     Column("dur_ps", "int64", "duration in ps"),
 ))
 
+# The allocator's events of `/host:CPU` (`MemoryAllocation` / `MemoryDeallocation`), the source of
+# XProf's memory profile; read only for `tpudiag memory` (`parsers.allocator_events`).
+ALLOCATOR_EVENTS = TableSchema("allocator_events", (
+    Column("allocator", "category", "memory id: the `allocator_name` stat (e.g. GPU_0_bfc), else the "
+                                    "`index_on_host` / `device_ordinal` number"),
+    Column("allocation", "bool", "True for MemoryAllocation, False for MemoryDeallocation"),
+    Column("time_ps", "int64", "line timestamp + offset, in ps after the file's first allocator event"),
+    Column("heap_bytes", "int64", "`bytes_allocated`: bytes the allocator has handed out after the event"),
+    Column("stack_bytes", "int64", "`bytes_reserved`: bytes reserved outside the heap (stack)"),
+    Column("free_bytes", "int64", "`bytes_available`: bytes the allocator can still hand out"),
+    Column("fragmentation", "float64", "`fragmentation`: the allocator's own figure, 0-1"),
+    Column("lifetime_peak_bytes", "int64", "`peak_bytes_in_use`: the allocator's peak since it was made"),
+    Column("requested_bytes", "int64", "`requested_bytes`: what the caller asked for"),
+    Column("allocation_bytes", "int64", "`allocation_bytes`: what the allocator gave (rounded up)"),
+    Column("address", "int64", "`addr`: the chunk's address (pairs a deallocation with its allocation)"),
+    Column("step_id", "int64", "`group_id` (the step), -1 when absent"),
+    Column("op", "category", "`tf_op`: the framework op that asked, when the producer says"),
+    Column("region_type", "category", "`region_type`, e.g. output, temp, persist"),
+    Column("data_type", "int64", "`data_type`: a TensorFlow DataType number (0 = not given)"),
+    Column("shape", "category", "`shape`: the tensor's shape, when given"),
+    Column("thread", "category", "the /host:CPU line the event is on"),
+))
+
+# Live bytes of JAX's device memory profile by source line (`analysis.live_buffers`).
+LIVE_BYTES_BY_LINE = TableSchema("live_bytes_by_line", (
+    Column("file", "category", "source file of the frame the buffers are attributed to"),
+    Column("line", "int64", "line number in that file"),
+    Column("function", "category", "function executing that line"),
+    Column("buffers", "int64", "live buffers made there"),
+    Column("bytes", "int64", "their bytes, summed over devices"),
+    Column("devices", "int64", "devices holding them"),
+    Column("internal", "bool", "no frame outside JAX: attributed to JAX's innermost frame"),
+))
+
 # A host's digest (`model.profile.HostDigest`): per-event facts reduced where the host is parsed.
 # Per-step tables (`StepTables`: OP_STEP_SUMS, OP_STEP_WORST, COLLECTIVE_OP_STEPS) are reduced over
 # the host's cores, then folded over the hosts as they arrive, so they carry no host column.

@@ -101,7 +101,7 @@ static inline int skip_value(const uint8_t *b, Pos *pos, Pos end, int wire_type)
 typedef struct {
     int64_t metadata_id;
     int kind; /* field number of the value seen last (a oneof: the last one wins); 0 for none */
-    uint64_t uint_value;
+    uint64_t uint_value; /* also a ref's id (kind 7) and a double's bits (kind 2) */
     int64_t int_value;
     Pos str_start, str_stop;
 } Stat;
@@ -150,8 +150,22 @@ static int read_stat(const uint8_t *b, Pos pos, Pos end, Stat *st)
             st->kind = 5;
             st->str_start = a;
             st->str_stop = c;
+        } else if (field == 7) { /* a ref: the id of the stat metadata naming the string */
+            if (read_varint(b, &pos, end, &v))
+                return -1;
+            st->kind = 7;
+            st->uint_value = v;
+        } else if (field == 2) { /* a double: its 8 bytes, little-endian as on the wire */
+            if (end - pos < 8)
+                return -1;
+            uint64_t bits = 0;
+            for (int i = 7; i >= 0; i--)
+                bits = bits << 8 | b[pos + i];
+            pos += 8;
+            st->kind = 2;
+            st->uint_value = bits;
         } else {
-            if (field == 2 || field == 6 || field == 7 || field == 8)
+            if (field == 6 || field == 8)
                 st->kind = (int)field;
             if (skip_value(b, &pos, end, wt))
                 return -1;
@@ -389,6 +403,53 @@ static int column(Py_buffer *buf, Py_ssize_t n, Py_ssize_t itemsize, const char 
     return 0;
 }
 
+/* Calls `read` on each event (XLine field 4) of the XLine in b[0:end], with its index: 1 when
+ * every field is plain and there are exactly n events, all read; 0 otherwise. */
+typedef int (*EventReader)(const uint8_t *b, Pos pos, Pos end, Py_ssize_t i, void *job);
+
+static int for_each_event(const uint8_t *b, Pos end, Py_ssize_t n, EventReader read, void *job)
+{
+    Pos pos = 0;
+    Py_ssize_t i = 0;
+    int ok = 1;
+    while (pos < end && ok) {
+        uint64_t field;
+        int wt;
+        if (read_tag(b, &pos, end, &field, &wt)) {
+            ok = 0;
+        } else if (field != 4) {
+            ok = !skip_value(b, &pos, end, wt);
+        } else {
+            Pos a, c;
+            ok = wt == 2 && i < n && !read_length(b, &pos, end, &a, &c) && !read(b, a, c, i, job);
+            i++;
+        }
+    }
+    return ok && i == n;
+}
+
+/* for_each_event without the GIL (the buffers are held: other threads may run Python meanwhile),
+ * as a Python bool. */
+static PyObject *run_on_events(const Py_buffer *data, Py_ssize_t n, EventReader read, void *job)
+{
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = for_each_event((const uint8_t *)data->buf, data->len, n, read, job);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(ok);
+}
+
+typedef struct {
+    Columns out;
+    Params p;
+} EventsJob;
+
+static int events_job(const uint8_t *b, Pos pos, Pos end, Py_ssize_t i, void *job)
+{
+    EventsJob *j = job;
+    return read_event(b, pos, end, &j->p, &j->out, i);
+}
+
 static PyObject *decode_events(PyObject *self, PyObject *args)
 {
     Py_buffer data, bm, bs, bd, bk, bh, bks, bkl;
@@ -403,31 +464,113 @@ static PyObject *decode_events(PyObject *self, PyObject *args)
         || column(&bk, n, 1, "kinds") || column(&bh, n, 8, "hashes") || column(&bks, n, 8, "key_starts")
         || column(&bkl, n, 8, "key_lengths"))
         goto done;
-    Columns out = {bm.buf, bs.buf, bd.buf, bks.buf, bkl.buf, bk.buf, bh.buf};
-    const uint8_t *b = (const uint8_t *)data.buf;
-    Pos pos = 0, end = data.len;
-    Py_ssize_t i = 0;
-    int ok = 1;
-    Py_BEGIN_ALLOW_THREADS /* the buffers are held: other threads may run Python meanwhile */
-    while (pos < end && ok) {
-        uint64_t field;
-        int wt;
-        if (read_tag(b, &pos, end, &field, &wt)) {
-            ok = 0;
-        } else if (field != 4) {
-            ok = !skip_value(b, &pos, end, wt);
-        } else {
-            Pos a, c;
-            ok = wt == 2 && i < n && !read_length(b, &pos, end, &a, &c) && !read_event(b, a, c, &p, &out, i);
-            i++;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    result = PyBool_FromLong(ok && i == n);
+    EventsJob job = {{bm.buf, bs.buf, bd.buf, bks.buf, bkl.buf, bk.buf, bh.buf}, p};
+    result = run_on_events(&data, n, events_job, &job);
 done:
     PyBuffer_Release(&data);
     for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
         PyBuffer_Release(cols[k]);
+    return result;
+}
+
+/* The stats `ids[0..k)` of one event in b[pos:end] into row i: for stat j, kinds[i*k+j] its value's
+ * field number, seqs[i*k+j] its position among the event's stats (1-based; 0: absent; the last
+ * of repeated ids wins), values[i*k+j] its integer, ref id, double bits or string start, and
+ * lengths[i*k+j] a string's length. -1 when not plain. */
+typedef struct {
+    const int64_t *ids;
+    Py_ssize_t k;
+    int64_t *mids, *offsets, *values, *lengths;
+    int8_t *kinds;
+    int32_t *seqs;
+} StatsJob;
+
+static int stats_job(const uint8_t *b, Pos pos, Pos end, Py_ssize_t i, void *job)
+{
+    const StatsJob *t = job;
+    const int64_t *ids = t->ids;
+    Py_ssize_t k = t->k;
+    int64_t *mids = t->mids, *offsets = t->offsets, *values = t->values, *lengths = t->lengths;
+    int8_t *kinds = t->kinds;
+    int32_t *seqs = t->seqs;
+    int64_t mid = 0, offset = 0;
+    int32_t n_stats = 0;
+    Stat st;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        values[i * k + j] = lengths[i * k + j] = 0;
+        kinds[i * k + j] = 0;
+        seqs[i * k + j] = 0;
+    }
+    while (pos < end) {
+        uint64_t field, v;
+        int wt;
+        if (read_tag(b, &pos, end, &field, &wt))
+            return -1;
+        if (field == 1 || field == 2 || field == 3 || field == 5) {
+            if (wt != 0 || read_varint(b, &pos, end, &v))
+                return -1;
+            if (field == 1)
+                mid = as_int64(v);
+            else if (field == 2)
+                offset = as_int64(v);
+            else if (field == 5)
+                offset = 0; /* num_occurrences replaces offset_ps */
+        } else if (field == 4) {
+            Pos a, c;
+            if (wt != 2 || read_length(b, &pos, end, &a, &c) || read_stat(b, a, c, &st))
+                return -1;
+            if (n_stats == INT32_MAX)
+                return -1;
+            n_stats++;
+            for (Py_ssize_t j = 0; j < k; j++) {
+                if (ids[j] != st.metadata_id)
+                    continue;
+                Py_ssize_t at = i * k + j;
+                kinds[at] = (int8_t)st.kind;
+                seqs[at] = n_stats;
+                lengths[at] = 0;
+                if (st.kind == 4)
+                    values[at] = st.int_value;
+                else if (st.kind == 3 || st.kind == 7 || st.kind == 2)
+                    values[at] = as_int64(st.uint_value);
+                else if (st.kind == 5) {
+                    values[at] = st.str_start;
+                    lengths[at] = st.str_stop - st.str_start;
+                } else
+                    values[at] = 0;
+                break;
+            }
+        } else if (skip_value(b, &pos, end, wt)) {
+            return -1;
+        }
+    }
+    mids[i] = mid;
+    offsets[i] = offset;
+    return 0;
+}
+
+static PyObject *decode_stats(PyObject *self, PyObject *args)
+{
+    Py_buffer data, bids, bm, bo, bv, bl, bk, bs;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*ny*w*w*w*w*w*w*", &data, &n, &bids, &bm, &bo, &bv, &bl, &bk, &bs))
+        return NULL;
+    PyObject *result = NULL;
+    Py_buffer *cols[] = {&bids, &bm, &bo, &bv, &bl, &bk, &bs};
+    Py_ssize_t k = bids.len / 8;
+    if (bids.len % 8 || column(&bm, n, 8, "mids") || column(&bo, n, 8, "offsets")
+        || column(&bv, n * k, 8, "values") || column(&bl, n * k, 8, "lengths") || column(&bk, n * k, 1, "kinds")
+        || column(&bs, n * k, 4, "seqs")) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "stat ids must be int64");
+        goto done;
+    }
+    StatsJob job = {bids.buf, k, bm.buf, bo.buf, bv.buf, bl.buf, bk.buf, bs.buf};
+    result = run_on_events(&data, n, stats_job, &job);
+done:
+    PyBuffer_Release(&data);
+    for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
+        PyBuffer_Release(cols[c]);
     return result;
 }
 
@@ -530,6 +673,9 @@ static PyMethodDef methods[] = {
     {"decode_events", decode_events, METH_VARARGS,
      "decode_events(xline_bytes, n, mids, starts, durs, kinds, hashes, key_starts, key_lengths, timed, off_id, "
      "dur_id, has_key, key_id, base_ps) -> True when every event was read into the writable columns"},
+    {"decode_stats", decode_stats, METH_VARARGS,
+     "decode_stats(xline_bytes, n, stat_ids, mids, offsets, values, lengths, kinds, seqs) -> True when every "
+     "event's metadata id, offset and the given stats were read into the writable columns"},
     {"same_strings", same_strings, METH_VARARGS,
      "same_strings(xline_bytes, kinds, key_starts, key_lengths, rep) -> whether each string key equals "
      "that of event rep[i]"},

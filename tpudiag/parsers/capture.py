@@ -232,7 +232,7 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
     error's cause. The plane's lines stay serialized: their events are decoded from the wire."""
     plane_bytes, ref, platform, origin = job
     try:
-        plane, lines = _split_lines(plane_bytes, ref.name)
+        plane, lines = split_lines(plane_bytes, ref.name)
         return parse_device_plane(plane, ref, platform, origin, lines)
     except InputError as exc:
         return exc.message
@@ -253,7 +253,7 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
     planes tpudiag does not read are parsed whole, so damage there is an error as when the file
     is read as one XSpace; the events of a device-plane line tpudiag does not read are not decoded.
     """
-    planes, name = _split_planes(data.pop(), path)
+    planes, name = split_planes(data.pop(), path)
     if not planes:
         raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
     platform, refs, origin = _plane_roles(planes, path)
@@ -280,7 +280,7 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
     return assemble_host(name, path, platform, refs, parts, aux, origin)
 
 
-def _split_planes(data: bytes, path) -> tuple[list[bytes | memoryview], str]:
+def split_planes(data: bytes, path) -> tuple[list[bytes | memoryview], str]:
     """(the XSpace's planes, views into `data` where the compiled reader splits it, the host name)."""
     split = event_wire.split_field(data, 1)  # XSpace.planes
     if split is None:
@@ -290,7 +290,7 @@ def _split_planes(data: bytes, path) -> tuple[list[bytes | memoryview], str]:
     return planes, host_name(parse_message(XSpaceRawPlanes(), rest, path), Path(path))
 
 
-def _split_lines(plane_bytes, path) -> tuple[object, list[RawLine]]:
+def split_lines(plane_bytes, path) -> tuple[object, list[RawLine]]:
     """(the plane without its lines, as `XPlaneRawLines`; its lines) from a serialized XPlane."""
     split = event_wire.split_field(plane_bytes, 3)  # XPlane.lines
     plane = XPlaneRawLines()

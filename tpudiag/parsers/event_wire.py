@@ -5,8 +5,9 @@ a TPU host of millions of op events spent most of its parse there. `_wire` (C, b
 package where a compiler is found) splits an XSpace into planes and a plane into lines without
 copying them (`split_field`), reads the few fields the parser needs of each event (`metadata_id`,
 `offset_ps`, `duration_ps`, the device timespan stats and the `hlo_op` key of async events) from
-the serialized XLine in one pass, into numpy columns (`decode_line`), and nests a line's events
-(`nest`).
+the serialized XLine in one pass, into numpy columns (`decode_line`), reads chosen stats of every
+event the same way (`decode_stats`, for the allocator's events of `tpudiag memory`), and nests a
+line's events (`nest`).
 
 It is exact, not approximate: it reads only what it can read as upb would, and answers None (the
 caller then reads the line through protobuf, the reference path in `device_trace`) on anything
@@ -105,6 +106,27 @@ def decode_line(line: RawLine, off_id: int | None, dur_id: int | None, key_id: i
             np.empty(n, np.uint64), np.empty(n, np.int64), np.empty(n, np.int64))
     timed = off_id is not None and dur_id is not None
     if not _wire.decode_events(line.data, n, *cols, timed, ids[0], ids[1], key_id is not None, ids[2], base_ps):
+        return None
+    return cols
+
+
+def decode_stats(line: RawLine, stat_ids: np.ndarray):
+    """(metadata ids, offsets, values, lengths, kinds, seqs) of the events of `line` and, per event
+    (row) and stat id of `stat_ids` (column), the stat's value as `_wire.decode_stats` gives it:
+    kinds are the XStat value's field number (2 double bits, 3 uint64, 4 int64, 5 string at
+    `data[value:value + length]`, 7 ref id), seqs its 1-based position among the event's stats
+    (0: absent). Offsets are `offset_ps`, 0 where `num_occurrences` replaced it. None where only
+    protobuf may read the line.
+    """
+    n = line.n_events
+    # A module built before decode_stats existed (an in-place build not redone) reads through protobuf.
+    if n < 0 or not available() or not hasattr(_wire, "decode_stats"):
+        return None
+    k = len(stat_ids)
+    cols = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty((n, k), np.int64), np.empty((n, k), np.int64),
+            np.empty((n, k), np.int8), np.empty((n, k), np.int32))
+    ids = np.ascontiguousarray(stat_ids, dtype=np.int64)
+    if not _wire.decode_stats(line.data, n, ids, *cols):
         return None
     return cols
 

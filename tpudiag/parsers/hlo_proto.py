@@ -75,6 +75,8 @@ def capture_hlo_inputs(profile) -> tuple[HloInput, ...]:
                 programs[pid] = parse_hlo_proto(data, f"{host.path} program {pid}", pid)
             except InputError as exc:
                 host.warnings.append(f"embedded HLO not used: {exc.one_line()}")
+                continue
+            host.warnings.extend(programs[pid].warnings)  # what was set aside (a bad layout), as for dumps
     return tuple(HloInput(program, CAPTURE_ORIGIN) for program in programs.values())
 
 

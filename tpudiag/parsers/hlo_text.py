@@ -2,8 +2,9 @@
 
 Reads, per module, `*.after_optimizations.txt` (the scheduled HLO: in a scheduled module the
 order of a computation's instructions is its schedule), and when present
-`*.after_optimizations-buffer-assignment.txt`, `*.after_optimizations-memory-usage-report.txt`
-and `*.target_arguments.txt`. Other dump files are ignored.
+`*.after_optimizations-buffer-assignment.txt`, `*.after_optimizations-memory-usage-report.txt`,
+`*.after_optimizations-live-range.txt` and `*.target_arguments.txt`; `*.oom_intermediate_module.txt`
+only by its presence (the compile ran out of memory). Other dump files are ignored.
 
 Current XLA prints op metadata as `stack_frame_id=N` into tables at the top of the module
 (`FileNames`, `FunctionNames`, `FileLocations`, `StackFrames`) rather than `source_file=`;
@@ -38,6 +39,8 @@ HLO_SUFFIX = ".after_optimizations.txt"
 BUFFER_SUFFIX = ".after_optimizations-buffer-assignment.txt"
 VALUES_SUFFIX = ".after_optimizations-buffer-assignment-values.txt"
 USAGE_SUFFIX = ".after_optimizations-memory-usage-report.txt"
+LIVE_RANGE_SUFFIX = ".after_optimizations-live-range.txt"
+OOM_SUFFIX = ".oom_intermediate_module.txt"  # written when the compile ran out of memory
 TARGET_SUFFIX = ".target_arguments.txt"
 
 # Attributes whose `%name` values are called computations.
@@ -394,6 +397,8 @@ def _attach_side_files(program: CompiledProgram, root: Path, prefix: str,
     _attach(program, root / (prefix + BUFFER_SUFFIX), _set_allocations, "buffer assignment")
     _attach(program, root / (prefix + VALUES_SUFFIX), _parse_total_bytes, "buffer values", limit=4096)
     _attach(program, root / (prefix + USAGE_SUFFIX), _set_memory_spaces, "memory-usage report")
+    _attach(program, root / (prefix + LIVE_RANGE_SUFFIX), _set_live_ranges, "live ranges")
+    program.oom_recorded = (root / (prefix + OOM_SUFFIX)).is_file()
     if targets is None:
         try:
             targets = {p.name[: -len(TARGET_SUFFIX)]: p for p in root.iterdir() if p.name.endswith(TARGET_SUFFIX)}
@@ -504,6 +509,39 @@ def parse_memory_usage(text: str) -> tuple[MemorySpaceUsage, ...]:
 
 def _set_memory_spaces(program: CompiledProgram, text: str) -> None:
     program.memory_spaces = parse_memory_usage(text)
+
+
+_LIVE_HEAD = re.compile(r"^HloLiveRange \(max (\d+)\):")
+_LIVE_VALUE = re.compile(r"^\s+(\S+\{[\d,]*\}):(\d+)-(\d+)\s*$")
+
+
+def parse_live_ranges(text: str) -> tuple[dict[str, tuple[int, int]], int]:
+    """`*-live-range.txt`: (value -> (first, last) program position, number of positions).
+
+    Reads the `BufferLiveRange:` block (`params_0_.1{}:0-94`); the file's own peak summary is
+    not read: it leaves out outputs defined after its peak, which the compiler reserves for the
+    whole program. ValueError when there is no `HloLiveRange` header.
+    """
+    head = _LIVE_HEAD.match(text)
+    if head is None:
+        raise ValueError("no `HloLiveRange (max N):` header")
+    ranges: dict[str, tuple[int, int]] = {}
+    in_block = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped == "BufferLiveRange:":
+            in_block = True
+            continue
+        if in_block:
+            m = _LIVE_VALUE.match(line)
+            if m is None:
+                break  # the block ends at the next heading
+            ranges[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return ranges, int(head.group(1))
+
+
+def _set_live_ranges(program: CompiledProgram, text: str) -> None:
+    program.live_ranges, program.live_range_positions = parse_live_ranges(text)
 
 
 def _parse_target(program: CompiledProgram, text: str) -> None:

@@ -71,12 +71,28 @@ def array_shape(dtype: str, dims: tuple[int, ...], layout: Layout | None) -> Arr
                       logical_bytes=logical_bytes(dtype, dims), padded_bytes=padded)
 
 
+def check_dim_order(dtype: str, dims: tuple[int, ...], layout: Layout | None) -> None:
+    """ShapeSyntaxError unless the layout's `minor_to_major` is empty or a permutation of the dims.
+
+    Checked where the padded bytes are computed, so for every shape, from HLO text or an HloProto
+    alike: `{5,0}` on a rank-2 shape would index past the dims, and `{0,0}` or `{-1,0}` would
+    silently count one dim twice (or the last one in place of the first) in the padded bytes.
+    """
+    if layout is None or not layout.minor_to_major:
+        return
+    if sorted(layout.minor_to_major) != list(range(len(dims))):
+        order = ",".join(str(d) for d in layout.minor_to_major)[:80]
+        shape = f"{dtype}[{','.join(str(d) for d in dims)}]"
+        raise ShapeSyntaxError(f"layout {{{order}}} is not a permutation of the {len(dims)} dims of {shape}"[:200])
+
+
 def logical_bytes(dtype: str, dims: tuple[int, ...]) -> int:
     return _bytes(math.prod(dims), DTYPE_BITS[dtype])
 
 
 def padded_bytes(dtype: str, dims: tuple[int, ...], layout: Layout | None) -> int:
     """Bytes of the array as tiled: see the module docstring for the rule and its evidence."""
+    check_dim_order(dtype, dims, layout)
     if layout is None:
         return logical_bytes(dtype, dims)
     physical = physical_dims(dims, layout)
@@ -93,8 +109,8 @@ def padded_bytes(dtype: str, dims: tuple[int, ...], layout: Layout | None) -> in
 
 def physical_dims(dims: tuple[int, ...], layout: Layout) -> tuple[int, ...]:
     """Dims in memory order, most major first (the reverse of minor_to_major)."""
-    if len(layout.minor_to_major) != len(dims):
-        return dims  # no (or a malformed) dim order: the written order is the memory order
+    if not layout.minor_to_major:
+        return dims  # no dim order: the written order is the memory order (a bad one is refused above)
     return tuple(dims[i] for i in reversed(layout.minor_to_major))
 
 
@@ -224,9 +240,7 @@ class _Scanner:
         body = self.text[self.pos:end]
         self.pos = end + 1
         order_text, _, attrs = body.partition(":")
-        order = tuple(int(x) for x in _INT.findall(order_text))
-        if sorted(order) != list(range(rank)) and order:
-            raise ShapeSyntaxError(f"layout {{{body}}} is not a permutation of {rank} dims")
+        order = tuple(int(x) for x in _INT.findall(order_text))  # checked against the dims by array_shape
         tiles: list[tuple[int, ...]] = []
         bits = 0
         space = 0

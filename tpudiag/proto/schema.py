@@ -310,6 +310,72 @@ _HLO_MESSAGES = (
     )),
 )
 
+# pprof's profile format (google/pprof `proto/profile.proto`, package perftools.profiles), as
+# `jax.profiler.save_device_memory_profile` writes it: samples of live device buffers, each with
+# the Python stack that made it. Strings are indices into `string_table`; the leaf frame is
+# `location_id[0]`. No maintained, light PyPI package ships these bindings (google-cloud-profiler
+# carries them inside a cloud agent with a C++ build), so the schema is declared here like the
+# others and read by the protobuf runtime.
+_PPROF_MESSAGES = (
+    Message("Profile", (
+        Field("sample_type", 1, "ValueType", repeated=True),
+        Field("sample", 2, "Sample", repeated=True),
+        Field("mapping", 3, "Mapping", repeated=True),
+        Field("location", 4, "Location", repeated=True),
+        Field("function", 5, "Function", repeated=True),
+        Field("string_table", 6, "string", repeated=True),
+        Field("drop_frames", 7, "int64"),
+        Field("keep_frames", 8, "int64"),
+        Field("time_nanos", 9, "int64"),
+        Field("duration_nanos", 10, "int64"),
+        Field("period_type", 11, "ValueType"),
+        Field("period", 12, "int64"),
+        Field("comment", 13, "int64", repeated=True),
+        Field("default_sample_type", 14, "int64"),
+    )),
+    Message("ValueType", (
+        Field("type", 1, "int64"),
+        Field("unit", 2, "int64"),
+    )),
+    Message("Sample", (
+        Field("location_id", 1, "uint64", repeated=True),
+        Field("value", 2, "int64", repeated=True),
+        Field("label", 3, "Label", repeated=True),
+    )),
+    Message("Label", (
+        Field("key", 1, "int64"),
+        Field("str", 2, "int64"),
+        Field("num", 3, "int64"),
+        Field("num_unit", 4, "int64"),
+    )),
+    Message("Mapping", (
+        Field("id", 1, "uint64"),
+        Field("memory_start", 2, "uint64"),
+        Field("memory_limit", 3, "uint64"),
+        Field("file_offset", 4, "uint64"),
+        Field("filename", 5, "int64"),
+        Field("build_id", 6, "int64"),
+    )),
+    Message("Location", (
+        Field("id", 1, "uint64"),
+        Field("mapping_id", 2, "uint64"),
+        Field("address", 3, "uint64"),
+        Field("line", 4, "Line", repeated=True),  # inlined callees first, the caller last
+        Field("is_folded", 5, "bool"),
+    )),
+    Message("Line", (
+        Field("function_id", 1, "uint64"),
+        Field("line", 2, "int64"),
+    )),
+    Message("Function", (
+        Field("id", 1, "uint64"),
+        Field("name", 2, "int64"),
+        Field("system_name", 3, "int64"),
+        Field("filename", 4, "int64"),
+        Field("start_line", 5, "int64"),
+    )),
+)
+
 # xla.PrimitiveType (xla/xla_data.proto) -> the element-type spelling HLO text uses.
 PRIMITIVE_TYPE_NAMES = {
     1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64",
@@ -322,6 +388,7 @@ PRIMITIVE_TYPE_NAMES = {
 _xplane = _build("tensorflow.profiler", "tpudiag/xplane.proto", _XPLANE_MESSAGES)
 _payloads = _build("tensorflow.profiler.payloads", "tpudiag/profiler_payloads.proto", _PROFILER_PAYLOADS)
 _hlo = _build("xla", "tpudiag/hlo_subset.proto", _HLO_MESSAGES)
+_pprof = _build("perftools.profiles", "tpudiag/pprof_profile.proto", _PPROF_MESSAGES)
 
 XSpace = _xplane["XSpace"]
 XPlane = _xplane["XPlane"]
@@ -335,6 +402,7 @@ MemoryAccessBreakdown = _payloads["MemoryAccessBreakdown"]
 CoreDetails = _payloads["CoreDetails"]
 HloProto = _hlo["HloProto"]
 HloModuleProto = _hlo["HloModuleProto"]
+PprofProfile = _pprof["Profile"]
 
 # Shadow schemas, wire-compatible with XSpace, for reading a big host file plane by plane: the
 # planes stay raw bytes (handed whole to worker processes), and a plane's header can be read

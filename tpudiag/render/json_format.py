@@ -48,6 +48,11 @@ def finding_to_dict(f: Finding) -> dict:
         "code": f.code,
         "severity": f.severity.label(),
         "message": f.message,
+        "saving_ps": f.saving.ps,
+        "saving_basis": f.saving.basis,
+        "saving_explanation": f.saving.explanation,
+        # Deprecated aliases of the three keys above, the contract's older names: kept while
+        # readers move to `saving_*` (the name `Finding.saving` and `findings_frame()` use).
         "savings_ps": f.saving.ps,
         "savings_basis": f.saving.basis,
         "savings_explanation": f.saving.explanation,

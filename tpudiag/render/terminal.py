@@ -125,12 +125,20 @@ def _padding_cell(padded: int | None, logical: int | None) -> str:
 EVIDENCE_ROWS = 4
 
 
+def _saving_line(f: Finding) -> str:
+    explanation = one_line(f.saving.explanation)
+    if f.saving.ps > 0:
+        return f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}: {explanation})"
+    if f.saving.bytes > 0:
+        return f"   saving ≤ {fmt_bytes(f.saving.bytes)} of device memory ({f.saving.basis}: {explanation})"
+    return f"   saving: not estimated ({explanation})"
+
+
 def finding_lines(f: Finding, index: int) -> list[Text]:
     """One finding as printed: headline, saving and fix, then its first evidence rows."""
     lines = [Text.assemble(f"{index}. ", (f"[{f.severity.label()}] ", "bold"), (f"{f.code} {f.rule}", "cyan"),
                            f" {one_line(f.message)}"),
-             Text(f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}: {one_line(f.saving.explanation)})"
-                  if f.saving.ps > 0 else f"   saving: not estimated ({one_line(f.saving.explanation)})"),
+             Text(_saving_line(f)),
              Text(f"   fix: {one_line(f.fix)}")]
     for e in f.evidence[:EVIDENCE_ROWS]:
         values = one_line(", ".join(f"{label} {value}" for label, value in e.values))

@@ -18,7 +18,7 @@ from typing import Any
 
 from tpudiag.analysis.join import JoinResult
 from tpudiag.analysis.profile_analysis import Analysis
-from tpudiag.model.findings import Finding
+from tpudiag.model.findings import Finding, rank_key
 from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.report import RuleSkip
@@ -119,16 +119,17 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
         findings.extend(rule.check(ctx, options))
     if static:
         # Dumps alone: every time is the compiler's own estimate (cycles at the clock, else the
-        # FLOPs/bytes roofline) laid out on a modelled timeline; nothing is measured.
+        # FLOPs/bytes roofline) laid out on a modelled timeline; nothing is measured. A saving in
+        # bytes (memory findings) comes from the buffer assignment, not the timeline: kept as is.
         findings = [dataclasses.replace(f, saving=dataclasses.replace(
             f.saving, basis=STATIC_BASIS, explanation=f"on the timeline modelled from it, {f.saving.explanation}"))
-            if f.saving.basis != STATIC_BASIS else f for f in findings]
+            if f.saving.basis != STATIC_BASIS and not f.saving.bytes else f for f in findings]
     elif analysis is not None and analysis.profile.modelled:
         # Times in a modelled capture (`tpudiag simulate`) are estimates: nothing in it is measured.
         findings = [dataclasses.replace(f, saving=dataclasses.replace(
             f.saving, basis="modelled", explanation=f"from a modelled capture, {f.saving.explanation}"))
             if f.saving.basis == "measured" else f for f in findings]
-    findings.sort(key=lambda f: (-f.saving.ps, -int(f.severity), f.code, f.message))
+    findings.sort(key=rank_key)
     return findings, skipped
 
 

@@ -20,7 +20,15 @@ class U64:
     value: int
 
 
-StatValue = str | int | float | bytes | U64
+@dataclass(frozen=True)
+class Ref:
+    """A string stat value written as ref_value: the id of the stat metadata named by it, as TSL
+    writes strings that repeat (`allocator_name`, `tf_op`)."""
+
+    value: str
+
+
+StatValue = str | int | float | bytes | U64 | Ref
 
 
 def _set_stat(stat, value: StatValue) -> None:
@@ -50,7 +58,11 @@ class LineBuilder:
         ev = self.proto.events.add(metadata_id=metadata_id, offset_ps=offset_ps, duration_ps=duration_ps)
         if stats:
             for name, value in stats.items():
-                _set_stat(ev.stats.add(metadata_id=self._plane.stat_id(name)), value)
+                stat = ev.stats.add(metadata_id=self._plane.stat_id(name))
+                if isinstance(value, Ref):
+                    stat.ref_value = self._plane.stat_id(value.value)
+                else:
+                    _set_stat(stat, value)
 
 
 class PlaneBuilder:

@@ -1,0 +1,184 @@
+"""`tpudiag run -- python script.py`: a real jax.profiler capture of an unmodified program on the CPU.
+
+Each test runs a small JAX script in a child process (a few seconds each): the capture must hold
+the script's XLA ops and its step annotations, the report must be printed, and the program's
+exit status must come back, a failing one included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.capture_util import capture_events, hlo_instructions
+from tests.conftest import REPO
+from tpudiag.cli.run_cmd import child_env, joinable_dumps
+from tpudiag.profiling import newest_new_run, parse_steps, run_dirs
+
+pytest.importorskip("jax", reason="tpudiag run captures with jax.profiler (the tpu extra)")
+
+# Four steps of one jitted matmul, annotated the way training loops are; exits with STATUS.
+SCRIPT = """\
+import sys
+import jax, jax.numpy as jnp
+
+@jax.jit
+def matmul(x):
+    return jnp.tanh(x @ x)
+
+x = jnp.ones((64, 64))
+for i in range(4):
+    with jax.profiler.StepTraceAnnotation("train", step_num=i):
+        x = matmul(x).block_until_ready()
+print("script done")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def run_tpudiag(tmp_path: Path, *args: str, script: str = SCRIPT, status: int = 0, env: dict | None = None
+                ) -> subprocess.CompletedProcess:
+    path = tmp_path / "train.py"
+    path.write_text(script)
+    inherited = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "LIBTPU_INIT_ARGS")}
+    full_env = {**inherited, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "tpudiag", "run", *args, "--", sys.executable, str(path),
+                           str(status)], capture_output=True, text=True, env=full_env, timeout=300,
+                          cwd=tmp_path)
+
+
+def _named(stderr: str, what: str) -> Path:
+    m = re.search(rf"{what} in `([^`]+)`", stderr)
+    assert m, stderr
+    return Path(m.group(1))
+
+
+def matmul_instructions(xla_dump: Path) -> set[str]:
+    """Instruction names of the script's jitted matmul, as the CPU compiler dumped them."""
+    (text,) = xla_dump.glob("*jit_matmul.cpu_after_optimizations.txt")
+    return hlo_instructions(text.read_text())
+
+
+def test_run_captures_the_whole_program_and_prints_its_report(tmp_path):
+    proc = run_tpudiag(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "script done" in proc.stdout  # the program's own output still reaches the user
+    assert "tpudiag report" in proc.stdout and "Findings" in proc.stdout
+    logdir, xla = _named(proc.stderr, "trace"), _named(proc.stderr, "dumps")
+    assert not logdir.is_relative_to(tmp_path)  # a fresh temporary directory, never the cwd
+    (run_dir,) = run_dirs(logdir)
+    assert str(run_dir) in proc.stderr
+    ops, steps = capture_events(run_dir)
+    assert steps == [0, 1, 2, 3]
+    executed = {name: n for name, n in ops.items() if name in matmul_instructions(xla)}
+    # the matmul's fused ops ran once per step, and only there (the HLO dump names them)
+    assert executed and set(executed.values()) == {4}, ops
+    # the CPU compiler's dumps are not TPU programs: said, and not joined
+    assert "CPU compiler's: not joined" in proc.stderr
+
+
+def test_run_steps_window_and_a_failing_program(tmp_path):
+    proc = run_tpudiag(tmp_path, "--steps", "1..2", "--format", "json", status=3)
+    assert proc.returncode == 3, proc.stderr[-3000:]  # the program's status, passed through
+    assert "exited with status 3" in proc.stderr
+    doc = json.loads(proc.stdout[proc.stdout.index("{"):])  # after the program's own line
+    assert doc["summary"]["mode"] == "trace"
+    (run_dir,) = run_dirs(_named(proc.stderr, "trace"))
+    ops, steps = capture_events(run_dir)
+    assert steps == [1, 2]  # whole steps 1 and 2, nothing of 0 or 3
+    executed = {n for name, n in ops.items() if name in matmul_instructions(_named(proc.stderr, "dumps"))}
+    assert executed == {2}
+
+
+def test_run_says_when_no_capture_was_made(tmp_path):
+    proc = run_tpudiag(tmp_path, "--steps", "7..9", status=0)
+    assert proc.returncode == 2  # it succeeded, but there is nothing to diagnose
+    assert "no capture was made: the program ran steps 0..3, none of 7..9" in proc.stderr
+    assert proc.stdout.strip() == "script done"
+    proc = run_tpudiag(tmp_path, script="import sys\nsys.exit(int(sys.argv[1]))\n", status=5)
+    assert proc.returncode == 5
+    assert "no capture was made: the program never imported jax" in proc.stderr
+
+
+def test_run_into_a_logdir_reports_only_the_new_run(tmp_path):
+    logdir = tmp_path / "logdir"
+    old = logdir / "plugins" / "profile" / "2000_01_01_00_00_00"
+    old.mkdir(parents=True)
+    (old / "old.xplane.pb").write_bytes(b"")  # someone's older capture: left alone, not reported
+    proc = run_tpudiag(tmp_path, "--logdir", str(logdir), "--steps", "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (new,) = run_dirs(logdir) - {old}
+    assert f"report of `{new}`" in proc.stderr
+    assert (old / "old.xplane.pb").read_bytes() == b""
+    assert capture_events(new)[1] == [0]
+
+
+def test_usage_errors(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tpudiag", "run"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert proc.returncode == 2 and "no program to run" in proc.stderr
+    proc = run_tpudiag(tmp_path, "--steps", "3..1")
+    assert proc.returncode == 2 and "steps 3..1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_child_env_keeps_the_users_flags_and_dump_directory(tmp_path):
+    env_before = dict(os.environ)
+    try:
+        os.environ["XLA_FLAGS"] = "--xla_cpu_use_thunk_runtime=true"
+        os.environ["LIBTPU_INIT_ARGS"] = "--xla_tpu_enable_latency_hiding_scheduler=false"
+        env, xla, llo = child_env({"logdir": "x"}, tmp_path / "boot", tmp_path / "dumps", tpu=True)
+        assert env["XLA_FLAGS"] == f"--xla_cpu_use_thunk_runtime=true --xla_dump_to={tmp_path / 'dumps' / 'xla'}"
+        assert env["LIBTPU_INIT_ARGS"].startswith("--xla_tpu_enable_latency_hiding_scheduler=false --xla_jf_dump_to=")
+        assert llo == tmp_path / "dumps" / "llo" and env["PYTHONPATH"].startswith(str(tmp_path / "boot"))
+        os.environ["XLA_FLAGS"] = "--xla_dump_to=/mine"  # the user's own dump directory wins
+        env, xla, llo = child_env({}, tmp_path, tmp_path / "dumps", tpu=False)
+        assert env["XLA_FLAGS"] == "--xla_dump_to=/mine" and xla == Path("/mine") and llo is None
+        assert env["LIBTPU_INIT_ARGS"] == "--xla_tpu_enable_latency_hiding_scheduler=false"  # no LLO off TPU
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+
+
+def test_joinable_dumps_reads_tpu_dumps_and_names_cpu_ones(tmp_path):
+    tpu = tmp_path / "tpu"
+    tpu.mkdir()
+    (tpu / "module_0001.jit_step.after_optimizations.txt").write_text("HloModule jit_step\n")
+    assert joinable_dumps(tpu, None) == ([tpu], [])
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    (cpu / "module_0001.jit_step.cpu_after_optimizations.txt").write_text("HloModule jit_step\n")
+    dumps, notes = joinable_dumps(cpu, None)
+    assert dumps == [] and "CPU compiler's" in notes[0]
+    assert joinable_dumps(tmp_path / "missing", None)[1] == [f"no HLO dump was written to `{tmp_path / 'missing'}`"]
+
+
+@pytest.mark.parametrize(("text", "expected"), [("5", (5, 5)), ("10..12", (10, 12)), (" 0 .. 3 ", (0, 3))])
+def test_parse_steps(text, expected):
+    window = parse_steps(text)
+    assert (window.first, window.last) == expected
+
+
+@pytest.mark.parametrize("text", ["", "a", "3..1", "-1", "1..2..3", "1-3"])
+def test_parse_steps_refuses(text):
+    from tpudiag.errors import UsageError
+
+    with pytest.raises(UsageError):
+        parse_steps(text)
+
+
+def test_newest_new_run_ignores_runs_that_were_there(tmp_path):
+    root = tmp_path / "plugins" / "profile"
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        (root / name / "h.xplane.pb").write_bytes(b"")
+    before = run_dirs(tmp_path)
+    assert newest_new_run(tmp_path, before) is None
+    (root / "c").mkdir()
+    assert newest_new_run(tmp_path, before) is None  # no trace file in it: not a run
+    (root / "c" / "h.xplane.pb").write_bytes(b"")
+    assert newest_new_run(tmp_path, before) == root / "c"

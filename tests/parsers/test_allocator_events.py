@@ -1,0 +1,143 @@
+"""The allocator events' two readers: from wire bytes (`_wire.decode_stats`) and through protobuf.
+
+For any line, the wire reader gives what the protobuf reference gives, or declines (then the
+reference reads the line); it never differs. Checked on the lines of a played capture and of the
+real GPU captures, on hand-made edge cases of how stats can be written, and on mutated lines.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from google.protobuf.message import DecodeError
+
+from tests.conftest import SHARED
+from tests.memory_captures import played_capture
+from tpudiag.errors import InputError
+from tpudiag.parsers import event_wire
+from tpudiag.parsers.allocator_events import _line_from_protobuf, _line_from_wire, _Plane, read_allocator_events
+from tpudiag.parsers.event_wire import RawLine
+from tpudiag.proto import XLine, XSpace
+from tpudiag.writers.xspace_builder import U64, Ref, XSpaceBuilder
+
+pytestmark = pytest.mark.skipif(
+    not event_wire.available() and not os.environ.get("TPUDIAG_REQUIRE_WIRE"),
+    reason="the compiled event reader `tpudiag.parsers._wire` is not built here (no C compiler at install)")
+
+REAL = sorted((SHARED / "data" / "real-captures").rglob("*.xplane.pb"))
+
+
+def _host_lines(path: Path) -> tuple[_Plane, list[bytes]]:
+    space = XSpace()
+    space.ParseFromString(path.read_bytes())
+    plane = next(p for p in space.planes if p.name == "/host:CPU")
+    kinds = {mid: md.name == "MemoryAllocation" for mid, md in plane.event_metadata.items()
+             if md.name in ("MemoryAllocation", "MemoryDeallocation")}
+    return (_Plane(kinds, {sid: md.name for sid, md in plane.stat_metadata.items()}),
+            [line.SerializeToString() for line in plane.lines])
+
+
+def _equal(a: dict, b: dict) -> bool:
+    """Equal values and dtypes, column by column (NaN equal to NaN)."""
+    def same(x, y) -> bool:
+        if not isinstance(x, np.ndarray):
+            return x == y
+        if x.dtype != y.dtype or len(x) != len(y):
+            return False
+        return list(x) == list(y) if x.dtype == object else np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
+    return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+
+
+def _assert_same(data: bytes, plane: _Plane) -> str:
+    """'wire' when the wire reader read the line (and agreed), else 'declined'."""
+    try:
+        ref = ("ok", _line_from_protobuf(RawLine(data), plane))
+    except (InputError, DecodeError, OverflowError) as exc:
+        ref = ("error", type(exc).__name__)
+    try:
+        wire = _line_from_wire(RawLine(data), plane)
+    except InputError:
+        wire = None  # the line header itself did not read: both readers fail alike
+    if wire is None:
+        return "declined"
+    assert ref[0] == "ok", f"the wire reader read a line protobuf rejects ({ref[1]})"
+    assert _equal(wire, ref[1])
+    return "wire"
+
+
+@pytest.mark.parametrize("source", ["played", *[p.parent.parent.parent.parent.name for p in REAL]])
+def test_lines_of_captures_read_the_same_both_ways(source, tmp_path):
+    path = (played_capture(tmp_path / "h.xplane.pb") if source == "played"
+            else next(p for p in REAL if p.parent.parent.parent.parent.name == source))
+    plane, lines = _host_lines(path)
+    assert {_assert_same(data, plane) for data in lines} == {"wire"}
+
+
+def test_whole_file_reads_the_same_with_and_without_the_wire_reader(tmp_path, monkeypatch):
+    path = played_capture(tmp_path / "h.xplane.pb")
+    wire = read_allocator_events(path).events
+    monkeypatch.setenv("TPUDIAG_NO_WIRE", "1")
+    pd.testing.assert_frame_equal(read_allocator_events(path).events, wire)
+
+
+def _edge_capture(path: Path) -> Path:
+    """Stats written every way a producer may: refs and inline strings, uint64 past int64, an
+    integer memory id, repeated stats (the last wins), two metadata entries with one name, a
+    double written as an integer, a stat without a value, num_occurrences in place of offset_ps."""
+    space = XSpaceBuilder("h")
+    plane = space.plane("/host:CPU", 1)
+    line = plane.line("t", 1, 123)
+    alloc, free = plane.event_metadata("MemoryAllocation"), plane.event_metadata("MemoryDeallocation")
+    other = plane.event_metadata("PjitFunction(f)")
+    line.event(alloc, 10, 0, {"allocator_name": Ref("HBM_0"), "bytes_allocated": 4096, "addr": U64((1 << 64) - 5),
+                              "tf_op": "jit(f)/add", "shape": Ref("[8,128]"), "fragmentation": 0.25})
+    line.event(other, 11, 5, {"bytes_allocated": 99})  # not an allocator event: never read
+    line.event(alloc, 20, 0, {"device_ordinal": 3, "bytes_allocated": U64(8192), "bytes_allocated#2": 1,
+                              "fragmentation": 7, "group_id": 4})
+    line.event(free, 30, 0, {"index_on_host": 1, "allocator_name": "HBM_1", "region_type": "temp"})
+    line.event(free, 40, 0, {"allocator_name": "HBM_1", "index_on_host": 2, "bytes_allocated": 5})
+    line.proto.events[-1].stats.add(metadata_id=plane.stat_id("bytes_allocated"))  # a stat with no value: 0
+    line.event(alloc, 50, 0, {"allocator_name": "HBM_0", "allocation_bytes": 256})
+    line.proto.events[-1].stats.add(metadata_id=plane.stat_id("allocation_bytes"), int64_value=512)  # last wins
+    line.proto.events[-1].ClearField("offset_ps")
+    line.proto.events[-1].num_occurrences = 2
+    # A second stat metadata named like the first: both feed the column, the later one wins.
+    plane.proto.stat_metadata[plane.stat_id("bytes_allocated#2")].name = "bytes_allocated"
+    return space.write(path)
+
+
+def test_edge_cases_read_the_same_and_as_xprof_would(tmp_path):
+    path = _edge_capture(tmp_path / "e.xplane.pb")
+    plane, lines = _host_lines(path)
+    assert [_assert_same(data, plane) for data in lines] == ["wire"]
+    ev = read_allocator_events(path).events
+    assert list(ev["allocator"]) == ["HBM_0", "3", "HBM_1", "2", "HBM_0"]  # the last memory-id stat wins
+    assert list(ev["heap_bytes"]) == [4096, 1, 0, 0, 0]
+    assert ev["address"].iat[0] == -5  # uint64 read as the same 64 bits, signed, as XProf's IntValue
+    assert list(ev["fragmentation"]) == [0.25, 0.0, 0.0, 0.0, 0.0]
+    assert list(ev["step_id"]) == [-1, 4, -1, -1, -1]
+    assert list(ev["op"])[0] == "jit(f)/add" and list(ev["shape"])[0] == "[8,128]"
+    assert ev["allocation_bytes"].iat[4] == 512
+    assert list(ev["allocation"]) == [True, True, False, False, True]
+    assert list(ev["time_ps"]) == [10, 20, 30, 40, 0]  # num_occurrences: no offset, at the line's start
+
+
+def test_mutated_lines_never_read_differently(tmp_path):
+    plane, lines = _host_lines(played_capture(tmp_path / "h.xplane.pb"))
+    rng = random.Random(3)
+    line = XLine()
+    line.ParseFromString(max(lines, key=len))
+    del line.events[30:]  # a short line, so that each mutation is quick to read both ways
+    source = line.SerializeToString()
+    outcomes = []
+    for _ in range(1500):
+        mutated = bytearray(source)
+        for _ in range(rng.randint(1, 3)):
+            mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+        outcomes.append(_assert_same(bytes(mutated), plane))
+    assert "wire" in outcomes  # many mutations leave a readable line; those must agree

@@ -1,0 +1,100 @@
+"""hbm-pressure (TPD109): near capacity, over it, and the levers, on dumps written in code
+(`tests/memory_dumps.py`, the issue's Adam step on v5e: 16 GiB, 15.75 GiB usable)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.memory_dumps import ACT_BYTES, STATE_BYTES, W_BYTES, write_adam_dump
+from tests.rules.conftest import render_findings
+from tpudiag import diagnose
+from tpudiag.model.findings import Severity
+from tpudiag.rules.hbm_pressure import first_lever
+
+OOM_TEXT = ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required "
+            "for HLO temporaries (17.00G) exceeds available HBM (15.75G).")
+
+
+def _run(tmp_path, name, error=None, **kw):
+    return diagnose(write_adam_dump(tmp_path / name, **kw), select="hbm-pressure", error=error)
+
+
+def test_near_capacity_names_the_peak_and_puts_donation_first(tmp_path, snapshot):
+    d = _run(tmp_path, "near", layers=10, live_activations=2)  # 14.23 GB: 84 % of 15.75 GiB
+    [f] = d.findings
+    assert f.code == "TPD109" and f.severity is Severity.MEDIUM and not f.blocking
+    assert "peaks at 13.2 GiB of HBM, 84.1% of 15.8 GiB usable" in f.message
+    assert "first: donate m, params, v" in f.message
+    assert f.fix == "jax.jit(step, donate_argnums=(0, 1, 2))"
+    assert f.saving.ps == 0 and f.saving.bytes == 10 * (W_BYTES + 2 * STATE_BYTES)  # every update reuses its argument
+    snapshot("hbm-pressure", render_findings(d.findings))
+
+
+def test_oom_dump_does_not_fit_by_how_much_and_ranks_first(tmp_path):
+    d = _run(tmp_path, "oom", layers=13, live_activations=2, oom=True)
+    [f] = d.findings
+    assert f.severity is Severity.HIGH and f.blocking
+    peak = 13 * (2 * W_BYTES + 4 * STATE_BYTES) + 3 * ACT_BYTES
+    assert d.memory().programs[0].hbm_peak_bytes == peak == 18_253_611_008
+    assert "does not fit: it needs 17 GiB of HBM, 1.25 GiB over 15.8 GiB usable" in f.message
+
+
+def test_the_error_message_gives_the_usable_hbm(tmp_path):
+    d = _run(tmp_path, "oom", error=OOM_TEXT, layers=13, live_activations=2)  # no OOM marker: the error says it
+    [f] = d.findings
+    assert f.blocking and "usable (compiler error)" in f.message
+    assert f.evidence[0].values == (("message", OOM_TEXT),)
+
+
+def test_fits_and_near_miss_give_no_finding(tmp_path):
+    assert _run(tmp_path, "fits", layers=4).findings == ()
+    near_miss = _run(tmp_path, "miss", layers=9, live_activations=4)  # 13.42 GB: 79.4 %, under 80 %
+    assert near_miss.findings == ()
+    assert near_miss.memory().programs[0].hbm_peak_bytes == pytest.approx(0.794 * 16128 * 2**20, rel=1e-3)
+
+
+def test_threshold_is_an_option(tmp_path):
+    dump = write_adam_dump(tmp_path / "miss", layers=9, live_activations=4)
+    from tpudiag.rules import RulesConfig
+
+    config = RulesConfig(select=("hbm-pressure",), options={"hbm-pressure": {"near_fraction": 0.75}})
+    assert [f.severity for f in diagnose(dump, config=config).findings] == [Severity.MEDIUM]
+
+
+def test_donation_removes_the_donation_lever_and_lowers_the_peak(tmp_path):
+    plain = _run(tmp_path, "plain", layers=10).memory().programs[0]
+    donated = _run(tmp_path, "donated", layers=10, donate=True).memory().programs[0]
+    assert "donation" in {lv.key for lv in plain.levers}
+    assert "donation" not in {lv.key for lv in donated.levers}
+    assert donated.hbm_peak_bytes < plain.hbm_peak_bytes
+    assert donated.hbm.alias_bytes == 10 * (W_BYTES + 2 * STATE_BYTES) and donated.hbm.output_bytes == 0
+
+
+def test_remat_lever_counts_forward_activations_live_at_the_peak(tmp_path):
+    program = _run(tmp_path, "remat", layers=6, live_activations=3).memory().programs[0]
+    remat = next(lv for lv in program.levers if lv.key == "remat")
+    assert remat.saving_bytes == 3 * ACT_BYTES  # only the 3 activations live together, not all 6
+    assert all(b.startswith("act.") for b in remat.buffers)
+
+
+def test_first_lever_is_the_cheapest_that_is_enough():
+    from tpudiag.model.memory import MemoryLever
+
+    levers = (MemoryLever("fsdp", "", 10, "", ""), MemoryLever("donation", "", 6, "", ""),
+              MemoryLever("remat", "", 2, "", ""))
+    assert first_lever(levers, 5).key == "donation"
+    assert first_lever(levers, 8).key == "fsdp"
+    assert first_lever(levers, 20).key == "fsdp"  # none is enough: the largest
+    assert first_lever((), 1) is None
+
+
+def test_vmem_error_is_reported_with_the_limit_and_the_chip(tmp_path):
+    text = ("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out of memory in memory space vmem while "
+            "allocating on stack for %_lambda_.1 = f32[4096,4096]{1,0:T(8,128)} custom-call(...). Scoped "
+            "allocation with size 28.00M and limit 16.00M exceeded scoped vmem limit by 12.00M.")
+    d = _run(tmp_path, "fits", error=text, layers=1)
+    [f] = d.findings
+    assert f.blocking and f.ops == ("_lambda_.1",)
+    assert f.message == ("`_lambda_.1` needs 28 MiB of VMEM, 12 MiB over the 16 MiB scoped VMEM limit; "
+                         "the chip has 128 MiB of VMEM")
+    assert "vmem_limit_bytes" in f.fix

@@ -1,0 +1,97 @@
+"""The checks on `tpudiag.diagnose()` and `tpudiag.compare()` arguments, in one place.
+
+A notebook caller gets a `UsageError` with one sentence naming the argument, what it takes and
+what it got, instead of an AttributeError or TypeError from deep inside the pipeline (or, worse,
+a silent misreading: a string `dumps=` iterated one character at a time). The command line's
+own options arrive here too, already typed by typer, so the same checks hold for both.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from tpudiag.errors import UsageError
+from tpudiag.model.hardware import ChipSpec
+
+CHIP_NAMES = ("v4", "v5e", "v5p", "v6e", "tpu7x")
+
+
+def _got(value: object) -> str:
+    """What the caller passed, short: its repr for small values, its type otherwise."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"a {type(value).__name__}"
+
+
+def check_chip(chip: object) -> ChipSpec | None:
+    """`chip=` as a ChipSpec: None, a ChipSpec, or one of `CHIP_NAMES` (any case)."""
+    from tpudiag.model.hardware import chip_for
+
+    if chip is None or isinstance(chip, ChipSpec):
+        return chip
+    if not isinstance(chip, str):
+        raise UsageError(f"chip must be a TPU generation name or a ChipSpec, got {_got(chip)}",
+                         hint=f"use one of {', '.join(CHIP_NAMES)}")
+    spec = chip_for(chip) if chip.lower() in CHIP_NAMES else None
+    if spec is None:
+        raise UsageError(f"--chip: unknown TPU generation `{chip}`", hint=f"use one of {', '.join(CHIP_NAMES)}")
+    return spec
+
+
+def check_jobs(jobs: object) -> int | None:
+    """`jobs=`: None (every CPU) or a whole number of processes, at least 1."""
+    if jobs is None:
+        return None
+    if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral):
+        raise UsageError(f"jobs must be a whole number of processes, got {_got(jobs)}")
+    if jobs < 1:
+        raise UsageError(f"jobs must be at least 1, got {jobs}")
+    return int(jobs)
+
+
+def check_progress(progress: object) -> Callable[[str], None] | None:
+    """`progress=`: None or a callable taking one string."""
+    if progress is not None and not callable(progress):
+        raise UsageError(f"progress must be a function taking one string, got {_got(progress)}")
+    return progress  # type: ignore[return-value]
+
+
+def check_clock_ghz(clock_ghz: object) -> float | None:
+    """`clock_ghz=`: None or a positive, finite number of GHz."""
+    if clock_ghz is None:
+        return None
+    if isinstance(clock_ghz, bool) or not isinstance(clock_ghz, numbers.Real):
+        raise UsageError(f"clock_ghz must be a number of GHz, got {_got(clock_ghz)}")
+    value = float(clock_ghz)
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"clock_ghz must be a positive, finite number of GHz, got {value!r}")
+    return value
+
+
+def _is_path(value: object) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+def check_path(path: object, name: str = "path") -> object:
+    """An input path: None (the bundled example), a str (a path or a URL) or a PathLike."""
+    if path is not None and not _is_path(path):
+        raise UsageError(f"{name} must be a path or a URL, got {_got(path)}")
+    return path
+
+
+def check_dumps(dumps: object, name: str = "dumps") -> list[Path]:
+    """`dumps=`: one path (a str or PathLike is one path, never its characters) or an iterable of paths."""
+    if dumps is None:
+        return []
+    if _is_path(dumps):
+        return [Path(dumps)]  # type: ignore[arg-type]
+    if isinstance(dumps, (bytes, bytearray)) or not isinstance(dumps, Iterable):
+        raise UsageError(f"{name} must be a path or an iterable of paths, got {_got(dumps)}")
+    items = list(dumps)
+    for item in items:
+        if not _is_path(item):
+            raise UsageError(f"{name} must be a path or an iterable of paths; one item is {_got(item)}")
+    return [Path(d) for d in items]

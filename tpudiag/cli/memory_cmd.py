@@ -1,0 +1,86 @@
+"""`tpudiag memory PATH`: what holds device memory at the peak, and why a program does not fit.
+
+`--error FILE` (`-` for stdin) is shared with `tpudiag report`: the `RESOURCE_EXHAUSTED` text
+JAX printed, joined to the compiled program.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tpudiag.cli.options import Chip
+from tpudiag.errors import InputError
+
+ERROR_HELP = ("A RESOURCE_EXHAUSTED error text from JAX (a file, or `-` for stdin): its HBM or VMEM figures are "
+              "joined to the compiled program")
+
+
+class MemoryFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+
+
+def read_error_text(error: Path | None) -> str | None:
+    """The text of `--error FILE` (`-`: stdin); an unreadable file is an input error naming it."""
+    if error is None:
+        return None
+    if str(error) == "-":
+        return sys.stdin.read()
+    from tpudiag.parsers.input_files import read_input_text
+
+    if not error.exists():
+        raise InputError("no such file", path=error)
+    return read_input_text(error, limit=1 << 20)
+
+
+def memory(
+    path: Annotated[Path | None, typer.Argument(help="Compiler dump directory (XLA `--xla_dump_to` or `tpudiag "
+                                                     "compile -o`), or a capture with --dumps; default: the "
+                                                     "bundled example")] = None,
+    dumps: Annotated[list[Path] | None, typer.Option(help="XLA dump directory of the capture's program; "
+                                                          "repeatable")] = None,
+    error: Annotated[Path | None, typer.Option("--error", help=ERROR_HELP)] = None,
+    chip: Annotated[Chip | None, typer.Option(help="TPU generation, where the files do not say it")] = None,
+    output_format: Annotated[MemoryFormat, typer.Option("--format", "-f", help="Output format")]
+    = MemoryFormat.terminal,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file (`-` for stdout; "
+                                                                       "never inside the input)")] = None,
+    top: Annotated[int, typer.Option(help="Buffers at the peak to list in the terminal table")] = 15,
+) -> None:
+    """Device memory of the compiled program: the peak per memory space, what is live at it, and what would lower it."""
+    from tpudiag.examples_data import bundled_capture
+    from tpudiag.pipeline import diagnose
+    from tpudiag.writers.files import resolve_output
+
+    output = resolve_output(output, [path if path is not None else bundled_capture(), *(dumps or [])])
+    text = read_error_text(error)
+    result = diagnose(path, dumps=dumps or (), chip=chip.value if chip else None, error=text,
+                      select="hbm-pressure")
+    report = result.memory()
+    if output_format is MemoryFormat.json:
+        from tpudiag.render.memory import render_memory_json
+        from tpudiag.writers.files import write_output
+
+        write_output(output, render_memory_json(report) + "\n")
+        return
+    from tpudiag.render.memory import render_memory_terminal
+
+    if output is None:
+        from tpudiag.cli.console import stdout_console
+
+        render_memory_terminal(report, stdout_console(), top=top)
+        return
+    from tpudiag.render.console import SafeConsole
+    from tpudiag.writers.files import atomic_open
+
+    with atomic_open(output) as fh:
+        render_memory_terminal(report, SafeConsole(file=fh, width=140, no_color=True, soft_wrap=False), top=top)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(memory)

@@ -1,0 +1,285 @@
+"""The device memory of compiled programs (`tpudiag.model.memory`) from their buffer assignment.
+
+Per memory space: the allocations of the buffer assignment split into arguments, outputs,
+temporaries and constants (their sum is the compiler's reserved peak, see the model's
+docstring); the temporaries live at the moment they peak, from the live-range dump; and, for
+HBM, the levers that would lower the peak, each with a modelled saving in bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, Instruction, memory_space_name
+from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, ChipSpec
+from tpudiag.model.inputs import CompiledInputs, HloInput
+from tpudiag.model.memory import MemoryBuffer, MemoryLever, MemoryReport, OomError, ProgramMemory, SpaceMemory
+from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
+
+# A modelled lever for sharding across devices assumes this many (the smallest v5e/v6e slice).
+FSDP_DEVICES = 4
+# Temporaries below this size are left out of the live set (tuple index tables, scalars).
+MIN_LIVE_BYTES = 4096
+_INDEX = re.compile(r"\{[\d,]*\}$")
+
+
+def memory_report(input_path: str, compiled: CompiledInputs, errors: Iterable[OomError] = (),
+                  warnings: Iterable[str] = ()) -> MemoryReport:
+    """The memory of every program with a buffer assignment; `errors` are joined to the largest."""
+    errors = tuple(errors)
+    inputs = [h for h in (*compiled.hlo, *compiled.embedded) if h.program.allocations]
+    largest = max(inputs, key=lambda h: sum(a.size_bytes for a in h.program.allocations), default=None)
+    programs = tuple(program_memory(h, compiled.chip, errors if h is largest else ()) for h in inputs)
+    notes = list(warnings)
+    if not inputs:
+        notes.append("no compiled program with a buffer assignment: dump with XLA_FLAGS=--xla_dump_to=DIR "
+                     "(or `tpudiag compile`) to see device memory")
+    return MemoryReport(input_path=input_path, programs=programs, errors=errors, warnings=tuple(notes))
+
+
+def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomError] = ()) -> ProgramMemory:
+    """One program's memory: its spaces, the chip's HBM and the levers; `errors` joined to it."""
+    from tpudiag.model.hardware import chip_for
+
+    program = hlo.program
+    chip = chip_for(hlo.generation) or chip
+    hbm_error = next((e for e in errors if e.space == "hbm"), None)
+    error = hbm_error or next(iter(errors), None)
+    capacity = chip.hbm_capacity_bytes if chip else None
+    if hbm_error is not None and hbm_error.kind != "hbm-allocation":
+        usable, usable_source = hbm_error.available_bytes, "compiler error"
+    elif chip is not None and chip.generation in COMPILER_USABLE_HBM_BYTES:
+        usable, usable_source = COMPILER_USABLE_HBM_BYTES[chip.generation], f"the {chip.generation} compiler's figure"
+    else:
+        usable, usable_source = capacity, "public capacity" if capacity else ""
+    by_color: dict[int, list[BufferAllocation]] = defaultdict(list)
+    for alloc in program.allocations:
+        by_color[alloc.color].append(alloc)
+    reported = {s.color: s.total_bytes for s in program.memory_spaces}
+    spaces = tuple(_space(program, color, allocs, reported.get(color)) for color, allocs in sorted(by_color.items()))
+    hbm = next((s for s in spaces if s.color == 0), None)
+    levers = _levers(program, hbm) if hbm is not None else ()
+    warnings = []
+    if program.allocations and not program.live_ranges:
+        warnings.append(f"`{program.module}`: no live-range dump: the temporaries at the peak are not split by time")
+    return ProgramMemory(
+        module=program.module, path=program.path, generation=chip.generation if chip else "",
+        hbm_capacity_bytes=capacity, hbm_usable_bytes=usable, usable_source=usable_source, spaces=spaces,
+        oom_recorded=program.oom_recorded, error=error, levers=levers,
+        compiler_peak_bytes=_compiler_peak(hlo), warnings=tuple(warnings))
+
+
+def _compiler_peak(hlo: HloInput) -> int | None:
+    """`memory_analysis().peak_memory_in_bytes` from a `tpudiag compile` output's result.json."""
+    result = Path(hlo.origin).parent / "result.json"
+    try:
+        facts = json.loads(result.read_text()) if result.is_file() else {}
+    except (OSError, ValueError):
+        return None
+    peak = facts.get("peak_memory_in_bytes") if facts.get("module") == hlo.program.module else None
+    return int(peak) if isinstance(peak, int) and peak >= 0 else None
+
+
+def _kind(alloc: BufferAllocation) -> str:
+    if alloc.parameter_number is not None:
+        return "argument"
+    if alloc.is_constant:
+        return "constant"
+    if alloc.is_output or alloc.maybe_live_out:
+        return "output"
+    return "temporary"
+
+
+def _value_key(value: BufferValue) -> str:
+    """The live-range file's name of a value: `fusion.32{1}`, or `x.1{}` for a non-tuple."""
+    return value.name if _INDEX.search(value.name) else value.name + "{}"
+
+
+def _space(program: CompiledProgram, color: int, allocs: list[BufferAllocation],
+           reported: int | None) -> SpaceMemory:
+    totals = defaultdict(int)
+    alias = 0
+    for alloc in allocs:
+        totals[_kind(alloc)] += alloc.size_bytes
+        if alloc.parameter_number is not None and (alloc.is_output or alloc.maybe_live_out):
+            alias += alloc.size_bytes
+    whole = [a for a in allocs if _kind(a) != "temporary"]
+    temps = [(a, v) for a in allocs if _kind(a) == "temporary" for v in a.values]
+    ranges, positions = program.live_ranges, program.live_range_positions
+    timeline: list[int] = []
+    peak_at = None
+    if ranges and temps:
+        timeline = [0] * (positions + 1)
+        for _, value in temps:
+            span = ranges.get(_value_key(value))
+            if span is not None:
+                for t in range(span[0], min(span[1], positions) + 1):
+                    timeline[t] += value.size_bytes
+        peak_at = max(range(len(timeline)), key=timeline.__getitem__)
+    live: list[MemoryBuffer] = []
+    for alloc in whole:
+        value = _held_value(alloc, ranges)
+        if value is not None and alloc.size_bytes >= MIN_LIVE_BYTES:
+            live.append(_buffer(program, value, _kind(alloc), alloc, ranges))
+    for alloc, value in temps:
+        span = ranges.get(_value_key(value)) if ranges else None
+        at_peak = peak_at is None or (span is not None and span[0] <= peak_at <= span[1])
+        if at_peak and value.size_bytes >= MIN_LIVE_BYTES:
+            live.append(_buffer(program, value, "temporary", alloc, ranges))
+    live.sort(key=lambda b: (-b.size_bytes, b.name))
+    return SpaceMemory(
+        space=memory_space_name(color) if color in (0, 1, 2) else f"color {color}", color=color,
+        peak_bytes=sum(a.size_bytes for a in allocs), argument_bytes=totals["argument"],
+        output_bytes=totals["output"], temp_bytes=totals["temporary"], constant_bytes=totals["constant"],
+        alias_bytes=alias, reported_total_bytes=reported, live_at_peak=tuple(live), peak_position=peak_at,
+        timeline_bytes=tuple(timeline))
+
+
+def _held_value(alloc: BufferAllocation, ranges: dict[str, tuple[int, int]]) -> BufferValue | None:
+    """The value a whole-program allocation is for: the last to be live (an output buffer also
+    holds temporaries written before the output is); the last listed without live ranges."""
+    if not alloc.values:
+        return None
+    return max(enumerate(alloc.values), key=lambda iv: (ranges.get(_value_key(iv[1]), (0, -1))[1], iv[0]))[1]
+
+
+def _buffer(program: CompiledProgram, value: BufferValue, kind: str, alloc: BufferAllocation,
+            ranges: dict[str, tuple[int, int]]) -> MemoryBuffer:
+    instruction = _INDEX.sub("", value.name)
+    inst = _instruction(program, instruction)
+    try:
+        logical = parse_shape(value.shape_text).logical_bytes
+    except ShapeSyntaxError:
+        logical = None
+    span = ranges.get(_value_key(value))
+    return MemoryBuffer(
+        name=value.name, instruction=instruction, kind=kind, size_bytes=value.size_bytes, logical_bytes=logical,
+        shape=value.shape_text, op_name=inst.op_name if inst else "", source_file=inst.source_file if inst else "",
+        source_line=inst.source_line if inst else 0, parameter_number=alloc.parameter_number,
+        aliased=alloc.parameter_number is not None and (alloc.is_output or alloc.maybe_live_out),
+        live_from=span[0] if span else None, live_to=span[1] if span else None)
+
+
+def _instruction(program: CompiledProgram, name: str) -> Instruction | None:
+    inst = program.instructions.get((program.entry, name))
+    if inst is None:  # a value defined in a called computation (a while body)
+        inst = next((i for (_, n), i in program.instructions.items() if n == name), None)
+    return inst
+
+
+def _argument_root(op_name: str, fallback: str) -> str:
+    """The jit argument an entry parameter comes from: `params[0]` -> `params`, `opt.mu[2]` -> `opt`."""
+    text = op_name or fallback
+    return re.split(r"[\[.]", text, maxsplit=1)[0] or text
+
+
+def _dtype(shape: str) -> str:
+    return shape.split("[", 1)[0]
+
+
+def _levers(program: CompiledProgram, hbm: SpaceMemory) -> tuple[MemoryLever, ...]:
+    live = hbm.live_at_peak
+    args = [b for b in live if b.kind == "argument"]
+    outputs = [b for b in live if b.kind == "output"]
+    temps = [b for b in live if b.kind == "temporary"]
+    levers: list[MemoryLever] = []
+
+    # Donation: an output of the same shape and layout as an argument not yet donated can reuse it.
+    free = defaultdict(list)
+    for arg in args:
+        if not arg.aliased:
+            free[arg.shape].append(arg)
+    donated, pairs = set(), []
+    for out in outputs:
+        if free[out.shape]:
+            arg = free[out.shape].pop(0)
+            pairs.append((out, arg))
+            donated.add(_argument_root(arg.op_name, arg.instruction))
+    if pairs:
+        saving = sum(o.size_bytes for o, _ in pairs)
+        roots = sorted(donated)
+        numbers = _argnums(program, roots)
+        fix = (f"jax.jit(step, donate_argnums={numbers})" if numbers
+               else f"donate the arguments {', '.join(roots)} (`donate_argnums`)")
+        levers.append(MemoryLever(
+            "donation", f"donate {', '.join(roots)}: {len(pairs)} outputs have an argument's shape and could reuse it",
+            saving, "the outputs that could reuse a same-shaped argument's buffer; the compiler may need "
+            "some of it back as temporaries for out-of-place updates", fix,
+            tuple(o.name for o, _ in pairs)))
+
+    # Rematerialisation: forward-pass activations (`jvp(` in the name stack, not the transpose)
+    # that are live at the peak because the backward pass needs them.
+    kept = [t for t in temps if "jvp(" in t.op_name and "transpose(" not in t.op_name]
+    if kept:
+        levers.append(MemoryLever(
+            "remat", f"rematerialise {len(kept)} forward activations kept for the backward pass",
+            sum(t.size_bytes for t in kept), "forward activations live at the peak; recomputing them costs "
+            "their FLOPs again in the backward pass",
+            "wrap the layer in jax.checkpoint (e.g. policy=jax.checkpoint_policies.dots_saveable, "
+            "or nothing_saveable for the most memory)", tuple(t.name for t in kept)))
+
+    # Optimiser state and parameters: arguments the step also returns in the same shape (whether
+    # donated or not) are the training state; sharding it over devices (FSDP) or keeping it on
+    # the host between uses frees its HBM.
+    state = [a for a in args if a.aliased or any(o.shape == a.shape for o in outputs)]
+    state_bytes = sum(a.size_bytes for a in state) + sum(o.size_bytes for o, _ in pairs)
+    if state:
+        levers.append(MemoryLever(
+            "fsdp", f"shard the parameters and optimiser state over {FSDP_DEVICES} devices (FSDP)",
+            state_bytes * (FSDP_DEVICES - 1) // FSDP_DEVICES,
+            f"(1 - 1/{FSDP_DEVICES}) of the state arguments and their updated outputs, modelled for "
+            f"{FSDP_DEVICES} devices; gathering them per layer adds collectives",
+            "shard params and optimiser state along a mesh axis (NamedSharding(mesh, P('data', None)))",
+            tuple(a.name for a in state)))
+        f32_state = [a for a in state if _dtype(a.shape) == "f32"]
+        if f32_state:
+            moved = sum(a.size_bytes for a in f32_state) + sum(o.size_bytes for o, a in pairs if a in f32_state)
+            levers.append(MemoryLever(
+                "host-offload", f"keep the f32 optimiser state in host memory ({len(f32_state)} arrays)",
+                moved, "the f32 state arguments (and their new values) moved to pinned host memory; "
+                "the update then streams over PCIe each step",
+                "place the optimiser state with memory_kind='pinned_host' (jax.device_put / out_shardings)",
+                tuple(a.name for a in f32_state)))
+
+    # A smaller microbatch: the temporaries and the arguments that are not state (the batch) scale
+    # with the batch size.
+    batch_args = [a for a in args if a not in state]
+    scaled = sum(t.size_bytes for t in temps) + sum(a.size_bytes for a in batch_args)
+    if scaled:
+        levers.append(MemoryLever(
+            "microbatch", "halve the microbatch (accumulate gradients over 2)", scaled // 2,
+            "half of the temporaries live at the peak and of the batch arguments, which scale with the batch",
+            "split the batch into microbatches and accumulate gradients (jax.lax.scan over microbatches)",
+            tuple(b.name for b in (*temps, *batch_args))))
+
+    # Narrower dtypes: f32 buffers at the peak stored as bf16.
+    wide = [b for b in live if _dtype(b.shape) == "f32"]
+    if wide:
+        levers.append(MemoryLever(
+            "dtype", f"store {len(wide)} f32 buffers at the peak in bf16", sum(b.size_bytes for b in wide) // 2,
+            "half of the f32 buffers live at the peak; bf16 optimiser state needs care (stochastic rounding "
+            "or an f32 master copy of the params only)",
+            "keep optimiser moments in bf16 (e.g. optax.adam(mu_dtype=jnp.bfloat16)) or activations in bf16",
+            tuple(b.name for b in wide)))
+    levers.sort(key=lambda lv: (-lv.saving_bytes, lv.key))
+    return tuple(lv for lv in levers if lv.saving_bytes > 0)
+
+
+def _argnums(program: CompiledProgram, roots: list[str]) -> tuple[int, ...] | None:
+    """`donate_argnums` for argument roots, when the parameters' order gives the jit argument order.
+
+    JAX flattens the jit arguments in order, so the first parameter of each root gives its rank
+    among the roots; the mapping holds when every root's parameters are contiguous.
+    """
+    firsts: dict[str, int] = {}
+    for inst in program.entry_parameters():
+        root = _argument_root(inst.op_name, inst.name)
+        firsts.setdefault(root, inst.parameter_number if inst.parameter_number is not None else 0)
+    order = sorted(firsts, key=firsts.__getitem__)
+    if not all(r in order for r in roots):
+        return None
+    return tuple(order.index(r) for r in sorted(roots, key=firsts.__getitem__))

@@ -1,0 +1,79 @@
+"""Live device buffers with the Python stacks that made them, from JAX's own memory profile.
+
+`jax.profiler.save_device_memory_profile(path)` writes a pprof profile of every buffer alive on
+the devices at that moment: one sample per distinct (stack, kind, device), valued by the number of
+buffers and their bytes. These are measured sizes of what the runtime holds, not a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceFrame:
+    """One Python frame: the function, its file and the line executing in it."""
+
+    function: str
+    file: str
+    line: int
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class BufferSample:
+    """Buffers that share a stack, a kind and a device.
+
+    `kind` is what JAX labels the sample: `buffer` (a device array) or `executable` (a loaded
+    program, 0 bytes on backends that do not report its size). `device` is e.g. `cpu:0`, `tpu:3`;
+    "" where the sample has no device label (executables).
+    """
+
+    kind: str
+    device: str
+    buffers: int
+    bytes: int
+    stack: tuple[SourceFrame, ...]  # the innermost frame first, as pprof orders them
+
+
+@dataclass(frozen=True)
+class DeviceMemoryProfile:
+    """A whole `save_device_memory_profile` file."""
+
+    path: str
+    samples: tuple[BufferSample, ...]
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(s.bytes for s in self.samples if s.kind == "buffer")
+
+    @property
+    def live_buffers(self) -> int:
+        return sum(s.buffers for s in self.samples if s.kind == "buffer")
+
+
+@dataclass(frozen=True)
+class DeviceTotal:
+    device: str
+    buffers: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class LiveBytes:
+    """Live buffer bytes attributed to source lines (`analysis.live_buffers.attribute`).
+
+    `by_line` is a `schemas.LIVE_BYTES_BY_LINE` table, largest first. Each sample is attributed to
+    its innermost frame outside JAX's own code (`jax`, `jaxlib`); `internal` rows are samples
+    whose whole stack lies inside JAX, attributed to their innermost frame.
+    """
+
+    path: str
+    by_line: object  # pandas.DataFrame (schemas.LIVE_BYTES_BY_LINE)
+    by_device: tuple[DeviceTotal, ...]
+    total_bytes: int
+    total_buffers: int
+    executables: int

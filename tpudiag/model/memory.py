@@ -1,0 +1,168 @@
+"""Device memory of a compiled program: what the compiler reserved, what is live at the peak, and
+why a program does not fit.
+
+Built by `tpudiag.compiler.memory` from a program's buffer assignment (`*-buffer-assignment.txt`)
+and live ranges (`*-live-range.txt`), joined to a `RESOURCE_EXHAUSTED` message when one is given
+(`tpudiag.parsers.oom_error`). Read by the `hbm-pressure` rule, `tpudiag memory`, the markdown
+report and the TUI.
+
+Accounting (checked on real v5e compiles, shared/reference/tpu-compiler-dumps.md §11): the
+allocations of one memory space are disjoint, and their sum is the space's `Total bytes` in the
+compiler's memory-usage report and, for HBM, `memory_analysis().peak_memory_in_bytes` to within
+0.01 %. Arguments and outputs are reserved for the whole program; temporaries share one heap
+whose size is the largest set of temporaries live at once (plus fragmentation). So
+`peak_bytes = argument_bytes + output_bytes + temp_bytes + constant_bytes`, where an output that
+reuses a donated argument's buffer is counted once, in `argument_bytes`, and shown in
+`alias_bytes`. `memory_analysis()` counts such an output in both its output and alias figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+BUFFER_KINDS = ("argument", "output", "temporary", "constant")
+
+
+@dataclass(frozen=True)
+class MemoryBuffer:
+    """One buffer live at the peak: an argument, an output, a constant or a temporary value."""
+
+    name: str  # HLO value: instruction name, with `{i}` when it is a tuple element
+    instruction: str  # the defining instruction
+    kind: str  # one of BUFFER_KINDS
+    size_bytes: int  # as laid out (tiled, padded): what it occupies
+    logical_bytes: int | None  # elements x element size; None when the shape could not be read
+    shape: str  # HLO shape text, layout included
+    op_name: str  # JAX name stack (`jit(step)/jvp()/dot_general`), or the argument path (`params[0]`)
+    source_file: str
+    source_line: int  # 0 when unknown
+    parameter_number: int | None = None  # entry parameter held (arguments)
+    aliased: bool = False  # an argument buffer the program also returns (donated)
+    live_from: int | None = None  # program position of its definition (live-range file)
+    live_to: int | None = None  # program position of its last use
+
+    @property
+    def padding_bytes(self) -> int | None:
+        return None if self.logical_bytes is None else max(0, self.size_bytes - self.logical_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryLever:
+    """One way to lower the peak, with its modelled saving in bytes (an upper bound).
+
+    Levers overlap (sharding the optimiser state and offloading it save the same bytes): their
+    savings are never added up.
+    """
+
+    key: str  # donation, remat, fsdp, host-offload, microbatch, dtype
+    title: str  # one line: what to do
+    saving_bytes: int  # modelled, upper bound
+    explanation: str  # how the saving was modelled
+    fix: str  # the concrete change (`jax.jit(step, donate_argnums=(0, 1, 2))`)
+    buffers: tuple[str, ...] = ()  # the buffers it acts on, largest first
+
+
+@dataclass(frozen=True)
+class SpaceMemory:
+    """One memory space of one program (color 0 is HBM, 1 VMEM)."""
+
+    space: str  # hbm, vmem, smem, host, or the compiler's own name (`color_6`)
+    color: int
+    peak_bytes: int  # every allocation of the space: what the compiler reserved
+    argument_bytes: int
+    output_bytes: int  # outputs in buffers of their own (not reusing an argument)
+    temp_bytes: int  # the temporaries' heap (and thread-local scratch)
+    constant_bytes: int
+    alias_bytes: int  # argument buffers the program also returns (within argument_bytes)
+    reported_total_bytes: int | None  # `Total bytes` of the memory-usage report, when dumped
+    live_at_peak: tuple[MemoryBuffer, ...]  # largest first
+    peak_position: int | None  # program position where the temporaries peak; None without live ranges
+    timeline_bytes: tuple[int, ...] = ()  # temporaries live at each program position (live ranges)
+
+    @property
+    def whole_program_bytes(self) -> int:
+        """Bytes reserved for the whole run: arguments, own outputs and constants."""
+        return self.argument_bytes + self.output_bytes + self.constant_bytes
+
+
+@dataclass(frozen=True)
+class OomError:
+    """A `RESOURCE_EXHAUSTED` message, parsed (`tpudiag.parsers.oom_error`).
+
+    `space` is `hbm` or `vmem`. `kind`: `hbm-temporaries` (compile time: the program's total over
+    the usable HBM), `hbm-capacity` (`Used X of Y hbm`), `hbm-allocation` (at run time: a buffer
+    the allocator could not place), or the VMEM kinds of `tpudiag.model.llo.VmemBudget` (`scoped`,
+    `capacity`, `allocation`). Sizes are printed with two decimals (`17.00G`): exact to ~5 MiB at
+    gigabytes.
+    """
+
+    space: str
+    kind: str
+    required_bytes: int
+    available_bytes: int
+    message: str  # the line that says it, as printed
+    hlo: str = ""  # the op named (VMEM forms)
+    exceeded_by_bytes: int | None = None
+
+    @property
+    def over_by_bytes(self) -> int:
+        return self.exceeded_by_bytes if self.exceeded_by_bytes is not None else self.required_bytes - self.available_bytes
+
+
+@dataclass(frozen=True)
+class ProgramMemory:
+    """The device memory of one compiled program, per memory space, with the chip's HBM."""
+
+    module: str
+    path: str  # the dump file it was read from
+    generation: str  # v5e, ...; '' when unknown
+    hbm_capacity_bytes: int | None  # the chip's public figure (`tpudiag.model.hardware`)
+    hbm_usable_bytes: int | None  # what the compiler lets a program use (its OOM message, else a measured figure)
+    usable_source: str  # 'compiler error', "the v5e compiler's figure" (measured), 'public capacity' or ''
+    spaces: tuple[SpaceMemory, ...]
+    oom_recorded: bool  # the dump holds the compiler's `*.oom_intermediate_module.txt`
+    error: OomError | None = None  # the `--error` message joined to this program
+    levers: tuple[MemoryLever, ...] = ()  # HBM levers, largest modelled saving first
+    compiler_peak_bytes: int | None = None  # `memory_analysis().peak_memory_in_bytes` (a `compile` output)
+    warnings: tuple[str, ...] = ()
+
+    def space(self, name: str) -> SpaceMemory | None:
+        return next((s for s in self.spaces if s.space == name), None)
+
+    @property
+    def hbm(self) -> SpaceMemory | None:
+        return self.space("hbm")
+
+    @property
+    def hbm_limit_bytes(self) -> int | None:
+        """The bound a program must fit in: the usable HBM, else the capacity."""
+        return self.hbm_usable_bytes or self.hbm_capacity_bytes
+
+    @property
+    def hbm_peak_bytes(self) -> int | None:
+        """The peak the compiler needs: its error's figure when it failed, else the buffer assignment's."""
+        if self.error is not None and self.error.space == "hbm" and self.error.kind != "hbm-allocation":
+            return max(self.error.required_bytes, self.hbm.peak_bytes if self.hbm else 0)
+        return self.hbm.peak_bytes if self.hbm else None
+
+    @property
+    def does_not_fit(self) -> bool:
+        limit, peak = self.hbm_limit_bytes, self.hbm_peak_bytes
+        hbm_error = self.error is not None and self.error.space == "hbm"
+        return self.oom_recorded or hbm_error or (limit is not None and peak is not None and peak > limit)
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """What `tpudiag memory` shows: one section per source of memory facts.
+
+    `programs` is the compiled view (this module). Views from other sources (a capture's allocator
+    timeline, JAX's `save_device_memory_profile`) are further fields here, each with its own
+    section in `tpudiag.render.memory`, so the command and its JSON grow without changing
+    existing keys.
+    """
+
+    input_path: str
+    programs: tuple[ProgramMemory, ...] = ()
+    errors: tuple[OomError, ...] = ()  # `--error` messages, also those joined to no program
+    warnings: tuple[str, ...] = field(default_factory=tuple)

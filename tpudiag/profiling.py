@@ -1,0 +1,433 @@
+"""Capture a JAX program with `jax.profiler` and diagnose the capture: the run side of the loop.
+
+Two ways in, one mechanism (`Tracer`):
+
+- `tpudiag.profile()` in Python (a script or a notebook cell): traces the `with` block, or only
+  steps N..M of it, and `p.diagnosis` is `tpudiag.diagnose()` of the capture. The compiled
+  programs come from the HLO `jax.profiler` embeds in the capture, so no flags are needed.
+- `tpudiag run -- python train.py` (`tpudiag.cli.run_cmd`): an unmodified script runs in a child
+  process whose `sitecustomize` calls `bootstrap_child()`. That waits until the program imports
+  jax, then traces the whole run (from the first backend initialisation to exit) or steps N..M.
+
+Steps are the program's own `jax.profiler.StepTraceAnnotation`s: their `step_num`, else their
+order (0, 1, ...). `jax.profiler.StepTraceAnnotation` is replaced by a subclass that starts the
+trace on entering step N and stops it on leaving step M (or on entering a later step), so the
+capture holds whole steps. Everything here imports jax only when a trace starts: `import
+tpudiag` stays free of jax.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tpudiag.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    from tpudiag.pipeline import Diagnosis
+
+# The child's configuration, set by `tpudiag run`: {"logdir", "steps": [first, last] | null, "status"}.
+CHILD_ENV = "TPUDIAG_RUN"
+RUNS_DIR = ("plugins", "profile")
+TRACE_SUFFIX = ".xplane.pb"
+_STEPS = re.compile(r"^\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?$")
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """Steps `first`..`last`, both included, as numbered by the program's step annotations."""
+
+    first: int
+    last: int
+
+    def __post_init__(self) -> None:
+        if self.first < 0 or self.last < self.first:
+            raise UsageError(f"steps {self.first}..{self.last}: expected 0 <= N <= M")
+
+    def __str__(self) -> str:
+        return str(self.first) if self.first == self.last else f"{self.first}..{self.last}"
+
+
+def parse_steps(value: str | int | tuple[int, int] | range | StepRange | None) -> StepRange | None:
+    """`N`, `"N..M"`, `(N, M)` or `range(N, M + 1)` -> StepRange; None -> the whole run or block."""
+    if value is None or isinstance(value, StepRange):
+        return value
+    if isinstance(value, bool):
+        raise UsageError(f"steps {value!r}: expected N, 'N..M', (N, M) or a range")
+    if isinstance(value, int):
+        return StepRange(value, value)
+    if isinstance(value, range):
+        if value.step != 1 or len(value) == 0:
+            raise UsageError(f"steps {value!r}: expected a non-empty range with step 1")
+        return StepRange(value.start, value.stop - 1)
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return StepRange(*value)
+    m = _STEPS.match(str(value))
+    if m is None:
+        raise UsageError(f"steps `{value}`: expected N or N..M (step numbers, e.g. 10..12)")
+    first = int(m.group(1))
+    return StepRange(first, int(m.group(2)) if m.group(2) else first)
+
+
+def run_dirs(logdir: Path) -> set[Path]:
+    """The run directories under `logdir/plugins/profile` that hold at least one trace file."""
+    root = Path(logdir).joinpath(*RUNS_DIR)
+    if not root.is_dir():
+        return set()
+    return {p for p in root.iterdir() if p.is_dir() and any(f.name.endswith(TRACE_SUFFIX) for f in p.iterdir())}
+
+
+def newest_new_run(logdir: Path, before: set[Path]) -> Path | None:
+    """The newest run that was not under `logdir` before: never an older capture of someone else's."""
+    new = run_dirs(logdir) - before
+    return max(new, key=lambda p: (p.stat().st_mtime, p.name)) if new else None
+
+
+class Tracer:
+    """One `jax.profiler` trace into `logdir`: the whole time between start() and stop(), or steps N..M.
+
+    With `steps`, start() only arms it: the trace runs from entering step `first` to leaving step
+    `last` of the annotations (see `step_annotation_class`). What happened is kept for the
+    message when no capture was made (`seen_steps`, `started`).
+    """
+
+    def __init__(self, logdir: Path, steps: StepRange | None = None, python_tracer: bool = False):
+        self.logdir = Path(logdir)
+        self.steps = steps
+        self.python_tracer = python_tracer
+        self.armed = False
+        self.started = False
+        self.finished = False
+        self.seen_steps: list[int] = []  # first and last step number entered, for the no-capture message
+        self._lock = threading.RLock()
+        self._order = 0  # the number of the next annotation without `step_num`
+
+    def start(self) -> None:
+        with self._lock:
+            self.armed = True
+            if self.steps is None:
+                self._begin()
+
+    def stop(self) -> None:
+        with self._lock:
+            self.armed = False
+            self._end()
+
+    def step_number(self, kwargs: dict) -> int:
+        with self._lock:
+            num = kwargs.get("step_num")
+            if not isinstance(num, int) or isinstance(num, bool):
+                num = self._order
+                self._order += 1
+            self.seen_steps = [num, num] if not self.seen_steps else [min(self.seen_steps[0], num),
+                                                                      max(self.seen_steps[1], num)]
+            return num
+
+    def entering_step(self, num: int) -> None:
+        with self._lock:
+            if not self.armed or self.steps is None:
+                return
+            if self.started and num > self.steps.last:
+                self._end()  # the program skipped past `last`: the capture ends with the steps it holds
+            elif not self.started and not self.finished and self.steps.first <= num <= self.steps.last:
+                self._begin()
+
+    def left_step(self, num: int) -> None:
+        with self._lock:
+            if self.started and self.steps is not None and num >= self.steps.last:
+                self._end()
+
+    def _begin(self) -> None:
+        if self.started or self.finished:
+            return
+        import jax
+
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 1 if self.python_tracer else 0
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        _REAL["start_trace"](str(self.logdir), profiler_options=options)
+        self.started = True
+
+    def _end(self) -> None:
+        if self.started and not self.finished:
+            self.finished = True
+            _REAL["stop_trace"]()
+
+
+# jax.profiler's own functions, kept before they are wrapped (see `_install`).
+_REAL: dict = {}
+
+
+def step_annotation_class(base: type, tracer: Tracer) -> type:
+    """A `jax.profiler.StepTraceAnnotation` that also starts and stops `tracer` at its step window."""
+
+    class StepTraceAnnotation(base):  # the name users see in reprs and tracebacks stays jax's
+        __doc__ = base.__doc__
+
+        def __init__(self, name: str, **kwargs):
+            self._tpudiag_step = tracer.step_number(kwargs)
+            # before the annotation is made: jax records it only when a trace is on at construction
+            tracer.entering_step(self._tpudiag_step)
+            super().__init__(name, **kwargs)
+
+        def __exit__(self, *exc):
+            result = super().__exit__(*exc)
+            tracer.left_step(self._tpudiag_step)
+            return result
+
+    StepTraceAnnotation.__module__ = base.__module__
+    StepTraceAnnotation.__qualname__ = base.__qualname__
+    return StepTraceAnnotation
+
+
+class _Installed:
+    """jax.profiler patched for one tracer; `restore()` puts jax's own objects back."""
+
+    def __init__(self, tracer: Tracer, announce):
+        import jax.profiler
+        from jax._src import profiler as jax_profiler
+
+        self._saved = [(mod, name, getattr(mod, name)) for mod in (jax.profiler, jax_profiler)
+                       for name in ("StepTraceAnnotation", "start_trace", "stop_trace")]
+        _REAL.setdefault("start_trace", jax_profiler.start_trace)
+        _REAL.setdefault("stop_trace", jax_profiler.stop_trace)
+        step_class = step_annotation_class(jax_profiler.StepTraceAnnotation, tracer)
+
+        def start_trace(log_dir, *args, **kwargs):
+            # The program's own trace would collide with this one ("only one profile at a time")
+            if tracer.armed:
+                announce(f"the program's jax.profiler.start_trace(`{log_dir}`) is skipped: tpudiag is "
+                         f"tracing into `{tracer.logdir}`")
+                return None
+            return _REAL["start_trace"](log_dir, *args, **kwargs)
+
+        def stop_trace():
+            if tracer.armed:
+                return None
+            return _REAL["stop_trace"]()
+
+        for mod in (jax.profiler, jax_profiler):
+            mod.StepTraceAnnotation = step_class
+            mod.start_trace = start_trace
+            mod.stop_trace = stop_trace
+
+    def restore(self) -> None:
+        for mod, name, value in self._saved:
+            setattr(mod, name, value)
+
+
+# --- the notebook / script side: tpudiag.profile() ---
+
+
+class Profile:
+    """What `with tpudiag.profile() as p:` gives: the capture's paths, then `p.diagnosis`.
+
+    `run_dir` is the capture's run directory once the block has ended (None when no capture was
+    made, e.g. the block never reached step N); `diagnosis` diagnoses it on first use.
+    """
+
+    def __init__(self, logdir: Path | str | None = None, steps=None, *, python_tracer: bool = False,
+                 diagnose_kwargs: dict | None = None):
+        self.steps = parse_steps(steps)
+        self.fresh = logdir is None
+        self.logdir = Path(tempfile.mkdtemp(prefix="tpudiag-profile-")) if logdir is None else Path(logdir)
+        if self.logdir.exists() and not self.logdir.is_dir():
+            raise InputError("exists and is not a directory", path=self.logdir)
+        self.run_dir: Path | None = None
+        self._tracer = Tracer(self.logdir, self.steps, python_tracer)
+        self._diagnose_kwargs = dict(diagnose_kwargs or {})
+        self._diagnosis = None
+        self._before: set[Path] = set()
+        self._installed: _Installed | None = None
+
+    def __enter__(self) -> Profile:
+        self._before = run_dirs(self.logdir)
+        self._installed = _Installed(self._tracer, _announce)
+        try:
+            self._tracer.start()
+        except BaseException:
+            self._installed.restore()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._tracer.stop()
+        finally:
+            if self._installed is not None:
+                self._installed.restore()
+        self.run_dir = newest_new_run(self.logdir, self._before)
+
+    def step(self, name: str = "train", **kwargs):
+        """`jax.profiler.StepTraceAnnotation(name, **kwargs)`, which also starts/stops the step window."""
+        import jax.profiler
+
+        return jax.profiler.StepTraceAnnotation(name, **kwargs)
+
+    @property
+    def diagnosis(self) -> Diagnosis:
+        """`tpudiag.diagnose()` of the capture (made once, on first use)."""
+        if self._diagnosis is None:
+            if self.run_dir is None:
+                raise InputError(no_capture_reason(self._tracer, inside="the block"), path=self.logdir)
+            from tpudiag.pipeline import diagnose
+
+            self._diagnosis = diagnose(self.run_dir, **self._diagnose_kwargs)
+        return self._diagnosis
+
+    def __repr__(self) -> str:
+        where = self.run_dir if self.run_dir is not None else self.logdir
+        return f"<tpudiag.Profile {str(where)!r}{f' steps {self.steps}' if self.steps else ''}>"
+
+
+def profile(logdir: Path | str | None = None, steps=None, *, python_tracer: bool = False, **diagnose_kwargs
+            ) -> Profile:
+    """Trace a block with `jax.profiler` and diagnose it: `with tpudiag.profile() as p: ...; p.diagnosis`.
+
+    logdir: where the capture goes (default: a fresh temporary directory, `p.logdir`); a logdir
+    that already holds runs keeps them, and only the new run is diagnosed.
+    steps: None traces the whole block; N, "N..M", (N, M) or range(N, M + 1) trace only those
+    steps of `jax.profiler.StepTraceAnnotation` (or `p.step(...)`) inside the block.
+    python_tracer: also record Python function calls (large captures; off by default).
+    Other keyword arguments go to `tpudiag.diagnose` (`config`, `select`, `chip`, ...).
+    """
+    return Profile(logdir, steps, python_tracer=python_tracer, diagnose_kwargs=diagnose_kwargs)
+
+
+def no_capture_reason(tracer: Tracer | None, inside: str = "the program", status: dict | None = None) -> str:
+    """Why no capture was made, in one line, from what the tracer (or the child's status file) saw."""
+    if tracer is not None:
+        steps, seen, started = tracer.steps, tracer.seen_steps, tracer.started
+    elif status is None:
+        return (f"no capture was made: {inside} ended without running its exit handlers (a signal or "
+                "os._exit), so the trace was never written")
+    else:
+        if not status.get("jax_imported"):
+            return f"no capture was made: {inside} never imported jax"
+        steps = StepRange(*status["steps"]) if status.get("steps") else None
+        seen, started = status.get("seen_steps") or [], bool(status.get("started"))
+    if steps is not None and not seen:
+        return (f"no capture was made: {inside} entered no jax.profiler.StepTraceAnnotation, so steps {steps} "
+                "never began")
+    if steps is not None and not started:
+        return f"no capture was made: {inside} ran steps {seen[0]}..{seen[1]}, none of {steps}"
+    return f"no capture was made: {inside} ended before the trace was written"
+
+
+def _announce(text: str) -> None:
+    sys.stderr.write(f"tpudiag: {text}\n")
+
+
+# --- the child side of `tpudiag run` ---
+
+
+class _AfterImport:
+    """A one-shot import hook: runs `callback(module)` once module `name` has finished importing."""
+
+    def __init__(self, name: str, callback):
+        self.name = name
+        self.callback = callback
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+        callback = self.callback
+
+        def exec_module(module):
+            original(module)
+            loader.exec_module = original
+            callback(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def bootstrap_child() -> None:
+    """In `tpudiag run`'s child: trace the program once it imports jax (called from sitecustomize).
+
+    The configuration is removed from the environment once tracing is set up, so processes the
+    program starts are not traced into the same logdir.
+    """
+    raw = os.environ.get(CHILD_ENV)
+    if not raw:
+        return
+    try:
+        config = json.loads(raw)
+        tracer = Tracer(Path(config["logdir"]), StepRange(*config["steps"]) if config.get("steps") else None,
+                        bool(config.get("python_tracer")))
+        status_path = Path(config["status"])
+    except (ValueError, KeyError, TypeError) as exc:
+        _announce(f"ignoring a malformed {CHILD_ENV} ({exc}): not tracing")
+        return
+    status = {"jax_imported": False, "started": False, "seen_steps": [], "steps": config.get("steps")}
+
+    def write_status() -> None:
+        status.update(started=tracer.started, seen_steps=tracer.seen_steps)
+        try:
+            status_path.write_text(json.dumps(status))
+        except OSError:
+            pass  # the parent then says only that no capture was made
+
+    def on_jax(_module) -> None:
+        os.environ.pop(CHILD_ENV, None)
+        status["jax_imported"] = True
+        _Installed(tracer, _announce)
+        # atexit runs the last registered first: this stop runs before jax's own exit handlers
+        # (registered at its import) clear the backends, and before `write_status`
+        atexit.register(tracer.stop)
+        if tracer.steps is not None:
+            tracer.start()
+            return
+        tracer.armed = True  # the program's own start_trace is skipped from now on
+        _start_at_backend_init(tracer)
+
+    atexit.register(write_status)
+    if "jax" in sys.modules:
+        on_jax(sys.modules["jax"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("jax", on_jax))
+
+
+def _start_at_backend_init(tracer: Tracer) -> None:
+    """Start the whole-run trace when jax first initialises its backends, not at `import jax`.
+
+    `jax.profiler.start_trace` initialises the backends itself, and a program may still need to
+    configure them after importing jax (`jax.distributed.initialize()`, `jax_platforms`). jax
+    versions without `xla_bridge.backends` get the trace started at import.
+    """
+    from jax._src import xla_bridge
+
+    original = getattr(xla_bridge, "backends", None)
+    if original is None or xla_bridge.backends_are_initialized():
+        tracer.start()
+        return
+    busy = threading.local()
+
+    def backends():
+        result = original()
+        if not getattr(busy, "on", False) and not tracer.started:
+            busy.on = True
+            try:
+                xla_bridge.backends = original
+                tracer.start()
+            finally:
+                busy.on = False
+        return result
+
+    xla_bridge.backends = backends

@@ -1,0 +1,185 @@
+"""Programs whose device memory peak is near or over the chip's HBM, with the levers that lower it.
+
+What it does
+------------
+Reads each compiled program's buffer assignment (an XLA dump, `--dumps DIR`, or a `tpudiag
+compile` output) into its memory peak: arguments, outputs, temporaries and constants, the
+buffers live at the moment the temporaries peak, and the chip's usable HBM. It reports a program
+whose peak is at least `near_fraction` of the usable HBM, or that ran out of memory (the dump's
+`*.oom_intermediate_module.txt`, or a `RESOURCE_EXHAUSTED` message given with `--error FILE`).
+It names the largest buffers at the peak and ranks the levers by the bytes each would free:
+donation (`donate_argnums`) of arguments whose updated value the program returns in the same
+shape, rematerialisation of forward activations kept for the backward pass (`jax.checkpoint`),
+sharding the parameters and optimiser state over devices (FSDP), host offload of the f32
+optimiser state, a smaller microbatch, narrower dtypes. A Pallas kernel or fusion over its VMEM
+limit (the VMEM forms of `--error`) is reported with its scoped need, its limit and the chip's VMEM.
+
+Why it matters
+--------------
+Running out of HBM is the most common way a TPU program fails: the compile stops with
+`RESOURCE_EXHAUSTED` and nothing runs. Near the limit, the next larger batch or layer fails, and
+XLA already trades time for memory (it rematerialises on its own: `.remat` instructions). An
+Adam step on v5e (16 GiB, 15.75 GiB usable) with 10 layers of bf16 [8192, 8192] and no donation
+peaks at 14.2 GB; 13 layers need 17.00 GiB and do not compile.
+
+Evidence
+--------
+The peak split into arguments, outputs, temporaries and aliased bytes; the usable HBM and where
+that figure comes from; the largest buffers live at the peak (size, instruction, JAX op name);
+each lever with its modelled saving.
+
+How to fix
+----------
+First the lever that is cheapest and enough on its own, in this order: donation, remat, a
+smaller microbatch, narrower dtypes, host offload, FSDP.
+
+Bad: `jax.jit(train_step)` returns new params, m and v beside the old ones: 6.7 GB held twice.
+Good: `jax.jit(train_step, donate_argnums=(0, 1, 2))`: the outputs reuse the argument buffers.
+
+Savings estimate
+----------------
+Modelled, in bytes of HBM, never in time: donation frees the outputs that could reuse a
+same-shaped argument; remat the forward activations live at the peak; FSDP (1 - 1/4) of the
+state; host offload the f32 state; halving the microbatch half of the temporaries at the peak
+and of the batch arguments; bf16 half of the f32 buffers at the peak. Each is an upper bound
+(donated updates may need temporaries back) and levers overlap: never add them up.
+
+Known limits
+------------
+Needs the buffer assignment (`*-buffer-assignment.txt`, written by `--xla_dump_to`; the
+HloProto a capture embeds has none). The live set at the peak needs the live-range dump
+(`*-live-range.txt`); without it every temporary counts as live. The usable HBM is the
+compiler's own figure only when an OOM message gives it; otherwise the v5e figure measured
+from that message, else the chip's public capacity. JAX argument names for `donate_argnums`
+come from the parameters' op names and assume the arguments are flattened in order.
+
+Options
+-------
+- `near_fraction` (0.8): report a program whose HBM peak is at least this fraction of the usable HBM.
+- `max_buffers` (5): list at most this many buffers at the peak as evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpudiag.compiler.memory import memory_report
+from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.memory import MemoryLever, OomError, ProgramMemory
+from tpudiag.model.units import fmt_bytes, fmt_pct
+from tpudiag.rules.base import Rule, RuleContext
+
+CODE = "TPD109"
+NAME = "hbm-pressure"
+
+# The order in which levers are tried first: cost to the user, cheapest first (donation is free,
+# remat costs FLOPs, a microbatch costs steps, dtypes cost numerics, offload PCIe, FSDP devices).
+EFFORT = ("donation", "remat", "microbatch", "dtype", "host-offload", "fsdp")
+
+
+@dataclass(frozen=True)
+class Options:
+    near_fraction: float = 0.8
+    max_buffers: int = 5
+
+    def __post_init__(self):
+        if not 0 < self.near_fraction <= 1:
+            raise ValueError(f"near_fraction must be in (0, 1], got {self.near_fraction}")
+        if self.max_buffers < 1:
+            raise ValueError(f"max_buffers must be at least 1, got {self.max_buffers}")
+
+
+def first_lever(levers: tuple[MemoryLever, ...], over_bytes: int) -> MemoryLever | None:
+    """The cheapest lever that frees `over_bytes` on its own, else the one that frees the most."""
+    enough = [lv for lv in levers if lv.saving_bytes >= over_bytes]
+    if enough:
+        return min(enough, key=lambda lv: EFFORT.index(lv.key))
+    return max(levers, key=lambda lv: lv.saving_bytes, default=None)
+
+
+def check(ctx: RuleContext, options: Options) -> list[Finding]:
+    report = memory_report("", ctx.compiled, ctx.compiled.oom_errors)
+    findings = [f for p in report.programs for f in _program_findings(p, options, ctx)]
+    joined = {id(p.error) for p in report.programs if p.error is not None}
+    findings += [_vmem_finding(e, ctx) for e in report.errors if e.space == "vmem" and not report.programs]
+    if not report.programs:  # an HBM message with no dump to join: still say it does not fit
+        findings += [_error_only_finding(e) for e in report.errors if e.space == "hbm" and id(e) not in joined]
+    return findings
+
+
+def _program_findings(p: ProgramMemory, options: Options, ctx: RuleContext) -> list[Finding]:
+    out = []
+    if p.error is not None and p.error.space == "vmem":
+        out.append(_vmem_finding(p.error, ctx))
+    hbm, peak, limit = p.hbm, p.hbm_peak_bytes, p.hbm_limit_bytes
+    if hbm is None or peak is None:
+        return out
+    fits = not p.does_not_fit
+    if fits and (limit is None or peak < options.near_fraction * limit):
+        return out
+    over = peak - limit if limit is not None else 0
+    first = first_lever(p.levers, max(over, 0) + 1 if not fits else 0)
+    limit_text = f"{fmt_bytes(limit)} usable ({p.usable_source})" if limit else "an unknown HBM size"
+    split = (f"arguments {fmt_bytes(hbm.argument_bytes)}, outputs {fmt_bytes(hbm.output_bytes)}, "
+             f"temporaries {fmt_bytes(hbm.temp_bytes)}, aliased {fmt_bytes(hbm.alias_bytes)}")
+    if fits:
+        message = (f"`{p.module}` peaks at {fmt_bytes(peak)} of HBM, {fmt_pct(peak / limit)} of {limit_text} "
+                   f"({split})")
+    else:
+        how = (f"needs {fmt_bytes(peak)} of HBM, {fmt_bytes(over)} over {limit_text}" if limit
+               else f"ran out of HBM at {fmt_bytes(peak)}")
+        message = f"`{p.module}` does not fit: it {how} ({split})"
+    if first is not None:
+        message += f"; first: {first.title}"
+    evidence = [Evidence(_buffer_subject(b), (("size", fmt_bytes(b.size_bytes)), ("kind", b.kind),
+                                              ("shape", b.shape.split("{")[0]), ("op", b.op_name or "-")))
+                for b in hbm.live_at_peak[:options.max_buffers]]
+    evidence += [Evidence(f"lever: {lv.key}", (("frees up to", fmt_bytes(lv.saving_bytes)), ("do", lv.fix)))
+                 for lv in p.levers]
+    if p.error is not None and p.error.space == "hbm":
+        evidence.insert(0, Evidence("compiler error", (("message", p.error.message),)))
+    saving = first.saving_bytes if first is not None else 0
+    explanation = (f"{first.key}: {first.explanation}; levers overlap, never add them" if first is not None
+                   else "no lever found in the buffers at the peak")
+    return out + [Finding(
+        rule=NAME, code=CODE, severity=Severity.MEDIUM if fits else Severity.HIGH, message=message,
+        saving=Saving(0, "modelled", explanation, bytes=saving),
+        fix=first.fix if first is not None else "lower the peak: donate, rematerialise, shard or shrink the batch",
+        evidence=tuple(evidence), ops=tuple(b.instruction for b in hbm.live_at_peak[:options.max_buffers]),
+        blocking=not fits)]
+
+
+def _buffer_subject(b) -> str:
+    where = f" ({b.source_file}:{b.source_line})" if b.source_file and b.source_line else ""
+    return f"{b.name}{where}"
+
+
+def _error_only_finding(e: OomError) -> Finding:
+    return Finding(
+        rule=NAME, code=CODE, severity=Severity.HIGH,
+        message=(f"the program does not fit: it needs {fmt_bytes(e.required_bytes)} of HBM, "
+                 f"{fmt_bytes(e.over_by_bytes)} over the {fmt_bytes(e.available_bytes)} available"),
+        saving=Saving(0, "modelled", "no buffer assignment to model levers from: dump with "
+                      "XLA_FLAGS=--xla_dump_to=DIR and pass DIR", bytes=max(e.over_by_bytes, 0)),
+        fix="rerun the compile with XLA_FLAGS=--xla_dump_to=DIR and run `tpudiag report DIR --error FILE`",
+        evidence=(Evidence("compiler error", (("message", e.message),)),), blocking=True)
+
+
+def _vmem_finding(e: OomError, ctx: RuleContext | None) -> Finding:
+    chip = ctx.chip if ctx is not None else None
+    physical = f"; the chip has {fmt_bytes(chip.vmem_bytes)} of VMEM" if chip is not None else ""
+    op = f"`{e.hlo}` " if e.hlo else ""
+    scoped = e.kind == "scoped"
+    what = "scoped VMEM limit" if scoped else "VMEM"
+    message = (f"{op}needs {fmt_bytes(e.required_bytes)} of VMEM, {fmt_bytes(e.over_by_bytes)} over the "
+               f"{fmt_bytes(e.available_bytes)} {what}{physical}")
+    fix = ("raise the limit (pltpu.CompilerParams(vmem_limit_bytes=...), up to the chip's VMEM) or use smaller blocks"
+           if scoped else "use smaller blocks or fewer buffering levels: the kernel exceeds the chip's VMEM")
+    return Finding(rule=NAME, code=CODE, severity=Severity.HIGH, message=message,
+                   saving=Saving(0, "modelled", "the bytes over the limit", bytes=max(e.over_by_bytes, 0)),
+                   fix=fix, evidence=(Evidence("compiler error", (("message", e.message),)),),
+                   ops=(e.hlo,) if e.hlo else (), blocking=True)
+
+
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("hlo",), options_type=Options,
+            check=check, doc=__doc__, tables=("ops",))
