@@ -1,10 +1,12 @@
-"""A capture with a played allocator, shared by the memory-over-time tests."""
+"""Inputs of the measured-memory tests: a capture with a played allocator, and a small pprof profile."""
 
 from __future__ import annotations
 
+import gzip
 import random
 from pathlib import Path
 
+from tpudiag.proto import PprofProfile
 from tpudiag.writers.allocator_trace import TracedAllocator, write_allocator_line
 from tpudiag.writers.xspace_builder import XSpaceBuilder
 
@@ -46,3 +48,24 @@ def played_capture(path: Path) -> Path:
     write_allocator_line(host, "py_xla_execute/2", 2, LINE_NS, [r for r in hbm.records if r.time_ps % 2])
     write_allocator_line(host, "python/3", 3, LINE_NS, [r for r in hbm.records if not r.time_ps % 2] + other.records)
     return space.write(path)
+
+
+def pprof_bytes(sample_types=(("allocations", "count"), ("space", "bytes")), values=(1, 64),
+                function_id=1, location_id=1, kind="buffer") -> bytes:
+    """A gzipped pprof profile of one sample of `kind`: `values` per sample type, at model.py:7 on tpu:0."""
+    p = PprofProfile()
+    strings = [""]
+
+    def s(text: str) -> int:
+        strings.append(text)
+        return len(strings) - 1
+
+    for t, u in sample_types:
+        p.sample_type.add(type=s(t), unit=s(u))
+    p.function.add(id=1, name=s("f"), filename=s("model.py"))
+    p.location.add(id=1).line.add(function_id=function_id, line=7)
+    sample = p.sample.add(location_id=[location_id], value=list(values))
+    sample.label.add(key=s("kind"), str=s(kind))
+    sample.label.add(key=s("device"), str=s("tpu:0"))
+    p.string_table.extend(strings)
+    return gzip.compress(p.SerializeToString())

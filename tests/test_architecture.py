@@ -25,6 +25,7 @@ LAYERS = {
     "rules": 3, "render": 3, "kernels_lab": 3,
     "pipeline": 4,
     "profiling": 4.2,  # `tpudiag.profile()`: traces with jax.profiler, then calls the pipeline's `diagnose`
+    "whatif": 4.2,  # deviceless compiles of flag variants, compared through the pipeline
     "__init__": 4.5,  # the package root re-exports the pipeline's `diagnose` and `compare`, lazily
     "tui": 5,
     "cli": 6,

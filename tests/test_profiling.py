@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,18 @@ def test_profile_steps_window_with_jax_annotations_and_p_step(tmp_path):
     with tpudiag.profile(logdir=tmp_path / "b", steps=range(2, 3)) as p:
         train(4, annotate=lambda i: p.step("train", step_num=i))
     assert capture_events(p.run_dir)[1] == [2]
+
+
+def test_profile_steps_of_a_loop_variable(tmp_path):
+    x = jnp.ones((64, 64))
+    with tpudiag.profile(logdir=tmp_path, steps="1..2", step_var="i") as p:
+        for i in range(4):  # no annotation: `i` says which step runs
+            x = matmul(x).block_until_ready()
+            time.sleep(0.3)  # long against the watcher's lag (polling, starting a trace)
+    ops, steps = capture_events(p.run_dir)
+    assert steps == [] and p._tracer.seen_steps == [0, 3]
+    executed = {n for name, n in ops.items() if "tanh" in name and not name.startswith("end:")}
+    assert executed and executed <= {1, 2, 3}  # steps 1 and 2, edges approximate (see StepVariable)
 
 
 def test_profile_says_when_the_steps_never_came(tmp_path):

@@ -143,3 +143,53 @@ def test_step_times_match_xprof_on_the_compiled_example(tmp_path):
     ours = analyze(load_capture(run)).steps.groupby("step")["dur_ps"].max()
     for step in theirs:
         assert ours[step["step_num"]] / 1e9 == pytest.approx(step["step_time_ms"], abs=5e-5)
+
+
+# -- the same comparisons on the project's other captures and their metamorphic variants ---------
+# (issue 19: tests/variants.py rewrites a capture the ways a valid producer could: lines on an epoch
+# clock with their anchor, planes, lines and events reordered, metadata ids renumbered, unknown
+# planes, lines and stats added; xprof and tpudiag must still agree op by op and step by step.)
+
+DIFFERENTIAL = ("example:train_v6e_4chip", "model:pallas_matmul_v6e", "scenario:looped_collectives")
+WITH_STEPS = ("model:pallas_matmul_v6e",)  # embeds its HLO, so xprof reports its steps
+
+
+@pytest.fixture(scope="module", params=[(n, form) for n in DIFFERENTIAL for form in ("as written", "rewritten")],
+                ids=lambda p: f"{p[0]} {p[1]}")
+def differential_run(request, tmp_path_factory) -> tuple[str, Path]:
+    from tests.variants import TRANSFORMS, captures, write_variant
+
+    name, form = request.param
+    capture = next(c for c in captures() if c.name == name)
+    root = tmp_path_factory.mktemp(name.replace(":", "-"))
+    written = capture.write(root / "src")
+    run = root / "plugins" / "profile" / "run"  # a copy: xprof writes cache files beside the trace
+    if form == "rewritten":
+        write_variant(written, run, TRANSFORMS, seed=19)
+    else:
+        shutil.copytree(written, run)
+    return name, run
+
+
+def test_xprof_and_tpudiag_agree_op_by_op_on_every_capture_and_variant(differential_run):
+    _, run = differential_run
+    theirs = {r["op_name"]: r for r in xprof("get_hlo_stats", run, "--limit", "1000")["records"]}
+    ours = analyze(load_capture(run, jobs=1)).ops.groupby("name", observed=True)[
+        ["occurrences", "total_time_ps", "self_time_ps"]].sum()
+    assert theirs and set(theirs) == set(ours.index)
+    for name, rec in theirs.items():
+        op = ours.loc[name]
+        assert op["occurrences"] == rec["occurrences"], name
+        assert op["total_time_ps"] / US == pytest.approx(rec["total_time_us"], rel=1e-9), name
+        assert op["self_time_ps"] / US == pytest.approx(rec["total_self_time_us"], rel=1e-9), name
+
+
+def test_xprof_and_tpudiag_agree_step_by_step_on_every_capture_and_variant(differential_run):
+    name, run = differential_run
+    if name not in WITH_STEPS:
+        pytest.skip(f"{name} embeds no HLO: xprof reports no steps for it")
+    theirs = xprof("get_step_trace", run)["step_breakdown"]
+    assert theirs, "xprof reported no steps"
+    ours = analyze(load_capture(run, jobs=1)).steps.groupby("step")["dur_ps"].max()
+    for step in theirs:
+        assert ours[step["step_num"]] / 1e9 == pytest.approx(step["step_time_ms"], abs=5e-5)

@@ -30,6 +30,7 @@ from tpudiag.analysis.join import HloSource, JoinResult, join_compiled
 from tpudiag.analysis.profile_analysis import Analysis, analyze, build_report
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding, rank_key
+from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.memory import MemoryReport, OomError
@@ -78,20 +79,29 @@ class Diagnosis:
 
         return self.analysis.steps.copy() if self.analysis is not None else schemas.STEPS.empty()
 
+    def memory_over_time(self) -> list[HostMemoryTimeline]:
+        """Per host file, each allocator's peak, timeline and live set at the peak, where the capture
+        traced its allocator (`tpudiag memory PATH`); [] for compiler dumps. Reads the host planes anew."""
+        from tpudiag.analysis.memory_timeline import capture_memory_timelines
+
+        return capture_memory_timelines(self.input_path)[0] if self.mode == "trace" else []
+
     def memory(self) -> MemoryReport:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
         from tpudiag.compiler.memory import memory_report
 
-        return memory_report(self.input_path, self.compiled, self.compiled.oom_errors)
+        return memory_report(self.input_path, self.compiled, self.compiled.oom_errors, programs=self.report.memory)
 
     def findings_frame(self) -> pd.DataFrame:
-        """One row per finding: rule, code, severity, message, saving and its basis, fix, ops."""
+        """One row per finding: rule, code, severity, message, saving and its basis, fix, ops and
+        their sites (`op: file.py:LINE, JAX op name`, `; `-separated)."""
         rows = [{"rule": f.rule, "code": f.code, "severity": f.severity.label(), "message": f.message,
                  "saving_ps": f.saving.ps, "saving_basis": f.saving.basis,
                  "saving_explanation": f.saving.explanation, "fix": f.fix,
-                 "host": f.host, "ops": ", ".join(f.ops)} for f in self.findings]
+                 "host": f.host, "ops": ", ".join(f.ops),
+                 "sites": "; ".join(f"{s.op}: {s.label()}" for s in f.sites)} for f in self.findings]
         return pd.DataFrame(rows, columns=["rule", "code", "severity", "message", "saving_ps", "saving_basis",
-                                           "saving_explanation", "fix", "host", "ops"])
+                                           "saving_explanation", "fix", "host", "ops", "sites"])
 
 
 @dataclass(frozen=True)
@@ -112,7 +122,7 @@ def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
     """LLO dumps (`--xla_jf_dump_to`) and XLA dumps (`--xla_dump_to`) from directories; a `tpudiag
     compile` output directory gives both (its `llo/`, `static_profile/` and `xla/`). A directory
     holding neither is an input error naming it."""
-    from tpudiag.compiler.dump_dir import dump_parts, generation_for_target
+    from tpudiag.compiler.dump_dir import dump_parts, generation_for_target, llo_for_programs
     from tpudiag.parsers.hlo_text import load_hlo_dump
     from tpudiag.parsers.llo.load import load_llo_dump
 
@@ -121,19 +131,23 @@ def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
         path = Path(path)
         found, causes = [], []
         parts = dump_parts(path)
-        try:
-            llo.append(load_llo_dump(parts.llo, static_profile_dir=parts.static_profile))
-            found.append("LLO")
-            warnings.extend(llo[-1].warnings)
-        except InputError as exc:
-            causes.append(f"LLO: {exc.message}")
+        dump = None
         try:
             dump = load_hlo_dump(parts.xla)
             hlo.extend(HloInput(p, str(dump.path), generation_for_target(p.target)) for p in dump.programs)
-            found.append("XLA")
             warnings.extend([*dump.warnings, *(w for p in dump.programs for w in p.warnings)])
         except InputError as exc:
             causes.append(f"XLA: {exc.message}")
+        try:
+            llo.append(load_llo_dump(parts.llo, static_profile_dir=parts.static_profile))
+            if dump is not None:  # the compile the XLA dump is about, when the directory has several
+                llo[-1] = llo_for_programs(parts, llo[-1], dump.programs)
+            found.append("LLO")
+            warnings.extend(llo[-1].warnings)
+        except InputError as exc:
+            causes.insert(0, f"LLO: {exc.message}")
+        if dump is not None:
+            found.append("XLA")
         if not found:  # both causes: a damaged dump must say what is damaged, not only "not a dump"
             raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`) ("
                              + "; ".join(causes) + ")",
@@ -254,11 +268,13 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
                     oom_errors: tuple[OomError, ...] = ()) -> Diagnosis:
     from tpudiag.analysis.host_digest import StepFold, parse_and_digest
     from tpudiag.parsers.capture import find_capture, load_capture
+    from tpudiag.parsers.dask_hosts import check_scheduler
     from tpudiag.parsers.hlo_proto import capture_hlo_inputs
     from tpudiag.rules import run_rules
     from tpudiag.rules.exposed_collective import window_thresholds
 
     find_capture(path)  # fail fast with the precise input error, before parsing any dump
+    check_scheduler(scheduler)  # likewise for an address that is not a Dask scheduler
     loaded = load_dumps(dumps)
     thresholds = window_thresholds(rules_config)
     _stage(progress, 0)
@@ -280,6 +296,7 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     _stage(progress, 3)
     report = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
                           dumps=compiled.labels, join=join)
+    report = replace(report, memory=_memory(compiled))
     return Diagnosis(input_path=str(path), mode="trace", analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report)
 
@@ -326,9 +343,17 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         report = replace(report, summary=replace(report.summary, input_path=str(path), mode="static"))
     else:
         report = _dump_only_report(path, compiled, findings, skipped, warnings)
+    report = replace(report, memory=_memory(compiled))
     return Diagnosis(input_path=str(path), mode="static", analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
                      static=static)
+
+
+def _memory(compiled: CompiledInputs) -> tuple:
+    """The device memory of the compiled programs, for the report's memory section."""
+    from tpudiag.compiler.memory import program_memories
+
+    return program_memories(compiled, compiled.oom_errors)
 
 
 def _modelled_analysis(output, path: Path, clock_ghz: float | None, rules_config) -> Analysis:
@@ -369,8 +394,6 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
     mode); the result then says the run is modelled. The result's warnings hold both diagnoses'
     warnings (prefixed `base:` / `new:`), so `diff` shows what `report` shows for the same input.
     """
-    from tpudiag.analysis.diff import NoiseOptions, diff_analyses
-
     # Checked before either input is read: a bad argument must not cost a whole diagnosis first.
     arguments.check_path(base, "base")
     arguments.check_path(new, "new")
@@ -383,6 +406,13 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
                  scheduler=scheduler)
     n = diagnose(new, dumps=new_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,
                  scheduler=scheduler)
+    return compare_diagnoses(b, n, noise)
+
+
+def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = None) -> Diff:
+    """`compare` of two diagnoses already made (`tpudiag whatif` diagnoses its baseline once)."""
+    from tpudiag.analysis.diff import NoiseOptions, diff_analyses
+
     for d in (b, n):
         if d.analysis is None:
             raise InputError("no timeline to compare: the TPU generation of these dumps is unknown",

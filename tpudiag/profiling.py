@@ -99,9 +99,11 @@ class Tracer:
     message when no capture was made (`seen_steps`, `started`).
     """
 
-    def __init__(self, logdir: Path, steps: StepRange | None = None, python_tracer: bool = False):
+    def __init__(self, logdir: Path, steps: StepRange | None = None, python_tracer: bool = False,
+                 step_var: str | None = None):
         self.logdir = Path(logdir)
         self.steps = steps
+        self.step_var = step_var  # a step-number variable also drives the window (`StepVariable`)
         self.python_tracer = python_tracer
         self.armed = False
         self.started = False
@@ -127,9 +129,13 @@ class Tracer:
             if not isinstance(num, int) or isinstance(num, bool):
                 num = self._order
                 self._order += 1
+            self.saw(num)
+            return num
+
+    def saw(self, num: int) -> None:
+        with self._lock:
             self.seen_steps = [num, num] if not self.seen_steps else [min(self.seen_steps[0], num),
                                                                       max(self.seen_steps[1], num)]
-            return num
 
     def entering_step(self, num: int) -> None:
         with self._lock:
@@ -188,12 +194,65 @@ def step_annotation_class(base: type, tracer: Tracer) -> type:
     return StepTraceAnnotation
 
 
+class StepVariable(threading.Thread):
+    """Drives a tracer from a step-number variable of the program, for loops without step annotations.
+
+    Every `interval_s` it reads `name` in the watched thread's innermost frame of the watched code
+    that has it (a local, such as `for step in range(n):` inside `main()`, else a global); a new
+    integer value is a step beginning. The watched code is the frames whose globals are `scope`
+    (a profiled block's module), or with `scope=None` the frames of `__main__` (a script).
+    So steps N..M run from the assignment of N to that of M + 1 (or the end of the program), but
+    only approximately: the watcher notices a new value within one interval plus the thread's
+    scheduling delay, and starting a trace takes milliseconds more, so on a busy machine the
+    start of step N can be cut and the start of step M + 1 included. Step annotations are exact.
+    A trace with no step annotation has no step markers of its own (on a TPU, tpudiag
+    takes steps from the module executions).
+    """
+
+    def __init__(self, tracer: Tracer, name: str, thread_id: int, scope: dict | None = None,
+                 interval_s: float = 0.001):
+        super().__init__(name="tpudiag-step-variable", daemon=True)
+        self.tracer, self.variable, self.thread_id, self.interval_s = tracer, name, thread_id, interval_s
+        self.scope = scope
+        self.done = threading.Event()
+
+    def _watched(self, frame) -> bool:
+        if self.scope is not None:
+            return frame.f_globals is self.scope
+        return frame.f_globals.get("__name__") == "__main__"
+
+    def value(self) -> int | None:
+        frame = sys._current_frames().get(self.thread_id)
+        while frame is not None:
+            if self._watched(frame):
+                for scope in (frame.f_locals, frame.f_globals):
+                    value = scope.get(self.variable)
+                    if isinstance(value, int) and not isinstance(value, bool):
+                        return value
+            frame = frame.f_back
+        return None
+
+    def run(self) -> None:
+        last = None
+        while not self.done.is_set() and not self.tracer.finished:
+            value = self.value()
+            if value is not None and value != last:
+                self.tracer.saw(value)
+                self.tracer.entering_step(value)
+                last = value
+            self.done.wait(self.interval_s)
+
+
 class _Installed:
     """jax.profiler patched for one tracer; `restore()` puts jax's own objects back."""
 
     def __init__(self, tracer: Tracer, announce):
-        import jax.profiler
-        from jax._src import profiler as jax_profiler
+        try:
+            import jax.profiler
+            from jax._src import profiler as jax_profiler
+        except ImportError as exc:
+            raise UsageError(f"tracing needs jax, which cannot be imported: {exc}",
+                             hint="install jax for your accelerator (`pip install jax`, or the tpu extra)") from None
 
         self._saved = [(mod, name, getattr(mod, name)) for mod in (jax.profiler, jax_profiler)
                        for name in ("StepTraceAnnotation", "start_trace", "stop_trace")]
@@ -234,15 +293,17 @@ class Profile:
     made, e.g. the block never reached step N); `diagnosis` diagnoses it on first use.
     """
 
-    def __init__(self, logdir: Path | str | None = None, steps=None, *, python_tracer: bool = False,
-                 diagnose_kwargs: dict | None = None):
+    def __init__(self, logdir: Path | str | None = None, steps=None, *, step_var: str | None = None,
+                 python_tracer: bool = False, diagnose_kwargs: dict | None = None):
         self.steps = parse_steps(steps)
+        check_step_var(step_var, self.steps)
         self.fresh = logdir is None
         self.logdir = Path(tempfile.mkdtemp(prefix="tpudiag-profile-")) if logdir is None else Path(logdir)
         if self.logdir.exists() and not self.logdir.is_dir():
             raise InputError("exists and is not a directory", path=self.logdir)
         self.run_dir: Path | None = None
-        self._tracer = Tracer(self.logdir, self.steps, python_tracer)
+        self._tracer = Tracer(self.logdir, self.steps, python_tracer, step_var)
+        self._watcher: StepVariable | None = None
         self._diagnose_kwargs = dict(diagnose_kwargs or {})
         self._diagnosis = None
         self._before: set[Path] = set()
@@ -256,9 +317,17 @@ class Profile:
         except BaseException:
             self._installed.restore()
             raise
+        if self._tracer.step_var:
+            # the code of the block: the frames of the module that entered it
+            self._watcher = StepVariable(self._tracer, self._tracer.step_var, threading.get_ident(),
+                                         scope=sys._getframe(1).f_globals)
+            self._watcher.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._watcher is not None:
+            self._watcher.done.set()
+            self._watcher.join()
         try:
             self._tracer.stop()
         finally:
@@ -288,35 +357,51 @@ class Profile:
         return f"<tpudiag.Profile {str(where)!r}{f' steps {self.steps}' if self.steps else ''}>"
 
 
-def profile(logdir: Path | str | None = None, steps=None, *, python_tracer: bool = False, **diagnose_kwargs
-            ) -> Profile:
+def profile(logdir: Path | str | None = None, steps=None, *, step_var: str | None = None,
+            python_tracer: bool = False, **diagnose_kwargs) -> Profile:
     """Trace a block with `jax.profiler` and diagnose it: `with tpudiag.profile() as p: ...; p.diagnosis`.
 
     logdir: where the capture goes (default: a fresh temporary directory, `p.logdir`); a logdir
     that already holds runs keeps them, and only the new run is diagnosed.
     steps: None traces the whole block; N, "N..M", (N, M) or range(N, M + 1) trace only those
     steps of `jax.profiler.StepTraceAnnotation` (or `p.step(...)`) inside the block.
+    step_var: with `steps`, also take step numbers from this variable of the code in the block
+      (e.g. "step" for `for step in range(n):`; see `StepVariable`), for loops without annotations.
     python_tracer: also record Python function calls (large captures; off by default).
     Other keyword arguments go to `tpudiag.diagnose` (`config`, `select`, `chip`, ...).
     """
-    return Profile(logdir, steps, python_tracer=python_tracer, diagnose_kwargs=diagnose_kwargs)
+    return Profile(logdir, steps, step_var=step_var, python_tracer=python_tracer, diagnose_kwargs=diagnose_kwargs)
+
+
+def check_step_var(step_var: str | None, steps: StepRange | None) -> None:
+    if step_var is None:
+        return
+    if not step_var.isidentifier():
+        raise UsageError(f"step variable `{step_var}` is not a Python name")
+    if steps is None:
+        raise UsageError("a step variable chooses steps: give the steps too (N or N..M)")
 
 
 def no_capture_reason(tracer: Tracer | None, inside: str = "the program", status: dict | None = None) -> str:
     """Why no capture was made, in one line, from what the tracer (or the child's status file) saw."""
     if tracer is not None:
-        steps, seen, started = tracer.steps, tracer.seen_steps, tracer.started
+        steps, seen, started, step_var = tracer.steps, tracer.seen_steps, tracer.started, tracer.step_var
     elif status is None:
-        return (f"no capture was made: {inside} ended without running its exit handlers (a signal or "
-                "os._exit), so the trace was never written")
+        return (f"no capture was made: tpudiag's bootstrap never ran in {inside} (not Python, or Python "
+                "started with -I or -S, which skip sitecustomize)")
     else:
+        if not status.get("exited"):
+            return (f"no capture was made: {inside} ended without running its exit handlers (a signal or "
+                    "os._exit), so the trace was never written")
         if not status.get("jax_imported"):
             return f"no capture was made: {inside} never imported jax"
         steps = StepRange(*status["steps"]) if status.get("steps") else None
         seen, started = status.get("seen_steps") or [], bool(status.get("started"))
+        step_var = status.get("step_var")
     if steps is not None and not seen:
-        return (f"no capture was made: {inside} entered no jax.profiler.StepTraceAnnotation, so steps {steps} "
-                "never began")
+        source = "entered no jax.profiler.StepTraceAnnotation" + (
+            f" and never set `{step_var}` to a step number" if step_var else "")
+        return f"no capture was made: {inside} {source}, so steps {steps} never began"
     if steps is not None and not started:
         return f"no capture was made: {inside} ran steps {seen[0]}..{seen[1]}, none of {steps}"
     return f"no capture was made: {inside} ended before the trace was written"
@@ -370,15 +455,16 @@ def bootstrap_child() -> None:
     try:
         config = json.loads(raw)
         tracer = Tracer(Path(config["logdir"]), StepRange(*config["steps"]) if config.get("steps") else None,
-                        bool(config.get("python_tracer")))
+                        bool(config.get("python_tracer")), config.get("step_var"))
         status_path = Path(config["status"])
     except (ValueError, KeyError, TypeError) as exc:
         _announce(f"ignoring a malformed {CHILD_ENV} ({exc}): not tracing")
         return
-    status = {"jax_imported": False, "started": False, "seen_steps": [], "steps": config.get("steps")}
+    status = {"exited": False, "jax_imported": False, "started": False, "seen_steps": [],
+              "steps": config.get("steps"), "step_var": tracer.step_var}
 
-    def write_status() -> None:
-        status.update(started=tracer.started, seen_steps=tracer.seen_steps)
+    def write_status(exiting: bool = True) -> None:
+        status.update(exited=exiting, started=tracer.started, seen_steps=tracer.seen_steps)
         try:
             status_path.write_text(json.dumps(status))
         except OSError:
@@ -393,10 +479,13 @@ def bootstrap_child() -> None:
         atexit.register(tracer.stop)
         if tracer.steps is not None:
             tracer.start()
+            if tracer.step_var:
+                StepVariable(tracer, tracer.step_var, threading.main_thread().ident).start()
             return
         tracer.armed = True  # the program's own start_trace is skipped from now on
         _start_at_backend_init(tracer)
 
+    write_status(exiting=False)  # the bootstrap ran: a status without `exited` means it was killed
     atexit.register(write_status)
     if "jax" in sys.modules:
         on_jax(sys.modules["jax"])

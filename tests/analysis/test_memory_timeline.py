@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SHARED
-from tests.memory_captures import LINE_NS, played_capture
-from tpudiag.analysis.memory_timeline import XPROF_MAX_SNAPSHOTS, host_memory_timeline, sampled
+from tests.memory_captures import played_capture
+from tpudiag.analysis.memory_timeline import XPROF_MAX_SNAPSHOTS, capture_memory_timelines, host_memory_timeline, sampled
 from tpudiag.errors import InputError
 from tpudiag.model.allocator import UNATTRIBUTED
 from tpudiag.parsers.allocator_events import read_allocator_events
+from tpudiag.parsers.capture import plane_roles, split_planes
 from tpudiag.proto import XSpace
 
 REAL = SHARED / "data" / "real-captures"
@@ -96,7 +97,7 @@ def played(tmp_path_factory) -> tuple[Path, Path]:
 def test_played_allocators_agree_with_xprof(played):
     path, root = played
     ours = host_memory_timeline(read_allocator_events(path))
-    assert_agrees(ours, xprof_memory_profile(path, root), min(ours_first_abs_ps(path)) - LINE_NS * 1000)
+    assert_agrees(ours, xprof_memory_profile(path, root), xprof_shift(path))
 
 
 def test_played_allocators_give_what_was_played(played):
@@ -120,8 +121,7 @@ def test_real_single_thread_capture_agrees_with_xprof(tmp_path):
     path = REAL / "jax-gpu-te-fused-attn" / "plugins" / "profile" / "run" / "934987a2fc2f.xplane.pb"
     ours = host_memory_timeline(read_allocator_events(path))
     oracle = xprof_memory_profile(path, tmp_path)
-    first_offset = 9_716_062_582_000  # the first allocator event's offset in its (only) line
-    assert_agrees(ours, oracle, first_offset)
+    assert_agrees(ours, oracle, xprof_shift(path))
     (gpu0,) = ours.allocators
     assert (gpu0.allocator, gpu0.peak_bytes, gpu0.events) == ("GPU_0_bfc", 663_228_416, 59)
 
@@ -146,11 +146,10 @@ def _on_one_clock(src: Path, dst: Path) -> Path:
 def test_real_multi_thread_capture_differs_from_xprof_only_by_thread_clock(tmp_path):
     path = REAL / "jax-gpu-conv3d-8gpu" / "plugins" / "profile" / "run" / "tw003.xplane.pb"
     ours = host_memory_timeline(read_allocator_events(path))
-    first_abs_ps = min(ours_first_abs_ps(path))
     # On one clock, XProf and we agree on everything.
     folded = _on_one_clock(path, tmp_path / "folded.xplane.pb")
     assert_agrees(host_memory_timeline(read_allocator_events(folded)), xprof_memory_profile(folded, tmp_path),
-                  first_abs_ps)
+                  xprof_shift(folded))
     # As written, its `python` thread's line starts 868.6 µs before the `py_xla_execute` threads'.
     # XProf orders events by their offset in their own line, so on GPUs 1-7 it places a 655,360-byte
     # allocation made on `python` after the peak, and leaves it out of the live set; by time it
@@ -167,13 +166,16 @@ def test_real_multi_thread_capture_differs_from_xprof_only_by_thread_clock(tmp_p
                                 if r[-1]]
 
 
-def ours_first_abs_ps(path: Path) -> list[int]:
+def xprof_shift(path: Path) -> int:
+    """What maps our times to XProf's: ours are on the host's time axis (line base + offset), XProf's
+    are the offsets in their line, so the shift is minus the base of the allocator lines (one here)."""
     space = XSpace()
     space.ParseFromString(path.read_bytes())
     plane = next(p for p in space.planes if p.name == "/host:CPU")
     ids = {k for k, v in plane.event_metadata.items() if v.name in ("MemoryAllocation", "MemoryDeallocation")}
-    return [line.timestamp_ns * 1000 + ev.offset_ps for line in plane.lines for ev in line.events
-            if ev.metadata_id in ids]
+    (stamp,) = {line.timestamp_ns for line in plane.lines if any(ev.metadata_id in ids for ev in line.events)}
+    planes, _ = split_planes(path.read_bytes(), path)
+    return -plane_roles(planes, path).axis.base_ps(stamp)
 
 
 def test_a_capture_without_allocator_events_gives_none(small_capture):
@@ -188,3 +190,26 @@ def test_a_damaged_file_is_one_input_error_naming_it(tmp_path, played):
     with pytest.raises(InputError) as err:
         read_allocator_events(bad)
     assert err.value.path == str(bad)
+
+
+def test_the_front_door_gives_the_same_timelines(played):
+    import tpudiag
+
+    path, _ = played
+    d = tpudiag.diagnose(path)
+    [host] = d.memory_over_time()
+    assert [(a.allocator, a.peak_bytes, a.events) for a in host.allocators] == [
+        (a.allocator, a.peak_bytes, a.events) for a in host_memory_timeline(read_allocator_events(path)).allocators]
+
+
+def test_hosts_read_in_parallel_equal_hosts_read_one_by_one_and_a_bad_one_stays_apart(tmp_path):
+    run = tmp_path / "logdir" / "plugins" / "profile" / "run"
+    for name in ("a", "b"):
+        played_capture(run / f"{name}.xplane.pb")
+    (run / "c.xplane.pb").write_bytes(b"\x0a\xff\xff")  # damaged: its own failure
+    one, failures_one = capture_memory_timelines(tmp_path / "logdir", jobs=1)
+    two, failures_two = capture_memory_timelines(tmp_path / "logdir", jobs=2)
+    assert [Path(h.path).name for h in one] == ["a.xplane.pb", "b.xplane.pb"]
+    assert [(h.path, [(a.allocator, a.peak_bytes, a.at_peak) for a in h.allocators]) for h in one] == \
+        [(h.path, [(a.allocator, a.peak_bytes, a.at_peak) for a in h.allocators]) for h in two]
+    assert [Path(f.path).name for f in failures_one] == [Path(f.path).name for f in failures_two] == ["c.xplane.pb"]

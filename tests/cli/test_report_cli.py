@@ -151,6 +151,10 @@ def test_one_name_for_one_thing_across_json_frames_and_objects():
         assert row.saving_ps == json_row["saving_ps"] == json_row["savings_ps"] == finding.saving.ps
         assert row.saving_basis == json_row["saving_basis"] == json_row["savings_basis"] == finding.saving.basis
         assert json_row["saving_explanation"] == json_row["savings_explanation"] == finding.saving.explanation
-    shared = set(frame.columns) - {"ops"}  # the frame joins ops into one string, the JSON keeps a list
+    shared = set(frame.columns) - {"ops", "sites"}  # the frame joins these into strings, the JSON keeps lists
     assert shared <= set(doc["findings"][0]), shared - set(doc["findings"][0])
     assert list(d.ops_frame().columns) == list(doc["ops"][0])
+    s = d.report.summary
+    assert (doc["summary"]["peak_flops_per_s"], doc["summary"]["hbm_bytes_per_s"]) == \
+        (s.peak_flops_per_s, s.hbm_bytes_per_s) == \
+        (doc["summary"]["peak_flops_per_s_per_core"], doc["summary"]["hbm_bytes_per_s_per_core"])

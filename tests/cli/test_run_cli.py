@@ -41,14 +41,18 @@ sys.exit(int(sys.argv[1]))
 """
 
 
-def run_tpudiag(tmp_path: Path, *args: str, script: str = SCRIPT, status: int = 0, env: dict | None = None
-                ) -> subprocess.CompletedProcess:
-    path = tmp_path / "train.py"
-    path.write_text(script)
+def run_tpudiag(tmp_path: Path, *args: str, script: str | Path = SCRIPT, program_args: tuple[str, ...] = ("0",),
+                env: dict | None = None) -> subprocess.CompletedProcess:
+    """`tpudiag run ARGS -- python SCRIPT PROGRAM_ARGS` on the CPU, from `tmp_path`."""
+    if isinstance(script, str):
+        path = tmp_path / "train.py"
+        path.write_text(script)
+    else:
+        path = script
     inherited = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "LIBTPU_INIT_ARGS")}
     full_env = {**inherited, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run([sys.executable, "-m", "tpudiag", "run", *args, "--", sys.executable, str(path),
-                           str(status)], capture_output=True, text=True, env=full_env, timeout=300,
+                           *program_args], capture_output=True, text=True, env=full_env, timeout=300,
                           cwd=tmp_path)
 
 
@@ -58,51 +62,119 @@ def _named(stderr: str, what: str) -> Path:
     return Path(m.group(1))
 
 
-def matmul_instructions(xla_dump: Path) -> set[str]:
-    """Instruction names of the script's jitted matmul, as the CPU compiler dumped them."""
-    (text,) = xla_dump.glob("*jit_matmul.cpu_after_optimizations.txt")
-    return hlo_instructions(text.read_text())
+def jit_instructions(xla_dump: Path, function: str = "matmul") -> set[str]:
+    """Instruction names only the jitted `function` has, among every module the CPU compiler dumped."""
+    names: dict[str, set[str]] = {p.name: hlo_instructions(p.read_text())
+                                  for p in xla_dump.glob("*.cpu_after_optimizations.txt")}
+    (own,) = [k for k in names if k.endswith(f".jit_{function}.cpu_after_optimizations.txt")]
+    return names.pop(own).difference(*names.values())
 
 
-def test_run_captures_the_whole_program_and_prints_its_report(tmp_path):
-    proc = run_tpudiag(tmp_path)
+def test_run_captures_the_bundled_example_whole_and_prints_its_report(tmp_path):
+    proc = run_tpudiag(tmp_path, script=REPO / "examples" / "train_loop.py", program_args=("--steps", "5"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "script done" in proc.stdout  # the program's own output still reaches the user
+    assert "loss after 5 steps" in proc.stdout  # the program's own output still reaches the user
     assert "tpudiag report" in proc.stdout and "Findings" in proc.stdout
     logdir, xla = _named(proc.stderr, "trace"), _named(proc.stderr, "dumps")
     assert not logdir.is_relative_to(tmp_path)  # a fresh temporary directory, never the cwd
     (run_dir,) = run_dirs(logdir)
     assert str(run_dir) in proc.stderr
     ops, steps = capture_events(run_dir)
-    assert steps == [0, 1, 2, 3]
-    executed = {name: n for name, n in ops.items() if name in matmul_instructions(xla)}
-    # the matmul's fused ops ran once per step, and only there (the HLO dump names them)
-    assert executed and set(executed.values()) == {4}, ops
+    assert steps == [0, 1, 2, 3, 4]
+    executed = {name: n for name, n in ops.items() if name in jit_instructions(xla, "train_step")}
+    # the train step's fused ops ran once per step (the HLO dump names them)
+    assert executed and set(executed.values()) == {5}, ops
     # the CPU compiler's dumps are not TPU programs: said, and not joined
     assert "CPU compiler's: not joined" in proc.stderr
 
 
 def test_run_steps_window_and_a_failing_program(tmp_path):
-    proc = run_tpudiag(tmp_path, "--steps", "1..2", "--format", "json", status=3)
+    proc = run_tpudiag(tmp_path, "--steps", "1..2", "--format", "json", "-o", str(tmp_path / "report.json"),
+                       program_args=("3",))
     assert proc.returncode == 3, proc.stderr[-3000:]  # the program's status, passed through
     assert "exited with status 3" in proc.stderr
-    doc = json.loads(proc.stdout[proc.stdout.index("{"):])  # after the program's own line
+    assert proc.stdout == "script done\n"  # the program's output; the report went to -o
+    doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["summary"]["mode"] == "trace"
     (run_dir,) = run_dirs(_named(proc.stderr, "trace"))
     ops, steps = capture_events(run_dir)
     assert steps == [1, 2]  # whole steps 1 and 2, nothing of 0 or 3
-    executed = {n for name, n in ops.items() if name in matmul_instructions(_named(proc.stderr, "dumps"))}
+    executed = {n for name, n in ops.items() if name in jit_instructions(_named(proc.stderr, "dumps"))}
     assert executed == {2}
 
 
+# The same work with no step annotation: only the loop variable says which step runs.
+NO_ANNOTATION = """\
+import sys, time
+import jax, jax.numpy as jnp
+
+@jax.jit
+def matmul(x):
+    return jnp.tanh(x @ x)
+
+def main():
+    x = jnp.ones((64, 64))
+    for step in range(6):
+        x = matmul(x).block_until_ready()
+        time.sleep(0.3)  # steps long against the watcher's lag (polling, starting a trace), as real steps are
+
+main()
+"""
+
+
+def test_run_steps_of_a_loop_variable(tmp_path):
+    proc = run_tpudiag(tmp_path, "--steps", "2..3", "--step-var", "step", script=NO_ANNOTATION)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = run_dirs(_named(proc.stderr, "trace"))
+    ops, steps = capture_events(run_dir)
+    assert steps == []  # no annotations: the window came from `step` alone
+    executed = {n for name, n in ops.items() if name in jit_instructions(_named(proc.stderr, "dumps"))}
+    # steps 2 and 3, one matmul each; the edges are approximate (the watcher lags on a busy machine),
+    # so one step may be cut or one more included, never the whole run
+    assert executed and executed <= {1, 2, 3}
+    proc = run_tpudiag(tmp_path, "--steps", "2", "--step-var", "nothing_by_this_name", script=NO_ANNOTATION)
+    assert proc.returncode == 2 and "never set `nothing_by_this_name` to a step number" in proc.stderr
+    proc = run_tpudiag(tmp_path, "--step-var", "step", script=NO_ANNOTATION)
+    assert proc.returncode == 2 and "give the steps too" in proc.stderr
+
+
 def test_run_says_when_no_capture_was_made(tmp_path):
-    proc = run_tpudiag(tmp_path, "--steps", "7..9", status=0)
+    proc = run_tpudiag(tmp_path, "--steps", "7..9")
     assert proc.returncode == 2  # it succeeded, but there is nothing to diagnose
     assert "no capture was made: the program ran steps 0..3, none of 7..9" in proc.stderr
     assert proc.stdout.strip() == "script done"
-    proc = run_tpudiag(tmp_path, script="import sys\nsys.exit(int(sys.argv[1]))\n", status=5)
+    proc = run_tpudiag(tmp_path, script="import sys\nsys.exit(int(sys.argv[1]))\n", program_args=("5",))
     assert proc.returncode == 5
     assert "no capture was made: the program never imported jax" in proc.stderr
+
+
+def test_run_passes_a_signal_death_through_as_a_shell_does(tmp_path):
+    script = "import os, signal\nimport jax.numpy as jnp\njnp.ones(3).block_until_ready()\n" \
+             "os.kill(os.getpid(), signal.SIGTERM)\n"
+    proc = run_tpudiag(tmp_path, script=script)
+    assert proc.returncode == 128 + 15
+    # killed: no exit handlers ran, so jax never wrote the trace
+    assert "no capture was made: the program ended without running its exit handlers" in proc.stderr
+
+
+def test_run_keeps_the_environments_own_sitecustomize(tmp_path):
+    theirs = tmp_path / "site"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIR_SITE = 'ran'\n")
+    script = "import builtins, jax.numpy as jnp\njnp.ones(3).block_until_ready()\nprint(builtins.THEIR_SITE)\n"
+    proc = run_tpudiag(tmp_path, script=script, env={"PYTHONPATH": os.pathsep.join([str(REPO), str(theirs)])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("ran\n") and "tpudiag report" in proc.stdout  # theirs ran, and ours traced
+
+
+def test_run_says_when_its_bootstrap_could_not_run(tmp_path):
+    path = tmp_path / "isolated.py"
+    path.write_text("import jax.numpy as jnp\njnp.ones(3).block_until_ready()\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "tpudiag", "run", "--", sys.executable, "-I", str(path)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2  # -I ignores PYTHONPATH, so no trace could be started
+    assert "bootstrap never ran in the program" in proc.stderr and "-I or -S" in proc.stderr
 
 
 def test_run_into_a_logdir_reports_only_the_new_run(tmp_path):

@@ -41,7 +41,7 @@ def test_v5e_compile_keeps_only_the_dumps_tpudiag_reads(tmp_path):
     assert facts["status"] == "ok" and facts["device_kind"] == "TPU v5 lite" and facts["n_devices"] == 4
     assert facts["mesh"] == {"data": 2, "model": 2} and facts["static_profile"] is True
     xla = sorted(p.name for p in (run.out / "xla").iterdir())
-    assert len(xla) == 4 and all(name.endswith(XLA_KEEP_SUFFIXES) and ".jit_step." in name for name in xla)
+    assert len(xla) == 5 and all(name.endswith(XLA_KEEP_SUFFIXES) and ".jit_step." in name for name in xla)
     llo = [p.name for p in (run.out / "llo").iterdir()]
     assert len(llo) == 1 and llo[0].endswith("-TLP-01-hlo-static-bundle-profile.txt")
     assert list((run.out / "static_profile").glob("*_static_llo_profile.textproto"))

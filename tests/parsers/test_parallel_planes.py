@@ -29,14 +29,27 @@ def test_parallel_planes_equal_sequential(tmp_path, always_parallel):
     assert together.warnings == alone.warnings
 
 
-def test_a_corrupt_plane_in_a_worker_is_a_clean_error(tmp_path, always_parallel):
+def _cut_planes(f, indices) -> None:
     from tpudiag.proto import XSpaceRawPlanes
 
-    f = write_capture(small_design(n_chips=2), tmp_path / "run")
     raw = XSpaceRawPlanes()
     raw.ParseFromString(f.read_bytes())
-    raw.planes[1] = raw.planes[1][:-7]  # a plane cut short inside its last event
+    for i in indices:
+        raw.planes[i] = raw.planes[i][:-7]  # a plane cut short inside its last event
     f.write_bytes(raw.SerializeToString())
+
+
+def test_a_corrupt_plane_in_a_worker_is_dropped_with_a_warning_naming_it(tmp_path, always_parallel):
+    f = write_capture(small_design(n_chips=2), tmp_path / "run")
+    _cut_planes(f, [1])
+    host = capture._parse_file(f, plane_jobs=capture.PARALLEL_PLANES_MIN_JOBS)
+    assert set(host.events["device"].astype(str)) == {"/device:TPU:0"}
+    assert any("`/device:TPU:1` could not be read" in w for w in host.warnings)
+
+
+def test_a_host_whose_device_planes_are_all_corrupt_is_a_clean_error(tmp_path, always_parallel):
+    f = write_capture(small_design(n_chips=2), tmp_path / "run")
+    _cut_planes(f, [0, 1])
     with pytest.raises(InputError) as info:
         capture._parse_file(f, plane_jobs=capture.PARALLEL_PLANES_MIN_JOBS)
     assert info.value.path == str(f)

@@ -142,17 +142,20 @@ def test_error_line_names_file_without_trailing_period():
     assert os.linesep not in err.one_line()
 
 
-def test_regression_out_of_range_device_offset_is_a_clean_error(tmp_path):
-    """A uint64 device_offset_ps above 2**63 cannot be an int64 ps time: clean error, not OverflowError."""
+def test_regression_out_of_range_device_offset_drops_the_event_with_a_warning(tmp_path):
+    """A uint64 device_offset_ps above 2**63 cannot be an int64 ps time: that event is dropped with a
+    warning (never an OverflowError), and the rest of the line is read."""
     from tpudiag.writers.xspace_builder import U64, XSpaceBuilder
 
     space = XSpaceBuilder("h")
     plane = space.plane("/device:TPU:0", 1)
     md = plane.event_metadata("%f = f32[] fusion()", "f", {"program_id": U64(1), "symbol_id": U64(1)})
-    plane.line("XLA Ops", 3).event(md, 0, 10, {"device_offset_ps": U64(2**64 - 1), "device_duration_ps": U64(10)})
-    f = space.write(tmp_path / "h.xplane.pb")
-    with pytest.raises(InputError, match="implausible event times"):
-        load_capture(f)
+    line = plane.line("XLA Ops", 3)
+    line.event(md, 0, 10, {"device_offset_ps": U64(2**64 - 1), "device_duration_ps": U64(10)})
+    line.event(md, 0, 10, {"device_offset_ps": U64(500), "device_duration_ps": U64(10)})
+    host = load_capture(space.write(tmp_path / "h.xplane.pb")).hosts[0]
+    assert host.events["start_ps"].tolist() == [500]
+    assert any("1 events on a `XLA Ops` line dropped" in w and "beyond int64" in w for w in host.warnings)
 
 
 def test_device_times_are_read_in_any_stat_order(tmp_path):

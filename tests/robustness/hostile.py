@@ -30,7 +30,7 @@ RAW = ("\x1b", "\x07", "\x9b", "\u202e")
 
 def hostile_design(**overrides):
     ops = (OpDef(OP, "convolution fusion", flops=1.0e12, bytes_accessed=1.0e9, shape="bf16[1024,1024]{1,0}",
-                 source=f"model.py:3 {TITLE}"),  # a matmul-like fusion: most of the step
+                 source=f"model.py:3 {TITLE}", tf_op=f"jit(step)/{HTML}`{LINK}"),  # a matmul-like fusion: most of the step
            OpDef(OP2, "copy", bytes_accessed=1.0e8))  # a small copy after it
     fields = dict(hostname=HOST, device_type=DEVICE, module=MODULE, ops=ops, n_chips=1, n_steps=4,
                   step_ps=5000 * US,

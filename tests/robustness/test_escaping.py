@@ -67,6 +67,8 @@ def test_terminal_report_shows_hostile_names_escaped(hostile_run):
     assert proc.returncode == 0, proc.stderr
     assert_inert(proc.stdout + proc.stderr)
     assert "fusion.1\\x1b]0;pwned\\x07" in proc.stdout  # shown, not dropped
+    # Findings name the op's source line and JAX op name (issue 20): escaped like the op's name.
+    assert "`model.py:3 \\x1b]0;pwned\\x07`, `jit(step)/<img" in proc.stdout
 
 
 def test_terminal_report_to_a_file_is_inert(hostile_run, tmp_path):

@@ -215,6 +215,21 @@ def test_op_detail_lists_the_findings_that_cite_it(example_session):
     run(make_app(example_session), scenario)
 
 
+def test_enter_on_a_finding_opens_the_first_cited_op_the_table_lists(example_session):
+    # A spill in a loop body cites the kernel (no row of its own) and then the op that runs it.
+    from dataclasses import replace
+
+    from tests.tui.conftest import FINDINGS, with_findings
+
+    nested = replace(FINDINGS[0], ops=("closed_call.4", "fusion.8"))
+
+    async def scenario(pilot):
+        await press(pilot, "f", "enter")
+        assert isinstance(pilot.app.screen, OpDetailScreen)
+        assert "HLO             %fusion.8 = bf16[8192,50257]" in screen_text(pilot.app)
+    run(make_app(with_findings(example_session, (nested,))), scenario)
+
+
 def test_with_compiler_dumps_the_ops_sort_by_spills_and_the_detail_shows_llo_facts(monkeypatch):
     # The modelled v5e transformer and its compiler dumps, both bundled (examples/models).
     capture = REPO / "examples" / "models" / "captures" / "transformer_train_v5e"

@@ -6,7 +6,7 @@ import pytest
 
 from tests.tui.conftest import make_app, run
 from tpudiag.tui import keys
-from tpudiag.tui.screens import ExportScreen, HelpScreen, OpDetailScreen
+from tpudiag.tui.screens import ExportScreen, HelpScreen, MemoryScreen, OpDetailScreen
 
 
 async def press(pilot, *names):
@@ -26,6 +26,7 @@ CASES = {
     ("global", "p"): ((), _view("ops")),
     ("global", "t"): ((), _view("timeline")),
     ("global", "h"): ((), _view("hosts")),
+    ("global", "m"): (("p",), lambda app: isinstance(app.screen, MemoryScreen)),
     ("global", "slash"): ((), lambda app: app.current_view == "ops" and app.focused.id == "ops-search"),
     ("global", "e"): (("p",), lambda app: isinstance(app.screen, ExportScreen) and app.screen.view == "ops"),
     ("global", "question_mark"): ((), lambda app: isinstance(app.screen, HelpScreen)),

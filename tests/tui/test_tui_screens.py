@@ -62,3 +62,31 @@ def test_findings_says_no_findings(example_session):
     scenario, failures = _journey([(("f",), "findings_none")])
     run(make_app(with_findings(example_session, findings=(), rules_run=True)), scenario)
     assert not failures, "\n\n".join(failures)
+
+
+def _with_memory(session, tmp_path, monkeypatch):
+    """The session with the memory of the issue's near-capacity Adam dump (tests/memory_dumps.py),
+    written under a relative name so the screen shows no machine-specific path."""
+    import dataclasses
+
+    from tests.memory_dumps import write_adam_dump
+    from tpudiag.compiler.memory import program_memories
+    from tpudiag.pipeline import load_dumps
+
+    monkeypatch.chdir(tmp_path)
+    dump = write_adam_dump(tmp_path / "near", layers=10, live_activations=2)
+    memory = program_memories(load_dumps([dump.relative_to(tmp_path)]))
+    return dataclasses.replace(session, report=dataclasses.replace(session.report, memory=memory), diagnosis=None)
+
+
+def test_memory_screen(example_session, tmp_path, monkeypatch):
+    session = _with_memory(example_session, tmp_path, monkeypatch)
+    scenario, failures = _journey([(("m",), "memory_near"), (("escape",), "example_overview")])
+    run(make_app(session), scenario)
+    assert not failures, "\n\n".join(failures)
+
+
+def test_memory_screen_without_a_buffer_assignment(example_session):
+    scenario, failures = _journey([(("m",), "memory_none")])
+    run(make_app(example_session), scenario)
+    assert not failures, "\n\n".join(failures)

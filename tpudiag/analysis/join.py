@@ -361,6 +361,9 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
                     cycles[row], cycles_src[row] = _int_or_na(r["cycles_per_instance"]), "llo_static_profile"
                 elif status == "not-estimated-remote-dma":
                     cycles[row], cycles_src[row] = pd.NA, ""
+            if accepted_hlo:
+                _roll_up_nested(facts, dump.path, dict(zip(names, rows)), hlo[accepted_hlo[0]].program,
+                                stores, fills, llo_origin, from_dump)
 
     columns = JOINED.frame({
         "logical_bytes": logical, "padded_bytes": padded, "spill_stores": stores, "spill_fills": fills,
@@ -386,6 +389,29 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
     return JoinResult(columns=columns, n_ops=n, hlo_matched=hlo_matched, llo_matched=llo_matched,
                       dump_matched=int(from_dump.sum()), matches=tuple(matches), sources=tuple(used),
                       warnings=tuple(dict.fromkeys(warnings)), programs=joined_programs)
+
+
+def _roll_up_nested(facts: pd.DataFrame, origin: str, row_of: dict[str, int], program: CompiledProgram,
+                    stores: list, fills: list, llo_origin: list, from_dump: np.ndarray) -> None:
+    """Spills of LLO programs that are no trace op, added to the entry op that runs them.
+
+    An LLO program is named after its HLO instruction; one below the entry computation (a Pallas
+    kernel's custom call in a scanned layer, inside the `while` body) has no row of its own where
+    the timeline lists entry instructions only (the static report). Its spills belong to the
+    entry op the XLA dump says runs it; where the trace has the instruction itself, it keeps them.
+    """
+    entry_op = program.entry_op_of
+    for name, stored, filled in zip(facts.index, facts["spill_stores"], facts["spill_fills"]):
+        if name in row_of:
+            continue
+        row = row_of.get(entry_op.get(name, ""))
+        if row is None or llo_origin[row] not in ("", origin):
+            continue
+        for column, value in ((stores, stored), (fills, filled)):
+            if value is not pd.NA and not pd.isna(value):
+                column[row] = (0 if column[row] is pd.NA else column[row]) + int(value)
+        llo_origin[row] = origin
+        from_dump[row] = True
 
 
 def _source_modules(origin: str, hlo: Sequence[HloSource], llo: Sequence[LloDump]) -> list[str]:

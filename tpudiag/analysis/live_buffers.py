@@ -39,10 +39,11 @@ def attribute(profile: DeviceMemoryProfile) -> LiveBytes:
     """Live buffer bytes per source line, largest first, with totals per device."""
     rows: dict[tuple[str, int, str, bool], list] = {}  # key -> [buffers, bytes, devices]
     devices: dict[str, list[int]] = {}
-    executables = 0
+    executables = executable_bytes = 0
     for sample in profile.samples:
         if sample.kind != "buffer":
             executables += sample.buffers
+            executable_bytes += sample.bytes
             continue
         frame, internal = attributed_frame(sample.stack)
         key = ("<no stack>", 0, "", True) if frame is None else (frame.file, frame.line, frame.function, internal)
@@ -66,7 +67,8 @@ def attribute(profile: DeviceMemoryProfile) -> LiveBytes:
     by_device = tuple(DeviceTotal(d, n, b) for d, (n, b) in sorted(devices.items(), key=_device_order))
     return LiveBytes(path=profile.path, by_line=table, by_device=by_device,
                      total_bytes=sum(b for _, b in devices.values()),
-                     total_buffers=sum(n for n, _ in devices.values()), executables=executables)
+                     total_buffers=sum(n for n, _ in devices.values()), executables=executables,
+                     executable_bytes=executable_bytes)
 
 
 def _device_order(item) -> tuple:

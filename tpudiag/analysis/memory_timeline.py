@@ -11,13 +11,14 @@ Follows XProf's memory profile (`ConvertXPlaneToMemoryProfile`, openxla/xprof
   freed since; what they do not account for of the peak's heap bytes is one "unattributed" row
   (allocated before the capture, or preallocated); alike allocations are merged with a count.
 
-One deliberate difference (docs/xprof-differences.md): events are ordered by their absolute time
-(line timestamp + offset). XProf orders them by the offset within their line, which mixes threads
-whose lines start at different times.
+One deliberate difference (docs/xprof-differences.md): events are ordered by their time on the
+host's axis (line timestamp + offset, clocks reconciled as in docs/time-axis.md). XProf orders
+them by the offset within their line, which mixes threads whose lines start at different times.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -28,28 +29,39 @@ from tpudiag.model.allocator import (UNATTRIBUTED, ActiveAllocation, AllocatorTi
                                      HostMemoryTimeline)
 from tpudiag.model.profile import HostFailure
 from tpudiag.parsers.allocator_events import read_allocator_events
-from tpudiag.parsers.capture import find_capture
+from tpudiag.parsers.capture import find_capture, process_pool
 
 XPROF_MAX_SNAPSHOTS = 1000  # XProf samples its timeline graph down to this many points
 
 
-def capture_memory_timelines(path: Path | str) -> tuple[list[HostMemoryTimeline], list[HostFailure]]:
+def capture_memory_timelines(path: Path | str, jobs: int | None = None
+                             ) -> tuple[list[HostMemoryTimeline], list[HostFailure]]:
     """Every host file of the capture at `path` (as `tpudiag report` resolves it), each read for its
-    allocator events alone; a host file that cannot be read is a failure and the others go on."""
-    hosts, failures = [], []
-    for f in find_capture(path).files:
-        try:
-            hosts.append(host_memory_timeline(read_allocator_events(f)))
-        except InputError as exc:
-            failures.append(HostFailure(str(f), exc.one_line()))
-    return hosts, failures
+    allocator events alone, in up to `jobs` processes (default: one per CPU); a host file that
+    cannot be read is a failure and the others go on. Hosts come in the capture's file order."""
+    files = find_capture(path).files
+    workers = min(len(files), jobs or os.cpu_count() or 1)
+    if workers <= 1:
+        results = [_host_or_failure(f) for f in files]
+    else:
+        with process_pool(workers) as pool:
+            results = list(pool.map(_host_or_failure, files))
+    return ([r for r in results if isinstance(r, HostMemoryTimeline)],
+            [r for r in results if isinstance(r, HostFailure)])
+
+
+def _host_or_failure(path) -> HostMemoryTimeline | HostFailure:
+    try:
+        return host_memory_timeline(read_allocator_events(path))
+    except InputError as exc:
+        return HostFailure(str(path), exc.one_line())
 
 
 def host_memory_timeline(host: HostAllocatorEvents) -> HostMemoryTimeline:
     events = host.events
     allocators = tuple(allocator_timeline(str(name), group)
                        for name, group in events.groupby("allocator", observed=True, sort=True))
-    return HostMemoryTimeline(host=host.host, path=host.path, allocators=allocators)
+    return HostMemoryTimeline(host=host.host, path=host.path, allocators=allocators, warnings=host.warnings)
 
 
 def allocator_timeline(name: str, events: pd.DataFrame) -> AllocatorTimeline:

@@ -176,6 +176,7 @@ def _op_rows(analysis: Analysis, join: JoinResult | None = None) -> list[OpRow]:
             hbm_bw=float(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
             flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
             bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
+            tf_op=r.tf_op,
             **facts))
     return rows
 

@@ -17,7 +17,7 @@ from tpudiag.cli import check_cmd, diff_cmd
 from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
 from tpudiag.cli import memory_cmd
-from tpudiag.cli import run_cmd
+from tpudiag.cli import run_cmd, whatif_cmd
 from tpudiag.cli.console import stderr_console, stdout_console
 from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import TpudiagError, UsageError
@@ -150,6 +150,7 @@ tui_cmd.register(app)
 lab_cmd.register(app)
 memory_cmd.register(app)
 run_cmd.register(app, report, OutputFormat)
+whatif_cmd.register(app)
 
 
 def _print_version(value: bool) -> None:

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from tpudiag.cli.memory_runtime import PPROF_HELP
 from tpudiag.cli.options import Chip
 from tpudiag.errors import InputError
 
@@ -40,8 +41,9 @@ def read_error_text(error: Path | None) -> str | None:
 
 def memory(
     path: Annotated[Path | None, typer.Argument(help="Compiler dump directory (XLA `--xla_dump_to` or `tpudiag "
-                                                     "compile -o`), or a capture with --dumps; default: the "
-                                                     "bundled example")] = None,
+                                                     "compile -o`), or a capture (with --dumps; its allocator's "
+                                                     "timeline where it traced one); default: the bundled example, "
+                                                     "or none with --pprof")] = None,
     dumps: Annotated[list[Path] | None, typer.Option(help="XLA dump directory of the capture's program; "
                                                           "repeatable")] = None,
     error: Annotated[Path | None, typer.Option("--error", help=ERROR_HELP)] = None,
@@ -51,35 +53,50 @@ def memory(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file (`-` for stdout; "
                                                                        "never inside the input)")] = None,
     top: Annotated[int, typer.Option(help="Buffers at the peak to list in the terminal table")] = 15,
+    pprof: Annotated[Path | None, typer.Option("--pprof", help=PPROF_HELP)] = None,
 ) -> None:
     """Device memory of the compiled program: the peak per memory space, what is live at it, and what would lower it."""
+    from tpudiag.cli.memory_runtime import measured_json, measured_memory, render_measured_terminal
     from tpudiag.examples_data import bundled_capture
     from tpudiag.pipeline import diagnose
     from tpudiag.writers.files import resolve_output
 
-    output = resolve_output(output, [path if path is not None else bundled_capture(), *(dumps or [])])
+    compiled_view = not (path is None and pprof is not None and not dumps and error is None)
+    shown = [path if path is not None else bundled_capture()] if compiled_view else []
+    output = resolve_output(output, [*shown, *(dumps or []), *([pprof] if pprof else [])])
     text = read_error_text(error)
-    result = diagnose(path, dumps=dumps or (), chip=chip.value if chip else None, error=text,
-                      select="hbm-pressure")
-    report = result.memory()
+    measured = measured_memory(path, pprof)
+    report = None
+    if compiled_view:
+        result = diagnose(path, dumps=dumps or (), chip=chip.value if chip else None, error=text,
+                          select="hbm-pressure")
+        report = result.memory()
     if output_format is MemoryFormat.json:
-        from tpudiag.render.memory import render_memory_json
+        import json
+
+        from tpudiag.render.memory import memory_json
         from tpudiag.writers.files import write_output
 
-        write_output(output, render_memory_json(report) + "\n")
+        body = memory_json(report) if report is not None else {"input": None, "programs": [], "errors": [], "warnings": []}
+        write_output(output, json.dumps({**body, **measured_json(measured)}, indent=1) + "\n")
         return
     from tpudiag.render.memory import render_memory_terminal
+
+    def render(console) -> None:
+        if report is not None:
+            render_memory_terminal(report, console, top=top)
+        render_measured_terminal(measured, console, top)
 
     if output is None:
         from tpudiag.cli.console import stdout_console
 
-        render_memory_terminal(report, stdout_console(), top=top)
+        render(stdout_console())
         return
     from tpudiag.render.console import SafeConsole
     from tpudiag.writers.files import atomic_open
 
     with atomic_open(output) as fh:
-        render_memory_terminal(report, SafeConsole(file=fh, width=140, no_color=True, soft_wrap=False), top=top)
+        render(SafeConsole(file=fh, width=140, no_color=True, soft_wrap=False))
 
 
 def register(app: typer.Typer) -> None:

@@ -27,7 +27,7 @@ RUN_HELP = """Run a program with compiler dumps on, capture it with jax.profiler
 Everything after `--` is the command, e.g. `tpudiag run -- python train.py --lr 3e-4`. The
 program runs unmodified: tpudiag starts jax.profiler in it when it imports jax, and traces the
 whole run, or with --steps N..M only those steps of its jax.profiler.StepTraceAnnotation
-(step_num, else their order). Then the report of the new capture is printed, with the HLO
+(step_num, else their order) or, with --step-var NAME, of a loop variable of the script. Then the report of the new capture is printed, with the HLO
 (and, on a TPU host, LLO) dumps joined. The trace and dumps go to a fresh temporary directory
 named on stderr, or the trace to --logdir. Exit status: the program's (the report is printed
 anyway when a capture exists), or 2 when it succeeded but left no capture.
@@ -137,17 +137,23 @@ def run_command(
                                                      "default: a fresh temporary directory")] = None,
     output_format: Annotated[str, typer.Option("--format", "-f", help="terminal or json")] = "terminal",
     top: Annotated[int, typer.Option(help="Ops to list in the report")] = 15,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file instead of "
+                                                "stdout, which the program's own output shares")] = None,
+    step_var: Annotated[str | None, typer.Option(help="With --steps, also take step numbers from this variable "
+                                                      "of the script (e.g. `step` of `for step in range(n):`), "
+                                                      "for loops without step annotations")] = None,
     python_tracer: Annotated[bool, typer.Option(help="Also trace Python function calls (large captures)")]
     = False,
 ) -> None:
     from tpudiag.errors import UsageError
-    from tpudiag.profiling import newest_new_run, no_capture_reason, parse_steps, run_dirs
+    from tpudiag.profiling import check_step_var, newest_new_run, no_capture_reason, parse_steps, run_dirs
 
     if not command:
         raise UsageError("no program to run", hint="put it after `--`: `tpudiag run -- python train.py`")
     if output_format not in ("terminal", "json"):
         raise UsageError(f"unknown format `{output_format}`", hint="use `terminal` or `json`")
     window = parse_steps(steps)
+    check_step_var(step_var, window)
     work = Path(tempfile.mkdtemp(prefix="tpudiag-run-"))
     if logdir is None:
         logdir = work / "logdir"
@@ -160,7 +166,7 @@ def run_command(
     (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(root=str(Path(__file__).resolve().parents[2])))
     status_file = work / "child-status.json"
     config = {"logdir": str(logdir), "steps": [window.first, window.last] if window else None,
-              "status": str(status_file), "python_tracer": python_tracer}
+              "status": str(status_file), "python_tracer": python_tracer, "step_var": step_var}
     env, xla, llo = child_env(config, boot, work / "dumps", tpu_host())
     where = f"trace in `{logdir}`, dumps in `{xla}`" + (f" and `{llo}`" if llo else "")
     _say(where)
@@ -175,7 +181,7 @@ def run_command(
         _say(note)
     _say(f"the program exited with status {returncode}; report of `{run}`")
     report, formats = _REPORT
-    report(path=run, dumps=dumps, output_format=formats(output_format), top=top)
+    report(path=run, dumps=dumps, output_format=formats(output_format), top=top, output=output)
     raise typer.Exit(returncode)
 
 

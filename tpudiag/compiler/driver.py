@@ -38,6 +38,8 @@ XLA_KEEP_SUFFIXES = (
     ".after_optimizations.txt",
     ".after_optimizations-buffer-assignment.txt",
     ".after_optimizations-memory-usage-report.txt",
+    ".after_optimizations-live-range.txt",  # what is live when the temporaries peak (`tpudiag memory`)
+    ".oom_intermediate_module.txt",  # written only when the compile ran out of memory
     ".target_arguments.txt",
 )
 # glog fatal lines: `F1129 22:10:00.123456   1234 file.cc:123] message`
@@ -77,11 +79,12 @@ def libtpu_flags(out: Path, static_profile: bool, extra: tuple[str, ...] = ()) -
     return flags + list(extra)
 
 
-def worker_env(out: Path, static_profile: bool, extra: tuple[str, ...] = ()) -> dict[str, str]:
+def worker_env(out: Path, static_profile: bool, extra: tuple[str, ...] = (),
+               xla_flags: tuple[str, ...] = ()) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("JAX_PLATFORMS", None)  # `cpu` would hide the TPU plugin that compiles for the topology
     env.update(TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1",
-               XLA_FLAGS=f"--xla_dump_to={out / XLA_DIR}",
+               XLA_FLAGS=" ".join([f"--xla_dump_to={out / XLA_DIR}", *xla_flags]),
                LIBTPU_INIT_ARGS=" ".join(libtpu_flags(out, static_profile, extra)))
     # The worker must import this tpudiag, wherever the command was started.
     root = str(Path(__file__).resolve().parents[2])
@@ -92,6 +95,9 @@ def worker_env(out: Path, static_profile: bool, extra: tuple[str, ...] = ()) -> 
 def compiler_error_line(stderr: str) -> str | None:
     """The compiler's own fatal line from stderr: the first glog `F` line, else a CHECK/status line."""
     lines = stderr.splitlines()
+    for line in lines:
+        if line.startswith("ERROR: Unknown command line flag"):  # libtpu's flag parser, before any noise
+            return line.strip()
     for line in lines:
         m = _FATAL.match(line.strip())
         if m:
@@ -167,17 +173,22 @@ def trim_llo_dump(llo_dir: Path) -> None:
 
 
 def compile_program(target: str, topology: Topology, out: Path, static_profile: bool | None = None,
-                    extra_flags: tuple[str, ...] = (), timeout_s: float = DEFAULT_TIMEOUT_S) -> CompileRun:
-    """Compile `target` (MODULE:FUNCTION) for `topology` into `out`; raise TpudiagError on failure."""
+                    extra_flags: tuple[str, ...] = (), timeout_s: float = DEFAULT_TIMEOUT_S,
+                    xla_flags: tuple[str, ...] = (), compiler_options: dict | None = None) -> CompileRun:
+    """Compile `target` (MODULE:FUNCTION) for `topology` into `out`; raise TpudiagError on failure.
+
+    extra_flags go to LIBTPU_INIT_ARGS, xla_flags to XLA_FLAGS, compiler_options to
+    `lowered.compile(compiler_options=...)` (per-compile overrides of XLA and libtpu options).
+    """
     profile = topology.static_profile_supported if static_profile is None else static_profile
     out = out.resolve()
     _prepare(out)
     request = {"target": target, "topology": topology.name, "out": str(out),
-               "single_chip": topology.single_chip}
+               "single_chip": topology.single_chip, "compiler_options": dict(compiler_options or {})}
     cmd = [sys.executable, "-m", "tpudiag.compiler.worker", json.dumps(request)]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, env=worker_env(out, profile, extra_flags), capture_output=True, text=True,
+        proc = subprocess.run(cmd, env=worker_env(out, profile, extra_flags, xla_flags), capture_output=True, text=True,
                               timeout=timeout_s, errors="replace")
     except subprocess.TimeoutExpired as exc:
         raise CompileError(f"the compile did not finish within {timeout_s:.0f} s",
@@ -190,7 +201,13 @@ def compile_program(target: str, topology: Topology, out: Path, static_profile: 
     if proc.returncode == EXIT_INPUT_ERROR and result:
         raise InputError(result["message"], hint=result.get("hint") or None)
     if proc.returncode == EXIT_COMPILE_ERROR and result:
-        raise _compile_error(topology, result)
+        error = _compile_error(topology, result)
+        if result.get("module") and (out / XLA_DIR).is_dir():
+            # An out-of-memory compile still writes its buffer assignment: keep it, and say how to read it.
+            trim_xla_dump(out / XLA_DIR, result["module"])
+            if any((out / XLA_DIR).iterdir()) and "memory" in result.get("message", "").lower():
+                error.hint = f"the dump is kept: `tpudiag memory {out}` shows what holds the memory"
+        raise error
     if proc.returncode != 0 or result is None or result.get("status") != "ok":
         line = compiler_error_line(stderr)
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
@@ -205,6 +222,7 @@ def compile_program(target: str, topology: Topology, out: Path, static_profile: 
     trim_xla_dump(out / XLA_DIR, result.get("module", ""))
     trim_llo_dump(out / LLO_DIR)
     result.update(wall_s=round(wall, 3), static_profile=profile, libtpu_flags=list(extra_flags),
+                  xla_flags=list(xla_flags), compiler_options=dict(compiler_options or {}),
                   generation=topology.generation)
     result["dump_bytes"] = dump_size(out)
     result_path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

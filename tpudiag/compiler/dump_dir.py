@@ -150,6 +150,8 @@ def load_dump_directory(path: Path, chip=None) -> CompileOutput:
         hlo_error = exc
     try:
         llo = load_llo_dump(parts.llo, static_profile_dir=parts.static_profile)
+        if dump is not None:
+            llo = llo_for_programs(parts, llo, dump.programs)
         warnings.extend(llo.warnings)
     except InputError:
         llo = None
@@ -157,6 +159,25 @@ def load_dump_directory(path: Path, chip=None) -> CompileOutput:
         raise InputError("neither an XLA dump (`*.after_optimizations.txt`) nor an LLO dump", path=path,
                          hint=hlo_error.hint)
     return _from_programs(path, dump, llo, warnings, chip)
+
+
+def llo_for_programs(parts: DumpParts, llo, programs):
+    """The compile of `llo`'s directory that the XLA dump's `programs` are about.
+
+    An LLO directory collects every compile of a process and `load_llo_dump` reads the newest; an
+    XLA dump may hold other modules (`--xla_dump_hlo_module_re`, or a helper compiled after the
+    step). When the newest compile's module is none of `programs` but an older compile is of the
+    XLA dump's main module, that one is read: spills are the facts of its ops."""
+    from tpudiag.parsers.llo.load import load_llo_dump
+
+    if llo.compile is None or not llo.other_compiles or not programs:
+        return llo
+    if llo.compile.module_name in {p.module for p in programs}:
+        return llo
+    main = main_program(list(programs)).module
+    if not any(c.module_name == main for c in llo.other_compiles):
+        return llo
+    return load_llo_dump(parts.llo, module=main, static_profile_dir=parts.static_profile)
 
 
 def main_program(programs: list[CompiledProgram]) -> CompiledProgram:

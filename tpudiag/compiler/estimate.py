@@ -223,6 +223,21 @@ def _op_flops(program: CompiledProgram, inst: Instruction, matmul: dict[tuple[st
                      for c in inst.called_computations if c in program.computations)
 
 
+def _spills_by_entry_op(program: CompiledProgram, spills: pd.DataFrame | None) -> dict[str, tuple]:
+    """Entry op -> (spill stores, fills): its own, plus those of the LLO programs it runs below the
+    entry computation (a Pallas kernel's custom call in a `while` body), which have no row here."""
+    out: dict[str, tuple] = {}
+    if spills is None or spills.empty:
+        return out
+    entry_op = program.entry_op_of
+    for name, stored, filled in zip(spills["hlo"].astype(str), spills["spill_stores"], spills["spill_fills"]):
+        owner = entry_op.get(name, name)
+        mine = out.get(owner, (pd.NA, pd.NA))
+        out[owner] = tuple(old if pd.isna(new) else (0 if pd.isna(old) else int(old)) + int(new)
+                           for old, new in zip(mine, (stored, filled)))
+    return out
+
+
 def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
                  group_sizes: dict[str, int] | None = None, spills: pd.DataFrame | None = None,
                  matmul_flops: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
@@ -236,9 +251,7 @@ def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
         if pair.computation == comp:
             partner[pair.start] = (pair.done, pair.kind)
             partner[pair.done] = (pair.start, pair.kind)
-    spill_by = {}
-    if spills is not None and not spills.empty:
-        spill_by = {str(r.hlo): (r.spill_stores, r.spill_fills) for r in spills.itertuples()}
+    spill_by = _spills_by_entry_op(program, spills)
     rows: dict[str, list] = {k: [] for k in OP_ESTIMATE_COLUMNS}
     for inst in program.computation_instructions(comp):
         if inst.opcode in FREE_OPCODES:

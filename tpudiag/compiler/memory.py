@@ -12,30 +12,43 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
+from tpudiag.compiler.worker import RESULT_FILE
 from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, Instruction, memory_space_name
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
-from tpudiag.model.memory import MemoryBuffer, MemoryLever, MemoryReport, OomError, ProgramMemory, SpaceMemory
+from tpudiag.model.memory import (MemoryBuffer, MemoryGroup, MemoryLever, MemoryReport, OomError, ProgramMemory,
+                                  SpaceMemory)
 from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
+from tpudiag.parsers.oom_error import parse_oom_error
 
 # A modelled lever for sharding across devices assumes this many (the smallest v5e/v6e slice).
 FSDP_DEVICES = 4
+# The order in which levers are tried first: cost to the user, cheapest first (donation is free,
+# remat costs FLOPs, a microbatch costs steps, dtypes cost numerics, offload PCIe, FSDP devices).
+EFFORT = ("donation", "remat", "microbatch", "dtype", "host-offload", "fsdp")
 # Temporaries below this size are left out of the live set (tuple index tables, scalars).
 MIN_LIVE_BYTES = 4096
 _INDEX = re.compile(r"\{[\d,]*\}$")
 
 
-def memory_report(input_path: str, compiled: CompiledInputs, errors: Iterable[OomError] = (),
-                  warnings: Iterable[str] = ()) -> MemoryReport:
+def program_memories(compiled: CompiledInputs, errors: Iterable[OomError] = ()) -> tuple[ProgramMemory, ...]:
     """The memory of every program with a buffer assignment; `errors` are joined to the largest."""
     errors = tuple(errors)
     inputs = [h for h in (*compiled.hlo, *compiled.embedded) if h.program.allocations]
     largest = max(inputs, key=lambda h: sum(a.size_bytes for a in h.program.allocations), default=None)
-    programs = tuple(program_memory(h, compiled.chip, errors if h is largest else ()) for h in inputs)
-    notes = list(warnings)
-    if not inputs:
+    return tuple(program_memory(h, compiled.chip, errors if h is largest else ()) for h in inputs)
+
+
+def memory_report(input_path: str, compiled: CompiledInputs, errors: Iterable[OomError] = (),
+                  programs: tuple[ProgramMemory, ...] | None = None) -> MemoryReport:
+    """`tpudiag memory`'s report: `programs` (from `program_memories`, computed when None) and notes."""
+    errors = tuple(errors)
+    programs = program_memories(compiled, errors) if programs is None else programs
+    notes = []
+    if not programs:
         notes.append("no compiled program with a buffer assignment: dump with XLA_FLAGS=--xla_dump_to=DIR "
                      "(or `tpudiag compile`) to see device memory")
     return MemoryReport(input_path=input_path, programs=programs, errors=errors, warnings=tuple(notes))
@@ -47,6 +60,8 @@ def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomErr
 
     program = hlo.program
     chip = chip_for(hlo.generation) or chip
+    facts = _compile_facts(hlo)
+    errors = tuple(errors) or _compile_errors(facts)
     hbm_error = next((e for e in errors if e.space == "hbm"), None)
     error = hbm_error or next(iter(errors), None)
     capacity = chip.hbm_capacity_bytes if chip else None
@@ -63,24 +78,51 @@ def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomErr
     spaces = tuple(_space(program, color, allocs, reported.get(color)) for color, allocs in sorted(by_color.items()))
     hbm = next((s for s in spaces if s.color == 0), None)
     levers = _levers(program, hbm) if hbm is not None else ()
-    warnings = []
-    if program.allocations and not program.live_ranges:
-        warnings.append(f"`{program.module}`: no live-range dump: the temporaries at the peak are not split by time")
-    return ProgramMemory(
+    result = ProgramMemory(
         module=program.module, path=program.path, generation=chip.generation if chip else "",
         hbm_capacity_bytes=capacity, hbm_usable_bytes=usable, usable_source=usable_source, spaces=spaces,
         oom_recorded=program.oom_recorded, error=error, levers=levers,
-        compiler_peak_bytes=_compiler_peak(hlo), warnings=tuple(warnings))
+        compiler_peak_bytes=_compiler_peak(facts))
+    peak, limit = result.hbm_peak_bytes, result.hbm_limit_bytes
+    # Over the limit: a lever must free the excess; near it, any lever helps.
+    need = peak - limit + 1 if peak is not None and limit is not None and peak > limit else 0
+    first = first_lever(levers, need)
+    warnings = []
+    if program.allocations and not program.live_ranges:
+        warnings.append(f"`{program.module}`: no live-range dump: the temporaries at the peak are not split by time")
+    return replace(result, first=first.key if first is not None else "", warnings=tuple(warnings))
 
 
-def _compiler_peak(hlo: HloInput) -> int | None:
-    """`memory_analysis().peak_memory_in_bytes` from a `tpudiag compile` output's result.json."""
-    result = Path(hlo.origin).parent / "result.json"
+def first_lever(levers: tuple[MemoryLever, ...], need_bytes: int) -> MemoryLever | None:
+    """The cheapest lever (`EFFORT`) that frees `need_bytes` on its own, else the one that frees the most."""
+    enough = [lv for lv in levers if lv.saving_bytes >= need_bytes]
+    if enough:
+        return min(enough, key=lambda lv: EFFORT.index(lv.key))
+    return max(levers, key=lambda lv: lv.saving_bytes, default=None)
+
+
+def _compile_facts(hlo: HloInput) -> dict:
+    """The `result.json` of the `tpudiag compile` output this program's dump is in, when it is
+    this program's; {} otherwise (an XLA dump of its own, or damaged)."""
+    result = Path(hlo.origin).parent / RESULT_FILE
     try:
         facts = json.loads(result.read_text()) if result.is_file() else {}
     except (OSError, ValueError):
-        return None
-    peak = facts.get("peak_memory_in_bytes") if facts.get("module") == hlo.program.module else None
+        return {}
+    return facts if isinstance(facts, dict) and facts.get("module") == hlo.program.module else {}
+
+
+def _compile_errors(facts: dict) -> tuple[OomError, ...]:
+    """The out-of-memory error a failed `tpudiag compile` recorded, as if given with `--error`."""
+    if facts.get("status") != "compile_error":
+        return ()
+    error = parse_oom_error(str(facts.get("detail") or facts.get("message") or ""))
+    return (error,) if error is not None else ()
+
+
+def _compiler_peak(facts: dict) -> int | None:
+    """`memory_analysis().peak_memory_in_bytes` of a successful `tpudiag compile`."""
+    peak = facts.get("peak_memory_in_bytes")
     return int(peak) if isinstance(peak, int) and peak >= 0 else None
 
 
@@ -136,14 +178,31 @@ def _space(program: CompiledProgram, color: int, allocs: list[BufferAllocation],
         peak_bytes=sum(a.size_bytes for a in allocs), argument_bytes=totals["argument"],
         output_bytes=totals["output"], temp_bytes=totals["temporary"], constant_bytes=totals["constant"],
         alias_bytes=alias, reported_total_bytes=reported, live_at_peak=tuple(live), peak_position=peak_at,
-        timeline_bytes=tuple(timeline))
+        timeline_bytes=tuple(timeline), groups=_groups(live))
+
+
+def _groups(live: list[MemoryBuffer]) -> tuple[MemoryGroup, ...]:
+    """The buffers at the peak by jit argument (arguments) or by JAX op (the others): what a user
+    changes is an argument or a line of code, not one of a hundred same-sized buffers."""
+    groups: dict[tuple[str, str], list[MemoryBuffer]] = defaultdict(list)
+    for b in live:
+        label = _argument_root(b.op_name, b.instruction) if b.kind == "argument" else (b.op_name or b.instruction)
+        groups[(b.kind, label)].append(b)
+    out = [MemoryGroup(label=label, kind=kind, count=len(bs), size_bytes=sum(b.size_bytes for b in bs),
+                       source=next((f"{b.source_file}:{b.source_line}" for b in bs if b.source_line), ""))
+           for (kind, label), bs in groups.items()]
+    out.sort(key=lambda g: (-g.size_bytes, g.kind, g.label))
+    return tuple(out)
 
 
 def _held_value(alloc: BufferAllocation, ranges: dict[str, tuple[int, int]]) -> BufferValue | None:
-    """The value a whole-program allocation is for: the last to be live (an output buffer also
-    holds temporaries written before the output is); the last listed without live ranges."""
+    """The value a whole-program allocation is for: an argument's parameter (listed first, before
+    the output a donated buffer also holds); else the last to be live (an output buffer also holds
+    temporaries written before the output is), the last listed without live ranges."""
     if not alloc.values:
         return None
+    if alloc.parameter_number is not None:
+        return alloc.values[0]
     return max(enumerate(alloc.values), key=lambda iv: (ranges.get(_value_key(iv[1]), (0, -1))[1], iv[0]))[1]
 
 

@@ -11,6 +11,7 @@ raised (exit 4). A fatal abort leaves no result: the driver reads the compiler's
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,15 @@ def _number(value) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def _lowered_module(lowered) -> str:
+    """The module name of a lowered program (`jit_step`), which its HLO dump files carry; '' if unknown."""
+    try:
+        m = re.search(r"module @([\w.\-]+)", lowered.as_text()[:4096])
+    except Exception:  # the name only trims the dump of a failed compile: never fail for it
+        return ""
+    return m.group(1) if m else ""
 
 
 def _facts(compiled) -> dict:
@@ -120,10 +130,10 @@ def run(request: dict) -> int:
         return EXIT_INPUT_ERROR
     t1 = time.perf_counter()
     try:
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=request.get("compiler_options") or None)
     except Exception as exc:
         _write(out, {"status": "compile_error", "stage": "compile", "message": _first_line(exc),
-                     "detail": str(exc)[:20000]})
+                     "detail": str(exc)[:20000], "module": _lowered_module(lowered)})
         return EXIT_COMPILE_ERROR
     t2 = time.perf_counter()
     text = compiled.as_text()

@@ -37,6 +37,7 @@ class HostAllocatorEvents:
     host: str
     path: str
     events: pd.DataFrame
+    warnings: tuple[str, ...] = ()  # lines or events that could not be placed on the host's time axis
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class AllocatorTimeline:
     """One allocator (memory space) over the capture.
 
     `peak_bytes` is the most in use (heap + stack) at any event inside the capture, at
-    `peak_time_ps`; `lifetime_peak_bytes` is the allocator's own peak since it was created, which
+    `peak_time_ps` on the capture's time axis (as `tpudiag report` places host events); `lifetime_peak_bytes` is the allocator's own peak since it was created, which
     may predate the capture. `capacity_bytes` is in use + free at the peak. `timeline` is a
     `schemas`-free table of every event in time order: `time_ps`, `in_use_bytes`, `free_bytes`.
     """
@@ -90,3 +91,4 @@ class HostMemoryTimeline:
     host: str
     path: str
     allocators: tuple[AllocatorTimeline, ...]  # sorted by allocator name
+    warnings: tuple[str, ...] = ()

@@ -13,6 +13,7 @@ the tuple's own index table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tpudiag.model.schemas import Column, TableSchema
 
@@ -228,6 +229,10 @@ class MemorySpaceUsage:
     total_bytes: int
 
 
+# Entry ops that run other computations as separately compiled programs.
+CONTROL_FLOW_OPCODES = frozenset({"while", "call", "conditional"})
+
+
 @dataclass
 class CompiledProgram:
     """One HLO module after optimisation, with its buffers when the dump has them."""
@@ -265,6 +270,30 @@ class CompiledProgram:
     def schedule(self) -> tuple[str, ...]:
         """The entry computation's instruction order: the schedule when `is_scheduled`."""
         return self.computations[self.entry].instructions
+
+    @cached_property
+    def entry_op_of(self) -> dict[str, str]:
+        """Instruction name -> the entry instruction that runs it: itself at entry level; for one
+        inside a control-flow op's computations (`while` body and condition, `call`, `conditional`
+        branches, at any depth) that entry op. What a timeline of entry ops times it as: a Pallas
+        kernel's custom call in a scanned layer runs, and spends its time, inside the `while`.
+        (A fusion's or an async op's computations are compiled with it, never as programs of their own.)"""
+        owner: dict[str, str] = {}
+        for name in self.computations[self.entry].instructions:
+            inst = self.instructions[(self.entry, name)]
+            if inst.opcode not in CONTROL_FLOW_OPCODES:
+                continue
+            stack = list(inst.called_computations)
+            while stack:
+                comp = stack.pop()
+                if comp in owner or comp not in self.computations or comp == self.entry:
+                    continue
+                owner[comp] = name
+                stack.extend(c for n in self.computations[comp].instructions
+                             for c in self.instructions[(comp, n)].called_computations)
+        out = {name: owner[comp] for comp, name in self.instructions if comp in owner}
+        out.update((name, name) for name in self.computations[self.entry].instructions)
+        return out
 
     def entry_parameters(self) -> list[Instruction]:
         params = [i for i in self.computation_instructions(self.entry) if i.opcode == "parameter"]

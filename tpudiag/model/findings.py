@@ -43,6 +43,18 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class OpSite:
+    """Where an op comes from in the user's program: its HLO metadata, as the trace or dump gives it."""
+
+    op: str  # HLO instruction name
+    source: str  # `file.py:LINE`; '' when unknown
+    tf_op: str  # JAX op name (the name stack, e.g. `jit(train_step)/transpose(jvp())/dot_general`); '' when unknown
+
+    def label(self) -> str:
+        return ", ".join(part for part in (self.source, self.tf_op) if part)
+
+
+@dataclass(frozen=True)
 class Quantity:
     """One quantity a finding states, typed, so it can be checked against the input it came from.
 
@@ -69,9 +81,19 @@ class Finding:
     fix: str  # one line
     evidence: tuple[Evidence, ...] = field(default_factory=tuple)
     host: str = ""
-    ops: tuple[str, ...] = ()  # op names the finding cites
+    ops: tuple[str, ...] = ()  # op names the finding cites; several ops of one shape when grouped
     blocking: bool = False  # the program cannot run as compiled (out of memory): ranked before any saving
+    sites: tuple[OpSite, ...] = ()  # source line and JAX op name of each cited op that has them
     quantities: tuple[Quantity, ...] = ()  # what the message and evidence state, typed (see Quantity)
+
+
+def saving_amount(s: Saving) -> str:
+    """`1.20 ms per step`, or `6.25 GiB of device memory` for a memory finding."""
+    from tpudiag.model.units import fmt_bytes, fmt_time
+
+    if s.bytes and not s.ps:
+        return f"{fmt_bytes(s.bytes)} of device memory"
+    return f"{fmt_time(s.ps)} per step"
 
 
 def rank_key(f: Finding) -> tuple:

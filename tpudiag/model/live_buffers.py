@@ -34,9 +34,10 @@ class BufferSample:
 
     kind: str
     device: str
-    buffers: int
-    bytes: int
+    buffers: int  # buffers, or loaded executables
+    bytes: int  # an executable's: its generated code (0 where `size_known` is False)
     stack: tuple[SourceFrame, ...]  # the innermost frame first, as pprof orders them
+    size_known: bool = True  # False: a backend that does not report an executable's code size
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,4 @@ class LiveBytes:
     total_bytes: int
     total_buffers: int
     executables: int
+    executable_bytes: int  # their generated code, where the backend reports it (not in total_bytes)

@@ -47,6 +47,18 @@ class MemoryBuffer:
 
 
 @dataclass(frozen=True)
+class MemoryGroup:
+    """Buffers at the peak that belong together: one jit argument (`params`, `opt_state`), or the
+    values one JAX op makes (outputs or temporaries of `jit(step)/jvp()/dot_general`)."""
+
+    label: str  # the argument root or the JAX op name ('' op names: the instruction)
+    kind: str  # one of BUFFER_KINDS
+    count: int
+    size_bytes: int
+    source: str = ""  # `file:line` of the first buffer, when known
+
+
+@dataclass(frozen=True)
 class MemoryLever:
     """One way to lower the peak, with its modelled saving in bytes (an upper bound).
 
@@ -78,6 +90,7 @@ class SpaceMemory:
     live_at_peak: tuple[MemoryBuffer, ...]  # largest first
     peak_position: int | None  # program position where the temporaries peak; None without live ranges
     timeline_bytes: tuple[int, ...] = ()  # temporaries live at each program position (live ranges)
+    groups: tuple[MemoryGroup, ...] = ()  # live_at_peak grouped by argument or op, largest first
 
     @property
     def whole_program_bytes(self) -> int:
@@ -123,8 +136,13 @@ class ProgramMemory:
     oom_recorded: bool  # the dump holds the compiler's `*.oom_intermediate_module.txt`
     error: OomError | None = None  # the `--error` message joined to this program
     levers: tuple[MemoryLever, ...] = ()  # HBM levers, largest modelled saving first
+    first: str = ""  # key of the lever to try first (`tpudiag.compiler.memory.first_lever`)
     compiler_peak_bytes: int | None = None  # `memory_analysis().peak_memory_in_bytes` (a `compile` output)
     warnings: tuple[str, ...] = ()
+
+    @property
+    def first_lever(self) -> MemoryLever | None:
+        return next((lv for lv in self.levers if lv.key == self.first), None)
 
     def space(self, name: str) -> SpaceMemory | None:
         return next((s for s in self.spaces if s.space == name), None)
@@ -150,6 +168,11 @@ class ProgramMemory:
         limit, peak = self.hbm_limit_bytes, self.hbm_peak_bytes
         hbm_error = self.error is not None and self.error.space == "hbm"
         return self.oom_recorded or hbm_error or (limit is not None and peak is not None and peak > limit)
+
+
+def largest_hbm_program(programs: tuple[ProgramMemory, ...]) -> ProgramMemory | None:
+    """The program a report's memory section shows: the largest HBM peak."""
+    return max((p for p in programs if p.hbm is not None), key=lambda p: p.hbm_peak_bytes or 0, default=None)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpudiag.model.findings import Finding
+from tpudiag.model.memory import ProgramMemory
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,8 @@ class OpRow:
     bound_by: str
     family: str
     shape_with_layout: str
-    source: str
+    source: str  # `file.py:LINE` of the op's metadata; '' when unknown
+    tf_op: str  # JAX op name (metadata op_name, the name stack); '' when unknown
     # Compiled facts of the same op (`tpudiag.analysis.join`); None when no dump or embedded HLO tells.
     logical_bytes: int | None = None  # operands + result
     padded_bytes: int | None = None  # operands + result in their tiled layouts
@@ -154,3 +156,4 @@ class Report:
     warnings: tuple[str, ...] = ()
     failures: tuple[str, ...] = ()  # host files that could not be analysed
     categories: tuple[CategoryTime, ...] = ()  # sorted by self time, descending
+    memory: tuple[ProgramMemory, ...] = ()  # device memory of the compiled programs with a buffer assignment

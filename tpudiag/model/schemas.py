@@ -213,7 +213,7 @@ ALLOCATOR_EVENTS = TableSchema("allocator_events", (
     Column("allocator", "category", "memory id: the `allocator_name` stat (e.g. GPU_0_bfc), else the "
                                     "`index_on_host` / `device_ordinal` number"),
     Column("allocation", "bool", "True for MemoryAllocation, False for MemoryDeallocation"),
-    Column("time_ps", "int64", "line timestamp + offset, in ps after the file's first allocator event"),
+    Column("time_ps", "int64", "on the host's time axis (docs/time-axis.md), as host events are placed"),
     Column("heap_bytes", "int64", "`bytes_allocated`: bytes the allocator has handed out after the event"),
     Column("stack_bytes", "int64", "`bytes_reserved`: bytes reserved outside the heap (stack)"),
     Column("free_bytes", "int64", "`bytes_available`: bytes the allocator can still hand out"),

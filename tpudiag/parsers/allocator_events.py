@@ -10,7 +10,8 @@ TSL's allocators trace each allocation and deallocation as a TraceMe named `Memo
 `ConvertXPlaneToMemoryProfile` (openxla/xprof `xprof/convert/xplane_to_memory_profile.cc`).
 
 Only `tpudiag memory` reads them, so the normal parse does not: this reads the file's plane
-headers, then only the `/host:CPU` plane. Each line's events and the stats above are read from
+headers (for the host's time axis, docs/time-axis.md, so that times read as `tpudiag report`
+places host events), then only the `/host:CPU` plane. Each line's events and the stats above are read from
 their wire bytes by the compiled reader (`event_wire.decode_stats`: 200k events in about 2 s on a
 loaded 2-core machine, where protobuf objects took 6.5 s), else through protobuf
 (`_line_from_protobuf`, the reference `tests/parsers/test_allocator_events.py` holds it to).
@@ -21,14 +22,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from tpudiag.errors import InputError
 from tpudiag.model import schemas
 from tpudiag.model.allocator import HostAllocatorEvents
 from tpudiag.parsers import event_wire
-from tpudiag.parsers.capture import HostUrl, read_location_bytes, split_lines, split_planes
-from tpudiag.parsers.xspace import check_trace_bytes, parse_message
-from tpudiag.proto import XPlaneHead
+from tpudiag.parsers.capture import HostUrl, plane_roles, read_location_bytes, split_lines, split_planes
+from tpudiag.parsers.time_axis import TimeAxis, unplaceable
+from tpudiag.parsers.xspace import check_trace_bytes
 
 HOST_PLANE = "/host:CPU"
 ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
@@ -53,22 +55,18 @@ def read_allocator_events(path: Path | HostUrl) -> HostAllocatorEvents:
         if exc.path is not None:
             raise
         raise InputError(exc.message, path=path, hint=exc.hint) from exc  # raised below the file's level
-    except OverflowError as exc:
-        raise InputError("implausible allocator event times (beyond the int64 picosecond range)", path=path) from exc
 
 
 def _read(path: Path | HostUrl) -> HostAllocatorEvents:
     data = [read_location_bytes(path)]
     check_trace_bytes(data[0], path)
     planes, host = split_planes(data.pop(), path)
-    plane_bytes = next((pb for pb in planes if _plane_name(pb, path) == HOST_PLANE), None)
-    events = schemas.ALLOCATOR_EVENTS.empty() if plane_bytes is None else _host_plane_events(plane_bytes, path)
-    return HostAllocatorEvents(host=host, path=str(path), events=events)
-
-
-def _plane_name(plane_bytes, path) -> str:
-    split = event_wire.split_field(plane_bytes, 3)  # XPlane.lines, left unread
-    return parse_message(XPlaneHead(), plane_bytes if split is None else split[1], path).name
+    roles = plane_roles(planes, path)  # the host's time axis, as `tpudiag report` places its events
+    at = next((i for i, name in enumerate(roles.names) if name == HOST_PLANE), None)
+    if at is None:
+        return HostAllocatorEvents(host=host, path=str(path), events=schemas.ALLOCATOR_EVENTS.empty())
+    events, warnings = _host_plane_events(planes[at], path, roles.axis)
+    return HostAllocatorEvents(host=host, path=str(path), events=events, warnings=tuple(warnings))
 
 
 # How each stat is read: as XProf's `IntValue` (int64 or uint64, the same 64 bits read signed;
@@ -110,38 +108,45 @@ class _Plane:
         self.stat_ids = np.fromiter(self.readers, dtype=np.int64, count=len(self.readers))
 
 
-def _host_plane_events(plane_bytes, path):
+def _host_plane_events(plane_bytes, path, axis: TimeAxis) -> tuple[pd.DataFrame, list[str]]:
+    """The plane's allocator events on `axis`, and warnings for what could not be placed on it."""
     plane, lines = split_lines(plane_bytes, path)
     kinds = {mid: md.name == ALLOCATION for mid, md in plane.event_metadata.items()
              if md.name in (ALLOCATION, DEALLOCATION)}
     if not kinds:
-        return schemas.ALLOCATOR_EVENTS.empty()
+        return schemas.ALLOCATOR_EVENTS.empty(), []
     p = _Plane(kinds, {sid: md.name for sid, md in plane.stat_metadata.items()})
-    parts = []
+    parts, warnings, dropped = [], [], 0
     for line in lines:
         part = _line_from_wire(line, p)
         if part is None:
             part = _line_from_protobuf(line, p)
-        if len(part["allocation"]):
-            parts.append(part)
+        if not len(part["allocation"]):
+            continue
+        base = axis.base_ps(line.timestamp_ns)
+        if base is None:
+            warnings.append(unplaceable(line.name, HOST_PLANE))
+            continue
+        # base is within ±2^62, so these bounds fit int64: events whose time would not are dropped.
+        offsets = part.pop("offsets")
+        keep = (offsets <= _INT64_MAX - base) & (offsets >= -_INT64_MAX - 1 - base)
+        dropped += int((~keep).sum())
+        part = {c: v[keep] for c, v in part.items()}
+        part["time_ps"] = offsets[keep] + np.int64(base)
+        parts.append(part)
+    if dropped:
+        warnings.append(f"{dropped} allocator events dropped: their offset puts them beyond the int64 "
+                        "picosecond range (damaged timestamps)")
     if not parts:
-        return schemas.ALLOCATOR_EVENTS.empty()
-    cols = {c: np.concatenate([part[c] for part in parts]) for c in (*_COLUMNS, "allocation", "thread")}
-    # Times from the first allocator event. A line's base (its timestamp) may be an epoch time
-    # whose picoseconds exceed int64, so bases are taken off in Python integers, line by line.
-    origin = min(part["base_ps"] + int(part["offsets"].min()) for part in parts)
-    last = max(part["base_ps"] + int(part["offsets"].max()) for part in parts)
-    shifts = [part["base_ps"] - origin for part in parts]
-    if last - origin > _INT64_MAX or any(abs(d) > _INT64_MAX for d in shifts):
-        raise InputError("implausible allocator event times (beyond the int64 picosecond range)", path=path)
-    cols["time_ps"] = np.concatenate([part["offsets"] + np.int64(d) for part, d in zip(parts, shifts)])
-    return schemas.ALLOCATOR_EVENTS.frame(cols)
+        return schemas.ALLOCATOR_EVENTS.empty(), warnings
+    return schemas.ALLOCATOR_EVENTS.frame({c: np.concatenate([part[c] for part in parts])
+                                           for c in schemas.ALLOCATOR_EVENTS.names}), warnings
 
 
 def _line_part(line, columns: list, allocation, offsets) -> dict:
     part = dict(zip(_COLUMNS, columns))
     part.update(allocation=np.asarray(allocation, dtype=bool), offsets=np.asarray(offsets, dtype=np.int64),
-                base_ps=line.timestamp_ns * 1000, thread=np.full(len(allocation), line.name, dtype=object))
+                thread=np.full(len(allocation), line.name, dtype=object))
     return part
 
 

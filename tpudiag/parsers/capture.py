@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tpudiag.errors import InputError, TpudiagError, UsageError
+from tpudiag.errors import InputError, TpudiagError
 from tpudiag.model.profile import HostFailure, HostTrace, Profile
-from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, device_planes, host_name,
-                                          parse_device_plane)
+from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, axis_of, device_planes, host_name,
+                                          is_read_line, parse_device_plane)
 from tpudiag.parsers import event_wire
 from tpudiag.parsers.event_wire import RawLine
 from tpudiag.parsers.input_files import default_limits, size_error
+from tpudiag.parsers.time_axis import TASK_ENV_PLANE, TimeAxis
 from tpudiag.parsers.xspace import check_trace_bytes, parse_message, read_trace_bytes
 from tpudiag.proto import XPlane, XPlaneHead, XPlaneRawLines, XSpaceRawPlanes
 
@@ -77,46 +78,12 @@ def as_location(path: Path | str) -> Path | HostUrl:
     return HostUrl(text)
 
 
-def _filesystem(url: str):
-    """(fsspec filesystem, path inside it) for a URL; InputError when fsspec or the backend is missing."""
-    try:
-        import fsspec
-    except ImportError as exc:
-        raise InputError("reading URLs needs fsspec", path=url,
-                         hint="install the cloud extra: `pip install 'tpudiag[cloud]'`") from exc
-    try:
-        return fsspec.core.url_to_fs(url)
-    except (ImportError, ValueError) as exc:
-        raise InputError(f"no filesystem for this URL ({exc})", path=url,
-                         hint="`gs://` needs gcsfs: `pip install 'tpudiag[cloud]'`") from exc
-
-
 def _find_remote(url: HostUrl) -> CaptureFiles:
     """`find_capture` for an fsspec URL: the same three forms (logdir, run directory, one file)."""
-    fs, root = _filesystem(url)
-    root = root.rstrip("/")
-    try:
-        if fs.isfile(root):
-            return CaptureFiles(url, root.rsplit("/", 1)[0].rsplit("/", 1)[-1], (url,))
-        if not fs.isdir(root):
-            raise InputError("no such file or directory", path=url)
-        run_dir = root
-        runs_root = f"{root}/plugins/profile"
-        if fs.isdir(runs_root):
-            runs = sorted(d for d in fs.ls(runs_root, detail=False)
-                          if fs.isdir(d) and fs.glob(f"{d.rstrip('/')}/*{TRACE_SUFFIX}"))
-            if not runs:
-                raise InputError(f"no run with `*{TRACE_SUFFIX}` files under plugins/profile", path=url)
-            run_dir = runs[-1].rstrip("/")  # runs are named by timestamp: the last is the newest
-        files = sorted(fs.glob(f"{run_dir}/*{TRACE_SUFFIX}"))
-    except InputError:
-        raise
-    except (OSError, ValueError) as exc:  # fsspec backends report missing buckets, auth and I/O this way
-        raise InputError(f"cannot list ({exc})", path=url) from exc
-    if not files:
-        raise InputError(f"no `*{TRACE_SUFFIX}` trace files here (expected a logdir, a run directory "
-                         "or a trace file)", path=url)
-    return CaptureFiles(url, run_dir.rsplit("/", 1)[-1], tuple(HostUrl(fs.unstrip_protocol(f)) for f in files))
+    from tpudiag.parsers.remote import find_remote
+
+    run, files = find_remote(url, TRACE_SUFFIX)
+    return CaptureFiles(url, run, tuple(HostUrl(f) for f in files))
 
 
 def read_location_bytes(location: Path | HostUrl) -> bytes:
@@ -128,23 +95,10 @@ def read_location_bytes(location: Path | HostUrl) -> bytes:
     """
     if not isinstance(location, HostUrl):
         return read_trace_bytes(location)
+    from tpudiag.parsers.remote import read_remote_bytes
+
     cap = default_limits().max_file_bytes
-    fs, inner = _filesystem(location)
-    try:
-        size = fs.size(inner)
-        if size is not None and size > cap:
-            raise size_error(location, size, cap)
-        with fs.open(inner, "rb") as f:
-            data = f.read(cap + 1)
-    except InputError:
-        raise
-    except FileNotFoundError as exc:
-        raise InputError("no such file", path=location) from exc
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read ({exc})", path=location) from exc
-    if len(data) > cap:
-        raise size_error(location, len(data), cap)
-    return data
+    return read_remote_bytes(location, cap, lambda size: size_error(location, size, cap))
 
 
 def _runs_dir(path: Path) -> Path | None:
@@ -192,6 +146,11 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
+def process_pool(workers: int) -> ProcessPoolExecutor:
+    """The pool other readers of host files use (`analysis.memory_timeline`), started as `load_capture`'s."""
+    return _pool(workers)
+
+
 # A host file at least this big, with several device planes, parses its planes in parallel
 # when at least this many processes are allowed. On 2 cores it does not pay: a 2M-event host took
 # 3.8 s either way and 0.5 GB more with two plane workers (benchmarks/bench_report.py).
@@ -227,13 +186,13 @@ def _parse_file_unchecked(path: Path | HostUrl, plane_jobs: int) -> HostTrace:
     return _parse_planes(path, data, plane_jobs if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and big else 1)
 
 
-def _plane_job(job: tuple[bytes, PlaneRef, str, int]):
+def _plane_job(job: tuple[bytes, PlaneRef, str, TimeAxis]):
     """Parse one device plane from its bytes (in a worker with `jobs`); a string result is the
     error's cause. The plane's lines stay serialized: their events are decoded from the wire."""
-    plane_bytes, ref, platform, origin = job
+    plane_bytes, ref, platform, axis = job
     try:
         plane, lines = split_lines(plane_bytes, ref.name)
-        return parse_device_plane(plane, ref, platform, origin, lines)
+        return parse_device_plane(plane, ref, platform, axis, lines)
     except InputError as exc:
         return exc.message
     except OverflowError:
@@ -249,15 +208,17 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
     Only the plane list and the plane and line headers are read first. Planes and lines are views
     into the file's bytes where the compiled reader splits them (`event_wire.split_field`), else
     copies by the shadow schemas, dropped once parsed; either way memory stays near one copy of
-    the file plus the plane being parsed. The framing of every plane and line is checked, and
-    planes tpudiag does not read are parsed whole, so damage there is an error as when the file
-    is read as one XSpace; the events of a device-plane line tpudiag does not read are not decoded.
+    the file plus the plane being parsed. Strict only where it must be: a plane tpudiag does not
+    read is not parsed; a plane it reads but cannot decode in full is dropped with a warning
+    naming it (a partly read device plane would show its missing ops as idle time); the host
+    fails only when it has device planes and none of them can be read.
     """
     planes, name = split_planes(data.pop(), path)
     if not planes:
         raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
-    platform, refs, origin = _plane_roles(planes, path)
-    jobs_in = [(planes[r.index], r, platform, origin) for r in refs]
+    roles = plane_roles(planes, path)
+    refs = roles.refs
+    jobs_in = [(planes[r.index], r, roles.platform, roles.axis) for r in refs]
     for r in refs:
         planes[r.index] = b""  # held by its job only
     if jobs > 1:
@@ -269,15 +230,26 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
             jobs_in[i] = None  # the job alone holds this plane's bytes, dropped once it is parsed
             parts.append(_plane_job(job))
             del job
-            if isinstance(parts[-1], str):
-                break
-    errors = [p for p in parts if isinstance(p, str)]
-    if errors:
-        raise InputError(errors[0], path=path)
-    on_device = {r.index for r in refs}
-    others = [parse_message(XPlane(), pb, path) for i, pb in enumerate(planes) if i not in on_device]
-    aux = [p for p in others if p.name in AUX_PLANES]
-    return assemble_host(name, path, platform, refs, parts, aux, origin)
+    warnings = list(roles.warnings)
+    read = [(r, p) for r, p in zip(refs, parts) if not isinstance(p, str)]
+    for r, p in zip(refs, parts):
+        if isinstance(p, str):
+            warnings.append(f"device plane `{r.name}` could not be read and was skipped ({p})")
+    if refs and not read:
+        raise InputError(next(p for p in parts if isinstance(p, str)), path=path)
+    aux = []
+    for i, pb in enumerate(planes):
+        if roles.names[i] not in AUX_PLANES:
+            continue  # not read: damage there cannot fail the host
+        try:
+            aux.append(parse_message(XPlane(), pb, path))
+        except InputError as exc:
+            warnings.append(f"plane `{roles.names[i]}` could not be read and was skipped ({exc.message})")
+    host = assemble_host(name, path, roles.platform, [r for r, _ in read], [p for _, p in read], aux, roles.axis)
+    for w in warnings:
+        if w not in host.warnings:
+            host.warnings.append(w)
+    return host
 
 
 def split_planes(data: bytes, path) -> tuple[list[bytes | memoryview], str]:
@@ -292,31 +264,108 @@ def split_planes(data: bytes, path) -> tuple[list[bytes | memoryview], str]:
 
 def split_lines(plane_bytes, path) -> tuple[object, list[RawLine]]:
     """(the plane without its lines, as `XPlaneRawLines`; its lines) from a serialized XPlane."""
+    return _plane_lines(plane_bytes, path, head_only=False)
+
+
+def _plane_lines(plane_bytes, path, head_only: bool) -> tuple[object, list[RawLine]]:
+    """(the plane without its lines, its lines) from a serialized XPlane: an `XPlaneHead` (its
+    name) when `head_only`, else an `XPlaneRawLines` (its metadata and stats too)."""
     split = event_wire.split_field(plane_bytes, 3)  # XPlane.lines
-    plane = XPlaneRawLines()
     if split is None:
-        parse_message(plane, plane_bytes, path)
+        if head_only:
+            head = parse_message(XPlaneHead(), plane_bytes, path)
+            return head, list(head.lines)
+        plane = parse_message(XPlaneRawLines(), plane_bytes, path)
         return plane, [RawLine(line) for line in plane.lines]
-    lines, rest = split
-    parse_message(plane, rest, path)
-    return plane, [RawLine(line) for line in lines]
+    values, rest = split
+    plane = parse_message(XPlaneHead() if head_only else XPlaneRawLines(), rest, path)
+    return plane, [RawLine(v) for v in values]
 
 
-def _plane_roles(planes: list[bytes | memoryview], path) -> tuple[str, list[PlaneRef], int]:
-    """(platform, device planes, time origin) from the planes' headers, read one at a time."""
-    names, stamps = [], []
-    for pb in planes:
-        split = event_wire.split_field(pb, 3)
-        if split is None:
-            head = parse_message(XPlaneHead(), pb, path)
-            name, lines = head.name, list(head.lines)
-        else:
-            name, lines = parse_message(XPlaneHead(), split[1], path).name, [RawLine(v) for v in split[0]]
-        names.append(name)
-        stamps.append(min(line.timestamp_ns for line in lines) if lines else None)
-    platform, refs = device_planes(names)
-    origin = min((stamps[r.index] for r in refs if stamps[r.index] is not None), default=0)
-    return platform, refs, origin
+def _salvage_name(plane_bytes) -> str:
+    """The `name` (field 2) of a serialized XPlane whose framing is damaged further on, read by
+    walking its top-level fields up to the damage; "" when it cannot be read."""
+    data, pos, n = bytes(plane_bytes), 0, len(plane_bytes)
+
+    def varint() -> int | None:
+        nonlocal pos
+        value = shift = 0
+        while pos < n and shift < 64:
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+        return None
+
+    while pos < n:
+        tag = varint()
+        kind = -1 if tag is None else tag & 7
+        if kind == 0 and varint() is not None:
+            continue
+        if kind in (1, 5) and pos + (8 if kind == 1 else 4) <= n:
+            pos += 8 if kind == 1 else 4
+            continue
+        length = varint() if kind == 2 else None
+        if length is None or pos + length > n:
+            return ""
+        if tag >> 3 == 2:
+            try:
+                return data[pos:pos + length].decode("utf-8")
+            except UnicodeDecodeError:
+                return ""
+        pos += length
+    return ""
+
+
+@dataclass(frozen=True)
+class PlaneRoles:
+    platform: str
+    refs: list[PlaneRef]  # the device planes
+    names: list[str]  # every plane's name; "" for one whose header could not be read
+    axis: TimeAxis
+    warnings: tuple[str, ...]
+
+
+def plane_roles(planes: list[bytes | memoryview], path) -> PlaneRoles:
+    """The planes' roles and the host's time axis, from the planes' headers read one at a time
+    (and the small `Task Environment` plane read whole)."""
+    names, stamps, warnings = [], [], []
+    unread: dict[int, str] = {}  # plane index: why its header could not be read
+    task_env = None
+    for i, pb in enumerate(planes):
+        try:
+            head, lines = _plane_lines(pb, path, head_only=True)
+        except InputError as exc:
+            names.append(_salvage_name(pb))  # so that a damaged device plane is still known as one
+            stamps.append([])
+            unread[i] = exc.message
+            continue
+        names.append(head.name)
+        stamps.append([(line.name, line.timestamp_ns) for line in lines])
+        if head.name == TASK_ENV_PLANE and task_env is None:
+            try:
+                task_env = parse_message(XPlane(), pb, path)
+            except InputError as exc:
+                warnings.append(f"plane `{TASK_ENV_PLANE}` could not be read; its `profile_start_time` is not used "
+                                f"({exc.message})")
+    platform, all_refs = device_planes(names)
+    refs = [r for r in all_refs if r.index not in unread]
+    # A damaged plane whose name is unknown may have been a device plane.
+    needed = {r.index for r in all_refs} | {i for i in unread if names[i] in ("", *AUX_PLANES)}
+    for i, cause in unread.items():
+        if i in needed:  # a plane tpudiag does not read is not worth a warning
+            warnings.append(f"plane `{names[i] or i}` could not be read and was skipped ({cause})")
+    lost = [cause for i, cause in unread.items() if i in needed and names[i] not in AUX_PLANES]
+    if lost and not refs:
+        # A host file fails only when none of its device data can be read.
+        raise InputError(lost[0], path=path)
+    host_stamps = [t for name, ts in zip(names, stamps) if name == "/host:CPU" for _, t in ts]
+    # Only the device lines tpudiag reads set the axis: an unread line cannot move it.
+    device_stamps = [t for r in refs for line, t in stamps[r.index] if is_read_line(line, platform)]
+    axis = axis_of(device_stamps, host_stamps, task_env)
+    return PlaneRoles(platform, refs, names, axis, tuple(warnings))
 
 
 def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
@@ -330,39 +379,6 @@ def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
         if exc.path is None:
             exc = InputError(exc.message, path=path, hint=exc.hint)
         return HostFailure(str(path), exc.one_line())
-
-
-def _map_on_dask(task: HostTask, files: tuple, keep_events: bool, scheduler,
-                 arrived: Callable[[HostTrace | HostFailure], None]) -> list[HostTrace | HostFailure]:
-    """Parse every host file as one task on a Dask distributed cluster.
-
-    `scheduler` is an address (`tcp://host:8786`) or a `distributed.Client`. Only the file names go
-    to the workers, which read the files themselves (a shared filesystem or a URL); each task
-    returns its parsed host or its one-line failure, so a bad host stays a per-host warning.
-    """
-    try:
-        from distributed import Client, as_completed
-    except ImportError as exc:
-        raise UsageError("`--scheduler` needs Dask distributed",
-                         hint="install the dask extra: `pip install 'tpudiag[dask]'`") from exc
-    own = not isinstance(scheduler, Client)
-    try:
-        client = Client(scheduler, set_as_default=False) if own else scheduler
-    except (OSError, ValueError, TimeoutError) as exc:
-        raise UsageError(f"cannot reach the Dask scheduler at `{scheduler}` ({exc})") from exc
-    try:
-        futures = client.map(task, list(files), plane_jobs=1, keep_events=keep_events, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        results: list[HostTrace | HostFailure | None] = [None] * len(futures)
-        for future in as_completed(futures):  # each host as it finishes, so the caller can fold it
-            result = future.result()
-            arrived(result)
-            results[index[future.key]] = result
-            future.release()
-        return results
-    finally:
-        if own:
-            client.close()
 
 
 # A host task: (host file, plane_jobs, keep_events) -> the parsed host or its failure. It runs in
@@ -397,7 +413,9 @@ def load_capture(path: Path | str, jobs: int | None = None,
     if scheduler is not None:
         if progress:
             progress(f"parsing {len(files)} hosts on the Dask cluster")
-        results = _map_on_dask(task, files, keep, scheduler, arrived)
+        from tpudiag.parsers.dask_hosts import map_on_dask
+
+        results = map_on_dask(task, files, keep, scheduler, arrived)
     elif workers <= 1 or len(files) == 1:
         results = []
         for f in files:

@@ -26,6 +26,8 @@ from tpudiag.model.hlo_names import async_role, pair_async, window_family
 from tpudiag.model.profile import DeviceInfo, HostTrace
 from tpudiag.parsers import event_wire
 from tpudiag.parsers.host_plane import host_events
+from tpudiag.parsers.time_axis import (DEVICE_CLOCKS_SPLIT, HOST_NOT_ALIGNED, PROFILE_START_STAT, TASK_ENV_PLANE,
+                                       TimeAxis, profile_anchor, time_axis, unplaceable)
 from tpudiag.parsers.event_wire import RawLine
 from tpudiag.parsers.xspace import stat_value, stats_dict
 from tpudiag.proto import CoreDetails, MemoryAccessBreakdown, XStat
@@ -61,7 +63,8 @@ class _OpMeta:
     hlo_text: str
 
 
-_INT64_MAX = (1 << 63) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_IMPLAUSIBLE = "negative duration, longer than a day, or a time beyond int64 (damaged timestamps)"
 # Longest plausible device event or step: a day. Profiles capture seconds to minutes; a longer
 # span (e.g. 2^62 ps, 53 days) is damage, and summing such spans overflows int64.
 MAX_EVENT_PS = 86_400 * 10**12
@@ -181,22 +184,29 @@ def _cached_op_meta(md, stat_names: dict[int, str], names_key: tuple, bad: list[
 
 
 def _read_line(line, off_id: int | None, dur_id: int | None,
-               origin_ns: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               base_ps: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(metadata ids, starts, durations) of a line's events, device timespans applied.
 
-    Starts are ps since `origin_ns` (the host's earliest device line timestamp) so that epoch
-    timestamps (~1.7e18 ns, ~1.7e21 ps) fit in int64. `device_offset_ps` is taken relative to the
-    line's timestamp; real TPU device lines have timestamp 0, where this is XProf's reading
-    (the stat replaces the event's own timespan).
+    Starts are `base_ps` (the line's start on the host's time axis, `parsers.time_axis`) plus the
+    event's offset. `device_offset_ps` is taken relative to the line's timestamp; real TPU device
+    lines have timestamp 0, where this is XProf's reading (the stat replaces the event's own
+    timespan). An event whose start or duration does not fit in int64 reads as (0, -1), which
+    `plausible_spans` drops.
     """
-    base = (line.timestamp_ns - origin_ns) * 1000
     if isinstance(line, RawLine):
-        cols = event_wire.decode_line(line, off_id, dur_id, None, base)
+        cols = event_wire.decode_line(line, off_id, dur_id, None, base_ps)
         if cols is not None:
             return cols[0], cols[1], cols[2]
+    try:
+        return _read_line_py(line, off_id, dur_id, base_ps, array("q"), array("q"))
+    except OverflowError:  # rare: read again into Python ints, then mark what does not fit
+        return _read_line_py(line, off_id, dur_id, base_ps, [], [])
+
+
+def _read_line_py(line, off_id: int | None, dur_id: int | None, base: int, starts, durs):
+    """`_read_line` through protobuf, into `starts` and `durs` (int64 arrays, or lists that take
+    any integer)."""
     mids = array("q")
-    starts = array("q")
-    durs = array("q")
     if off_id is None or dur_id is None:
         for ev in line.events:
             mids.append(ev.metadata_id)
@@ -228,27 +238,41 @@ def _read_line(line, off_id: int | None, dur_id: int | None,
                 s, d = base + o, dd
             add_start(s)
             add_dur(d)
-    return (np.frombuffer(mids, dtype=np.int64), np.frombuffer(starts, dtype=np.int64),
-            np.frombuffer(durs, dtype=np.int64))
+    return (np.frombuffer(mids, dtype=np.int64), *_int64_spans(starts, durs))
 
 
-def _read_async_line(line, off_id: int | None, dur_id: int | None, hlo_op_id: int | None, origin_ns: int):
+def _int64_spans(starts, durs) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, durations) as int64 columns; from lists, a pair outside int64 becomes (0, -1)."""
+    if isinstance(starts, array):
+        return np.frombuffer(starts, dtype=np.int64), np.frombuffer(durs, dtype=np.int64)
+    fit = [_INT64_MIN <= s <= _INT64_MAX and _INT64_MIN <= d <= _INT64_MAX for s, d in zip(starts, durs)]
+    return (np.array([s if ok else 0 for s, ok in zip(starts, fit)], dtype=np.int64),
+            np.array([d if ok else -1 for d, ok in zip(durs, fit)], dtype=np.int64))
+
+
+def _read_async_line(line, off_id: int | None, dur_id: int | None, hlo_op_id: int | None, base_ps: int):
     """(starts, durations, name codes, {key: code}) of an async line in ONE walk over its events.
 
     Timespans as `_read_line` reads them; the key of each event is its first `hlo_op` stat's
     string when non-empty, `("stat", serialised stat, metadata id)` for another kind of value,
     else its metadata id. Reading both in one pass halves the per-event protobuf access here.
     """
-    base = (line.timestamp_ns - origin_ns) * 1000
-    timed = off_id is not None and dur_id is not None
     if isinstance(line, RawLine):
-        cols = event_wire.decode_line(line, off_id, dur_id, hlo_op_id, base)
+        cols = event_wire.decode_line(line, off_id, dur_id, hlo_op_id, base_ps)
         interned = cols and event_wire.intern_keys(line.data, cols[0], *cols[3:])
         if interned:
             codes_arr, keys = interned
             return cols[1], cols[2], codes_arr, {key: code for code, key in enumerate(keys)}
-    starts = array("q")
-    durs = array("q")
+    try:
+        return _read_async_line_py(line, off_id, dur_id, hlo_op_id, base_ps, array("q"), array("q"))
+    except OverflowError:  # as in `_read_line`
+        return _read_async_line_py(line, off_id, dur_id, hlo_op_id, base_ps, [], [])
+
+
+def _read_async_line_py(line, off_id: int | None, dur_id: int | None, hlo_op_id: int | None, base: int,
+                        starts, durs):
+    """`_read_async_line` through protobuf, into `starts` and `durs` as `_read_line_py` fills them."""
+    timed = off_id is not None and dur_id is not None
     codes = array("q")
     add_start, add_dur, add_code = starts.append, durs.append, codes.append
     index: dict[object, int] = {}
@@ -286,8 +310,8 @@ def _read_async_line(line, off_id: int | None, dur_id: int | None, hlo_op_id: in
         if code is None:
             code = index[key] = len(index)
         add_code(code)
-    return (np.frombuffer(starts, dtype=np.int64), np.frombuffer(durs, dtype=np.int64),
-            np.frombuffer(codes, dtype=np.int64), index)
+    starts_arr, durs_arr = _int64_spans(starts, durs)
+    return starts_arr, durs_arr, np.frombuffer(codes, dtype=np.int64), index
 
 
 def _event_stat_column(line, stat_id: int | None) -> list:
@@ -320,13 +344,20 @@ class _HostBuilder:
         self.program_names: dict[int, str] = {}
         self.partial_overlaps = 0
         self.ops_without_ids = 0
-        self.origin_ns = 0
+        self.axis = time_axis([], [], None)
         self.plane_stats: dict[str, object] = {}
         self.chip: int | None = None
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
+
+    def line_base(self, line, device: str) -> int | None:
+        """The line's start on the host's time axis; None, with a warning, when it has none."""
+        base = self.axis.base_ps(line.timestamp_ns)
+        if base is None:
+            self.warn(unplaceable(line.name, device))
+        return base
 
     def drop_implausible(self, mids: np.ndarray, starts: np.ndarray, durs: np.ndarray,
                          line: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -335,18 +366,19 @@ class _HostBuilder:
         if keep.all():
             return mids, starts, durs
         n_bad = int(len(keep) - keep.sum())
-        self.warn(f"{n_bad} events on a `{line}` line dropped: negative duration, or longer than a day "
-                  "(damaged timestamps)")
+        self.warn(f"{n_bad} events on a `{line}` line dropped: {_IMPLAUSIBLE}")
         return mids[keep], starts[keep], durs[keep]
 
     # -- op lines ----------------------------------------------------------------------------
 
     def add_op_line(self, plane, line, device: str, core: int, chip: int, stat_names, sid, gpu: bool) -> None:
+        base = self.line_base(line, device)
+        if base is None:
+            return
         if gpu:
-            mids, starts, durs, metas = self._gpu_line(plane, line, stat_names, sid)
+            mids, starts, durs, metas = self._gpu_line(plane, line, stat_names, sid, base)
         else:
-            mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"),
-                                            self.origin_ns)
+            mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"), base)
             mids, starts, durs = self.drop_implausible(mids, starts, durs, line.name)
             metas = {}
             bad: list[str] = []
@@ -391,9 +423,9 @@ class _HostBuilder:
             "depth": depth,
         })
 
-    def _gpu_line(self, plane, line, stat_names, sid):
+    def _gpu_line(self, plane, line, stat_names, sid, base: int):
         """GPU kernels: op facts are event stats (hlo_op, hlo_module, program_id)."""
-        mids, starts, durs = _read_line(line, None, None, self.origin_ns)
+        mids, starts, durs = _read_line(line, None, None, base)
         hlo_op = sid.get("hlo_op")
         hlo_module = sid.get("hlo_module")
         program = sid.get("program_id")
@@ -428,8 +460,10 @@ class _HostBuilder:
     # -- other device lines ------------------------------------------------------------------
 
     def add_steps(self, plane, line, device: str, core: int, stat_names, sid) -> None:
-        mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"),
-                                        self.origin_ns)
+        base = self.line_base(line, device)
+        if base is None:
+            return
+        mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"), base)
         groups = _event_stat_column(line, sid.get("group_id"))
         keep = plausible_spans(starts, durs) & (durs > 0)  # a step takes time: a 0 ps step is damage too
         dropped = 0
@@ -444,11 +478,14 @@ class _HostBuilder:
                 continue
             self.step_rows.append((device, core, int(g), s, d))
         if dropped:
-            self.warn(f"{dropped} step markers dropped: zero or negative duration, longer than a day, or a step "
-                      "number beyond int64 (damaged values)")
+            self.warn(f"{dropped} step markers dropped: zero or negative duration, longer than a day, or a time or "
+                      "step number beyond int64 (damaged values)")
 
     def add_modules(self, plane, line, device: str, core: int) -> None:
-        mids, starts, durs = self.drop_implausible(*_read_line(line, None, None, self.origin_ns), line.name)
+        base = self.line_base(line, device)
+        if base is None:
+            return
+        mids, starts, durs = self.drop_implausible(*_read_line(line, None, None, base), line.name)
         for mid, s, d in zip(mids.tolist(), starts.tolist(), durs.tolist()):
             md = plane.event_metadata.get(mid)
             name = md.name if md is not None else ""
@@ -462,9 +499,11 @@ class _HostBuilder:
     def add_async(self, plane, line, device: str, core: int, stat_names, sid) -> None:
         # Each event's `hlo_op` is interned to a code; everything derived from the name (the
         # window family, the metadata fallback) is then worked out once per distinct name.
+        base = self.line_base(line, device)
+        if base is None:
+            return
         starts, durs, codes, index = _read_async_line(line, sid.get("device_offset_ps"),
-                                                      sid.get("device_duration_ps"), sid.get("hlo_op"),
-                                                      self.origin_ns)
+                                                      sid.get("device_duration_ps"), sid.get("hlo_op"), base)
         if not len(starts):
             return
         names = []
@@ -485,8 +524,7 @@ class _HostBuilder:
         codes_arr = codes
         keep = plausible_spans(starts, durs)
         if not keep.all():
-            self.warn(f"{int(len(keep) - keep.sum())} events on a `{line.name}` line dropped: negative "
-                      "duration, or longer than a day (damaged timestamps)")
+            self.warn(f"{int(len(keep) - keep.sum())} events on a `{line.name}` line dropped: {_IMPLAUSIBLE}")
             codes_arr, starts, durs = codes_arr[keep], starts[keep], durs[keep]
             if not len(codes_arr):
                 return
@@ -711,7 +749,7 @@ def device_planes(names: list[str]) -> tuple[str, list[PlaneRef]]:
     return "CPU", []
 
 
-def parse_device_plane(plane, ref: PlaneRef, platform: str, origin_ns: int, lines=None) -> _HostBuilder:
+def parse_device_plane(plane, ref: PlaneRef, platform: str, axis: TimeAxis, lines=None) -> _HostBuilder:
     """One device plane's parts, in a builder of its own (merged into the host's later).
 
     `lines`: the plane's lines as `RawLine`s, when `plane` is an `XPlaneRawLines` (its lines
@@ -719,7 +757,7 @@ def parse_device_plane(plane, ref: PlaneRef, platform: str, origin_ns: int, line
     planes in worker processes.
     """
     b = _HostBuilder("", "")
-    b.origin_ns = origin_ns
+    b.axis = axis
     stat_names = {k: md.name for k, md in plane.stat_metadata.items()}
     sid = {name: k for k, name in stat_names.items()}
     core = ref.core
@@ -767,31 +805,52 @@ def merge_planes(b: _HostBuilder, parts: list[_HostBuilder]) -> None:
             b.warn(w)
 
 
-def origin_of(planes) -> int:
-    """The earliest line timestamp over device planes (0 on real TPU traces)."""
-    return min((ln.timestamp_ns for p in planes for ln in p.lines), default=0)
+def is_read_line(name: str, platform: str) -> bool:
+    """Whether `parse_device_plane` reads a device line of this name; the others do not count."""
+    return (name in OP_LINES or name in STEP_LINES or name in MODULE_LINES or name in ASYNC_LINES
+            or (platform == "GPU" and name not in GPU_NON_KERNEL_LINES))
+
+
+def anchor_of(plane) -> int | None:
+    """The `Task Environment` plane's `profile_start_time`, when it is a usable anchor."""
+    stat_names = {k: md.name for k, md in plane.stat_metadata.items()}
+    return profile_anchor(stats_dict(plane.stats, stat_names).get(PROFILE_START_STAT))
+
+
+def axis_of(device_stamps, host_stamps, task_env) -> TimeAxis:
+    """The host's time axis from its lines' timestamps and its `Task Environment` plane (or None)."""
+    return time_axis(device_stamps, host_stamps, anchor_of(task_env) if task_env is not None else None)
 
 
 def parse_host(space, path: Path) -> HostTrace:
     """Turn one host's XSpace into its tables."""
     platform, refs = device_planes([p.name for p in space.planes])
-    origin = origin_of(space.planes[r.index] for r in refs)
-    parts = [parse_device_plane(space.planes[r.index], r, platform, origin) for r in refs]
+    by_name = {p.name: p for p in space.planes}
+    cpu = by_name.get("/host:CPU")
+    axis = axis_of([ln.timestamp_ns for r in refs for ln in space.planes[r.index].lines
+                    if is_read_line(ln.name, platform)],
+                   [ln.timestamp_ns for ln in cpu.lines] if cpu is not None else [], by_name.get(TASK_ENV_PLANE))
+    parts = [parse_device_plane(space.planes[r.index], r, platform, axis) for r in refs]
     aux = [p for p in space.planes if p.name in AUX_PLANES]
-    return assemble_host(host_name(space, path), path, platform, refs, parts, aux, origin)
+    return assemble_host(host_name(space, path), path, platform, refs, parts, aux, axis)
 
 
 def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], parts: list[_HostBuilder],
-                  aux_planes, origin_ns: int = 0) -> HostTrace:
+                  aux_planes, axis: TimeAxis) -> HostTrace:
     """The host's tables from its parsed device planes and its host planes."""
     b = _HostBuilder(host, str(path))
     host_threads = 0
     hlo_protos: dict[int, bytes] = {}
     cpu_events = None
+    if not axis.devices_aligned:
+        b.warn(DEVICE_CLOCKS_SPLIT)
     for plane in aux_planes:
         if plane.name == "/host:CPU":
             host_threads = len(plane.lines)
-            cpu_events = host_events(plane, origin_ns)
+            if axis.host_aligned:
+                cpu_events = host_events(plane, axis, b.warn)
+            else:
+                b.warn(HOST_NOT_ALIGNED)
         elif plane.name == "/host:metadata":
             hlo_protos = _hlo_protos(plane, b)
     merge_planes(b, parts)

@@ -1,38 +1,56 @@
-"""The `/host:CPU` plane's TraceMe events as a table, on the device planes' time origin.
+"""The `/host:CPU` plane's TraceMe events as a table, on the host's time axis with the device events.
 
 Each line of `/host:CPU` is one host thread (`main/<tid>`, `py_xla_execute/<tid>`, ...); its events
 are TraceMe spans (dispatch, transfers, compilation, Python functions when the Python tracer is
-on). Times are read like device times (`timestamp_ns` x 1000 + `offset_ps`, less the device
-origin), so a host span and a device idle gap can be intersected directly.
+on). Times are read like device times, on the axis `parsers.time_axis` gives the line, so a host
+span and a device idle gap can be intersected directly; the caller reads the table only when the
+host's lines and the device lines share one axis.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from tpudiag.model import schemas
+from tpudiag.parsers.time_axis import TimeAxis, unplaceable
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def host_events(plane, origin_ns: int) -> pd.DataFrame:
-    """`schemas.HOST_EVENTS` of one `/host:CPU` plane; names are looked up once per metadata id."""
+def host_events(plane, axis: TimeAxis, warn: Callable[[str], None]) -> pd.DataFrame:
+    """`schemas.HOST_EVENTS` of one `/host:CPU` plane; names are looked up once per metadata id.
+
+    A line that cannot be placed on the axis, and an event whose time does not fit in int64, is
+    dropped with a warning."""
     names = {mid: (md.display_name or md.name) for mid, md in plane.event_metadata.items()}
     threads: list[str] = []
     thread_idx = array("q")
     mids = array("q")
     starts = array("q")
     durs = array("q")
+    beyond = 0
     for line in plane.lines:
         t = len(threads)
         threads.append(line.display_name or line.name or f"thread {line.id}")
-        base = (line.timestamp_ns - origin_ns) * 1000
+        base = axis.base_ps(line.timestamp_ns)
+        if base is None:
+            warn(unplaceable(threads[-1], plane.name))
+            continue
         for ev in line.events:
+            start = base + ev.offset_ps
+            if not _INT64_MIN <= start <= _INT64_MAX:
+                beyond += 1
+                continue
             thread_idx.append(t)
             mids.append(ev.metadata_id)
-            starts.append(base + ev.offset_ps)
+            starts.append(start)
             durs.append(ev.duration_ps)
+    if beyond:
+        warn(f"{beyond} `{plane.name}` events dropped: a time beyond int64 (damaged timestamps)")
     if not len(mids):
         return schemas.HOST_EVENTS.empty()
     mid_arr = np.frombuffer(mids, dtype=np.int64)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from tpudiag.model.memory import OomError
-from tpudiag.parsers.llo.vmem_oom import parse_vmem_oom, size_bytes
+from tpudiag.parsers.llo.vmem_oom import line_at, parse_vmem_oom, size_bytes
 
 _SIZE = r"(\d+(?:\.\d+)?)\s?([KMGT]?)i?B?"
 _TEMPORARIES = re.compile(rf"total memory required for HLO temporaries \({_SIZE}\) exceeds available HBM "
@@ -26,28 +26,22 @@ _CAPACITY = re.compile(rf"Used {_SIZE} of {_SIZE} hbm\.(?: Exceeded hbm capacity
 _ALLOCATE = re.compile(rf"Attempting to allocate {_SIZE}\. That was not possible\. There are {_SIZE} free")
 
 
-def _line(text: str, at: int) -> str:
-    start = text.rfind("\n", 0, at) + 1
-    end = text.find("\n", at)
-    return text[start:end if end >= 0 else len(text)].strip()
-
-
 def parse_oom_error(text: str) -> OomError | None:
     """The out-of-memory error in `text` (HBM or VMEM), or None when it holds none."""
     m = _TEMPORARIES.search(text)
     if m is not None:
         return OomError(space="hbm", kind="hbm-temporaries", required_bytes=size_bytes(m[1], m[2]),
-                        available_bytes=size_bytes(m[3], m[4]), message=_line(text, m.start()))
+                        available_bytes=size_bytes(m[3], m[4]), message=line_at(text, m.start()))
     m = _CAPACITY.search(text)
     if m is not None:
         exceeded = size_bytes(m[5], m[6]) if m[5] else None
         return OomError(space="hbm", kind="hbm-capacity", required_bytes=size_bytes(m[1], m[2]),
-                        available_bytes=size_bytes(m[3], m[4]), message=_line(text, m.start()),
+                        available_bytes=size_bytes(m[3], m[4]), message=line_at(text, m.start()),
                         exceeded_by_bytes=exceeded)
     m = _ALLOCATE.search(text)
     if m is not None:
         return OomError(space="hbm", kind="hbm-allocation", required_bytes=size_bytes(m[1], m[2]),
-                        available_bytes=size_bytes(m[3], m[4]), message=_line(text, m.start()))
+                        available_bytes=size_bytes(m[3], m[4]), message=line_at(text, m.start()))
     budget = parse_vmem_oom(text)
     if budget is not None:
         return OomError(space="vmem", kind=budget.kind, required_bytes=budget.used_bytes,

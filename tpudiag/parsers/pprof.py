@@ -77,15 +77,20 @@ def _samples(profile, path) -> list[BufferSample]:
         if len(values) != len(units):
             raise InputError(f"damaged pprof profile (a sample has {len(values)} values for "
                              f"{len(units)} sample types)", path=path)
-        if any(v < 0 for v in values):
-            raise InputError("damaged pprof profile (a negative count or size)", path=path)
         labels = {text(lb.key): text(lb.str) for lb in sample.label if lb.str}
+        kind = labels.get("kind", "")
+        size = values[bytes_at]
+        # An executable's size is its generated code's, -1 per executable where the backend does not
+        # say (PJRT's SizeOfGeneratedCodeInBytes); any other negative value is damage.
+        unknown_size = kind == "executable" and size < 0
+        if (count_at is not None and values[count_at] < 0) or (size < 0 and not unknown_size):
+            raise InputError("damaged pprof profile (a negative count or size)", path=path)
         stack: list[SourceFrame] = []
         for lid in sample.location_id:
             if lid not in frames_of:
                 raise InputError(f"damaged pprof profile (a sample names no location {lid})", path=path)
             stack.extend(frames_of[lid])
-        out.append(BufferSample(kind=labels.get("kind", ""), device=labels.get("device", ""),
+        out.append(BufferSample(kind=kind, device=labels.get("device", ""),
                                 buffers=values[count_at] if count_at is not None else 0,
-                                bytes=values[bytes_at], stack=tuple(stack)))
+                                bytes=0 if unknown_size else size, stack=tuple(stack), size_known=not unknown_size))
     return out

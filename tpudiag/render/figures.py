@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpudiag.errors import UsageError
+from tpudiag.model.memory import largest_hbm_program
 from tpudiag.model.report import Report
 from tpudiag.model.text import one_line
 from tpudiag.writers.files import atomic_open
@@ -26,7 +27,7 @@ MARKER_MAX_STEPS = 60  # above this, per-host step lines are drawn without point
 
 @dataclass(frozen=True)
 class FigureFile:
-    key: str  # step-breakdown, roofline, categories, host-steps
+    key: str  # step-breakdown, roofline, categories, host-steps, memory
     title: str
     path: Path
     alt: str  # text for the markdown image, what the picture shows
@@ -162,12 +163,48 @@ def _host_steps(report: Report, path: Path, Figure, Canvas) -> FigureFile | None
     return FigureFile("host-steps", "Step time per host", path, "Lines: each host's step time, step by step")
 
 
+GIB = float(1 << 30)
+
+
+def _memory(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
+    p = largest_hbm_program(report.memory)
+    hbm = p.hbm if p is not None else None
+    if hbm is None or not hbm.timeline_bytes:
+        return None
+    xs = list(range(len(hbm.timeline_bytes)))
+    base = hbm.whole_program_bytes / GIB
+    temps = [t / GIB for t in hbm.timeline_bytes]
+    fig = Figure(layout="constrained", figsize=(7.5, 3.8))
+    ax = fig.add_subplot()
+    ax.fill_between(xs, 0, [base] * len(xs), step="mid", color="#4C72B0", alpha=0.8,
+                    label=f"arguments, outputs, constants {base:.2f} GiB (whole program)")
+    ax.fill_between(xs, base, [base + t for t in temps], step="mid", color="#DD8452", alpha=0.9,
+                    label="temporaries live")
+    ax.axhline(hbm.peak_bytes / GIB, color="black", lw=1, ls=":",
+               label=f"reserved peak {hbm.peak_bytes / GIB:.2f} GiB (temporaries' heap at its largest)")
+    if p.hbm_limit_bytes:
+        ax.axhline(p.hbm_limit_bytes / GIB, color="#C44E52", lw=1.5,
+                   label=f"usable HBM {p.hbm_limit_bytes / GIB:.2f} GiB ({_plain(p.usable_source)})")
+    if hbm.peak_position is not None:
+        ax.axvline(hbm.peak_position, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("program position (the compiler's schedule)")
+    ax.set_ylabel("HBM (GiB)")
+    ax.set_title(f"HBM over the program: {_plain(p.module)}")
+    ax.set_ylim(0, max(base + max(temps, default=0), hbm.peak_bytes / GIB, (p.hbm_limit_bytes or 0) / GIB) * 1.15)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, lw=0.3, alpha=0.5)
+    _save(fig, Canvas, path)
+    return FigureFile("memory", "HBM over the program", path,
+                      "Stacked area: HBM held for the whole program and temporaries live at each program position, "
+                      "with the reserved peak and the usable HBM as lines")
+
+
 def write_figures(report: Report, out_dir: Path, stem: str) -> dict[str, FigureFile]:
     """Draw every figure the report has data for into `out_dir`; keyed by `FigureFile.key`."""
     Figure, Canvas = _mpl()
     out: dict[str, FigureFile] = {}
     for key, draw in (("step-breakdown", _step_breakdown), ("roofline", _roofline), ("categories", _categories),
-                      ("host-steps", _host_steps)):
+                      ("host-steps", _host_steps), ("memory", _memory)):
         made = draw(report, out_dir / f"{stem}-{key}.png", Figure, Canvas)
         if made is not None:
             out[key] = made

@@ -59,6 +59,7 @@ def finding_to_dict(f: Finding) -> dict:
         "fix": f.fix,
         "host": f.host,
         "ops": list(f.ops),
+        "sites": [{"op": s.op, "source": s.source, "tf_op": s.tf_op} for s in f.sites],
         "evidence": [{"subject": e.subject, "values": dict(e.values)} for e in f.evidence],
         "quantities": [dataclasses.asdict(q) for q in f.quantities],
     }
@@ -77,6 +78,9 @@ def report_to_dict(report: Report) -> dict:
         "n_hosts": len(s.hosts),
         "n_chips": s.n_chips,
         "n_cores": s.n_cores,
+        "peak_flops_per_s": s.peak_flops_per_s,  # per core, as `Summary` and the static JSON name it
+        "hbm_bytes_per_s": s.hbm_bytes_per_s,
+        # Deprecated aliases of the two keys above (their older names), kept while readers move.
         "peak_flops_per_s_per_core": s.peak_flops_per_s,
         "hbm_bytes_per_s_per_core": s.hbm_bytes_per_s,
         "peaks_source": s.peaks_source,

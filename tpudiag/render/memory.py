@@ -6,9 +6,10 @@ source adds its own `_terminal_*` / JSON key / markdown function here and a line
 
 JSON contract (stable keys; everything else may grow): `input`, `programs[]` with `module`,
 `generation`, `hbm_capacity_bytes`, `hbm_usable_bytes`, `usable_source`, `hbm_peak_bytes`,
-`does_not_fit`, `oom_recorded`, `compiler_peak_bytes`, `error` (null or `space`, `kind`,
+`does_not_fit`, `first_lever` (key of the lever to try first), `oom_recorded`, `compiler_peak_bytes`, `error` (null or `space`, `kind`,
 `required_bytes`, `available_bytes`, `message`), `spaces[]` (`space`, `color`, `peak_bytes`,
 `argument_bytes`, `output_bytes`, `temp_bytes`, `constant_bytes`, `alias_bytes`, `peak_position`,
+`groups[]` (`label`, `kind`, `count`, `size_bytes`, `source`),
 `live_at_peak[]`: `name`, `instruction`, `kind`, `size_bytes`, `logical_bytes`, `shape`,
 `op_name`, `source_file`, `source_line`), `levers[]` (`key`, `title`, `saving_bytes`,
 `explanation`, `fix`); `errors[]`; `warnings`. Sizes are integer bytes.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -28,6 +29,11 @@ from tpudiag.model.text import one_line
 from tpudiag.model.units import fmt_bytes, fmt_pct
 
 TOP_BUFFERS = 15
+
+
+def _short_source(path: str, line) -> str:
+    """`file.py:12` for a table (the full path is in the JSON)."""
+    return f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{line}"
 
 
 def _pct(part: int | None, whole: int | None) -> str:
@@ -58,6 +64,17 @@ def _spaces_table(spaces: tuple[SpaceMemory, ...]) -> Table:
     return t
 
 
+def _groups_table(s: SpaceMemory, top: int) -> Table:
+    t = Table(show_edge=False, pad_edge=False, box=None)
+    for col, justify in (("#", "right"), ("argument or op", "left"), ("kind", "left"), ("buffers", "right"),
+                         ("size", "right"), ("of peak", "right"), ("source", "left")):
+        t.add_column(col, justify=justify, overflow="fold")
+    for i, g in enumerate(s.groups[:top], start=1):
+        t.add_row(str(i), one_line(g.label), g.kind, str(g.count), fmt_bytes(g.size_bytes),
+                  _pct(g.size_bytes, s.peak_bytes), one_line(_short_source(*g.source.rsplit(":", 1))) if g.source else "-")
+    return t
+
+
 def _buffers_table(s: SpaceMemory, top: int) -> Table:
     t = Table(show_edge=False, pad_edge=False, box=None)
     for col, justify in (("#", "right"), ("buffer", "left"), ("kind", "left"), ("size", "right"),
@@ -67,49 +84,59 @@ def _buffers_table(s: SpaceMemory, top: int) -> Table:
         pad = b.padding_bytes
         t.add_row(str(i), one_line(b.name), b.kind + (" (donated)" if b.aliased else ""), fmt_bytes(b.size_bytes),
                   fmt_bytes(pad) if pad else "-", one_line(b.shape.split("{")[0]), one_line(b.op_name) or "-",
-                  one_line(f"{b.source_file}:{b.source_line}") if b.source_line else "-")
+                  one_line(_short_source(b.source_file, b.source_line)) if b.source_line else "-")
     return t
 
 
-def _terminal_program(p: ProgramMemory, console: Console, top: int) -> None:
-    console.print(Text.assemble(("Program ", "bold"), (one_line(p.module), "bold cyan"), f"  {one_line(p.path)}"))
-    console.print(Text(f"  {_limit_line(p)}"))
+def program_renderables(p: ProgramMemory, top: int = TOP_BUFFERS) -> list[RenderableType]:
+    """One program's memory as rich renderables: the terminal command and the TUI both show these."""
+    out: list[RenderableType] = [
+        Text.assemble(("Program ", "bold"), (one_line(p.module), "bold cyan"), f"  {one_line(p.path)}"),
+        Text(f"  {_limit_line(p)}")]
     if p.error is not None:
-        console.print(Text(f"  compiler error: {one_line(p.error.message)}", style="red"))
-    console.print(_spaces_table(tuple(s for s in p.spaces if s.peak_bytes)))
+        out.append(Text(f"  compiler error: {one_line(p.error.message)}", style="red"))
+    out.append(_spaces_table(tuple(s for s in p.spaces if s.peak_bytes)))
     hbm = p.hbm
     if p.compiler_peak_bytes is not None and hbm is not None:
-        console.print(Text(f"  memory_analysis() peak: {fmt_bytes(p.compiler_peak_bytes)} "
-                           f"(buffer assignment: {fmt_bytes(hbm.peak_bytes)})", style="dim"))
+        out.append(Text(f"  memory_analysis() peak: {fmt_bytes(p.compiler_peak_bytes)} "
+                        f"(buffer assignment: {fmt_bytes(hbm.peak_bytes)})", style="dim"))
+    if hbm is not None and hbm.groups:
+        out.append(Text("\nWhat holds HBM at the peak, by jit argument or JAX op", style="bold"))
+        out.append(_groups_table(hbm, top))
     if hbm is not None and hbm.live_at_peak:
         where = f" (program position {hbm.peak_position})" if hbm.peak_position is not None else ""
-        console.print(Text(f"\nLive in HBM at the peak{where}, largest first", style="bold"))
-        console.print(_buffers_table(hbm, top))
+        out.append(Text(f"\nLive in HBM at the peak{where}, largest first", style="bold"))
+        out.append(_buffers_table(hbm, top))
         hidden = len(hbm.live_at_peak) - top
         if hidden > 0:
-            console.print(Text(f"  … {hidden} more in --format json", style="dim"))
+            out.append(Text(f"  … {hidden} more: `tpudiag memory --format json`", style="dim"))
     if p.levers:
-        console.print(Text("\nLevers, by modelled HBM saving (upper bounds; they overlap, never add them)",
-                           style="bold"))
+        out.append(Text("\nLevers, by modelled HBM saving (upper bounds; they overlap, never add them)", style="bold"))
         for i, lv in enumerate(p.levers, start=1):
-            console.print(Text(f"  {i}. {one_line(lv.title)}: frees up to {fmt_bytes(lv.saving_bytes)}"))
-            console.print(Text(f"     do: {one_line(lv.fix)}", style="dim"))
-    for w in p.warnings:
-        console.print(Text(f"warning: {one_line(w)}", style="yellow"))
-    console.print()
+            first = "  ← first: the cheapest that is enough" if lv.key == p.first else ""
+            out.append(Text(f"  {i}. {one_line(lv.title)}: frees up to {fmt_bytes(lv.saving_bytes)}{first}"))
+            out.append(Text(f"     do: {one_line(lv.fix)}", style="dim"))
+    out += [Text(f"warning: {one_line(w)}", style="yellow") for w in p.warnings]
+    return out
+
+
+def memory_renderables(report: MemoryReport, top: int = TOP_BUFFERS) -> list[RenderableType]:
+    """The whole memory report, program by program, then errors joined to no program and notes."""
+    out: list[RenderableType] = []
+    for p in report.programs:
+        out += program_renderables(p, top) + [Text("")]
+    joined = {id(p.error) for p in report.programs if p.error is not None}
+    out += [Text(f"error given ({e.space}): {one_line(e.message)}", style="red")
+            for e in report.errors if id(e) not in joined]
+    out += [Text(f"warning: {one_line(w)}", style="yellow") for w in report.warnings]
+    return out
 
 
 def render_memory_terminal(report: MemoryReport, console: Console, top: int = TOP_BUFFERS) -> None:
     console.print(Text.assemble(("tpudiag memory", "bold"), f"  {one_line(report.input_path)}"))
     console.print()
-    for p in report.programs:
-        _terminal_program(p, console, top)
-    joined = {id(p.error) for p in report.programs if p.error is not None}
-    for e in report.errors:
-        if id(e) not in joined:
-            console.print(Text(f"error given ({e.space}): {one_line(e.message)}", style="red"))
-    for w in report.warnings:
-        console.print(Text(f"warning: {one_line(w)}", style="yellow"))
+    for item in memory_renderables(report, top):
+        console.print(item)
 
 
 def _error_json(e: OomError | None) -> dict | None:
@@ -120,9 +147,10 @@ def _program_json(p: ProgramMemory) -> dict:
     return {
         "module": p.module, "path": p.path, "generation": p.generation,
         "hbm_capacity_bytes": p.hbm_capacity_bytes, "hbm_usable_bytes": p.hbm_usable_bytes,
-        "usable_source": p.usable_source, "hbm_peak_bytes": p.hbm_peak_bytes, "does_not_fit": p.does_not_fit,
+        "usable_source": p.usable_source, "hbm_peak_bytes": p.hbm_peak_bytes, "does_not_fit": p.does_not_fit, "first_lever": p.first,
         "oom_recorded": p.oom_recorded, "compiler_peak_bytes": p.compiler_peak_bytes, "error": _error_json(p.error),
-        "spaces": [{**{k: v for k, v in asdict(s).items() if k not in ("live_at_peak", "timeline_bytes")},
+        "spaces": [{**{k: v for k, v in asdict(s).items() if k not in ("live_at_peak", "timeline_bytes", "groups")},
+                    "groups": [asdict(g) for g in s.groups],
                     "live_at_peak": [asdict(b) for b in s.live_at_peak]} for s in p.spaces],
         "levers": [asdict(lv) for lv in p.levers],
         "warnings": list(p.warnings),

@@ -15,6 +15,7 @@ from rich.text import Text
 from tpudiag.analysis.memory_timeline import sampled
 from tpudiag.model.allocator import AllocatorTimeline, HostMemoryTimeline
 from tpudiag.model.live_buffers import LiveBytes
+from tpudiag.model.text import one_line
 from tpudiag.model.units import fmt_bytes, fmt_pct, fmt_time
 from tpudiag.render.console import markup
 
@@ -39,6 +40,8 @@ def render_timelines_terminal(hosts: list[HostMemoryTimeline], console: Console,
     for host in hosts:
         console.print(Text.assemble(("Memory over time", "bold"),
                                     f" (measured: the allocator's events in the capture) · host {markup(host.host)}"))
+        for warning in host.warnings:
+            console.print(Text(f"  warning: {one_line(warning)}", style="yellow"))
         if not host.allocators:
             console.print("  no allocator events in this capture (the runtime did not trace its allocator)")
             continue
@@ -52,33 +55,47 @@ def render_timelines_terminal(hosts: list[HostMemoryTimeline], console: Console,
                       _share(a.peak_bytes, a.capacity_bytes), fmt_bytes(a.capacity_bytes),
                       fmt_bytes(a.lifetime_peak_bytes), sparkline(a.timeline))
         console.print(t)
-        console.print("  `at`: time of the peak after the first allocator event; capacity: in use + free at the "
-                      "peak; lifetime peak: the allocator's own, since it was created (may predate the capture)")
-        for a in host.allocators:
-            _at_peak_table(a, console, top)
+        console.print("  at: on the capture's time axis, as `tpudiag report` places host events · capacity: in use "
+                      "+ free at the peak · lifetime peak: since the allocator was made")
+        # The live set of the space with the highest peak; with many devices alike, the others are in JSON.
+        worst = max(host.allocators, key=lambda a: a.peak_bytes)
+        _at_peak_table(worst, console, top)
+        others = len(host.allocators) - 1
+        if others:
+            console.print(f"  live set at the peak of the other {others} memory space{'s' if others > 1 else ''}: "
+                          "`--format json`")
+
+
+_DETAIL_COLUMNS = (("op", lambda r: r.op), ("region", lambda r: r.region_type),
+                   ("type", lambda r: "" if r.data_type == 0 else r.data_type_name), ("shape", lambda r: r.shape))
 
 
 def _at_peak_table(a: AllocatorTimeline, console: Console, top: int) -> None:
     if not a.at_peak:
         return
-    t = Table(title=f"Live at the peak of {markup(a.allocator)} (step {a.peak_step}; largest first)",
-              title_justify="left", show_edge=False)
-    for col, right in (("bytes", True), ("share", True), ("count", True), ("each", True), ("op", False),
-                       ("region", False), ("type", False), ("shape", False)):
-        t.add_column(col, justify="right" if right else "left", overflow="fold")
-    rows = sorted(a.at_peak, key=lambda r: -r.total_bytes)
-    for r in rows[:top]:
+    rows = sorted(a.at_peak, key=lambda r: -r.total_bytes)[:top]
+    t = Table(title=f"Live at the peak of {markup(a.allocator)} ({fmt_bytes(a.peak_bytes)}, step {a.peak_step}; "
+                    "largest first)", title_justify="left", show_edge=False)
+    for col in ("bytes", "share", "count", "each"):
+        t.add_column(col, justify="right")
+    t.add_column("what")
+    # Producers that do not say the op, region, type or shape (JAX's GPU allocator) get no empty columns.
+    details = [(name, get) for name, get in _DETAIL_COLUMNS if any(get(r) for r in rows if r.attributed)]
+    for name, _ in details:
+        t.add_column(name, overflow="fold")
+    for r in rows:
+        what = "allocation" if r.attributed else r.op
         t.add_row(fmt_bytes(r.total_bytes), _share(r.total_bytes, a.peak_bytes), str(r.occurrences),
-                  fmt_bytes(r.allocation_bytes), markup(r.op or "-"), markup(r.region_type or "-"),
-                  "-" if r.data_type == 0 else markup(r.data_type_name), markup(r.shape or "-"))
+                  fmt_bytes(r.allocation_bytes), markup(what),
+                  *[markup(get(r) or "-") if r.attributed else "" for _, get in details])
     console.print(t)
-    if len(rows) > top:
-        console.print(f"  … {len(rows) - top} more (`--top`, or `--format json` for all)")
+    if len(a.at_peak) > top:
+        console.print(f"  … {len(a.at_peak) - top} more (`--top`, or `--format json` for all)")
 
 
 def timelines_to_dict(hosts: list[HostMemoryTimeline], max_points: int) -> list[dict]:
-    return [{"host": h.host, "path": h.path, "allocators": [_allocator_dict(a, max_points) for a in h.allocators]}
-            for h in hosts]
+    return [{"host": h.host, "path": h.path, "allocators": [_allocator_dict(a, max_points) for a in h.allocators],
+             "warnings": list(h.warnings)} for h in hosts]
 
 
 def _allocator_dict(a: AllocatorTimeline, max_points: int) -> dict:
@@ -102,6 +119,9 @@ def render_live_bytes_terminal(live: LiveBytes, console: Console, top: int = 15)
     devices = ", ".join(f"{markup(d.device or '?')} {fmt_bytes(d.bytes)}" for d in live.by_device)
     console.print(f"  {fmt_bytes(live.total_bytes)} in {live.total_buffers:,} buffers on {len(live.by_device)} "
                   f"device(s){': ' + devices if devices else ''}")
+    if live.executables:
+        code = f", {fmt_bytes(live.executable_bytes)} of generated code" if live.executable_bytes else ""
+        console.print(f"  and {live.executables:,} loaded executables{code} (not counted above)")
     if live.by_line.empty:
         console.print("  no live buffers in this profile")
         return
@@ -123,7 +143,7 @@ def live_bytes_to_dict(live: LiveBytes) -> dict:
     rows = live.by_line
     return {
         "path": live.path, "total_bytes": live.total_bytes, "total_buffers": live.total_buffers,
-        "executables": live.executables,
+        "executables": live.executables, "executable_bytes": live.executable_bytes,
         "devices": [{"device": d.device, "buffers": d.buffers, "bytes": d.bytes} for d in live.by_device],
         "by_line": [{"file": str(f), "line": int(n), "function": str(fn), "buffers": int(b), "bytes": int(by),
                      "devices": int(d), "internal": bool(i)}

@@ -6,7 +6,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from tpudiag.model.findings import Finding
+from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.report import Breakdown, Report
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup as escape
@@ -130,7 +130,7 @@ def _saving_line(f: Finding) -> str:
     if f.saving.ps > 0:
         return f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}: {explanation})"
     if f.saving.bytes > 0:
-        return f"   saving ≤ {fmt_bytes(f.saving.bytes)} of device memory ({f.saving.basis}: {explanation})"
+        return f"   saving ≤ {saving_amount(f.saving)} ({f.saving.basis}: {explanation})"
     return f"   saving: not estimated ({explanation})"
 
 

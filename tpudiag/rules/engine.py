@@ -24,6 +24,7 @@ from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.report import RuleSkip
 from tpudiag.rules.base import INPUTS, TABLES, Rule, RuleContext
 from tpudiag.rules.config import RulesConfig
+from tpudiag.rules.finishing import group_repeats, locate
 
 STATIC_BASIS = "compiler estimate"
 
@@ -129,6 +130,8 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
         findings = [dataclasses.replace(f, saving=dataclasses.replace(
             f.saving, basis="modelled", explanation=f"from a modelled capture, {f.saving.explanation}"))
             if f.saving.basis == "measured" else f for f in findings]
+    grouped = group_repeats(findings, analysis, compiled.programs, {rule.name: (rule, o) for rule, o in selected})
+    findings = locate(grouped, analysis, compiled.programs)
     findings.sort(key=rank_key)
     return findings, skipped
 

@@ -32,7 +32,8 @@ Synchronous all-gathers on v6e: compile with `--xla_tpu_enable_async_collective_
 --xla_tpu_enable_async_collective_fusion_multiple_steps=true
 --xla_tpu_overlap_compute_collective_tc=true` (in `LIBTPU_INIT_ARGS`) so XLA turns them into
 async collective fusions that overlap compute; on v4 and v5p the same flags are worth trying
-(verified on v6e only). Entry-level all-reduces and reduce-scatters (`all-reduce-scatter`
+(verified on v6e only). `tpudiag whatif MODULE:FUNCTION --topology v6e:2x2 --xla-flag ...` models
+a flag's effect on the step before any TPU time is spent (the finding's fix spells it out). Entry-level all-reduces and reduce-scatters (`all-reduce-scatter`
 fusions) stay synchronous even on v5e, where all-gathers are async by default: make them smaller
 (bf16 gradients, fewer larger buckets) or reduce less often (accumulate over microbatches). Exposed
 async windows with no compute inside: give the scheduler independent work to place between
@@ -174,6 +175,13 @@ def _names(names: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def whatif_hint(generation: str) -> str:
+    """How to model the async flags without a TPU: the `tpudiag whatif` command (MODULE:FUNCTION: the step)."""
+    grid = "2x2" if generation in ("v5e", "v6e") else "2x2x1"
+    settings = " ".join(f"--xla-flag {flag.removeprefix('--')}" for flag in ASYNC_FLAGS.split())
+    return f"model it without a TPU: `tpudiag whatif MODULE:FUNCTION --topology {generation}:{grid} {settings}`"
+
+
 REDUCING = ("all-reduce", "reduce-scatter")  # synchronous at entry level even on v5e (async all-gathers)
 
 
@@ -184,10 +192,10 @@ def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
         if "all-gather" in present:
             if generation == "v6e":
                 parts.append(f"make the all-gathers asynchronous: compile with `{ASYNC_FLAGS}` (in LIBTPU_INIT_ARGS; "
-                             "verified to turn v6e all-gathers into async collective fusions)")
+                             f"verified to turn v6e all-gathers into async collective fusions; {whatif_hint(generation)})")
             elif generation in SYNC_BY_DEFAULT:
                 parts.append(f"XLA leaves all-gathers synchronous on {generation} by default: try `{ASYNC_FLAGS}` "
-                             "(verified on v6e only)")
+                             f"(verified on v6e only; {whatif_hint(generation)})")
             else:
                 parts.append("overlap the all-gathers with independent compute (async collectives or a collective "
                              "matmul)")

@@ -7,7 +7,7 @@ compile` output) into its memory peak: arguments, outputs, temporaries and const
 buffers live at the moment the temporaries peak, and the chip's usable HBM. It reports a program
 whose peak is at least `near_fraction` of the usable HBM, or that ran out of memory (the dump's
 `*.oom_intermediate_module.txt`, or a `RESOURCE_EXHAUSTED` message given with `--error FILE`).
-It names the largest buffers at the peak and ranks the levers by the bytes each would free:
+It names the largest contributors at the peak and ranks the levers by the bytes each would free:
 donation (`donate_argnums`) of arguments whose updated value the program returns in the same
 shape, rematerialisation of forward activations kept for the backward pass (`jax.checkpoint`),
 sharding the parameters and optimiser state over devices (FSDP), host offload of the f32
@@ -25,8 +25,9 @@ peaks at 14.2 GB; 13 layers need 17.00 GiB and do not compile.
 Evidence
 --------
 The peak split into arguments, outputs, temporaries and aliased bytes; the usable HBM and where
-that figure comes from; the largest buffers live at the peak (size, instruction, JAX op name);
-each lever with its modelled saving.
+that figure comes from; the buffers live at the peak grouped by jit argument (`params`, `m`) or
+by the JAX op that makes them, with their size, count and source line; each lever with its
+modelled saving. `tpudiag memory` lists every buffer (size, padding, instruction, op, line).
 
 How to fix
 ----------
@@ -56,7 +57,7 @@ come from the parameters' op names and assume the arguments are flattened in ord
 Options
 -------
 - `near_fraction` (0.8): report a program whose HBM peak is at least this fraction of the usable HBM.
-- `max_buffers` (5): list at most this many buffers at the peak as evidence.
+- `max_buffers` (5): list at most this many groups of buffers at the peak (by jit argument or JAX op) as evidence.
 """
 
 from __future__ import annotations
@@ -65,17 +66,12 @@ from dataclasses import dataclass
 
 from tpudiag.compiler.memory import memory_report
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
-from tpudiag.model.memory import MemoryLever, OomError, ProgramMemory
+from tpudiag.model.memory import MemoryGroup, OomError, ProgramMemory
 from tpudiag.model.units import fmt_bytes, fmt_pct
 from tpudiag.rules.base import Rule, RuleContext
 
 CODE = "TPD109"
 NAME = "hbm-pressure"
-
-# The order in which levers are tried first: cost to the user, cheapest first (donation is free,
-# remat costs FLOPs, a microbatch costs steps, dtypes cost numerics, offload PCIe, FSDP devices).
-EFFORT = ("donation", "remat", "microbatch", "dtype", "host-offload", "fsdp")
-
 
 @dataclass(frozen=True)
 class Options:
@@ -89,16 +85,8 @@ class Options:
             raise ValueError(f"max_buffers must be at least 1, got {self.max_buffers}")
 
 
-def first_lever(levers: tuple[MemoryLever, ...], over_bytes: int) -> MemoryLever | None:
-    """The cheapest lever that frees `over_bytes` on its own, else the one that frees the most."""
-    enough = [lv for lv in levers if lv.saving_bytes >= over_bytes]
-    if enough:
-        return min(enough, key=lambda lv: EFFORT.index(lv.key))
-    return max(levers, key=lambda lv: lv.saving_bytes, default=None)
-
-
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
-    report = memory_report("", ctx.compiled, ctx.compiled.oom_errors)
+    report = memory_report("", ctx.compiled, ctx.compiled.oom_errors)  # the pipeline's report.memory comes later
     findings = [f for p in report.programs for f in _program_findings(p, options, ctx)]
     joined = {id(p.error) for p in report.programs if p.error is not None}
     findings += [_vmem_finding(e, ctx) for e in report.errors if e.space == "vmem" and not report.programs]
@@ -118,7 +106,7 @@ def _program_findings(p: ProgramMemory, options: Options, ctx: RuleContext) -> l
     if fits and (limit is None or peak < options.near_fraction * limit):
         return out
     over = peak - limit if limit is not None else 0
-    first = first_lever(p.levers, max(over, 0) + 1 if not fits else 0)
+    first = p.first_lever
     limit_text = f"{fmt_bytes(limit)} usable ({p.usable_source})" if limit else "an unknown HBM size"
     split = (f"arguments {fmt_bytes(hbm.argument_bytes)}, outputs {fmt_bytes(hbm.output_bytes)}, "
              f"temporaries {fmt_bytes(hbm.temp_bytes)}, aliased {fmt_bytes(hbm.alias_bytes)}")
@@ -129,11 +117,14 @@ def _program_findings(p: ProgramMemory, options: Options, ctx: RuleContext) -> l
         how = (f"needs {fmt_bytes(peak)} of HBM, {fmt_bytes(over)} over {limit_text}" if limit
                else f"ran out of HBM at {fmt_bytes(peak)}")
         message = f"`{p.module}` does not fit: it {how} ({split})"
+    if hbm.groups:
+        top = hbm.groups[0]
+        message += f"; largest: {_group_text(top)} {fmt_bytes(top.size_bytes)}"
     if first is not None:
         message += f"; first: {first.title}"
-    evidence = [Evidence(_buffer_subject(b), (("size", fmt_bytes(b.size_bytes)), ("kind", b.kind),
-                                              ("shape", b.shape.split("{")[0]), ("op", b.op_name or "-")))
-                for b in hbm.live_at_peak[:options.max_buffers]]
+    evidence = [Evidence(_group_text(g), (("size", fmt_bytes(g.size_bytes)), ("buffers", str(g.count)),
+                                          ("source", g.source or "-")))
+                for g in hbm.groups[:options.max_buffers]]
     evidence += [Evidence(f"lever: {lv.key}", (("frees up to", fmt_bytes(lv.saving_bytes)), ("do", lv.fix)))
                  for lv in p.levers]
     if p.error is not None and p.error.space == "hbm":
@@ -149,9 +140,10 @@ def _program_findings(p: ProgramMemory, options: Options, ctx: RuleContext) -> l
         blocking=not fits)]
 
 
-def _buffer_subject(b) -> str:
-    where = f" ({b.source_file}:{b.source_line})" if b.source_file and b.source_line else ""
-    return f"{b.name}{where}"
+def _group_text(g: MemoryGroup) -> str:
+    if g.kind == "argument":
+        return f"argument `{g.label}`"
+    return f"{g.kind}{'s' if g.count != 1 else ''} of `{g.label}`"
 
 
 def _error_only_finding(e: OomError) -> Finding:

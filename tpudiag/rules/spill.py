@@ -110,6 +110,18 @@ def llo_dumps(ctx: RuleContext) -> tuple[Any, ...]:
     return ctx.compiled.llo
 
 
+def _runs_inside(ctx: RuleContext, ops: set[str], traced: set[str]) -> dict[str, str]:
+    """Op -> the entry op that runs it, for ops the timeline does not list but the compiled HLO
+    nests below its entry computation (a Pallas kernel's custom call in a scanned layer)."""
+    out: dict[str, str] = {}
+    for program in ctx.compiled.programs:
+        for op in ops - traced - set(out):
+            owner = program.entry_op_of.get(op)
+            if owner is not None and owner != op and owner in traced:
+                out[op] = owner
+    return out
+
+
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     records = [r for r in op_spills(llo_dumps(ctx)) if r.spills + r.fills >= options.min_spills]
@@ -120,10 +132,13 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     timed = analysis is not None and analysis.n_events > 0
     basis = step_basis(analysis) if timed else StepBasis(1, 0.0, True)
     scale = SeverityScale(options.high_share, options.medium_share)
-    events = op_events(analysis, {r.op for r in records}) if timed else None
+    traced = set(analysis.ops["name"].astype(str)) if timed else set()
+    inside = _runs_inside(ctx, {r.op for r in records}, traced) if timed else {}
+    events = op_events(analysis, {inside.get(r.op, r.op) for r in records}) if timed else None
     candidates = []
     for rec in records:
-        self_per_step = per_step_worst_core(events[events["name"] == rec.op], "self_ps", basis) if timed else 0.0
+        timed_as = inside.get(rec.op, rec.op)
+        self_per_step = per_step_worst_core(events[events["name"] == timed_as], "self_ps", basis) if timed else 0.0
         fraction = min(1.0, (rec.spills + rec.fills) / rec.bundles) if rec.bundles else 0.0
         candidates.append((self_per_step * fraction, self_per_step, rec, fraction))
     candidates.sort(key=lambda c: (-c[0], -c[1], -(c[2].spills + c[2].fills), c[2].op))
@@ -131,15 +146,22 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     for saving, self_per_step, rec, fraction in candidates[:options.max_findings]:
         step_share = saving / basis.step_ps if basis.step_ps else 0.0
         in_trace = f"{fmt_time(self_per_step)} per step in the trace" if self_per_step else "not in the trace"
+        owner = inside.get(rec.op)
+        if owner:
+            in_trace = f"inside `{owner}`, " + (f"which takes {fmt_time(self_per_step)} per step in the trace"
+                                                 if self_per_step else "not in the trace")
         message = f"`{rec.op}` spills {rec.spills} vector registers and fills {rec.fills} ({in_trace})"
         if rec.bundles:
             message += f"; {fmt_pct(fraction)} of its {rec.bundles} bundles"
-            explanation = "self time per step x (spills + fills) / bundles"
+            explanation = (f"self time per step of `{owner}`, which runs it, x (spills + fills) / bundles" if owner
+                           else "self time per step x (spills + fills) / bundles")
         else:
             explanation = "the dump gives spill counts but no bundle count"
         values = [("spills", str(rec.spills)), ("fills", str(rec.fills))]
         if rec.bundles:
             values.append(("bundles", str(rec.bundles)))
+        if owner:
+            values.append(("runs inside", owner))
         values.append(("self time/step", fmt_time(self_per_step)))
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity) if rec.bundles else Severity.LOW,
@@ -147,7 +169,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             fix="reduce live vector state: smaller block sizes or fewer values live across the loop",
             evidence=(Evidence(rec.op, tuple(values)),),
             host=analysis.profile.hosts[0].host if timed and len(analysis.profile.hosts) == 1 else "",
-            ops=(rec.op,)))
+            ops=(rec.op, owner) if owner else (rec.op,)))
     return findings
 
 

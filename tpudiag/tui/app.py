@@ -19,11 +19,12 @@ from textual.worker import get_current_worker
 
 from tpudiag.analysis.drilldown import find_op, op_detail
 from tpudiag.errors import TpudiagError
+from tpudiag.model.memory import MemoryReport
 from tpudiag.render.console import markup
 from tpudiag.writers.files import write_text
 from tpudiag.tui import keys
 from tpudiag.tui.export import export_target
-from tpudiag.tui.screens import ExportScreen, HelpScreen, LoadingPanel, OpDetailScreen
+from tpudiag.tui.screens import ExportScreen, HelpScreen, LoadingPanel, MemoryScreen, OpDetailScreen
 from tpudiag.tui.session import Session, load_session, start_process_helpers
 from tpudiag.tui.views import FindingsView, HostsView, OpsView, OverviewView, TimelineView
 
@@ -72,7 +73,7 @@ class TpudiagApp(App):
     """
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [Binding(k.keys, k.action, k.footer, key_display=k.shown,
-                        show=k.action not in ("back",)) for k in keys.GLOBAL]
+                        show=k.action not in ("back", "memory")) for k in keys.GLOBAL]
 
     def __init__(self, path: Path | None = None, session: Session | None = None, cursor_blink: bool = True,
                  cwd: Path | None = None, dumps: tuple[Path, ...] = ()) -> None:
@@ -223,6 +224,17 @@ class TpudiagApp(App):
         else:
             self.push_screen(HelpScreen())
 
+    def action_memory(self) -> None:
+        if not self._has_session():
+            return
+        if isinstance(self.screen, MemoryScreen):
+            self.pop_screen()
+            return
+        d = self.session.diagnosis
+        report = (d.memory() if d is not None
+                  else MemoryReport(input_path=str(self.session.path), programs=self.session.report.memory))
+        self.push_screen(MemoryScreen(report))
+
     def action_kernels_lab(self) -> None:
         op = self.screen.detail.op.name if isinstance(self.screen, OpDetailScreen) else None
         self.notify(f"{keys.KERNELS_LAB_MESSAGE}\n{markup(keys.kernels_lab_hint(str(self.path), op))}", title="kernels lab",
@@ -247,6 +259,8 @@ class TpudiagApp(App):
     def _current_markdown(self) -> tuple[str, str]:
         if isinstance(self.screen, OpDetailScreen):
             return "op", self.screen.markdown()
+        if isinstance(self.screen, MemoryScreen):
+            return "memory", self.screen.markdown()
         view = self.current_view
         return view, self._view_widget(view).markdown()
 

@@ -14,7 +14,8 @@ from tpudiag.analysis.drilldown import OpDetail, OpFilter, op_padding, spills
 from tpudiag.analysis.stragglers import HostStepMatrix
 from tpudiag.analysis.timeline import StepTimeline
 from tpudiag.errors import UsageError
-from tpudiag.model.findings import Finding
+from tpudiag.model.findings import Finding, saving_amount
+from tpudiag.model.memory import MemoryReport
 from tpudiag.model.report import OpRow, Report
 from tpudiag.model.text import printable
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -32,6 +33,14 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def memory_md(memory: MemoryReport) -> str:
+    """The memory screen: the report's device-memory section, for the program with the largest peak."""
+    from tpudiag.render.markdown import memory_section
+
+    body = memory_section(memory.programs, {}) or ["No compiled program with a buffer assignment."]
+    return document([f"# tpudiag memory: {code(memory.input_path)}", "", *body])
 
 
 def overview_md(report: Report) -> str:
@@ -76,8 +85,8 @@ def findings_md(report: Report, selected: Finding | None, explanation: str = "")
     if not report.findings:
         out.append("no findings")
     else:
-        out.append(_table(["#", "severity", "code", "rule", "saving ≤ /step", "message"],
-                          [[i, f.severity.label(), f.code, f.rule, fmt_time(f.saving.ps), f.message]
+        out.append(_table(["#", "severity", "code", "rule", "saving ≤", "message"],
+                          [[i, f.severity.label(), f.code, f.rule, saving_amount(f.saving), f.message]
                            for i, f in enumerate(report.findings, start=1)]))
     if selected is not None:
         out += ["", f"## {text(selected.code)} {text(selected.rule)}", "", prose(selected.message), ""]

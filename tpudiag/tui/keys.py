@@ -27,6 +27,7 @@ GLOBAL: tuple[Key, ...] = (
     Key("p", "p", "view('ops')", "Ops table", "global", "Ops"),
     Key("t", "t", "view('timeline')", "Step timeline", "global", "Timeline"),
     Key("h", "h", "view('hosts')", "Hosts", "global"),
+    Key("m", "m", "memory", "Device memory", "global", "Memory"),
     Key("slash", "/", "search", "Search ops", "global", "Search"),
     Key("e", "e", "export", "Export view as markdown", "global", "Export"),
     Key("question_mark", "?", "help", "Help", "global"),

@@ -1,9 +1,10 @@
-"""Screens pushed over the main views: op detail, help, export and loading."""
+"""Screens pushed over the main views: op detail, device memory, help, export and loading."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,8 +13,10 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Label, ProgressBar, Static
 
 from tpudiag.analysis.drilldown import OpDetail
+from tpudiag.model.memory import MemoryReport
 from tpudiag.model.text import printable
 from tpudiag.model.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+from tpudiag.render.memory import memory_renderables
 from tpudiag.tui import export, keys
 from tpudiag.tui.session import STAGES
 
@@ -69,6 +72,26 @@ class OpDetailScreen(Screen):
 
     def markdown(self) -> str:
         return export.op_detail_md(self.detail)
+
+
+class MemoryScreen(Screen):
+    """Device memory of the compiled programs: the same tables as `tpudiag memory`."""
+
+    def __init__(self, report: MemoryReport) -> None:
+        super().__init__()
+        self.report = report
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="memory"):
+            items = memory_renderables(self.report) if self.report.programs else [Text(
+                "No compiled program with a buffer assignment: open the capture with --dumps DIR of an XLA dump "
+                "(XLA_FLAGS=--xla_dump_to=DIR) or a `tpudiag compile` output to see device memory")]
+            yield Static(Group(*items, Text("esc back", style="dim")), id="memory-body")
+        yield Footer()
+
+    def markdown(self) -> str:
+        return export.memory_md(self.report)
 
 
 class HelpScreen(ModalScreen):

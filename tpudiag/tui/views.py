@@ -12,15 +12,16 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import DataTable, Input, ListItem, ListView, Label, Select, Static
 
-from tpudiag.analysis.drilldown import (SORT_COLUMNS, OpFilter, facets, filter_ops, sort_column, sort_ops)
+from tpudiag.analysis.drilldown import (SORT_COLUMNS, OpFilter, facets, filter_ops, find_op, sort_column,
+                                        sort_ops)
 from tpudiag.analysis.stragglers import host_step_matrix
 from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, IO, StepTimeline, rasterize, rasterize_in_flight,
                                        step_timeline)
 from tpudiag.errors import TpudiagError
-from tpudiag.model.findings import Finding
+from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.report import OpRow, Report
 from tpudiag.model.text import one_line, printable
-from tpudiag.model.units import fmt_bandwidth, fmt_flops, fmt_pct, fmt_time
+from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 from tpudiag.render.console import markup as escape
 from tpudiag.tui import export, keys
 from tpudiag.tui.session import Session, rule_explanation
@@ -181,7 +182,7 @@ class FindingsView(Horizontal):
             label = Text(f"{i:>2}. ")
             label.append(f"{f.severity.label():<6} ", style="bold")
             label.append(one_line(f.rule), style="cyan")
-            label.append(f" ≤{fmt_time(f.saving.ps)}")
+            label.append(f" ≤{fmt_bytes(f.saving.bytes) if f.saving.bytes and not f.saving.ps else fmt_time(f.saving.ps)}")
             items.append(ListItem(Label(label)))
         with Vertical(id="findings-left"):
             yield Label(Text(f"Findings ({len(report.findings)}), ranked by estimated saving", style="bold"))
@@ -216,7 +217,9 @@ class FindingsView(Horizontal):
         if f is None or not f.ops:
             self.app.notify("this finding cites no op", severity="warning")
             return
-        self.post_message(self.OpenOp(f.ops[0], f.host))
+        # The first cited op the ops table lists (a spill in a loop body cites the kernel, then the loop).
+        name = next((op for op in f.ops if find_op(self.session.report, op, f.host) is not None), f.ops[0])
+        self.post_message(self.OpenOp(name, f.host))
 
     def _show(self) -> None:
         f = self.selected
@@ -229,7 +232,7 @@ class FindingsView(Horizontal):
         t.append("Fix ", style="bold")
         t.append(one_line(f.fix) + "\n\n")
         t.append("Saving ", style="bold")
-        t.append(f"≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
+        t.append(f"≤ {saving_amount(f.saving)} ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
         if f.evidence:
             t.append("Evidence\n", style="bold")
             for ev in f.evidence:

@@ -64,7 +64,8 @@ def _allocations(text: str) -> tuple[VmemOomAllocation, ...]:
     return tuple(result)
 
 
-def _first_line(text: str, at: int) -> str:
+def line_at(text: str, at: int) -> str:
+    """The whole line of `text` holding position `at`, stripped."""
     start = text.rfind("\n", 0, at) + 1
     end = text.find("\n", at)
     return text[start:end if end >= 0 else len(text)].strip()
@@ -78,7 +79,7 @@ def parse_vmem_oom(text: str) -> VmemBudget | None:
         return VmemBudget(kind="scoped", hlo=hlo["hlo"] if hlo else "",
                           used_bytes=size_bytes(m[1], m[2]), limit_bytes=size_bytes(m[3], m[4]),
                           exceeded_by_bytes=size_bytes(m[5], m[6]), allocations=_allocations(text),
-                          message=_first_line(text, m.start()))
+                          message=line_at(text, m.start()))
     m = _CAPACITY.search(text)
     if m is not None:
         allocations = _allocations(text)
@@ -88,7 +89,7 @@ def parse_vmem_oom(text: str) -> VmemBudget | None:
                           used_bytes=size_bytes(m[1], m[2]), limit_bytes=size_bytes(m[3], m[4]),
                           exceeded_by_bytes=size_bytes(m[5], m[6]), allocations=allocations,
                           scoped_bytes=size_bytes(scoped[1], scoped[2]) if scoped else None,
-                          message=_first_line(text, m.start()))
+                          message=line_at(text, m.start()))
     m = _SINGLE.search(text)
     if m is not None:
         used, limit = int(m["size"]), int(m["mem"])
@@ -99,5 +100,5 @@ def parse_vmem_oom(text: str) -> VmemBudget | None:
             allocation_type="")
         return VmemBudget(kind="allocation", hlo=m["hlo"] or "", used_bytes=used, limit_bytes=limit,
                           exceeded_by_bytes=used - limit, allocations=(allocation,),
-                          message=_first_line(text, m.start()))
+                          message=line_at(text, m.start()))
     return None

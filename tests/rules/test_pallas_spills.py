@@ -1,0 +1,133 @@
+"""Spills of a real Pallas kernel reach the op that runs it (issue 20, item 5).
+
+The fixture `tests/fixtures/llo/v5e_pallas_scan` is a real deviceless v5e compile
+(`tests/fixtures/llo/make_fixtures.py v5e_pallas_scan`): a model step whose layers run in a
+`jax.lax.scan`, each layer a matmul + tanh and a Pallas kernel keeping 128 vregs live across a
+`fori_loop`. The kernel's custom call `closed_call.4` is an instruction of the `while` body; its
+LLO program, named after it, holds 691 spill stores and 800 fills in `final_bundles`. Before, the
+static report showed `-` under spills for every op (the `while` runs the kernel) and the spill
+finding said "not in the trace"; a trace listing only entry ops got no spills joined at all.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import tpudiag
+from tests.conftest import US
+from tpudiag.parsers.llo import load_llo_dump
+from tpudiag.writers.tpu_design import CaptureDesign, OpDef, Placed, write_capture
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llo" / "v5e_pallas_scan"
+KERNEL = "closed_call.4"
+
+
+def _counted_in_bundles() -> tuple[int, int]:
+    [bundles] = FIXTURE.glob(f"*-{KERNEL}-*-final_bundles.txt")
+    text = bundles.read_text()
+    return (len(re.findall(r"= vst[^\[;]*\[vmem:\[#allocation\d+_spill", text)),
+            len(re.findall(r"= vld[^\[;]*\[vmem:\[#allocation\d+_spill", text)))
+
+
+def test_fixture_kernel_spills_are_attributed_to_its_custom_call():
+    stores, fills = _counted_in_bundles()
+    assert (stores, fills) == (691, 800)
+    spills = load_llo_dump(FIXTURE).spill_instructions
+    mine = spills[spills["program"] == KERNEL]
+    assert len(mine) == stores + fills
+    assert set(mine["hlo"].astype(str)) == {KERNEL}  # never None or '': the op of the program
+
+
+def test_static_report_puts_the_kernel_spills_on_the_op_that_runs_it():
+    d = tpudiag.diagnose(FIXTURE)
+    assert d.mode == "static"
+    table = d.static.ops.set_index("name")
+    assert (table.loc["while", "spill_stores"], table.loc["while", "spill_fills"]) == (691, 800)
+    row = next(o for o in d.report.ops if o.name == "while")
+    assert (row.spill_stores, row.spill_fills) == (691, 800)
+    [spill] = [f for f in d.findings if f.rule == "spill"]
+    assert spill.ops == (KERNEL, "while")
+    assert spill.message.startswith(f"`{KERNEL}` (at `make_fixtures.py:")
+    assert "spills 691 vector registers and fills 800 (inside `while`" in spill.message
+    assert "not in the trace" not in spill.message and spill.saving.ps > 0
+
+
+def _trace(tmp_path: Path, nested: bool) -> Path:
+    """A v5e capture of the fixture's module: the `while` of 3 layers, with (nested) or without the
+    loop body's ops on the XLA Ops line, as captures of either kind show them."""
+    body = (OpDef("convolution_tanh_fusion.2", "convolution fusion", flops=2.0 * 2048 * 128 * 128,
+                  bytes_accessed=3.0e6),
+            OpDef(KERNEL, "custom-call", bytes_accessed=2.0e6))
+    entry = (OpDef("while", "while"), OpDef("reduce_sum.7", "reduce", bytes_accessed=1.0e6))
+
+    def schedule(chip: int, step: int):
+        placed = [Placed("while", 0, 300 * US)]
+        if nested:
+            for layer in range(3):
+                placed += [Placed("convolution_tanh_fusion.2", layer * 100 * US, 20 * US),
+                           Placed(KERNEL, layer * 100 * US + 20 * US, 80 * US)]
+        return placed + [Placed("reduce_sum.7", 300 * US, 10 * US)]
+
+    design = CaptureDesign(hostname="host0", device_type="TPU v5 lite", peak_tflops=197.0, peak_hbm_gbs=819.0,
+                           module="jit_step", program_id=99, ops=entry + (body if nested else ()), n_chips=1,
+                           n_steps=3, step_ps=400 * US, schedule=schedule)
+    run = tmp_path / "logdir" / "plugins" / "profile" / "run"
+    write_capture(design, run)
+    return run
+
+
+def test_joined_to_a_trace_with_the_kernel_the_kernel_row_has_its_spills(tmp_path):
+    d = tpudiag.diagnose(_trace(tmp_path, nested=True), dumps=[FIXTURE])
+    rows = {o.name: o for o in d.report.ops}
+    assert (rows[KERNEL].spill_stores, rows[KERNEL].spill_fills) == (691, 800)
+    assert rows["while"].spill_stores is None  # the kernel's spills are counted once, on the kernel
+    [spill] = [f for f in d.findings if f.rule == "spill"]
+    assert spill.ops == (KERNEL,)
+    # 3 x 80 µs of kernel per step; (691 + 800) spill instructions over its 982 bundles caps at all of it.
+    assert "(240.0 µs per step in the trace)" in spill.message
+    assert spill.saving.ps == 240 * US
+
+
+def test_joined_to_a_trace_of_entry_ops_the_loop_gets_the_kernel_spills(tmp_path):
+    d = tpudiag.diagnose(_trace(tmp_path, nested=False), dumps=[FIXTURE])
+    rows = {o.name: o for o in d.report.ops}
+    assert (rows["while"].spill_stores, rows["while"].spill_fills) == (691, 800)
+    [spill] = [f for f in d.findings if f.rule == "spill"]
+    assert spill.ops == (KERNEL, "while")
+    assert "(inside `while`" in spill.message and ", which takes 300.0 µs per step in the trace)" in spill.message
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_spills_are_never_counted_twice(tmp_path, nested):
+    d = tpudiag.diagnose(_trace(tmp_path, nested=nested), dumps=[FIXTURE])
+    assert sum(o.spill_stores or 0 for o in d.report.ops) == 691
+
+
+def _with_a_newer_compile(tmp_path: Path) -> Path:
+    """The fixture with a later compile of another module (`jit_f`, the 64-row Pallas reduction)
+    in the same LLO directory, as a script that compiles a helper after its step leaves it, and an
+    XLA dump restricted to the step (`--xla_dump_hlo_module_re`)."""
+    import shutil
+
+    root = tmp_path / "dump"
+    shutil.copytree(FIXTURE, root)
+    helper = FIXTURE.parent / "v5e_pallas_r64"
+    for f in helper.glob("*.txt"):
+        stamp, rest = f.name.split("-", 1)
+        newer = int(stamp) - 1795992125525773570 + 1796999999000000000  # after every file of the step
+        shutil.copy(f, root / f"{newer}-{rest}")
+    return root
+
+
+def test_the_llo_compile_of_the_xla_dumps_module_is_read_not_the_newest(tmp_path):
+    """Regression (issue 20): the newest LLO compile was read whatever module the XLA dump held, so
+    the step's kernel spills were lost: `-` under spills and no spill finding."""
+    root = _with_a_newer_compile(tmp_path)
+    d = tpudiag.diagnose(root)
+    assert d.static.ops.set_index("name").loc["while", "spill_stores"] == 691
+    assert [f.ops for f in d.findings if f.rule == "spill"] == [(KERNEL, "while")]
+    trace = tpudiag.diagnose(_trace(tmp_path, nested=True), dumps=[root])
+    assert {o.name: o.spill_stores for o in trace.report.ops}[KERNEL] == 691

@@ -1,0 +1,75 @@
+"""The measured half of `tpudiag memory`: the allocator's timeline when PATH is a capture that
+traced its allocator, and JAX's live buffers by source line from `--pprof FILE`.
+
+Both are read only here, on request: the allocator's events from each host file's `/host:CPU`
+plane alone, the pprof file whole. A host file that cannot be read is a warning; the others go on.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from tpudiag.errors import InputError
+from tpudiag.model.allocator import HostMemoryTimeline
+from tpudiag.model.live_buffers import LiveBytes
+from tpudiag.model.profile import HostFailure
+from tpudiag.model.text import one_line
+
+PPROF_HELP = ("JAX's device memory profile (`jax.profiler.save_device_memory_profile(FILE)`, a pprof file): "
+              "live buffer bytes by the source line that made them")
+
+
+@dataclass(frozen=True)
+class MeasuredMemory:
+    timelines: tuple[HostMemoryTimeline, ...]  # one per host file of a capture PATH; () otherwise
+    failures: tuple[HostFailure, ...]
+    live: LiveBytes | None  # from --pprof
+
+
+def is_capture(path: Path | None) -> bool:
+    """Whether PATH names a capture (a `.xplane.pb`, a run directory or a logdir), not compiler dumps."""
+    from tpudiag.parsers.capture import find_capture
+
+    if path is None:
+        return False
+    try:
+        find_capture(path)
+    except InputError:
+        return False
+    return True
+
+
+def measured_memory(path: Path | None, pprof: Path | None) -> MeasuredMemory:
+    from tpudiag.analysis.live_buffers import live_bytes_of
+    from tpudiag.analysis.memory_timeline import capture_memory_timelines
+
+    timelines, failures = capture_memory_timelines(path) if is_capture(path) else ([], [])
+    for failure in failures:
+        sys.stderr.write(f"warning: {one_line(failure.message)}\n")
+    return MeasuredMemory(tuple(timelines), tuple(failures), None if pprof is None else live_bytes_of(pprof))
+
+
+def render_measured_terminal(m: MeasuredMemory, console: Console, top: int) -> None:
+    from tpudiag.render.memory_runtime import render_live_bytes_terminal, render_timelines_terminal
+
+    if m.timelines:
+        console.print()
+        render_timelines_terminal(list(m.timelines), console, top=top)
+    if m.live is not None:
+        console.print()
+        render_live_bytes_terminal(m.live, console, top=top)
+
+
+def measured_json(m: MeasuredMemory) -> dict:
+    """The JSON keys of the measured views: `memory_over_time` (one entry per host file of a capture,
+    [] otherwise), `live_buffers` (null without --pprof) and `measured_failures`."""
+    from tpudiag.analysis.memory_timeline import XPROF_MAX_SNAPSHOTS
+    from tpudiag.render.memory_runtime import live_bytes_to_dict, timelines_to_dict
+
+    return {"memory_over_time": timelines_to_dict(list(m.timelines), XPROF_MAX_SNAPSHOTS),
+            "live_buffers": None if m.live is None else live_bytes_to_dict(m.live),
+            "measured_failures": [{"path": f.path, "message": f.message} for f in m.failures]}
