@@ -168,7 +168,7 @@ class Tracer:
             _REAL["stop_trace"]()
 
 
-# jax.profiler's own functions, kept before they are wrapped (see `_install`).
+# jax.profiler's own start/stop, kept before `_Installed` wraps them.
 _REAL: dict = {}
 
 
