@@ -20,11 +20,13 @@ TARGET = 'tpu_topology_args {\n  version: TPU_VERSION_VIPERFISH\n  variant: "lit
 
 
 def write_adam_dump(root: Path, layers: int, *, donate: bool = False, live_activations: int | None = None,
-                    oom: bool = False, target: bool = True) -> Path:
+                    oom: bool = False, target: bool = True, kernels: dict[str, int] | None = None) -> Path:
     """A dump directory of an Adam step with `layers` layers; returns `root`.
 
     `live_activations`: how many forward activations are live together at the temporaries' peak
     (default: all of them, as without remat). Donated arguments hold their updated value.
+    `kernels`: Pallas kernels (`tpu_custom_call`) to add, by name, with the scoped VMEM their
+    `used_scoped_memory_configs` record.
     """
     root.mkdir(parents=True, exist_ok=True)
     kept = layers if live_activations is None else live_activations
@@ -43,6 +45,11 @@ def write_adam_dump(root: Path, layers: int, *, donate: bool = False, live_activ
         hlo.append(f"  %update.{i} = ({W}, {STATE}, {STATE}) fusion(%act.{i}, %m_{i}_.1, %v_{i}_.1), kind=kLoop, "
                    f'calls=%f, metadata={{op_name="jit(step)/transpose(jvp())/dot_general" source_file="train.py" '
                    f"source_line=20}}")
+    for name, vmem in (kernels or {}).items():
+        config = f'{{"used_scoped_memory_configs":[{{"memory_space":"1","offset":"0","size":"{vmem}"}}]}}'
+        hlo.append(f'  %{name} = {ACT} custom-call(%x.1), custom_call_target="tpu_custom_call", '
+                   f'metadata={{op_name="jit(step)/pallas_call" source_file="kernel.py" source_line=7}}, '
+                   f"backend_config={config}")
     outs = ", ".join(f"%update.{i}" for i in range(layers))
     hlo.append(f"  ROOT %tuple.1 = () tuple({outs})\n}}\n")
     (root / f"{PREFIX}.after_optimizations.txt").write_text("\n".join(hlo))

@@ -157,6 +157,19 @@ def test_run_passes_a_signal_death_through_as_a_shell_does(tmp_path):
     assert "no capture was made: the program ended without running its exit handlers" in proc.stderr
 
 
+def test_run_refuses_a_report_inside_the_logdir_before_running_anything(tmp_path):
+    proc = run_tpudiag(tmp_path, "--logdir", str(tmp_path / "logs"), "-o", str(tmp_path / "logs" / "r.json"))
+    assert proc.returncode == 2 and "inside the input directory" in proc.stderr
+    assert "script done" not in proc.stdout  # the program never ran
+
+
+def test_run_passes_the_programs_status_through_a_report_that_fails(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    proc = run_tpudiag(tmp_path, "-o", str(tmp_path / "a_file" / "report.md"), program_args=("3",))
+    assert proc.returncode == 3, proc.stderr[-2000:]  # the program's, not the report's 2
+    assert "tpudiag run: no report:" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_run_keeps_the_environments_own_sitecustomize(tmp_path):
     theirs = tmp_path / "site"
     theirs.mkdir()

@@ -20,6 +20,7 @@ from tests.rules import scenarios as sc
 from tests.robustness.test_multi_host import run_cli
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.parsers.capture import load_capture
+from tpudiag.pipeline import diagnose
 from tpudiag.parsers.time_axis import EPOCH_MIN_NS, MAX_BASE_PS, time_axis
 from tpudiag.proto import XSpace
 from tpudiag.writers.tpu_design import build_capture
@@ -182,3 +183,48 @@ def test_an_event_past_int64_on_a_far_line_is_dropped_alone(tmp_path, monkeypatc
     host = load_capture(write(space, tmp_path), jobs=1).hosts[0]
     assert len(host.events) == n - 1
     assert any("1 events on a `XLA Ops` line dropped" in w for w in host.warnings)
+
+
+STAT_VALUES = st.one_of(st.tuples(st.just("uint64_value"), st.sampled_from([EPOCH_NS, EPOCH_NS - 10**6, 0])),
+                        st.tuples(st.just("int64_value"), INT64),
+                        st.tuples(st.just("uint64_value"), st.integers(0, (1 << 64) - 1)),
+                        st.tuples(st.just("double_value"), st.floats(allow_nan=True)),
+                        st.tuples(st.just("str_value"), st.text(max_size=20)))
+
+
+STAMPS = st.one_of(INT64, st.sampled_from([0, 1, EPOCH_NS, EPOCH_NS - 10**6, EPOCH_NS + 10**15, EPOCH_MIN_NS,
+                                           -(1 << 63), (1 << 63) - 1]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(STAT_VALUES, st.lists(STAMPS, min_size=1, max_size=8), st.lists(STAMPS, min_size=1, max_size=8))
+def test_no_anchor_or_line_timestamp_fails_the_host(tmp_path_factory, anchor, device_ns, host_ns):
+    """Whatever `profile_start_time` and line timestamps say, the host is read: what cannot be
+    placed is dropped with a warning, what is kept is plausible and analyses."""
+    space = build_capture(sc.decode_v6e(n_chips=1, n_steps=2)).proto
+    env = space.planes.add(id=99, name="Task Environment")
+    env.stat_metadata[1].id = 1
+    env.stat_metadata[1].name = "profile_start_time"
+    setattr(env.stats.add(metadata_id=1), *anchor)
+    lines = [(p.name, ln) for p in space.planes for ln in p.lines]
+    for i, (name, line) in enumerate(lines):
+        stamps = host_ns if name == "/host:CPU" else device_ns
+        line.timestamp_ns = stamps[i % len(stamps)]
+    profile = load_capture(write(space, tmp_path_factory.mktemp("run")), jobs=1)
+    for host in profile.hosts:
+        assert host.events["dur_ps"].between(0, 86_400 * 10**12).all()
+        analyze(profile)
+
+
+def test_regression_idle_on_a_host_clock_apart_says_why_its_cause_is_unknown(tmp_path):
+    """The device-idle finding must not ask for a host plane the capture has: its host plane is on
+    another clock with no anchor, and the finding says that instead."""
+    space = build_capture(sc.idle_training(1500 * sc.US, "TransferFromDevice")).proto
+    run = write(on_epoch_clock(space, {"/host:CPU"}, EPOCH_NS, anchor=False), tmp_path)
+    d = diagnose(run, jobs=1)
+    idle = next(f for f in d.findings if f.rule == "device-idle")
+    assert "the host plane is on another clock" in idle.message
+    assert "profile_start_time" in idle.fix
+    anchored = diagnose(write(on_epoch_clock(build_capture(sc.idle_training(1500 * sc.US, "TransferFromDevice")).proto,
+                                             {"/host:CPU"}, EPOCH_NS, anchor=True), tmp_path / "b"), jobs=1)
+    assert "synchronisation" in next(f for f in anchored.findings if f.rule == "device-idle").message

@@ -86,15 +86,3 @@ def test_first_lever_is_the_cheapest_that_is_enough():
     assert first_lever(levers, 8).key == "fsdp"
     assert first_lever(levers, 20).key == "fsdp"  # none is enough: the largest
     assert first_lever((), 1) is None
-
-
-def test_vmem_error_is_reported_with_the_limit_and_the_chip(tmp_path):
-    text = ("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out of memory in memory space vmem while "
-            "allocating on stack for %_lambda_.1 = f32[4096,4096]{1,0:T(8,128)} custom-call(...). Scoped "
-            "allocation with size 28.00M and limit 16.00M exceeded scoped vmem limit by 12.00M.")
-    d = _run(tmp_path, "fits", error=text, layers=1)
-    [f] = d.findings
-    assert f.blocking and f.ops == ("_lambda_.1",)
-    assert f.message == ("`_lambda_.1` needs 28 MiB of VMEM, 12 MiB over the 16 MiB scoped VMEM limit; "
-                         "the chip has 128 MiB of VMEM")
-    assert "vmem_limit_bytes" in f.fix

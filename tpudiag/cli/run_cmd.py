@@ -145,7 +145,7 @@ def run_command(
     python_tracer: Annotated[bool, typer.Option(help="Also trace Python function calls (large captures)")]
     = False,
 ) -> None:
-    from tpudiag.errors import UsageError
+    from tpudiag.errors import TpudiagError, UsageError
     from tpudiag.profiling import check_step_var, newest_new_run, no_capture_reason, parse_steps, run_dirs
 
     if not command:
@@ -160,6 +160,11 @@ def run_command(
     elif logdir.exists() and not logdir.is_dir():
         raise UsageError("--logdir exists and is not a directory", path=logdir)
     logdir = logdir.resolve()
+    logdir.mkdir(parents=True, exist_ok=True)
+    if output is not None:  # refused before the program runs, not after
+        from tpudiag.writers.files import resolve_output
+
+        resolve_output(output, [logdir])
     before = run_dirs(logdir)
     boot = work / "bootstrap"
     boot.mkdir()
@@ -181,7 +186,11 @@ def run_command(
         _say(note)
     _say(f"the program exited with status {returncode}; report of `{run}`")
     report, formats = _REPORT
-    report(path=run, dumps=dumps, output_format=formats(output_format), top=top, output=output)
+    try:
+        report(path=run, dumps=dumps, output_format=formats(output_format), top=top, output=output)
+    except TpudiagError as exc:  # the program's status still comes back, whatever the report met
+        _say(f"no report: {exc.one_line()}")
+        raise typer.Exit(returncode or 2) from None
     raise typer.Exit(returncode)
 
 

@@ -15,12 +15,13 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from tpudiag.compiler.worker import RESULT_FILE
+from tpudiag.compiler.worker import HLO_TEXT_FILE, RESULT_FILE
 from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, Instruction, memory_space_name
-from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, ChipSpec
+from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, DEFAULT_SCOPED_VMEM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
+from tpudiag.model.llo import LloDump
 from tpudiag.model.memory import (MemoryBuffer, MemoryGroup, MemoryLever, MemoryReport, OomError, ProgramMemory,
-                                  SpaceMemory)
+                                  SpaceMemory, VmemUse)
 from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
 from tpudiag.parsers.oom_error import parse_oom_error
 
@@ -37,9 +38,13 @@ _INDEX = re.compile(r"\{[\d,]*\}$")
 def program_memories(compiled: CompiledInputs, errors: Iterable[OomError] = ()) -> tuple[ProgramMemory, ...]:
     """The memory of every program with a buffer assignment; `errors` are joined to the largest."""
     errors = tuple(errors)
-    inputs = [h for h in (*compiled.hlo, *compiled.embedded) if h.program.allocations]
+    # A capture with `--dumps` of its compile holds each program twice: the dump's (with live
+    # ranges) is kept, the capture's own copy of the same module left out.
+    dumped = {h.program.module for h in compiled.hlo}
+    inputs = [h for h in (*compiled.hlo, *(e for e in compiled.embedded if e.program.module not in dumped))
+              if h.program.allocations]
     largest = max(inputs, key=lambda h: sum(a.size_bytes for a in h.program.allocations), default=None)
-    return tuple(program_memory(h, compiled.chip, errors if h is largest else ()) for h in inputs)
+    return tuple(program_memory(h, compiled.chip, errors if h is largest else (), llo=compiled.llo) for h in inputs)
 
 
 def memory_report(input_path: str, compiled: CompiledInputs, errors: Iterable[OomError] = (),
@@ -54,8 +59,10 @@ def memory_report(input_path: str, compiled: CompiledInputs, errors: Iterable[Oo
     return MemoryReport(input_path=input_path, programs=programs, errors=errors, warnings=tuple(notes))
 
 
-def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomError] = ()) -> ProgramMemory:
-    """One program's memory: its spaces, the chip's HBM and the levers; `errors` joined to it."""
+def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomError] = (),
+                   llo: Iterable[LloDump] = ()) -> ProgramMemory:
+    """One program's memory: its spaces, the chip's HBM and the levers, the scoped VMEM per op
+    (from the LLO dumps of the same module when given); `errors` joined to it."""
     from tpudiag.model.hardware import chip_for
 
     program = hlo.program
@@ -83,6 +90,7 @@ def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomErr
         hbm_capacity_bytes=capacity, hbm_usable_bytes=usable, usable_source=usable_source, spaces=spaces,
         oom_recorded=program.oom_recorded, error=error, levers=levers,
         compiler_peak_bytes=_compiler_peak(facts))
+    result = replace(result, **_vmem(hlo, chip, errors, tuple(llo), facts))
     peak, limit = result.hbm_peak_bytes, result.hbm_limit_bytes
     # Over the limit: a lever must free the excess; near it, any lever helps.
     need = peak - limit + 1 if peak is not None and limit is not None and peak > limit else 0
@@ -99,6 +107,78 @@ def first_lever(levers: tuple[MemoryLever, ...], need_bytes: int) -> MemoryLever
     if enough:
         return min(enough, key=lambda lv: EFFORT.index(lv.key))
     return max(levers, key=lambda lv: lv.saving_bytes, default=None)
+
+
+def _vmem(hlo: HloInput, chip: ChipSpec | None, errors: tuple[OomError, ...], llo: tuple[LloDump, ...],
+          facts: dict) -> dict:
+    """The VMEM fields of ProgramMemory: scoped VMEM per op, the scoped limit and the chip's VMEM."""
+    program = hlo.program
+    dumps = [d for d in llo if d.vmem_report is not None and d.vmem_report.module_name in ("", program.module)]
+    ops = _vmem_from_llo(program, dumps) if dumps else _vmem_from_hlo(program)
+    if not ops and facts:  # a `tpudiag compile` output: its `compiled.hlo.txt` carries the backend configs
+        ops = _vmem_from_hlo(_compiled_text(hlo))
+    vmem_error = next((e for e in errors if e.space == "vmem"), None)
+    if vmem_error is not None and vmem_error.kind == "scoped":
+        limit, source = vmem_error.available_bytes, "compiler error"
+    elif chip is not None and chip.generation in DEFAULT_SCOPED_VMEM_BYTES:
+        limit, source = DEFAULT_SCOPED_VMEM_BYTES[chip.generation], f"default for {chip.generation}, measured"
+    else:
+        limit, source = None, ""
+    capacity = next((d.vmem_report.capacity_bytes for d in dumps if d.vmem_report.capacity_bytes), None)
+    if capacity is None and chip is not None:
+        capacity = chip.vmem_bytes
+    return {"vmem_ops": tuple(sorted(ops, key=lambda v: (-v.scoped_bytes, v.op))),
+            "vmem_scoped_limit_bytes": limit, "vmem_limit_source": source, "vmem_capacity_bytes": capacity}
+
+
+def _vmem_from_llo(program: CompiledProgram | None, dumps: list[LloDump]) -> list[VmemUse]:
+    """Per HLO op, its largest SCOPED block in the LLO VMEM report (the program's own entry,
+    `<top-inlining-caller>`, is the whole program, not one op)."""
+    out: dict[str, int] = {}
+    for dump in dumps:
+        table = dump.vmem_allocations
+        if table.empty:
+            continue
+        scoped = table[(table["block_type"] == "SCOPED") & (table["hlo"] != "<top-inlining-caller>")]
+        for op, size in scoped.groupby("hlo", observed=True)["block_bytes"].max().items():
+            out[str(op)] = max(out.get(str(op), 0), int(size))
+    return [_vmem_use(program, op, size, "LLO VMEM report") for op, size in out.items() if size > 0]
+
+
+def _vmem_from_hlo(program: CompiledProgram | None) -> list[VmemUse]:
+    """Per instruction, the VMEM (memory space 1) of its `used_scoped_memory_configs`."""
+    if program is None:
+        return []
+    out = []
+    for inst in program.instructions.values():
+        if "used_scoped_memory_configs" not in inst.backend_config:
+            continue
+        try:
+            configs = json.loads(inst.backend_config).get("used_scoped_memory_configs") or []
+            size = sum(int(c.get("size", 0)) for c in configs if str(c.get("memory_space")) == "1")
+        except (ValueError, AttributeError, TypeError):
+            continue  # a backend config that is not the JSON expected: no figure for this op
+        if size > 0:
+            out.append(_vmem_use(program, inst.name, size, "HLO backend_config"))
+    return out
+
+
+def _vmem_use(program: CompiledProgram | None, op: str, size: int, source: str) -> VmemUse:
+    inst = _instruction(program, op) if program is not None else None
+    return VmemUse(op=op, scoped_bytes=size, source=source, op_name=inst.op_name if inst else "",
+                   kernel=inst is not None and inst.custom_call_target == "tpu_custom_call")
+
+
+def _compiled_text(hlo: HloInput) -> CompiledProgram | None:
+    """The `compiled.hlo.txt` of a `tpudiag compile` output, beside its XLA dump; None when absent."""
+    from tpudiag.errors import InputError
+    from tpudiag.parsers.hlo_text import load_hlo_text
+
+    path = Path(hlo.origin).parent / HLO_TEXT_FILE
+    try:
+        return load_hlo_text(path) if path.is_file() else None
+    except InputError:
+        return None
 
 
 def _compile_facts(hlo: HloInput) -> dict:
@@ -265,7 +345,8 @@ def _levers(program: CompiledProgram, hbm: SpaceMemory) -> tuple[MemoryLever, ..
         fix = (f"jax.jit(step, donate_argnums={numbers})" if numbers
                else f"donate the arguments {', '.join(roots)} (`donate_argnums`)")
         levers.append(MemoryLever(
-            "donation", f"donate {', '.join(roots)}: {len(pairs)} outputs have an argument's shape and could reuse it",
+            "donation", f"donate {', '.join(roots)}: {len(pairs)} output{'s' * (len(pairs) != 1)} "
+            f"{'have' if len(pairs) != 1 else 'has'} an argument's shape and could reuse it",
             saving, "the outputs that could reuse a same-shaped argument's buffer; the compiler may need "
             "some of it back as temporaries for out-of-place updates", fix,
             tuple(o.name for o, _ in pairs)))
@@ -290,7 +371,8 @@ def _levers(program: CompiledProgram, hbm: SpaceMemory) -> tuple[MemoryLever, ..
         levers.append(MemoryLever(
             "fsdp", f"shard the parameters and optimiser state over {FSDP_DEVICES} devices (FSDP)",
             state_bytes * (FSDP_DEVICES - 1) // FSDP_DEVICES,
-            f"(1 - 1/{FSDP_DEVICES}) of the state arguments and their updated outputs, modelled for "
+            f"(1 - 1/{FSDP_DEVICES}) of the state (arguments the step returns in the same shape) and their "
+            f"updated outputs, modelled for "
             f"{FSDP_DEVICES} devices; gathering them per layer adds collectives",
             "shard params and optimiser state along a mesh axis (NamedSharding(mesh, P('data', None)))",
             tuple(a.name for a in state)))

@@ -126,3 +126,8 @@ def decide_chip(*, trace: ChipSpec | None = None, target: str = "", llo: str = "
 # available HBM (15.75G)"): measured on v5e (16 GiB) with libtpu 0.0.42.1. Other generations keep
 # some HBM back too, by amounts not measured here; their public capacity is then the bound.
 COMPILER_USABLE_HBM_BYTES: dict[str, int] = {"v5e": 16128 * MIB}
+
+# The scoped VMEM limit a kernel or fusion gets unless it sets its own (Pallas:
+# `pltpu.CompilerParams(vmem_limit_bytes=...)`), as libtpu 0.0.42.1 printed it in its
+# `CompileTimeScopedVmemOom` message for each generation (measured deviceless, `<gen>:1x1`).
+DEFAULT_SCOPED_VMEM_BYTES: dict[str, int] = {"v5e": 16 * MIB, "v5p": 16 * MIB, "v6e": 32 * MIB, "TPU7x": 32 * MIB}

@@ -75,6 +75,17 @@ class MemoryLever:
 
 
 @dataclass(frozen=True)
+class VmemUse:
+    """The scoped VMEM one op (a Pallas kernel or an XLA fusion) uses while it runs."""
+
+    op: str  # HLO instruction name
+    scoped_bytes: int
+    source: str  # 'LLO VMEM report' or 'HLO backend_config' (`used_scoped_memory_configs`)
+    op_name: str = ""  # JAX name stack, e.g. `jit(f)/pallas_call`
+    kernel: bool = False  # a Pallas kernel (`tpu_custom_call`), which can set its own limit
+
+
+@dataclass(frozen=True)
 class SpaceMemory:
     """One memory space of one program (color 0 is HBM, 1 VMEM)."""
 
@@ -138,6 +149,10 @@ class ProgramMemory:
     levers: tuple[MemoryLever, ...] = ()  # HBM levers, largest modelled saving first
     first: str = ""  # key of the lever to try first (`tpudiag.compiler.memory.first_lever`)
     compiler_peak_bytes: int | None = None  # `memory_analysis().peak_memory_in_bytes` (a `compile` output)
+    vmem_ops: tuple[VmemUse, ...] = ()  # scoped VMEM per op, largest first
+    vmem_scoped_limit_bytes: int | None = None  # the default scoped limit, or the VMEM error's
+    vmem_limit_source: str = ""  # 'compiler error' or 'default for <gen>, measured'
+    vmem_capacity_bytes: int | None = None  # the chip's VMEM (the LLO report's figure when dumped)
     warnings: tuple[str, ...] = ()
 
     @property

@@ -109,6 +109,9 @@ class HostTrace:
     modelled: bool = False  # device planes carry `tpudiag_modelled` (written by `tpudiag simulate`)
     # `/host:CPU` TraceMe events (schemas.HOST_EVENTS) on the device time origin; None: no host plane
     host_events: pd.DataFrame | None = None
+    # The `/host:CPU` plane is on another clock than the device planes, with no anchor to align them,
+    # so its spans were not used (docs/time-axis.md)
+    host_clock_apart: bool = False
     digest: HostDigest | None = None  # set by `analysis.host_digest`; events may then be dropped
     source: str = ""  # where to read the file again (absolute path or URL); `path` is as the user gave it
 

@@ -842,6 +842,7 @@ def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], pa
     host_threads = 0
     hlo_protos: dict[int, bytes] = {}
     cpu_events = None
+    clock_apart = False
     if not axis.devices_aligned:
         b.warn(DEVICE_CLOCKS_SPLIT)
     for plane in aux_planes:
@@ -849,8 +850,9 @@ def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], pa
             host_threads = len(plane.lines)
             if axis.host_aligned:
                 cpu_events = host_events(plane, axis, b.warn)
-            else:
+            elif plane.lines:
                 b.warn(HOST_NOT_ALIGNED)
+                clock_apart = True
         elif plane.name == "/host:metadata":
             hlo_protos = _hlo_protos(plane, b)
     merge_planes(b, parts)
@@ -878,7 +880,7 @@ def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], pa
     steps = b.step_markers()
     return HostTrace(host=host, path=str(path), device=device, events=b.events(), op_metadata=b.op_metadata(),
                      step_markers=steps, modules=b.modules(), async_windows=b.async_windows(),
-                     hlo_protos=hlo_protos, warnings=b.warnings, host_threads=host_threads,
+                     hlo_protos=hlo_protos, warnings=b.warnings, host_threads=host_threads, host_clock_apart=clock_apart,
                      modelled=bool(first_stats.get("tpudiag_modelled")), host_events=cpu_events)
 
 

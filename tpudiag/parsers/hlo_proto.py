@@ -7,8 +7,9 @@ field 1 as a length-delimited value (HloProto.hlo_module vs HloModuleProto.name)
 are tried as HloProto first and read as a module when that yields no computations.
 
 The result matches `tpudiag.parsers.hlo_text` field for field, except what only the text dump
-has (`entry_layout`, buffer assignment, memory-usage report, target); the schedule comes from
-`HloModuleProto.schedule` rather than from instruction order.
+has (`entry_layout`, memory-usage report, live ranges, target); the schedule comes from
+`HloModuleProto.schedule` rather than from instruction order. The buffer assignment is read when
+the HloProto carries one (real captures do: it is what XProf's memory viewer shows).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 from google.protobuf.message import DecodeError
 
 from tpudiag.errors import InputError
-from tpudiag.model.compiled import CompiledProgram, Instruction, Layout, Shape, TupleShape
+from tpudiag.model.compiled import (BufferAllocation, BufferValue, CompiledProgram, Instruction, Layout, Shape,
+                                    TupleShape)
 from tpudiag.model.inputs import CAPTURE_ORIGIN, HloInput
 from tpudiag.parsers.hlo_program import computation_from, finish_program
 from tpudiag.parsers.layout import ShapeSyntaxError, array_shape, shape_text
@@ -32,11 +34,13 @@ def parse_hlo_proto(data: bytes, path: str = "<proto>", program_id: int | None =
     if not data:
         raise InputError("empty HLO proto", path=path)
     module = None
+    assignment = None
     try:
         wrapper = HloProto()
         wrapper.ParseFromString(data)
         if wrapper.hlo_module.computations:
             module = wrapper.hlo_module
+            assignment = wrapper.buffer_assignment if wrapper.HasField("buffer_assignment") else None
     except (DecodeError, ValueError, RuntimeError, TypeError):
         module = None  # not an HloProto; maybe a bare module
     if module is None:
@@ -50,7 +54,11 @@ def parse_hlo_proto(data: bytes, path: str = "<proto>", program_id: int | None =
     if not module.computations:
         raise InputError("HLO proto has no computations", path=path)
     try:
-        return finish_program(_program(module, path, program_id))
+        program = _program(module, path, program_id)
+        if assignment is not None and assignment.buffer_allocations:
+            program.allocations = _allocations(assignment, module, program)
+            program.live_ranges, program.live_range_positions = _heap_live_ranges(assignment, program)
+        return finish_program(program)
     except RecursionError as exc:
         raise InputError("HLO proto nested too deep to parse (damaged)", path=path) from exc
     except OverflowError as exc:
@@ -131,6 +139,74 @@ def _program(module, path: str, program_id: int | None) -> CompiledProgram:
     return CompiledProgram(
         module=module.name, path=path, source="hlo_proto", entry=entry, is_scheduled=bool(schedule),
         computations=computations, instructions=instructions, program_id=program_id, warnings=warnings)
+
+
+def _allocations(assignment, module, program: CompiledProgram) -> tuple[BufferAllocation, ...]:
+    """The buffer assignment as `*-buffer-assignment.txt` gives it: each allocation with its
+    values, named `instruction` or `instruction{i}` (a tuple element) as the text dump names them."""
+    names = {inst.id: inst.name for comp in module.computations for inst in comp.instructions}
+    shapes = {inst.name: inst.shape for inst in program.instructions.values()}
+    buffers = {b.id: b for b in assignment.logical_buffers}
+    out = []
+    for alloc in assignment.buffer_allocations:
+        values = []
+        for assigned in alloc.assigned:
+            buf = buffers.get(assigned.logical_buffer_id)
+            if buf is None:
+                continue
+            where = buf.defined_at
+            name = names.get(where.instruction_id, where.instruction_name)
+            index = tuple(where.shape_index)
+            values.append(BufferValue(
+                value_id=buf.id, name=name + ("{" + ",".join(map(str, index)) + "}" if index else ""),
+                size_bytes=assigned.size, offset_bytes=assigned.offset,
+                shape_text=_element_text(shapes.get(name), index)))
+        param = alloc.is_entry_computation_parameter
+        out.append(BufferAllocation(
+            index=alloc.index, size_bytes=alloc.size, color=alloc.color,
+            parameter_number=alloc.parameter_number if param else None, is_output=False,
+            maybe_live_out=alloc.maybe_live_out, is_thread_local=alloc.is_thread_local,
+            is_temp=not (param or alloc.maybe_live_out or alloc.is_constant or alloc.is_thread_local),
+            is_constant=alloc.is_constant, values=tuple(values)))
+    return tuple(out)
+
+
+_ALLOC, _FREE = 0, 1  # HeapSimulatorTrace.Event.Kind; SHARE_WITH (2) reuses memory already counted
+
+
+def _heap_live_ranges(assignment, program: CompiledProgram) -> tuple[dict[str, tuple[int, int]], int]:
+    """Live ranges of the temporaries from the heap simulator's trace of the largest allocation it
+    simulated, in event order (the role `*-live-range.txt` plays for a text dump): a value lives
+    from its ALLOC event to its FREE event. ({}, 0) without a trace."""
+    sizes = {a.index: a.size_bytes for a in program.allocations}
+    traces = [t for t in assignment.heap_simulator_traces if t.events]
+    if not traces:
+        return {}, 0
+    trace = max(traces, key=lambda t: sizes.get(t.buffer_allocation_index, 0))
+    names = {v.value_id: v.name for a in program.allocations for v in a.values}
+    start: dict[str, int] = {}
+    ranges: dict[str, tuple[int, int]] = {}
+    for position, event in enumerate(trace.events):
+        name = names.get(event.buffer_id)
+        if name is None:
+            continue
+        key = name if name.endswith("}") else name + "{}"
+        if event.kind == _ALLOC:
+            start[key] = position
+        elif event.kind == _FREE and key in start:
+            ranges[key] = (start.pop(key), position)
+    last = len(trace.events) - 1
+    ranges.update({key: (first, last) for key, first in start.items()})  # never freed: live to the end
+    return ranges, last
+
+
+def _element_text(shape: Shape | None, index: tuple[int, ...]) -> str:
+    """The text of the array at `index` in `shape` ('' when the index does not hold one)."""
+    for i in index:
+        if not isinstance(shape, TupleShape) or not 0 <= i < len(shape.elements):
+            return ""
+        shape = shape.elements[i]
+    return shape_text(shape) if shape is not None else ""
 
 
 def _shape(proto) -> Shape:

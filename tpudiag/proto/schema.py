@@ -174,13 +174,60 @@ _PROFILER_PAYLOADS = (
 )
 
 # The subset of xla.HloProto needed to recover instruction names, opcodes, shapes with layouts,
-# metadata and the schedule from the protos a capture embeds on `/host:metadata`. Field numbers
+# metadata, the schedule and the buffer assignment from the protos a capture embeds on `/host:metadata`. Field numbers
 # checked against openxla/xla `xla/service/hlo.proto` and `xla/xla_data.proto` and by decoding a
 # real optimised module (`tests/fixtures/dumps/*/module.pb`). Proto maps are declared as their
 # wire form, a repeated entry message with key = 1 and value = 2. Enums are read as int32.
 _HLO_MESSAGES = (
     Message("HloProto", (
         Field("hlo_module", 1, "HloModuleProto"),
+        Field("buffer_assignment", 3, "BufferAssignmentProto"),
+    )),
+    # The buffer assignment a capture embeds beside the module (what XProf's memory viewer reads).
+    Message("BufferAssignmentProto", (
+        Field("logical_buffers", 1, "LogicalBufferProto", repeated=True),
+        Field("buffer_allocations", 3, "BufferAllocationProto", repeated=True),
+        Field("heap_simulator_traces", 4, "HeapSimulatorTrace", repeated=True),
+    )),
+    Message("HeapSimulatorTrace", (
+        Field("events", 1, "HeapSimulatorEvent", repeated=True),
+        Field("whole_module_simulation", 2, "bool"),
+        Field("buffer_allocation_index", 3, "int64"),
+    )),
+    Message("HeapSimulatorEvent", (
+        Field("kind", 1, "int32"),  # 0 ALLOC, 1 FREE, 2 SHARE_WITH
+        Field("buffer_id", 2, "int64"),
+        Field("computation_name", 3, "string"),
+        Field("instruction_name", 4, "string"),
+        Field("share_with_canonical_id", 5, "int64"),
+    )),
+    Message("LogicalBufferProto", (
+        Field("id", 1, "int64"),
+        Field("size", 2, "int64"),
+        Field("defined_at", 3, "LogicalBufferLocation"),
+        Field("color", 4, "int64"),
+    )),
+    Message("LogicalBufferLocation", (
+        Field("instruction_name", 2, "string"),  # deprecated upstream; instruction_id is the key
+        Field("shape_index", 3, "int64", repeated=True),
+        Field("instruction_id", 4, "int64"),
+    )),
+    Message("BufferAllocationProto", (
+        Field("index", 1, "int64"),
+        Field("size", 2, "int64"),
+        Field("is_thread_local", 3, "bool"),
+        Field("is_entry_computation_parameter", 5, "bool"),
+        Field("parameter_number", 6, "int64"),
+        Field("maybe_live_out", 7, "bool"),
+        Field("color", 8, "int64"),
+        Field("assigned", 9, "BufferAllocationAssigned", repeated=True),
+        Field("is_tuple", 11, "bool"),
+        Field("is_constant", 12, "bool"),
+    )),
+    Message("BufferAllocationAssigned", (
+        Field("logical_buffer_id", 1, "int64"),
+        Field("offset", 2, "int64"),
+        Field("size", 3, "int64"),
     )),
     Message("HloModuleProto", (
         Field("name", 1, "string"),

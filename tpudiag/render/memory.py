@@ -12,7 +12,8 @@ JSON contract (stable keys; everything else may grow): `input`, `programs[]` wit
 `groups[]` (`label`, `kind`, `count`, `size_bytes`, `source`),
 `live_at_peak[]`: `name`, `instruction`, `kind`, `size_bytes`, `logical_bytes`, `shape`,
 `op_name`, `source_file`, `source_line`), `levers[]` (`key`, `title`, `saving_bytes`,
-`explanation`, `fix`); `errors[]`; `warnings`. Sizes are integer bytes.
+`explanation`, `fix`), `vmem_scoped_limit_bytes`, `vmem_limit_source`, `vmem_capacity_bytes`,
+`vmem_ops[]` (`op`, `scoped_bytes`, `source`, `op_name`, `kernel`); `errors[]`; `warnings`. Sizes are integer bytes.
 """
 
 from __future__ import annotations
@@ -75,6 +76,17 @@ def _groups_table(s: SpaceMemory, top: int) -> Table:
     return t
 
 
+def _vmem_table(p: ProgramMemory, top: int) -> Table:
+    t = Table(show_edge=False, pad_edge=False, box=None)
+    for col, justify in (("#", "right"), ("op", "left"), ("kind", "left"), ("scoped VMEM", "right"),
+                         ("of limit", "right"), ("JAX op", "left")):
+        t.add_column(col, justify=justify, overflow="fold")
+    for i, v in enumerate(p.vmem_ops[:top], start=1):
+        t.add_row(str(i), one_line(v.op), "Pallas kernel" if v.kernel else "XLA op", fmt_bytes(v.scoped_bytes),
+                  _pct(v.scoped_bytes, p.vmem_scoped_limit_bytes), one_line(v.op_name) or "-")
+    return t
+
+
 def _buffers_table(s: SpaceMemory, top: int) -> Table:
     t = Table(show_edge=False, pad_edge=False, box=None)
     for col, justify in (("#", "right"), ("buffer", "left"), ("kind", "left"), ("size", "right"),
@@ -110,6 +122,10 @@ def program_renderables(p: ProgramMemory, top: int = TOP_BUFFERS) -> list[Render
         hidden = len(hbm.live_at_peak) - top
         if hidden > 0:
             out.append(Text(f"  … {hidden} more: `tpudiag memory --format json`", style="dim"))
+    if p.vmem_ops:
+        out.append(Text(f"\nScoped VMEM per op, largest first: limit {fmt_bytes(p.vmem_scoped_limit_bytes)} "
+                        f"({p.vmem_limit_source or 'unknown'}), chip {fmt_bytes(p.vmem_capacity_bytes)}", style="bold"))
+        out.append(_vmem_table(p, top))
     if p.levers:
         out.append(Text("\nLevers, by modelled HBM saving (upper bounds; they overlap, never add them)", style="bold"))
         for i, lv in enumerate(p.levers, start=1):
@@ -153,6 +169,8 @@ def _program_json(p: ProgramMemory) -> dict:
                     "groups": [asdict(g) for g in s.groups],
                     "live_at_peak": [asdict(b) for b in s.live_at_peak]} for s in p.spaces],
         "levers": [asdict(lv) for lv in p.levers],
+        "vmem_scoped_limit_bytes": p.vmem_scoped_limit_bytes, "vmem_limit_source": p.vmem_limit_source,
+        "vmem_capacity_bytes": p.vmem_capacity_bytes, "vmem_ops": [asdict(v) for v in p.vmem_ops],
         "warnings": list(p.warnings),
     }
 

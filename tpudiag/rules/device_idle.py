@@ -42,8 +42,9 @@ gaps saves; the causes split it by the host spans that cover each gap. Overlaps 
 
 Known limits
 ------------
-Host spans and device ops are assumed to share a clock (XProf's trace viewer makes the same
-assumption). Causes are read from TraceMe names; a host thread busy in an unrelated span can be
+Host spans and device ops share a clock when the capture says so: both on one clock, or epoch
+host lines with `profile_start_time` (docs/time-axis.md); otherwise the host plane is not used and
+the cause is reported as not known, with a fix that says why. Causes are read from TraceMe names; a host thread busy in an unrelated span can be
 blamed. Idle waiting on another core (collective synchronisation) is not idle here: it shows as
 collective time.
 
@@ -76,10 +77,13 @@ FIXES = {
     "synchronisation": "drop per-step `block_until_ready`/`device_get`/`.item()`; fetch metrics every N steps",
     "compilation": "stop recompiling in the loop: fixed shapes and static arguments (pad to buckets)",
     "unexplained": "capture the host plane too (Python tracer on) to see what the host does in the gaps",
+    "clock apart": "capture with `jax.profiler`, which records `profile_start_time` (the `Task Environment` "
+                   "plane), so that host spans can be matched to the idle gaps",
 }
 _LABEL = {"host-bound": "host-bound (Python or dispatch)", "input": "input-bound", "synchronisation":
           "synchronisation (device-to-host waits)", "compilation": "compilation in the loop",
-          "unexplained": "cause not visible on the host plane"}
+          "unexplained": "cause not visible on the host plane",
+          "clock apart": "cause not known: the host plane is on another clock than the device planes"}
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     scale = SeverityScale(options.high_share, options.medium_share)
     worst = max(flagged, key=lambda h: (h.idle_ps + h.io_ps, h.host))
     cause = main_cause(worst)
+    apart = {h.host for h in ctx.analysis.profile.hosts if h.host_clock_apart}
+    shown = "clock apart" if cause == "unexplained" and worst.host in apart else cause
     waited = worst.idle_ps + worst.io_ps
     share = waited / worst.period_ps
     where = "between and inside module executions" if tables.executions else "inside steps"
@@ -119,7 +125,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     of_idle = f" ({fmt_pct(cause_ps / waited)} of it)" if cause != "unexplained" and waited else ""
     on = f"`{worst.host}`" if len(hosts) > 1 else "the TensorCores"
     message = (f"{on} idle {fmt_time(waited)} of each {fmt_time(worst.period_ps)} step ({fmt_pct(share)}, "
-               f"{where}): {_LABEL[cause]}{of_idle}")
+               f"{where}): {_LABEL[shown]}{of_idle}")
     if len(flagged) > 1:
         message += f"; {len(flagged)} of {len(hosts)} hosts idle at least {fmt_pct(options.min_idle_share)}"
     evidence = []
@@ -145,7 +151,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     saving = Saving(int(round(waited)), "measured",
                     f"idle per step on `{worst.host}`, the host with the most; an upper bound")
     return [Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message, saving=saving,
-                    fix=FIXES[cause], evidence=tuple(evidence), host=worst.host if len(hosts) == 1 else "")]
+                    fix=FIXES[shown], evidence=tuple(evidence), host=worst.host if len(hosts) == 1 else "")]
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,

@@ -77,6 +77,8 @@ STATIC_REASONS = {
 def _skip_reason(missing: str, ctx: RuleContext) -> str:
     if ctx.static and missing == "llo":
         return STATIC_REASONS["llo"]
+    if ctx.static and missing == "hlo":  # a rule that reads the HLO itself (its buffers), not a timeline
+        return "needs the compiled HLO: pass the XLA dump (`--xla_dump_to`) of the same compile too"
     if ctx.static and ctx.analysis is None and missing in ("trace", "flops", "layouts"):
         return STATIC_REASONS["trace" if ctx.compiled.programs else "hlo"]
     return INPUTS.get(missing, f"needs {missing}")
@@ -120,11 +122,11 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
         findings.extend(rule.check(ctx, options))
     if static:
         # Dumps alone: every time is the compiler's own estimate (cycles at the clock, else the
-        # FLOPs/bytes roofline) laid out on a modelled timeline; nothing is measured. A saving in
-        # bytes (memory findings) comes from the buffer assignment, not the timeline: kept as is.
+        # FLOPs/bytes roofline) laid out on a modelled timeline; nothing is measured. Only time
+        # savings come from that timeline: one in bytes (memory findings), or none, is kept as is.
         findings = [dataclasses.replace(f, saving=dataclasses.replace(
-            f.saving, basis=STATIC_BASIS, explanation=f"on the timeline modelled from it, {f.saving.explanation}"))
-            if f.saving.basis != STATIC_BASIS and not f.saving.bytes else f for f in findings]
+            f.saving, basis=STATIC_BASIS, explanation=f"on the timeline modelled from it, {f.saving.explanation}"
+            if f.saving.ps > 0 else f.saving.explanation)) if f.saving.basis != STATIC_BASIS else f for f in findings]
     elif analysis is not None and analysis.profile.modelled:
         # Times in a modelled capture (`tpudiag simulate`) are estimates: nothing in it is measured.
         findings = [dataclasses.replace(f, saving=dataclasses.replace(

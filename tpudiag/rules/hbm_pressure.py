@@ -11,8 +11,8 @@ It names the largest contributors at the peak and ranks the levers by the bytes 
 donation (`donate_argnums`) of arguments whose updated value the program returns in the same
 shape, rematerialisation of forward activations kept for the backward pass (`jax.checkpoint`),
 sharding the parameters and optimiser state over devices (FSDP), host offload of the f32
-optimiser state, a smaller microbatch, narrower dtypes. A Pallas kernel or fusion over its VMEM
-limit (the VMEM forms of `--error`) is reported with its scoped need, its limit and the chip's VMEM.
+optimiser state, a smaller microbatch, narrower dtypes. VMEM, the other memory a program can run
+out of, is `vmem-pressure` (TPD110).
 
 Why it matters
 --------------
@@ -87,18 +87,15 @@ class Options:
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     report = memory_report("", ctx.compiled, ctx.compiled.oom_errors)  # the pipeline's report.memory comes later
-    findings = [f for p in report.programs for f in _program_findings(p, options, ctx)]
+    findings = [f for p in report.programs for f in _program_findings(p, options)]
     joined = {id(p.error) for p in report.programs if p.error is not None}
-    findings += [_vmem_finding(e, ctx) for e in report.errors if e.space == "vmem" and not report.programs]
     if not report.programs:  # an HBM message with no dump to join: still say it does not fit
         findings += [_error_only_finding(e) for e in report.errors if e.space == "hbm" and id(e) not in joined]
     return findings
 
 
-def _program_findings(p: ProgramMemory, options: Options, ctx: RuleContext) -> list[Finding]:
-    out = []
-    if p.error is not None and p.error.space == "vmem":
-        out.append(_vmem_finding(p.error, ctx))
+def _program_findings(p: ProgramMemory, options: Options) -> list[Finding]:
+    out: list[Finding] = []
     hbm, peak, limit = p.hbm, p.hbm_peak_bytes, p.hbm_limit_bytes
     if hbm is None or peak is None:
         return out
@@ -155,22 +152,6 @@ def _error_only_finding(e: OomError) -> Finding:
                       "XLA_FLAGS=--xla_dump_to=DIR and pass DIR", bytes=max(e.over_by_bytes, 0)),
         fix="rerun the compile with XLA_FLAGS=--xla_dump_to=DIR and run `tpudiag report DIR --error FILE`",
         evidence=(Evidence("compiler error", (("message", e.message),)),), blocking=True)
-
-
-def _vmem_finding(e: OomError, ctx: RuleContext | None) -> Finding:
-    chip = ctx.chip if ctx is not None else None
-    physical = f"; the chip has {fmt_bytes(chip.vmem_bytes)} of VMEM" if chip is not None else ""
-    op = f"`{e.hlo}` " if e.hlo else ""
-    scoped = e.kind == "scoped"
-    what = "scoped VMEM limit" if scoped else "VMEM"
-    message = (f"{op}needs {fmt_bytes(e.required_bytes)} of VMEM, {fmt_bytes(e.over_by_bytes)} over the "
-               f"{fmt_bytes(e.available_bytes)} {what}{physical}")
-    fix = ("raise the limit (pltpu.CompilerParams(vmem_limit_bytes=...), up to the chip's VMEM) or use smaller blocks"
-           if scoped else "use smaller blocks or fewer buffering levels: the kernel exceeds the chip's VMEM")
-    return Finding(rule=NAME, code=CODE, severity=Severity.HIGH, message=message,
-                   saving=Saving(0, "modelled", "the bytes over the limit", bytes=max(e.over_by_bytes, 0)),
-                   fix=fix, evidence=(Evidence("compiler error", (("message", e.message),)),),
-                   ops=(e.hlo,) if e.hlo else (), blocking=True)
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("hlo",), options_type=Options,
