@@ -85,7 +85,9 @@ def test_llm_decode_dumps_alone_get_padding_spill_and_mxu_findings():
     assert all(f.saving.basis == "compiler estimate" for fs in by_rule.values() for f in fs)
     # the concrete dim change, for array tiles and for the MXU
     assert any(dict(f.evidence[0].values).get("padded dims") == "dim 2: 4 → 128" for f in by_rule["padding-waste"])
-    assert any("(4→128)" in f.fix for f in by_rule["low-mxu-utilization"])
+    # M = 4 is the decode batch: a batch cause, never "pad 4→128" (a 32x waste)
+    assert any("small batch (M = 4 rows" in f.message for f in by_rule["low-mxu-utilization"])
+    assert not any("4→128" in f.fix for f in by_rule["low-mxu-utilization"])
     assert all(f.saving.ps > 0 for f in by_rule["padding-waste"] + by_rule["low-mxu-utilization"])
     frame = d.findings_frame()
     assert list(frame["rule"]) == [f.rule for f in d.findings]
@@ -111,7 +113,10 @@ def test_one_hlo_file_picked_out_of_a_dump_is_diagnosed_with_its_directory_targe
     xla = MODELS / "dumps" / "llm_decode_v5e" / "xla"
     d = tpudiag.diagnose(next(xla.glob("*.after_optimizations.txt")))
     assert d.mode == "static" and d.analysis is not None
-    assert {"exposed-collective", "memory-bound"} <= {f.rule for f in d.findings}
+    assert "exposed-collective" in {f.rule for f in d.findings}
+    # The modelled copies run above the HBM peak (their bytes land on the done): a warning, not a finding.
+    assert "memory-bound" not in {f.rule for f in d.findings}
+    assert any("above the core's peak of 819 GB/s" in w and "`copy-done`" in w for w in d.warnings)
     assert any(s.rule == "spill" and "--xla_jf_dump_to" in s.reason for s in d.skipped)
 
 

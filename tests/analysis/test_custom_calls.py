@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tpudiag.analysis.custom_calls import cost_estimate, matmul_cost
+from tpudiag.analysis.custom_calls import matmul_cost
+from tpudiag.model.matmuls import cost_estimate
 
 
 def test_cost_estimate_from_the_backend_config():

@@ -9,7 +9,8 @@ import pytest
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
 from tpudiag.rules import RulesConfig, run_rules
-from tpudiag.rules.low_mxu_utilization import Options, Shape, diagnose, is_matmul, parse_shapes
+from tpudiag.model.matmuls import Matmul, OpMath
+from tpudiag.rules.low_mxu_utilization import Options, diagnose, is_matmul
 
 
 def _run(analysis, **options):
@@ -29,11 +30,17 @@ def test_slow_matmuls_are_flagged_with_reasons(analysis, snapshot):
     # fusion.13 (60 %), fusion.14 (51 %: near miss), fusion.15 (0.2 % of time: near miss) and the
     # loop fusion fusion.16 (not a matmul) are not reported.
     assert set(by_op) == {"fusion.10", "fusion.11", "fusion.12"}
-    assert "dims not multiples of 256: 1000, 5000" in by_op["fusion.10"].message
-    assert "1000→1024" in by_op["fusion.10"].fix and "5000→5120" in by_op["fusion.10"].fix
+    # fusion.10 is [32768, 1000] x [1000, 5000]: N and K are off the 256 multiple; padding adds 2.4 % each,
+    # far less than the 71 % of its time a fix could recover.
+    assert "N = 5000 is not a multiple of the 256-wide MXU (5000 of 5120 used)" in by_op["fusion.10"].message
+    assert "K = 1000 is not a multiple of the 256-wide MXU (1000 of 1024 used)" in by_op["fusion.10"].message
+    assert "N 5000→5120 (+2.4% work and bytes on that dim)" in by_op["fusion.10"].fix
+    assert "K 1000→1024 (+2.4% work and bytes on that dim)" in by_op["fusion.10"].fix
+    assert "32768" not in by_op["fusion.10"].message + by_op["fusion.10"].fix  # M streams: never padded
     assert "memory-bound" not in by_op["fusion.10"].message  # OI 833 > ridge 560
     assert "memory-bound (operational intensity 8 FLOP/B < ridge 560)" in by_op["fusion.11"].message
     assert "small batch (M = 8 rows < MXU 256)" in by_op["fusion.11"].message
+    assert "pad" not in by_op["fusion.11"].fix.replace("padding M would only add work", "")
     assert "f32 operands" in by_op["fusion.12"].message and "bf16" in by_op["fusion.12"].fix
     assert all(f.saving.basis == "modelled" for f in findings)
     snapshot("low-mxu-utilization", render_findings(findings))
@@ -64,22 +71,46 @@ def test_v5e_uses_a_128_mxu(tmp_path: Path):
     assert "small batch (M = 8 rows < MXU 128)" in findings[0].message
 
 
+def _math(m: int, n: int, k: int, lhs: str = "bf16", rhs: str = "bf16", name: str = "convolution.1") -> OpMath:
+    mm = Matmul(name, "fused", "convolution", (m,), (n,), (k,), (1,), lhs, rhs, "bf16", "dim_labels")
+    return OpMath("fusion.1", "fusion", (mm,))
+
+
 def test_alignment_depends_on_the_mxu_size():
-    ops = [Shape("bf16", (2048, 640)), Shape("bf16", (640, 1024))]
-    out = [Shape("bf16", (2048, 1024))]
     # 640 = 5 x 128: aligned on a 128 MXU (v4, v5e, v5p), not on a 256 MXU (v6e, TPU7x).
-    assert diagnose(out, ops, 128, 900.0, 560.0) == ([], [])
-    reasons, fixes = diagnose(out, ops, 256, 900.0, 560.0)
-    assert reasons == ["dims not multiples of 256: 640"] and fixes == ["pad dims to multiples of 256 (640→768)"]
+    math = _math(2048, 1024, 640)
+    assert diagnose(math, 128, 900.0, 560.0, 0.5) == ([], [])
+    reasons, fixes = diagnose(math, 256, 900.0, 560.0, 0.5)
+    assert reasons == ["K = 640 in `convolution.1` is not a multiple of the 256-wide MXU (640 of 768 used)"]
+    assert fixes == ["pad K 640→768 (+20.0% work and bytes on that dim)"]
 
 
-def test_shape_parsing_and_diagnosis():
-    assert parse_shapes("%f = bf16[8,4096]{1,0:T(8,128)(2,1)} fusion(f32[8,1000]{1,0} %a, s8[] %b)") == [
-        Shape("bf16", (8, 4096)), Shape("f32", (8, 1000)), Shape("s8", ())]
+def test_padding_is_proposed_only_when_it_adds_less_than_it_can_recover():
+    # 640 → 768 adds 20 % work: worth it when 50 % of the op's time is recoverable, not when 10 % is.
+    assert diagnose(_math(2048, 1024, 640), 256, 900.0, 560.0, 0.1)[1] == []
+
+
+def test_small_and_narrow_dims_are_causes_never_padding():
+    # The decode matmul `[4, 8192] x [8192, 1024]`: M = 4 is the batch; padding it to 128 is a 32x waste.
+    reasons, fixes = diagnose(_math(4, 1024, 8192), 128, 2.0, 241.0, 0.9)
+    assert "small batch (M = 4 rows in `convolution.1` < MXU 128)" in reasons
+    assert not any("→" in f for f in fixes)
+    # N = 8 on a 256 MXU: 3 % of the columns; concatenating weights helps, padding does not.
+    reasons, fixes = diagnose(_math(4096, 8, 4096), 256, 900.0, 560.0, 0.9)
+    assert reasons == ["narrow output (N = 8 in `convolution.1` < MXU 256: 3.1% of the MXU columns used)"]
+    assert not any("→" in f for f in fixes)
+
+
+def test_dtype_cause_names_only_the_matmul_operands():
+    assert diagnose(_math(1024, 1024, 1024), 128, 900.0, 241.0, 0.5) == ([], [])
+    reasons, fixes = diagnose(_math(1024, 1024, 1024, lhs="f32"), 128, 900.0, 241.0, 0.5)
+    assert reasons == ["f32 operands (f32 x bf16 in `convolution.1`; bf16 runs at full MXU rate)"]
+
+
+def test_matmul_selection():
     assert is_matmul("fusion.3", "convolution fusion") and is_matmul("dot.1", "") and is_matmul("x", "dot")
     assert not is_matmul("fusion.3", "loop fusion") and not is_matmul("dotted_add", "loop fusion")
-    reasons, _ = diagnose([Shape("bf16", (1024, 1024))], [Shape("bf16", (1024, 1024))] * 2, 256, 600.0, 560.0)
-    assert reasons == []
+    assert diagnose(None, 256, 600.0, 560.0, 0.5) == ([], [])
 
 
 def test_options_validate():

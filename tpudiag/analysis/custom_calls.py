@@ -4,57 +4,40 @@ XProf takes custom calls' costs from the trace as they are, and a Pallas kernel'
 FLOP rate cannot be judged. Two sources, tried in order, each named in the `source` column:
 - `cost_estimate`: the kernel's declared `pl.CostEstimate`, which JAX writes into the custom
   call's `backend_config` (`"cost_estimate": {"flops": ..., "bytes_accessed": ...}`);
-- `matmul shapes`: a custom call with two rank-2 operands `[M,K] x [K,N]` and an `[M,N]` result
-  (either operand may be transposed) is taken as a matmul: 2·M·N·K FLOPs, operands + result bytes.
+- `matmul shapes`: a custom call with two operands `[B,]M,K x [B,]K,N` and an `[B,]M,N` result
+  (either operand may be transposed) is taken as a matmul: 2·B·M·N·K FLOPs, operands + result bytes
+  (`tpudiag.model.matmuls`, the one model of an op's math).
 The LLO bundles' MXU instruction counts are static (no trip counts), so they are not used here.
 """
 
 from __future__ import annotations
 
-import re
+import math
 
 import numpy as np
 import pandas as pd
 
 from tpudiag.model.hlo_shapes import operand_shapes, result_shapes, shape_bytes
-
-_COST = re.compile(r'cost_estimate\\?"?\s*:\s*\{(?P<body>[^}]*)\}')
-_FIELD = r'{}\\?"?\s*:\s*(?P<v>[0-9.eE+]+)'
+from tpudiag.model.matmuls import cost_estimate, matmul_from_shapes
 
 
 def is_custom_call(category: str, hlo_text: str) -> bool:
     return "custom-call" in category.lower() or " custom-call(" in hlo_text
 
 
-def cost_estimate(hlo_text: str) -> tuple[float, float] | None:
-    """(flops, bytes_accessed) declared in the custom call's backend_config, else None."""
-    m = _COST.search(hlo_text or "")
-    if m is None:
-        return None
-    body = m.group("body")
-    flops = re.search(_FIELD.format("flops"), body)
-    nbytes = re.search(_FIELD.format("bytes_accessed"), body)
-    if flops is None:
-        return None
-    return float(flops.group("v")), float(nbytes.group("v")) if nbytes else 0.0
-
-
 def matmul_cost(hlo_text: str) -> tuple[float, float] | None:
-    """(flops, bytes) when the custom call's shapes compose as a matmul, else None."""
-    if not hlo_text or "=" not in hlo_text or "custom-call(" not in hlo_text:
+    """(flops, bytes) when the custom call's shapes compose as a matmul (`model.matmuls`), else None."""
+    if not hlo_text or "custom-call(" not in hlo_text:
         return None
     results, operands = result_shapes(hlo_text), operand_shapes(hlo_text)
     if len(results) != 1 or len(operands) != 2:
         return None
-    out, a, b = results[0].dims, operands[0].dims, operands[1].dims
-    if len(out) != 2 or len(a) != 2 or len(b) != 2:
+    found = matmul_from_shapes(results[0].dims, operands[0].dims, operands[1].dims)
+    if found is None:
         return None
-    m, n = out
-    k = a[1] if a[0] == m else a[0] if a[1] == m else None  # lhs [M,K] or transposed [K,M]
-    if k is None or b not in ((k, n), (n, k)):
-        return None
+    batch, m, n, k = found
     size = sum(shape_bytes(s) for s in (*results, *operands))
-    return 2.0 * m * n * k, float(size)
+    return 2.0 * math.prod(batch) * m * n * k, float(size)
 
 
 def derive_costs(meta: pd.DataFrame) -> pd.DataFrame:

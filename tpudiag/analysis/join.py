@@ -123,6 +123,12 @@ class JoinResult:
     matches: tuple[SourceMatch, ...]
     sources: tuple[str, ...]  # origins that joined at least one op
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    # The compiled program each trace program joined, by (program_id, module): the first accepted
+    # source, dumps before the capture's protos. Rules read an op's math from it (`model.matmuls`).
+    programs: dict[tuple[int, str], CompiledProgram] = field(default_factory=dict)
+
+    def program_for(self, program_id, module: str) -> CompiledProgram | None:
+        return self.programs.get((int(program_id), str(module)))
 
 
 def _norm_shape(text: str) -> str:
@@ -244,6 +250,7 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
     llo_origin = [""] * n
     from_dump = np.zeros(n, dtype=bool)
     matches: list[SourceMatch] = []
+    joined_programs: dict[tuple[int, str], CompiledProgram] = {}
     warnings: list[str] = [f"compiler dump `{origin}` was {why}: its facts are not joined"
                            for origin, why in wrong_target.items()]
 
@@ -285,6 +292,7 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
                 rejected.append(match)
                 continue
             accepted_hlo.append(k)
+            joined_programs.setdefault((int(pid), str(module)), prog)
             table = byte_tables[k]
             for row, name, good in zip(rows, names, agree):
                 if not good:
@@ -380,7 +388,7 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
     llo_matched = int((columns["llo_origin"] != "").sum())
     return JoinResult(columns=columns, n_ops=n, hlo_matched=hlo_matched, llo_matched=llo_matched,
                       dump_matched=int(from_dump.sum()), matches=tuple(matches), sources=tuple(used),
-                      warnings=tuple(dict.fromkeys(warnings)))
+                      warnings=tuple(dict.fromkeys(warnings)), programs=joined_programs)
 
 
 def _roll_up_nested(facts: pd.DataFrame, origin: str, row_of: dict[str, int], program: CompiledProgram,

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.host_digest import digest_host, fold_step_tables, host_collectives
+from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.model import schemas
 from tpudiag.model.findings import Finding, rank_key
 from tpudiag.model.profile import CollectiveDigest, HostDigest, Profile, StepSource, StepTables, WindowThresholds
@@ -95,11 +96,16 @@ def analyze(profile: Profile, thresholds: WindowThresholds | None = None,
         per_step = fold_step_tables(([per_step] if per_step is not None else []) + unfolded)
         for d in digests.values():
             d.per_step = None  # held once, in the fold
-    return Analysis(profile, digests, per_step,
-                    steps=_stacked([d.steps for d in digests.values()], digests, schemas.STEPS),
-                    ops=_stacked([d.ops for d in digests.values()], digests, schemas.OPS),
-                    step_sources={h: d.step_source for h, d in digests.items()},
-                    core_time_ps={h: d.core_span_ps for h, d in digests.items()})
+    analysis = Analysis(profile, digests, per_step,
+                        steps=_stacked([d.steps for d in digests.values()], digests, schemas.STEPS),
+                        ops=_stacked([d.ops for d in digests.values()], digests, schemas.OPS),
+                        step_sources={h: d.step_source for h, d in digests.items()},
+                        core_time_ps={h: d.core_span_ps for h, d in digests.items()})
+    if profile.hosts:  # a rate above peak is an artefact: said once, as a warning, never as a finding
+        for warning in over_peak_warnings(over_peak(analysis.ops, profile.hosts[0].device)):
+            if warning not in profile.warnings:
+                profile.warnings.append(warning)
+    return analysis
 
 
 def _distribution(values: np.ndarray) -> Distribution | None:

@@ -7,6 +7,8 @@ cannot reproduce yet), 130 interrupted (`tune` keeps what it finished).
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import subprocess
@@ -55,7 +57,8 @@ def _analysis(path: Path):
     _, err = _consoles()
     for w in result.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
-    return result.analysis
+    # with its join, so the lab reads each op's matmul from the compiled program (`model.matmuls`)
+    return dataclasses.replace(result.analysis, join=result.join)
 
 
 @lab_app.command("ops")

@@ -28,6 +28,8 @@ from pathlib import Path
 from tpudiag.errors import InputError, UsageError
 from tpudiag.kernels_lab.tiling import scale_dim
 from tpudiag.model.hardware import CHIPS, chip_for, smallest_topology
+from tpudiag.model.hlo_shapes import Shape, operand_shapes, parse_array
+from tpudiag.model.matmuls import OpMath, ProgramMath, op_math_from_text
 from tpudiag.kernels_lab.collective_spec import KINDS as COLLECTIVE_KINDS
 from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, mesh_axes, replica_groups
 from tpudiag.model.hlo_names import collective_family
@@ -38,11 +40,6 @@ class NotReproducible(UsageError):
 
 
 HLO_DTYPES = {"bf16": "bfloat16", "f32": "float32"}
-_SHAPE = re.compile(r"(?P<dtype>[a-z]+[0-9a-z]*)\[(?P<dims>[0-9,<=]*)\](?:\{(?P<layout>[^}]*)\})?")
-_OPERANDS = re.compile(r"\b(?:fusion|convolution|dot|reduce|copy|custom-call|reshape|dynamic-slice|"
-                       r"dynamic-update-slice|concatenate|pad)"
-                       r"\((?P<args>[^)]*)\)")
-_TILES = re.compile(r":[^{}]*\}")  # a layout's tiling and memory space, up to its closing brace
 MATMUL_CATEGORIES = ("convolution fusion", "convolution", "dot", "output fusion")
 ELEMENTWISE_CATEGORIES = ("loop fusion", "copy", "non-fusion elementwise", "data formatting")
 REDUCTION_HINTS = (("softmax", "softmax"), ("layer_norm", "layernorm"), ("layernorm", "layernorm"),
@@ -52,53 +49,8 @@ REDUCTION_HINTS = (("softmax", "softmax"), ("layer_norm", "layernorm"), ("layern
 DEFAULT_TOPOLOGY = {c.generation: smallest_topology(c) for c in CHIPS}
 
 
-@dataclass(frozen=True)
-class ArrayText:
-    """One array shape from HLO text: HLO dtype, dims, minor-to-major order (None if not printed)."""
-
-    dtype: str
-    dims: tuple[int, ...]
-    minor_to_major: tuple[int, ...] | None
-    text: str
-
-    @property
-    def row_major(self) -> bool:
-        return self.minor_to_major is None or list(self.minor_to_major) == list(range(len(self.dims)))[::-1]
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.dims)
-
-
-def parse_array(text: str) -> ArrayText | None:
-    """`bf16[8192,4096]{1,0:T(8,128)(2,1)}` -> ArrayText; None for tuples or unparseable text."""
-    text = text.strip()
-    m = _SHAPE.match(text)
-    if m is None or text.startswith("("):
-        return None
-    dims = tuple(int(d.replace("<=", "")) for d in m.group("dims").split(",") if d)
-    m2m = None
-    if m.group("layout") is not None:
-        order = m.group("layout").split(":")[0]
-        m2m = tuple(int(d) for d in order.split(",") if d.strip().isdigit())
-        if len(m2m) != len(dims):
-            m2m = None
-    return ArrayText(m.group("dtype"), dims, m2m, m.group(0))
-
-
-def operand_shapes(hlo_text: str) -> list[ArrayText]:
-    """Operand shapes printed inside the instruction's call parentheses (empty when not printed)."""
-    # Tiled layouts (`{1,0:T(8,128)(2,1)}`) hold parentheses that would end the operand list early:
-    # match on the text with tiles dropped, then read each operand's dims and minor-to-major order.
-    m = _OPERANDS.search(_TILES.sub("}", hlo_text))
-    if m is None:
-        return []
-    shapes = []
-    for arg in re.split(r",\s*(?![^{]*\})(?![^\[]*\])", m.group("args")):
-        a = parse_array(arg)
-        if a is not None:
-            shapes.append(a)
-    return shapes
+# Arrays read from HLO text: the one reader rules and the op math use too (`model.hlo_shapes`).
+ArrayText = Shape
 
 
 def parameter_shapes(body: str) -> list[ArrayText]:
@@ -265,10 +217,11 @@ def _epilogue(body: str) -> tuple[str, bool, list[str]]:
 
 def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf_op: str, flops: float,
           bytes_accessed: float, body: str = "", operands: list[ArrayText] | None = None,
-          operands_from: str = "", chips: int = 0) -> tuple[str, dict, list[str]]:
+          operands_from: str = "", chips: int = 0, op_math: OpMath | None = None) -> tuple[str, dict, list[str]]:
     """(family, problem fields, basis) for one op, or NotReproducible with the reason. `operands`
     (resolved by the caller) default to the shapes printed in `hlo_text` or the body's parameters;
-    `chips` (the capture's chip count) is a collective's ring size when nothing else gives it."""
+    `chips` (the capture's chip count) is a collective's ring size when nothing else gives it;
+    `op_math` is the op's matmul model (`model.matmuls`), whose K wins when its M and N are the output's."""
     if operands is None:
         operands, operands_from = resolve_operands(hlo_text, body, lambda _name: "")
     cat = category.lower()
@@ -286,7 +239,7 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
     shape_text = (shape_with_layout or hlo_text.split("=", 1)[-1]).strip()
     if shape_text.startswith("("):
         return _infer_tuple(name=name, category=category, shape_text=shape_text, hlo_text=hlo_text, body=body,
-                            flops=flops, operands=operands)
+                            flops=flops, operands=operands, op_math=op_math)
     out = parse_array(shape_text)
     if out is not None and not out.dims:
         raise NotReproducible(f"`{name}` returns a scalar ({out.text}); nothing worth a kernel")
@@ -331,7 +284,11 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         # The FLOP count is the robust source: operands of real fusions are often transposed
         # (dim_labels=fb_io->bf) or include non-dot inputs; the first operand is the fallback.
         k = None
-        if flops > 0 and m * n > 0:
+        main = op_math.main if op_math is not None else None
+        if main is not None and main.batch == 1 and (main.m, main.n) == (m, n):
+            k = main.k
+            basis.append(f"K={k} from the compiled HLO ({main.describe()})")
+        if k is None and flops > 0 and m * n > 0:
             k_float = flops / (2.0 * m * n)
             if abs(k_float - round(k_float)) < 1e-6 * k_float and round(k_float) >= 1:
                 k = int(round(k_float))
@@ -466,8 +423,8 @@ class DumpIndex:
                 depth += {"(": 1, ")": -1}.get(ch, 0)
                 if depth == 0:
                     return rest[:i + 1]
-        m = _SHAPE.match(rest)
-        return m.group(0) if m else ""
+        array = parse_array(rest)
+        return array.text if array is not None else ""
 
 
 DATAMOVE_DTYPES = dict(HLO_DTYPES, s32="int32", u32="uint32", s8="int8")
@@ -573,9 +530,10 @@ _ALIAS = re.compile(r"\{(\d+)\}:\s*\((\d+),")
 
 
 def _infer_tuple(*, name: str, category: str, shape_text: str, hlo_text: str, body: str, flops: float,
-                 operands: list[ArrayText]) -> tuple[str, dict, list[str]]:
+                 operands: list[ArrayText], op_math: OpMath | None = None) -> tuple[str, dict, list[str]]:
     """A fusion returning a tuple -> the multi_output family: its bf16/f32 arrays are the kernel's
-    outputs (the first non-aliased one is the primary), scalars and integer outputs are state."""
+    outputs (the first non-aliased one is the primary, or the one the op's main matmul writes when
+    its math is known), scalars and integer outputs are state."""
     elements = [parse_array(t) for t in re.findall(r"[a-z][a-z0-9]*\[[0-9,]*\](?:\{[^}]*\})?", shape_text)]
     n = len(elements)
     aliased = {int(o) for o, _ in _ALIAS.findall(hlo_text.split("output_to_operand_aliasing=", 1)[-1]
@@ -583,7 +541,10 @@ def _infer_tuple(*, name: str, category: str, shape_text: str, hlo_text: str, bo
     arrays = [(i, a) for i, a in enumerate(elements) if a is not None and a.dims and a.dtype in HLO_DTYPES
               and 0 not in a.dims]
     state = [a.text for a in elements if a is not None and (a.dtype not in HLO_DTYPES or not a.dims)]
-    primary = next(((i, a) for i, a in arrays if i not in aliased), None)
+    main = op_math.main if op_math is not None else None
+    written = [(i, a) for i, a in arrays if main is not None and main.batch == 1 and i in main.feeds
+               and i not in aliased and _rows_cols(a) == (main.m, main.n)]
+    primary = next(iter(written), None) or next(((i, a) for i, a in arrays if i not in aliased), None)
     if primary is None:
         raise NotReproducible(f"`{name}` returns a tuple of {n} arrays with no bf16/f32 output that is not "
                               "aliased to an operand (state only): nothing to compute")
@@ -607,6 +568,10 @@ def _infer_tuple(*, name: str, category: str, shape_text: str, hlo_text: str, bo
     out_dtype = HLO_DTYPES[out.dtype]
     in_dtype = HLO_DTYPES.get(operands[0].dtype, out_dtype) if operands else out_dtype
     is_matmul = bool(re.search(r"\b(dot|convolution)\(", hlo_text + body)) or category.lower() in MATMUL_CATEGORIES
+    if written:
+        basis.append(f"primary is the output of a matmul: K={main.k} from the compiled HLO ({main.describe()})")
+        return "multi_output", dict(kind="matmul", m=m, n=ncols, k=main.k, n_inputs=1, in_dtype=in_dtype,
+                                    out_dtype=out_dtype, extras=extras), basis
     if is_matmul:
         k_float = flops / (2.0 * m * ncols) if flops > 0 else 0.0
         if k_float < 1 or abs(k_float - round(k_float)) > 1e-6 * k_float:
@@ -887,12 +852,15 @@ def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology:
         return (index.shape_of(name) if index is not None else "") or capture_shapes.get(name, "")
 
     operands, operands_from = resolve_operands(hlo_text, body, shape_of)
+    program = analysis.join.program_for(row["program_id"], row["module"]) if analysis.join is not None else None
+    found = ProgramMath(program).get(op) if program is not None else None
     family, problem, basis = infer(name=op, category=str(row["category"]),
                                    shape_with_layout=str(row["shape_with_layout"]),
                                    hlo_text=hlo_text, tf_op=str(row["tf_op"] or ""), flops=flops,
                                    bytes_accessed=nbytes, body=body, operands=operands,
                                    operands_from=operands_from,
-                                   chips=host.device.n_chips * len(analysis.profile.hosts))
+                                   chips=host.device.n_chips * len(analysis.profile.hosts),
+                                   op_math=found or op_math_from_text(op, hlo_text))
     device = host.device
     chip = device.chip
     if topology is None:

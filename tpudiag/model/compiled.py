@@ -79,6 +79,38 @@ def leaf_arrays(shape: Shape) -> list[ArrayShape]:
 
 
 @dataclass(frozen=True)
+class DotDims:
+    """`dot_dimension_numbers`: which operand dims a dot contracts and which it batches over."""
+
+    lhs_contracting: tuple[int, ...]
+    rhs_contracting: tuple[int, ...]
+    lhs_batch: tuple[int, ...] = ()
+    rhs_batch: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConvDims:
+    """A convolution's dimension numbers (`dim_labels`), window sizes and group counts.
+
+    Dims are operand positions: `0fb_0io->bf0` is input spatial (0,), feature 1, batch 2; kernel
+    spatial (0,), input feature 1, output feature 2; output batch 0, feature 1, spatial (2,).
+    """
+
+    input_batch: int
+    input_feature: int
+    input_spatial: tuple[int, ...]
+    kernel_input_feature: int
+    kernel_output_feature: int
+    kernel_spatial: tuple[int, ...]
+    output_batch: int
+    output_feature: int
+    output_spatial: tuple[int, ...]
+    window: tuple[int, ...] = ()  # window size per spatial dim; () when the dump does not say (size 1)
+    feature_group_count: int = 1
+    batch_group_count: int = 1
+
+
+@dataclass(frozen=True)
 class Instruction:
     """One HLO instruction. Strings are '' and numbers None when the dump does not say.
 
@@ -113,6 +145,8 @@ class Instruction:
     # Attributes as printed after the operands (`replica_groups`, `lhs_contracting_dims`, `window`,
     # ...), text input only; metadata, backend_config and frontend_attributes have fields above.
     attributes: tuple[tuple[str, str], ...] = ()
+    # The contraction of a dot or convolution, read the same way from text and proto; None otherwise.
+    contraction: DotDims | ConvDims | None = None
 
     def attributes_text(self) -> str:
         """The attributes as `key=value, ...`, the form they are printed in."""
@@ -223,10 +257,22 @@ class CompiledProgram:
     live_range_positions: int = 0
     oom_recorded: bool = False  # the compiler wrote `*.oom_intermediate_module.txt`: it ran out of memory
     warnings: list[str] = field(default_factory=list)
+    _by_name: dict[str, Instruction] | None = field(default=None, repr=False, compare=False)
 
     def instruction(self, name: str, computation: str | None = None) -> Instruction:
         """An instruction by name, in the entry computation unless another is given."""
         return self.instructions[(computation or self.entry, name)]
+
+    def find(self, name: str) -> Instruction | None:
+        """The instruction named `name` in any computation, the entry's first (buffer values and
+        VMEM reports name instructions without their computation). The index is built once."""
+        if self._by_name is None:
+            index: dict[str, Instruction] = {}
+            for (computation, n), inst in self.instructions.items():
+                if computation == self.entry or n not in index:
+                    index[n] = inst
+            self._by_name = index
+        return self._by_name.get(name)
 
     def computation_instructions(self, computation: str) -> list[Instruction]:
         comp = self.computations[computation]

@@ -55,6 +55,23 @@ class OpSite:
 
 
 @dataclass(frozen=True)
+class Quantity:
+    """One quantity a finding states, typed, so it can be checked against the input it came from.
+
+    `subject` is the op the finding names; `instruction` the HLO instruction the value belongs to
+    when that is not the op itself (the matmul inside a fusion). Names in use: `M`, `N`, `K`,
+    `batch` (a matmul's dims), `lhs dtype`, `rhs dtype`, `result dtype` (its operands' and
+    accumulation types), `FLOP utilization`, `HBM bandwidth utilization` (fractions of the core's
+    peak), `FLOP/s`, `HBM bytes/s`, `time share` (of device time), `HBM bytes per step`.
+    """
+
+    subject: str
+    name: str
+    value: int | float | str
+    instruction: str = ""
+
+
+@dataclass(frozen=True)
 class Finding:
     rule: str  # kebab-case rule name
     code: str  # stable code, e.g. TPD101
@@ -67,6 +84,7 @@ class Finding:
     ops: tuple[str, ...] = ()  # op names the finding cites; several ops of one shape when grouped
     blocking: bool = False  # the program cannot run as compiled (out of memory): ranked before any saving
     sites: tuple[OpSite, ...] = ()  # source line and JAX op name of each cited op that has them
+    quantities: tuple[Quantity, ...] = ()  # what the message and evidence state, typed (see Quantity)
 
 
 def saving_amount(s: Saving) -> str:

@@ -1,17 +1,20 @@
 """Array shapes read from HLO instruction text (`%x = bf16[8,128]{1,0} dot(bf16[8,64]{1,0} %a, ...)`).
 
-Dtype and dims only: layouts are skipped, which is also why the operand list is found by matching
-parentheses (a tiled layout such as `{1,0:T(8,128)(2,1)}` holds some). The rules and the custom-call
-cost model read the same shapes this one way; `parsers.layout` reads full shapes with layouts.
+Dtype, dims and the layout's minor-to-major order; tiles and memory spaces are skipped, and the
+operand list is found by matching parentheses (a tiled layout such as `{1,0:T(8,128)(2,1)}` holds
+some). The rules, the custom-call cost model, the op math (`model.matmuls`) and the kernels lab
+read shapes from a trace's HLO text this one way; `parsers.layout` reads full shapes with tiles.
+Dynamic dims (`[<=8]`) read as their bound.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-_SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>\d+(?:,\d+)*)?\]")
+_SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>(?:<=)?\d+(?:,(?:<=)?\d+)*)?\]"
+                    r"(?P<layout>\{[^{}]*\})?")
 _OPCODE_CALL = re.compile(r"\b[a-z][\w\-]*\(")
 
 # Bytes per element for the dtypes rules meet; other dtypes count as 4 (f32-sized), f8 variants as 1.
@@ -21,20 +24,47 @@ _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "bf16": 2, "f
 
 @dataclass(frozen=True)
 class Shape:
+    """One array: dtype and dims; two shapes are equal when these are. `minor_to_major` is the
+    layout's order (None when none is printed) and `text` the array as written, layout included."""
+
     dtype: str
     dims: tuple[int, ...]
+    minor_to_major: tuple[int, ...] | None = field(default=None, compare=False)
+    text: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.dtype}[{','.join(map(str, self.dims))}]"
 
+    @property
+    def row_major(self) -> bool:
+        return self.minor_to_major is None or list(self.minor_to_major) == list(range(len(self.dims)))[::-1]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.dims)
+
+
+def _shape(m: re.Match) -> Shape:
+    dims = tuple(int(d.replace("<=", "")) for d in m.group("dims").split(",")) if m.group("dims") else ()
+    m2m = None
+    if m.group("layout") is not None:
+        order = m.group("layout")[1:-1].split(":")[0]
+        m2m = tuple(int(d) for d in order.split(",") if d.strip().isdigit())
+        if len(m2m) != len(dims):
+            m2m = None
+    return Shape(m.group("dtype"), dims, m2m, m.group(0))
+
 
 def parse_shapes(text: str) -> list[Shape]:
-    """Every array shape written in `text`, in order (dtype and dims only; layouts are ignored)."""
-    out = []
-    for m in _SHAPE.finditer(text or ""):
-        dims = tuple(int(d) for d in m.group("dims").split(",")) if m.group("dims") else ()
-        out.append(Shape(m.group("dtype"), dims))
-    return out
+    """Every array shape written in `text`, in order."""
+    return [_shape(m) for m in _SHAPE.finditer(text or "")]
+
+
+def parse_array(text: str) -> Shape | None:
+    """The array `text` starts with (`bf16[8192,4096]{1,0:T(8,128)(2,1)}`); None for a tuple or other text."""
+    text = text.strip()
+    m = _SHAPE.match(text)
+    return _shape(m) if m is not None and not text.startswith("(") else None
 
 
 def _split(hlo_text: str) -> tuple[str, str] | None:

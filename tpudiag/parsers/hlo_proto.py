@@ -17,8 +17,8 @@ from __future__ import annotations
 from google.protobuf.message import DecodeError
 
 from tpudiag.errors import InputError
-from tpudiag.model.compiled import (BufferAllocation, BufferValue, CompiledProgram, Instruction, Layout, Shape,
-                                    TupleShape)
+from tpudiag.model.compiled import (BufferAllocation, BufferValue, CompiledProgram, ConvDims, DotDims,
+                                    Instruction, Layout, Shape, TupleShape)
 from tpudiag.model.inputs import CAPTURE_ORIGIN, HloInput
 from tpudiag.parsers.hlo_program import computation_from, finish_program
 from tpudiag.parsers.layout import ShapeSyntaxError, array_shape, shape_text
@@ -128,7 +128,8 @@ def _program(module, path: str, program_id: int | None) -> CompiledProgram:
                 async_execution_thread=proto.async_execution_thread,
                 frontend_attributes=tuple((e.key, e.value) for e in proto.frontend_attributes.map),
                 is_root=proto.id == comp.root_id, position=position,
-                parameter_number=proto.parameter_number if proto.opcode == "parameter" else None))
+                parameter_number=proto.parameter_number if proto.opcode == "parameter" else None,
+                contraction=_contraction(proto)))
         if not insts:
             continue
         computations[comp.name] = computation_from(comp.name, comp.name == entry, insts)
@@ -139,6 +140,25 @@ def _program(module, path: str, program_id: int | None) -> CompiledProgram:
     return CompiledProgram(
         module=module.name, path=path, source="hlo_proto", entry=entry, is_scheduled=bool(schedule),
         computations=computations, instructions=instructions, program_id=program_id, warnings=warnings)
+
+
+def _contraction(proto) -> DotDims | ConvDims | None:
+    """The dot or convolution dimension numbers, as `hlo_text` reads them from the printed attributes."""
+    if proto.opcode == "dot":
+        d = proto.dot_dimension_numbers
+        return DotDims(tuple(d.lhs_contracting_dimensions), tuple(d.rhs_contracting_dimensions),
+                       tuple(d.lhs_batch_dimensions), tuple(d.rhs_batch_dimensions))
+    if proto.opcode != "convolution" or not proto.HasField("convolution_dimension_numbers"):
+        return None
+    c = proto.convolution_dimension_numbers
+    return ConvDims(
+        input_batch=c.input_batch_dimension, input_feature=c.input_feature_dimension,
+        input_spatial=tuple(c.input_spatial_dimensions), kernel_input_feature=c.kernel_input_feature_dimension,
+        kernel_output_feature=c.kernel_output_feature_dimension, kernel_spatial=tuple(c.kernel_spatial_dimensions),
+        output_batch=c.output_batch_dimension, output_feature=c.output_feature_dimension,
+        output_spatial=tuple(c.output_spatial_dimensions),
+        window=tuple(w.size for w in proto.window.dimensions),
+        feature_group_count=proto.feature_group_count or 1, batch_group_count=proto.batch_group_count or 1)
 
 
 def _allocations(assignment, module, program: CompiledProgram) -> tuple[BufferAllocation, ...]:

@@ -30,6 +30,7 @@ from tpudiag.model.compiled import (
     Instruction,
     MemorySpaceUsage,
 )
+from tpudiag.model.matmuls import contraction_from_attributes
 from tpudiag.parsers.hlo_program import canonical_opcode, computation_from, finish_program
 from tpudiag.parsers.input_files import read_input_text
 from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
@@ -289,7 +290,8 @@ def _parse_instruction(line: str, computation: str, position: int) -> tuple[Inst
         async_execution_thread=_unquote(attrs.get("async_execution_thread", "")),
         frontend_attributes=frontend, is_root=bool(head.group("root")), position=position,
         parameter_number=param_number, wrapped_opcode=wrapped,
-        attributes=tuple((k, v) for k, v in attrs.items() if k not in _FIELD_ATTRS))
+        attributes=tuple((k, v) for k, v in attrs.items() if k not in _FIELD_ATTRS),
+        contraction=contraction_from_attributes(opcode, attrs))
     return inst, _int(meta.get("stack_frame_id"), default=None)
 
 

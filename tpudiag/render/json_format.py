@@ -61,6 +61,7 @@ def finding_to_dict(f: Finding) -> dict:
         "ops": list(f.ops),
         "sites": [{"op": s.op, "source": s.source, "tf_op": s.tf_op} for s in f.sites],
         "evidence": [{"subject": e.subject, "values": dict(e.values)} for e in f.evidence],
+        "quantities": [dataclasses.asdict(q) for q in f.quantities],
     }
 
 

@@ -5,10 +5,14 @@ What it does
 Compares each matmul or convolution op's achieved FLOP rate (FLOPs over its total time, as
 XProf computes it) with the per-core peak, and flags the ops that take a large share of device
 time at low utilization. Ops are matmul-like when their category contains "convolution" or
-"dot", or their name contains `convolution`, `dot`, `matmul` or `einsum`. Where the trace can
-tell, it says why: the op is memory-bound (operational intensity below the ridge point), its
-dimensions are not multiples of the MXU size (128 on v4/v5e/v5p, 256 on v6e/TPU7x), its batch
-(rows) is small, or it multiplies f32 operands.
+"dot", or their name contains `convolution`, `dot`, `matmul` or `einsum`. It says why from the
+op's math (`tpudiag.model.matmuls`): the main matmul inside the fusion (a `dot` or a
+`convolution`, nested fusions included) with its M, N, K and batch and its operand dtypes. Causes:
+the op is memory-bound (operational intensity below the ridge point); M, the rows, is below the
+MXU width (a small batch); N or K is below the MXU width (a narrow or short matmul) or not a
+multiple of it (128 on v4/v5e/v5p, 256 on v6e/TPU7x); an operand of that matmul is f32; the
+compiled code spills (LLO) or keeps the MXUs idle (static LLO). Only that matmul's dims and
+dtypes are named, never those of the fusion's other instructions or of its output tuple.
 
 Why it matters
 --------------
@@ -18,17 +22,21 @@ idle. Each reason has a different fix, and a memory-bound matmul will not speed 
 Evidence
 --------
 Per op: share of device time, achieved FLOP/s and utilization, operational intensity against the
-ridge point, the shapes parsed from `shape_with_layout` and the op's HLO text, and the reasons.
-With LLO dumps (`--dumps DIR`), the compiler's static MXU busy fraction for the op: when it is
-low too, the compiled tiling, not the runtime, keeps the MXUs idle.
+ridge point, the main matmul (`convolution.55: bf16 x bf16 -> bf16, M 512, N 256, K 1024
+(128x8)`) and where its dims come from (the compiled HLO, or the op's operand shapes), the other
+matmuls of the op, and the reasons. With LLO dumps (`--dumps DIR`), the compiler's static MXU
+busy fraction for the op and its spills. The finding carries the dims, dtypes and rates as typed
+quantities (`Finding.quantities`, `quantities` in JSON).
 
 How to fix
 ----------
-Misaligned dims: pad them to the MXU multiple (a 1000-wide layer to 1024). Small batch: raise
-the per-core batch or fuse more tokens per call. f32 operands: cast to bf16 and keep f32
+Small M: raise the rows per call (per-core batch, tokens per call); padding M only adds work.
+Narrow N: merge matmuls that share an operand (concatenate their weights along N). N or K off
+the MXU multiple: pad it, when the padding adds less work than the op could recover (the fix
+says how much it adds: 1000→1024 is +2.4 %). f32 operands: cast to bf16 and keep f32
 accumulation with `preferred_element_type=jnp.float32`. Memory-bound: raise the operational
 intensity (fuse the producer, reuse weights across more rows). Otherwise inspect the fusion's
-tiling in the compiler dump.
+tiling and spills in the compiler dump.
 
 Bad: `bf16[8,1000] dot bf16[1000,1000]` at 3 % of peak.
 Good: `bf16[1024,1024] dot bf16[1024,1024]` at 60 % of peak.
@@ -38,18 +46,21 @@ Savings estimate
 Modelled: self time per step x (1 - utilization / attainable target), where the attainable
 target is `target_utilization` x min(1, operational intensity / ridge point) (the roofline);
 for a compute-bound op that is self time x (1 - util / target). Per step, on the core where the
-op takes longest. An upper bound that overlaps with padding-waste for padded matmuls.
+op takes longest. An upper bound that overlaps with padding-waste for padded matmuls. An op whose
+FLOP rate is above the peak is not judged (a warning names it: see `tpudiag.analysis.limits`).
 
 Known limits
 ------------
 Memory-bound matmuls already at their roofline target get an info finding that refers them to
 `memory-bound`, which models the byte savings. Custom calls (Pallas kernels) without FLOPs in
-the trace are judged with FLOPs from the kernel's declared `cost_estimate` or, for a two-operand
-matmul, from its shapes (the finding says which). Other ops without FLOPs in the trace cannot be
+the trace are judged with FLOPs from the kernel's declared `cost_estimate` or, for a matmul-shaped
+call, from its shapes (the finding says which). Other ops without FLOPs in the trace cannot be
 judged and are left out; a trace with no FLOPs at all, or without a peak FLOP/s, skips the rule.
-Dimensions come from the result shape and the operand shapes in the HLO text; which operand
-dim is contracting is not known, so every minor dim of every operand is checked. A `dot` inside
-a loop fusion is not recognised unless the category or name says so.
+The matmul comes from the compiled program the trace op joined (`--dumps`, or the HLO a capture
+embeds); without one, only from the op's own HLO text when its operand shapes compose as a
+matmul, and otherwise its dims are said to be unknown. M's alignment is not judged (rows stream
+through the MXU); with several matmuls in one op, the causes are those of the one doing most of
+its FLOPs. A `dot` inside a loop fusion is not recognised unless the category or name says so.
 
 Options
 -------
@@ -66,7 +77,6 @@ Options
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -74,8 +84,9 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.custom_calls import derive_costs
-from tpudiag.model.findings import Evidence, Finding, Saving, Severity
-from tpudiag.model.hlo_shapes import Shape, operand_shapes, parse_shapes
+from tpudiag.analysis.limits import over_peak_names
+from tpudiag.model.findings import Evidence, Finding, Quantity, Saving, Severity
+from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, op_math_from_text
 from tpudiag.model.units import fmt_pct
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
 
@@ -112,39 +123,75 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def diagnose(result: list[Shape], operands: list[Shape], mxu: int, intensity: float | None,
-             ridge: float | None) -> tuple[list[str], list[str]]:
-    """(reasons, fixes) for a slow matmul, from its shapes and roofline position."""
+def diagnose(math: OpMath | None, mxu: int, intensity: float | None, ridge: float | None,
+             recoverable: float) -> tuple[list[str], list[str]]:
+    """(reasons, fixes) for a slow matmul op, from its matmul (`model.matmuls`) and roofline position.
+
+    Only the main matmul's own dims and operand dtypes are named. A small M (rows) is a batch
+    cause and a narrow N or short K a shape cause: padding those multiplies the work. A N or K
+    above the MXU width but off its multiple gets a padding fix only when the work padding adds
+    is smaller than the share of the op's time a fix could recover (`recoverable`), and the fix
+    says how much it adds.
+    """
     reasons, fixes = [], []
     if intensity is not None and ridge and intensity < ridge:
         reasons.append(f"memory-bound (operational intensity {intensity:.0f} FLOP/B < ridge {ridge:.0f})")
         fixes.append(f"raise operational intensity above {ridge:.0f} FLOP/B (fuse the producer, reuse weights "
                      "across more rows)")
-    out = result[0] if result else None
-    rows = math.prod(out.dims[:-1]) if out is not None and len(out.dims) >= 2 else None
-    if rows is not None and rows < mxu:
-        reasons.append(f"small batch (M = {rows} rows < MXU {mxu})")
-        fixes.append(f"raise the per-core batch toward {mxu} rows")
-    minor: list[int] = []
-    if out is not None and out.dims:
-        minor.append(out.dims[-1])
-    for s in operands:
-        minor.extend(s.dims[-2:])
-    skip_rows = {rows} if rows is not None and rows < mxu else set()
-    bad = sorted({d for d in minor if d % mxu and d > 1 and d not in skip_rows})
-    if bad:
-        pairs = ", ".join(f"{d}→{_round_up(d, mxu)}" for d in bad[:4])
-        reasons.append(f"dims not multiples of {mxu}: {', '.join(map(str, bad[:4]))}")
-        fixes.append(f"pad dims to multiples of {mxu} ({pairs})")
-    if operands:
-        f32_operands = [s for s in operands if s.dtype == "f32" and len(s.dims) >= 2]
-        if f32_operands and len(f32_operands) >= min(2, len([s for s in operands if len(s.dims) >= 2])):
-            reasons.append("f32 operands (bf16 runs at full MXU rate)")
-            fixes.append("cast operands to bf16 with `preferred_element_type=jnp.float32`")
-    elif out is not None and out.dtype == "f32":
-        reasons.append("f32 result (operands not recorded; f32 matmuls run below the bf16 peak)")
-        fixes.append("use bf16 operands with `preferred_element_type=jnp.float32` if precision allows")
+    mm = math.main if math is not None else None
+    if mm is None:
+        return reasons, fixes
+    where = f" in `{mm.instruction}`" if mm.instruction != math.op else ""
+    if mm.m < mxu:
+        reasons.append(f"small batch (M = {mm.m} rows{where} < MXU {mxu})")
+        fixes.append(f"raise the rows per call toward {mxu} (a larger batch, more tokens per call); padding M "
+                     "would only add work")
+    pads = []
+    for label, d in (("N", mm.n), ("K", mm.k)):
+        if d % mxu == 0:
+            continue
+        padded = _round_up(d, mxu)
+        if d < mxu:
+            what, part = ("narrow output", "columns") if label == "N" else ("short contraction", "rows")
+            reasons.append(f"{what} ({label} = {d}{where} < MXU {mxu}: {fmt_pct(d / padded)} of the MXU {part} used)")
+            fixes.append("merge matmuls that share an operand into one wider one (concatenate their weights along N)"
+                         if label == "N" else "contract more per matmul (fold heads or groups into K)")
+            continue
+        added = padded / d - 1
+        reasons.append(f"{label} = {d}{where} is not a multiple of the {mxu}-wide MXU ({d} of {padded} used)")
+        if added < recoverable:
+            pads.append(f"{label} {d}→{padded} (+{fmt_pct(added)} work and bytes on that dim)")
+    if pads:
+        fixes.append("pad " + ", ".join(pads))
+    if "f32" in (mm.lhs_dtype, mm.rhs_dtype):
+        reasons.append(f"f32 operands ({mm.lhs_dtype} x {mm.rhs_dtype}{where}; bf16 runs at full MXU rate)")
+        fixes.append("cast operands to bf16 with `preferred_element_type=jnp.float32`")
     return reasons, fixes
+
+
+def matmul_quantities(op: str, mm: Matmul) -> list[Quantity]:
+    """The dims and dtypes of `mm` as a finding about `op` states them."""
+    return [Quantity(op, name, value, mm.instruction) for name, value in (
+        ("M", mm.m), ("N", mm.n), ("K", mm.k), ("batch", mm.batch), ("lhs dtype", mm.lhs_dtype),
+        ("rhs dtype", mm.rhs_dtype), ("result dtype", mm.result_dtype))]
+
+
+class OpMathIndex:
+    """An op's math (`model.matmuls`): from the compiled program the join matched to its trace
+    program, else from the op's own HLO text in the trace."""
+
+    def __init__(self, join, hlo_text: dict[str, str]):
+        self.join = join
+        self.hlo_text = hlo_text
+        self._programs: dict[int, ProgramMath] = {}
+
+    def get(self, program_id, module: str, name: str) -> OpMath | None:
+        program = self.join.program_for(program_id, module) if self.join is not None else None
+        if program is not None:
+            math = self._programs.setdefault(id(program), ProgramMath(program))
+            if name in math:
+                return math.get(name)
+        return op_math_from_text(name, self.hlo_text.get(name, ""))
 
 
 def static_mxu_busy(dumps) -> dict[str, float]:
@@ -172,6 +219,20 @@ def derived_sources(analysis) -> dict[str, str]:
     return dict(zip(derived["name"], derived["source"]))
 
 
+def _spills(ctx: RuleContext, ops: pd.DataFrame) -> dict[str, int]:
+    """Op name -> VMEM spill stores of its compiled code (LLO, through the join); absent when unknown."""
+    join = ctx.join
+    if join is None or "spill_stores" not in join.columns or join.columns.empty:
+        return {}
+    stores = join.columns["spill_stores"].reindex(ops.index)
+    known = stores.notna().to_numpy()
+    names = ops["name"].astype(str).to_numpy()[known]
+    out: dict[str, int] = {}
+    for name, value in zip(names, stores[known].astype("int64")):
+        out[name] = max(out.get(name, 0), int(value))
+    return out
+
+
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     ops = analysis.ops
@@ -189,23 +250,25 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     cats = ops["category"].astype(str)
     names = ops["name"].astype(str)
     derived = derived_sources(analysis)
-    mask = np.array([is_matmul(n, c) or n in derived for n, c in zip(names, cats)], dtype=bool) & (
-        ops["flops"].to_numpy() > 0)
+    unphysical = over_peak_names(ops, device)  # a warning says why; no saving is built on them
+    mask = np.array([(is_matmul(n, c) or n in derived) and n not in unphysical for n, c in zip(names, cats)],
+                    dtype=bool) & (ops["flops"].to_numpy() > 0)
     cand = ops[mask]
     if cand.empty:
         return []
     grouped = (cand.assign(name=cand["name"].astype(str), module=cand["module"].astype(str),
                            category=cand["category"].astype(str))
                .groupby(["module", "name"], sort=False)
-               .agg(category=("category", "first"), flops=("flops", "sum"), bytes_accessed=("bytes_accessed", "sum"),
-                    total_time_ps=("total_time_ps", "sum"), self_time_ps=("self_time_ps", "sum"),
-                    occurrences=("occurrences", "sum"), shape=("shape_with_layout", "first"))
+               .agg(category=("category", "first"), program_id=("program_id", "first"), flops=("flops", "sum"),
+                    bytes_accessed=("bytes_accessed", "sum"), total_time_ps=("total_time_ps", "sum"),
+                    self_time_ps=("self_time_ps", "sum"), occurrences=("occurrences", "sum"))
                .reset_index())
     meta = pd.concat([h.op_metadata.assign(name=h.op_metadata["name"].astype(str)) for h in analysis.profile.hosts],
                      ignore_index=True)
-    hlo_text = dict(zip(meta["name"], meta["hlo_text"].astype(str)))
+    maths = OpMathIndex(ctx.join, dict(zip(meta["name"], meta["hlo_text"].astype(str))))
     events = op_events(analysis, grouped["name"])
     static_busy = static_mxu_busy(llo_dumps(ctx))
+    spills = _spills(ctx, cand)
     candidates = []
     referred = []  # memory-bound matmuls already at their roofline target: memory-bound judges them
     for r in grouped.itertuples(index=False):
@@ -224,9 +287,11 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             continue
         self_per_step = per_step_worst_core(events[events["name"] == r.name], "self_ps", basis)
         saving = self_per_step * fraction
-        result = parse_shapes(r.shape)
-        operands = operand_shapes(hlo_text.get(r.name, ""))
-        reasons, fixes = diagnose(result, operands, mxu, intensity, ridge)
+        math = maths.get(r.program_id, r.module, r.name)
+        reasons, fixes = diagnose(math, mxu, intensity, ridge, fraction)
+        if math is None or math.main is None:
+            reasons.append("its matmul's dims are not known (the trace's HLO text does not show them: pass the "
+                           "XLA dump with `--dumps`)")
         if r.name in derived:
             reasons.append("custom call: FLOPs from " + ("its declared cost_estimate" if derived[r.name] ==
                                                          "cost_estimate" else "its operand and result shapes"))
@@ -234,24 +299,32 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         if busy is not None and busy < options.low_utilization:
             reasons.append(f"the compiled code keeps the MXUs busy in only {fmt_pct(busy)} of its bundles "
                            "(static LLO)")
-        candidates.append((saving, r, util, share, intensity, target, reasons, fixes, result, operands))
+        if spills.get(r.name, 0) > 0:
+            reasons.append(f"its compiled code spills {spills[r.name]:,} vector registers (see `spill`)")
+        candidates.append((saving, r, util, share, intensity, target, reasons, fixes, math))
     candidates.sort(key=lambda c: (-c[0], c[1].name))
     findings = []
-    for saving, r, util, share, intensity, target, reasons, fixes, result, operands in candidates[:options.max_findings]:
+    host = analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else ""
+    for saving, r, util, share, intensity, target, reasons, fixes, math in candidates[:options.max_findings]:
         step_share = saving / basis.step_ps if basis.step_ps else 0.0
         why = "; ".join(reasons) if reasons else "no cause visible in the trace"
         message = (f"`{r.name}` ({r.category}) runs at {fmt_pct(util)} of peak FLOP/s for {fmt_pct(share)} of "
                    f"device time: {why}")
         fix = "; ".join(fixes) if fixes else "inspect the fusion's tiling in the compiler dump (`--xla_dump_to`)"
+        rate = r.flops / (r.total_time_ps / 1e12)
         values = [("time share", fmt_pct(share)), ("FLOP util", fmt_pct(util)),
-                  ("FLOP/s", f"{r.flops / (r.total_time_ps / 1e12) / 1e12:.1f} T"),
-                  ("attainable target", fmt_pct(target))]
+                  ("FLOP/s", f"{rate / 1e12:.1f} T"), ("attainable target", fmt_pct(target))]
         if intensity is not None:
             values.append(("op. intensity", f"{intensity:.0f} FLOP/B" + (f" (ridge {ridge:.0f})" if ridge else "")))
-        if result:
-            values.append(("result", str(result[0])))
-        if operands:
-            values.append(("operands", ", ".join(str(s) for s in operands[:3])))
+        quantities = [Quantity(r.name, "FLOP utilization", util), Quantity(r.name, "FLOP/s", rate),
+                      Quantity(r.name, "time share", share)]
+        mm = math.main if math is not None else None
+        if mm is not None:
+            values.append(("matmul", mm.describe()))
+            values.append(("matmul from", _BASIS[mm.basis]))
+            if len(math.matmuls) > 1:
+                values.append(("other matmuls", ", ".join(m.describe() for m in math.matmuls if m is not mm)))
+            quantities.extend(matmul_quantities(r.name, mm))
         if r.name in static_busy:
             values.append(("static MXU busy", fmt_pct(static_busy[r.name])))
         explanation = (f"self time per step x (1 - {fmt_pct(util)} / {fmt_pct(target)} attainable), on the core "
@@ -259,8 +332,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity), message=message,
             saving=Saving(int(round(saving)), "modelled", explanation), fix=fix,
-            evidence=(Evidence(r.name, tuple(values)),),
-            host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "", ops=(r.name,)))
+            evidence=(Evidence(r.name, tuple(values)),), host=host, ops=(r.name,), quantities=tuple(quantities)))
     if referred:
         referred.sort(key=lambda x: (-x[2], x[0].name))
         names = tuple(r.name for r, *_ in referred)
@@ -275,8 +347,15 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             evidence=tuple(Evidence(r.name, (("time share", fmt_pct(sh)), ("FLOP util", fmt_pct(u)),
                                              ("op. intensity", f"{oi:.0f} FLOP/B (ridge {ridge:.0f})")))
                            for r, u, sh, oi in referred[:options.max_findings]),
-            host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "", ops=names))
+            host=host, ops=names,
+            quantities=tuple(q for r, u, sh, _ in referred[:options.max_findings]
+                             for q in (Quantity(r.name, "FLOP utilization", u), Quantity(r.name, "time share", sh)))))
     return findings
+
+
+_BASIS = {"dot_dimension_numbers": "the compiled HLO (dot_dimension_numbers)",
+          "dim_labels": "the compiled HLO (convolution dim_labels and kernel window)",
+          "operand shapes": "the op's operand and result shapes"}
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace", "flops"), options_type=Options, check=check,

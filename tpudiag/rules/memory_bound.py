@@ -44,7 +44,9 @@ step saving (the step does more work). Overlaps with low-mxu-utilization for the
 Known limits
 ------------
 Weights are taken to be the largest operand of a matmul, from the operand shapes in the op's HLO
-text; without them the weight lever is not modelled. HBM bytes come from the trace's
+text; without them the weight lever is not modelled. An op whose HBM bandwidth works out above
+the peak (an async copy whose bytes the trace counts on its done, or a peak from another
+generation) is left out: a warning names it, and no saving is built on its rate. HBM bytes come from the trace's
 `memory_access_breakdown` (all bytes accessed without one). An op limited by VMEM or CMEM
 bandwidth is not judged.
 
@@ -67,6 +69,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from tpudiag.analysis.limits import over_peak_names
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
@@ -142,8 +145,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     basis = step_basis(analysis)
     n_cores = sum(h.device.n_cores for h in analysis.profile.hosts) or 1
     total_core_ps = sum(analysis.core_time_ps.values())
-    # Collectives move bytes over ICI, not only HBM: exposed-collective judges them.
-    ops = ops[ops["family"].astype(str) == ""]
+    # Collectives move bytes over ICI, not only HBM: exposed-collective judges them. An op above the
+    # peak bandwidth has an unphysical rate (a warning says why): nothing is built on it.
+    unphysical = over_peak_names(ops, device)
+    ops = ops[(ops["family"].astype(str) == "") & ~ops["name"].astype(str).isin(unphysical)]
     grouped = (ops.assign(name=ops["name"].astype(str), category=ops["category"].astype(str))
                .groupby("name", sort=False)
                .agg(category=("category", "first"), flops=("flops", "sum"), hbm_bytes=("hbm_bytes", "sum"),
