@@ -290,12 +290,12 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors)
     join = _join(analysis, compiled, choice.spec)
     analysis.join = join  # compiled facts per op, for the rules and the report
-    profile.warnings.extend(choice.warnings)
-    profile.warnings.extend(compiled.warnings)  # what reading `--dumps` set aside, shown as report shows it
     _stage(progress, 2)
     findings, skipped = run_rules(analysis, rules_config, compiled, join=join)
     _stage(progress, 3)
-    report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels, join=join)
+    # The chip's warnings, then what reading `--dumps` set aside, after the capture's own.
+    report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels, join=join,
+                          extra_warnings=(*choice.warnings, *compiled.warnings))
     report = replace(report, memory=_memory(compiled))
     return Diagnosis(input_path=str(path), mode="trace", analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
@@ -312,7 +312,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
 
     _stage(progress, 0)
     compiled = load_dumps([path])
-    warnings: list[str] = []
+    warnings: list[str] = []  # what the report shows after the modelled capture's own warnings
     output = static = analysis = join = None
     try:
         output = load_dump_directory(path, chip=chip)
@@ -324,6 +324,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
     if output is not None:
         choice = output.chip  # its warnings are the output's, shown with the static report's
         static = build_static_report(output, clock_ghz=clock_ghz)
+        warnings.extend(static.warnings)
         _stage(progress, 1)
         analysis = _modelled_analysis(output, path, clock_ghz, rules_config)
         join = _join(analysis, compiled, choice.spec)
@@ -332,17 +333,14 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         target = compiled.hlo[0].program.target if compiled.hlo else ""
         choice = dump_chip(target, compiled.llo[0] if compiled.llo else None, chip)
         warnings.extend(choice.warnings)
+        warnings.extend(w for dump in compiled.llo for w in dump.warnings)
     compiled = replace(compiled, chip=choice.spec, oom_errors=oom_errors)
-    for dump in compiled.llo:
-        warnings.extend(w for w in dump.warnings if output is None)
     _stage(progress, 2)
     findings, skipped = run_rules(analysis, rules_config, compiled, join=join, static=True)
     _stage(progress, 3)
     if analysis is not None:
-        analysis.profile.warnings.extend(static.warnings)
-        analysis.profile.warnings.extend(warnings)
         report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels,
-                              join=join)
+                              join=join, extra_warnings=warnings)
         report = replace(report, summary=replace(report.summary, input_path=str(path), mode="static"))
     else:
         report = _dump_only_report(path, compiled, findings, skipped, warnings)
