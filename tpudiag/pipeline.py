@@ -34,7 +34,7 @@ from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.memory import MemoryReport, OomError
-from tpudiag.model.report import Report, RuleSkip, Summary
+from tpudiag.model.report import Mode, Report, RuleSkip, Summary
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
     from tpudiag.analysis.diff import Diff as AnalysisDiff
@@ -48,14 +48,14 @@ STAGES = ("reading host files", "analysing steps and ops", "running the rules", 
 class Diagnosis:
     """Everything one diagnosis found; `report` is what every renderer takes.
 
-    mode: `trace` (a capture, measured) or `static` (compiler dumps alone; times are the
+    mode: `Mode.TRACE` (a capture, measured) or `Mode.STATIC` (compiler dumps alone; times are the
     compiler's estimate on a modelled timeline). `analysis` is None only in static mode when no
     timeline could be modelled (unknown TPU generation). `static` is the per-op static report of
     a compiler dump (None for a capture, or when no program could be read).
     """
 
     input_path: str
-    mode: str
+    mode: Mode
     analysis: Analysis | None
     compiled: CompiledInputs
     join: JoinResult | None
@@ -84,7 +84,7 @@ class Diagnosis:
         traced its allocator (`tpudiag memory PATH`); [] for compiler dumps. Reads the host planes anew."""
         from tpudiag.analysis.memory_timeline import capture_memory_timelines
 
-        return capture_memory_timelines(self.input_path)[0] if self.mode == "trace" else []
+        return capture_memory_timelines(self.input_path)[0] if self.mode is Mode.TRACE else []
 
     def memory(self) -> MemoryReport:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
@@ -297,7 +297,7 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels, join=join,
                           extra_warnings=(*choice.warnings, *compiled.warnings))
     report = replace(report, memory=_memory(compiled))
-    return Diagnosis(input_path=str(path), mode="trace", analysis=analysis, compiled=compiled, join=join,
+    return Diagnosis(input_path=str(path), mode=Mode.TRACE, analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
                      chip=choice)
 
@@ -341,11 +341,11 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
     if analysis is not None:
         report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels,
                               join=join, extra_warnings=warnings)
-        report = replace(report, summary=replace(report.summary, input_path=str(path), mode="static"))
+        report = replace(report, summary=replace(report.summary, input_path=str(path), mode=Mode.STATIC))
     else:
         report = _dump_only_report(path, compiled, findings, skipped, warnings)
     report = replace(report, memory=_memory(compiled))
-    return Diagnosis(input_path=str(path), mode="static", analysis=analysis, compiled=compiled, join=join,
+    return Diagnosis(input_path=str(path), mode=Mode.STATIC, analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
                      static=static, chip=choice)
 
@@ -379,7 +379,7 @@ def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, w
         input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
         n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source="none", step_source="none",
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
-        dumps=compiled.labels, mode="static")
+        dumps=compiled.labels, mode=Mode.STATIC)
     return Report(summary=summary, hosts=(), ops=(),
                   findings=tuple(sorted(findings, key=rank_key)),
                   rules_skipped=tuple(skipped), warnings=tuple(dict.fromkeys(warnings)))

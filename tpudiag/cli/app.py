@@ -21,6 +21,7 @@ from tpudiag.cli import run_cmd, whatif_cmd
 from tpudiag.cli.console import stderr_console, stdout_console
 from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import TpudiagError, UsageError
+from tpudiag.model.report import Mode
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup
 # The bundled example (`tpudiag.examples_data`); names kept for callers of the CLI module.
@@ -100,7 +101,7 @@ def report(
     finally:
         if status is not None:
             status.stop()
-    if result.mode == "static" and not (output_format is OutputFormat.md and result.analysis is not None):
+    if result.mode == Mode.STATIC and not (output_format is OutputFormat.md and result.analysis is not None):
         render_static(result, output_format.value, top, output)  # markdown needs the modelled timeline
     elif output is not None or output_format is OutputFormat.md:
         from tpudiag.cli.outputs import write_report
