@@ -70,7 +70,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tpudiag.analysis.limits import over_peak_names
-from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.findings import Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
 from tpudiag.model.hlo_shapes import Shape, dtype_bytes, operand_shapes, parse_shapes, shape_bytes
@@ -187,8 +187,14 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                f"at {fmt_bandwidth(achieved)} ({fmt_pct(achieved / peak_bw)} of {fmt_bandwidth(peak_bw)}), "
                f"operational intensity {oi:.0f} FLOP/B" + (f" vs ridge {ridge:.0f}" if ridge else ""))
     evidence = []
+    together = str(roof["name"].iloc[0]) if n == 1 else f"{n} ops"  # the subject of the message's totals
+    quantities = [Quantity(together, "HBM bandwidth utilization", achieved / peak_bw),
+                  Quantity(together, "time share", roof_share)]
     for r, per_occ, result, operands, options_here, self_step, op_saving in rows[:options.max_ops_shown]:
         op_bw = r.hbm_bytes / (r.total_time_ps / 1e12)
+        quantities += [Quantity(r.name, "HBM bytes/s", op_bw), Quantity(r.name, "HBM bandwidth utilization",
+                                                                          op_bw / peak_bw),
+                       Quantity(r.name, "time share", r.self_time_ps / total_core_ps)]
         values = [("time share", fmt_pct(r.self_time_ps / total_core_ps)),
                   ("HBM bytes/step", fmt_bytes(r.hbm_bytes / (basis.n_steps * n_cores))),
                   ("bandwidth", f"{fmt_bandwidth(op_bw)} ({fmt_pct(op_bw / peak_bw)})"),
@@ -216,7 +222,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     return [Finding(rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity), message=message,
                     saving=saving, fix=fix, evidence=tuple(evidence),
                     host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "",
-                    ops=tuple(roof["name"]))]
+                    ops=tuple(roof["name"]), quantities=tuple(quantities))]
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
