@@ -108,6 +108,9 @@ class OpMath:
     matmuls: tuple[Matmul, ...]
     declared_flops: float | None = None  # a custom call's `cost_estimate`; None when it declares none
     declared_bytes: float | None = None
+    # Collectives the op runs inside itself (v5e's async collective fusions carry an all-gather
+    # beside the matmul): the op's time is shared with them.
+    collectives: tuple[str, ...] = ()
 
     @cached_property
     def main(self) -> Matmul | None:
@@ -326,6 +329,23 @@ def _matmuls_of(program: CompiledProgram, inst: Instruction, depth: int) -> list
     return found
 
 
+def _collectives_inside(program: CompiledProgram, inst: Instruction) -> tuple[str, ...]:
+    found: list[str] = []
+    todo = list(inst.called_computations) if inst.opcode in _FOLLOWED else []
+    seen: set[str] = set()
+    while todo and len(seen) <= _MAX_DEPTH * 64:
+        comp = todo.pop(0)
+        if comp in seen or comp not in program.computations:
+            continue
+        seen.add(comp)
+        for inner in program.computation_instructions(comp):
+            if inner.collective_family and not inner.is_continuation:
+                found.append(inner.name)
+            if inner.opcode in _FOLLOWED:
+                todo.extend(inner.called_computations)
+    return tuple(found)
+
+
 def op_math(program: CompiledProgram, inst: Instruction) -> OpMath:
     """The matmuls of one op and what it declares; `feeds` index the op's own outputs."""
     matmuls = _matmuls_of(program, inst, 0)
@@ -334,7 +354,7 @@ def op_math(program: CompiledProgram, inst: Instruction) -> OpMath:
     declared = cost_estimate(inst.backend_config) if inst.opcode == "custom-call" else None
     return OpMath(op=inst.name, opcode=inst.opcode, matmuls=tuple(matmuls),
                   declared_flops=declared[0] if declared else None,
-                  declared_bytes=declared[1] if declared else None)
+                  declared_bytes=declared[1] if declared else None, collectives=_collectives_inside(program, inst))
 
 
 _TEXT_OPCODE = re.compile(r"\s(?P<op>[a-z][\w\-]*)\(")
