@@ -109,3 +109,13 @@ def test_a_trace_op_line_gives_math_only_when_it_shows_it():
     # the issue's fusion.198 as the trace prints it: a tuple result and three unrelated operands
     assert op_math_from_text("fusion.198", "%fusion.198 = (bf16[512,256]{1,0}, s32[2]{0}) fusion(bf16[8,128,3,2,128]"
                              "{4,1,3,0,2} %a, bf16[8,128,3,4,128]{4,1,3,0,2} %b, s32[2]{0} %c)") is None
+
+
+def test_an_attention_dot_written_as_a_dilated_convolution_is_batched():
+    """`bqhd,bkhd->bhqk` with b 8, h 2, q = k = d = 128: `window={size=8x2 lhs_dilate=8x2}` makes b and h
+    batch dims (one tap each), not 16x more rows and a 16x longer contraction."""
+    for program in (load_hlo_dump(DUMPS / "transformer_train_v5e" / "xla").programs[0],
+                    parse_hlo_proto((DUMPS / "transformer_train_v5e" / "module.pb").read_bytes())):
+        mm = next(m for m in ProgramMath(program).get("convolution-base-dilated.12").matmuls)
+        assert (mm.batch_dims, mm.m, mm.n, mm.k) == ((8, 2), 128, 128, 128)
+        assert mm.flops == 2 * 16 * 128 ** 3

@@ -172,11 +172,20 @@ def recompute(comp: str, line: Line, hlo: Hlo | None) -> dict[str, object]:
         groups = int(_attr(line.attrs, "feature_group_count") or 1)
         bgroups = int(_attr(line.attrs, "batch_group_count") or 1)
         size = re.search(r"size=([\dx]+)", line.attrs)
-        window = math.prod(int(x) for x in size.group(1).split("x")) if size else 1
-        m = math.prod(out[i] for i, ch in enumerate(out_l) if ch == "b" or ch.isdigit())
-        n = out[out_l.index("f")] // (groups * bgroups)
-        k = lhs[lhs_l.index("f")] // groups * window
+        dilate = re.search(r"lhs_dilate=([\dx]+)", line.attrs)
+        sizes = [int(x) for x in size.group(1).split("x")] if size else []
+        dilations = [int(x) for x in dilate.group(1).split("x")] if dilate else [1] * len(sizes)
+        m = out[out_l.index("b")]
+        k = lhs[lhs_l.index("f")] // groups
         batch = groups * bgroups
+        for digit, (w, d) in enumerate(zip(sizes, dilations)):
+            positions = out[out_l.index(str(digit))]
+            if d == w > 1:  # every tap on its own dilated input: XLA's batched dot
+                batch *= positions
+            else:
+                m *= positions
+                k *= -(-w // d)
+        n = out[out_l.index("f")] // (groups * bgroups)
     else:  # a fusion or custom call whose two operands compose as [B,]M,K x [B,]K,N -> [B,]M,N
         m, n = out[-2:]
         batch = math.prod(out[:-2])
@@ -404,3 +413,11 @@ def test_the_reader_agrees_with_the_issue_s_hand_reading():
     assert recompute(*found, hlo) == {"M": 512, "N": 256, "K": 1024, "batch": 1, "lhs dtype": "bf16",
                                       "rhs dtype": "bf16", "result dtype": "bf16"}
     assert hlo.inside("fusion.198", "convolution.27") is None
+
+
+def test_the_reader_reads_an_attention_dot_written_as_a_dilated_convolution():
+    """`bqhd,bkhd->bhqk` (b 8, h 2, q = k = d = 128) as XLA writes it: a window of size 8x2 that is all lhs dilation."""
+    hlo = _dump_text(MODELS / "dumps" / "transformer_train_v5e")
+    found = hlo.find("convolution-base-dilated.12")
+    assert recompute(*found, hlo) == {"M": 128, "N": 128, "K": 128, "batch": 16, "lhs dtype": "bf16",
+                                      "rhs dtype": "bf16", "result dtype": "bf16"}
