@@ -65,3 +65,22 @@ def test_an_error_text_without_an_oom_is_a_usage_error(tmp_path):
     assert out.returncode == 2 and out.stderr.startswith("error: --error: no out-of-memory message")
     missing = run("memory", "--error", str(tmp_path / "nope.txt"))
     assert missing.returncode == 2 and "nope.txt" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_markdown_report_has_the_memory_section_and_figure(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    dump = write_adam_dump(tmp_path / "oom", layers=13, live_activations=2, oom=True)
+    out = tmp_path / "out" / "r.md"
+    done = run("report", str(dump), "--format", "md", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    section = text.split("## Device memory", 1)[1]
+    assert section.lstrip().startswith("**The program does not fit:** it needs 17 GiB of HBM, 1.25 GiB more than "
+                                       "the 15.8 GiB usable")
+    assert "![Stacked area: HBM held for the whole program" in section and "(r-memory.png)" in section
+    png = (tmp_path / "out" / "r-memory.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    # The memory finding's saving is in bytes, never "0 ps per step".
+    assert "0 ps per step" not in text and "of device memory" in text

@@ -8,6 +8,7 @@ HBM, the levers that would lower the peak, each with a modelled saving in bytes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import defaultdict
@@ -114,7 +115,7 @@ def _vmem(hlo: HloInput, chip: ChipSpec | None, errors: tuple[OomError, ...], ll
     """The VMEM fields of ProgramMemory: scoped VMEM per op, the scoped limit and the chip's VMEM."""
     program = hlo.program
     dumps = [d for d in llo if d.vmem_report is not None and d.vmem_report.module_name in ("", program.module)]
-    ops = _vmem_from_llo(program, dumps) if dumps else _vmem_from_hlo(program)
+    ops = vmem_from_llo(program, dumps) if dumps else _vmem_from_hlo(program)
     if not ops and facts:  # a `tpudiag compile` output: its `compiled.hlo.txt` carries the backend configs
         ops = _vmem_from_hlo(_compiled_text(hlo))
     vmem_error = next((e for e in errors if e.space == "vmem"), None)
@@ -131,7 +132,7 @@ def _vmem(hlo: HloInput, chip: ChipSpec | None, errors: tuple[OomError, ...], ll
             "vmem_scoped_limit_bytes": limit, "vmem_limit_source": source, "vmem_capacity_bytes": capacity}
 
 
-def _vmem_from_llo(program: CompiledProgram | None, dumps: list[LloDump]) -> list[VmemUse]:
+def vmem_from_llo(program: CompiledProgram | None, dumps: list[LloDump]) -> list[VmemUse]:
     """Per HLO op, its largest SCOPED block in the LLO VMEM report (the program's own entry,
     `<top-inlining-caller>`, is the whole program, not one op)."""
     out: dict[str, int] = {}
@@ -164,7 +165,7 @@ def _vmem_from_hlo(program: CompiledProgram | None) -> list[VmemUse]:
 
 
 def _vmem_use(program: CompiledProgram | None, op: str, size: int, source: str) -> VmemUse:
-    inst = _instruction(program, op) if program is not None else None
+    inst = program.find(op) if program is not None else None
     return VmemUse(op=op, scoped_bytes=size, source=source, op_name=inst.op_name if inst else "",
                    kernel=inst is not None and inst.custom_call_target == "tpu_custom_call")
 
@@ -235,12 +236,15 @@ def _space(program: CompiledProgram, color: int, allocs: list[BufferAllocation],
     timeline: list[int] = []
     peak_at = None
     if ranges and temps:
-        timeline = [0] * (positions + 1)
+        # A difference array: each value adds its size where it starts and takes it back after it
+        # ends, so the cost is one pass over the values and one over the positions.
+        delta = [0] * (positions + 2)
         for _, value in temps:
             span = ranges.get(_value_key(value))
-            if span is not None:
-                for t in range(span[0], min(span[1], positions) + 1):
-                    timeline[t] += value.size_bytes
+            if span is not None and 0 <= span[0] <= positions:
+                delta[span[0]] += value.size_bytes
+                delta[min(span[1], positions) + 1] -= value.size_bytes
+        timeline = list(itertools.accumulate(delta[:-1]))
         peak_at = max(range(len(timeline)), key=timeline.__getitem__)
     live: list[MemoryBuffer] = []
     for alloc in whole:
@@ -289,7 +293,7 @@ def _held_value(alloc: BufferAllocation, ranges: dict[str, tuple[int, int]]) -> 
 def _buffer(program: CompiledProgram, value: BufferValue, kind: str, alloc: BufferAllocation,
             ranges: dict[str, tuple[int, int]]) -> MemoryBuffer:
     instruction = _INDEX.sub("", value.name)
-    inst = _instruction(program, instruction)
+    inst = program.find(instruction)
     try:
         logical = parse_shape(value.shape_text).logical_bytes
     except ShapeSyntaxError:
@@ -303,11 +307,6 @@ def _buffer(program: CompiledProgram, value: BufferValue, kind: str, alloc: Buff
         live_from=span[0] if span else None, live_to=span[1] if span else None)
 
 
-def _instruction(program: CompiledProgram, name: str) -> Instruction | None:
-    inst = program.instructions.get((program.entry, name))
-    if inst is None:  # a value defined in a called computation (a while body)
-        inst = next((i for (_, n), i in program.instructions.items() if n == name), None)
-    return inst
 
 
 def _argument_root(op_name: str, fallback: str) -> str:

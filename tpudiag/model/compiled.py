@@ -258,10 +258,22 @@ class CompiledProgram:
     live_range_positions: int = 0
     oom_recorded: bool = False  # the compiler wrote `*.oom_intermediate_module.txt`: it ran out of memory
     warnings: list[str] = field(default_factory=list)
+    _by_name: dict[str, Instruction] | None = field(default=None, repr=False, compare=False)
 
     def instruction(self, name: str, computation: str | None = None) -> Instruction:
         """An instruction by name, in the entry computation unless another is given."""
         return self.instructions[(computation or self.entry, name)]
+
+    def find(self, name: str) -> Instruction | None:
+        """The instruction named `name` in any computation, the entry's first (buffer values and
+        VMEM reports name instructions without their computation). The index is built once."""
+        if self._by_name is None:
+            index: dict[str, Instruction] = {}
+            for (computation, n), inst in self.instructions.items():
+                if computation == self.entry or n not in index:
+                    index[n] = inst
+            self._by_name = index
+        return self._by_name.get(name)
 
     def computation_instructions(self, computation: str) -> list[Instruction]:
         comp = self.computations[computation]

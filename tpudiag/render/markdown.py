@@ -41,7 +41,9 @@ def text(value: object, strip: bool = True) -> str:
     # Autolinks need these characters as typed; an escape breaks the match. GFM links `http://…` and
     # `www.…`; editor previews (markdown-it linkify) also link bare domains such as `model.py`.
     s = s.replace("://", r"\:\/\/")
-    s = re.sub(r"(?<=\w)\.(?=[A-Za-z])", r"\\.", s)
+    # A domain's label may end in any character linkify does not treat as a boundary (an unassigned
+    # code point, a zero-width space, `~`), not only in a word character: escape every such dot.
+    s = re.sub(r"(?<=\S)\.(?=[A-Za-z])", r"\\.", s)
     return s
 
 
