@@ -15,9 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tpudiag.errors import UsageError
-from tpudiag.model.hardware import ChipSpec
-
-CHIP_NAMES = ("v4", "v5e", "v5p", "v6e", "tpu7x")
+from tpudiag.model.hardware import CHIP_NAMES, ChipSpec
 
 
 def _got(value: object) -> str:

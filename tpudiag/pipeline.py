@@ -31,7 +31,7 @@ from tpudiag.analysis.profile_analysis import Analysis, analyze, build_report
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding, rank_key
 from tpudiag.model.allocator import HostMemoryTimeline
-from tpudiag.model.hardware import ChipSpec
+from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.memory import MemoryReport, OomError
 from tpudiag.model.report import Report, RuleSkip, Summary
@@ -41,7 +41,6 @@ if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the com
     from tpudiag.analysis.diff import NoiseOptions
     from tpudiag.compiler.static_report import StaticReport
 
-CHIP_NAMES = arguments.CHIP_NAMES
 STAGES = ("reading host files", "analysing steps and ops", "running the rules", "building the report")
 
 
@@ -65,6 +64,7 @@ class Diagnosis:
     warnings: tuple[str, ...]
     report: Report
     static: StaticReport | None = None
+    chip: ChipChoice = ChipChoice(None, ChipSource.UNKNOWN)  # the one chip every stage used, and its source
 
     def ops_frame(self) -> pd.DataFrame:
         """One row per op (as the report lists them, slowest first), compiled facts included."""
@@ -286,26 +286,28 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     _stage(progress, 1)
     analysis = analyze(profile, thresholds, per_step=fold.result())
     hosts = profile.hosts
-    trace_chip = hosts[0].device.chip if hosts else None
-    compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=trace_chip or chip, oom_errors=oom_errors)
-    join = _join(analysis, compiled, trace_chip)
+    choice = decide_chip(trace=hosts[0].device.chip if hosts else None, user=chip, what="capture")
+    compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors)
+    join = _join(analysis, compiled, choice.spec)
     analysis.join = join  # compiled facts per op, for the rules and the report
+    profile.warnings.extend(choice.warnings)
     profile.warnings.extend(compiled.warnings)  # what reading `--dumps` set aside, shown as report shows it
     _stage(progress, 2)
-    findings, skipped = run_rules(analysis, rules_config, compiled, join=join, chip=compiled.chip)
+    findings, skipped = run_rules(analysis, rules_config, compiled, join=join)
     _stage(progress, 3)
     report = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
                           dumps=compiled.labels, join=join)
     report = replace(report, memory=_memory(compiled))
     return Diagnosis(input_path=str(path), mode="trace", analysis=analysis, compiled=compiled, join=join,
-                     findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report)
+                     findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
+                     chip=choice)
 
 
 def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz: float | None,
                      progress: Callable[[str], None] | None, oom_errors: tuple[OomError, ...] = ()) -> Diagnosis:
     """Compiler dumps alone: a modelled timeline from the compiler's estimate when the generation is
     known, the dump-only rules otherwise. Exit 2 (InputError) only when nothing can be read."""
-    from tpudiag.compiler.dump_dir import load_dump_directory
+    from tpudiag.compiler.dump_dir import dump_chip, load_dump_directory
     from tpudiag.compiler.static_report import build_static_report
     from tpudiag.rules import run_rules
 
@@ -321,19 +323,21 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         warnings.append(f"no modelled timeline: {exc.message}; rules that need it are skipped"
                         + (f" (hint: {exc.hint})" if exc.hint else ""))
     if output is not None:
-        from tpudiag.compiler.simulate import chip_of
-
-        chip = chip_of(output)
+        choice = output.chip  # its warnings are the output's, shown with the static report's
         static = build_static_report(output, clock_ghz=clock_ghz)
         _stage(progress, 1)
         analysis = _modelled_analysis(output, path, clock_ghz, rules_config)
-        join = _join(analysis, compiled, chip)
+        join = _join(analysis, compiled, choice.spec)
         analysis.join = join
-    compiled = replace(compiled, chip=chip, oom_errors=oom_errors)
+    else:
+        target = compiled.hlo[0].program.target if compiled.hlo else ""
+        choice = dump_chip(target, compiled.llo[0] if compiled.llo else None, chip)
+        warnings.extend(choice.warnings)
+    compiled = replace(compiled, chip=choice.spec, oom_errors=oom_errors)
     for dump in compiled.llo:
         warnings.extend(w for w in dump.warnings if output is None)
     _stage(progress, 2)
-    findings, skipped = run_rules(analysis, rules_config, compiled, join=join, chip=chip, static=True)
+    findings, skipped = run_rules(analysis, rules_config, compiled, join=join, static=True)
     _stage(progress, 3)
     if analysis is not None:
         analysis.profile.warnings.extend(static.warnings)
@@ -346,7 +350,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
     report = replace(report, memory=_memory(compiled))
     return Diagnosis(input_path=str(path), mode="static", analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
-                     static=static)
+                     static=static, chip=choice)
 
 
 def _memory(compiled: CompiledInputs) -> tuple:

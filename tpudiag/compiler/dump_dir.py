@@ -28,6 +28,7 @@ from tpudiag.compiler.dumps import CompileOutput, load_compile_output, matmul_fl
 from tpudiag.compiler.worker import RESULT_FILE
 from tpudiag.errors import InputError
 from tpudiag.model.compiled import CompiledProgram
+from tpudiag.model.hardware import ChipChoice, ChipSource, ChipSpec, decide_chip
 from tpudiag.parsers.input_files import read_input_text
 
 HLO_SUFFIX = ".after_optimizations.txt"
@@ -125,6 +126,13 @@ def generation_for_llo(llo) -> str:
     return found[0] if len(found) == 1 else ""
 
 
+def dump_chip(target: str, llo, user: ChipSpec | None) -> ChipChoice:
+    """The chip of a dump (`decide_chip`): its `target_arguments.txt` target, else what its LLO dump
+    (`llo`, or None) implies, else `user` (`--chip`)."""
+    return decide_chip(target=generation_for_target(target),
+                       llo=generation_for_llo(llo) if llo is not None else "", user=user)
+
+
 def load_dump_directory(path: Path, chip=None) -> CompileOutput:
     """A `CompileOutput` from a compile output directory, or from a bare XLA and/or LLO dump.
 
@@ -140,7 +148,11 @@ def load_dump_directory(path: Path, chip=None) -> CompileOutput:
     if not path.is_dir():
         raise InputError("no such directory", path=path)
     if (path / RESULT_FILE).is_file():
-        return load_compile_output(path)
+        output = load_compile_output(path)
+        output.chip = decide_chip(target=output.facts.get("generation") or output.facts.get("device_kind") or "",
+                                  user=chip)
+        output.warnings.extend(output.chip.warnings)
+        return output
     parts = dump_parts(path)
     warnings: list[str] = []
     dump = llo = None
@@ -218,29 +230,22 @@ def _from_programs(path: Path, dump, llo, warnings: list[str], chip) -> CompileO
         if m and int(m.group(1)) > 1:
             mesh[key] = int(m.group(1))
     devices = mesh.get("partitions", 1) * mesh.get("replicas", 1)
-    generation = generation_for_target(program.target)
-    if not generation and llo is not None:
-        generation = generation_for_llo(llo)
-        if generation:
-            warnings.append(f"TPU generation {generation} inferred from the LLO dump (MXUs per core and VMEM "
-                            "capacity): no `target_arguments.txt` here")
-    if chip is not None and generation and generation != chip.generation:
-        warnings.append(f"--chip {chip.generation} ignored: the dump was compiled for {generation}")
-    elif chip is not None and not generation:
-        generation = chip.generation
-        warnings.append(f"TPU generation {generation} from --chip: the dump does not name it")
-    if not generation:
+    choice = dump_chip(program.target, llo, chip)
+    warnings.extend(choice.warnings)
+    if choice.spec is None:
         raise InputError(f"cannot tell the TPU generation of this dump (target `{program.target or 'unknown'}`)",
                          path=path, hint="the XLA dump's `*.target_arguments.txt` names it; keep it with the dump, or pass --chip")
+    generation = choice.spec.generation
     spills = _llo_spills(llo)
     if llo is not None:
         program = _with_static_cycles(program, llo)
-    facts = {"status": "ok", "generation": generation, "device_kind": program.target or "inferred from the LLO dump", "module": program.module,
+    device_kind = program.target if choice.source is ChipSource.DUMP else choice.source.value
+    facts = {"status": "ok", "generation": generation, "device_kind": device_kind, "module": program.module,
              "n_devices": devices, "target": str(path), "topology": generation, "mesh": mesh,
              "static_profile": bool(llo is not None and not llo.static_profile.empty)}
     return CompileOutput(path=path, facts=facts, program=program, spills=spills,
                          group_sizes=replica_group_sizes(program), matmul_flops=matmul_flops(program),
-                         hlo_proto=None, warnings=warnings)
+                         hlo_proto=None, warnings=warnings, chip=choice)
 
 
 def _llo_spills(llo) -> pd.DataFrame:

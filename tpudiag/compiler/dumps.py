@@ -23,6 +23,7 @@ from tpudiag.compiler.worker import HLO_PROTO_FILE, HLO_TEXT_FILE, RESULT_FILE
 from tpudiag.errors import InputError
 from tpudiag.parsers.input_files import read_input_bytes, read_input_text
 from tpudiag.model.compiled import CompiledProgram
+from tpudiag.model.hardware import ChipChoice
 from tpudiag.model.matmuls import instruction_matmul
 
 # Replica groups as XLA prints them: iota `[groups,size]<=[...]` or explicit `{{0,1},{2,3}}`.
@@ -58,6 +59,7 @@ class CompileOutput:
     matmul_flops: dict[tuple[str, str], float]  # (computation, instruction) -> dot/convolution FLOPs
     hlo_proto: bytes | None
     warnings: list[str] = field(default_factory=list)
+    chip: ChipChoice | None = None  # the generation and where it came from (`model.hardware.decide_chip`)
 
 
 def replica_group_size(text: str) -> int | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tpudiag.errors import InputError, UsageError
 from tpudiag.kernels_lab.tiling import scale_dim
-from tpudiag.model.hardware import chip_for
+from tpudiag.model.hardware import CHIPS, chip_for, smallest_topology
 from tpudiag.model.hlo_shapes import Shape, operand_shapes, parse_array
 from tpudiag.model.matmuls import OpMath, ProgramMath, op_math_from_text
 from tpudiag.kernels_lab.collective_spec import KINDS as COLLECTIVE_KINDS
@@ -46,8 +46,7 @@ REDUCTION_HINTS = (("softmax", "softmax"), ("layer_norm", "layernorm"), ("layern
                    ("rms_norm", "rmsnorm"), ("rmsnorm", "rmsnorm"))
 
 # Smallest single-host topology per generation; the lab compiles against one device of it.
-DEFAULT_TOPOLOGY = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2",
-                    "TPU7x": "TPU7x:2x2x1"}
+DEFAULT_TOPOLOGY = {c.generation: smallest_topology(c) for c in CHIPS}
 
 
 # Arrays read from HLO text: the one reader rules and the op math use too (`model.hlo_shapes`).

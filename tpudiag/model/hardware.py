@@ -9,6 +9,7 @@ where it is not public: v6e's clock cannot be derived consistently from public p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ CHIPS: tuple[ChipSpec, ...] = (
 
 _BY_GENERATION = {c.generation.lower(): c for c in CHIPS}
 
+# The names `--chip` and `chip=` accept (lower case), in the table's order: the one list of them.
+CHIP_NAMES: tuple[str, ...] = tuple(_BY_GENERATION)
+
 
 def chip_for(name: str | None) -> ChipSpec | None:
     """The spec for a generation name (`v6e`) or a device type string (`TPU v6 Lite`), else None.
@@ -65,6 +69,57 @@ def chip_for(name: str | None) -> ChipSpec | None:
         if pattern in key:
             return chip
     return None
+
+
+def smallest_topology(chip: ChipSpec) -> str:
+    """The smallest single-host libtpu topology of a generation: a 2x2 of a 2D torus (4 ICI links
+    per chip: v5e, v6e), a 2x2x1 of a 3D one (6 links: v4, v5p, TPU7x)."""
+    return f"{chip.generation}:{'2x2' if chip.ici_links == 4 else '2x2x1'}"
+
+
+class ChipSource(str, Enum):
+    """Where a diagnosis's chip came from, most trusted first; the value is how reports say it."""
+
+    TRACE = "from the capture"  # the device plane names it: what the program ran on
+    DUMP = "from the dump's target"  # `target_arguments.txt` (or a `tpudiag compile` output) names it
+    LLO = "inferred from the LLO dump"  # MXUs per core and VMEM capacity match exactly one chip
+    USER = "from --chip"  # the caller said it, and no file does
+    UNKNOWN = "unknown"  # nothing says it: no chip
+
+
+@dataclass(frozen=True)
+class ChipChoice:
+    """The one chip a diagnosis uses (None when unknown), where it came from, and what to warn."""
+
+    spec: ChipSpec | None
+    source: ChipSource
+    warnings: tuple[str, ...] = ()
+
+
+def decide_chip(*, trace: ChipSpec | None = None, target: str = "", llo: str = "",
+                user: ChipSpec | None = None, what: str = "dump") -> ChipChoice:
+    """The chip a diagnosis uses, decided once: the capture's device, else the generation the
+    dump's target names (`target`), else the one its LLO dump implies (`llo`), else `--chip`
+    (`user`). Files win over `--chip`, which only fills in what they do not say; a `--chip` that
+    disagrees with them is ignored with a warning. `what` names the input for the warnings
+    (`dump`, `capture`).
+    """
+    warnings: list[str] = []
+    spec, source = trace, ChipSource.TRACE
+    if spec is None:
+        spec, source = chip_for(target), ChipSource.DUMP
+    if spec is None:
+        spec, source = chip_for(llo), ChipSource.LLO
+        if spec is not None:
+            warnings.append(f"TPU generation {spec.generation} inferred from the LLO dump (MXUs per core and VMEM "
+                            "capacity): no `target_arguments.txt` here")
+    if spec is not None and user is not None and user.generation != spec.generation:
+        ran = "ran on" if source is ChipSource.TRACE else "was compiled for"
+        warnings.append(f"--chip {user.generation} ignored: the {what} {ran} {spec.generation}")
+    elif spec is None and user is not None:
+        spec, source = user, ChipSource.USER
+        warnings.append(f"TPU generation {spec.generation} from --chip: the {what} does not name it")
+    return ChipChoice(spec, source if spec is not None else ChipSource.UNKNOWN, tuple(warnings))
 
 
 # HBM the TPU compiler lets one program use, as its out-of-memory message reports it ("exceeds

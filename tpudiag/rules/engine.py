@@ -19,7 +19,7 @@ from typing import Any
 from tpudiag.analysis.join import JoinResult
 from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model.findings import Finding, rank_key
-from tpudiag.model.hardware import ChipSpec
+from tpudiag.model.hardware import ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.report import RuleSkip
 from tpudiag.rules.base import INPUTS, TABLES, Rule, RuleContext
@@ -86,12 +86,12 @@ def _skip_reason(missing: str, ctx: RuleContext) -> str:
 
 def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
               compiled: CompiledInputs | None = None, *, join: JoinResult | None = None,
-              layouts: Callable[[str], Any] | None = None, chip: ChipSpec | None = None,
-              static: bool = False) -> tuple[list[Finding], list[RuleSkip]]:
+              layouts: Callable[[str], Any] | None = None, static: bool = False) -> tuple[list[Finding], list[RuleSkip]]:
     """(findings sorted by saving, largest first; rules skipped with their reasons).
 
     `compiled` None means "only what the capture embeds": its HLO protos are parsed when a
-    selected rule uses `hlo`. `static` marks times as the compiler's estimate (dumps alone): every
+    selected rule uses `hlo`. The chip is `compiled.chip` (`tpudiag.diagnose` decides it once),
+    else the capture's, decided the same way. `static` marks times as the compiler's estimate (dumps alone): every
     saving is then labelled `compiler estimate`.
     """
     config = config or RulesConfig()
@@ -107,7 +107,7 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
         layouts = default_layout_provider()
     ctx = RuleContext(analysis=analysis, compiled=compiled, join=join if join is not None else
                       (analysis.join if analysis is not None else None), layouts=layouts,
-                      chip=chip or compiled.chip or trace_chip(analysis), static=static)
+                      chip=compiled.chip or decide_chip(trace=trace_chip(analysis)).spec, static=static)
     inputs = available_inputs(ctx)
     findings: list[Finding] = []
     skipped: list[RuleSkip] = []

@@ -83,6 +83,7 @@ import pandas as pd
 
 from tpudiag.analysis.host_compare import find_straggler, host_stats
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.hardware import chip_for, smallest_topology
 from tpudiag.model.profile import CollectiveDigest, WindowThresholds
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, per_step_worst_core,
@@ -177,9 +178,10 @@ def _names(names: list[str], limit: int = 3) -> str:
 
 def whatif_hint(generation: str) -> str:
     """How to model the async flags without a TPU: the `tpudiag whatif` command (MODULE:FUNCTION: the step)."""
-    grid = "2x2" if generation in ("v5e", "v6e") else "2x2x1"
+    chip = chip_for(generation)
+    topology = smallest_topology(chip) if chip is not None else f"{generation}:2x2x1"
     settings = " ".join(f"--xla-flag {flag.removeprefix('--')}" for flag in ASYNC_FLAGS.split())
-    return f"model it without a TPU: `tpudiag whatif MODULE:FUNCTION --topology {generation}:{grid} {settings}`"
+    return f"model it without a TPU: `tpudiag whatif MODULE:FUNCTION --topology {topology} {settings}`"
 
 
 REDUCING = ("all-reduce", "reduce-scatter")  # synchronous at entry level even on v5e (async all-gathers)
