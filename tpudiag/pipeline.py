@@ -295,8 +295,7 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     _stage(progress, 2)
     findings, skipped = run_rules(analysis, rules_config, compiled, join=join)
     _stage(progress, 3)
-    report = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
-                          dumps=compiled.labels, join=join)
+    report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels, join=join)
     report = replace(report, memory=_memory(compiled))
     return Diagnosis(input_path=str(path), mode="trace", analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
@@ -342,8 +341,8 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
     if analysis is not None:
         analysis.profile.warnings.extend(static.warnings)
         analysis.profile.warnings.extend(warnings)
-        report = build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped),
-                              dumps=compiled.labels, join=join)
+        report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels,
+                              join=join)
         report = replace(report, summary=replace(report.summary, input_path=str(path), mode="static"))
     else:
         report = _dump_only_report(path, compiled, findings, skipped, warnings)
@@ -384,7 +383,7 @@ def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, w
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
         dumps=compiled.labels, mode="static")
     return Report(summary=summary, hosts=(), ops=(),
-                  findings=tuple(sorted(findings, key=rank_key)), rules_run=True,
+                  findings=tuple(sorted(findings, key=rank_key)),
                   rules_skipped=tuple(skipped), warnings=tuple(dict.fromkeys(warnings)))
 
 

@@ -76,7 +76,7 @@ def test_op_detail_has_hlo_per_core_counts_and_citing_findings(loaded):
     cite = Finding("some-rule", "TPD999", Severity.LOW, "fusion.1 is slow", Saving(1, "measured", "x"), "fix it",
                    host="host0", ops=("fusion.1",))
     other_host = dataclasses.replace(cite, host="host9")
-    report = dataclasses.replace(report, findings=(cite, other_host), rules_run=True)
+    report = dataclasses.replace(report, findings=(cite, other_host))
     op = find_op(report, "fusion.1")
     d = op_detail(analysis, report, op)
     assert d.hlo_text.startswith("%fusion.1 = bf16[1024,4096]")

@@ -32,7 +32,7 @@ HOSTILE = "x|y](http://evil)<script>alert(1)</script>"
 def report_for(path: Path, rules: bool = True):
     analysis = analyze(load_capture(path))
     findings, skipped = run_rules(analysis) if rules else ([], [])
-    return build_report(analysis, tuple(findings), rules_run=rules, rules_skipped=tuple(skipped))
+    return build_report(analysis, tuple(findings), rules_skipped=tuple(skipped))
 
 
 def gfm_html(markdown: str) -> str:
@@ -77,7 +77,7 @@ FIXED_FINDINGS = (
 
 def test_markdown_report_of_the_bundled_example_matches_its_snapshot():
     analysis = analyze(load_capture(EXAMPLE))
-    report = build_report(analysis, FIXED_FINDINGS, rules_run=True,
+    report = build_report(analysis, FIXED_FINDINGS,
                           rules_skipped=(RuleSkip("spill", "needs LLO dumps (`--dumps DIR`)"),))
     figures = {k: (f"report-{k}.png", f"{k} figure") for k in ("step-breakdown", "roofline", "categories")}
     body = render_markdown(report, figures, figures_note="PNG files beside this report")
@@ -101,9 +101,9 @@ def test_methods_say_what_was_measured_and_which_peaks_were_used():
     assert "tpudiag 0." in methods
 
 
-def test_without_rules_the_report_says_so():
+def test_without_findings_the_report_says_so():
     body = render_markdown(report_for(EXAMPLE, rules=False))
-    assert "No automatic diagnosis was run" in body
+    assert "The rules found no problem worth reporting" in body and "No findings." in body
 
 
 # ---------------------------------------------------------------------------------------------

@@ -145,7 +145,7 @@ def _full_pipeline(run: Path) -> None:
         assert (host.async_windows["end_ps"] >= host.async_windows["start_ps"]).all()
     analysis = analyze(profile)
     findings, skipped = run_rules(analysis)
-    render_json(build_report(analysis, tuple(findings), rules_run=True, rules_skipped=tuple(skipped)))
+    render_json(build_report(analysis, tuple(findings), rules_skipped=tuple(skipped)))
 
 
 @SETTINGS

@@ -47,8 +47,8 @@ def _no_developer_config(monkeypatch):
             monkeypatch.delenv(name)
 
 
-def with_findings(session: Session, findings=FINDINGS, rules_run: bool = True) -> Session:
-    report = dataclasses.replace(session.report, findings=tuple(findings), rules_run=rules_run, rules_skipped=())
+def with_findings(session: Session, findings=FINDINGS) -> Session:
+    report = dataclasses.replace(session.report, findings=tuple(findings), rules_skipped=())
     return dataclasses.replace(session, report=report)
 
 

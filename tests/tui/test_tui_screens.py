@@ -52,15 +52,9 @@ def test_two_host_snapshots(two_host_session):
     assert not failures, "\n\n".join(failures)
 
 
-def test_findings_says_rules_not_run(example_session):
-    scenario, failures = _journey([(("f",), "findings_rules_not_run")])
-    run(make_app(with_findings(example_session, findings=(), rules_run=False)), scenario)
-    assert not failures, "\n\n".join(failures)
-
-
 def test_findings_says_no_findings(example_session):
     scenario, failures = _journey([(("f",), "findings_none")])
-    run(make_app(with_findings(example_session, findings=(), rules_run=True)), scenario)
+    run(make_app(with_findings(example_session, findings=())), scenario)
     assert not failures, "\n\n".join(failures)
 
 

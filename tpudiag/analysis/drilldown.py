@@ -16,6 +16,7 @@ from functools import lru_cache
 from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import OpRow, Report
+from tpudiag.parsers.layout import parse_shape
 
 
 @dataclass(frozen=True)
@@ -37,14 +38,9 @@ class OpFilter:
 def padding_fraction(shape_with_layout: str) -> float | None:
     """Share of the result's bytes in its tiled layout that are padding; None when unknown.
 
-    None when the shape has no tiled layout or the layout parser is not part of this build or
-    cannot read the text.
+    None when the shape has no tiled layout or the layout parser cannot read the text.
     """
     if ":T(" not in shape_with_layout:
-        return None
-    try:
-        from tpudiag.parsers.layout import parse_shape  # optional: written in parallel
-    except ImportError:
         return None
     try:
         shape = parse_shape(shape_with_layout)

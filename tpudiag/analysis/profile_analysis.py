@@ -211,7 +211,7 @@ def _finite(x: float) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_run: bool = False,
+def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (),
                  rules_skipped: tuple[RuleSkip, ...] = (), dumps: tuple[str, ...] = (),
                  join: JoinResult | None = None) -> Report:
     profile = analysis.profile
@@ -254,6 +254,6 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (), rules_r
             with_cycles=int(join.columns["estimated_cycles"].notna().sum())))
     return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis, join)),
                   findings=tuple(sorted(findings, key=rank_key)),
-                  rules_run=rules_run, rules_skipped=rules_skipped, warnings=tuple(dict.fromkeys(warnings)),
+                  rules_skipped=rules_skipped, warnings=tuple(dict.fromkeys(warnings)),
                   failures=tuple(f.message for f in profile.failures),
                   categories=tuple(_category_times(analysis)))

@@ -151,7 +151,6 @@ class Report:
     hosts: tuple[HostSummary, ...]
     ops: tuple[OpRow, ...]  # sorted by self time, descending
     findings: tuple[Finding, ...]
-    rules_run: bool
     rules_skipped: tuple[RuleSkip, ...] = ()
     warnings: tuple[str, ...] = ()
     failures: tuple[str, ...] = ()  # host files that could not be analysed

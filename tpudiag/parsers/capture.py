@@ -368,11 +368,9 @@ def plane_roles(planes: list[bytes | memoryview], path) -> PlaneRoles:
     return PlaneRoles(platform, refs, names, axis, tuple(warnings))
 
 
-def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
-                          keep_events: bool = True) -> HostTrace | HostFailure:
+def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace | HostFailure:
     """The worker boundary (a pool process or a Dask task): any project error becomes this host's
-    failure, so the others go on. `keep_events` is for tasks that reduce a host where it is parsed
-    (`load_capture`'s `per_host`); the parsed host always has its events."""
+    failure, so the others go on. The parsed host has its events."""
     try:
         return _parse_file(path, plane_jobs)
     except TpudiagError as exc:
@@ -381,7 +379,7 @@ def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
         return HostFailure(str(path), exc.one_line())
 
 
-# A host task: (host file, plane_jobs, keep_events) -> the parsed host or its failure. It runs in
+# A host task: (host file, plane_jobs) -> the parsed host or its failure. It runs in
 # the process that parsed the host (pool process, Dask worker), so a task that reduces the host
 # there (`analysis.host_digest.parse_and_digest`) sends back only what it keeps. Picklable.
 HostTask = Callable[..., "HostTrace | HostFailure"]
@@ -394,14 +392,13 @@ def load_capture(path: Path | str, jobs: int | None = None,
 
     Several hosts parse in parallel processes (`jobs`), or as tasks on a Dask distributed cluster
     when `scheduler` (an address or a `distributed.Client`) is given. `per_host` replaces the
-    plain parse of each host file; it is asked to keep the events only for a single-host capture.
+    plain parse of each host file; it is called with `keep_events`, True only for a single-host capture.
     `on_host` is called in this process with each parsed host as it arrives, before the next ones
     are gathered, so a caller can fold what a host brings instead of holding every host's.
     """
     capture = find_capture(path)
     files = capture.files
-    task = per_host or parse_file_or_failure
-    keep = len(files) == 1
+    task = functools.partial(per_host, keep_events=len(files) == 1) if per_host else parse_file_or_failure
 
     def arrived(result: HostTrace | HostFailure) -> HostTrace | HostFailure:
         if on_host is not None and isinstance(result, HostTrace):
@@ -415,19 +412,19 @@ def load_capture(path: Path | str, jobs: int | None = None,
             progress(f"parsing {len(files)} hosts on the Dask cluster")
         from tpudiag.parsers.dask_hosts import map_on_dask
 
-        results = map_on_dask(task, files, keep, scheduler, arrived)
+        results = map_on_dask(task, files, scheduler, arrived)
     elif workers <= 1 or len(files) == 1:
         results = []
         for f in files:
             if progress:
                 progress(f"parsing {f.name}")
             # A single host may still use every core, plane by plane.
-            results.append(arrived(task(f, plane_jobs=jobs or os.cpu_count() or 1, keep_events=keep)))
+            results.append(arrived(task(f, plane_jobs=jobs or os.cpu_count() or 1)))
     else:
         if progress:
             progress(f"parsing {len(files)} hosts in {workers} processes")
         with _pool(workers) as pool:
-            results = [arrived(r) for r in pool.map(functools.partial(task, plane_jobs=1, keep_events=keep), files)]
+            results = [arrived(r) for r in pool.map(functools.partial(task, plane_jobs=1), files)]
     for f, r in zip(files, results):
         if isinstance(r, HostTrace):  # resolved here, in the caller's working directory
             r.source = str(f) if isinstance(f, HostUrl) else str(Path(f).resolve())

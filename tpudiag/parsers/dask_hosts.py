@@ -31,7 +31,7 @@ MAX_HANDSHAKE_BYTES = 1 << 16  # a Dask handshake is ~60 bytes: anything far big
 _TCP_SCHEMES = ("tcp", "tls", "ws", "wss")
 
 
-def map_on_dask(task: Callable, files: tuple, keep_events: bool, scheduler, arrived: Callable) -> list:
+def map_on_dask(task: Callable, files: tuple, scheduler, arrived: Callable) -> list:
     """Parse every host file as one task on the cluster; results in the order of `files`.
 
     `scheduler` is an address (`tcp://host:8786`) or a `distributed.Client`. Only the file names go
@@ -48,7 +48,7 @@ def map_on_dask(task: Callable, files: tuple, keep_events: bool, scheduler, arri
     client = connect(scheduler) if own else scheduler
     try:
         _wait_for_workers(client, scheduler)
-        futures = client.map(task, list(files), plane_jobs=1, keep_events=keep_events, pure=False)
+        futures = client.map(task, list(files), plane_jobs=1, pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
         results: list = [None] * len(futures)
         for future in as_completed(futures, loop=client.loop):  # each host as it finishes

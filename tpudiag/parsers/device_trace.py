@@ -459,7 +459,7 @@ class _HostBuilder:
 
     # -- other device lines ------------------------------------------------------------------
 
-    def add_steps(self, plane, line, device: str, core: int, stat_names, sid) -> None:
+    def add_steps(self, plane, line, device: str, core: int, sid) -> None:
         base = self.line_base(line, device)
         if base is None:
             return
@@ -772,7 +772,7 @@ def parse_device_plane(plane, ref: PlaneRef, platform: str, axis: TimeAxis, line
         b.add_op_line(plane, line, plane.name, core, chip, stat_names, sid, gpu)
     for name in STEP_LINES:
         if name in lines:
-            b.add_steps(plane, lines[name], plane.name, core, stat_names, sid)
+            b.add_steps(plane, lines[name], plane.name, core, sid)
     for name in MODULE_LINES:
         if name in lines:
             b.add_modules(plane, lines[name], plane.name, core)

@@ -165,9 +165,7 @@ def _summary(report: Report) -> list[str]:
     out.append("")
     out.append("### Top problems")
     out.append("")
-    if not report.rules_run:
-        out.append("No automatic diagnosis was run: the rule engine is not part of this build.")
-    elif not report.findings:
+    if not report.findings:
         out.append("The rules found no problem worth reporting.")
     else:
         step = s.step_time.mean_ps if s.step_time else None
@@ -246,9 +244,6 @@ def _evidence(f: Finding) -> list[str]:
 
 def _findings_section(report: Report) -> list[str]:
     out = ["## Findings", ""]
-    if not report.rules_run:
-        out += ["No rules were run: the rule engine is not part of this build.", ""]
-        return out
     if not report.findings:
         out += ["No findings.", ""]
     for i, f in enumerate(report.findings, start=1):

@@ -66,12 +66,10 @@ def load_session(path: Path, progress: Callable[[int, str], None] | None = None,
 
 
 def rule_explanation(rule: str) -> str:
-    """The rule's own "Why it matters" and "How to fix" text, or "" when the registry is absent."""
-    try:
-        from tpudiag.rules.base import doc_sections
-        from tpudiag.rules.registry import get_rule
-    except ImportError:
-        return ""
+    """The rule's own "What it does" and "Why it matters" text, or "" for a name the registry lacks."""
+    from tpudiag.rules.base import doc_sections
+    from tpudiag.rules.registry import get_rule
+
     found = get_rule(rule)
     if found is None:
         return ""

@@ -174,7 +174,7 @@ class FindingsView(Horizontal):
 
     def compose(self) -> ComposeResult:
         report = self.session.report
-        if not report.rules_run or not report.findings:
+        if not report.findings:
             yield Static(Text(printable(export.verdict(report) + self._skips(), keep_newlines=True)), id="findings-empty")
             return
         items = []
