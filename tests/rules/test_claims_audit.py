@@ -172,11 +172,20 @@ def recompute(comp: str, line: Line, hlo: Hlo | None) -> dict[str, object]:
         groups = int(_attr(line.attrs, "feature_group_count") or 1)
         bgroups = int(_attr(line.attrs, "batch_group_count") or 1)
         size = re.search(r"size=([\dx]+)", line.attrs)
-        window = math.prod(int(x) for x in size.group(1).split("x")) if size else 1
-        m = math.prod(out[i] for i, ch in enumerate(out_l) if ch == "b" or ch.isdigit())
-        n = out[out_l.index("f")] // (groups * bgroups)
-        k = lhs[lhs_l.index("f")] // groups * window
+        dilate = re.search(r"lhs_dilate=([\dx]+)", line.attrs)
+        sizes = [int(x) for x in size.group(1).split("x")] if size else []
+        dilations = [int(x) for x in dilate.group(1).split("x")] if dilate else [1] * len(sizes)
+        m = out[out_l.index("b")]
+        k = lhs[lhs_l.index("f")] // groups
         batch = groups * bgroups
+        for digit, (w, d) in enumerate(zip(sizes, dilations)):
+            positions = out[out_l.index(str(digit))]
+            if d == w > 1:  # every tap on its own dilated input: XLA's batched dot
+                batch *= positions
+            else:
+                m *= positions
+                k *= -(-w // d)
+        n = out[out_l.index("f")] // (groups * bgroups)
     else:  # a fusion or custom call whose two operands compose as [B,]M,K x [B,]K,N -> [B,]M,N
         m, n = out[-2:]
         batch = math.prod(out[:-2])
@@ -192,7 +201,7 @@ class Case:
     diagnosis: object
     hlo: Hlo | None  # the program's text; None for scenarios (their op lines are in `lines`)
     lines: dict[str, Line]  # scenario ops' own HLO lines
-    rates: dict[str, float]  # op -> FLOP/s recomputed without tpudiag
+    rates: dict[tuple[str, str], float]  # (FLOP/s or HBM bytes/s, op) -> the rate, recomputed without tpudiag
     generation: str
 
 
@@ -227,11 +236,12 @@ def _xprof_rates(capture: Path, tmp: Path, hlo: Hlo | None) -> dict[str, float]:
     assert proc.returncode == 0, proc.stderr[-2000:]
     rates = {}
     for r in json.loads(proc.stdout)["records"]:
+        rates[("HBM bytes/s", r["op_name"])] = r["measured_memory_bw_gbs"] * 1e9
         rate = r["measured_flop_rate"] * 1e9
         if rate == 0 and r["category"] == "custom-call" and hlo is not None and hlo.find(r["op_name"]):
             comp, line = hlo.find(r["op_name"])
             rate = _declared_flops(line, comp, hlo) * r["occurrences"] / (r["total_time_us"] * 1e-6)
-        rates[r["op_name"]] = rate
+        rates[("FLOP/s", r["op_name"])] = rate
     return rates
 
 
@@ -264,7 +274,19 @@ def _design_rates(designs: list[CaptureDesign], lines: dict[str, Line]) -> dict[
                 for placed in d.schedule(chip, step):
                     total_flops[placed.op] += flops.get(placed.op, 0.0)
                     total_ps[placed.op] += placed.dur_ps
-    return {n: total_flops[n] / (total_ps[n] / 1e12) for n in total_ps if total_ps[n] > 0}
+    rates = {("FLOP/s", n): total_flops[n] / (total_ps[n] / 1e12) for n in total_ps if total_ps[n] > 0}
+    hbm = {op.name: (op.bytes_accessed / 2 if op.hbm_read_bytes is None else op.hbm_read_bytes)
+           + (op.bytes_accessed / 2 if op.hbm_write_bytes is None else op.hbm_write_bytes)
+           for d in designs for op in d.ops}
+    occurrences: dict[str, int] = defaultdict(int)
+    for d in designs:
+        for chip in range(d.n_chips):
+            for step in range(1, d.n_steps + 1):
+                for placed in d.schedule(chip, step):
+                    occurrences[placed.op] += 1
+    rates.update({("HBM bytes/s", n): hbm.get(n, 0.0) * occurrences[n] / (total_ps[n] / 1e12)
+                  for n in total_ps if total_ps[n] > 0})
+    return rates
 
 
 @pytest.fixture(scope="module")
@@ -355,15 +377,16 @@ def test_dims_dtypes_and_padding_in_the_text_are_the_matmul_s(cases):
         assert "dims not multiples" not in text  # the old cause, read off every shape in sight
 
 
-def test_flop_rates_match_an_independent_recomputation(cases):
-    checked = 0
+def test_rates_match_an_independent_recomputation(cases):
+    checked: dict[str, int] = defaultdict(int)
     for case, f in _findings(cases):
         for q in f.quantities:
-            if q.name != "FLOP/s" or q.subject not in case.rates:
+            key = (q.name, q.subject)
+            if key not in case.rates:
                 continue
-            assert q.value == pytest.approx(case.rates[q.subject], rel=1e-3), f"{case.label}: `{q.subject}`"
-            checked += 1
-    assert checked >= 5
+            assert q.value == pytest.approx(case.rates[key], rel=1e-3), f"{case.label}: `{q.subject}` {q.name}"
+            checked[q.name] += 1
+    assert checked["FLOP/s"] >= 5 and checked["HBM bytes/s"] >= 2, dict(checked)
 
 
 _SHARE_OF_PEAK = re.compile(r"([\d.]+)% of (?:peak|[\d.]+ [KMGT]?B/s)")
@@ -390,3 +413,11 @@ def test_the_reader_agrees_with_the_issue_s_hand_reading():
     assert recompute(*found, hlo) == {"M": 512, "N": 256, "K": 1024, "batch": 1, "lhs dtype": "bf16",
                                       "rhs dtype": "bf16", "result dtype": "bf16"}
     assert hlo.inside("fusion.198", "convolution.27") is None
+
+
+def test_the_reader_reads_an_attention_dot_written_as_a_dilated_convolution():
+    """`bqhd,bkhd->bhqk` (b 8, h 2, q = k = d = 128) as XLA writes it: a window of size 8x2 that is all lhs dilation."""
+    hlo = _dump_text(MODELS / "dumps" / "transformer_train_v5e")
+    found = hlo.find("convolution-base-dilated.12")
+    assert recompute(*found, hlo) == {"M": 128, "N": 128, "K": 128, "batch": 16, "lhs dtype": "bf16",
+                                      "rhs dtype": "bf16", "result dtype": "bf16"}

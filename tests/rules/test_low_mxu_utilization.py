@@ -161,3 +161,31 @@ def test_a_fast_bf16_pallas_matmul_is_a_near_miss(tmp_path: Path):
     dur = round(sc.PALLAS_FLOPS / (0.55 * sc.PEAK) * 1e12)  # 55 %: above the 50 % bar
     d = sc.design((op,), lambda chip, step: [sc.Placed(op.name, 0, dur)], step_ps=dur)
     assert _run(sc.analyse(d, tmp_path)) == []
+
+
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+
+
+def test_issue20_fusion_198_is_judged_by_its_convolution_not_its_output_tuple():
+    """The bundled v5e transformer: fusion.198's matmul is convolution.55 (bf16 x bf16, M 512, N 256,
+    K 1024), aligned; the 2, 4 and 8 of its output tuple and the f32 of the optimiser update are not causes."""
+    import tpudiag
+
+    d = tpudiag.diagnose(MODELS / "captures" / "transformer_train_v5e", dumps=[MODELS / "dumps" / "transformer_train_v5e"])
+    for op in ("fusion.198", "fusion.203"):
+        (f,) = [f for f in d.findings if f.rule == "low-mxu-utilization" and op in f.ops]
+        assert "f32" not in f.message and "→" not in f.fix and "not a multiple" not in f.message, f.message
+        assert "spills" in f.message  # what the compiled code does show
+        q = {x.name: x.value for x in f.quantities}
+        assert (q["M"] * q["N"], q["K"], q["lhs dtype"], q["rhs dtype"]) == (512 * 256, 1024, "bf16", "bf16")
+
+
+@pytest.mark.parametrize(("example", "op", "mxu"), [("llm_decode_v5e", "fusion.18", 128),
+                                                    ("llm_decode_v6e", "fusion.26", 256)])
+def test_issue20_a_decode_batch_of_4_is_a_small_batch_never_padding(example, op, mxu):
+    import tpudiag
+
+    d = tpudiag.diagnose(MODELS / "captures" / example, dumps=[MODELS / "dumps" / example])
+    (f,) = [f for f in d.findings if f.rule == "low-mxu-utilization" and op in f.ops]
+    assert f"small batch (M = 4 rows in `convolution.27` < MXU {mxu})" in f.message
+    assert "→" not in f.fix and "padding M would only add work" in f.fix

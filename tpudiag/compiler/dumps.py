@@ -12,7 +12,6 @@ simulator stay independent of the parsers' entry points:
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,9 @@ from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
 from tpudiag.compiler.worker import HLO_PROTO_FILE, HLO_TEXT_FILE, RESULT_FILE
 from tpudiag.errors import InputError
 from tpudiag.parsers.input_files import read_input_bytes, read_input_text
-from tpudiag.model.compiled import CompiledProgram, leaf_arrays
+from tpudiag.model.compiled import CompiledProgram
 from tpudiag.model.hardware import ChipChoice
+from tpudiag.model.matmuls import instruction_matmul
 
 # Replica groups as XLA prints them: iota `[groups,size]<=[...]` or explicit `{{0,1},{2,3}}`.
 _GROUPS_IOTA = re.compile(r"replica_groups=\[(?P<dims>[\d,]+)\]<=")
@@ -34,49 +34,16 @@ _GROUPS_MESH = re.compile(r"replica_groups=mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<sel>
 _MESH_AXIS = re.compile(r"'(?P<axis>[^']+)'\s*=\s*(?P<size>\d+)")
 
 
-_LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{(?P<dims>[\d,]*)\}")
-_DIM_LABELS = re.compile(r"dim_labels=(?P<lhs>\w+)_(?P<rhs>\w+)->(?P<out>\w+)")
-_WINDOW_SIZE = re.compile(r"window=\{[^}]*?size=(?P<size>[\dx]+)")
-_LHS_DILATE = re.compile(r"window=\{[^}]*?lhs_dilate=(?P<d>[\dx]+)")
-
-
 def matmul_flops(program: CompiledProgram) -> dict[tuple[str, str], float]:
-    """(computation, instruction) -> FLOPs of each dot and convolution.
-
-    `Instruction` keeps `lhs_contracting_dims`, `dim_labels` and `window` only as printed
-    attributes; this reads them there and the operand shapes from the parsed program. dot: 2 x
-    output elements x contracted size; convolution: 2 x output elements x kernel input features x
-    window taps that land on real input (window size / lhs dilation, rounded up: XLA writes batched
-    dots as lhs-dilated convolutions).
-    """
+    """(computation, instruction) -> FLOPs of each dot and convolution, from the op math model
+    (`model.matmuls`: 2 x batch x M x N x K, the taps of an lhs-dilated window counted once)."""
     flops: dict[tuple[str, str], float] = {}
     for (computation, _), inst in program.instructions.items():
-        if inst.opcode not in ("dot", "convolution") or inst.shape is None or len(inst.operands) < 2:
+        if inst.opcode not in ("dot", "convolution"):
             continue
-        line = inst.attributes_text()
-        out = leaf_arrays(inst.shape)
-        lhs = program.instructions.get((computation, inst.operands[0]))
-        rhs = program.instructions.get((computation, inst.operands[1]))
-        if not out or lhs is None or rhs is None or lhs.shape is None or rhs.shape is None:
-            continue
-        out_elems = math.prod(out[0].dims)
-        if inst.opcode == "dot":
-            dm = _LHS_CONTRACTING.search(line)
-            dims = leaf_arrays(lhs.shape)[0].dims
-            k = math.prod(dims[int(d)] for d in dm.group("dims").split(",") if d) if dm else 1
-        else:
-            lm = _DIM_LABELS.search(line)
-            if lm is None or "i" not in lm.group("rhs"):
-                continue
-            kernel = leaf_arrays(rhs.shape)[0].dims
-            k = kernel[lm.group("rhs").index("i")]
-            wm = _WINDOW_SIZE.search(line)
-            if wm:
-                sizes = [int(x) for x in wm.group("size").split("x")]
-                dm = _LHS_DILATE.search(line)  # XLA writes batched dots as lhs-dilated windows:
-                dilate = [int(x) for x in dm.group("d").split("x")] if dm else [1] * len(sizes)
-                k *= math.prod(-(-w // max(d, 1)) for w, d in zip(sizes, dilate))  # taps on real input
-        flops[(computation, inst.name)] = 2.0 * out_elems * k
+        mm = instruction_matmul(program, inst)
+        if mm is not None:
+            flops[(computation, inst.name)] = float(mm.flops)
     return flops
 
 

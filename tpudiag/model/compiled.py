@@ -108,6 +108,7 @@ class ConvDims:
     window: tuple[int, ...] = ()  # window size per spatial dim; () when the dump does not say (size 1)
     feature_group_count: int = 1
     batch_group_count: int = 1
+    lhs_dilation: tuple[int, ...] = ()  # per spatial dim (`lhs_dilate=8x2`, base_dilation); () = none
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,12 @@ and never those of a neighbouring instruction or of the fusion's output tuple.
 
 - `dot`: from `dot_dimension_numbers`. batch = the lhs batch dims, K = the lhs contracting dims,
   M = the other lhs dims, N = the other rhs dims (each a product when several dims take the role).
-- `convolution`: from its dimension numbers (`dim_labels`) and kernel. A TPU convolution is a
-  matmul per group: M = output batch x output spatial positions, N = output features per group,
-  K = kernel input features x kernel window (the spatial positions it contracts), batch = the
-  feature and batch group counts. XLA writes many `dot_general`s as convolutions
-  (`dim_labels=0fb_0io->bf0, window={size=8}` contracts 8 x 128 = 1024).
+- `convolution`: from its dimension numbers (`dim_labels`), kernel and window. A TPU convolution
+  is a matmul per group: M = output batch x output spatial positions, N = output features per
+  group, K = kernel input features x the window taps that land on real input, batch = the feature
+  and batch group counts. XLA writes many `dot_general`s as convolutions: `dim_labels=0fb_0io->bf0,
+  window={size=8}` contracts 8 x 128 = 1024; a spatial dim whose window is all lhs dilation
+  (`window={size=8x2 lhs_dilate=8x2}`, an attention `bqhd,bkhd->bhqk`) is a batch dim.
 - A custom call (Pallas kernel): its declared `cost_estimate` FLOPs, and a matmul when its operand
   shapes compose as `[B,]M,K x [B,]K,N -> [B,]M,N` (either operand may be transposed).
 - A fusion, `call` or async start: the matmuls of the computations it calls, nested fusions
@@ -108,6 +109,9 @@ class OpMath:
     matmuls: tuple[Matmul, ...]
     declared_flops: float | None = None  # a custom call's `cost_estimate`; None when it declares none
     declared_bytes: float | None = None
+    # Collectives the op runs inside itself (v5e's async collective fusions carry an all-gather
+    # beside the matmul): the op's time is shared with them.
+    collectives: tuple[str, ...] = ()
 
     @cached_property
     def main(self) -> Matmul | None:
@@ -181,6 +185,7 @@ def _spatial(labels: str) -> tuple[int, ...]:
 
 
 _WINDOW_SIZE = re.compile(r"\bsize=(\d+(?:x\d+)*)")
+_LHS_DILATE = re.compile(r"\blhs_dilate=(\d+(?:x\d+)*)")
 
 
 def contraction_from_attributes(opcode: str, attrs: Mapping[str, str]) -> DotDims | ConvDims | None:
@@ -196,13 +201,16 @@ def contraction_from_attributes(opcode: str, attrs: Mapping[str, str]) -> DotDim
         lhs, rest = attrs["dim_labels"].split("_", 1)
         rhs, out = rest.split("->", 1)
         window = _WINDOW_SIZE.search(attrs.get("window", ""))
+        dilate = _LHS_DILATE.search(attrs.get("window", ""))
+        factors = tuple(int(x) for x in dilate.group(1).split("x")) if dilate else ()
         return ConvDims(
             input_batch=lhs.index("b"), input_feature=lhs.index("f"), input_spatial=_spatial(lhs),
             kernel_input_feature=rhs.index("i"), kernel_output_feature=rhs.index("o"), kernel_spatial=_spatial(rhs),
             output_batch=out.index("b"), output_feature=out.index("f"), output_spatial=_spatial(out),
             window=tuple(int(x) for x in window.group(1).split("x")) if window else (),
             feature_group_count=_int(attrs.get("feature_group_count"), 1),
-            batch_group_count=_int(attrs.get("batch_group_count"), 1))
+            batch_group_count=_int(attrs.get("batch_group_count"), 1),
+            lhs_dilation=factors if any(f > 1 for f in factors) else ())
     except ValueError:
         return None
 
@@ -231,17 +239,29 @@ def _dot(at: _Where, dims: DotDims, lhs: ArrayShape | Shape, rhs: ArrayShape | S
 
 def _convolution(at: _Where, dims: ConvDims, lhs: ArrayShape | Shape, rhs: ArrayShape | Shape,
                  out: ArrayShape | Shape) -> Matmul | None:
+    """Per spatial dim: a window whose taps land on one real input each (lhs dilation = window size,
+    XLA's form of a batched dot) is a batch dim; otherwise its output positions are rows (M) and the
+    taps that land on real input (window / dilation, rounded up) contract (K)."""
     try:
         groups = max(1, dims.feature_group_count) * max(1, dims.batch_group_count)
-        m_dims = (out.dims[dims.output_batch], *(out.dims[s] for s in dims.output_spatial))
+        m_dims, k_dims = [out.dims[dims.output_batch]], [rhs.dims[dims.kernel_input_feature]]
+        batch_dims = [groups] if groups > 1 else []
+        for i, (o, k) in enumerate(zip(dims.output_spatial, dims.kernel_spatial)):
+            window = rhs.dims[k]
+            dilation = dims.lhs_dilation[i] if i < len(dims.lhs_dilation) else 1
+            taps = -(-window // max(1, dilation))
+            if dilation > 1 and taps == 1 and out.dims[o] == window:
+                batch_dims.append(out.dims[o])
+            else:
+                m_dims.append(out.dims[o])
+                k_dims.append(taps)
         n_total = out.dims[dims.output_feature]
-        k_dims = (rhs.dims[dims.kernel_input_feature], *(rhs.dims[s] for s in dims.kernel_spatial))
     except IndexError:
         return None
     return Matmul(
         instruction=at.name, computation=at.computation, opcode="convolution",
         m_dims=tuple(d for d in m_dims if d != 1) or (1,), n_dims=(max(1, n_total // groups),),
-        k_dims=tuple(d for d in k_dims if d != 1) or (1,), batch_dims=(groups,),
+        k_dims=tuple(d for d in k_dims if d != 1) or (1,), batch_dims=tuple(d for d in batch_dims if d != 1) or (1,),
         lhs_dtype=lhs.dtype, rhs_dtype=rhs.dtype, result_dtype=out.dtype, basis="dim_labels",
         op_name=at.op_name)
 
@@ -326,6 +346,23 @@ def _matmuls_of(program: CompiledProgram, inst: Instruction, depth: int) -> list
     return found
 
 
+def _collectives_inside(program: CompiledProgram, inst: Instruction) -> tuple[str, ...]:
+    found: list[str] = []
+    todo = list(inst.called_computations) if inst.opcode in _FOLLOWED else []
+    seen: set[str] = set()
+    while todo and len(seen) <= _MAX_DEPTH * 64:
+        comp = todo.pop(0)
+        if comp in seen or comp not in program.computations:
+            continue
+        seen.add(comp)
+        for inner in program.computation_instructions(comp):
+            if inner.collective_family and not inner.is_continuation:
+                found.append(inner.name)
+            if inner.opcode in _FOLLOWED:
+                todo.extend(inner.called_computations)
+    return tuple(found)
+
+
 def op_math(program: CompiledProgram, inst: Instruction) -> OpMath:
     """The matmuls of one op and what it declares; `feeds` index the op's own outputs."""
     matmuls = _matmuls_of(program, inst, 0)
@@ -334,7 +371,7 @@ def op_math(program: CompiledProgram, inst: Instruction) -> OpMath:
     declared = cost_estimate(inst.backend_config) if inst.opcode == "custom-call" else None
     return OpMath(op=inst.name, opcode=inst.opcode, matmuls=tuple(matmuls),
                   declared_flops=declared[0] if declared else None,
-                  declared_bytes=declared[1] if declared else None)
+                  declared_bytes=declared[1] if declared else None, collectives=_collectives_inside(program, inst))
 
 
 _TEXT_OPCODE = re.compile(r"\s(?P<op>[a-z][\w\-]*)\(")

@@ -158,7 +158,13 @@ def _contraction(proto) -> DotDims | ConvDims | None:
         output_batch=c.output_batch_dimension, output_feature=c.output_feature_dimension,
         output_spatial=tuple(c.output_spatial_dimensions),
         window=tuple(w.size for w in proto.window.dimensions),
-        feature_group_count=proto.feature_group_count or 1, batch_group_count=proto.batch_group_count or 1)
+        feature_group_count=proto.feature_group_count or 1, batch_group_count=proto.batch_group_count or 1,
+        lhs_dilation=_dilation(tuple(w.base_dilation or 1 for w in proto.window.dimensions)))
+
+
+def _dilation(factors: tuple[int, ...]) -> tuple[int, ...]:
+    """() when no dim is dilated, as HLO text prints no `lhs_dilate` then."""
+    return factors if any(f > 1 for f in factors) else ()
 
 
 def _allocations(assignment, module, program: CompiledProgram) -> tuple[BufferAllocation, ...]:

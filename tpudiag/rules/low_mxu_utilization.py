@@ -10,7 +10,8 @@ op's math (`tpudiag.model.matmuls`): the main matmul inside the fusion (a `dot` 
 `convolution`, nested fusions included) with its M, N, K and batch and its operand dtypes. Causes:
 the op is memory-bound (operational intensity below the ridge point); M, the rows, is below the
 MXU width (a small batch); N or K is below the MXU width (a narrow or short matmul) or not a
-multiple of it (128 on v4/v5e/v5p, 256 on v6e/TPU7x); an operand of that matmul is f32; the
+multiple of it (128 on v4/v5e/v5p, 256 on v6e/TPU7x); an operand of that matmul is f32; the op
+also runs a collective (v5e's async collective fusions carry an all-gather beside the matmul); the
 compiled code spills (LLO) or keeps the MXUs idle (static LLO). Only that matmul's dims and
 dtypes are named, never those of the fusion's other instructions or of its output tuple.
 
@@ -299,6 +300,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         if busy is not None and busy < options.low_utilization:
             reasons.append(f"the compiled code keeps the MXUs busy in only {fmt_pct(busy)} of its bundles "
                            "(static LLO)")
+        if math is not None and math.collectives:
+            inside = ", ".join(f"`{c}`" for c in math.collectives[:2])
+            reasons.append(f"it also runs {inside} (a collective fused with the matmul): its time includes the "
+                           "collective's (see `exposed-collective`)")
         if spills.get(r.name, 0) > 0:
             reasons.append(f"its compiled code spills {spills[r.name]:,} vector registers (see `spill`)")
         candidates.append((saving, r, util, share, intensity, target, reasons, fixes, math))

@@ -46,7 +46,8 @@ Known limits
 Weights are taken to be the largest operand of a matmul, from the operand shapes in the op's HLO
 text; without them the weight lever is not modelled. An op whose HBM bandwidth works out above
 the peak (an async copy whose bytes the trace counts on its done, or a peak from another
-generation) is left out: a warning names it, and no saving is built on its rate. HBM bytes come from the trace's
+generation) counts as on the roof, but its rate is not stated (a warning names it and the likely
+cause) and no saving is built on it. HBM bytes come from the trace's
 `memory_access_breakdown` (all bytes accessed without one). An op limited by VMEM or CMEM
 bandwidth is not judged.
 
@@ -70,7 +71,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tpudiag.analysis.limits import over_peak_names
-from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
 from tpudiag.model.hlo_shapes import Shape, dtype_bytes, operand_shapes, parse_shapes, shape_bytes
@@ -146,9 +147,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     n_cores = sum(h.device.n_cores for h in analysis.profile.hosts) or 1
     total_core_ps = sum(analysis.core_time_ps.values())
     # Collectives move bytes over ICI, not only HBM: exposed-collective judges them. An op above the
-    # peak bandwidth has an unphysical rate (a warning says why): nothing is built on it.
+    # peak bandwidth as timed (an async copy's done) is on the roof, but its rate is not physical (a
+    # warning says why): it is not stated, and no saving is built on it.
     unphysical = over_peak_names(ops, device)
-    ops = ops[(ops["family"].astype(str) == "") & ~ops["name"].astype(str).isin(unphysical)]
+    ops = ops[ops["family"].astype(str) == ""]
     grouped = (ops.assign(name=ops["name"].astype(str), category=ops["category"].astype(str))
                .groupby("name", sort=False)
                .agg(category=("category", "first"), flops=("flops", "sum"), hbm_bytes=("hbm_bytes", "sum"),
@@ -170,28 +172,45 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     for r in roof.itertuples(index=False):
         per_occ = r.hbm_bytes / r.occurrences
         result, operands = parse_shapes(r.shape), operand_shapes(texts.get(r.name, ""))
-        options_here = levers(r.name, r.category, per_occ, result, operands)
+        options_here = levers(r.name, r.category, per_occ, result, operands) if r.name not in unphysical else []
         self_step = per_step_worst_core(events[events["name"] == r.name], "self_ps", basis)
         best = max(options_here, key=lambda lv: lv.fraction, default=None)
         op_saving = self_step * best.fraction if best else 0.0
         saving_ps += op_saving
         rows.append((r, per_occ, result, operands, options_here, self_step, op_saving))
     bytes_step = roof["hbm_bytes"].sum() / (basis.n_steps * n_cores)
-    achieved = roof["hbm_bytes"].sum() / (roof["total_time_ps"].sum() / 1e12)
+    physical = roof[~roof["name"].isin(unphysical)]
     flops = roof["flops"].sum()
     oi = flops / roof["hbm_bytes"].sum()
     roof_share = roof["self_time_ps"].sum() / total_core_ps
     n = len(roof)
     what = f"{n} ops" if n > 1 else f"`{roof['name'].iloc[0]}`"
-    message = (f"{what} on the HBM roof hold {fmt_pct(roof_share)} of device time: {fmt_bytes(bytes_step)} per step "
-               f"at {fmt_bandwidth(achieved)} ({fmt_pct(achieved / peak_bw)} of {fmt_bandwidth(peak_bw)}), "
-               f"operational intensity {oi:.0f} FLOP/B" + (f" vs ridge {ridge:.0f}" if ridge else ""))
+    together = str(roof["name"].iloc[0]) if n == 1 else f"{n} ops"  # the subject of the message's totals
+    quantities = [Quantity(together, "time share", roof_share)]
+    if len(physical) == n:
+        achieved = physical["hbm_bytes"].sum() / (physical["total_time_ps"].sum() / 1e12)
+        rate = f" at {fmt_bandwidth(achieved)} ({fmt_pct(achieved / peak_bw)} of {fmt_bandwidth(peak_bw)})"
+        quantities.append(Quantity(together, "HBM bandwidth utilization", achieved / peak_bw))
+    else:
+        above = n - len(physical)
+        who = "it runs" if n == 1 else "they run" if above == n else f"{above} of them run"
+        rate = (f" (timed alone, {who} above the {fmt_bandwidth(peak_bw)} peak: an async transfer timed on its done, "
+                "see the warnings; no rate is stated)")
+    message = (f"{what} on the HBM roof hold {fmt_pct(roof_share)} of device time: {fmt_bytes(bytes_step)} per step"
+               f"{rate}, operational intensity {oi:.0f} FLOP/B" + (f" vs ridge {ridge:.0f}" if ridge else ""))
     evidence = []
     for r, per_occ, result, operands, options_here, self_step, op_saving in rows[:options.max_ops_shown]:
         op_bw = r.hbm_bytes / (r.total_time_ps / 1e12)
+        quantities.append(Quantity(r.name, "time share", r.self_time_ps / total_core_ps))
+        if r.name in unphysical:
+            shown = "above the peak as timed (see the warnings)"
+        else:
+            shown = f"{fmt_bandwidth(op_bw)} ({fmt_pct(op_bw / peak_bw)})"
+            quantities += [Quantity(r.name, "HBM bytes/s", op_bw),
+                           Quantity(r.name, "HBM bandwidth utilization", op_bw / peak_bw)]
         values = [("time share", fmt_pct(r.self_time_ps / total_core_ps)),
                   ("HBM bytes/step", fmt_bytes(r.hbm_bytes / (basis.n_steps * n_cores))),
-                  ("bandwidth", f"{fmt_bandwidth(op_bw)} ({fmt_pct(op_bw / peak_bw)})"),
+                  ("bandwidth", shown),
                   ("op. intensity", f"{r.flops / r.hbm_bytes:.1f} FLOP/B")]
         if operands:
             values.append(("operands", ", ".join(str(s) for s in operands[:3])))
@@ -216,7 +235,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     return [Finding(rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity), message=message,
                     saving=saving, fix=fix, evidence=tuple(evidence),
                     host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "",
-                    ops=tuple(roof["name"]))]
+                    ops=tuple(roof["name"]), quantities=tuple(quantities))]
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,

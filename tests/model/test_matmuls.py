@@ -1,0 +1,121 @@
+"""The op math model (`tpudiag.model.matmuls`): the matmuls inside an op, read alike from HLO text and protos."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tpudiag.model.matmuls import ProgramMath, matmul_from_shapes, op_math_from_text
+from tpudiag.parsers.hlo_proto import parse_hlo_proto
+from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
+
+DUMPS = Path(__file__).resolve().parents[2] / "examples" / "models" / "dumps"
+
+
+def _program(text: str):
+    return ProgramMath(parse_hlo_text(text))
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in DUMPS.iterdir()))
+def test_text_and_proto_give_the_same_math_for_every_op(example):
+    text = load_hlo_dump(DUMPS / example / "xla").programs[0]
+    proto = parse_hlo_proto((DUMPS / example / "module.pb").read_bytes())
+    by_text, by_proto = ProgramMath(text), ProgramMath(proto)
+    names = [name for _, name in text.instructions]
+    assert [by_text.get(n) for n in names] == [by_proto.get(n) for n in names]
+    assert any(by_text.get(n).matmuls for n in names)
+
+
+def test_the_issue_s_fusion_198_is_its_convolution_with_k_from_the_window():
+    """Issue 20: fusion.198's matmul is convolution.55, bf16 x bf16, M 512, N 256, K 8 x 128."""
+    program = load_hlo_dump(DUMPS / "transformer_train_v5e" / "xla").programs[0]
+    (mm,) = ProgramMath(program).get("fusion.198").matmuls
+    assert (mm.instruction, mm.m, mm.n, mm.k, mm.batch) == ("convolution.55", 512, 256, 1024, 1)
+    assert (mm.lhs_dtype, mm.rhs_dtype, mm.result_dtype) == ("bf16", "bf16", "bf16")
+    assert mm.feeds == (0,)  # the updated weights, bf16[512,256]; not the all-gather buffers or flags
+
+
+def test_decode_matmul_has_the_batch_as_m_and_feeds_both_outputs():
+    program = load_hlo_dump(DUMPS / "llm_decode_v5e" / "xla").programs[0]
+    (mm,) = ProgramMath(program).get("fusion.18").matmuls
+    assert (mm.instruction, mm.m, mm.n, mm.k) == ("convolution.27", 4, 1024, 8192)
+    assert mm.feeds == (0, 1)
+
+
+BATCHED_DOT = """HloModule m, is_scheduled=true
+
+%fused (p0: f32[2,8,32], p1: bf16[2,32,16]) -> (f32[2,8,16], f32[2,8,32]) {
+  %p0 = f32[2,8,32]{2,1,0} parameter(0)
+  %p1 = bf16[2,32,16]{2,1,0} parameter(1)
+  %c = f32[2,32,16]{2,1,0} convert(%p1)
+  %dot.1 = f32[2,8,16]{2,1,0} dot(%p0, %c), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+  %neg = f32[2,8,32]{2,1,0} negate(%p0)
+  ROOT %t = (f32[2,8,16]{2,1,0}, f32[2,8,32]{2,1,0}) tuple(%dot.1, %neg)
+}
+
+%grouped (a: bf16[1,64,28,28], w: bf16[3,3,1,64]) -> bf16[1,64,28,28] {
+  %a = bf16[1,64,28,28]{3,2,1,0} parameter(0)
+  %w = bf16[3,3,1,64]{3,2,1,0} parameter(1)
+  ROOT %convolution.3 = bf16[1,64,28,28]{3,2,1,0} convolution(%a, %w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01, feature_group_count=64
+}
+
+ENTRY %main (x: f32[2,8,32], y: bf16[2,32,16], img: bf16[1,64,28,28], k: bf16[3,3,1,64]) -> f32[2,8,16] {
+  %x = f32[2,8,32]{2,1,0} parameter(0)
+  %y = bf16[2,32,16]{2,1,0} parameter(1)
+  %img = bf16[1,64,28,28]{3,2,1,0} parameter(2)
+  %k = bf16[3,3,1,64]{3,2,1,0} parameter(3)
+  %fusion.1 = (f32[2,8,16]{2,1,0}, f32[2,8,32]{2,1,0}) fusion(%x, %y), kind=kOutput, calls=%fused
+  %fusion.2 = bf16[1,64,28,28]{3,2,1,0} fusion(%img, %k), kind=kOutput, calls=%grouped
+  ROOT %gte = f32[2,8,16]{2,1,0} get-tuple-element(%fusion.1), index=0
+}
+"""
+
+
+def test_a_batched_dot_names_its_own_operands_dtypes_and_the_output_it_feeds():
+    (mm,) = _program(BATCHED_DOT).get("fusion.1").matmuls
+    assert (mm.batch, mm.m, mm.n, mm.k) == (2, 8, 16, 32)
+    # the rhs is the convert's f32, not the fusion parameter's bf16; the negate's output is not fed
+    assert (mm.lhs_dtype, mm.rhs_dtype) == ("f32", "f32") and mm.feeds == (0,)
+    assert mm.flops == 2 * 2 * 8 * 16 * 32
+
+
+def test_a_depthwise_convolution_is_one_small_matmul_per_group():
+    (mm,) = _program(BATCHED_DOT).get("fusion.2").matmuls
+    # 64 groups of [784 positions, 9 taps] x [9, 1]
+    assert (mm.batch, mm.m, mm.n, mm.k) == (64, 28 * 28, 1, 9)
+
+
+def test_ops_without_matmuls_and_unknown_names():
+    math = _program(BATCHED_DOT)
+    assert math.get("gte").matmuls == () and math.get("nope") is None
+
+
+def test_shapes_compose_as_a_matmul_only_when_they_do():
+    assert matmul_from_shapes((8, 16), (8, 32), (32, 16)) == ((), 8, 16, 32)
+    assert matmul_from_shapes((8, 16), (32, 8), (16, 32)) == ((), 8, 16, 32)  # both stored transposed
+    assert matmul_from_shapes((4, 8, 16), (4, 8, 32), (4, 32, 16)) == ((4,), 8, 16, 32)
+    assert matmul_from_shapes((8, 16), (8, 32), (31, 16)) is None
+    assert matmul_from_shapes((8,), (8,), (8,)) is None
+
+
+def test_a_trace_op_line_gives_math_only_when_it_shows_it():
+    conv = op_math_from_text("convolution.27", "%convolution.27 = bf16[4,1024]{1,0} convolution(bf16[4,8192]{1,0} "
+                             "%a, bf16[8192,1024]{1,0} %b), dim_labels=bf_io->bf")
+    assert (conv.main.m, conv.main.n, conv.main.k, conv.main.basis) == (4, 1024, 8192, "dim_labels")
+    fused = op_math_from_text("fusion.7", "%fusion.7 = bf16[8,1000]{1,0} fusion(bf16[8,4096]{1,0} %p0, "
+                              "bf16[4096,1000]{1,0} %p1), kind=kOutput")
+    assert (fused.main.m, fused.main.n, fused.main.k, fused.main.basis) == (8, 1000, 4096, "operand shapes")
+    # the issue's fusion.198 as the trace prints it: a tuple result and three unrelated operands
+    assert op_math_from_text("fusion.198", "%fusion.198 = (bf16[512,256]{1,0}, s32[2]{0}) fusion(bf16[8,128,3,2,128]"
+                             "{4,1,3,0,2} %a, bf16[8,128,3,4,128]{4,1,3,0,2} %b, s32[2]{0} %c)") is None
+
+
+def test_an_attention_dot_written_as_a_dilated_convolution_is_batched():
+    """`bqhd,bkhd->bhqk` with b 8, h 2, q = k = d = 128: `window={size=8x2 lhs_dilate=8x2}` makes b and h
+    batch dims (one tap each), not 16x more rows and a 16x longer contraction."""
+    for program in (load_hlo_dump(DUMPS / "transformer_train_v5e" / "xla").programs[0],
+                    parse_hlo_proto((DUMPS / "transformer_train_v5e" / "module.pb").read_bytes())):
+        mm = next(m for m in ProgramMath(program).get("convolution-base-dilated.12").matmuls)
+        assert (mm.batch_dims, mm.m, mm.n, mm.k) == ((8, 2), 128, 128, 128)
+        assert mm.flops == 2 * 16 * 128 ** 3
