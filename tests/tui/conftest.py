@@ -110,9 +110,10 @@ def assert_snapshot(app, name: str) -> None:
         raise AssertionError(f"screen differs from snapshot {path.name}\n" + "\n".join(diff))
 
 
-async def settle(pilot, rounds: int = 100) -> None:
+async def settle(pilot, rounds: int = 500) -> None:
     """Wait until the screen stops changing: on a loaded machine the first frames are laid out
-    before the terminal size is applied (a bar 20 cells wide, the tab underline unplaced)."""
+    before the terminal size is applied (a bar 20 cells wide, the tab underline unplaced). Up to
+    10 s: a stable screen returns after three equal frames, so only a starved run waits longer."""
     seen = []
     for _ in range(rounds):
         await pilot.pause(0.02)
