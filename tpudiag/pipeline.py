@@ -34,7 +34,7 @@ from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.memory import MemoryReport, OomError
-from tpudiag.model.report import Report, RuleSkip, Summary
+from tpudiag.model.report import Mode, Report, RuleSkip, Summary
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
     from tpudiag.analysis.diff import Diff as AnalysisDiff
@@ -48,14 +48,14 @@ STAGES = ("reading host files", "analysing steps and ops", "running the rules", 
 class Diagnosis:
     """Everything one diagnosis found; `report` is what every renderer takes.
 
-    mode: `trace` (a capture, measured) or `static` (compiler dumps alone; times are the
+    mode: `Mode.TRACE` (a capture, measured) or `Mode.STATIC` (compiler dumps alone; times are the
     compiler's estimate on a modelled timeline). `analysis` is None only in static mode when no
     timeline could be modelled (unknown TPU generation). `static` is the per-op static report of
     a compiler dump (None for a capture, or when no program could be read).
     """
 
     input_path: str
-    mode: str
+    mode: Mode
     analysis: Analysis | None
     compiled: CompiledInputs
     join: JoinResult | None
@@ -84,7 +84,7 @@ class Diagnosis:
         traced its allocator (`tpudiag memory PATH`); [] for compiler dumps. Reads the host planes anew."""
         from tpudiag.analysis.memory_timeline import capture_memory_timelines
 
-        return capture_memory_timelines(self.input_path)[0] if self.mode == "trace" else []
+        return capture_memory_timelines(self.input_path)[0] if self.mode is Mode.TRACE else []
 
     def memory(self) -> MemoryReport:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
@@ -290,14 +290,14 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors)
     join = _join(analysis, compiled, choice.spec)
     analysis.join = join  # compiled facts per op, for the rules and the report
-    profile.warnings.extend(choice.warnings)
-    profile.warnings.extend(compiled.warnings)  # what reading `--dumps` set aside, shown as report shows it
     _stage(progress, 2)
     findings, skipped = run_rules(analysis, rules_config, compiled, join=join)
     _stage(progress, 3)
-    report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels, join=join)
+    # The chip's warnings, then what reading `--dumps` set aside, after the capture's own.
+    report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels, join=join,
+                          extra_warnings=(*choice.warnings, *compiled.warnings))
     report = replace(report, memory=_memory(compiled))
-    return Diagnosis(input_path=str(path), mode="trace", analysis=analysis, compiled=compiled, join=join,
+    return Diagnosis(input_path=str(path), mode=Mode.TRACE, analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
                      chip=choice)
 
@@ -312,7 +312,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
 
     _stage(progress, 0)
     compiled = load_dumps([path])
-    warnings: list[str] = []
+    warnings: list[str] = []  # what the report shows after the modelled capture's own warnings
     output = static = analysis = join = None
     try:
         output = load_dump_directory(path, chip=chip)
@@ -324,6 +324,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
     if output is not None:
         choice = output.chip  # its warnings are the output's, shown with the static report's
         static = build_static_report(output, clock_ghz=clock_ghz)
+        warnings.extend(static.warnings)
         _stage(progress, 1)
         analysis = _modelled_analysis(output, path, clock_ghz, rules_config)
         join = _join(analysis, compiled, choice.spec)
@@ -332,22 +333,19 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         target = compiled.hlo[0].program.target if compiled.hlo else ""
         choice = dump_chip(target, compiled.llo[0] if compiled.llo else None, chip)
         warnings.extend(choice.warnings)
+        warnings.extend(w for dump in compiled.llo for w in dump.warnings)
     compiled = replace(compiled, chip=choice.spec, oom_errors=oom_errors)
-    for dump in compiled.llo:
-        warnings.extend(w for w in dump.warnings if output is None)
     _stage(progress, 2)
     findings, skipped = run_rules(analysis, rules_config, compiled, join=join, static=True)
     _stage(progress, 3)
     if analysis is not None:
-        analysis.profile.warnings.extend(static.warnings)
-        analysis.profile.warnings.extend(warnings)
         report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels,
-                              join=join)
-        report = replace(report, summary=replace(report.summary, input_path=str(path), mode="static"))
+                              join=join, extra_warnings=warnings)
+        report = replace(report, summary=replace(report.summary, input_path=str(path), mode=Mode.STATIC))
     else:
         report = _dump_only_report(path, compiled, findings, skipped, warnings)
     report = replace(report, memory=_memory(compiled))
-    return Diagnosis(input_path=str(path), mode="static", analysis=analysis, compiled=compiled, join=join,
+    return Diagnosis(input_path=str(path), mode=Mode.STATIC, analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
                      static=static, chip=choice)
 
@@ -381,7 +379,7 @@ def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, w
         input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
         n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source="none", step_source="none",
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
-        dumps=compiled.labels, mode="static")
+        dumps=compiled.labels, mode=Mode.STATIC)
     return Report(summary=summary, hosts=(), ops=(),
                   findings=tuple(sorted(findings, key=rank_key)),
                   rules_skipped=tuple(skipped), warnings=tuple(dict.fromkeys(warnings)))

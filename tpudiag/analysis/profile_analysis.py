@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -213,7 +214,9 @@ def _finite(x: float) -> float | None:
 
 def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (),
                  rules_skipped: tuple[RuleSkip, ...] = (), dumps: tuple[str, ...] = (),
-                 join: JoinResult | None = None) -> Report:
+                 join: JoinResult | None = None, extra_warnings: Sequence[str] = ()) -> Report:
+    """The report of an analysis. Its warnings: each host's, the steps', the capture's, then
+    `extra_warnings` (what the pipeline adds: the chip's, the dumps'), then the join's."""
     profile = analysis.profile
     join = join if join is not None else analysis.join
     hosts = _host_summaries(analysis)
@@ -234,6 +237,7 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (),
         warnings.append("no Steps line (an inference capture?): each execution of the busiest module counts as a step")
     warnings.extend(step_warnings)
     warnings.extend(profile.warnings)
+    warnings.extend(extra_warnings)
     if join is not None:
         warnings.extend(join.warnings)
     device_types = sorted({h.device.device_type for h in profile.hosts})

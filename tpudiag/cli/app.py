@@ -18,7 +18,7 @@ from tpudiag.cli import tui_cmd
 from tpudiag.cli import lab_cmd
 from tpudiag.cli import memory_cmd
 from tpudiag.cli import run_cmd, whatif_cmd
-from tpudiag.cli.console import stderr_console, stdout_console
+from tpudiag.cli.console import stderr_console
 from tpudiag.cli.options import SCHEDULER_HELP, Chip
 from tpudiag.errors import TpudiagError, UsageError
 from tpudiag.model.text import one_line
@@ -100,46 +100,11 @@ def report(
     finally:
         if status is not None:
             status.stop()
-    if result.mode == "static" and not (output_format is OutputFormat.md and result.analysis is not None):
-        render_static(result, output_format.value, top, output)  # markdown needs the modelled timeline
-    elif output is not None or output_format is OutputFormat.md:
-        from tpudiag.cli.outputs import write_report
+    from tpudiag.cli.outputs import emit
 
-        write_report(result.report, output_format.value, output, top=top)
-    elif output_format is OutputFormat.json:
-        from tpudiag.render.json_format import render_json
-
-        sys.stdout.write(render_json(result.report) + "\n")
-    else:
-        from tpudiag.render.terminal import render_terminal
-
-        render_terminal(result.report, stdout_console(), top=top)
+    emit(result, output_format.value, output, top=top)
     if threshold is not None and any(f.severity >= threshold for f in result.findings):
         raise typer.Exit(1)
-
-
-def render_static(result, output_format: str, top: int, output: Path | None) -> None:
-    """Print (or write to `output`) the static report of compiler dumps with the rules' findings."""
-    from tpudiag.render.console import SafeConsole
-    from tpudiag.writers.files import atomic_open
-    from tpudiag.render.static_report import render_static_diagnosis_json, render_static_diagnosis_terminal
-
-    if output_format not in ("terminal", "json"):
-        raise UsageError("no markdown report: no timeline could be modelled from these dumps", path=Path(
-            result.input_path), hint="--format terminal says why (an LLO dump without its HLO, or an unknown "
-                                     "generation: pass --chip); it and --format json work")
-    if output is not None:
-        with atomic_open(output) as f:
-            if output_format == "json":
-                f.write(render_static_diagnosis_json(result.report, result.static) + "\n")
-            else:
-                render_static_diagnosis_terminal(result.report, result.static,
-                                                 SafeConsole(file=f, width=140, color_system=None), top=top)
-        stderr_console().print(f"wrote `{output}`", markup=False, highlight=False)
-    elif output_format == "json":
-        sys.stdout.write(render_static_diagnosis_json(result.report, result.static) + "\n")
-    else:
-        render_static_diagnosis_terminal(result.report, result.static, stdout_console(), top=top)
 
 
 rules_cmd.register(app)

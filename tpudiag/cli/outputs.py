@@ -12,14 +12,30 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tpudiag.errors import UsageError
-from tpudiag.model.report import Report
+from tpudiag.model.report import Mode, Report
 from tpudiag.model.text import one_line
 from tpudiag.render.console import SafeConsole
 from tpudiag.writers.files import atomic_open, is_special, write_output, write_text
 
+if TYPE_CHECKING:
+    from tpudiag.pipeline import Diagnosis
+
 TERMINAL_FILE_WIDTH = 140
+
+
+def emit(result: Diagnosis, output_format: str, output: Path | None, top: int = 15) -> None:
+    """A diagnosis as `output_format` (terminal, json, md) to `output`, or stdout when None: the
+    report of a capture or of a modelled timeline; the static report of compiler dumps alone, except
+    in markdown, which needs the modelled timeline."""
+    if result.mode == Mode.STATIC and not (output_format == "md" and result.analysis is not None):
+        _write_static(result, output_format, output, top)
+    else:
+        write_report(result.report, output_format, output, top=top)
+
+
 
 
 def markdown_with_figures(report: Report, output: Path | None, top: int) -> tuple[str, Path, int]:
@@ -73,3 +89,26 @@ def write_report(report: Report, output_format: str, output: Path | None, top: i
     with atomic_open(output) as fh:
         render_terminal(report, SafeConsole(file=fh, width=TERMINAL_FILE_WIDTH, no_color=True, soft_wrap=False),
                         top=top)
+
+
+def _write_static(result: Diagnosis, output_format: str, output: Path | None, top: int) -> None:
+    """Print (or write to `output`) the static report of compiler dumps with the rules' findings."""
+    from tpudiag.cli.console import stderr_console, stdout_console
+    from tpudiag.render.static_report import render_static_diagnosis_json, render_static_diagnosis_terminal
+
+    if output_format not in ("terminal", "json"):
+        raise UsageError("no markdown report: no timeline could be modelled from these dumps", path=Path(
+            result.input_path), hint="--format terminal says why (an LLO dump without its HLO, or an unknown "
+                                     "generation: pass --chip); it and --format json work")
+    if output is not None:
+        with atomic_open(output) as f:
+            if output_format == "json":
+                f.write(render_static_diagnosis_json(result.report, result.static) + "\n")
+            else:
+                render_static_diagnosis_terminal(result.report, result.static,
+                                                 SafeConsole(file=f, width=140, color_system=None), top=top)
+        stderr_console().print(f"wrote `{output}`", markup=False, highlight=False)
+    elif output_format == "json":
+        sys.stdout.write(render_static_diagnosis_json(result.report, result.static) + "\n")
+    else:
+        render_static_diagnosis_terminal(result.report, result.static, stdout_console(), top=top)

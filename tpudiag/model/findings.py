@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 
 class Severity(IntEnum):
@@ -24,14 +24,25 @@ class Severity(IntEnum):
         return self.name.lower()
 
 
+class Basis(StrEnum):
+    """How a saving was obtained; the value is what reports and the JSON print."""
+
+    MEASURED = "measured"  # from the capture's own times
+    MODELLED = "modelled"  # from a model over measured or compiled facts
+    COMPILER_ESTIMATE = "compiler estimate"  # from the compiler's cycle estimate (compiler dumps alone)
+
+
 @dataclass(frozen=True)
 class Saving:
     """An upper bound on the time a fix could save per step, with how it was obtained."""
 
     ps: int
-    basis: str  # "measured", "modelled" or "compiler estimate"
+    basis: Basis  # a `Basis` value given as a string is converted; any other string is a ValueError
     explanation: str
     bytes: int = 0  # memory findings: device memory a fix could free (an upper bound), not time
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "basis", Basis(self.basis))
 
 
 @dataclass(frozen=True)

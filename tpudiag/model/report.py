@@ -6,9 +6,17 @@ Renderers compute nothing: every number they print is a field here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from tpudiag.model.findings import Finding
 from tpudiag.model.memory import ProgramMemory
+
+
+class Mode(StrEnum):
+    """What a diagnosis read; the value is the JSON's `summary.mode`."""
+
+    TRACE = "trace"  # a capture: times are measured
+    STATIC = "static"  # compiler dumps alone: times are the compiler's estimate on a modelled timeline
 
 
 @dataclass(frozen=True)
@@ -86,8 +94,7 @@ class Summary:
     modelled: bool
     dumps: tuple[str, ...] = ()
     compiled: CompiledJoin | None = None  # how trace ops were joined to compiled programs
-    # `trace`: a measured capture; `static`: compiler dumps alone, times are the compiler's estimate
-    mode: str = "trace"
+    mode: Mode = Mode.TRACE
 
     @property
     def ridge_flops_per_byte(self) -> float | None:

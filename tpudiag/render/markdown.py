@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
-from tpudiag.model.report import Breakdown, Report
+from tpudiag.model.report import Breakdown, Mode, Report
 from tpudiag.model.text import one_line, printable
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -144,7 +144,7 @@ def _saving_amount(f: Finding, step_ps: float | None) -> str:
 def _summary(report: Report) -> list[str]:
     s = report.summary
     out = ["## Summary", ""]
-    if s.mode == "static":
+    if s.mode == Mode.STATIC:
         out += ["> **Compiler estimate, not measured.** No capture: these times come from the compiler's own "
                 "estimate of the dumped program, laid out on a modelled timeline (cycles at the chip's clock, "
                 "else the FLOPs/bytes roofline).", ""]
@@ -360,7 +360,7 @@ def render_markdown(report: Report, figures: Mapping[str, tuple[str, str]] | Non
     """The markdown report. `figures` maps a figure key to (link relative to the report, alt text)."""
     figures = figures or {}
     s = report.summary
-    title = f"# Performance report: {code(s.input_path if s.mode == 'static' else (s.run or s.input_path))}"
+    title = f"# Performance report: {code(s.input_path if s.mode == Mode.STATIC else (s.run or s.input_path))}"
     out = [title, ""]
     out += _summary(report)
     out += _breakdown_section(report, figures)

@@ -63,7 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpudiag.analysis.idle import CAUSES, HostIdle, host_idle, idle_tables
-from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale
 
@@ -148,7 +148,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         if period <= 0:  # a zero-length step marker (damaged trace) has no share to show
             continue
         evidence.append(Evidence(f"step {step}", (("idle", fmt_time(idle)), ("share", fmt_pct(idle / period)))))
-    saving = Saving(int(round(waited)), "measured",
+    saving = Saving(int(round(waited)), Basis.MEASURED,
                     f"idle per step on `{worst.host}`, the host with the most; an upper bound")
     return [Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message, saving=saving,
                     fix=FIXES[shown], evidence=tuple(evidence), host=worst.host if len(hosts) == 1 else "")]

@@ -18,7 +18,7 @@ from typing import Any
 
 from tpudiag.analysis.join import JoinResult
 from tpudiag.analysis.profile_analysis import Analysis
-from tpudiag.model.findings import Finding, rank_key
+from tpudiag.model.findings import Basis, Finding, rank_key
 from tpudiag.model.hardware import ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.report import RuleSkip
@@ -26,7 +26,7 @@ from tpudiag.rules.base import INPUTS, TABLES, Rule, RuleContext
 from tpudiag.rules.config import RulesConfig
 from tpudiag.rules.finishing import group_repeats, locate
 
-STATIC_BASIS = "compiler estimate"
+STATIC_BASIS = Basis.COMPILER_ESTIMATE
 
 
 def _has_tpu_trace(analysis: Analysis | None) -> bool:
@@ -130,8 +130,8 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
     elif analysis is not None and analysis.profile.modelled:
         # Times in a modelled capture (`tpudiag simulate`) are estimates: nothing in it is measured.
         findings = [dataclasses.replace(f, saving=dataclasses.replace(
-            f.saving, basis="modelled", explanation=f"from a modelled capture, {f.saving.explanation}"))
-            if f.saving.basis == "measured" else f for f in findings]
+            f.saving, basis=Basis.MODELLED, explanation=f"from a modelled capture, {f.saving.explanation}"))
+            if f.saving.basis is Basis.MEASURED else f for f in findings]
     grouped = group_repeats(findings, analysis, compiled.programs, {rule.name: (rule, o) for rule, o in selected})
     findings = locate(grouped, analysis, compiled.programs)
     findings.sort(key=rank_key)

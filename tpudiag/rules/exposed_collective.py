@@ -82,7 +82,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tpudiag.analysis.host_compare import find_straggler, host_stats
-from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.hardware import chip_for, smallest_topology
 from tpudiag.model.profile import CollectiveDigest, WindowThresholds
 from tpudiag.model.units import fmt_pct, fmt_time
@@ -336,7 +336,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                         .sort_values(ascending=False, kind="stable").head(options.max_evidence_rows).index.astype(str))
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message,
-            saving=Saving(int(round(exposed)), "measured", explanation),
+            saving=Saving(int(round(exposed)), Basis.MEASURED, explanation),
             fix=_fix(kind, families, g, generation),
             evidence=_evidence(coll, op_steps[op_steps["kind"] == kind], basis, options, facts),
             host=hosts[0].host if len(hosts) == 1 else "", ops=top_ops))

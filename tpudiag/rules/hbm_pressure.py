@@ -65,7 +65,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpudiag.compiler.memory import memory_report
-from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.memory import MemoryGroup, OomError, ProgramMemory
 from tpudiag.model.units import fmt_bytes, fmt_pct
 from tpudiag.rules.base import Rule, RuleContext
@@ -131,7 +131,7 @@ def _program_findings(p: ProgramMemory, options: Options) -> list[Finding]:
                    else "no lever found in the buffers at the peak")
     return out + [Finding(
         rule=NAME, code=CODE, severity=Severity.MEDIUM if fits else Severity.HIGH, message=message,
-        saving=Saving(0, "modelled", explanation, bytes=saving),
+        saving=Saving(0, Basis.MODELLED, explanation, bytes=saving),
         fix=first.fix if first is not None else "lower the peak: donate, rematerialise, shard or shrink the batch",
         evidence=tuple(evidence), ops=tuple(b.instruction for b in hbm.live_at_peak[:options.max_buffers]),
         blocking=not fits)]
@@ -148,7 +148,7 @@ def _error_only_finding(e: OomError) -> Finding:
         rule=NAME, code=CODE, severity=Severity.HIGH,
         message=(f"the program does not fit: it needs {fmt_bytes(e.required_bytes)} of HBM, "
                  f"{fmt_bytes(e.over_by_bytes)} over the {fmt_bytes(e.available_bytes)} available"),
-        saving=Saving(0, "modelled", "no buffer assignment to model levers from: dump with "
+        saving=Saving(0, Basis.MODELLED, "no buffer assignment to model levers from: dump with "
                       "XLA_FLAGS=--xla_dump_to=DIR and pass DIR", bytes=max(e.over_by_bytes, 0)),
         fix="rerun the compile with XLA_FLAGS=--xla_dump_to=DIR and run `tpudiag report DIR --error FILE`",
         evidence=(Evidence("compiler error", (("message", e.message),)),), blocking=True)

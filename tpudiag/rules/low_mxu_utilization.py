@@ -86,7 +86,7 @@ import pandas as pd
 
 from tpudiag.analysis.custom_calls import derive_costs
 from tpudiag.analysis.limits import over_peak_names
-from tpudiag.model.findings import Evidence, Finding, Quantity, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, op_math_from_text
 from tpudiag.model.units import fmt_pct
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
@@ -336,7 +336,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                        "where the op takes longest")
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity), message=message,
-            saving=Saving(int(round(saving)), "modelled", explanation), fix=fix,
+            saving=Saving(int(round(saving)), Basis.MODELLED, explanation), fix=fix,
             evidence=(Evidence(r.name, tuple(values)),), host=host, ops=(r.name,), quantities=tuple(quantities)))
     if referred:
         referred.sort(key=lambda x: (-x[2], x[0].name))
@@ -347,7 +347,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             rule=NAME, code=CODE, severity=Severity.INFO,
             message=(f"`{first.name}`{more} run at {fmt_pct(util)} of peak FLOP/s, on the HBM roof (operational "
                      f"intensity {intensity:.0f} FLOP/B < ridge {ridge:.0f}): see `memory-bound`"),
-            saving=Saving(0, "modelled", "no MXU-side saving: the ops are as fast as their bytes allow"),
+            saving=Saving(0, Basis.MODELLED, "no MXU-side saving: the ops are as fast as their bytes allow"),
             fix="move fewer bytes (see `tpudiag rule memory-bound`)",
             evidence=tuple(Evidence(r.name, (("time share", fmt_pct(sh)), ("FLOP util", fmt_pct(u)),
                                              ("op. intensity", f"{oi:.0f} FLOP/B (ridge {ridge:.0f})")))

@@ -71,7 +71,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tpudiag.analysis.limits import over_peak_names
-from tpudiag.model.findings import Evidence, Finding, Quantity, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
 from tpudiag.model.hlo_shapes import Shape, dtype_bytes, operand_shapes, parse_shapes, shape_bytes
@@ -229,7 +229,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     fix = "; ".join(fixes) or "move fewer bytes: narrower dtypes, fused producers and consumers, larger batches"
     step_share = saving_ps / basis.step_ps if basis.step_ps else 0.0
     scale = SeverityScale(options.high_share, options.medium_share)
-    saving = Saving(int(round(saving_ps)), "modelled",
+    saving = Saving(int(round(saving_ps)), Basis.MODELLED,
                     "per op, the better of int8/fp8 weights or fusing, at the achieved bandwidth; "
                     "on the core where each op takes longest")
     return [Finding(rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity), message=message,

@@ -62,7 +62,7 @@ from typing import Any
 
 
 from tpudiag.model.compiled import memory_space_name
-from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
 
@@ -191,7 +191,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             values.append(("padded dims", dim_text))
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity), message=message,
-            saving=Saving(int(round(saving)), "modelled",
+            saving=Saving(int(round(saving)), Basis.MODELLED,
                           "self time per step x padding share, assuming the op's time scales with its bytes"),
             fix=fix, evidence=(Evidence(r.name, tuple(values)),),
             host=analysis.profile.hosts[0].host if len(analysis.profile.hosts) == 1 else "", ops=(r.name,)))

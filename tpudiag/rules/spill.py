@@ -54,7 +54,7 @@ from typing import Any
 
 import pandas as pd
 
-from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, op_events, per_step_worst_core,
                                 step_basis)
@@ -165,7 +165,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         values.append(("self time/step", fmt_time(self_per_step)))
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity) if rec.bundles else Severity.LOW,
-            message=message, saving=Saving(int(round(saving)), "compiler estimate", explanation),
+            message=message, saving=Saving(int(round(saving)), Basis.COMPILER_ESTIMATE, explanation),
             fix="reduce live vector state: smaller block sizes or fewer values live across the loop",
             evidence=(Evidence(rec.op, tuple(values)),),
             host=analysis.profile.hosts[0].host if timed and len(analysis.profile.hosts) == 1 else "",

@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.profile_analysis import per_step_times
-from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale
 
@@ -168,7 +168,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         fix = "compare a slow step with a normal one in the trace viewer; look for contention at those steps"
     share = excess_per_step / float(times.mean()) if times.mean() else 0.0
     scale = SeverityScale(options.high_share, options.medium_share)
-    saving = Saving(int(round(excess_per_step)), "measured",
+    saving = Saving(int(round(excess_per_step)), Basis.MEASURED,
                     "the outlier steps' excess over the other steps' median, averaged over all steps")
     return [Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message, saving=saving,
                     fix=fix, evidence=tuple(evidence),

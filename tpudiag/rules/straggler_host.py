@@ -59,7 +59,7 @@ import statistics
 from dataclasses import dataclass
 
 from tpudiag.analysis.host_compare import find_straggler, host_stats, op_time_per_step
-from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, SeverityScale
 
@@ -139,7 +139,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     else:
         fix = f"compare `{slow.host}` with the others in the trace viewer: the lag is spread over many ops"
     scale = SeverityScale(options.high_share, options.medium_share)
-    saving = Saving(int(round(lag)), "measured",
+    saving = Saving(int(round(lag)), Basis.MEASURED,
                     f"`{slow.host}`'s lag behind the other hosts' median step time (noise band {fmt_time(band)})")
     return [Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message, saving=saving,
                     fix=fix, evidence=tuple(evidence), host=slow.host,

@@ -54,7 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpudiag.compiler.memory import program_memories
-from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.memory import OomError, ProgramMemory, VmemUse
 from tpudiag.model.units import fmt_bytes, fmt_pct
 from tpudiag.rules.base import Rule, RuleContext
@@ -108,7 +108,7 @@ def _op_finding(p: ProgramMemory, v: VmemUse) -> Finding:
     values = (("scoped VMEM", fmt_bytes(v.scoped_bytes)), ("limit", fmt_bytes(limit)),
               ("chip VMEM", fmt_bytes(capacity) if capacity else "-"), ("from", v.source))
     return Finding(rule=NAME, code=CODE, severity=Severity.LOW, message=message,
-                   saving=Saving(0, "modelled", "VMEM headroom is not time; the bytes over the default limit", bytes=max(over, 0)), fix=fix,
+                   saving=Saving(0, Basis.MODELLED, "VMEM headroom is not time; the bytes over the default limit", bytes=max(over, 0)), fix=fix,
                    evidence=(Evidence(v.op, values + ((("op", v.op_name),) if v.op_name else ())),), ops=(v.op,))
 
 
@@ -122,7 +122,7 @@ def _error_finding(e: OomError, capacity: int | None) -> Finding:
     fix = ("raise the limit (pltpu.CompilerParams(vmem_limit_bytes=...), up to the chip's VMEM) or use smaller blocks"
            if scoped else "use smaller blocks or fewer buffering levels: the kernel exceeds the chip's VMEM")
     return Finding(rule=NAME, code=CODE, severity=Severity.HIGH, message=message,
-                   saving=Saving(0, "modelled", "the bytes over the limit", bytes=max(e.over_by_bytes, 0)),
+                   saving=Saving(0, Basis.MODELLED, "the bytes over the limit", bytes=max(e.over_by_bytes, 0)),
                    fix=fix, evidence=(Evidence("compiler error", (("message", e.message),)),),
                    ops=(e.hlo,) if e.hlo else (), blocking=True)
 
