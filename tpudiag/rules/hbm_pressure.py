@@ -86,10 +86,8 @@ class Options:
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     findings = [f for p in ctx.memory for f in _program_findings(p, options)]
-    joined = {id(p.error) for p in ctx.memory if p.error is not None}
     if not ctx.memory:  # an HBM message with no dump to join: still say it does not fit
-        findings += [_error_only_finding(e) for e in ctx.compiled.oom_errors
-                     if e.space == "hbm" and id(e) not in joined]
+        findings += [_error_only_finding(e) for e in ctx.compiled.oom_errors if e.space == "hbm"]
     return findings
 
 
