@@ -65,12 +65,13 @@ def memory(
     shown = [path if path is not None else bundled_capture()] if compiled_view else []
     output = resolve_output(output, [*shown, *(dumps or []), *([pprof] if pprof else [])])
     text = read_error_text(error)
-    measured = measured_memory(path, pprof)
     report = None
     if compiled_view:
         result = diagnose(path, dumps=dumps or (), chip=chip.value if chip else None, error=text,
                           select="hbm-pressure")
         report = result.memory()
+    # After diagnose: a capture it cannot read at all is its one error line, not also a warning here.
+    measured = measured_memory(path, pprof)
     if output_format is MemoryFormat.json:
         import json
 

@@ -233,11 +233,52 @@ typedef struct {
     long long off_id, dur_id, key_id, base; /* as PyArg_ParseTuple's "L" writes them */
 } Params;
 
+/* An event's own scalar fields, as read so far: metadata_id 1, offset_ps 2 (until num_occurrences 5,
+ * which replaces it, unsets it), duration_ps 3. */
+typedef struct {
+    int64_t mid, offset, dur;
+    int offset_set;
+} EventHead;
+
+/* The next stat of the event in b[*pos:end] into st, reading the event's other fields on the way
+ * into h: 1 when a stat was read, 0 at the event's end, -1 when not plain. */
+static inline int next_stat(const uint8_t *b, Pos *pos, Pos end, EventHead *h, Stat *st)
+{
+    while (*pos < end) {
+        uint64_t field, v;
+        int wt;
+        if (read_tag(b, pos, end, &field, &wt))
+            return -1;
+        if (field == 1 || field == 2 || field == 3 || field == 5) {
+            if (wt != 0 || read_varint(b, pos, end, &v))
+                return -1;
+            if (field == 1)
+                h->mid = as_int64(v);
+            else if (field == 2) {
+                h->offset = as_int64(v);
+                h->offset_set = 1;
+            } else if (field == 3)
+                h->dur = as_int64(v);
+            else
+                h->offset_set = 0;
+        } else if (field == 4) {
+            Pos a, c;
+            if (wt != 2 || read_length(b, pos, end, &a, &c) || read_stat(b, a, c, st))
+                return -1;
+            return 1;
+        } else if (skip_value(b, pos, end, wt)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* One event in b[pos:end] into row i; -1 when not plain. */
 static int read_event(const uint8_t *b, Pos pos, Pos end, const Params *p, Columns *out, Py_ssize_t i)
 {
-    int64_t mid = 0, offset = 0, dur = 0, o = -1, dd = -1;
-    int offset_set = 0, n_stats = 0, found = !p->has_key;
+    int64_t o = -1, dd = -1;
+    int n_stats = 0, found = !p->has_key, r;
+    EventHead h = {0, 0, 0, 0};
     Stat first, second, st;
     memset(&first, 0, sizeof first);
     memset(&second, 0, sizeof second);
@@ -245,60 +286,39 @@ static int read_event(const uint8_t *b, Pos pos, Pos end, const Params *p, Colum
     out->hashes[i] = 0;
     out->key_starts[i] = 0;
     out->key_lengths[i] = 0;
-    while (pos < end) {
-        uint64_t field, v;
-        int wt;
-        if (read_tag(b, &pos, end, &field, &wt))
+    while ((r = next_stat(b, &pos, end, &h, &st)) > 0) {
+        /* A uint64 past int64 on a timespan stat: protobuf's path raises, so let it. */
+        if (p->timed && (st.metadata_id == p->off_id || st.metadata_id == p->dur_id) && st.kind == 3
+            && st.uint_value > (uint64_t)INT64_MAX)
             return -1;
-        if (field == 1 || field == 2 || field == 3 || field == 5) {
-            if (wt != 0 || read_varint(b, &pos, end, &v))
-                return -1;
-            if (field == 1)
-                mid = as_int64(v);
-            else if (field == 2) {
-                offset = as_int64(v);
-                offset_set = 1;
-            } else if (field == 3)
-                dur = as_int64(v);
-            else
-                offset_set = 0; /* num_occurrences replaces offset_ps */
-        } else if (field == 4) {
-            Pos a, c;
-            if (wt != 2 || read_length(b, &pos, end, &a, &c) || read_stat(b, a, c, &st))
-                return -1;
-            /* A uint64 past int64 on a timespan stat: protobuf's path raises, so let it. */
-            if (p->timed && (st.metadata_id == p->off_id || st.metadata_id == p->dur_id) && st.kind == 3
-                && st.uint_value > (uint64_t)INT64_MAX)
-                return -1;
-            int64_t value = stat_integer(&st);
-            if (n_stats == 0)
-                first = st;
-            else if (n_stats == 1)
-                second = st;
-            n_stats++;
-            if (p->timed) {
-                if (st.metadata_id == p->off_id)
-                    o = value;
-                else if (st.metadata_id == p->dur_id)
-                    dd = value;
-            }
-            if (!found && st.metadata_id == p->key_id) {
-                found = 1;
-                if (st.kind == 5) {
-                    if (st.str_stop > st.str_start) {
-                        out->kinds[i] = 1;
-                        out->key_starts[i] = st.str_start;
-                        out->key_lengths[i] = st.str_stop - st.str_start;
-                        out->hashes[i] = fnv1a(b, st.str_start, st.str_stop);
-                    }
-                } else if (st.kind != 0) {
-                    return -1; /* a non-string key: the reference path decodes it */
+        int64_t value = stat_integer(&st);
+        if (n_stats == 0)
+            first = st;
+        else if (n_stats == 1)
+            second = st;
+        n_stats++;
+        if (p->timed) {
+            if (st.metadata_id == p->off_id)
+                o = value;
+            else if (st.metadata_id == p->dur_id)
+                dd = value;
+        }
+        if (!found && st.metadata_id == p->key_id) {
+            found = 1;
+            if (st.kind == 5) {
+                if (st.str_stop > st.str_start) {
+                    out->kinds[i] = 1;
+                    out->key_starts[i] = st.str_start;
+                    out->key_lengths[i] = st.str_stop - st.str_start;
+                    out->hashes[i] = fnv1a(b, st.str_start, st.str_stop);
                 }
+            } else if (st.kind != 0) {
+                return -1; /* a non-string key: the reference path decodes it */
             }
-        } else if (skip_value(b, &pos, end, wt)) {
-            return -1;
         }
     }
+    if (r < 0)
+        return -1;
     int64_t s, d;
     if (p->timed && n_stats > 1 && first.metadata_id == p->off_id && second.metadata_id == p->dur_id) {
         /* The reference reads the first two stats as is when they are the device timespan. */
@@ -311,11 +331,11 @@ static int read_event(const uint8_t *b, Pos pos, Pos end, const Params *p, Colum
         if (__builtin_add_overflow((int64_t)p->base, o, &s))
             return -1;
     } else {
-        d = dur;
-        if (__builtin_add_overflow((int64_t)p->base, offset_set ? offset : 0, &s))
+        d = h.dur;
+        if (__builtin_add_overflow((int64_t)p->base, h.offset_set ? h.offset : 0, &s))
             return -1;
     }
-    out->mids[i] = mid;
+    out->mids[i] = h.mid;
     out->starts[i] = s;
     out->durs[i] = d;
     return 0;
@@ -493,59 +513,42 @@ static int stats_job(const uint8_t *b, Pos pos, Pos end, Py_ssize_t i, void *job
     int64_t *mids = t->mids, *offsets = t->offsets, *values = t->values, *lengths = t->lengths;
     int8_t *kinds = t->kinds;
     int32_t *seqs = t->seqs;
-    int64_t mid = 0, offset = 0;
     int32_t n_stats = 0;
+    int r;
+    EventHead h = {0, 0, 0, 0};
     Stat st;
     for (Py_ssize_t j = 0; j < k; j++) {
         values[i * k + j] = lengths[i * k + j] = 0;
         kinds[i * k + j] = 0;
         seqs[i * k + j] = 0;
     }
-    while (pos < end) {
-        uint64_t field, v;
-        int wt;
-        if (read_tag(b, &pos, end, &field, &wt))
+    while ((r = next_stat(b, &pos, end, &h, &st)) > 0) {
+        if (n_stats == INT32_MAX)
             return -1;
-        if (field == 1 || field == 2 || field == 3 || field == 5) {
-            if (wt != 0 || read_varint(b, &pos, end, &v))
-                return -1;
-            if (field == 1)
-                mid = as_int64(v);
-            else if (field == 2)
-                offset = as_int64(v);
-            else if (field == 5)
-                offset = 0; /* num_occurrences replaces offset_ps */
-        } else if (field == 4) {
-            Pos a, c;
-            if (wt != 2 || read_length(b, &pos, end, &a, &c) || read_stat(b, a, c, &st))
-                return -1;
-            if (n_stats == INT32_MAX)
-                return -1;
-            n_stats++;
-            for (Py_ssize_t j = 0; j < k; j++) {
-                if (ids[j] != st.metadata_id)
-                    continue;
-                Py_ssize_t at = i * k + j;
-                kinds[at] = (int8_t)st.kind;
-                seqs[at] = n_stats;
-                lengths[at] = 0;
-                if (st.kind == 4)
-                    values[at] = st.int_value;
-                else if (st.kind == 3 || st.kind == 7 || st.kind == 2)
-                    values[at] = as_int64(st.uint_value);
-                else if (st.kind == 5) {
-                    values[at] = st.str_start;
-                    lengths[at] = st.str_stop - st.str_start;
-                } else
-                    values[at] = 0;
-                break;
-            }
-        } else if (skip_value(b, &pos, end, wt)) {
-            return -1;
+        n_stats++;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            if (ids[j] != st.metadata_id)
+                continue;
+            Py_ssize_t at = i * k + j;
+            kinds[at] = (int8_t)st.kind;
+            seqs[at] = n_stats;
+            lengths[at] = 0;
+            if (st.kind == 4)
+                values[at] = st.int_value;
+            else if (st.kind == 3 || st.kind == 7 || st.kind == 2)
+                values[at] = as_int64(st.uint_value);
+            else if (st.kind == 5) {
+                values[at] = st.str_start;
+                lengths[at] = st.str_stop - st.str_start;
+            } else
+                values[at] = 0;
+            break;
         }
     }
-    mids[i] = mid;
-    offsets[i] = offset;
+    if (r < 0)
+        return -1;
+    mids[i] = h.mid;
+    offsets[i] = h.offset_set ? h.offset : 0;
     return 0;
 }
 
