@@ -41,6 +41,21 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
 
 
+def parse_target_and_topology(target: str, topology: str):
+    """`MODULE:FUNCTION` and `--topology` of `compile` and `whatif` as (TargetSpec, Topology), or a
+    UsageError before any compile."""
+    from tpudiag.compiler.target import TargetError, parse_target
+    from tpudiag.compiler.topology import parse_topology
+    from tpudiag.errors import UsageError
+
+    topo = parse_topology(topology)
+    try:
+        spec = parse_target(target)
+    except TargetError as exc:
+        raise UsageError(exc.message, hint=exc.hint or None) from None
+    return spec, topo
+
+
 def compile_command(
     target: Annotated[str, typer.Argument(help="MODULE:FUNCTION (module path or dotted name)")],
     topology: Annotated[str, typer.Option("--topology", "-t", help="TPU topology, e.g. v5e:2x2, v6e:2x2, "
@@ -62,22 +77,15 @@ def compile_command(
     from tpudiag.compiler.driver import compile_program
     from tpudiag.compiler.dumps import load_compile_output
     from tpudiag.compiler.static_report import build_static_report
-    from tpudiag.compiler.target import TargetError, parse_target
-    from tpudiag.compiler.topology import parse_topology
-    from tpudiag.cli.rules_cmd import check_number_option
+    from tpudiag.cli.rules_cmd import check_format, check_number_option
     from tpudiag.errors import UsageError
     from tpudiag.render.console import markup
     from tpudiag.render.static_report import render_static_json, render_static_terminal
 
-    if output_format not in ("terminal", "json"):
-        raise UsageError(f"unknown format `{output_format}`", hint="use `terminal` or `json`")
+    check_format(output_format)
     check_number_option("--clock-ghz", clock_ghz, positive=True)
     check_number_option("--timeout-s", timeout_s, positive=True)
-    topo = parse_topology(topology)
-    try:
-        spec = parse_target(target)
-    except TargetError as exc:
-        raise UsageError(exc.message, hint=exc.hint or None) from None
+    spec, topo = parse_target_and_topology(target, topology)
     flags = tuple(libtpu_flag or ())
     for flag in flags:
         if not flag.startswith("--"):

@@ -34,11 +34,10 @@ def rules(output_format: Annotated[str, typer.Option("--format", "-f", help="ter
     from tpudiag.cli.console import stdout_console
     from tpudiag.rules.registry import RULES
 
+    check_format(output_format)
     if output_format == "json":
         sys.stdout.write(json.dumps([rule_to_dict(r) for r in RULES], indent=2) + "\n")
         return
-    if output_format != "terminal":
-        raise UsageError(f"unknown format `{output_format}`", hint="use `terminal` or `json`")
     table = Table(show_edge=False)
     for col in ("code", "name", "severity", "needs", "what it finds"):
         table.add_column(col, no_wrap=col != "what it finds")
@@ -57,6 +56,12 @@ def rule(name: Annotated[str, typer.Argument(help="Rule name (e.g. exposed-colle
         raise UsageError(f"unknown rule `{name}`", hint="`tpudiag rules` lists the rules")
     sys.stdout.write(f"{found.name} ({found.code}) · severity up to {found.severity.label()} · needs "
                      f"{', '.join(found.inputs)}\n\n{found.doc.strip()}\n")
+
+
+def check_format(output_format: str) -> None:
+    """`--format` of a command that prints a terminal report or JSON; anything else is a UsageError."""
+    if output_format not in ("terminal", "json"):
+        raise UsageError(f"unknown format `{output_format}`", hint="use `terminal` or `json`")
 
 
 def check_number_option(option: str, value: float | None, positive: bool = False) -> float | None:

@@ -145,13 +145,13 @@ def run_command(
     python_tracer: Annotated[bool, typer.Option(help="Also trace Python function calls (large captures)")]
     = False,
 ) -> None:
+    from tpudiag.cli.rules_cmd import check_format
     from tpudiag.errors import TpudiagError, UsageError
     from tpudiag.profiling import check_step_var, newest_new_run, no_capture_reason, parse_steps, run_dirs
 
     if not command:
         raise UsageError("no program to run", hint="put it after `--`: `tpudiag run -- python train.py`")
-    if output_format not in ("terminal", "json"):
-        raise UsageError(f"unknown format `{output_format}`", hint="use `terminal` or `json`")
+    check_format(output_format)
     window = parse_steps(steps)
     check_step_var(step_var, window)
     work = Path(tempfile.mkdtemp(prefix="tpudiag-run-"))

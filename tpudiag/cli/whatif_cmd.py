@@ -43,22 +43,16 @@ def whatif_command(
     min_change: Annotated[float, typer.Option(help="Smallest modelled change called a change, in percent")] = 0.5,
     timeout_s: Annotated[float, typer.Option(help="Give up on each compile after this many seconds")] = 900.0,
 ) -> None:
-    from tpudiag.cli.rules_cmd import check_number_option
-    from tpudiag.compiler.target import TargetError, parse_target
-    from tpudiag.compiler.topology import parse_topology
+    from tpudiag.cli.compile_cmd import parse_target_and_topology
+    from tpudiag.cli.rules_cmd import check_format, check_number_option
     from tpudiag.errors import UsageError
     from tpudiag.whatif import plan_variants, whatif
 
-    if output_format not in ("terminal", "json"):
-        raise UsageError(f"unknown format `{output_format}`", hint="use `terminal` or `json`")
+    check_format(output_format)
     for name, value, positive in (("--clock-ghz", clock_ghz, True), ("--timeout-s", timeout_s, True),
                                   ("--min-change", min_change, False)):
         check_number_option(name, value, positive)
-    parse_topology(topology)  # usage errors before any compile
-    try:
-        parse_target(target)
-    except TargetError as exc:
-        raise UsageError(exc.message, hint=exc.hint or None) from None
+    parse_target_and_topology(target, topology)  # usage errors before any compile
     variants = plan_variants(xla_flag or (), option or (), each)
     if out is None:
         out = Path(tempfile.mkdtemp(prefix="tpudiag-whatif-"))
