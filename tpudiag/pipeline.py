@@ -291,12 +291,13 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     join = _join(analysis, compiled, choice.spec)
     analysis.join = join  # compiled facts per op, for the rules and the report
     _stage(progress, 2)
-    findings, skipped = run_rules(analysis, rules_config, compiled, join=join)
+    memory = _memory(compiled)
+    findings, skipped = run_rules(analysis, rules_config, compiled, join=join, memory=memory)
     _stage(progress, 3)
     # The chip's warnings, then what reading `--dumps` set aside, after the capture's own.
     report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels, join=join,
                           extra_warnings=(*choice.warnings, *compiled.warnings))
-    report = replace(report, memory=_memory(compiled))
+    report = replace(report, memory=memory)
     return Diagnosis(input_path=str(path), mode=Mode.TRACE, analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
                      chip=choice)
@@ -336,7 +337,8 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         warnings.extend(w for dump in compiled.llo for w in dump.warnings)
     compiled = replace(compiled, chip=choice.spec, oom_errors=oom_errors)
     _stage(progress, 2)
-    findings, skipped = run_rules(analysis, rules_config, compiled, join=join, static=True)
+    memory = _memory(compiled)
+    findings, skipped = run_rules(analysis, rules_config, compiled, join=join, static=True, memory=memory)
     _stage(progress, 3)
     if analysis is not None:
         report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels,
@@ -344,14 +346,14 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         report = replace(report, summary=replace(report.summary, input_path=str(path), mode=Mode.STATIC))
     else:
         report = _dump_only_report(path, compiled, findings, skipped, warnings)
-    report = replace(report, memory=_memory(compiled))
+    report = replace(report, memory=memory)
     return Diagnosis(input_path=str(path), mode=Mode.STATIC, analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
                      static=static, chip=choice)
 
 
 def _memory(compiled: CompiledInputs) -> tuple:
-    """The device memory of the compiled programs, for the report's memory section."""
+    """The device memory of the compiled programs, for the memory rules and the report's memory section."""
     from tpudiag.compiler.memory import program_memories
 
     return program_memories(compiled, compiled.oom_errors)

@@ -23,6 +23,7 @@ from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.findings import Finding, Severity
 from tpudiag.model.grouping import group_sums
+from tpudiag.model.memory import ProgramMemory
 from tpudiag.model.units import number_problem
 
 DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Savings estimate", "Known limits",
@@ -68,6 +69,8 @@ class RuleContext:
       modules import no parser.
     chip: the TPU generation's spec when known (trace, dump target or `--chip`).
     static: True when times come from the compiler's estimate, not a measured trace.
+    memory: the device memory of the compiled programs (`tpudiag.compiler.memory.program_memories`
+      of `compiled` and its `oom_errors`), built once per diagnosis for the rules and the report.
     """
 
     analysis: Analysis | None
@@ -76,6 +79,7 @@ class RuleContext:
     layouts: Callable[[str], Any] | None = None
     chip: ChipSpec | None = None
     static: bool = False
+    memory: tuple[ProgramMemory, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ reason (`INPUTS`), never an error. Savings are per-rule upper bounds that overla
 ranks findings by them but never adds them up.
 
 The engine, not the rules, builds the inputs that come from parsers: the layout parser's
-`parse_shape` for padding, and (when the caller gave no `CompiledInputs`) the HLO programs a
-capture embeds, parsed only when a selected rule uses them. Rule modules read what the context
+`parse_shape` for padding, (when the caller gave no `CompiledInputs`) the HLO programs a
+capture embeds, and (when the caller gave none) the compiled programs' device memory, each built
+only when a selected rule uses them. Rule modules read what the context
 gives them and import no parser.
 """
 
@@ -21,6 +22,7 @@ from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model.findings import Basis, Finding, rank_key
 from tpudiag.model.hardware import ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs
+from tpudiag.model.memory import ProgramMemory
 from tpudiag.model.report import RuleSkip
 from tpudiag.rules.base import INPUTS, TABLES, Rule, RuleContext
 from tpudiag.rules.config import RulesConfig
@@ -86,13 +88,15 @@ def _skip_reason(missing: str, ctx: RuleContext) -> str:
 
 def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
               compiled: CompiledInputs | None = None, *, join: JoinResult | None = None,
-              layouts: Callable[[str], Any] | None = None, static: bool = False) -> tuple[list[Finding], list[RuleSkip]]:
+              layouts: Callable[[str], Any] | None = None, static: bool = False,
+              memory: tuple[ProgramMemory, ...] | None = None) -> tuple[list[Finding], list[RuleSkip]]:
     """(findings sorted by saving, largest first; rules skipped with their reasons).
 
     `compiled` None means "only what the capture embeds": its HLO protos are parsed when a
     selected rule uses `hlo`. The chip is `compiled.chip` (`tpudiag.diagnose` decides it once),
     else the capture's, decided the same way. `static` marks times as the compiler's estimate (dumps alone): every
-    saving is then labelled `compiler estimate`.
+    saving is then labelled `compiler estimate`. `memory` is `RuleContext.memory` when the caller
+    has built it (`tpudiag.diagnose` does, for the report too); None builds it here.
     """
     config = config or RulesConfig()
     selected = config.resolve()
@@ -105,9 +109,16 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
             compiled = CompiledInputs(embedded=capture_hlo_inputs(analysis.profile))
     if layouts is None and "layouts" in wanted:
         layouts = default_layout_provider()
+    if memory is None:
+        memory = ()
+        if "hlo" in wanted:
+            from tpudiag.compiler.memory import program_memories
+
+            memory = program_memories(compiled, compiled.oom_errors)
     ctx = RuleContext(analysis=analysis, compiled=compiled, join=join if join is not None else
                       (analysis.join if analysis is not None else None), layouts=layouts,
-                      chip=compiled.chip or decide_chip(trace=trace_chip(analysis)).spec, static=static)
+                      chip=compiled.chip or decide_chip(trace=trace_chip(analysis)).spec, static=static,
+                      memory=memory)
     inputs = available_inputs(ctx)
     findings: list[Finding] = []
     skipped: list[RuleSkip] = []

@@ -64,7 +64,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpudiag.compiler.memory import memory_report
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.memory import MemoryGroup, OomError, ProgramMemory
 from tpudiag.model.units import fmt_bytes, fmt_pct
@@ -86,11 +85,9 @@ class Options:
 
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
-    report = memory_report("", ctx.compiled, ctx.compiled.oom_errors)  # the pipeline's report.memory comes later
-    findings = [f for p in report.programs for f in _program_findings(p, options)]
-    joined = {id(p.error) for p in report.programs if p.error is not None}
-    if not report.programs:  # an HBM message with no dump to join: still say it does not fit
-        findings += [_error_only_finding(e) for e in report.errors if e.space == "hbm" and id(e) not in joined]
+    findings = [f for p in ctx.memory for f in _program_findings(p, options)]
+    if not ctx.memory:  # an HBM message with no dump to join: still say it does not fit
+        findings += [_error_only_finding(e) for e in ctx.compiled.oom_errors if e.space == "hbm"]
     return findings
 
 

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpudiag.compiler.memory import program_memories
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.memory import OomError, ProgramMemory, VmemUse
 from tpudiag.model.units import fmt_bytes, fmt_pct
@@ -76,7 +75,7 @@ class Options:
 
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
-    programs = program_memories(ctx.compiled, ctx.compiled.oom_errors)
+    programs = ctx.memory
     errors = [e for e in ctx.compiled.oom_errors if e.space == "vmem"]
     errors += [p.error for p in programs if p.error is not None and p.error.space == "vmem" and p.error not in errors]
     capacity = ctx.chip.vmem_bytes if ctx.chip is not None else None
