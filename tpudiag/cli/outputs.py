@@ -36,8 +36,6 @@ def emit(result: Diagnosis, output_format: str, output: Path | None, top: int = 
         write_report(result.report, output_format, output, top=top)
 
 
-
-
 def markdown_with_figures(report: Report, output: Path | None, top: int) -> tuple[str, Path, int]:
     """The markdown text, the directory holding its figures and how many there are."""
     from tpudiag.render.figures import write_figures
@@ -106,7 +104,7 @@ def _write_static(result: Diagnosis, output_format: str, output: Path | None, to
                 f.write(render_static_diagnosis_json(result.report, result.static) + "\n")
             else:
                 render_static_diagnosis_terminal(result.report, result.static,
-                                                 SafeConsole(file=f, width=140, color_system=None), top=top)
+                                                 SafeConsole(file=f, width=TERMINAL_FILE_WIDTH, color_system=None), top=top)
         stderr_console().print(f"wrote `{output}`", markup=False, highlight=False)
     elif output_format == "json":
         sys.stdout.write(render_static_diagnosis_json(result.report, result.static) + "\n")

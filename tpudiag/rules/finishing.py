@@ -40,11 +40,10 @@ def _op_rows(analysis: Analysis | None, names: set[str]) -> pd.DataFrame:
 
 
 def _instruction(programs: tuple[CompiledProgram, ...], name: str):
-    """(program, instruction) of the op named `name`, at entry level or below it (a loop body)."""
+    """(program, instruction) of the op named `name`, at entry level or below it (a loop body),
+    never inside a fusion (`entry_op_of` names the ops a timeline of entry ops times)."""
     for program in programs:
-        inst = program.instructions.get((program.entry, name))
-        if inst is None and name in program.entry_op_of:
-            inst = next(i for (_, n), i in program.instructions.items() if n == name)
+        inst = program.find(name) if name in program.entry_op_of else None
         if inst is not None:
             return program, inst
     return None, None
