@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tpudiag.errors import UsageError
-from tpudiag.model.hardware import CHIP_NAMES, ChipSpec
+from tpudiag.model.hardware import CHIP_NAMES, ChipSpec, chip_for
 
 
 def _got(value: object) -> str:
@@ -26,8 +26,6 @@ def _got(value: object) -> str:
 
 def check_chip(chip: object) -> ChipSpec | None:
     """`chip=` as a ChipSpec: None, a ChipSpec, or one of `CHIP_NAMES` (any case)."""
-    from tpudiag.model.hardware import chip_for
-
     if chip is None or isinstance(chip, ChipSpec):
         return chip
     if not isinstance(chip, str):
