@@ -423,16 +423,14 @@ class ProgramMath:
 
     def __init__(self, program: CompiledProgram):
         self.program = program
-        self._where = {name: comp for comp, name in program.instructions}
         self._cache: dict[str, OpMath | None] = {}
 
     def __contains__(self, name: str) -> bool:
-        return name in self._where
+        return self.program.find(name) is not None
 
     def get(self, name: str) -> OpMath | None:
         """The op's math; None when the program has no instruction of that name."""
         if name not in self._cache:
-            comp = self._where.get(name)
-            inst = self.program.instructions.get((comp, name)) if comp is not None else None
+            inst = self.program.find(name)
             self._cache[name] = op_math(self.program, inst) if inst is not None else None
         return self._cache[name]
