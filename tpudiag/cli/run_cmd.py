@@ -71,9 +71,11 @@ def _has_flag(flags: str, name: str) -> str | None:
 
 def child_env(config: dict, boot_dir: Path, dumps: Path, tpu: bool) -> tuple[dict[str, str], Path, Path | None]:
     """The child's environment, and the XLA and LLO dump directories it will write."""
+    from tpudiag.profiling import CHILD_ENV
+
     env = dict(os.environ)
     env["PYTHONPATH"] = str(boot_dir) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["TPUDIAG_RUN"] = json.dumps(config)
+    env[CHILD_ENV] = json.dumps(config)
     xla_flags = env.get("XLA_FLAGS", "")
     xla = _has_flag(xla_flags, "xla_dump_to")
     if xla is None:
