@@ -7,8 +7,6 @@ cannot reproduce yet), 130 interrupted (`tune` keeps what it finished).
 
 from __future__ import annotations
 
-import dataclasses
-
 import json
 import os
 import subprocess
@@ -46,19 +44,18 @@ def _consoles():
     return stdout_console(), stderr_console()
 
 
-def _analysis(path: Path):
-    """The capture's analysis through the one pipeline; its warnings go to stderr as `report` shows them."""
+def _diagnosis(path: Path, dump: Path | None):
+    """The capture and its dump through the one pipeline, so the lab sees the programs the report
+    does; its warnings go to stderr as `report` shows them."""
     from tpudiag.pipeline import diagnose
 
-    result = diagnose(path)
-    if result.analysis is None:
-        raise InputError("the lab needs a capture or dumps of a known TPU generation", path=path,
-                         hint="pass a capture, or --chip with the dumps' generation to `tpudiag report`")
+    if dump is not None and not dump.is_dir():
+        raise UsageError("the dump directory does not exist", path=dump)
+    result = diagnose(path, dumps=(dump,) if dump is not None else ())
     _, err = _consoles()
     for w in result.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
-    # with its join, so the lab reads each op's matmul from the compiled program (`model.matmuls`)
-    return dataclasses.replace(result.analysis, join=result.join)
+    return result
 
 
 @lab_app.command("ops")
@@ -80,7 +77,7 @@ def ops(
     from tpudiag.render.console import markup
 
     path, dump = _capture_or_example(path, dump)
-    all_rows = survey(_analysis(path), path, None, dump=dump)
+    all_rows = survey(_diagnosis(path, dump))
     cov = coverage(all_rows)
     rows = all_rows[:top]
     console, _ = _consoles()
@@ -135,7 +132,7 @@ def extract(
 ) -> None:
     """Write a runnable reproduction of one op: `repro.py` (XLA reference + Pallas kernel) and `spec.json`."""
     from tpudiag.kernels_lab.reproduce import family_module, write_repro
-    from tpudiag.kernels_lab.spec import spec_from_analysis
+    from tpudiag.kernels_lab.spec import spec_from_diagnosis
     from tpudiag.writers.files import check_not_input
 
     if scale_down < 1:
@@ -143,7 +140,7 @@ def extract(
     path, dump = _capture_or_example(path, dump)
     out_dir = out if out is not None else default_lab_dir(op)
     check_not_input(out_dir, [path, dump], what="the reproduction")
-    spec = spec_from_analysis(_analysis(path), path, op, dump=dump, topology=topology, scale_down=scale_down)
+    spec = spec_from_diagnosis(_diagnosis(path, dump), op, topology=topology, scale_down=scale_down)
     try:
         repro, blocks = write_repro(spec, out_dir)
     except InputError as exc:

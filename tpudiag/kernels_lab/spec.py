@@ -25,14 +25,23 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from tpudiag.errors import InputError, UsageError
+from tpudiag.kernels_lab import op_text
 from tpudiag.kernels_lab.tiling import scale_dim
 from tpudiag.model.hardware import CHIPS, chip_for, smallest_topology
-from tpudiag.model.hlo_shapes import Shape, operand_shapes, parse_array
+from tpudiag.model.hlo_shapes import Shape, parse_array
 from tpudiag.model.matmuls import OpMath, ProgramMath, op_math_from_text
 from tpudiag.kernels_lab.collective_spec import KINDS as COLLECTIVE_KINDS
 from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, mesh_axes, replica_groups
+from tpudiag.model.compiled import CompiledProgram
 from tpudiag.model.hlo_names import collective_family
+from tpudiag.model.inputs import CompiledInputs
+
+if TYPE_CHECKING:
+    from tpudiag.analysis.profile_analysis import Analysis
+    from tpudiag.pipeline import Diagnosis
 
 
 class NotReproducible(UsageError):
@@ -51,16 +60,6 @@ DEFAULT_TOPOLOGY = {c.generation: smallest_topology(c) for c in CHIPS}
 
 # Arrays read from HLO text: the one reader rules and the op math use too (`model.hlo_shapes`).
 ArrayText = Shape
-
-
-def parameter_shapes(body: str) -> list[ArrayText]:
-    """Parameter shapes from a fused computation's header `%name (p0: bf16[..], ...) -> ... {`."""
-    header = re.match(r"\s*%?[\w.\-]+ \((?P<params>.*?)\) -> ", body)
-    if header is None:
-        return []
-    shapes = [parse_array(s) for s in re.findall(r"[\w.\-]+: ([a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)",
-                                                   header.group("params"))]
-    return [s for s in shapes if s is not None]
 
 
 def topology_generation(topology: str) -> str:
@@ -223,7 +222,8 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
     `chips` (the capture's chip count) is a collective's ring size when nothing else gives it;
     `op_math` is the op's matmul model (`model.matmuls`), whose K wins when its M and N are the output's."""
     if operands is None:
-        operands, operands_from = resolve_operands(hlo_text, body, lambda _name: "")
+        found = op_text.from_trace(hlo_text, lambda _name: "")
+        operands, operands_from = list(found.operands), found.operands_from
     cat = category.lower()
     family = collective_family(name, category)
     if family:
@@ -381,50 +381,6 @@ def _non_minor_reduce(text: str) -> tuple[ArrayText, tuple[int, ...], tuple[int,
     rows = math.prod(operand.dims[dims[0]:dims[-1] + 1])
     cols = math.prod(operand.dims[dims[-1] + 1:])
     return operand, dims, (outer, rows, cols)
-
-
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+) = (?P<rest>.*)$", re.M)
-_COMPUTATION = re.compile(r"^%?(?P<name>[\w.\-]+) [^\n]*?\{\n.*?^\}", re.M | re.S)
-
-
-class DumpIndex:
-    """An HLO dump directory read once: each instruction's line and each computation's text by name
-    (`*after_optimizations.txt` first, then other HLO texts; the first file naming an op wins)."""
-
-    def __init__(self, dump: Path):
-        self.dump = dump
-        self.lines: dict[str, str] = {}
-        self.computations: dict[str, str] = {}
-        files = sorted(dump.rglob("*after_optimizations.txt")) + sorted(
-            p for p in dump.rglob("*hlo*.txt") if not p.name.endswith("after_optimizations.txt"))
-        for path in files:
-            try:
-                text = path.read_text(errors="replace")
-            except OSError:
-                continue
-            for m in _INSTR.finditer(text):
-                self.lines.setdefault(m.group("name"), m.group(0).strip())
-            for m in _COMPUTATION.finditer(text):
-                self.computations.setdefault(m.group("name"), m.group(0))
-
-    def find(self, name: str) -> tuple[str, str]:
-        """The op's instruction line and its called computation's text (empty strings when absent).
-        The body starts with the computation's header line, which carries its parameter shapes."""
-        line = self.lines.get(name, "")
-        called = re.search(r"calls=%?([\w.\-]+)", line)
-        return line, (self.computations.get(called.group(1), "") if called else "")
-
-    def shape_of(self, name: str) -> str:
-        """The result shape text of the instruction `name` (a tuple shape included), or ''."""
-        rest = self.lines.get(name, "").split(" = ", 1)[-1]
-        if rest.startswith("("):
-            depth = 0
-            for i, ch in enumerate(rest):
-                depth += {"(": 1, ")": -1}.get(ch, 0)
-                if depth == 0:
-                    return rest[:i + 1]
-        array = parse_array(rest)
-        return array.text if array is not None else ""
 
 
 DATAMOVE_DTYPES = dict(HLO_DTYPES, s32="int32", u32="uint32", s8="int8")
@@ -671,18 +627,6 @@ def _infer_collective(*, name: str, family: str, category: str, shape_text: str,
     return "collective", problem, basis
 
 
-def find_in_dump(dump: Path, name: str) -> tuple[str, str]:
-    """The op's instruction line and its fused computation's text from an HLO dump directory
-    (`*after_optimizations.txt` preferred, then other HLO texts); empty strings when absent."""
-    return DumpIndex(dump).find(name)
-
-
-def operand_names(hlo_text: str) -> list[str]:
-    """`%name` operands of the instruction's call parentheses, in order."""
-    m = re.search(r"=\s*(?:\([^=]*?\)|\S+)\s+[\w\-]+\((?P<args>[^)]*)\)", hlo_text)
-    return re.findall(r"%([\w.\-]+)", m.group("args")) if m else []
-
-
 _SHORT = {"bfloat16": "bf16", "float32": "f32"}
 
 
@@ -735,46 +679,22 @@ class SurveyRow:
     reason: str  # why not, when family is ''
 
 
-def survey(analysis, capture: Path, top: int | None = None, *, dump: Path | None = None) -> list[SurveyRow]:
-    """The first host's ops by self time, each with its family and problem or the reason it has none.
-    With `dump` (an HLO dump of the same program) operand shapes and fusion bodies come from it."""
-    index = _dump_index(dump)
+def survey(diagnosis: Diagnosis, top: int | None = None) -> list[SurveyRow]:
+    """The first host's ops by self time, each with its family and problem or the reason it has none."""
+    analysis = _analysis(diagnosis)
     ops = analysis.ops[analysis.ops["host"] == analysis.ops["host"].iloc[0]] if len(analysis.ops) else analysis.ops
     ops = ops.sort_values("self_time_ps", ascending=False)
     total = float(ops["self_time_ps"].sum()) or 1.0
     rows = []
     for _, r in ops.head(top if top is not None else len(ops)).iterrows():
         try:
-            spec = spec_from_analysis(analysis, capture, str(r["name"]), topology=None, dump=index)
+            spec = spec_from_diagnosis(diagnosis, str(r["name"]), topology=None)
             family, problem, reason = spec.family, spec.problem, ""
         except UsageError as exc:
             family, problem, reason = "", {}, exc.one_line()
         rows.append(SurveyRow(str(r["name"]), str(r["category"]), int(r["self_time_ps"]),
                               float(r["self_time_ps"]) / total, family, problem, reason))
     return rows
-
-
-def _dump_index(dump) -> DumpIndex | None:
-    if dump is None or isinstance(dump, DumpIndex):
-        return dump
-    if not dump.is_dir():
-        raise UsageError("the dump directory does not exist", path=dump)
-    return DumpIndex(dump)
-
-
-def resolve_operands(hlo_text: str, body: str, shape_of) -> tuple[list[ArrayText], str]:
-    """Operand shapes and where they came from: printed in the instruction, the fused computation's
-    parameters, or each `%name` operand looked up with `shape_of(name)` (tuple-shaped and unknown
-    operands are skipped, so the list may be shorter than the operand list)."""
-    shapes = operand_shapes(hlo_text)
-    if shapes:
-        return shapes, "the HLO operands"
-    shapes = parameter_shapes(body)
-    if shapes:
-        return shapes, "the fused computation's parameters"
-    found = [parse_array(shape_of(n)) for n in operand_names(hlo_text)]
-    found = [a for a in found if a is not None]
-    return found, ("the operands' own instructions" if found else "")
 
 
 @dataclass(frozen=True)
@@ -813,13 +733,28 @@ def coverage(rows: list[SurveyRow]) -> Coverage:
                     tuple(fams), tuple(done))
 
 
-def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology: str | None = None,
-                       scale_down: int = 1) -> OpSpec:
-    """Find `op` in an analysed capture (`tpudiag.diagnose(capture).analysis`: the lab reads captures
-    through the one pipeline), infer its family and problem; `dump` is a directory or a
-    `DumpIndex`. Raises the project's errors."""
+def _analysis(diagnosis: Diagnosis) -> Analysis:
+    if diagnosis.analysis is None:
+        raise InputError("the lab needs a capture or dumps of a known TPU generation", path=diagnosis.input_path,
+                         hint="pass a capture, or --chip with the dumps' generation to `tpudiag report`")
+    return diagnosis.analysis
+
+
+def _dump_origin(compiled: CompiledInputs, program: CompiledProgram | None) -> str:
+    """The XLA dump directory `program` was read from; '' for a capture's own program or none."""
+    return next((h.origin for h in compiled.hlo if h.program is program), "") if program is not None else ""
+
+
+def spec_from_diagnosis(diagnosis: Diagnosis, op: str, *, topology: str | None = None,
+                        scale_down: int = 1) -> OpSpec:
+    """Find `op` in a diagnosis (`tpudiag.diagnose(capture, dumps=...)`: the lab reads captures and
+    compiled programs through the one pipeline), infer its family and problem. Its HLO text and
+    fused body come from the XLA dump the join matched to its program, else from the capture
+    (`op_text`). Raises the project's errors."""
     if scale_down < 1:
         raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
+    analysis = _analysis(diagnosis)
+    capture = diagnosis.input_path
     ops = analysis.ops[analysis.ops["name"] == op]
     if ops.empty:
         names = sorted(set(analysis.ops["name"]))
@@ -830,37 +765,36 @@ def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology:
     host = next(h for h in analysis.profile.hosts if h.host == row["host"])
     meta = host.op_metadata
     meta = meta[(meta["name"] == op) & (meta["program_id"] == row["program_id"])]
-    hlo_text = str(meta["hlo_text"].iloc[0]) if not meta.empty else ""
     flops = float(meta["flops"].iloc[0]) if not meta.empty else float(row["flops"]) / max(1, row["occurrences"])
     nbytes = (float(meta["bytes_accessed"].iloc[0]) if not meta.empty
               else float(row["bytes_accessed"]) / max(1, row["occurrences"]))
-    body = ""
-    notes = []
-    index = _dump_index(dump)
-    if index is not None:
-        line, body = index.find(op)
-        if line:
-            hlo_text = line
-            notes.append(f"HLO text and fusion body from the dump `{index.dump}`")
-        else:
-            notes.append(f"`{op}` not found in the dump `{index.dump}`; used the capture's HLO text")
     program_ops = analysis.ops[analysis.ops["program_id"] == row["program_id"]]
     capture_shapes = dict(zip(program_ops["name"].astype(str), program_ops["shape_with_layout"].astype(str),
                               strict=True))
 
     def shape_of(name: str) -> str:
-        return (index.shape_of(name) if index is not None else "") or capture_shapes.get(name, "")
+        return capture_shapes.get(name, "")
 
-    operands, operands_from = resolve_operands(hlo_text, body, shape_of)
-    program = analysis.join.program_for(row["program_id"], row["module"]) if analysis.join is not None else None
+    join = diagnosis.join
+    program = join.program_for(row["program_id"], row["module"]) if join is not None else None
+    origin = _dump_origin(diagnosis.compiled, program)
+    text = op_text.from_program(program, op, shape_of) if origin else None
+    notes = []
+    if text is not None:
+        notes.append(f"HLO text and fusion body from the dump `{origin}`")
+    else:
+        text = op_text.from_trace(str(meta["hlo_text"].iloc[0]) if not meta.empty else "", shape_of)
+        if diagnosis.compiled.hlo:
+            where = ", ".join(f"`{h.origin}`" for h in diagnosis.compiled.hlo)
+            notes.append(f"`{op}` is not in a dump joined to its program ({where}); used the capture's HLO text")
     found = ProgramMath(program).get(op) if program is not None else None
     family, problem, basis = infer(name=op, category=str(row["category"]),
                                    shape_with_layout=str(row["shape_with_layout"]),
-                                   hlo_text=hlo_text, tf_op=str(row["tf_op"] or ""), flops=flops,
-                                   bytes_accessed=nbytes, body=body, operands=operands,
-                                   operands_from=operands_from,
+                                   hlo_text=text.line, tf_op=str(row["tf_op"] or ""), flops=flops,
+                                   bytes_accessed=nbytes, body=text.body, operands=list(text.operands),
+                                   operands_from=text.operands_from,
                                    chips=host.device.n_chips * len(analysis.profile.hosts),
-                                   op_math=found or op_math_from_text(op, hlo_text))
+                                   op_math=found or op_math_from_text(op, text.line))
     device = host.device
     chip = device.chip
     if topology is None:
@@ -881,7 +815,7 @@ def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology:
         op_name=op, category=str(row["category"]), program=str(row["module"]), family=family, problem=problem,
         run_problem=run_problem, scale_down=scale_down,
         shape_with_layout=str(row["shape_with_layout"]),
-        operands=tuple(a.text for a in operands), hlo_text=hlo_text,
+        operands=tuple(a.text for a in text.operands), hlo_text=text.line,
         tf_op=str(row["tf_op"] or ""),
         source=str(row["source"] or ""), basis=tuple(basis), device_type=device.device_type, generation=generation,
         topology=topology, vmem_bytes=target.vmem_bytes, hbm_bytes_per_s=target.hbm_bytes_per_s,
