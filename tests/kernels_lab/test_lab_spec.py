@@ -176,6 +176,13 @@ def test_program_supplies_operands_and_epilogue():
     assert op_text.from_program(program, "fusion.3", _no_shape) is None
 
 
+def test_parse_array():
+    a = parse_array("bf16[8192,4096]{1,0:T(8,128)(2,1)}")
+    assert (a.dtype, a.dims, a.minor_to_major, a.row_major) == ("bf16", (8192, 4096), (1, 0), True)
+    assert not parse_array("bf16[8192,4096]{0,1:T(8,128)(2,1)}").row_major
+    assert parse_array("(f32[2], f32[3])") is None
+
+
 def test_real_v5e_dump_fusion_is_a_matmul_with_k_from_flops():
     """`fusion.1` of the committed v5e MLP dump: operands by name only, a transposed convolution
     (dim_labels=fb_io->bf) in its body. K comes from the FLOP count, not from the first parameter
