@@ -8,6 +8,7 @@ import pytest
 
 from tpudiag.errors import UsageError
 from tpudiag.kernels_lab import op_text
+from tpudiag.kernels_lab.problems import PROBLEMS
 from tpudiag.kernels_lab.spec import NotReproducible, infer, spec_from_diagnosis
 from tpudiag.model.hlo_shapes import operand_shapes, parse_array
 from tpudiag.parsers.hlo_text import load_hlo_text, parse_hlo_text
@@ -50,7 +51,7 @@ def _infer(**kw):
 ])
 def test_example_ops_infer_family_and_problem(op, family, problem):
     spec = extract_spec(EXAMPLE, op)
-    assert (spec.family, spec.problem) == (family, problem)
+    assert (spec.family, spec.problem) == (family, PROBLEMS[family](**problem))
     assert spec.topology == "v6e:2x2" and spec.generation == "v6e" and spec.clock_hz is None
     assert spec.measured_time_ps > 0 and spec.occurrences > 0
     assert spec.run_problem == spec.problem  # no --scale-down
@@ -66,10 +67,10 @@ def test_example_ops_infer_family_and_problem(op, family, problem):
 ])
 def test_example_collectives_map_to_the_collective_family(op, problem):
     spec = extract_spec(EXAMPLE, op)
-    assert (spec.family, spec.problem) == ("collective", problem)
+    assert (spec.family, spec.problem) == ("collective", PROBLEMS["collective"](**problem))
     assert any("ring of 4 devices assumed" in b for b in spec.basis)
     # the CPU run is capped (the interpreter hangs on big rings on a small machine) and says so
-    assert spec.run_problem["rows"] * spec.run_problem["cols"] * 4 * 4 <= 32 << 10
+    assert spec.run_problem.rows * spec.run_problem.cols * 4 * 4 <= 32 << 10
     assert any("capped" in n for n in spec.notes)
 
 
@@ -89,9 +90,9 @@ def test_capture_without_device_ops_says_so():
 
 def test_scale_down_keeps_alignment_classes():
     spec = extract_spec(EXAMPLE, "fusion.8", scale_down=16)
-    assert spec.run_problem["m"] == 512 and spec.run_problem["k"] == 256
-    assert spec.run_problem["n"] == 3142 and spec.run_problem["n"] % 128  # still ragged
-    assert spec.problem["n"] == 50257
+    assert spec.run_problem.m == 512 and spec.run_problem.k == 256
+    assert spec.run_problem.n == 3142 and spec.run_problem.n % 128  # still ragged
+    assert spec.problem.n == 50257
 
 
 def test_dot_with_operands_gives_k_and_input_dtype():
@@ -209,7 +210,7 @@ def test_extract_with_a_dump_reads_the_joined_program():
     report reads it: `fusion.31` has a reduce in its body (a row sum over 256), which the capture's
     text alone does not show (an elementwise stand-in)."""
     spec = extract_spec(MODELLED_V5E, "fusion.31", dump=V5E_DUMP)
-    assert (spec.family, spec.problem["op"], spec.problem["cols"]) == ("reduction", "sum", 256)
+    assert (spec.family, spec.problem.op, spec.problem.cols) == ("reduction", "sum", 256)
     assert any(n.startswith(f"HLO text and fusion body from the dump `{V5E_DUMP / 'xla'}`") for n in spec.notes)
     assert spec.operands == ("bf16[8,128,256]", "f32[8,128]", "f32[8,128]")
     assert "metadata=" not in spec.hlo_text and spec.hlo_text.startswith("%fusion.31 = f32[8,128]")
@@ -226,7 +227,7 @@ def test_a_dump_the_join_refuses_is_not_read(tmp_path):
         "  ROOT %fusion.2 = bf16[8192,4096]{1,0} tanh(%p0)\n"
         "}\n")
     spec = extract_spec(EXAMPLE, "fusion.2", dump=tmp_path)
-    assert spec.family == "matmul" and spec.problem["activation"] == "none"
+    assert spec.family == "matmul" and spec.problem.activation == "none"
     assert any("is not in a dump joined to its program" in n for n in spec.notes)
 
 
@@ -266,11 +267,11 @@ def test_modelled_v5e_capture_ops():
     """The bundled modelled capture of a compiled transformer step (real HLO names and layouts, S(1)
     memory spaces, async collective fusions returning tuples)."""
     spec = extract_spec(MODELLED_V5E, "fusion.103")
-    assert spec.family == "matmul" and (spec.problem["m"], spec.problem["k"], spec.problem["n"]) == (1024, 256, 768)
+    assert spec.family == "matmul" and (spec.problem.m, spec.problem.k, spec.problem.n) == (1024, 256, 768)
     assert spec.topology == "v5e:2x2" and spec.clock_hz == 1.5e9
     # its tuple of 11 (matmul + the all-gather's carried buffers and sync flags) is the multi_output family
     tupled = extract_spec(MODELLED_V5E, "fusion.198")
-    assert tupled.family == "multi_output" and tupled.problem["kind"] == "matmul"
+    assert tupled.family == "multi_output" and tupled.problem.kind == "matmul"
 
 
 def test_operand_shapes_read_past_tiled_layouts():

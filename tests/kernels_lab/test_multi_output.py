@@ -83,4 +83,4 @@ def test_bundled_async_fusions_are_reproducible(tmp_path):
 
     rows = {r.op_name: r for r in survey(diagnose(BUNDLED))}
     for op in ("fusion.198", "fusion.203", "fusion.210", "fusion.215"):
-        assert rows[op].family == "multi_output" and rows[op].problem["kind"] == "matmul", rows[op].reason
+        assert rows[op].family == "multi_output" and rows[op].problem.kind == "matmul", rows[op].reason

@@ -73,7 +73,8 @@ def ops(
 
     from rich.table import Table
 
-    from tpudiag.kernels_lab.spec import coverage, describe_problem, survey
+    from tpudiag.kernels_lab.problems import problem_fields
+    from tpudiag.kernels_lab.spec import coverage, survey
     from tpudiag.render.console import markup
 
     path, dump = _capture_or_example(path, dump)
@@ -82,7 +83,8 @@ def ops(
     rows = all_rows[:top]
     console, _ = _consoles()
     if output_format is LabFormat.json:
-        data = {"ops": [asdict(r) for r in rows], "coverage": dict(asdict(cov), compute_share=cov.compute_share,
+        ops = [dict(asdict(r), problem=problem_fields(r.problem) if r.problem is not None else {}) for r in rows]
+        data = {"ops": ops, "coverage": dict(asdict(cov), compute_share=cov.compute_share,
                                                                    collective_share=cov.collective_share)}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
@@ -91,8 +93,8 @@ def ops(
                           ("problem, or why not", "left")):
         table.add_column(name, justify=justify, overflow="fold", no_wrap=name != "problem, or why not")
     for r in rows:
-        if r.family:
-            detail = describe_problem(r.family, r.problem)
+        if r.problem is not None:
+            detail = r.problem.describe()
         else:
             detail = r.reason.removeprefix(f"`{r.op_name}` ")
         table.add_row(markup(r.op_name), markup(r.category), f"{100 * r.time_share:.1f}", r.family or "-",
@@ -131,7 +133,8 @@ def extract(
                                                                  "problem")] = 1,
 ) -> None:
     """Write a runnable reproduction of one op: `repro.py` (XLA reference + Pallas kernel) and `spec.json`."""
-    from tpudiag.kernels_lab.reproduce import family_module, write_repro
+    from tpudiag.kernels_lab.problems import problem_fields
+    from tpudiag.kernels_lab.reproduce import write_repro
     from tpudiag.kernels_lab.spec import spec_from_diagnosis
     from tpudiag.writers.files import check_not_input
 
@@ -148,10 +151,10 @@ def extract(
         raise
     console, _ = _consoles()
     console.print(f"wrote `{repro}` and `{out_dir / 'spec.json'}`", markup=False, highlight=False)
-    console.print(f"  family {spec.family}: {spec.problem}", markup=False, highlight=False)
+    console.print(f"  family {spec.family}: {problem_fields(spec.problem)}", markup=False, highlight=False)
     if spec.run_problem != spec.problem:
         how = f" (--scale-down {spec.scale_down})" if spec.scale_down > 1 else ""
-        console.print(f"  CPU run{how}: {spec.run_problem}", markup=False, highlight=False)
+        console.print(f"  CPU run{how}: {problem_fields(spec.run_problem)}", markup=False, highlight=False)
     console.print(f"  blocks {blocks.label()} (default for {spec.generation}; run `tpudiag lab tune "
                   f"{out_dir}` to sweep)", markup=False, highlight=False)
     for line in spec.basis:
@@ -159,7 +162,7 @@ def extract(
     for line in spec.notes:
         console.print(f"  note: {line}", markup=False, highlight=False)
     try:
-        blocks.validate(family_module(spec.family).Problem(**spec.problem), spec.vmem_bytes)
+        blocks.validate(spec.problem, spec.vmem_bytes)
     except ValueError as exc:
         console.print(f"  note: the full problem does not fit this kernel: {exc}", markup=False, highlight=False)
     console.print(f"run it: `python {repro}`", markup=False, highlight=False)
@@ -224,7 +227,8 @@ def tune(
     output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
 ) -> None:
     """Sweep block sizes: compile each for the TPU topology, reject what the compiler refuses, rank."""
-    from tpudiag.kernels_lab.reproduce import family_module, set_blocks
+    from tpudiag.kernels_lab.family import family_module
+    from tpudiag.kernels_lab.reproduce import set_blocks
     from tpudiag.kernels_lab.sweep import run_sweep
 
     console, err = _consoles()

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tpudiag.model.compiled import CompiledProgram, Instruction
-from tpudiag.model.hlo_shapes import Shape, operand_shapes, parse_array
+from tpudiag.model.hlo_shapes import Shape, operand_shapes, parse_array, parse_shapes
 
 _CALLED = re.compile(r"%?([\w.\-]+)")
 
@@ -104,11 +104,23 @@ def operand_names(hlo_text: str) -> list[str]:
     return re.findall(r"%([\w.\-]+)", m.group("args")) if m else []
 
 
-def from_trace(hlo_text: str, shape_of: Callable[[str], str]) -> OpText:
-    """The op as the capture's op metadata prints it: operands printed with their shapes, else each
-    `%name` operand looked up with `shape_of(name)`."""
+def header_parameters(body: str) -> list[Shape]:
+    """The parameter shapes a computation's header prints: `%name (p0: bf16[8,128], ...) -> ... {`."""
+    head = body.lstrip().split("\n", 1)[0]
+    if "(" not in head or " -> " not in head:
+        return []
+    return parse_shapes(head[head.index("("):head.rindex(" -> ")])
+
+
+def from_text(hlo_text: str, shape_of: Callable[[str], str], body: str = "") -> OpText:
+    """The op as text alone gives it (the capture's op metadata, or HLO text built by hand): operands
+    printed with their shapes, else the parameters of `body`'s header, else each `%name` operand
+    looked up with `shape_of(name)`."""
     shapes = operand_shapes(hlo_text)
     if shapes:
-        return OpText(hlo_text, "", tuple(shapes), "the HLO operands")
+        return OpText(hlo_text, body, tuple(shapes), "the HLO operands")
+    shapes = header_parameters(body)
+    if shapes:
+        return OpText(hlo_text, body, tuple(shapes), "the fused computation's parameters")
     found = [a for a in (parse_array(shape_of(n)) for n in operand_names(hlo_text)) if a is not None]
-    return OpText(hlo_text, "", tuple(found), "the operands' own instructions" if found else "")
+    return OpText(hlo_text, body, tuple(found), "the operands' own instructions" if found else "")
