@@ -86,7 +86,7 @@ from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.hardware import chip_for, smallest_topology
 from tpudiag.model.profile import CollectiveClasses, WindowThresholds
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, per_step_worst_core,
+from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, StepBasis, Table, per_step_worst_core,
                                 per_step_worst_core_by, step_basis)
 from tpudiag.rules.straggler_host import Options as StragglerOptions
 
@@ -337,5 +337,5 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     return findings
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, uses=("hlo",), tables=("steps",))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.TRACE,), options_type=Options,
+            check=check, doc=__doc__, uses=(RuleInput.HLO,), tables=(Table.STEPS,))
