@@ -26,8 +26,8 @@ from tpudiag.model.hlo_names import async_role, pair_async, window_family
 from tpudiag.model.profile import DeviceInfo, HostTrace
 from tpudiag.parsers import event_wire
 from tpudiag.parsers.host_plane import host_events
-from tpudiag.parsers.time_axis import (DEVICE_CLOCKS_SPLIT, HOST_NOT_ALIGNED, PROFILE_START_STAT, TASK_ENV_PLANE,
-                                       TimeAxis, profile_anchor, time_axis, unplaceable)
+from tpudiag.parsers.time_axis import (DEVICE_CLOCKS_SPLIT, HOST_NOT_ALIGNED, PROFILE_START_STAT, TimeAxis,
+                                       profile_anchor, time_axis, unplaceable)
 from tpudiag.parsers.event_wire import RawLine
 from tpudiag.parsers.xspace import stat_value, stats_dict
 from tpudiag.proto import CoreDetails, MemoryAccessBreakdown, XStat
@@ -820,19 +820,6 @@ def anchor_of(plane) -> int | None:
 def axis_of(device_stamps, host_stamps, task_env) -> TimeAxis:
     """The host's time axis from its lines' timestamps and its `Task Environment` plane (or None)."""
     return time_axis(device_stamps, host_stamps, anchor_of(task_env) if task_env is not None else None)
-
-
-def parse_host(space, path: Path) -> HostTrace:
-    """Turn one host's XSpace into its tables."""
-    platform, refs = device_planes([p.name for p in space.planes])
-    by_name = {p.name: p for p in space.planes}
-    cpu = by_name.get("/host:CPU")
-    axis = axis_of([ln.timestamp_ns for r in refs for ln in space.planes[r.index].lines
-                    if is_read_line(ln.name, platform)],
-                   [ln.timestamp_ns for ln in cpu.lines] if cpu is not None else [], by_name.get(TASK_ENV_PLANE))
-    parts = [parse_device_plane(space.planes[r.index], r, platform, axis) for r in refs]
-    aux = [p for p in space.planes if p.name in AUX_PLANES]
-    return assemble_host(host_name(space, path), path, platform, refs, parts, aux, axis)
 
 
 def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], parts: list[_HostBuilder],
