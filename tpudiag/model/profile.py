@@ -37,10 +37,18 @@ class DeviceInfo:
         return None
 
 
+class StepKind(StrEnum):
+    """What a host's steps were read from; the value is what reports print."""
+
+    STEPS_LINE = "Steps line"  # the device's `Steps` line
+    XLA_MODULES = "XLA Modules"  # executions of one module on the `XLA Modules` line
+    NONE = "none"  # no steps: the capture counts as one
+
+
 @dataclass(frozen=True)
 class StepSource:
-    kind: str  # "Steps line", "XLA Modules" or "none"
-    module: str = ""  # for "XLA Modules": the module whose executions are the steps
+    kind: StepKind
+    module: str = ""  # for XLA_MODULES: the module whose executions are the steps
 
 
 @dataclass(frozen=True)
