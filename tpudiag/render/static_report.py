@@ -53,10 +53,6 @@ def static_report_dict(report: StaticReport) -> dict:
     }
 
 
-def render_static_json(report: StaticReport) -> str:
-    return json.dumps(static_report_dict(report), indent=2)
-
-
 def _cycles(value) -> str:
     v = _int_or_none(value)
     return "-" if v is None else f"{v:,}"
