@@ -16,7 +16,6 @@ Warnings are collected once, here, so every command shows the same ones for the 
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.memory import MemoryReport, OomError
+from tpudiag.model.profile import PeaksSource
 from tpudiag.model.report import Mode, Report, RuleSkip, Summary
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
@@ -271,20 +271,18 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     from tpudiag.parsers.dask_hosts import check_scheduler
     from tpudiag.parsers.hlo_proto import capture_hlo_inputs
     from tpudiag.rules import run_rules
-    from tpudiag.rules.exposed_collective import window_thresholds
 
     find_capture(path)  # fail fast with the precise input error, before parsing any dump
     check_scheduler(scheduler)  # likewise for an address that is not a Dask scheduler
     loaded = load_dumps(dumps)
-    thresholds = window_thresholds(rules_config)
     _stage(progress, 0)
     # Each host is digested where it is parsed, and its per-step tables are folded into the
     # capture's as it arrives: the driver holds small per-host digests and one fold, no events.
     fold = StepFold()
     profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler,
-                           per_host=functools.partial(parse_and_digest, thresholds=thresholds), on_host=fold.add)
+                           per_host=parse_and_digest, on_host=fold.add)
     _stage(progress, 1)
-    analysis = analyze(profile, thresholds, per_step=fold.result())
+    analysis = analyze(profile, per_step=fold.result())
     hosts = profile.hosts
     choice = decide_chip(trace=hosts[0].device.chip if hosts else None, user=chip, what="capture")
     compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors)
@@ -327,7 +325,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         static = build_static_report(output, clock_ghz=clock_ghz)
         warnings.extend(static.warnings)
         _stage(progress, 1)
-        analysis = _modelled_analysis(output, path, clock_ghz, rules_config)
+        analysis = _modelled_analysis(output, path, clock_ghz)
         join = _join(analysis, compiled, choice.spec)
         analysis.join = join
     else:
@@ -359,11 +357,10 @@ def _memory(compiled: CompiledInputs) -> tuple:
     return program_memories(compiled, compiled.oom_errors)
 
 
-def _modelled_analysis(output, path: Path, clock_ghz: float | None, rules_config) -> Analysis:
+def _modelled_analysis(output, path: Path, clock_ghz: float | None) -> Analysis:
     """The compiled program on a modelled timeline (`tpudiag simulate`), analysed like a capture."""
     from tpudiag.compiler.simulate import simulate
     from tpudiag.parsers.capture import load_capture
-    from tpudiag.rules.exposed_collective import window_thresholds
 
     with tempfile.TemporaryDirectory(prefix="tpudiag-static-") as tmp:
         simulate(output, Path(tmp), clock_ghz=clock_ghz, roofline_without_clock=True)
@@ -372,14 +369,14 @@ def _modelled_analysis(output, path: Path, clock_ghz: float | None, rules_config
     for host in profile.hosts:
         host.path = str(path)
     profile.modelled = True
-    return analyze(profile, window_thresholds(rules_config))
+    return analyze(profile)
 
 
 def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, warnings) -> Report:
     """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
     summary = Summary(
         input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
-        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source="none", step_source="none",
+        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source=PeaksSource.NONE, step_source="none",
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
         dumps=compiled.labels, mode=Mode.STATIC)
     return Report(summary=summary, hosts=(), ops=(),
@@ -427,25 +424,5 @@ def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = N
     return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
 
 
-def check_warnings(checked: Diagnosis, diff: Diff | None = None) -> tuple[str, ...]:
-    """What `check` warns about: what `report` shows for the input (its warnings and the host files
-    not analysed) or, against a baseline, what `diff` shows (both inputs' warnings, different chips
-    or core counts, too few steps), plus what makes the gate weak: a host-only capture has no
-    device ops or steps, so its findings check passes vacuously.
-    """
-    out = []
-    if checked.report.summary.platform == "CPU":
-        out.append("host-only capture (no TPU or GPU device plane): no device ops or steps, so nothing "
-                   "to gate on; the findings check passes vacuously")
-    if diff is None:
-        out += [f"not analysed: {f}" for f in checked.report.failures]
-        out += checked.warnings
-    else:
-        for label, d in (("base", diff.base), ("new", diff.new)):
-            out += [f"{label}: not analysed: {f}" for f in d.report.failures]
-        out += diff.result.warnings
-    return tuple(dict.fromkeys(out))
-
-
-__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "check_warnings", "compare", "diagnose", "load_dumps",
+__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "compare", "diagnose", "load_dumps",
            "parse_chip"]

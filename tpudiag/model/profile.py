@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import pandas as pd
 
 from tpudiag.model.hardware import ChipSpec
+
+
+class PeaksSource(StrEnum):
+    """Where a host's peak FLOP/s and HBM bandwidth come from; the value is what reports print."""
+
+    TRACE = "trace"  # the device plane's own stats
+    HARDWARE_TABLE = "hardware table"  # public figures for the generation (`tpudiag.model.hardware`)
+    NONE = "none"  # neither: utilizations are not shown
 
 
 @dataclass(frozen=True)
@@ -16,7 +25,7 @@ class DeviceInfo:
     chip: ChipSpec | None  # matched hardware spec, None when unknown
     peak_flops_per_s: float | None  # per core (plane)
     hbm_bytes_per_s: float | None  # per core (plane)
-    peaks_source: str  # "trace", "hardware table" or "none"
+    peaks_source: PeaksSource
     n_cores: int  # TensorCore (or GPU) planes
     n_chips: int
     n_sparse_cores: int = 0
@@ -28,10 +37,18 @@ class DeviceInfo:
         return None
 
 
+class StepKind(StrEnum):
+    """What a host's steps were read from; the value is what reports print."""
+
+    STEPS_LINE = "Steps line"  # the device's `Steps` line
+    XLA_MODULES = "XLA Modules"  # executions of one module on the `XLA Modules` line
+    NONE = "none"  # no steps: the capture counts as one
+
+
 @dataclass(frozen=True)
 class StepSource:
-    kind: str  # "Steps line", "XLA Modules" or "none"
-    module: str = ""  # for "XLA Modules": the module whose executions are the steps
+    kind: StepKind
+    module: str = ""  # for XLA_MODULES: the module whose executions are the steps
 
 
 @dataclass(frozen=True)
@@ -44,11 +61,28 @@ class WindowThresholds:
 
 @dataclass(frozen=True)
 class CollectiveDigest:
-    """A host's collective windows (`analysis.collective_windows`), folded three ways; tables
-    follow `tpudiag.model.schemas`."""
+    """A host's collective windows (`analysis.collective_windows`), folded three ways and with no
+    thresholds applied: each window's covered fraction is kept (one row per distinct fraction of an
+    op), so any thresholds class them later, on the driver, without the events. Tables follow
+    `tpudiag.model.schemas`."""
 
     steps: pd.DataFrame  # COLLECTIVE_STEPS: exposed time per (core, step, kind, family)
-    ops: pd.DataFrame  # COLLECTIVE_OPS: counts per class and summed times per op
+    ops: pd.DataFrame  # COLLECTIVE_OPS: windows and summed times per op
+    coverage: pd.DataFrame  # COLLECTIVE_COVERAGE: per op, its windows' distinct covered fractions
+
+    @property
+    def empty(self) -> bool:
+        return self.ops.empty
+
+
+@dataclass(frozen=True)
+class CollectiveClasses:
+    """Every host's collective windows classed with one set of thresholds (`Analysis.collectives`),
+    what the exposed-collective rule reads; tables follow `tpudiag.model.schemas`."""
+
+    thresholds: WindowThresholds
+    steps: pd.DataFrame  # COLLECTIVE_STEPS: exposed time per (host, core, step, kind, family)
+    ops: pd.DataFrame  # COLLECTIVE_CLASSES: per (host, op), windows per class and summed times
 
     @property
     def empty(self) -> bool:
@@ -83,9 +117,8 @@ class HostDigest:
     n_events: int
     op_cores: pd.DataFrame  # OP_CORES: count and self time per (core, op)
     op_means: pd.DataFrame  # OP_MEANS: per op, mean over steps of its worst core's self time
-    collectives: CollectiveDigest  # classed with `thresholds`
+    collectives: CollectiveDigest  # not classed: `Analysis.collectives(thresholds)` classes them
     per_step: StepTables | None  # None once folded into the capture's (`analysis.host_digest.StepFold`)
-    thresholds: WindowThresholds
     idle_gaps: pd.DataFrame  # analysis.idle: one row per idle interval
     idle_steps: pd.DataFrame  # analysis.idle: per (core, step) period, idle and causes
     executions: bool  # the steps are module executions (no Steps line)
