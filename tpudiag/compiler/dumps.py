@@ -36,7 +36,7 @@ _MESH_AXIS = re.compile(r"'(?P<axis>[^']+)'\s*=\s*(?P<size>\d+)")
 
 def matmul_flops(program: CompiledProgram) -> dict[tuple[str, str], float]:
     """(computation, instruction) -> FLOPs of each dot and convolution, from the op math model
-    (`model.matmuls`: 2 x batch x M x N x K, the taps of an lhs-dilated window counted once)."""
+    (`model.matmuls`: 2 x batch x M x N x K, only window taps that land on real input counted)."""
     flops: dict[tuple[str, str], float] = {}
     for (computation, _), inst in program.instructions.items():
         if inst.opcode not in ("dot", "convolution"):
