@@ -16,7 +16,6 @@ Warnings are collected once, here, so every command shows the same ones for the 
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -271,20 +270,18 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     from tpudiag.parsers.dask_hosts import check_scheduler
     from tpudiag.parsers.hlo_proto import capture_hlo_inputs
     from tpudiag.rules import run_rules
-    from tpudiag.rules.exposed_collective import window_thresholds
 
     find_capture(path)  # fail fast with the precise input error, before parsing any dump
     check_scheduler(scheduler)  # likewise for an address that is not a Dask scheduler
     loaded = load_dumps(dumps)
-    thresholds = window_thresholds(rules_config)
     _stage(progress, 0)
     # Each host is digested where it is parsed, and its per-step tables are folded into the
     # capture's as it arrives: the driver holds small per-host digests and one fold, no events.
     fold = StepFold()
     profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler,
-                           per_host=functools.partial(parse_and_digest, thresholds=thresholds), on_host=fold.add)
+                           per_host=parse_and_digest, on_host=fold.add)
     _stage(progress, 1)
-    analysis = analyze(profile, thresholds, per_step=fold.result())
+    analysis = analyze(profile, per_step=fold.result())
     hosts = profile.hosts
     choice = decide_chip(trace=hosts[0].device.chip if hosts else None, user=chip, what="capture")
     compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors)
@@ -327,7 +324,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         static = build_static_report(output, clock_ghz=clock_ghz)
         warnings.extend(static.warnings)
         _stage(progress, 1)
-        analysis = _modelled_analysis(output, path, clock_ghz, rules_config)
+        analysis = _modelled_analysis(output, path, clock_ghz)
         join = _join(analysis, compiled, choice.spec)
         analysis.join = join
     else:
@@ -359,11 +356,10 @@ def _memory(compiled: CompiledInputs) -> tuple:
     return program_memories(compiled, compiled.oom_errors)
 
 
-def _modelled_analysis(output, path: Path, clock_ghz: float | None, rules_config) -> Analysis:
+def _modelled_analysis(output, path: Path, clock_ghz: float | None) -> Analysis:
     """The compiled program on a modelled timeline (`tpudiag simulate`), analysed like a capture."""
     from tpudiag.compiler.simulate import simulate
     from tpudiag.parsers.capture import load_capture
-    from tpudiag.rules.exposed_collective import window_thresholds
 
     with tempfile.TemporaryDirectory(prefix="tpudiag-static-") as tmp:
         simulate(output, Path(tmp), clock_ghz=clock_ghz, roofline_without_clock=True)
@@ -372,7 +368,7 @@ def _modelled_analysis(output, path: Path, clock_ghz: float | None, rules_config
     for host in profile.hosts:
         host.path = str(path)
     profile.modelled = True
-    return analyze(profile, window_thresholds(rules_config))
+    return analyze(profile)
 
 
 def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, warnings) -> Report:
