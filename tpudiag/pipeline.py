@@ -33,6 +33,7 @@ from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.memory import MemoryReport, OomError
+from tpudiag.model.profile import PeaksSource
 from tpudiag.model.report import Mode, Report, RuleSkip, Summary
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
@@ -375,7 +376,7 @@ def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, w
     """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
     summary = Summary(
         input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
-        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source="none", step_source="none",
+        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source=PeaksSource.NONE, step_source="none",
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
         dumps=compiled.labels, mode=Mode.STATIC)
     return Report(summary=summary, hosts=(), ops=(),

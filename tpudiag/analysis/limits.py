@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tpudiag.model.hlo_names import async_role
-from tpudiag.model.profile import DeviceInfo
+from tpudiag.model.profile import DeviceInfo, PeaksSource
 from tpudiag.model.units import fmt_bandwidth, fmt_pct
 
 # Above peak by more than rounding: a modelled capture's times are whole picoseconds.
@@ -86,7 +86,7 @@ def _cause(name: str, quantity: str, device: DeviceInfo, modelled: bool) -> str:
         return MODEL_CAUSE
     if async_role(name) is not None or name.split(".")[0].endswith(("-done", "-start")):
         return ASYNC_CAUSE
-    source = "the trace's" if device.peaks_source == "trace" else "the hardware table's"
+    source = "the trace's" if device.peaks_source is PeaksSource.TRACE else "the hardware table's"
     kind = f" for {device.device_type}" if device.device_type else ""
     peak = f"{source} peak{kind} is not this core's (another generation's, or per chip where the op runs on one core)"
     if quantity == "FLOP/s":

@@ -87,10 +87,6 @@ class Matmul:
     def flops(self) -> int:
         return 2 * self.batch * self.m * self.n * self.k
 
-    @property
-    def operand_dtypes(self) -> tuple[str, str]:
-        return self.lhs_dtype, self.rhs_dtype
-
     def describe(self) -> str:
         """`convolution.55: bf16 x bf16 -> bf16, M 512, N 256, K 1024 (8x128)` for messages."""
         def part(label: str, dims: tuple[int, ...]) -> str:

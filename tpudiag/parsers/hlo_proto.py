@@ -65,11 +65,6 @@ def parse_hlo_proto(data: bytes, path: str = "<proto>", program_id: int | None =
         raise InputError("a number beyond int64 in the HLO proto (damaged)", path=path) from exc
 
 
-def parse_capture_protos(hlo_protos: dict[int, bytes], path: str = "<capture>") -> dict[int, CompiledProgram]:
-    """Programs by id from `HostTrace.hlo_protos`; a damaged one raises InputError naming its id."""
-    return {pid: parse_hlo_proto(data, f"{path} program {pid}", pid) for pid, data in hlo_protos.items()}
-
-
 def capture_hlo_inputs(profile) -> tuple[HloInput, ...]:
     """Every program the capture's hosts embed, parsed once per program id: the hosts of one SPMD
     run carry the same programs, and parsing is the costly part. A damaged copy is left out with a

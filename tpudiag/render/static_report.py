@@ -10,7 +10,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from tpudiag.compiler.static_report import StaticReport
+from tpudiag.compiler.static_report import CollectiveMode, StaticReport
 from tpudiag.model.report import Report
 from tpudiag.model.units import fmt_bytes, fmt_time
 from tpudiag.render.console import markup as m
@@ -118,7 +118,7 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
         shown = report.collectives[:max_collectives]
         for c in shown:
             mode = c.mode + (f" ({c.thread})" if c.thread else "")
-            between = "-" if c.mode == "sync" else (f"{c.ops_between}" + (" (adjacent)" if c.ops_between == 0 else ""))
+            between = "-" if c.mode is CollectiveMode.SYNC else (f"{c.ops_between}" + (" (adjacent)" if c.ops_between == 0 else ""))
             ct.add_row(str(c.start_position), f"`{m(c.name)}`", m(c.family), mode, f"`{m(c.done)}`" if c.done else "-",
                        between, str(c.group_size or "-"), fmt_bytes(c.payload_bytes), fmt_time(c.modelled_ps))
         console.print(ct)
