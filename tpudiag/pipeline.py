@@ -165,8 +165,9 @@ def _hlo_sources(compiled: CompiledInputs) -> list[HloSource]:
             for h in (*compiled.hlo, *compiled.embedded)]
 
 
-def _join(analysis: Analysis, compiled: CompiledInputs, chip: ChipSpec | None) -> JoinResult:
-    return join_compiled(analysis.ops, _hlo_sources(compiled), compiled.llo, chip=chip)
+def _join(analysis: Analysis, compiled: CompiledInputs, choice: ChipChoice) -> JoinResult:
+    return join_compiled(analysis.ops, _hlo_sources(compiled), compiled.llo, chip=choice.spec,
+                         chip_source=choice.source)
 
 
 def _rules_config(path: Path | None, config, select, ignore):
@@ -286,7 +287,7 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     hosts = profile.hosts
     choice = decide_chip(trace=hosts[0].device.chip if hosts else None, user=chip, what="capture")
     compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors)
-    join = _join(analysis, compiled, choice.spec)
+    join = _join(analysis, compiled, choice)
     analysis.join = join  # compiled facts per op, for the rules and the report
     _stage(progress, 2)
     memory = _memory(compiled)
@@ -326,7 +327,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         warnings.extend(static.warnings)
         _stage(progress, 1)
         analysis = _modelled_analysis(output, path, clock_ghz)
-        join = _join(analysis, compiled, choice.spec)
+        join = _join(analysis, compiled, choice)
         analysis.join = join
     else:
         target = compiled.hlo[0].program.target if compiled.hlo else ""
