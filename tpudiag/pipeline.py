@@ -1,4 +1,4 @@
-"""The one diagnosis pipeline: input -> analysis -> compiled join -> rules -> report.
+"""The one diagnosis pipeline: read (`tpudiag.inputs`) -> analyse -> join -> rules -> report.
 
 `diagnose()` is what every command (`report`, `diff`, `check`, `tui`, `lab`) and a notebook call;
 `compare()` runs it on two inputs for `diff` and `check`. Inputs:
@@ -11,7 +11,9 @@
   TPU generation is unknown (no target file, no `chip=`), no timeline can be modelled: the rules
   that need only the dumps (spills) still run and the others are skipped with the reason.
 
-Warnings are collected once, here, so every command shows the same ones for the same inputs.
+Each stage returns a frozen value: `Inputs` (every file read once, the chip decided once),
+`Analysed` (measured, or modelled in memory in static mode), `JoinResult`, the findings and the
+`Report`. Warnings are collected once, here, so every command shows the same ones for the same inputs.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ is the one chip whose MXUs per core and VMEM capacity match the LLO dump's.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +42,6 @@ TARGET_GENERATIONS = (
     ("TPU_VERSION_6acc60406", "TPU7x"),
 )
 
-_NUM_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
-_REPLICA_COUNT = re.compile(r"\breplica_count=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -261,14 +258,8 @@ def _from_programs(path: Path, dump, llo, warnings: list[str]) -> CompileOutput:
                              hint="pass the XLA dump (`--xla_dump_to`) of the same compile, or both in one directory")
         program = parse_hlo_text(read_input_text(tlp.path), tlp.path)
     warnings.extend(program.warnings)
-    text = read_input_text(program.path, limit=20000) if Path(program.path).is_file() else ""
-    header = text[:20000]
-    mesh = {}
-    for key, pattern in (("partitions", _NUM_PARTITIONS), ("replicas", _REPLICA_COUNT)):
-        m = pattern.search(header)
-        if m and int(m.group(1)) > 1:
-            mesh[key] = int(m.group(1))
-    devices = mesh.get("partitions", 1) * mesh.get("replicas", 1)
+    mesh = {key: n for key, n in (("partitions", program.num_partitions), ("replicas", program.replica_count)) if n > 1}
+    devices = program.num_partitions * program.replica_count
     if llo is not None:
         program = _with_static_cycles(program, llo)  # a copy: the dump's own program stays as read
     facts = {"status": "ok", "generation": "", "device_kind": "", "module": program.module,
