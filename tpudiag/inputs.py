@@ -30,7 +30,7 @@ from tpudiag.model.report import Mode
 if TYPE_CHECKING:
     from tpudiag.compiler.dump_dir import DumpFiles
     from tpudiag.compiler.dumps import CompileOutput
-    from tpudiag.model.profile import Profile, StepTables, WindowThresholds
+    from tpudiag.model.profile import Profile, StepTables
     from tpudiag.parsers.capture import HostUrl
 
 READING = "reading host files"  # the progress text of this stage
@@ -98,13 +98,11 @@ def compiled_inputs(dumps: Sequence[DumpFiles]) -> CompiledInputs:
 
 def read_inputs(path: Path | HostUrl, dumps: Sequence[Path] = (), chip: ChipSpec | None = None, *,
                 oom_errors: tuple[OomError, ...] = (), jobs: int | None = None,
-                progress: Callable[[str], None] | None = None, scheduler=None,
-                thresholds: WindowThresholds | None = None) -> Inputs:
+                progress: Callable[[str], None] | None = None, scheduler=None) -> Inputs:
     """Read a capture (with its `dumps`) or compiler dumps alone, and decide the chip (`chip` is
     `--chip`, used where the files do not name one). Arguments are checked ones (`tpudiag.arguments`).
 
-    jobs, scheduler: where the hosts are parsed (`parsers.capture.load_capture`); thresholds: the
-    collective window classes each host's digest is made with (`analysis.host_digest`).
+    jobs, scheduler: where the hosts are parsed (`parsers.capture.load_capture`).
     """
     from tpudiag.compiler.dump_dir import is_dump_directory, is_hlo_text_file
     from tpudiag.parsers.capture import HostUrl
@@ -114,13 +112,11 @@ def read_inputs(path: Path | HostUrl, dumps: Sequence[Path] = (), chip: ChipSpec
             raise UsageError("`--dumps` joins compiled programs to a trace, and PATH is a compiler dump directory",
                              path=path, hint="pass the capture as PATH and the dumps with --dumps")
         return _read_dumps(path, chip, oom_errors, progress)
-    return _read_capture(path, dumps, chip, oom_errors, jobs, progress, scheduler, thresholds)
+    return _read_capture(path, dumps, chip, oom_errors, jobs, progress, scheduler)
 
 
 def _read_capture(path, dumps: Sequence[Path], chip: ChipSpec | None, oom_errors: tuple[OomError, ...],
-                  jobs: int | None, progress, scheduler, thresholds) -> Inputs:
-    import functools
-
+                  jobs: int | None, progress, scheduler) -> Inputs:
     from tpudiag.analysis.host_digest import StepFold, parse_and_digest
     from tpudiag.parsers.capture import find_capture, load_capture
     from tpudiag.parsers.dask_hosts import check_scheduler
@@ -135,7 +131,7 @@ def _read_capture(path, dumps: Sequence[Path], chip: ChipSpec | None, oom_errors
     # capture's as it arrives: the driver holds small per-host digests and one fold, no events.
     fold = StepFold()
     profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler,
-                           per_host=functools.partial(parse_and_digest, thresholds=thresholds), on_host=fold.add)
+                           per_host=parse_and_digest, on_host=fold.add)
     hosts = profile.hosts
     choice = decide_chip(trace=hosts[0].device.chip if hosts else None, user=chip, what="capture")
     compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors)

@@ -178,7 +178,6 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     from tpudiag.examples_data import bundled_capture, bundled_dumps
     from tpudiag.parsers.capture import HostUrl, as_location
     from tpudiag.rules import run_rules
-    from tpudiag.rules.exposed_collective import window_thresholds
 
     path, dumps = arguments.check_path(path), arguments.check_dumps(dumps)  # UsageError for a wrong type/value
     jobs, progress = arguments.check_jobs(jobs), arguments.check_progress(progress)
@@ -191,11 +190,10 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     chip_spec = parse_chip(chip)
     oom_errors = parse_error_text(error)
     rules_config = _rules_config(None if remote else path, config, _as_list(select), _as_list(ignore))
-    thresholds = window_thresholds(rules_config)
     inputs = read_inputs(path, dumps, chip_spec, oom_errors=oom_errors, jobs=jobs, progress=progress,
-                         scheduler=scheduler, thresholds=thresholds)
+                         scheduler=scheduler)
     _stage(progress, 1)
-    analysed = _analyse(inputs, thresholds, clock_ghz)
+    analysed = _analyse(inputs, clock_ghz)
     join = _join(analysed.analysis, inputs.compiled, inputs.chip.spec)
     _stage(progress, 2)
     memory = _memory(inputs)
@@ -246,25 +244,25 @@ class Analysed:
     warnings: tuple[str, ...]
 
 
-def _analyse(inputs: Inputs, thresholds, clock_ghz: float | None) -> Analysed:
+def _analyse(inputs: Inputs, clock_ghz: float | None) -> Analysed:
     if inputs.capture is not None:
-        return Analysed(analyze(inputs.capture, thresholds, per_step=inputs.per_step), None, inputs.warnings)
+        return Analysed(analyze(inputs.capture, per_step=inputs.per_step), None, inputs.warnings)
     if inputs.program is None:
         return Analysed(None, None, inputs.warnings)
     from tpudiag.compiler.static_report import build_static_report
 
     static = build_static_report(inputs.program, clock_ghz=clock_ghz)
-    return Analysed(_modelled_analysis(inputs, clock_ghz, thresholds), static, (*inputs.warnings, *static.warnings))
+    return Analysed(_modelled_analysis(inputs, clock_ghz), static, (*inputs.warnings, *static.warnings))
 
 
-def _modelled_analysis(inputs: Inputs, clock_ghz: float | None, thresholds) -> Analysis:
+def _modelled_analysis(inputs: Inputs, clock_ghz: float | None) -> Analysis:
     """The compiled program on a modelled timeline (`tpudiag simulate`, kept in memory), analysed
     like a capture."""
     from tpudiag.compiler.simulate import RUN_NAME, simulate_in_memory
     from tpudiag.parsers.capture import profile_from_xspace
 
     modelled = simulate_in_memory(inputs.program, clock_ghz=clock_ghz, roofline_without_clock=True)
-    return analyze(profile_from_xspace(modelled.xspace, inputs.path, RUN_NAME), thresholds)
+    return analyze(profile_from_xspace(modelled.xspace, inputs.path, RUN_NAME))
 
 
 def _join(analysis: Analysis | None, compiled: CompiledInputs, chip: ChipSpec | None) -> JoinResult | None:

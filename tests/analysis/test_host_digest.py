@@ -161,24 +161,53 @@ def test_the_collective_digest_folds_the_windows(pod: Path):
     assert _as_dict(worst) == _as_dict(op_steps.set_index(["step", "kind", "name"])["exposed_ps"])
 
 
-def test_other_thresholds_reclass_from_events_and_need_them(pod: Path):
-    analysis = _kept(pod)
-    strict = WindowThresholds(hidden=0.999, exposed=0.9)
-    reclassed = analysis.collectives(strict).ops
-    default = analysis.collectives(WindowThresholds()).ops
-    # all-gather.2 is 96 % covered: hidden by default, partial when hidden needs 99.9 %.
-    assert int(default["n_hidden"].sum()) > 0 and int(reclassed["n_hidden"].sum()) == 0
-    for host in analysis.profile.hosts:
-        drop_events(host)
-    with pytest.raises(ValueError, match="events are gone"):
-        analysis.collectives(WindowThresholds(hidden=0.5, exposed=0.2))
+def _classes_of(windows: pd.DataFrame) -> dict:
+    """Windows per (host, op) and class, as the per-window rows class them."""
+    return _as_dict(windows.groupby(["host", "name", "klass"]).size())
 
 
-def test_config_thresholds_reach_the_workers(pod: Path, tmp_path: Path):
+def _digest_classes(ops: pd.DataFrame) -> dict:
+    """The same from `Analysis.collectives(...).ops` (COLLECTIVE_CLASSES)."""
+    out = {}
+    for r in ops.itertuples(index=False):
+        for klass in ("hidden", "partial", "exposed"):
+            n = getattr(r, f"n_{klass}")
+            if n:
+                out[(r.host, r.name, klass)] = n
+    return out
+
+
+@pytest.mark.parametrize("thresholds", [WindowThresholds(), WindowThresholds(hidden=0.999, exposed=0.9),
+                                        WindowThresholds(hidden=0.5, exposed=0.2)], ids=str)
+def test_any_thresholds_class_the_digests_as_the_windows(pod: Path, thresholds: WindowThresholds):
+    """The digest keeps covered fractions, not classes: any thresholds class them on the driver,
+    with the events gone, exactly as the per-window rows are classed."""
+    kept = _kept(pod)
+    windows = collective_windows(kept, thresholds)
+    expected = _classes_of(windows)
+    assert _digest_classes(kept.collectives(thresholds).ops) == expected
+    dropped = diagnose(pod, jobs=2).analysis
+    assert all(h.events is None for h in dropped.profile.hosts)
+    classes = dropped.collectives(thresholds)
+    assert classes.thresholds == thresholds
+    assert _digest_classes(classes.ops) == expected
+    adjacent = windows[~windows["compute_inside"] & (windows["klass"] != "hidden")]
+    assert int(classes.ops["n_adjacent"].sum()) == len(adjacent)
+
+
+def test_config_thresholds_class_on_the_driver(pod: Path, tmp_path: Path):
+    """all-gather-start.2 is 96 % covered: hidden by default, partial when hidden needs 99.9 %; the
+    digests made in the workers are the same either way."""
     config = tmp_path / "tpudiag.toml"
     config.write_text("[rules.exposed-collective]\nhidden_threshold = 0.999\nexposed_threshold = 0.9\n")
-    diagnosis = diagnose(pod, jobs=2, config=config)
-    assert {h.digest.thresholds for h in diagnosis.analysis.profile.hosts} == {WindowThresholds(0.999, 0.9)}
+
+    def async_message(**kwargs) -> str:
+        diagnosis = diagnose(pod, jobs=2, select="exposed-collective", **kwargs)
+        (message,) = [f.message for f in diagnosis.findings if "async collective windows" in f.message]
+        return message
+
+    assert ", 0 hidden" not in async_message()
+    assert ", 0 hidden" in async_message(config=config)
 
 
 def test_the_timeline_rereads_a_dropped_host(pod: Path):

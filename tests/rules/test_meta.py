@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tpudiag.rules import RULES
-from tpudiag.rules.base import DOC_SECTIONS, INPUTS, TABLES, doc_sections
+from tpudiag.rules.base import DOC_SECTIONS, INPUTS, TABLES, RuleInput, Table, doc_sections
 
 HERE = Path(__file__).parent
 
@@ -20,9 +20,12 @@ def test_rule_is_complete(rule):
     assert re.fullmatch(r"TPD\d{3}", rule.code)
     assert re.fullmatch(r"[a-z]+(-[a-z]+)*", rule.name)
     # A rule needs something observed: a trace, or compiler dumps (rules on dumps alone).
-    assert set(rule.inputs) <= set(INPUTS) and set(rule.inputs) & {"trace", "llo", "hlo"}
-    assert set(rule.uses) <= set(INPUTS) and not set(rule.uses) & set(rule.inputs)
-    assert rule.tables and set(rule.tables) <= set(TABLES)
+    # The enums, not strings that compare equal to them: the catalogue is the one spelling.
+    assert all(isinstance(i, RuleInput) for i in (*rule.inputs, *rule.uses))
+    assert all(isinstance(t, Table) for t in rule.tables)
+    assert set(rule.inputs) & {RuleInput.TRACE, RuleInput.LLO, RuleInput.HLO}
+    assert not set(rule.uses) & set(rule.inputs)
+    assert rule.tables
     sections = doc_sections(rule.doc)
     assert list(sections) == list(DOC_SECTIONS), f"{rule.name}: sections {list(sections)}"
     assert all(body.strip() for body in sections.values())
@@ -50,3 +53,8 @@ def test_every_rule_has_fixtures_and_a_snapshot(rule):
     assert "snapshot(" in text and f'"{rule.name}"' in text
     snap = HERE / "snapshots" / f"{rule.name}.txt"
     assert snap.exists() and rule.code in snap.read_text()
+
+
+def test_every_input_has_a_skip_reason_and_every_table_a_check():
+    assert set(INPUTS) == set(RuleInput) and all(INPUTS.values())
+    assert set(TABLES) == set(Table)

@@ -1,26 +1,27 @@
 """padding-waste (TPD103): padded results weighted by time, with the tile-aligned sizes to use.
 
-The rule reads layouts through the layout parser's interface (`parse_shape(text)` returning shapes
-with `logical_bytes`, `padded_bytes`, `dims` and `layout.minor_to_major/tiles`). These tests pass
-a table of known shapes from `shared/reference/tpu-compiler-dumps.md` §9 through that interface,
-so they do not depend on the parser; one test checks the real parser where it is installed.
+The rule reads layouts through the layout parser's interface (`parse_shape(text)` returning a
+`tpudiag.model.compiled.Shape`). These tests pass a table of known shapes from
+`shared/reference/tpu-compiler-dumps.md` §9 through that interface, with their bytes worked out by
+hand, so they do not depend on the parser's arithmetic; one test runs the real parser.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
+from tpudiag.model.compiled import ArrayShape, Layout
+from tpudiag.parsers import layout
 from tpudiag.rules import RulesConfig, engine, run_rules
 
 
 def _array(dtype, dims, m2m, tile, logical, padded):
-    return SimpleNamespace(dtype=dtype, dims=dims, layout=SimpleNamespace(minor_to_major=m2m, tiles=(tile,)),
-                           logical_bytes=logical, padded_bytes=padded)
+    return ArrayShape(dtype=dtype, dims=dims, layout=Layout(minor_to_major=m2m, tiles=(tile,)),
+                      logical_bytes=logical, padded_bytes=padded)
 
 
 # Known layouts: logical and padded bytes worked out by hand (rows and lanes rounded up to the tile).
@@ -83,7 +84,6 @@ def test_skipped_when_no_op_has_a_tiled_layout(tmp_path: Path):
 
 
 def test_with_the_real_layout_parser(analysis):
-    layout = pytest.importorskip("tpudiag.parsers.layout")
     findings, _ = _run(analysis, layouts=layout.parse_shape)
     assert [f.ops[0] for f in findings] == ["fusion.20"]
     assert "50257 → 50304" in findings[0].fix
@@ -93,11 +93,11 @@ def test_a_small_minor_dim_is_relaid_out_not_padded(tmp_path: Path):
     # bf16[4096,4] in VMEM: the minor dim of 4 fills 4 of 128 lanes (96.9 % padding). Padding it to
     # 128 would be absurd; the fix is to make 4096 the minor dim. A padded scalar next to it has
     # 508 padding bytes: under `min_padding_bytes`, it costs latency, not bandwidth.
-    shapes = {"bf16[4096,4]{1,0:T(8,128)(2,1)S(1)}": SimpleNamespace(
+    shapes = {"bf16[4096,4]{1,0:T(8,128)(2,1)S(1)}": ArrayShape(
                   dtype="bf16", dims=(4096, 4), logical_bytes=32768, padded_bytes=1048576,
-                  layout=SimpleNamespace(minor_to_major=(1, 0), tiles=((8, 128), (2, 1)), memory_space=1)),
-              "f32[]{:T(128)}": SimpleNamespace(dtype="f32", dims=(), logical_bytes=4, padded_bytes=512,
-                                                layout=SimpleNamespace(minor_to_major=(), tiles=((128,),))),
+                  layout=Layout(minor_to_major=(1, 0), tiles=((8, 128), (2, 1)), memory_space=1)),
+              "f32[]{:T(128)}": ArrayShape(dtype="f32", dims=(), logical_bytes=4, padded_bytes=512,
+                                           layout=Layout(minor_to_major=(), tiles=((128,),))),
               }
     ops = (sc.OpDef("fusion.30", "loop fusion", bytes_accessed=1e6, shape="bf16[4096,4]{1,0:T(8,128)(2,1)S(1)}"),
            sc.OpDef("all-reduce.31", "all-reduce", bytes_accessed=4, shape="f32[]{:T(128)}"))

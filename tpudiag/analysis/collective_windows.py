@@ -8,7 +8,9 @@ ops nested inside a collective, are not compute either.
 
 `collective_windows` gives one row per window (it needs the host's events);
 `summarize_windows` folds one host's rows into what its digest keeps (a `CollectiveDigest` and a
-per-step table), which is what the exposed-collective rule reads.
+per-step table). The digest applies no thresholds: it keeps each window's covered fraction, and
+`class_counts` classes them with whatever thresholds the exposed-collective rule asks, on the
+driver, long after the events are gone.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
 def collective_windows(analysis, thresholds: WindowThresholds | None = None) -> pd.DataFrame:
     """One row per async collective window and per synchronous collective, with its coverage.
 
-    Columns: `WINDOW_COLUMNS`. `kind` is "async" or "sync"; `klass` hidden/partial/exposed.
+    Columns: `WINDOW_COLUMNS`. `kind` is "async" or "sync"; `klass` hidden/partial/exposed with
+    `thresholds` (the exposed-collective rule's defaults when None).
     Whole arrays per host; only the interval union and the coverage go device by device.
     """
     thresholds = thresholds or WindowThresholds()
@@ -82,12 +85,13 @@ def collective_windows(analysis, thresholds: WindowThresholds | None = None) -> 
         if host.events is None:
             raise ValueError(f"host {host.host}: its events were digested away; read the folded windows "
                              "(`Analysis.collectives`) instead")
-        frame = host_windows(host, analysis.steps, thresholds)
+        frame = host_windows(host, analysis.steps)
         if frame is not None:
             frames.append(frame)
     if not frames:
         return pd.DataFrame({c: [] for c in WINDOW_COLUMNS})
     out = pd.concat(frames, ignore_index=True)
+    out["klass"] = classify(out["overlap_ratio"].to_numpy(), thresholds)
     return out[list(WINDOW_COLUMNS)].sort_values(["host", "device", "start_ps"], kind="stable").reset_index(drop=True)
 
 
@@ -96,8 +100,8 @@ def _category_strings(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return column.cat.codes.to_numpy(), np.asarray(column.cat.categories.astype(str), dtype=object)
 
 
-def host_windows(host: HostTrace, steps: pd.DataFrame, thresholds: WindowThresholds) -> pd.DataFrame | None:
-    """`collective_windows` of one host (None when it has no windows)."""
+def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
+    """`collective_windows` of one host, not classed: no `klass` (None when it has no windows)."""
     ev = host.events
     if ev.empty:
         return None
@@ -186,7 +190,6 @@ def host_windows(host: HostTrace, steps: pd.DataFrame, thresholds: WindowThresho
         "name": name, "family": np.concatenate(cols["family"]), "kind": np.concatenate(cols["kind"]),
         "start_ps": ws, "end_ps": we, "source": np.concatenate(cols["source"]), "span_ps": span,
         "covered_ps": cov, "exposed_ps": span - cov, "overlap_ratio": ratio,
-        "klass": classify(ratio, thresholds),
         "double_suffix": double_suffix,
         "compute_inside": np.concatenate(cols["compute_inside"]),
         "host": host.host, "device": np.concatenate(cols["device"]), "core": core,
@@ -212,13 +215,15 @@ def _assign_steps(steps: pd.DataFrame, host: str, core: np.ndarray, start_ps: np
 
 
 def summarize_windows(windows: pd.DataFrame | None, host: str) -> tuple[CollectiveDigest, pd.DataFrame]:
-    """One host's per-window rows (`WINDOW_COLUMNS`) folded three ways: exposed time per (core,
-    step, family) and counts per op over the capture (`CollectiveDigest`), and exposed time per
-    (step, op) on the worst core (`schemas.COLLECTIVE_OP_STEPS`, one of the host's `StepTables`).
-    These answer every per-step worst-core sum the exposed-collective rule takes, by kind, family
-    or op, as the rows did."""
+    """One host's per-window rows (`host_windows`) folded three ways: exposed time per (core, step,
+    family), and per op its windows' summed times and distinct covered fractions over the capture
+    (`CollectiveDigest`), and exposed time per (step, op) on the worst core
+    (`schemas.COLLECTIVE_OP_STEPS`, one of the host's `StepTables`). These answer every per-step
+    worst-core sum the exposed-collective rule takes, by kind, family or op, as the rows did, and
+    its class counts under any thresholds (`class_counts`)."""
     if windows is None or windows.empty:
-        return (CollectiveDigest(schemas.COLLECTIVE_STEPS.empty(), schemas.COLLECTIVE_OPS.empty()),
+        return (CollectiveDigest(schemas.COLLECTIVE_STEPS.empty(), schemas.COLLECTIVE_OPS.empty(),
+                                 schemas.COLLECTIVE_COVERAGE.empty()),
                 schemas.COLLECTIVE_OP_STEPS.empty())
     # Strings as categories first: grouping tens of thousands of rows by string keys is the cost.
     windows = windows.astype({k: "category" for k in ("device", "kind", "family", "name", "source")})
@@ -226,18 +231,40 @@ def summarize_windows(windows: pd.DataFrame | None, host: str) -> tuple[Collecti
                  ["exposed_ps"].sum().reset_index())
     per_core = windows.groupby(["kind", "name", "step", "core"], sort=True, observed=True)["exposed_ps"].sum()
     by_op = per_core.groupby(level=["kind", "name", "step"], sort=True, observed=True).max().reset_index()
-    klass = windows["klass"].to_numpy()
     frame = pd.DataFrame({k: windows[k] for k in _OP_KEYS})
     frame["n"] = 1
-    for name in ("hidden", "partial", "exposed"):
-        frame[f"n_{name}"] = (klass == name).astype(np.int64)
-    frame["n_adjacent"] = (~windows["compute_inside"].to_numpy() & (klass != "hidden")).astype(np.int64)
     for col in ("span_ps", "covered_ps", "exposed_ps"):
         frame[col] = windows[col].to_numpy().astype(np.int64)
-    ops = frame.groupby(_OP_KEYS, sort=True, observed=True).sum().reset_index()
+    per_op = frame.groupby(_OP_KEYS, sort=True, observed=True)
+    ops = per_op.sum().reset_index()
+    # Windows of one op often share their fraction (a synchronous collective covers nothing: 0):
+    # one row per distinct (op, fraction, compute inside) keeps the digest small and exact.
+    coverage = (pd.DataFrame({"op": per_op.ngroup().to_numpy().astype(np.int32),
+                              "covered_fraction": windows["overlap_ratio"].to_numpy(),
+                              "compute_inside": windows["compute_inside"].to_numpy()})
+                .groupby(["op", "covered_fraction", "compute_inside"], sort=True).size().rename("n").reset_index())
     return (CollectiveDigest(schemas.COLLECTIVE_STEPS.of_host(by_family, host),
-                             schemas.COLLECTIVE_OPS.of_host(ops, host)),
+                             schemas.COLLECTIVE_OPS.of_host(ops, host), schemas.COLLECTIVE_COVERAGE.of_host(coverage)),
             schemas.COLLECTIVE_OP_STEPS.of_host(by_op))
+
+
+def class_counts(digest: CollectiveDigest, thresholds: WindowThresholds) -> pd.DataFrame:
+    """`schemas.COLLECTIVE_CLASSES` of one host: its digest's ops with their windows counted per
+    class under `thresholds` (`classify`), as the windows themselves would be classed."""
+    coverage = digest.coverage
+    op = coverage["op"].to_numpy()
+    n = coverage["n"].to_numpy()
+    klass = classify(coverage["covered_fraction"].to_numpy(), thresholds)
+    adjacent = ~coverage["compute_inside"].to_numpy() & (klass != "hidden")
+
+    def count(where: np.ndarray) -> np.ndarray:
+        return np.bincount(op[where], weights=n[where], minlength=len(digest.ops)).astype(np.int64)
+
+    data = {c: digest.ops[c].array for c in schemas.COLLECTIVE_OPS.names}
+    for name in ("hidden", "partial", "exposed"):
+        data[f"n_{name}"] = count(klass == name)
+    data["n_adjacent"] = count(adjacent)
+    return schemas.COLLECTIVE_CLASSES.frame(data)
 
 
 _OP_KEYS = ["kind", "family", "name", "source", "double_suffix"]

@@ -21,32 +21,24 @@ from tpudiag.analysis.ops import aggregate_ops
 from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
 from tpudiag.model.grouping import group_sums, heads
-from tpudiag.model.profile import (CollectiveDigest, HostDigest, HostFailure, HostTrace, StepTables,
-                                   WindowThresholds)
+from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepTables
 from tpudiag.parsers.capture import HostUrl, parse_file_or_failure
 
 
-def digest_host(host: HostTrace, thresholds: WindowThresholds | None = None) -> HostDigest:
+def digest_host(host: HostTrace) -> HostDigest:
     """The digest of one host with its events (it labels each event with its step, in place)."""
     if host.events is None:
         raise ValueError(f"host {host.host}: no events to digest")
-    thresholds = thresholds or WindowThresholds()
     steps, source = build_steps(host)
     executions = source.kind == "XLA Modules"
     gaps, idle_steps = host_idle_tables(host, steps, executions)
     op_cores, op_step_sums, op_step_worst = op_tables(host)
-    collectives, collective_op_steps = host_collectives(host, steps, thresholds)
+    collectives, collective_op_steps = summarize_windows(host_windows(host, steps), host.host)
     return HostDigest(steps=steps, step_source=source, ops=aggregate_ops(host),
                       core_span_ps=core_spans(host.events, steps), n_events=len(host.events), op_cores=op_cores,
                       op_means=op_means(op_step_worst, host.host), collectives=collectives,
-                      per_step=StepTables(op_step_worst, op_step_sums, collective_op_steps), thresholds=thresholds,
+                      per_step=StepTables(op_step_worst, op_step_sums, collective_op_steps),
                       idle_gaps=gaps, idle_steps=idle_steps, executions=executions)
-
-
-def host_collectives(host: HostTrace, steps: pd.DataFrame,
-                     thresholds: WindowThresholds) -> tuple[CollectiveDigest, pd.DataFrame]:
-    """The host's collective windows, classed with `thresholds` and folded (`summarize_windows`)."""
-    return summarize_windows(host_windows(host, steps, thresholds), host.host)
 
 
 def op_means(op_step_worst: pd.DataFrame, host: str) -> pd.DataFrame:
@@ -161,14 +153,14 @@ def drop_events(host: HostTrace) -> None:
     host.host_events = None
 
 
-def parse_and_digest(location: Path | HostUrl, plane_jobs: int = 1, keep_events: bool = True,
-                     thresholds: WindowThresholds | None = None) -> HostTrace | HostFailure:
+def parse_and_digest(location: Path | HostUrl, plane_jobs: int = 1,
+                     keep_events: bool = True) -> HostTrace | HostFailure:
     """Worker task: parse one host file and digest it where it was parsed; with `keep_events` False
     only the digest and the per-op metadata travel back. Failures stay this host's failure."""
     result = parse_file_or_failure(location, plane_jobs)
     if isinstance(result, HostFailure):
         return result
-    result.digest = digest_host(result, thresholds)
+    result.digest = digest_host(result)
     if not keep_events:
         drop_events(result)
     return result

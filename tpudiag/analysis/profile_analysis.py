@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from tpudiag.analysis.host_digest import digest_host, fold_step_tables, host_collectives
+from tpudiag.analysis.collective_windows import class_counts
+from tpudiag.analysis.host_digest import digest_host, fold_step_tables
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.model import schemas
 from tpudiag.model.findings import Finding, rank_key
-from tpudiag.model.profile import CollectiveDigest, HostDigest, Profile, StepSource, StepTables, WindowThresholds
+from tpudiag.model.profile import CollectiveClasses, HostDigest, Profile, StepSource, StepTables, WindowThresholds
 from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, OpRow, Report,
                                   RuleSkip, Summary)
 
@@ -44,28 +45,15 @@ class Analysis:
     def n_events(self) -> int:
         return sum(d.n_events for d in self.digests.values())
 
-    def collectives(self, thresholds: WindowThresholds) -> CollectiveDigest:
-        """Every host's `CollectiveDigest`, stacked, classed with `thresholds`: from the digests
-        when they were classed so, else again from the events (a host without them is an error).
-        Per step, the exposed time per op on the worst core is `per_step.collective_op_steps`,
-        which does not depend on the classes."""
-        for host in self.profile.hosts:
-            _reclass(host, self.digests[host.host], thresholds)
+    def collectives(self, thresholds: WindowThresholds) -> CollectiveClasses:
+        """Every host's collective windows, stacked and classed with `thresholds` from the covered
+        fractions their digests keep (no events needed). Per step, the exposed time per op on the
+        worst core is `per_step.collective_op_steps`, which does not depend on the classes."""
         parts = [d.collectives for d in self.digests.values()]
-        return CollectiveDigest(_stacked([p.steps for p in parts], self.digests, schemas.COLLECTIVE_STEPS),
-                                _stacked([p.ops for p in parts], self.digests, schemas.COLLECTIVE_OPS))
-
-
-def _reclass(host, digest: HostDigest, thresholds: WindowThresholds) -> None:
-    """Class the host's collective windows with `thresholds` (again, from its events, if it was
-    classed otherwise). Only the class counts change: the per-step tables stay as they are."""
-    if digest.thresholds == thresholds:
-        return
-    if host.events is None:
-        raise ValueError(f"host {host.host}: digested with other collective-window thresholds and its events are "
-                         "gone; pass the same thresholds to `analyze` and to the host task")
-    digest.collectives, _ = host_collectives(host, digest.steps, thresholds)  # per-step tables: unchanged
-    digest.thresholds = thresholds
+        return CollectiveClasses(thresholds,
+                                 _stacked([p.steps for p in parts], self.digests, schemas.COLLECTIVE_STEPS),
+                                 _stacked([class_counts(p, thresholds) for p in parts], self.digests,
+                                          schemas.COLLECTIVE_CLASSES))
 
 
 def _stacked(frames: list[pd.DataFrame], digests: dict[str, HostDigest], schema) -> pd.DataFrame:
@@ -74,21 +62,17 @@ def _stacked(frames: list[pd.DataFrame], digests: dict[str, HostDigest], schema)
     return schema.stack(frames, list(digests))
 
 
-def analyze(profile: Profile, thresholds: WindowThresholds | None = None,
-            per_step: StepTables | None = None) -> Analysis:
+def analyze(profile: Profile, per_step: StepTables | None = None) -> Analysis:
     """The analysis of every host, from their digests (made here for hosts that come without one).
 
-    `thresholds` class collective windows (the exposed-collective rule's); a host digested with
-    others is digested again, which needs its events. `per_step` is the fold of the hosts whose
-    per-step tables were folded as they arrived (`host_digest.StepFold`); the others fold here.
+    `per_step` is the fold of the hosts whose per-step tables were folded as they arrived
+    (`host_digest.StepFold`); the others fold here.
     """
-    thresholds = thresholds or WindowThresholds()
     digests = {}
     for host in profile.hosts:
         digest = host.digest
         if digest is None:
-            digest = host.digest = digest_host(host, thresholds)
-        _reclass(host, digest, thresholds)
+            digest = host.digest = digest_host(host)
         digests[host.host] = digest
     unfolded = [d.per_step for d in digests.values() if d.per_step is not None]
     if per_step is None and len(unfolded) < len(digests):

@@ -44,11 +44,28 @@ class WindowThresholds:
 
 @dataclass(frozen=True)
 class CollectiveDigest:
-    """A host's collective windows (`analysis.collective_windows`), folded three ways; tables
-    follow `tpudiag.model.schemas`."""
+    """A host's collective windows (`analysis.collective_windows`), folded three ways and with no
+    thresholds applied: each window's covered fraction is kept (one row per distinct fraction of an
+    op), so any thresholds class them later, on the driver, without the events. Tables follow
+    `tpudiag.model.schemas`."""
 
     steps: pd.DataFrame  # COLLECTIVE_STEPS: exposed time per (core, step, kind, family)
-    ops: pd.DataFrame  # COLLECTIVE_OPS: counts per class and summed times per op
+    ops: pd.DataFrame  # COLLECTIVE_OPS: windows and summed times per op
+    coverage: pd.DataFrame  # COLLECTIVE_COVERAGE: per op, its windows' distinct covered fractions
+
+    @property
+    def empty(self) -> bool:
+        return self.ops.empty
+
+
+@dataclass(frozen=True)
+class CollectiveClasses:
+    """Every host's collective windows classed with one set of thresholds (`Analysis.collectives`),
+    what the exposed-collective rule reads; tables follow `tpudiag.model.schemas`."""
+
+    thresholds: WindowThresholds
+    steps: pd.DataFrame  # COLLECTIVE_STEPS: exposed time per (host, core, step, kind, family)
+    ops: pd.DataFrame  # COLLECTIVE_CLASSES: per (host, op), windows per class and summed times
 
     @property
     def empty(self) -> bool:
@@ -83,9 +100,8 @@ class HostDigest:
     n_events: int
     op_cores: pd.DataFrame  # OP_CORES: count and self time per (core, op)
     op_means: pd.DataFrame  # OP_MEANS: per op, mean over steps of its worst core's self time
-    collectives: CollectiveDigest  # classed with `thresholds`
+    collectives: CollectiveDigest  # not classed: `Analysis.collectives(thresholds)` classes them
     per_step: StepTables | None  # None once folded into the capture's (`analysis.host_digest.StepFold`)
-    thresholds: WindowThresholds
     idle_gaps: pd.DataFrame  # analysis.idle: one row per idle interval
     idle_steps: pd.DataFrame  # analysis.idle: per (core, step) period, idle and causes
     executions: bool  # the steps are module executions (no Steps line)

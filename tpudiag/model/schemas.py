@@ -299,11 +299,23 @@ COLLECTIVE_OPS = TableSchema("collective_ops", (
     Column("source", "category", "'Async XLA Ops' line, 'start/done pair' or 'XLA Ops'"),
     Column("double_suffix", "bool", "the name has a double numeric suffix (`all-gather-start.1.0`)"),
     Column("n", "int64", "windows, every core and step"),
+    Column("span_ps", "int64", "summed window spans"),
+    Column("covered_ps", "int64", "summed time covered by compute on the same core"),
+    Column("exposed_ps", "int64", "span minus covered"),
+))
+
+COLLECTIVE_COVERAGE = TableSchema("collective_coverage", (
+    Column("op", "int32", "row of the op in its host's COLLECTIVE_OPS table"),
+    Column("covered_fraction", "float64", "a window's covered time over its span, exactly as classes compare it"),
+    Column("compute_inside", "bool", "a compute op starts inside the window"),
+    Column("n", "int64", "windows of the op with this fraction and `compute_inside`"),
+))
+
+COLLECTIVE_CLASSES = TableSchema("collective_classes", (
+    *COLLECTIVE_OPS.columns[:7],
     Column("n_hidden", "int64", "windows covered at least the hidden threshold"),
     Column("n_partial", "int64", "windows between the thresholds"),
     Column("n_exposed", "int64", "windows covered at most the exposed threshold"),
     Column("n_adjacent", "int64", "not-hidden windows with no compute op starting inside"),
-    Column("span_ps", "int64", "summed window spans"),
-    Column("covered_ps", "int64", "summed time covered by compute on the same core"),
-    Column("exposed_ps", "int64", "span minus covered"),
+    *COLLECTIVE_OPS.columns[7:],
 ))

@@ -11,6 +11,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import pandas as pd
 from tpudiag.analysis.join import JoinResult
 from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model import schemas
+from tpudiag.model.compiled import Shape
 from tpudiag.model.hardware import ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.findings import Finding, Severity
@@ -29,14 +31,34 @@ from tpudiag.model.units import number_problem
 DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Savings estimate", "Known limits",
                 "Options")
 
-# Inputs a rule may declare, with the reason printed when the input is absent.
-INPUTS: Mapping[str, str] = {
-    "trace": "needs a device trace with TPU ops",
-    "flops": "needs per-op FLOPs and a peak FLOP/s in the trace",
-    "layouts": "needs layouts (op shapes with TPU tiled layouts and the layout parser)",
-    "llo": "needs LLO dumps (`--dumps DIR`)",
-    "hlo": "needs the compiled HLO (`--dumps DIR` of an XLA dump, or a capture that embeds it)",
+class RuleInput(StrEnum):
+    """An input a rule may need (`Rule.inputs`) or use when present (`Rule.uses`); the value is what
+    `tpudiag rules`, the docs and the JSON's `rules_skipped` print."""
+
+    TRACE = "trace"
+    FLOPS = "flops"
+    LAYOUTS = "layouts"
+    LLO = "llo"
+    HLO = "hlo"
+
+
+# The reason printed when a rule is skipped for want of the input.
+INPUTS: Mapping[RuleInput, str] = {
+    RuleInput.TRACE: "needs a device trace with TPU ops",
+    RuleInput.FLOPS: "needs per-op FLOPs and a peak FLOP/s in the trace",
+    RuleInput.LAYOUTS: "needs layouts (op shapes with TPU tiled layouts and the layout parser)",
+    RuleInput.LLO: "needs LLO dumps (`--dumps DIR`)",
+    RuleInput.HLO: "needs the compiled HLO (`--dumps DIR` of an XLA dump, or a capture that embeds it)",
 }
+
+
+class Table(StrEnum):
+    """An analysis table a rule reads (`Rule.tables`), checked against its schema before the rule runs."""
+
+    OPS = "ops"
+    STEPS = "steps"
+    OP_STEP_WORST = "op_step_worst"
+    OP_METADATA = "op_metadata"
 
 
 def _host_tables(attr: str, schema):
@@ -46,27 +68,27 @@ def _host_tables(attr: str, schema):
     return check
 
 
-# Tables a rule may declare, with the check the engine runs before the rule: a missing or mistyped
-# column is a bug in the analysis, reported precisely instead of as a KeyError deep in a rule.
-TABLES: Mapping[str, Callable[[Analysis], None]] = {
-    "ops": lambda a: schemas.OPS.require(a.ops),
-    "steps": lambda a: schemas.STEPS.require(a.steps),
-    "op_step_worst": lambda a: schemas.OP_STEP_WORST.require(a.per_step.op_step_worst),
-    "op_metadata": _host_tables("op_metadata", schemas.OP_METADATA),
+# The check the engine runs before a rule, per table it declares: a missing or mistyped column is a
+# bug in the analysis, reported precisely instead of as a KeyError deep in a rule.
+TABLES: Mapping[Table, Callable[[Analysis], None]] = {
+    Table.OPS: lambda a: schemas.OPS.require(a.ops),
+    Table.STEPS: lambda a: schemas.STEPS.require(a.steps),
+    Table.OP_STEP_WORST: lambda a: schemas.OP_STEP_WORST.require(a.per_step.op_step_worst),
+    Table.OP_METADATA: _host_tables("op_metadata", schemas.OP_METADATA),
 }
 
 
 @dataclass(frozen=True)
 class RuleContext:
-    """Everything a rule may look at; the engine runs a rule only when the `INPUTS` it declares are here.
+    """Everything a rule may look at; the engine runs a rule only when the inputs it declares are here.
 
     analysis: the analysed capture (measured, or modelled from a compiled program in static mode);
       None for compiler dumps that give no timeline (no generation known), where only rules that
       do not need `trace` run.
     compiled: LLO dumps and HLO programs (`CompiledInputs.programs` are the ones rules read).
     join: compiled facts per trace op (`tpudiag.analysis.join`), None when nothing was joined.
-    layouts: the layout parser's `parse_shape` (text -> logical/padded bytes), injected so rule
-      modules import no parser.
+    layouts: the layout parser's `parse_shape` (shape text -> `Shape` with its logical and padded
+      bytes), injected so rule modules import no parser; it raises ValueError on text it cannot read.
     chip: the TPU generation's spec when known (trace, dump target or `--chip`).
     static: True when times come from the compiler's estimate, not a measured trace.
     memory: the device memory of the compiled programs (`tpudiag.compiler.memory.program_memories`
@@ -76,7 +98,7 @@ class RuleContext:
     analysis: Analysis | None
     compiled: CompiledInputs = field(default_factory=CompiledInputs)
     join: JoinResult | None = None
-    layouts: Callable[[str], Any] | None = None
+    layouts: Callable[[str], Shape] | None = None
     chip: ChipSpec | None = None
     static: bool = False
     memory: tuple[ProgramMemory, ...] = ()
@@ -87,12 +109,12 @@ class Rule:
     code: str  # stable, e.g. TPD101
     name: str  # kebab-case, reads well after "allow"
     severity: Severity  # the highest severity its findings take
-    inputs: tuple[str, ...]  # keys of INPUTS
+    inputs: tuple[RuleInput, ...]  # all needed: the rule is skipped without any of them
     options_type: type  # a frozen dataclass; every field is a threshold with a default
     check: Callable[[RuleContext, Any], list[Finding]]
     doc: str  # the module docstring
-    uses: tuple[str, ...] = ()  # optional inputs (keys of INPUTS): used when present, never required
-    tables: tuple[str, ...] = ()  # analysis tables read (keys of TABLES), checked against their schemas
+    uses: tuple[RuleInput, ...] = ()  # optional inputs: used when present, never required
+    tables: tuple[Table, ...] = ()  # analysis tables read, checked against their schemas
 
     @property
     def summary(self) -> str:

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from tpudiag.analysis.idle import CAUSES, HostIdle, host_idle, idle_tables
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale
+from tpudiag.rules.base import Rule, RuleContext, RuleInput, SeverityScale, Table
 
 CODE = "TPD105"
 NAME = "device-idle"
@@ -154,5 +154,5 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                     fix=FIXES[shown], evidence=tuple(evidence), host=worst.host if len(hosts) == 1 else "")]
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, tables=("steps",))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.TRACE,), options_type=Options, check=check,
+            doc=__doc__, tables=(Table.STEPS,))

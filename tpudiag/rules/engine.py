@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 from tpudiag.analysis.join import JoinResult
 from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model.findings import Basis, Finding, rank_key
+from tpudiag.model.compiled import Shape
 from tpudiag.model.hardware import ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import ProgramMemory
 from tpudiag.model.report import RuleSkip
-from tpudiag.rules.base import INPUTS, TABLES, Rule, RuleContext
+from tpudiag.rules.base import INPUTS, TABLES, Rule, RuleContext, RuleInput
 from tpudiag.rules.config import RulesConfig
 from tpudiag.rules.finishing import group_repeats, locate
 
@@ -36,7 +36,7 @@ def _has_tpu_trace(analysis: Analysis | None) -> bool:
                                         for h in analysis.profile.hosts)
 
 
-def default_layout_provider():
+def default_layout_provider() -> Callable[[str], Shape]:
     """The layout parser's `parse_shape` (logical and padded bytes of a TPU shape text)."""
     from tpudiag.parsers.layout import parse_shape
 
@@ -48,47 +48,47 @@ def trace_chip(analysis: Analysis | None) -> ChipSpec | None:
     return hosts[0].device.chip if hosts else None
 
 
-def available_inputs(ctx: RuleContext) -> set[str]:
-    """The `INPUTS` names present in `ctx`."""
+def available_inputs(ctx: RuleContext) -> set[RuleInput]:
+    """The rule inputs present in `ctx`."""
     analysis = ctx.analysis
-    out: set[str] = set()
+    out: set[RuleInput] = set()
     if _has_tpu_trace(analysis):
-        out.add("trace")
+        out.add(RuleInput.TRACE)
         if analysis.profile.hosts[0].device.peak_flops_per_s and (analysis.ops["flops"] > 0).any():
-            out.add("flops")
+            out.add(RuleInput.FLOPS)
         if ctx.layouts is not None and analysis.ops["shape_with_layout"].str.contains(
                 ":T(", regex=False).fillna(False).any():
-            out.add("layouts")
+            out.add(RuleInput.LAYOUTS)
     if ctx.compiled.llo:
-        out.add("llo")
+        out.add(RuleInput.LLO)
     if ctx.compiled.programs:
-        out.add("hlo")
+        out.add(RuleInput.HLO)
     return out
 
 
 # Static mode (dumps alone) has no `--dumps` and models its timeline: its reasons say what it lacks.
 STATIC_REASONS = {
-    "trace": "needs a timeline, modelled from the dumps only when the TPU generation is known "
+    RuleInput.TRACE: "needs a timeline, modelled from the dumps only when the TPU generation is known "
              "(keep `*.target_arguments.txt` with the dump, or pass --chip)",
-    "hlo": "needs a timeline, modelled from the compiled HLO: pass the XLA dump (`--xla_dump_to`) "
+    RuleInput.HLO: "needs a timeline, modelled from the compiled HLO: pass the XLA dump (`--xla_dump_to`) "
            "of the same compile too",
-    "llo": "needs LLO dumps (`--xla_jf_dump_to`) of the same compile, in the same directory",
+    RuleInput.LLO: "needs LLO dumps (`--xla_jf_dump_to`) of the same compile, in the same directory",
 }
 
 
-def _skip_reason(missing: str, ctx: RuleContext) -> str:
-    if ctx.static and missing == "llo":
-        return STATIC_REASONS["llo"]
-    if ctx.static and missing == "hlo":  # a rule that reads the HLO itself (its buffers), not a timeline
+def _skip_reason(missing: RuleInput, ctx: RuleContext) -> str:
+    if ctx.static and missing is RuleInput.LLO:
+        return STATIC_REASONS[RuleInput.LLO]
+    if ctx.static and missing is RuleInput.HLO:  # a rule that reads the HLO itself (its buffers), not a timeline
         return "needs the compiled HLO: pass the XLA dump (`--xla_dump_to`) of the same compile too"
-    if ctx.static and ctx.analysis is None and missing in ("trace", "flops", "layouts"):
-        return STATIC_REASONS["trace" if ctx.compiled.programs else "hlo"]
-    return INPUTS.get(missing, f"needs {missing}")
+    if ctx.static and ctx.analysis is None and missing in (RuleInput.TRACE, RuleInput.FLOPS, RuleInput.LAYOUTS):
+        return STATIC_REASONS[RuleInput.TRACE if ctx.compiled.programs else RuleInput.HLO]
+    return INPUTS[missing]
 
 
 def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
               compiled: CompiledInputs | None = None, *, join: JoinResult | None = None,
-              layouts: Callable[[str], Any] | None = None, static: bool = False,
+              layouts: Callable[[str], Shape] | None = None, static: bool = False,
               memory: tuple[ProgramMemory, ...] | None = None) -> tuple[list[Finding], list[RuleSkip]]:
     """(findings sorted by saving, largest first; rules skipped with their reasons).
 
@@ -103,15 +103,15 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
     wanted = {i for rule, _ in selected for i in (*rule.inputs, *rule.uses)}
     if compiled is None:
         compiled = CompiledInputs()
-        if "hlo" in wanted and _has_tpu_trace(analysis):
+        if RuleInput.HLO in wanted and _has_tpu_trace(analysis):
             from tpudiag.parsers.hlo_proto import capture_hlo_inputs
 
             compiled = CompiledInputs(embedded=capture_hlo_inputs(analysis.profile))
-    if layouts is None and "layouts" in wanted:
+    if layouts is None and RuleInput.LAYOUTS in wanted:
         layouts = default_layout_provider()
     if memory is None:
         memory = ()
-        if "hlo" in wanted:
+        if RuleInput.HLO in wanted:
             from tpudiag.compiler.memory import program_memories
 
             memory = program_memories(compiled, compiled.oom_errors)

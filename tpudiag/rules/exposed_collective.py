@@ -77,16 +77,16 @@ Options
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from tpudiag.analysis.host_compare import find_straggler, host_stats
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.hardware import chip_for, smallest_topology
-from tpudiag.model.profile import CollectiveDigest, WindowThresholds
+from tpudiag.model.profile import CollectiveClasses, WindowThresholds
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, per_step_worst_core,
+from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, StepBasis, Table, per_step_worst_core,
                                 per_step_worst_core_by, step_basis)
 from tpudiag.rules.straggler_host import Options as StragglerOptions
 
@@ -119,12 +119,6 @@ class Options:
     @property
     def thresholds(self) -> WindowThresholds:
         return WindowThresholds(self.hidden_threshold, self.exposed_threshold)
-
-
-def window_thresholds(config) -> WindowThresholds:
-    """The window classes a `RulesConfig` asks of this rule, known before any host is parsed, so each
-    host's digest is classed once, where it is parsed."""
-    return RULE.options_with(config.options.get(NAME, {})).thresholds
 
 
 @dataclass(frozen=True)
@@ -223,7 +217,7 @@ def _class_counts(frame: pd.DataFrame) -> str:
     return f"{int(frame['n_hidden'].sum())}/{int(frame['n_partial'].sum())}/{int(frame['n_exposed'].sum())}"
 
 
-def _evidence(coll: CollectiveDigest, op_steps: pd.DataFrame, basis: StepBasis, options: Options,
+def _evidence(coll: CollectiveClasses, op_steps: pd.DataFrame, basis: StepBasis, options: Options,
               facts: ScheduleFacts | None) -> tuple[Evidence, ...]:
     rows = []
     frame = coll.ops
@@ -260,8 +254,8 @@ def _evidence(coll: CollectiveDigest, op_steps: pd.DataFrame, basis: StepBasis, 
     return tuple(rows)
 
 
-def _of_kind(coll: CollectiveDigest, kind: str) -> CollectiveDigest:
-    return CollectiveDigest(*(t[t["kind"] == kind] for t in (coll.steps, coll.ops)))
+def _of_kind(coll: CollectiveClasses, kind: str) -> CollectiveClasses:
+    return replace(coll, steps=coll.steps[coll.steps["kind"] == kind], ops=coll.ops[coll.ops["kind"] == kind])
 
 
 def straggler_of(analysis):
@@ -343,5 +337,5 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     return findings
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, uses=("hlo",), tables=("steps",))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.TRACE,), options_type=Options,
+            check=check, doc=__doc__, uses=(RuleInput.HLO,), tables=(Table.STEPS,))

@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.memory import MemoryGroup, OomError, ProgramMemory
 from tpudiag.model.units import fmt_bytes, fmt_pct
-from tpudiag.rules.base import Rule, RuleContext
+from tpudiag.rules.base import Rule, RuleContext, RuleInput, Table
 
 CODE = "TPD109"
 NAME = "hbm-pressure"
@@ -151,5 +151,5 @@ def _error_only_finding(e: OomError) -> Finding:
         evidence=(Evidence("compiler error", (("message", e.message),)),), blocking=True)
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("hlo",), options_type=Options,
-            check=check, doc=__doc__, tables=("ops",))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.HLO,), options_type=Options,
+            check=check, doc=__doc__, tables=(Table.OPS,))

@@ -89,7 +89,8 @@ from tpudiag.analysis.limits import over_peak_names
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, op_math_from_text
 from tpudiag.model.units import fmt_pct
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
+from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, per_step_worst_core,
+                                step_basis)
 
 CODE = "TPD102"
 NAME = "low-mxu-utilization"
@@ -363,5 +364,6 @@ _BASIS = {"dot_dimension_numbers": "the compiled HLO (dot_dimension_numbers)",
           "operand shapes": "the op's operand and result shapes"}
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace", "flops"), options_type=Options, check=check,
-            doc=__doc__, uses=("llo",), tables=("ops", "op_step_worst", "steps", "op_metadata"))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.TRACE, RuleInput.FLOPS),
+            options_type=Options, check=check, doc=__doc__, uses=(RuleInput.LLO,),
+            tables=(Table.OPS, Table.OP_STEP_WORST, Table.STEPS, Table.OP_METADATA))

@@ -73,7 +73,8 @@ import pandas as pd
 from tpudiag.analysis.limits import over_peak_names
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
+from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, per_step_worst_core,
+                                step_basis)
 from tpudiag.model.hlo_shapes import Shape, dtype_bytes, operand_shapes, parse_shapes, shape_bytes
 from tpudiag.rules.low_mxu_utilization import is_matmul
 
@@ -238,5 +239,5 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                     ops=tuple(roof["name"]), quantities=tuple(quantities))]
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, tables=("ops", "op_step_worst", "steps", "op_metadata"))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.TRACE,), options_type=Options,
+            check=check, doc=__doc__, tables=(Table.OPS, Table.OP_STEP_WORST, Table.STEPS, Table.OP_METADATA))

@@ -58,13 +58,12 @@ Options
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-
-from tpudiag.model.compiled import memory_space_name
+from tpudiag.model.compiled import ArrayShape, Shape, leaf_arrays, memory_space_name
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale, op_events, per_step_worst_core, step_basis
+from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, per_step_worst_core,
+                                step_basis)
 
 CODE = "TPD103"
 NAME = "padding-waste"
@@ -86,29 +85,17 @@ class Options:
             raise ValueError(f"max_findings must be at least 1, got {self.max_findings}")
 
 
-def _arrays(shape: Any) -> list[Any]:
-    elements = getattr(shape, "elements", None)
-    if elements is not None:
-        out = []
-        for e in elements:
-            out.extend(_arrays(e))
-        return out
-    return [shape]
-
-
-def padded_dims(array: Any) -> list[tuple[int, int, int]]:
+def padded_dims(array: ArrayShape) -> list[tuple[int, int, int]]:
     """(dim index, logical size, padded size) for each dim the layout's first tile pads.
 
-    Uses the parsed layout (`minor_to_major`, `tiles`) the layout parser returns; [] without one.
+    [] without a tiled layout, or with one that gives no dim order (nothing to name).
     """
-    layout = getattr(array, "layout", None)
-    dims = tuple(getattr(array, "dims", ()) or ())
-    tiles = getattr(layout, "tiles", ()) if layout is not None else ()
-    order = tuple(getattr(layout, "minor_to_major", ()) or ()) if layout is not None else ()
-    if not dims or not tiles or len(order) != len(dims):
+    layout = array.layout
+    if layout is None or not array.dims or not layout.tiles or len(layout.minor_to_major) != len(array.dims):
         return []
-    tile = tuple(tiles[0])
-    physical = list(reversed(order))  # major to minor
+    dims = array.dims
+    tile = layout.tiles[0]
+    physical = list(reversed(layout.minor_to_major))  # major to minor
     out = []
     for t, dim_index in zip(reversed(tile), reversed(physical)):
         size = dims[dim_index]
@@ -133,8 +120,8 @@ def fix_for(dims: list[tuple[int, int, int]]) -> str:
     return "; ".join(parts) or "choose sizes that are multiples of the layout's tile and mask the extra elements"
 
 
-def _memory_space(shape: Any) -> str:
-    spaces = {getattr(getattr(a, "layout", None), "memory_space", 0) or 0 for a in _arrays(shape)}
+def _memory_space(shape: Shape) -> str:
+    spaces = {a.memory_space for a in leaf_arrays(shape)}
     return ", ".join(memory_space_name(s) for s in sorted(spaces))
 
 
@@ -164,16 +151,14 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             shape = parse(str(r.shape))
         except ValueError:
             continue  # a layout the parser does not know: nothing to say about it
-        if shape is None:
-            continue
-        logical, padded = int(shape.logical_bytes), int(shape.padded_bytes)
+        logical, padded = shape.logical_bytes, shape.padded_bytes
         if padded <= 0 or padded <= logical:
             continue
         waste = (padded - logical) / padded
         if waste < options.min_padding_fraction or padded - logical < options.min_padding_bytes:
             continue
         saving = per_step_worst_core(events[events["name"] == r.name], "self_ps", basis) * waste
-        dims = [d for a in _arrays(shape) for d in padded_dims(a)]
+        dims = [d for a in leaf_arrays(shape) for d in padded_dims(a)]
         candidates.append((saving, r, share, logical, padded, waste, dims, _memory_space(shape)))
     candidates.sort(key=lambda c: (-c[0], c[1].name))
     findings = []
@@ -198,5 +183,5 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     return findings
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=("trace", "layouts"), options_type=Options,
-            check=check, doc=__doc__, tables=("ops", "op_step_worst", "steps"))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=(RuleInput.TRACE, RuleInput.LAYOUTS),
+            options_type=Options, check=check, doc=__doc__, tables=(Table.OPS, Table.OP_STEP_WORST, Table.STEPS))

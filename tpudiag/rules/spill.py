@@ -56,8 +56,8 @@ import pandas as pd
 
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import (Rule, RuleContext, SeverityScale, StepBasis, op_events, per_step_worst_core,
-                                step_basis)
+from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, StepBasis, Table, op_events,
+                                per_step_worst_core, step_basis)
 
 CODE = "TPD104"
 NAME = "spill"
@@ -173,5 +173,5 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     return findings
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=("llo",), options_type=Options,
-            check=check, doc=__doc__, uses=("trace",), tables=("op_step_worst", "steps"))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=(RuleInput.LLO,), options_type=Options,
+            check=check, doc=__doc__, uses=(RuleInput.TRACE,), tables=(Table.OP_STEP_WORST, Table.STEPS))

@@ -62,7 +62,7 @@ import pandas as pd
 from tpudiag.analysis.profile_analysis import per_step_times
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale
+from tpudiag.rules.base import Rule, RuleContext, RuleInput, SeverityScale, Table
 
 CODE = "TPD108"
 NAME = "step-time-variance"
@@ -175,5 +175,5 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                     ops=tuple(str(n) for n in diff.head(options.max_differences).index))]
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, tables=("steps", "op_step_worst"))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.TRACE,), options_type=Options, check=check,
+            doc=__doc__, tables=(Table.STEPS, Table.OP_STEP_WORST))

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from tpudiag.analysis.host_compare import find_straggler, host_stats, op_time_per_step
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import Rule, RuleContext, SeverityScale
+from tpudiag.rules.base import Rule, RuleContext, RuleInput, SeverityScale, Table
 
 CODE = "TPD107"
 NAME = "straggler-host"
@@ -146,5 +146,5 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                     ops=tuple(c[1] for c in causes[:options.max_ops_shown]))]
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("trace",), options_type=Options, check=check,
-            doc=__doc__, tables=("steps", "op_step_worst"))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.TRACE,), options_type=Options, check=check,
+            doc=__doc__, tables=(Table.STEPS, Table.OP_STEP_WORST))

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.memory import OomError, ProgramMemory, VmemUse
 from tpudiag.model.units import fmt_bytes, fmt_pct
-from tpudiag.rules.base import Rule, RuleContext
+from tpudiag.rules.base import Rule, RuleContext, RuleInput, Table
 
 CODE = "TPD110"
 NAME = "vmem-pressure"
@@ -126,5 +126,5 @@ def _error_finding(e: OomError, capacity: int | None) -> Finding:
                    ops=(e.hlo,) if e.hlo else (), blocking=True)
 
 
-RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=("hlo",), options_type=Options,
-            check=check, doc=__doc__, uses=("llo",), tables=("ops",))
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.HLO,), options_type=Options,
+            check=check, doc=__doc__, uses=(RuleInput.LLO,), tables=(Table.OPS,))
