@@ -35,6 +35,7 @@ from tpudiag.inputs import READING, Inputs, load_dumps, read_inputs
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import MemoryReport, OomError
+from tpudiag.model.profile import PeaksSource
 from tpudiag.model.report import Mode, Report, RuleSkip, Summary
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
@@ -300,7 +301,7 @@ def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, w
     """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
     summary = Summary(
         input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
-        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source="none", step_source="none",
+        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source=PeaksSource.NONE, step_source="none",
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
         dumps=compiled.labels, mode=Mode.STATIC)
     return Report(summary=summary, hosts=(), ops=(),
@@ -348,25 +349,5 @@ def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = N
     return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
 
 
-def check_warnings(checked: Diagnosis, diff: Diff | None = None) -> tuple[str, ...]:
-    """What `check` warns about: what `report` shows for the input (its warnings and the host files
-    not analysed) or, against a baseline, what `diff` shows (both inputs' warnings, different chips
-    or core counts, too few steps), plus what makes the gate weak: a host-only capture has no
-    device ops or steps, so its findings check passes vacuously.
-    """
-    out = []
-    if checked.report.summary.platform == "CPU":
-        out.append("host-only capture (no TPU or GPU device plane): no device ops or steps, so nothing "
-                   "to gate on; the findings check passes vacuously")
-    if diff is None:
-        out += [f"not analysed: {f}" for f in checked.report.failures]
-        out += checked.warnings
-    else:
-        for label, d in (("base", diff.base), ("new", diff.new)):
-            out += [f"{label}: not analysed: {f}" for f in d.report.failures]
-        out += diff.result.warnings
-    return tuple(dict.fromkeys(out))
-
-
-__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "check_warnings", "compare", "diagnose", "load_dumps",
+__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "compare", "diagnose", "load_dumps",
            "parse_chip"]

@@ -14,7 +14,8 @@ from tpudiag.analysis.host_digest import digest_host, fold_step_tables
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.model import schemas
 from tpudiag.model.findings import Finding, rank_key
-from tpudiag.model.profile import CollectiveClasses, HostDigest, Profile, StepSource, StepTables, WindowThresholds
+from tpudiag.model.profile import (CollectiveClasses, HostDigest, Profile, StepKind, StepSource, StepTables,
+                                   WindowThresholds)
 from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, OpRow, Report,
                                   RuleSkip, Summary)
 
@@ -87,7 +88,7 @@ def analyze(profile: Profile, per_step: StepTables | None = None) -> Analysis:
                         step_sources={h: d.step_source for h, d in digests.items()},
                         core_time_ps={h: d.core_span_ps for h, d in digests.items()})
     if profile.hosts:  # a rate above peak is an artefact: said once, as a warning, never as a finding
-        for warning in over_peak_warnings(over_peak(analysis.ops, profile.hosts[0].device)):
+        for warning in over_peak_warnings(over_peak(analysis.ops, profile.hosts[0].device, profile.modelled)):
             if warning not in profile.warnings:
                 profile.warnings.append(warning)
     return analysis
@@ -209,15 +210,15 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (),
     means = [h.step_time.mean_ps for h in hosts if h.step_time is not None]
     spread = float(max(means) - min(means)) if len(means) > 1 else 0.0
     slowest = max((h for h in hosts if h.step_time), key=lambda h: h.step_time.mean_ps, default=None)
-    sources = {s.kind if s.kind != "XLA Modules" else f"XLA Modules ({s.module})"
+    sources = {s.kind if s.kind is not StepKind.XLA_MODULES else f"{s.kind} ({s.module})"
                for s in analysis.step_sources.values()}
     warnings: list[str] = []
     for host in profile.hosts:
         prefix = f"{host.host}: " if len(profile.hosts) > 1 else ""
         warnings.extend(prefix + w for w in host.warnings)
-    if "none" in sources and first.platform != "CPU":
+    if StepKind.NONE in sources and first.platform != "CPU":
         warnings.append("no Steps line and no XLA Modules executions: step time is not available")
-    if any(s.kind == "XLA Modules" for s in analysis.step_sources.values()):
+    if any(s.kind is StepKind.XLA_MODULES for s in analysis.step_sources.values()):
         warnings.append("no Steps line (an inference capture?): each execution of the busiest module counts as a step")
     warnings.extend(step_warnings)
     warnings.extend(profile.warnings)
