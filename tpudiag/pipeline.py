@@ -129,10 +129,6 @@ def _hlo_sources(compiled: CompiledInputs) -> list[HloSource]:
             for h in (*compiled.hlo, *compiled.embedded)]
 
 
-def _join(analysis: Analysis, compiled: CompiledInputs, chip: ChipSpec | None) -> JoinResult:
-    return join_compiled(analysis.ops, _hlo_sources(compiled), compiled.llo, chip=chip)
-
-
 def _rules_config(path: Path | None, config, select, ignore):
     from tpudiag.rules import RulesConfig, load_config
 
@@ -195,7 +191,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
                          scheduler=scheduler)
     _stage(progress, 1)
     analysed = _analyse(inputs, clock_ghz)
-    join = _join(analysed.analysis, inputs.compiled, inputs.chip.spec)
+    join = _join(analysed.analysis, inputs.compiled, inputs.chip)
     _stage(progress, 2)
     memory = _memory(inputs)
     findings, skipped = run_rules(analysed.analysis, rules_config, inputs.compiled, join=join,
@@ -266,12 +262,13 @@ def _modelled_analysis(inputs: Inputs, clock_ghz: float | None) -> Analysis:
     return analyze(profile_from_xspace(modelled.xspace, inputs.path, RUN_NAME))
 
 
-def _join(analysis: Analysis | None, compiled: CompiledInputs, chip: ChipSpec | None) -> JoinResult | None:
+def _join(analysis: Analysis | None, compiled: CompiledInputs, choice: ChipChoice) -> JoinResult | None:
     """The compiled facts of each op (None without a timeline), set on the analysis too, since the
     rules and the report read them there."""
     if analysis is None:
         return None
-    analysis.join = join_compiled(analysis.ops, _hlo_sources(compiled), compiled.llo, chip=chip)
+    analysis.join = join_compiled(analysis.ops, _hlo_sources(compiled), compiled.llo, chip=choice.spec,
+                                  chip_source=choice.source)
     return analysis.join
 
 
