@@ -22,12 +22,8 @@ LAYERS = {
     "errors": 0, "arguments": 0, "proto": 0, "model": 0, "version": 0, "examples_data": 0,
     "parsers": 1, "writers": 1,
     "analysis": 2, "compiler": 2,
-<<<<<<< HEAD
-    "rules": 3, "render": 3, "kernels_lab": 3,
-    "inputs": 3.5,  # the pipeline's first stage: read every input once, decide the chip once
-=======
     "rules": 3, "render": 3,
->>>>>>> main
+    "inputs": 3.5,  # the pipeline's first stage: read every input once, decide the chip once
     "pipeline": 4,
     "profiling": 4.2,  # `tpudiag.profile()`: traces with jax.profiler, then calls the pipeline's `diagnose`
     "kernels_lab": 4.2,  # Pallas reproductions of a diagnosis's ops (`spec_from_diagnosis`)
