@@ -621,9 +621,10 @@ def survey(diagnosis: Diagnosis, top: int | None = None) -> list[SurveyRow]:
     ops = ops.sort_values("self_time_ps", ascending=False)
     total = float(ops["self_time_ps"].sum()) or 1.0
     rows = []
+    index = _OpIndex(analysis)
     for _, r in ops.head(top if top is not None else len(ops)).iterrows():
         try:
-            spec = spec_from_diagnosis(diagnosis, str(r["name"]), topology=None)
+            spec = _spec(diagnosis, index, str(r["name"]), topology=None, scale_down=1)
             family, problem, reason = spec.family, spec.problem, ""
         except UsageError as exc:
             family, problem, reason = "", None, exc.one_line()
@@ -681,32 +682,64 @@ def _dump_origin(compiled: CompiledInputs, program: CompiledProgram | None) -> s
     return next((h.origin for h in compiled.hlo if h.program is program), "") if program is not None else ""
 
 
+class _OpIndex:
+    """An analysis' ops looked up by name, its op metadata by (name, program) and the trace's
+    shapes by program, each table read once for a survey of every op."""
+
+    def __init__(self, analysis: Analysis):
+        self.analysis = analysis
+        ops = analysis.ops.sort_values("total_time_ps", ascending=False, kind="stable")
+        self.rows = ops.drop_duplicates("name").set_index("name", drop=False)
+        self._meta: dict[str, dict] = {}
+        self._shapes: dict[object, dict[str, str]] = {}
+
+    def row(self, op: str):
+        """The op's row (the host and program where it took longest); None when absent."""
+        return self.rows.loc[op] if op in self.rows.index else None
+
+    def metadata(self, host, op: str, program_id) -> tuple[float, float, str] | None:
+        """(flops, bytes accessed, HLO text) of one execution, from the host's op metadata."""
+        if host.host not in self._meta:
+            meta = host.op_metadata.drop_duplicates(["name", "program_id"])
+            self._meta[host.host] = {(n, p): (f, b, t) for n, p, f, b, t in zip(
+                meta["name"], meta["program_id"], meta["flops"], meta["bytes_accessed"], meta["hlo_text"],
+                strict=True)}
+        return self._meta[host.host].get((op, program_id))
+
+    def shapes(self, program_id) -> dict[str, str]:
+        """The trace's `shape_with_layout` by op name, for one program."""
+        if program_id not in self._shapes:
+            ops = self.analysis.ops[self.analysis.ops["program_id"] == program_id]
+            self._shapes[program_id] = dict(zip(ops["name"].astype(str), ops["shape_with_layout"].astype(str),
+                                                strict=True))
+        return self._shapes[program_id]
+
+
 def spec_from_diagnosis(diagnosis: Diagnosis, op: str, *, topology: str | None = None,
                         scale_down: int = 1) -> OpSpec:
     """Find `op` in a diagnosis (`tpudiag.diagnose(capture, dumps=...)`: the lab reads captures and
     compiled programs through the one pipeline), infer its family and problem. Its HLO text and
     fused body come from the XLA dump the join matched to its program, else from the capture
     (`op_text`). Raises the project's errors."""
+    return _spec(diagnosis, _OpIndex(_analysis(diagnosis)), op, topology=topology, scale_down=scale_down)
+
+
+def _spec(diagnosis: Diagnosis, index: _OpIndex, op: str, *, topology: str | None, scale_down: int) -> OpSpec:
     if scale_down < 1:
         raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
-    analysis = _analysis(diagnosis)
+    analysis = index.analysis
     capture = diagnosis.input_path
-    ops = analysis.ops[analysis.ops["name"] == op]
-    if ops.empty:
+    row = index.row(op)
+    if row is None:
         names = sorted(set(analysis.ops["name"]))
         hint = (f"ops in it include {', '.join(f'`{n}`' for n in names[:8])}" if names
                 else "the capture has no device ops (a CPU-only profile?); the lab needs a TPU capture")
         raise UsageError(f"op `{op}` is not in the capture", path=capture, hint=hint)
-    row = ops.sort_values("total_time_ps", ascending=False).iloc[0]
     host = next(h for h in analysis.profile.hosts if h.host == row["host"])
-    meta = host.op_metadata
-    meta = meta[(meta["name"] == op) & (meta["program_id"] == row["program_id"])]
-    flops = float(meta["flops"].iloc[0]) if not meta.empty else float(row["flops"]) / max(1, row["occurrences"])
-    nbytes = (float(meta["bytes_accessed"].iloc[0]) if not meta.empty
-              else float(row["bytes_accessed"]) / max(1, row["occurrences"]))
-    program_ops = analysis.ops[analysis.ops["program_id"] == row["program_id"]]
-    capture_shapes = dict(zip(program_ops["name"].astype(str), program_ops["shape_with_layout"].astype(str),
-                              strict=True))
+    meta = index.metadata(host, op, row["program_id"])
+    flops = float(meta[0]) if meta is not None else float(row["flops"]) / max(1, row["occurrences"])
+    nbytes = float(meta[1]) if meta is not None else float(row["bytes_accessed"]) / max(1, row["occurrences"])
+    capture_shapes = index.shapes(row["program_id"])
 
     def shape_of(name: str) -> str:
         return capture_shapes.get(name, "")
@@ -719,7 +752,7 @@ def spec_from_diagnosis(diagnosis: Diagnosis, op: str, *, topology: str | None =
     if text is not None:
         notes.append(f"HLO text and fusion body from the dump `{origin}`")
     else:
-        text = op_text.from_text(str(meta["hlo_text"].iloc[0]) if not meta.empty else "", shape_of)
+        text = op_text.from_text(str(meta[2]) if meta is not None else "", shape_of)
         if diagnosis.compiled.hlo:
             where = ", ".join(f"`{h.origin}`" for h in diagnosis.compiled.hlo)
             notes.append(f"`{op}` is not in a dump joined to its program ({where}); used the capture's HLO text")
