@@ -33,7 +33,7 @@ from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.memory import MemoryReport, OomError
-from tpudiag.model.profile import PeaksSource
+from tpudiag.model.profile import PeaksSource, Platform
 from tpudiag.model.report import Mode, Report, RuleSkip, Summary
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
@@ -375,7 +375,7 @@ def _modelled_analysis(output, path: Path, clock_ghz: float | None) -> Analysis:
 def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, warnings) -> Report:
     """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
     summary = Summary(
-        input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
+        input_path=str(path), run="", platform=Platform.TPU, device_type="", generation="", hosts=(), n_chips=0,
         n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source=PeaksSource.NONE, step_source="none",
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
         dumps=compiled.labels, mode=Mode.STATIC)
@@ -431,7 +431,7 @@ def check_warnings(checked: Diagnosis, diff: Diff | None = None) -> tuple[str, .
     device ops or steps, so its findings check passes vacuously.
     """
     out = []
-    if checked.report.summary.platform == "CPU":
+    if checked.report.summary.platform is Platform.CPU:
         out.append("host-only capture (no TPU or GPU device plane): no device ops or steps, so nothing "
                    "to gate on; the findings check passes vacuously")
     if diff is None:
