@@ -165,8 +165,9 @@ def _hlo_sources(compiled: CompiledInputs) -> list[HloSource]:
             for h in (*compiled.hlo, *compiled.embedded)]
 
 
-def _join(analysis: Analysis, compiled: CompiledInputs, chip: ChipSpec | None) -> JoinResult:
-    return join_compiled(analysis.ops, _hlo_sources(compiled), compiled.llo, chip=chip)
+def _join(analysis: Analysis, compiled: CompiledInputs, choice: ChipChoice) -> JoinResult:
+    return join_compiled(analysis.ops, _hlo_sources(compiled), compiled.llo, chip=choice.spec,
+                         chip_source=choice.source)
 
 
 def _rules_config(path: Path | None, config, select, ignore):
@@ -286,7 +287,7 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     hosts = profile.hosts
     choice = decide_chip(trace=hosts[0].device.chip if hosts else None, user=chip, what="capture")
     compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors)
-    join = _join(analysis, compiled, choice.spec)
+    join = _join(analysis, compiled, choice)
     analysis.join = join  # compiled facts per op, for the rules and the report
     _stage(progress, 2)
     memory = _memory(compiled)
@@ -326,7 +327,7 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
         warnings.extend(static.warnings)
         _stage(progress, 1)
         analysis = _modelled_analysis(output, path, clock_ghz)
-        join = _join(analysis, compiled, choice.spec)
+        join = _join(analysis, compiled, choice)
         analysis.join = join
     else:
         target = compiled.hlo[0].program.target if compiled.hlo else ""
@@ -424,25 +425,5 @@ def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = N
     return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
 
 
-def check_warnings(checked: Diagnosis, diff: Diff | None = None) -> tuple[str, ...]:
-    """What `check` warns about: what `report` shows for the input (its warnings and the host files
-    not analysed) or, against a baseline, what `diff` shows (both inputs' warnings, different chips
-    or core counts, too few steps), plus what makes the gate weak: a host-only capture has no
-    device ops or steps, so its findings check passes vacuously.
-    """
-    out = []
-    if checked.report.summary.platform is Platform.CPU:
-        out.append("host-only capture (no TPU or GPU device plane): no device ops or steps, so nothing "
-                   "to gate on; the findings check passes vacuously")
-    if diff is None:
-        out += [f"not analysed: {f}" for f in checked.report.failures]
-        out += checked.warnings
-    else:
-        for label, d in (("base", diff.base), ("new", diff.new)):
-            out += [f"{label}: not analysed: {f}" for f in d.report.failures]
-        out += diff.result.warnings
-    return tuple(dict.fromkeys(out))
-
-
-__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "check_warnings", "compare", "diagnose", "load_dumps",
+__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "compare", "diagnose", "load_dumps",
            "parse_chip"]

@@ -88,7 +88,7 @@ def analyze(profile: Profile, per_step: StepTables | None = None) -> Analysis:
                         step_sources={h: d.step_source for h, d in digests.items()},
                         core_time_ps={h: d.core_span_ps for h, d in digests.items()})
     if profile.hosts:  # a rate above peak is an artefact: said once, as a warning, never as a finding
-        for warning in over_peak_warnings(over_peak(analysis.ops, profile.hosts[0].device)):
+        for warning in over_peak_warnings(over_peak(analysis.ops, profile.hosts[0].device, profile.modelled)):
             if warning not in profile.warnings:
                 profile.warnings.append(warning)
     return analysis
