@@ -35,7 +35,7 @@ from tpudiag.inputs import READING, Inputs, load_dumps, read_inputs
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import MemoryReport, OomError
-from tpudiag.model.profile import PeaksSource
+from tpudiag.model.profile import PeaksSource, Platform
 from tpudiag.model.report import Mode, Report, RuleSkip, Summary
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
@@ -297,7 +297,7 @@ def _report(inputs: Inputs, analysed: Analysed, join: JoinResult | None, finding
 def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, warnings) -> Report:
     """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
     summary = Summary(
-        input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
+        input_path=str(path), run="", platform=Platform.TPU, device_type="", generation="", hosts=(), n_chips=0,
         n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source=PeaksSource.NONE, step_source="none",
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
         dumps=compiled.labels, mode=Mode.STATIC)
