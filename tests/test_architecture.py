@@ -23,6 +23,7 @@ LAYERS = {
     "parsers": 1, "writers": 1,
     "analysis": 2, "compiler": 2,
     "rules": 3, "render": 3,
+    "inputs": 3.5,  # the pipeline's first stage: read every input once, decide the chip once
     "pipeline": 4,
     "profiling": 4.2,  # `tpudiag.profile()`: traces with jax.profiler, then calls the pipeline's `diagnose`
     "kernels_lab": 4.2,  # Pallas reproductions of a diagnosis's ops (`spec_from_diagnosis`)

@@ -14,8 +14,8 @@ from tpudiag.analysis.host_digest import digest_host, fold_step_tables
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.model import schemas
 from tpudiag.model.findings import Finding, rank_key
-from tpudiag.model.profile import (CollectiveClasses, HostDigest, Profile, StepKind, StepSource, StepTables,
-                                   WindowThresholds)
+from tpudiag.model.profile import (CollectiveClasses, HostDigest, Platform, Profile, StepKind, StepSource,
+                                   StepTables, WindowThresholds)
 from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, OpRow, Report,
                                   RuleSkip, Summary)
 
@@ -39,7 +39,7 @@ class Analysis:
     join: JoinResult | None = None
 
     @property
-    def platform(self) -> str:
+    def platform(self) -> Platform:
         return self.profile.hosts[0].device.platform
 
     @property
@@ -216,7 +216,7 @@ def build_report(analysis: Analysis, findings: tuple[Finding, ...] = (),
     for host in profile.hosts:
         prefix = f"{host.host}: " if len(profile.hosts) > 1 else ""
         warnings.extend(prefix + w for w in host.warnings)
-    if StepKind.NONE in sources and first.platform != "CPU":
+    if StepKind.NONE in sources and first.platform is not Platform.CPU:
         warnings.append("no Steps line and no XLA Modules executions: step time is not available")
     if any(s.kind is StepKind.XLA_MODULES for s in analysis.step_sources.values()):
         warnings.append("no Steps line (an inference capture?): each execution of the busiest module counts as a step")

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.errors import InputError, TpudiagError
-from tpudiag.model.profile import HostFailure, HostTrace, Profile
+from tpudiag.model.profile import HostFailure, HostTrace, Platform, Profile
 from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, axis_of, device_planes, host_name,
                                           is_read_line, parse_device_plane)
 from tpudiag.parsers import event_wire
@@ -321,7 +321,7 @@ def _salvage_name(plane_bytes) -> str:
 
 @dataclass(frozen=True)
 class PlaneRoles:
-    platform: str
+    platform: Platform
     refs: list[PlaneRef]  # the device planes
     names: list[str]  # every plane's name; "" for one whose header could not be read
     axis: TimeAxis
@@ -441,6 +441,22 @@ def load_capture(path: Path | str, jobs: int | None = None,
                    warnings=notes, modelled=any(h.modelled for h in hosts))
 
 
+def profile_from_xspace(data: bytes, path: str, run: str) -> Profile:
+    """A one-host capture held in memory (a modelled one, `compiler.simulate.simulate_in_memory`),
+    parsed as `load_capture` parses a host file; `path` names it in the report (the input it was
+    made from). Nothing is read from or written to disk, so the host has no `source` to re-read."""
+    check_trace_bytes(data, path)
+    try:
+        host = _parse_planes(path, [data], 1)
+    except OverflowError as exc:
+        raise InputError(_OVERFLOW, path=path) from exc
+    except RecursionError as exc:
+        raise InputError("nesting too deep to parse (a damaged or hostile trace)", path=path) from exc
+    hosts, failures, notes = reconcile_hosts([host], [])
+    return Profile(input_path=path, run=run, hosts=hosts, failures=failures, warnings=notes,
+                   modelled=any(h.modelled for h in hosts))
+
+
 def _share_programs(hosts: list[HostTrace]) -> None:
     """Hosts of one SPMD run embed the same HLO protos (MBs each): keep one copy of each."""
     seen: dict[int, list[bytes]] = {}
@@ -467,10 +483,10 @@ def reconcile_hosts(hosts: list[HostTrace], failures: list[HostFailure]
     with the others would empty the combined step time, so they are set aside with a reason.
     """
     notes: list[str] = []
-    device_hosts = [h for h in hosts if h.device.platform != "CPU"]
+    device_hosts = [h for h in hosts if h.device.platform is not Platform.CPU]
     if device_hosts and len(device_hosts) < len(hosts):
         for h in hosts:
-            if h.device.platform == "CPU":
+            if h.device.platform is Platform.CPU:
                 failures = [*failures, HostFailure(h.path, f"`{h.path}`: no device plane (a host-only capture) "
                                                            "beside device hosts; not analysed")]
         hosts = device_hosts
