@@ -280,3 +280,16 @@ def test_operand_shapes_read_past_tiled_layouts():
             "%mask, bf16[8,128,256]{2,1,0:T(8,128)(2,1)S(1)} %x, f32[256]{0:T(256)S(1)} %scale)")
     assert [(a.dtype, a.dims, a.minor_to_major) for a in operand_shapes(text)] == [
         ("pred", (8, 128, 512), (2, 1, 0)), ("bf16", (8, 128, 256), (2, 1, 0)), ("f32", (256,), (0,))]
+
+
+def test_a_batched_matmul_is_the_primary_with_its_batch_folded_into_m():
+    """Regression: `fusion.57` (v5e transformer) is an attention matmul of batch 16 (8 x 2 heads)
+    returning a tuple with a row statistic. Once the op math counted the batch apart, the lab took
+    the f32[8,2,128] statistic as the primary and claimed K = flops / (2*16*128) = 16384. The
+    matmul's own output is the primary, K = 128 from the compiled HLO, the batch folded into M, and
+    its input dtype is the matmul's."""
+    spec = extract_spec(MODELLED_V5E, "fusion.57")
+    assert spec.family == "multi_output" and (spec.problem.m, spec.problem.k, spec.problem.n) == (2048, 128, 128)
+    assert spec.problem.flops == spec.flops  # the whole op's FLOPs: nothing invented
+    assert spec.problem.in_dtype == "bfloat16"  # the matmul's operands (bf16 x bf16), not the fusion's first
+    assert any("batch of 16 is folded into M" in b for b in spec.basis)

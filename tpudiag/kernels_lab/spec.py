@@ -33,7 +33,7 @@ from tpudiag.kernels_lab import op_text
 from tpudiag.kernels_lab.problems import AnyProblem, collective, problem_fields, problem_from_fields
 from tpudiag.model.hardware import CHIPS, chip_for, smallest_topology
 from tpudiag.model.hlo_shapes import Shape, parse_array
-from tpudiag.model.matmuls import OpMath, ProgramMath, op_math_from_text
+from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, op_math_from_text
 from tpudiag.kernels_lab.collective_spec import KINDS as COLLECTIVE_KINDS
 from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, mesh_axes, replica_groups
 from tpudiag.model.compiled import CompiledProgram
@@ -172,6 +172,15 @@ def cpu_problem(problem: AnyProblem, factor: int) -> tuple[AnyProblem, list[str]
         "on a TPU and what `tune` compiles"]
 
 
+def _batch_folded(main: Matmul) -> list[str]:
+    """The basis line for a batched matmul reproduced as one: its batch joins M."""
+    if main.batch == 1:
+        return []
+    return [f"its batch of {main.batch} is folded into M: the reproduction multiplies one [{main.batch}x{main.m}, "
+            f"{main.k}] by one [{main.k}, {main.n}] where the op multiplies {main.batch} pairs (the same FLOPs and "
+            f"output; the op reads {main.batch} right-hand sides, the reproduction one)"]
+
+
 def _epilogue(body: str) -> tuple[str, bool, list[str]]:
     """Activation and bias from a fused computation's text (empty text: none known)."""
     rules = (("gelu", r"\b(tanh|erf)\(", "tanh/erf"), ("silu", r"\blogistic\(", "logistic"),
@@ -259,9 +268,10 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         # (dim_labels=fb_io->bf) or include non-dot inputs; the first operand is the fallback.
         k = None
         main = op_math.main if op_math is not None else None
-        if main is not None and main.batch == 1 and (main.m, main.n) == (m, n):
+        if main is not None and (main.batch * main.m, main.n) == (m, n):
             k = main.k
             basis.append(f"K={k} from the compiled HLO ({main.describe()})")
+            basis += _batch_folded(main)
         if k is None and flops > 0 and m * n > 0:
             k_float = flops / (2.0 * m * n)
             if abs(k_float - round(k_float)) < 1e-6 * k_float and round(k_float) >= 1:
@@ -472,8 +482,8 @@ def _infer_tuple(*, name: str, category: str, shape_text: str, hlo_text: str, bo
               and 0 not in a.dims]
     state = [a.text for a in elements if a is not None and (a.dtype not in HLO_DTYPES or not a.dims)]
     main = op_math.main if op_math is not None else None
-    written = [(i, a) for i, a in arrays if main is not None and main.batch == 1 and i in main.feeds
-               and i not in aliased and _rows_cols(a) == (main.m, main.n)]
+    written = [(i, a) for i, a in arrays if main is not None and i in main.feeds
+               and i not in aliased and _rows_cols(a) == (main.batch * main.m, main.n)]
     primary = next(iter(written), None) or next(((i, a) for i, a in arrays if i not in aliased), None)
     if primary is None:
         raise NotReproducible(f"`{name}` returns a tuple of {n} arrays with no bf16/f32 output that is not "
@@ -500,6 +510,8 @@ def _infer_tuple(*, name: str, category: str, shape_text: str, hlo_text: str, bo
     is_matmul = bool(re.search(r"\b(dot|convolution)\(", hlo_text + body)) or category.lower() in MATMUL_CATEGORIES
     if written:
         basis.append(f"primary is the output of a matmul: K={main.k} from the compiled HLO ({main.describe()})")
+        basis += _batch_folded(main)
+        in_dtype = HLO_DTYPES.get(main.lhs_dtype, in_dtype)  # the matmul's own operands, not the fusion's first
         return "multi_output", dict(kind="matmul", m=m, n=ncols, k=main.k, n_inputs=1, in_dtype=in_dtype,
                                     out_dtype=out_dtype, extras=extras), basis
     if is_matmul:
