@@ -11,7 +11,8 @@
   TPU generation is unknown (no target file, no `chip=`), no timeline can be modelled: the rules
   that need only the dumps (spills) still run and the others are skipped with the reason.
 
-Warnings are collected once, here, so every command shows the same ones for the same inputs.
+Warnings are gathered once, into the report (`tpudiag.report_builder`), so every command shows the
+same ones for the same inputs.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ import pandas as pd
 
 from tpudiag import arguments
 from tpudiag.analysis.join import HloSource, JoinResult, join_compiled
-from tpudiag.analysis.profile_analysis import Analysis, analyze, build_report
+from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.errors import InputError, UsageError
-from tpudiag.model.findings import Finding, rank_key
+from tpudiag.model.findings import Finding
 from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.memory import MemoryReport, OomError
-from tpudiag.model.report import Mode, Report, RuleSkip, Summary
+from tpudiag.model.report import Mode, Report, RuleSkip
+from tpudiag.report_builder import build_report, dump_only_report
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
     from tpudiag.analysis.diff import Diff as AnalysisDiff
@@ -230,10 +232,8 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
         if dumps:
             raise UsageError("`--dumps` joins compiled programs to a trace, and PATH is a compiler dump directory",
                              path=path, hint="pass the capture as PATH and the dumps with --dumps")
-        return _with_warnings(_diagnose_static(path, rules_config, chip_spec, clock_ghz, progress, oom_errors),
-                              rules_config.warnings)
-    return _with_warnings(_diagnose_trace(path, dumps, rules_config, chip_spec, jobs, progress, scheduler,
-                                          oom_errors), rules_config.warnings)
+        return _diagnose_static(path, rules_config, chip_spec, clock_ghz, progress, oom_errors)
+    return _diagnose_trace(path, dumps, rules_config, chip_spec, jobs, progress, scheduler, oom_errors)
 
 
 def parse_error_text(error: str | None) -> tuple[OomError, ...]:
@@ -247,14 +247,6 @@ def parse_error_text(error: str | None) -> tuple[OomError, ...]:
         raise UsageError("--error: no out-of-memory message (`RESOURCE_EXHAUSTED: Ran out of memory ...`) in the text",
                          hint="pass the error JAX printed when the compile or run failed")
     return (parsed,)
-
-
-def _with_warnings(diagnosis: Diagnosis, extra: Sequence[str]) -> Diagnosis:
-    """`diagnosis` with `extra` warnings (a skipped config file) first, in its report too."""
-    if not extra:
-        return diagnosis
-    report = replace(diagnosis.report, warnings=tuple(dict.fromkeys((*extra, *diagnosis.report.warnings))))
-    return replace(diagnosis, report=report, warnings=report.warnings)
 
 
 def _stage(progress: Callable[[str], None] | None, i: int) -> None:
@@ -293,7 +285,8 @@ def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None
     _stage(progress, 3)
     # The chip's warnings, then what reading `--dumps` set aside, after the capture's own.
     report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels, join=join,
-                          extra_warnings=(*choice.warnings, *compiled.warnings))
+                          extra_warnings=(*choice.warnings, *compiled.warnings),
+                          config_warnings=rules_config.warnings)
     report = replace(report, memory=memory)
     return Diagnosis(input_path=str(path), mode=Mode.TRACE, analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
@@ -339,10 +332,10 @@ def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz:
     _stage(progress, 3)
     if analysis is not None:
         report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels,
-                              join=join, extra_warnings=warnings)
+                              join=join, extra_warnings=warnings, config_warnings=rules_config.warnings)
         report = replace(report, summary=replace(report.summary, input_path=str(path), mode=Mode.STATIC))
     else:
-        report = _dump_only_report(path, compiled, findings, skipped, warnings)
+        report = dump_only_report(path, compiled, findings, skipped, warnings, rules_config.warnings)
     report = replace(report, memory=memory)
     return Diagnosis(input_path=str(path), mode=Mode.STATIC, analysis=analysis, compiled=compiled, join=join,
                      findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
@@ -369,18 +362,6 @@ def _modelled_analysis(output, path: Path, clock_ghz: float | None) -> Analysis:
         host.path = str(path)
     profile.modelled = True
     return analyze(profile)
-
-
-def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, warnings) -> Report:
-    """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
-    summary = Summary(
-        input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
-        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source="none", step_source="none",
-        step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
-        dumps=compiled.labels, mode=Mode.STATIC)
-    return Report(summary=summary, hosts=(), ops=(),
-                  findings=tuple(sorted(findings, key=rank_key)),
-                  rules_skipped=tuple(skipped), warnings=tuple(dict.fromkeys(warnings)))
 
 
 def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | str] = (),
