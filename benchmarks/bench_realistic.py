@@ -160,9 +160,9 @@ def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int,
 
 
 def _events(path: Path) -> int:
-    from tpudiag.parsers.xspace import read_xspace
+    from tpudiag.proto import XSpace
 
-    space = read_xspace(path)
+    space = XSpace.FromString(path.read_bytes())  # a file this benchmark just wrote
     return sum(len(ln.events) for p in space.planes for ln in p.lines)
 
 

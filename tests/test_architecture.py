@@ -27,6 +27,7 @@ LAYERS = {
     "pipeline": 4,
     "profiling": 4.2,  # `tpudiag.profile()`: traces with jax.profiler, then calls the pipeline's `diagnose`
     "whatif": 4.2,  # deviceless compiles of flag variants, compared through the pipeline
+    "gate": 4.2,  # the CI gate's policy (`tpudiag check`): a verdict from `diagnose` / `compare`
     "__init__": 4.5,  # the package root re-exports the pipeline's `diagnose` and `compare`, lazily
     "tui": 5,
     "cli": 6,

@@ -7,6 +7,7 @@ sync all-reduces, MSA prefetch copies), so these tests need no libtpu.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -163,17 +164,23 @@ def test_committed_example_captures_are_what_simulate_writes(name, clock_ghz, tm
     assert path.read_bytes() == committed.read_bytes()
 
 
-def test_ops_without_compiler_cycles_are_timed_at_their_roofline():
-    """A plain `--xla_dump_to` dump has no cycle estimates: its matmuls must not be timed by their
-    bytes alone, while ops the compiler did estimate keep that estimate."""
-    from tpudiag.compiler.simulate import roofline_durations
+@pytest.mark.parametrize("clock_hz", [None, 1.5e9, 1e12])
+def test_no_op_is_timed_below_its_flops_roofline(clock_hz):
+    """No clock (a plain `--xla_dump_to` dump has no cycles either), the public clock, and a clock so
+    fast the compiler's cycles take almost no time: a matmul is never timed by its bytes alone nor
+    faster than the core's peak, and the compiler's estimate stands where it is slower."""
+    from tpudiag.compiler.estimate import CostModel, op_estimates
     from tpudiag.model.hardware import chip_for
 
-    v5e = chip_for("v5e")
-    flops = 197e12 * 1e-3  # 1 ms of v5e peak (one TensorCore per chip)
-    est = pd.DataFrame({"flops": [flops, flops, flops], "async_role": ["", "", "start"],
-                        "compute_ps": pd.array([None, 5 * NS, None], dtype="Int64"),
-                        "duration_ps": [7 * NS, 7 * NS, 7 * NS]})
-    out = roofline_durations(est, v5e)["duration_ps"].tolist()
-    assert out[0] == pytest.approx(1e9, rel=1e-6)  # no cycles: the FLOPs roofline, 1 ms
-    assert out[1:] == [7 * NS, 7 * NS]  # the compiler's estimate kept; an async half keeps its own
+    output = load_compile_output(COMPILED)
+    model = dataclasses.replace(CostModel.for_chip(chip_for("v5e")), clock_hz=clock_hz)
+    ops = op_estimates(output.program, model, 4, output.group_sizes, output.spills, output.matmul_flops)
+    plain = ops[ops["async_role"] == ""].set_index("name")
+    assert (plain["flops_ps"] == (plain["flops"] / 197e12 * 1e12).astype("int64")).all()
+    assert (plain["duration_ps"] >= plain["flops_ps"]).all()
+    fusion = plain.loc["fusion.1"]  # a matmul fusion the static profile estimates
+    assert fusion["flops"] > 0
+    if clock_hz == 1.5e9:
+        assert fusion["duration_ps"] == max(fusion["compute_ps"], fusion["hbm_ps"]) > fusion["flops_ps"]
+    else:
+        assert fusion["duration_ps"] == max(fusion["flops_ps"], fusion["hbm_ps"])

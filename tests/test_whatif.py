@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tpudiag.cli.whatif_cmd import render_whatif_terminal, whatif_json
+from tpudiag.render.whatif import render_whatif_terminal, whatif_json
 from tpudiag.compiler.driver import compiler_error_line, worker_env
 from tpudiag.errors import UsageError
 from tpudiag.rules.exposed_collective import ASYNC_FLAGS, whatif_hint
@@ -139,7 +139,9 @@ def test_whatif_renders_every_figure_as_modelled(transformer_whatif, capsys):
     off, same = doc["variants"]
     assert off["schedule_changed"] is True and same["schedule_changed"] is False
     assert off["step_time_change_ps"] == off["step_time_ps"] - doc["baseline"]["step_time_ps"]
-    render_whatif_terminal(transformer_whatif)
+    from tpudiag.cli.console import stdout_console
+
+    render_whatif_terminal(transformer_whatif, stdout_console())
     out = capsys.readouterr().out
     assert "every figure is modelled, none measured" in out
     assert "schedule changed" in out and "same schedule" in out

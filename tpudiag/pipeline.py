@@ -404,25 +404,5 @@ def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = N
     return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
 
 
-def check_warnings(checked: Diagnosis, diff: Diff | None = None) -> tuple[str, ...]:
-    """What `check` warns about: what `report` shows for the input (its warnings and the host files
-    not analysed) or, against a baseline, what `diff` shows (both inputs' warnings, different chips
-    or core counts, too few steps), plus what makes the gate weak: a host-only capture has no
-    device ops or steps, so its findings check passes vacuously.
-    """
-    out = []
-    if checked.report.summary.platform == "CPU":
-        out.append("host-only capture (no TPU or GPU device plane): no device ops or steps, so nothing "
-                   "to gate on; the findings check passes vacuously")
-    if diff is None:
-        out += [f"not analysed: {f}" for f in checked.report.failures]
-        out += checked.warnings
-    else:
-        for label, d in (("base", diff.base), ("new", diff.new)):
-            out += [f"{label}: not analysed: {f}" for f in d.report.failures]
-        out += diff.result.warnings
-    return tuple(dict.fromkeys(out))
-
-
-__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "check_warnings", "compare", "diagnose", "load_dumps",
+__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "compare", "diagnose", "load_dumps",
            "parse_chip"]

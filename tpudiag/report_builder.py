@@ -20,6 +20,7 @@ from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, per_step_times
 from tpudiag.model.findings import Finding
 from tpudiag.model.inputs import CompiledInputs
+from tpudiag.model.profile import PeaksSource, StepKind
 from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, Mode, OpRow,
                                   Report, RuleSkip, Summary)
 
@@ -42,7 +43,7 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
     means = [h.step_time.mean_ps for h in hosts if h.step_time is not None]
     spread = float(max(means) - min(means)) if len(means) > 1 else 0.0
     slowest = max((h for h in hosts if h.step_time), key=lambda h: h.step_time.mean_ps, default=None)
-    sources = {s.kind if s.kind != "XLA Modules" else f"XLA Modules ({s.module})"
+    sources = {s.kind if s.kind is not StepKind.XLA_MODULES else f"{s.kind} ({s.module})"
                for s in analysis.step_sources.values()}
     summary = Summary(
         input_path=profile.input_path, run=profile.run, platform=first.platform, device_type=first.device_type,
@@ -70,7 +71,7 @@ def dump_only_report(path: Path, compiled: CompiledInputs, findings: Sequence[Fi
     """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
     summary = Summary(
         input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
-        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source="none", step_source="none",
+        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source=PeaksSource.NONE, step_source="none",
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
         dumps=compiled.labels, mode=Mode.STATIC)
     return Report(summary=summary, hosts=(), ops=(), findings=tuple(findings), rules_skipped=tuple(skipped),
@@ -91,14 +92,14 @@ def _warnings(config: Sequence[str], analysis: Analysis | None, steps: Sequence[
             prefix = f"{host.host}: " if len(profile.hosts) > 1 else ""
             out.extend(prefix + w for w in host.warnings)
         kinds = {s.kind for s in analysis.step_sources.values()}
-        if "none" in kinds and first.platform != "CPU":
+        if StepKind.NONE in kinds and first.platform != "CPU":
             out.append("no Steps line and no XLA Modules executions: step time is not available")
-        if "XLA Modules" in kinds:
+        if StepKind.XLA_MODULES in kinds:
             out.append("no Steps line (an inference capture?): each execution of the busiest module counts as a "
                        "step")
         out.extend(steps)
         out.extend(profile.warnings)
-        out.extend(over_peak_warnings(over_peak(analysis.ops, first)))
+        out.extend(over_peak_warnings(over_peak(analysis.ops, first, profile.modelled)))
     out.extend(extra)
     if join is not None:
         out.extend(join.warnings)

@@ -170,6 +170,7 @@ class WhatIf:
 
 
 def _compiled(run, clock_ghz: float | None) -> Compiled:
+    from tpudiag.compiler.static_report import CollectiveMode
     from tpudiag.compiler.worker import HLO_TEXT_FILE
     from tpudiag.pipeline import diagnose
 
@@ -180,8 +181,8 @@ def _compiled(run, clock_ghz: float | None) -> Compiled:
     return Compiled(out=run.out, diagnosis=d, compile_s=run.facts.get("compile_s"),
                     hbm_peak_bytes=int(peak) if isinstance(peak, (int, float)) else None,
                     schedule_sha=hashlib.sha256(text).hexdigest()[:12],
-                    async_collectives=sum(c.mode == "async" for c in collectives),
-                    sync_collectives=sum(c.mode == "sync" for c in collectives))
+                    async_collectives=sum(c.mode is CollectiveMode.ASYNC for c in collectives),
+                    sync_collectives=sum(c.mode is CollectiveMode.SYNC for c in collectives))
 
 
 def whatif(target: str, topology: str, variants: Sequence[Variant], out: Path, *, static_profile: bool | None = None,

@@ -22,7 +22,7 @@ from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.model import schemas
 from tpudiag.parsers.capture import load_capture
 from tpudiag.parsers.hlo_program import instruction_bytes
-from tpudiag.parsers.hlo_proto import parse_capture_protos
+from tpudiag.parsers.hlo_proto import parse_hlo_proto
 from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
 from tpudiag.parsers.llo.load import load_llo_dump
 from tests.conftest import REPO
@@ -38,7 +38,8 @@ def _sources(dump_dir: Path) -> list[HloSource]:
 
 def _capture_sources(analysis) -> list[HloSource]:
     host = analysis.profile.hosts[0]
-    return [HloSource(p, instruction_bytes(p), CAPTURE_ORIGIN) for p in parse_capture_protos(host.hlo_protos).values()]
+    programs = [parse_hlo_proto(data, f"{host.path} program {pid}", pid) for pid, data in host.hlo_protos.items()]
+    return [HloSource(p, instruction_bytes(p), CAPTURE_ORIGIN) for p in programs]
 
 
 def _llo(model: str):

@@ -93,7 +93,10 @@ def test_compiler_error_line_prefers_the_glog_fatal_line():
                                   MODELS / "transformer_train_v6e"])
 def test_matmul_flops_agree_with_the_compilers_cost_analysis(dump):
     """Dots and convolutions (batched dots written as lhs-dilated windows included) carry the
-    FLOPs of these matmul-dominated programs: within 5 % of XLA's own per-device count."""
+    FLOPs of these matmul-dominated programs: within 5 % of XLA's own per-device count, and not above
+    it, since XLA counts elementwise work too (counting padding taps of a batched dot's window put the
+    transformer 2 % above it)."""
     output = load_compile_output(dump)
     report = build_static_report(output)
     assert report.ops["flops"].sum() == pytest.approx(output.facts["flops"], rel=0.05)
+    assert report.ops["flops"].sum() <= output.facts["flops"]

@@ -119,3 +119,38 @@ def test_an_attention_dot_written_as_a_dilated_convolution_is_batched():
         mm = next(m for m in ProgramMath(program).get("convolution-base-dilated.12").matmuls)
         assert (mm.batch_dims, mm.m, mm.n, mm.k) == ((8, 2), 128, 128, 128)
         assert mm.flops == 2 * 16 * 128 ** 3
+
+
+def test_an_attention_gradient_with_padded_strided_windows_is_batched_not_4x_the_flops():
+    """fusion.57's `convolution-base-dilated.10.clone.1` (`bhqk,bkhd->bqhd`'s transpose): `window={size=8x2 stride=8x2
+    pad=7_7x1_1 lhs_dilate=7x1}` lets each of the 8 x 2 output positions read one real input element with
+    its own tap; the rest fall on padding or dilation holes. Counting taps without the padding and stride
+    made K 4x too long, and the modelled timeline ran fusion.57 at 292% of the v5e peak."""
+    for program in (load_hlo_dump(DUMPS / "transformer_train_v5e" / "xla").programs[0],
+                    parse_hlo_proto((DUMPS / "transformer_train_v5e" / "module.pb").read_bytes())):
+        (mm,) = ProgramMath(program).get("fusion.57").matmuls
+        assert mm.instruction == "convolution-base-dilated.10.clone.1"
+        assert (mm.batch_dims, mm.m, mm.n, mm.k) == ((8, 2), 128, 128, 128)
+        assert mm.flops == 2 * 8 * 2 * 128 ** 3
+
+
+@pytest.mark.parametrize(("window", "m", "k"), [
+    ("size=3x3 pad=1_1x1_1", 28 * 28, 9),  # edges read padding, but the middle positions see all 9 taps
+    ("size=3x3 stride=2x2", 13 * 13, 9),
+    ("size=3x3 rhs_dilate=2x2", 24 * 24, 9),
+    ("size=3x3 lhs_dilate=2x2", 53 * 53, 4),  # at most 2 of 3 taps per dim land on a real element
+])
+def test_convolution_taps_count_only_real_input(window, m, k):
+    """Near misses of the batched-dot form: ordinary convolutions keep their rows and real taps."""
+    out = {"size=3x3 pad=1_1x1_1": 28, "size=3x3 stride=2x2": 13, "size=3x3 rhs_dilate=2x2": 24,
+           "size=3x3 lhs_dilate=2x2": 53}[window]
+    text = f"""HloModule m, entry_computation_layout={{(f32[1,16,28,28]{{3,2,1,0}}, f32[3,3,16,32]{{3,2,1,0}})->f32[1,32,{out},{out}]{{3,2,1,0}}}}
+
+ENTRY %main (a: f32[1,16,28,28], w: f32[3,3,16,32]) -> f32[1,32,{out},{out}] {{
+  %a = f32[1,16,28,28]{{3,2,1,0}} parameter(0)
+  %w = f32[3,3,16,32]{{3,2,1,0}} parameter(1)
+  ROOT %conv = f32[1,32,{out},{out}]{{3,2,1,0}} convolution(%a, %w), window={{{window}}}, dim_labels=bf01_01io->bf01
+}}
+"""
+    (mm,) = _program(text).get("conv").matmuls
+    assert (mm.batch, mm.m, mm.n, mm.k) == (1, m, 32, 16 * k)

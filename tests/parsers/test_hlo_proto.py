@@ -15,13 +15,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpudiag.errors import InputError
-from tpudiag.parsers.hlo_proto import parse_capture_protos, parse_hlo_proto
+from tpudiag.model.inputs import CAPTURE_ORIGIN
+from tpudiag.parsers.hlo_proto import capture_hlo_inputs, parse_hlo_proto
 from tpudiag.parsers.hlo_text import load_hlo_dump, load_hlo_text, parse_hlo_text
 from tpudiag.proto import HloModuleProto, HloProto
 from tpudiag.proto.schema import PRIMITIVE_TYPE_NAMES
@@ -100,10 +102,16 @@ def test_hlo_proto_wrapper_reads_like_the_bare_module():
     assert a.instructions == b.instructions and a.schedule == b.schedule
 
 
-def test_capture_protos_by_program_id():
-    programs = parse_capture_protos({11: _proto_bytes("v5e_mlp_train"), 12: _proto_bytes("v6e_mlp_train")})
-    assert {pid: p.program_id for pid, p in programs.items()} == {11: 11, 12: 12}
-    assert "program 12" in programs[12].path
+def test_capture_protos_by_program_id_parsed_once_across_hosts():
+    # Two hosts of one SPMD run embed program 11 alike; the second also embeds program 12.
+    hosts = [SimpleNamespace(path="a.xplane.pb", warnings=[], hlo_protos={11: _proto_bytes("v5e_mlp_train")}),
+             SimpleNamespace(path="b.xplane.pb", warnings=[], hlo_protos={11: _proto_bytes("v5e_mlp_train"),
+                                                                          12: _proto_bytes("v6e_mlp_train")})]
+    inputs = capture_hlo_inputs(SimpleNamespace(hosts=hosts))
+    programs = {i.program.program_id: i.program for i in inputs}
+    assert sorted(programs) == [11, 12] and len(inputs) == 2
+    assert programs[11].path == "a.xplane.pb program 11" and programs[12].path == "b.xplane.pb program 12"
+    assert {i.origin for i in inputs} == {CAPTURE_ORIGIN}
 
 
 def test_schema_field_numbers_match_openxla():

@@ -236,7 +236,8 @@ def _xprof_rates(capture: Path, tmp: Path, hlo: Hlo | None) -> dict[str, float]:
     assert proc.returncode == 0, proc.stderr[-2000:]
     rates = {}
     for r in json.loads(proc.stdout)["records"]:
-        rates[("HBM bytes/s", r["op_name"])] = r["measured_memory_bw_gbs"] * 1e9
+        # `gbs` is GiB/s in XProf's CLI (shared/reference/xprof-trace-format.md, per-op rates)
+        rates[("HBM bytes/s", r["op_name"])] = r["measured_memory_bw_gbs"] * 2 ** 30
         rate = r["measured_flop_rate"] * 1e9
         if rate == 0 and r["category"] == "custom-call" and hlo is not None and hlo.find(r["op_name"]):
             comp, line = hlo.find(r["op_name"])

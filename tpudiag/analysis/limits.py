@@ -2,13 +2,19 @@
 
 A core cannot do more FLOP/s than its peak nor move HBM bytes faster than its bandwidth. When an
 op's FLOPs or HBM bytes over its time (as XProf computes its rates) exceed the peak, the rate is
-an artefact, and no rule may state it or build a saving on it. The usual causes, named in the
-warning:
+an artefact, and no rule may state it or build a saving on it. The likely cause, named in the
+warning, depends on the op and the input:
 
-- an async op: the trace counts a copy's or collective's bytes on its `-done` (or `-start`) while
-  the transfer runs between the two, so bytes over the done's own time overstate the rate;
-- a peak from the wrong generation (or per chip where the op runs on one core of several): the
-  trace's or the hardware table's peak is not this core's.
+- an async op in a measured trace: the trace counts a copy's or collective's bytes on its `-done`
+  (or `-start`) while the transfer runs between the two, so bytes over the done's own time
+  overstate the rate;
+- another op in a measured trace: its FLOP count is not the work the core did (an int8 or fp8
+  matmul runs above the bf16 peak the trace states; a cost model may count padding), its bytes are
+  not all HBM traffic, or the peak is not this core's (another generation's, or per chip where
+  the op runs on one core);
+- a modelled capture (`tpudiag simulate`, static mode): none of these, since the model never
+  times an op below its FLOPs and HBM roofline (`compiler.estimate`) nor puts a DMA's bytes on a
+  short done (`compiler.simulate`); a rate above peak there is a tpudiag bug.
 
 Pure: reads the ops table and the device facts.
 """
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tpudiag.model.hlo_names import async_role
-from tpudiag.model.profile import DeviceInfo
+from tpudiag.model.profile import DeviceInfo, PeaksSource
 from tpudiag.model.units import fmt_bandwidth, fmt_pct
 
 # Above peak by more than rounding: a modelled capture's times are whole picoseconds.
@@ -72,16 +78,26 @@ def over_peak_warnings(found: list[OverPeak]) -> list[str]:
     return out
 
 
-def _cause(name: str, device: DeviceInfo) -> str:
+MODEL_CAUSE = "a modelled op is never timed below its roofline, so this is a tpudiag modelling error: please report it"
+
+
+def _cause(name: str, quantity: str, device: DeviceInfo, modelled: bool) -> str:
+    if modelled:
+        return MODEL_CAUSE
     if async_role(name) is not None or name.split(".")[0].endswith(("-done", "-start")):
         return ASYNC_CAUSE
-    source = "the trace's" if device.peaks_source == "trace" else "the hardware table's"
+    source = "the trace's" if device.peaks_source is PeaksSource.TRACE else "the hardware table's"
     kind = f" for {device.device_type}" if device.device_type else ""
-    return f"likely {source} peak{kind} is another generation's, or per chip where an op runs on one core"
+    peak = f"{source} peak{kind} is not this core's (another generation's, or per chip where the op runs on one core)"
+    if quantity == "FLOP/s":
+        return (f"likely its FLOP count is not the work the core did (int8 and fp8 matmuls run above the bf16 "
+                f"peak; a cost model may count padding), or {peak}")
+    return f"likely its bytes are not all HBM traffic (on-chip memory counted as HBM), or {peak}"
 
 
-def over_peak(ops: pd.DataFrame, device: DeviceInfo) -> list[OverPeak]:
-    """Ops whose FLOP rate or HBM bandwidth, summed over their occurrences, exceeds the core's peak."""
+def over_peak(ops: pd.DataFrame, device: DeviceInfo, modelled: bool = False) -> list[OverPeak]:
+    """Ops whose FLOP rate or HBM bandwidth, summed over their occurrences, exceeds the core's peak;
+    `modelled`: the times are tpudiag's model, not a measurement (the cause then differs)."""
     if ops.empty:
         return []
     # Collectives move their bytes over ICI as much as HBM, and their trace bytes are not an HBM
@@ -99,7 +115,8 @@ def over_peak(ops: pd.DataFrame, device: DeviceInfo) -> list[OverPeak]:
             continue
         rate = grouped[column] / seconds
         for name, value in rate[rate > peak * (1 + TOLERANCE)].items():
-            out.append(OverPeak(str(name), quantity, float(value), float(peak), _cause(str(name), device),
+            cause = _cause(str(name), quantity, device, modelled)
+            out.append(OverPeak(str(name), quantity, float(value), float(peak), cause,
                                 int(grouped.at[name, "total_time_ps"])))
     return out
 

@@ -14,13 +14,13 @@ import pandas as pd
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model import schemas
 from tpudiag.model.hlo_names import IO_CATEGORIES, collective_family
-from tpudiag.model.profile import HostTrace, StepSource
+from tpudiag.model.profile import HostTrace, StepKind, StepSource
 
 
 def step_markers(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
     """(device, core, step, start_ps, dur_ps) markers, one per core and step."""
     markers = host.step_markers
-    source = StepSource("Steps line")
+    source = StepSource(StepKind.STEPS_LINE)
     if markers.empty and not host.modules.empty:
         mods = host.modules
         per_program = mods.groupby("program_id", observed=True)["dur_ps"].sum()
@@ -33,9 +33,9 @@ def step_markers(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
             "start_ps": chosen["start_ps"].to_numpy(),
             "dur_ps": chosen["dur_ps"].to_numpy(),
         })
-        source = StepSource("XLA Modules", str(chosen["module"].iloc[0]))
+        source = StepSource(StepKind.XLA_MODULES, str(chosen["module"].iloc[0]))
     elif markers.empty:
-        return markers, StepSource("none")
+        return markers, StepSource(StepKind.NONE)
     longest = markers.sort_values("dur_ps", ascending=False).drop_duplicates(["core", "step"])
     return longest.sort_values(["core", "start_ps"]).reset_index(drop=True), source
 

@@ -6,7 +6,6 @@ Exit codes: 0 clean, 1 findings at or above `--fail-on`, 2 usage or input error.
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +18,7 @@ from tpudiag.cli import lab_cmd
 from tpudiag.cli import memory_cmd
 from tpudiag.cli import run_cmd, whatif_cmd
 from tpudiag.cli.console import stderr_console
-from tpudiag.cli.options import SCHEDULER_HELP, Chip
+from tpudiag.cli.options import SCHEDULER_HELP, Chip, Format
 from tpudiag.errors import TpudiagError, UsageError
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup
@@ -28,12 +27,6 @@ from tpudiag.examples_data import EXAMPLE_CAPTURE, EXAMPLE_DUMPS  # noqa: F401
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Performance diagnosis for TPU workloads from XProf captures and compiler dumps.")
-
-class OutputFormat(str, Enum):
-    terminal = "terminal"
-    json = "json"
-    md = "md"
-
 
 def default_capture() -> Path:
     from tpudiag.examples_data import bundled_capture
@@ -46,8 +39,8 @@ def report(
     path: Annotated[Path | None, typer.Argument(help="Logdir, run directory or .xplane.pb file, or a compiler "
                                                      "dump directory alone (static report); default: the "
                                                      "bundled example")] = None,
-    output_format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format")]
-    = OutputFormat.terminal,
+    output_format: Annotated[Format, typer.Option("--format", "-f", help="Output format")]
+    = Format.terminal,
     top: Annotated[int, typer.Option(help="Ops to list in the terminal report")] = 15,
     jobs: Annotated[int | None, typer.Option(help="Processes for parsing hosts (default: CPU count)")] = None,
     select: Annotated[list[str] | None, typer.Option(help="Run only these rules (names or codes, comma-separated)")]
@@ -102,7 +95,7 @@ def report(
             status.stop()
     from tpudiag.cli.outputs import emit
 
-    emit(result, output_format.value, output, top=top)
+    emit(result, output_format, output, top=top)
     if threshold is not None and any(f.severity >= threshold for f in result.findings):
         raise typer.Exit(1)
 
@@ -114,7 +107,7 @@ check_cmd.register(app)
 tui_cmd.register(app)
 lab_cmd.register(app)
 memory_cmd.register(app)
-run_cmd.register(app, report, OutputFormat)
+run_cmd.register(app, report)
 whatif_cmd.register(app)
 
 

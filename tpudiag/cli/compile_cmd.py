@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from tpudiag.cli.options import TerminalOrJson
 
 COMPILE_HELP = """Compile MODULE:FUNCTION for a TPU topology without a TPU and print a static report.
 
@@ -62,7 +63,8 @@ def compile_command(
                                                                   "v5p:2x2x1, TPU7x:2x2x1")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Dump directory (default: "
                                              "./tpudiag-compile/<function>_<topology>)")] = None,
-    output_format: Annotated[str, typer.Option("--format", "-f", help="terminal or json")] = "terminal",
+    output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f", help="Output format")]
+    = TerminalOrJson.terminal,
     static_profile: Annotated[bool | None, typer.Option("--static-profile/--no-static-profile",
                               help="Per-op estimated cycles from the static LLO profile (slower). "
                                    "Default: on for v5e, v5p, v6e; off for v4 and TPU7x, where it aborts")] = None,
@@ -73,16 +75,14 @@ def compile_command(
     top: Annotated[int, typer.Option(help="Ops to list")] = 20,
     timeout_s: Annotated[float, typer.Option(help="Give up on the compile after this many seconds")] = 900.0,
 ) -> None:
-    from tpudiag.cli.console import stderr_console, stdout_console
+    from tpudiag.cli.console import stderr_console
+    from tpudiag.cli.outputs import emit
+    from tpudiag.cli.rules_cmd import check_number_option
     from tpudiag.compiler.driver import compile_program
-    from tpudiag.compiler.dumps import load_compile_output
-    from tpudiag.compiler.static_report import build_static_report
-    from tpudiag.cli.rules_cmd import check_format, check_number_option
     from tpudiag.errors import UsageError
+    from tpudiag.pipeline import diagnose
     from tpudiag.render.console import markup
-    from tpudiag.render.static_report import render_static_json, render_static_terminal
 
-    check_format(output_format)
     check_number_option("--clock-ghz", clock_ghz, positive=True)
     check_number_option("--timeout-s", timeout_s, positive=True)
     spec, topo = parse_target_and_topology(target, topology)
@@ -100,11 +100,10 @@ def compile_command(
             run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s)
     else:
         run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s)
-    report = build_static_report(load_compile_output(run.out), clock_ghz=clock_ghz)
-    if output_format == "json":
-        sys.stdout.write(render_static_json(report) + "\n")
-    else:
-        render_static_terminal(report, stdout_console(), top=top)
+    # The compile output is diagnosed like any compiler dump (`tpudiag report DIR`): the static
+    # report's tables, then the rules' findings on its modelled timeline.
+    emit(diagnose(run.out, clock_ghz=clock_ghz), output_format.value, None, top=top)
+    if output_format.value == "terminal":
         err.print(f"dumps in `{run.out}`; next: `tpudiag simulate {run.out} -o LOGDIR`", highlight=False)
 
 

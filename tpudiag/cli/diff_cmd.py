@@ -6,20 +6,13 @@ Exit codes: 0 (a diff is information, whatever it shows), 2 usage or input error
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tpudiag.cli.options import SCHEDULER_HELP, Chip
+from tpudiag.cli.options import SCHEDULER_HELP, Chip, Format
 from tpudiag.errors import UsageError
-
-
-class DiffFormat(str, Enum):
-    terminal = "terminal"
-    md = "md"
-    json = "json"
 
 
 def noise_options(min_change: float):
@@ -37,7 +30,7 @@ def diff(
     base: Annotated[Path, typer.Argument(help="Baseline: a capture (logdir, run directory or .xplane.pb file) "
                                               "or a `tpudiag compile` output directory")],
     new: Annotated[Path, typer.Argument(help="Capture or compile output to compare with the baseline")],
-    output_format: Annotated[DiffFormat, typer.Option("--format", "-f", help="Output format")] = DiffFormat.terminal,
+    output_format: Annotated[Format, typer.Option("--format", "-f", help="Output format")] = Format.terminal,
     min_change: Annotated[float, typer.Option(help="Smallest change reported, in percent of the base value; "
                                                    "the per-step spread can widen the band further")] = 2.0,
     top: Annotated[int, typer.Option(help="Ops to list per section")] = 15,
@@ -61,9 +54,10 @@ def diff(
     A `tpudiag compile` output is first simulated (modelled times, as `tpudiag simulate`); the
     output then says so.
     """
+    from tpudiag.cli.outputs import emit
     from tpudiag.cli.rules_cmd import check_number_option
     from tpudiag.pipeline import compare
-    from tpudiag.writers.files import atomic_open, resolve_output, write_output
+    from tpudiag.writers.files import resolve_output
 
     options = noise_options(min_change)
     check_number_option("--clock-ghz", clock_ghz, positive=True)
@@ -71,26 +65,7 @@ def diff(
     result = compare(base, new, base_dumps=base_dumps or (), new_dumps=new_dumps or (), config=config, jobs=jobs,
                      clock_ghz=clock_ghz, noise=options, chip=chip.value if chip else None,
                      scheduler=scheduler).result
-    if output_format is DiffFormat.terminal:
-        from tpudiag.cli.console import stdout_console
-        from tpudiag.render.console import SafeConsole
-        from tpudiag.render.diff_terminal import render_diff_terminal
-
-        if output is None:
-            render_diff_terminal(result, stdout_console(), top=top)
-        else:
-            with atomic_open(output) as fh:
-                render_diff_terminal(result, SafeConsole(file=fh, width=140, no_color=True), top=top)
-        return
-    if output_format is DiffFormat.md:
-        from tpudiag.render.diff_markdown import render_diff_markdown
-
-        body = render_diff_markdown(result, top=top)
-    else:
-        from tpudiag.render.diff_json import render_diff_json
-
-        body = render_diff_json(result) + "\n"
-    write_output(output, body)
+    emit(result, output_format.value, output, top=top)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,23 +7,17 @@ JAX printed, joined to the compiled program.
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from tpudiag.cli.memory_runtime import PPROF_HELP
-from tpudiag.cli.options import Chip
+from tpudiag.cli.options import Chip, TerminalOrJson
 from tpudiag.errors import InputError
 
 ERROR_HELP = ("A RESOURCE_EXHAUSTED error text from JAX (a file, or `-` for stdin): its HBM or VMEM figures are "
               "joined to the compiled program")
-
-
-class MemoryFormat(str, Enum):
-    terminal = "terminal"
-    json = "json"
 
 
 def read_error_text(error: Path | None) -> str | None:
@@ -48,15 +42,16 @@ def memory(
                                                           "repeatable")] = None,
     error: Annotated[Path | None, typer.Option("--error", help=ERROR_HELP)] = None,
     chip: Annotated[Chip | None, typer.Option(help="TPU generation, where the files do not say it")] = None,
-    output_format: Annotated[MemoryFormat, typer.Option("--format", "-f", help="Output format")]
-    = MemoryFormat.terminal,
+    output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f", help="Output format")]
+    = TerminalOrJson.terminal,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file (`-` for stdout; "
                                                                        "never inside the input)")] = None,
     top: Annotated[int, typer.Option(help="Buffers at the peak to list in the terminal table")] = 15,
     pprof: Annotated[Path | None, typer.Option("--pprof", help=PPROF_HELP)] = None,
 ) -> None:
     """Device memory of the compiled program: the peak per memory space, what is live at it, and what would lower it."""
-    from tpudiag.cli.memory_runtime import measured_json, measured_memory, render_measured_terminal
+    from tpudiag.cli.memory_runtime import measured_memory
+    from tpudiag.cli.outputs import MemoryView, emit
     from tpudiag.examples_data import bundled_capture
     from tpudiag.pipeline import diagnose
     from tpudiag.writers.files import resolve_output
@@ -72,32 +67,7 @@ def memory(
         report = result.memory()
     # After diagnose: a capture it cannot read at all is its one error line, not also a warning here.
     measured = measured_memory(path, pprof)
-    if output_format is MemoryFormat.json:
-        import json
-
-        from tpudiag.render.memory import memory_json
-        from tpudiag.writers.files import write_output
-
-        body = memory_json(report) if report is not None else {"input": None, "programs": [], "errors": [], "warnings": []}
-        write_output(output, json.dumps({**body, **measured_json(measured)}, indent=1) + "\n")
-        return
-    from tpudiag.render.memory import render_memory_terminal
-
-    def render(console) -> None:
-        if report is not None:
-            render_memory_terminal(report, console, top=top)
-        render_measured_terminal(measured, console, top)
-
-    if output is None:
-        from tpudiag.cli.console import stdout_console
-
-        render(stdout_console())
-        return
-    from tpudiag.render.console import SafeConsole
-    from tpudiag.writers.files import atomic_open
-
-    with atomic_open(output) as fh:
-        render(SafeConsole(file=fh, width=140, no_color=True, soft_wrap=False))
+    emit(MemoryView(report, measured), output_format.value, output, top=top)
 
 
 def register(app: typer.Typer) -> None:

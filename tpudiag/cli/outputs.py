@@ -1,39 +1,100 @@
-"""Where `tpudiag report` output goes: stdout, or a file given with `-o`, and the markdown figures.
+"""Every command's one way out: `emit(result, fmt, output)`.
+
+`report`, `diff`, `check`, `memory`, `compile` and `whatif` hand their result here, so `-o FILE`,
+`-o -` (stdout), a format a result has no writer for, and the messages on stderr behave the same
+for all of them. The file itself is written by `tpudiag.writers.files` (never an input or inside
+one, atomic, a special file written in place); a file written is named on stderr (`wrote ...`).
 
 Markdown figures (PNG) are written beside the `-o` file as `<stem>-<figure>.png` and linked by
 relative path, so the report and its pictures move together. When markdown goes to stdout, the
 figures go to a fresh temporary directory (`tpudiag-figures-*` under the system temp dir), linked
-by absolute path and named on stderr and in the report's Methods section. Nothing is ever written
-into an input's directory: `-o` there is refused (`tpudiag.writers.files`), and `-o -` is stdout.
+by absolute path and named on stderr and in the report's Methods section.
 """
 
 from __future__ import annotations
 
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+
+from tpudiag.cli.options import Format
 from tpudiag.errors import UsageError
 from tpudiag.model.report import Mode, Report
 from tpudiag.model.text import one_line
 from tpudiag.render.console import SafeConsole
-from tpudiag.writers.files import atomic_open, is_special, write_output, write_text
+from tpudiag.writers.files import atomic_open, is_special, write_output
 
 if TYPE_CHECKING:
-    from tpudiag.pipeline import Diagnosis
+    from tpudiag.cli.memory_runtime import MeasuredMemory
+    from tpudiag.model.memory import MemoryReport
 
 TERMINAL_FILE_WIDTH = 140
 
 
-def emit(result: Diagnosis, output_format: str, output: Path | None, top: int = 15) -> None:
-    """A diagnosis as `output_format` (terminal, json, md) to `output`, or stdout when None: the
-    report of a capture or of a modelled timeline; the static report of compiler dumps alone, except
-    in markdown, which needs the modelled timeline."""
-    if result.mode == Mode.STATIC and not (output_format == "md" and result.analysis is not None):
-        _write_static(result, output_format, output, top)
+@dataclass(frozen=True)
+class MemoryView:
+    """What `tpudiag memory` shows: the compiled programs' memory and what was measured."""
+
+    compiled: MemoryReport | None  # None: `--pprof` alone, no compiled program asked for
+    measured: MeasuredMemory
+
+
+@dataclass(frozen=True)
+class Markdown:
+    body: str
+    note: str = ""  # a line for stderr after the file (figures)
+
+
+@dataclass(frozen=True)
+class Writer:
+    """How one kind of result is written in each format it has; None: not in that format."""
+
+    terminal: Callable[[Any, Console, int], None] | None = None
+    json: Callable[[Any], str] | None = None  # the document without its final newline
+    markdown: Callable[[Any, Path | None, int], Markdown] | None = None
+
+    def formats(self) -> tuple[Format, ...]:
+        return tuple(f for f in Format if getattr(self, "markdown" if f is Format.md else f.value) is not None)
+
+
+def emit(result: object, fmt: Format | str, output: Path | None, top: int = 15) -> None:
+    """`result` as `fmt` to `output` (already checked by `writers.files.resolve_output`), or stdout when None."""
+    fmt = Format(fmt)
+    writer = _writer(result)
+    if fmt not in writer.formats():
+        offered = " or ".join(f"`{f.value}`" for f in writer.formats())
+        raise UsageError(f"no {fmt.value} output for this command", hint=f"use {offered}")
+    if output is not None and output.is_dir():
+        raise UsageError("the output is a directory", path=output, hint="give a file name, e.g. `-o report.md`")
+    note = ""
+    if fmt is Format.md:
+        doc = writer.markdown(result, output, top)
+        write_output(output, doc.body)
+        note = doc.note
+    elif fmt is Format.json:
+        write_output(output, writer.json(result) + "\n")
+    elif output is None:
+        from tpudiag.cli.console import stdout_console
+
+        writer.terminal(result, stdout_console(), top)
     else:
-        write_report(result.report, output_format, output, top=top)
+        with atomic_open(output) as fh:
+            writer.terminal(result, SafeConsole(file=fh, width=TERMINAL_FILE_WIDTH, no_color=True, soft_wrap=False),
+                            top)
+    if output is not None:
+        sys.stderr.write(f"wrote `{one_line(output)}`" + (f" {note}" if note else "") + "\n")
+    elif note:
+        sys.stderr.write(note + "\n")
+
+
+def write_report(report: Report, output_format: Format | str, output: Path | None, top: int = 15) -> None:
+    """A trace report (`Report`) as `output_format` to `output`, or stdout when None."""
+    emit(report, output_format, output, top)
 
 
 def markdown_with_figures(report: Report, output: Path | None, top: int) -> tuple[str, Path, int]:
@@ -57,56 +118,147 @@ def markdown_with_figures(report: Report, output: Path | None, top: int) -> tupl
     return render_markdown(report, links, figures_note=note, top=top), fig_dir, len(figures)
 
 
-def write_report(report: Report, output_format: str, output: Path | None, top: int = 15) -> None:
-    """Render `report` as `output_format` (terminal, json, md) to `output`, or stdout when None."""
-    if output is not None and output.is_dir():
-        raise UsageError("the output is a directory", path=output, hint="give a file name, e.g. `-o report.md`")
-    if output_format == "md":
-        body, fig_dir, n_figures = markdown_with_figures(report, output, top)
-        if output is None:
-            sys.stdout.write(body)
-            sys.stderr.write(f"figures written to `{one_line(fig_dir.as_posix())}`\n" if n_figures
-                             else "no figures: nothing to draw\n")
-        else:
-            write_text(output, body)
-            sys.stderr.write(f"wrote `{one_line(output)}`" + (f" and {n_figures} figures beside it\n" if n_figures else "\n"))
-        return
-    if output_format == "json":
-        from tpudiag.render.json_format import render_json
+# --- the writers, one per kind of result -------------------------------------------------------
 
-        body = render_json(report) + "\n"
-        write_output(output, body)
-        return
+
+def _report_terminal(report: Report, console: Console, top: int) -> None:
     from tpudiag.render.terminal import render_terminal
 
-    if output is None:
-        from tpudiag.cli.console import stdout_console
-
-        render_terminal(report, stdout_console(), top=top)
-        return
-    with atomic_open(output) as fh:
-        render_terminal(report, SafeConsole(file=fh, width=TERMINAL_FILE_WIDTH, no_color=True, soft_wrap=False),
-                        top=top)
+    render_terminal(report, console, top=top)
 
 
-def _write_static(result: Diagnosis, output_format: str, output: Path | None, top: int) -> None:
-    """Print (or write to `output`) the static report of compiler dumps with the rules' findings."""
-    from tpudiag.cli.console import stderr_console, stdout_console
-    from tpudiag.render.static_report import render_static_diagnosis_json, render_static_diagnosis_terminal
+def _report_json(report: Report) -> str:
+    from tpudiag.render.json_format import render_json
 
-    if output_format not in ("terminal", "json"):
-        raise UsageError("no markdown report: no timeline could be modelled from these dumps", path=Path(
-            result.input_path), hint="--format terminal says why (an LLO dump without its HLO, or an unknown "
-                                     "generation: pass --chip); it and --format json work")
+    return render_json(report)
+
+
+def _report_markdown(report: Report, output: Path | None, top: int) -> Markdown:
+    body, fig_dir, n_figures = markdown_with_figures(report, output, top)
     if output is not None:
-        with atomic_open(output) as f:
-            if output_format == "json":
-                f.write(render_static_diagnosis_json(result.report, result.static) + "\n")
-            else:
-                render_static_diagnosis_terminal(result.report, result.static,
-                                                 SafeConsole(file=f, width=TERMINAL_FILE_WIDTH, color_system=None), top=top)
-        stderr_console().print(f"wrote `{output}`", markup=False, highlight=False)
-    elif output_format == "json":
-        sys.stdout.write(render_static_diagnosis_json(result.report, result.static) + "\n")
-    else:
-        render_static_diagnosis_terminal(result.report, result.static, stdout_console(), top=top)
+        return Markdown(body, f"and {n_figures} figures beside it" if n_figures else "")
+    return Markdown(body, f"figures written to `{one_line(fig_dir.as_posix())}`" if n_figures
+                    else "no figures: nothing to draw")
+
+
+REPORT = Writer(_report_terminal, _report_json, _report_markdown)
+
+
+def _diagnosis_terminal(result, console: Console, top: int) -> None:
+    """A diagnosis: the report of a capture or of a modelled timeline; the static report of
+    compiler dumps (its per-op estimates, then the findings)."""
+    if result.mode is not Mode.STATIC:
+        return _report_terminal(result.report, console, top)
+    from tpudiag.render.static_report import render_static_diagnosis_terminal
+
+    render_static_diagnosis_terminal(result.report, result.static, console, top=top)
+
+
+def _diagnosis_json(result) -> str:
+    if result.mode is not Mode.STATIC:
+        return _report_json(result.report)
+    from tpudiag.render.static_report import render_static_diagnosis_json
+
+    return render_static_diagnosis_json(result.report, result.static)
+
+
+def _diagnosis_markdown(result, output: Path | None, top: int) -> Markdown:
+    if result.analysis is None:  # static mode without a modelled timeline: nothing to draw or list
+        raise UsageError("no markdown report: no timeline could be modelled from these dumps",
+                         path=Path(result.input_path),
+                         hint="--format terminal says why (an LLO dump without its HLO, or an unknown generation: "
+                              "pass --chip); it and --format json work")
+    return _report_markdown(result.report, output, top)
+
+
+DIAGNOSIS = Writer(_diagnosis_terminal, _diagnosis_json, _diagnosis_markdown)
+
+
+def _diff_terminal(diff, console: Console, top: int) -> None:
+    from tpudiag.render.diff_terminal import render_diff_terminal
+
+    render_diff_terminal(diff, console, top=top)
+
+
+def _diff_json(diff) -> str:
+    from tpudiag.render.diff_json import render_diff_json
+
+    return render_diff_json(diff)
+
+
+def _diff_markdown(diff, output: Path | None, top: int) -> Markdown:
+    from tpudiag.render.diff_markdown import render_diff_markdown
+
+    return Markdown(render_diff_markdown(diff, top=top))
+
+
+DIFF = Writer(_diff_terminal, _diff_json, _diff_markdown)
+
+
+def _verdict_terminal(verdict, console: Console, top: int) -> None:
+    from tpudiag.render.verdict import render_verdict_terminal
+
+    render_verdict_terminal(verdict, console)
+
+
+def _verdict_json(verdict) -> str:
+    from tpudiag.render.verdict import render_verdict_json
+
+    return render_verdict_json(verdict)
+
+
+VERDICT = Writer(_verdict_terminal, _verdict_json)
+
+
+def _memory_terminal(view: MemoryView, console: Console, top: int) -> None:
+    from tpudiag.cli.memory_runtime import render_measured_terminal
+    from tpudiag.render.memory import render_memory_terminal
+
+    if view.compiled is not None:
+        render_memory_terminal(view.compiled, console, top=top)
+    render_measured_terminal(view.measured, console, top)
+
+
+def _memory_json(view: MemoryView) -> str:
+    import json
+
+    from tpudiag.cli.memory_runtime import measured_json
+    from tpudiag.render.memory import memory_json
+
+    body = (memory_json(view.compiled) if view.compiled is not None
+            else {"input": None, "programs": [], "errors": [], "warnings": []})
+    return json.dumps({**body, **measured_json(view.measured)}, indent=1)
+
+
+MEMORY = Writer(_memory_terminal, _memory_json)
+
+
+def _whatif_terminal(result, console: Console, top: int) -> None:
+    from tpudiag.render.whatif import render_whatif_terminal
+
+    render_whatif_terminal(result, console)
+
+
+def _whatif_json(result) -> str:
+    import json
+
+    from tpudiag.render.whatif import whatif_json
+
+    return json.dumps(whatif_json(result), indent=1)
+
+
+WHATIF = Writer(_whatif_terminal, _whatif_json)
+
+
+def _writer(result: object) -> Writer:
+    """The writer of `result`'s kind. Imports are lazy: `tpudiag --help` loads none of the pipeline."""
+    from tpudiag.analysis.diff import Diff as AnalysisDiff
+    from tpudiag.gate import Verdict
+    from tpudiag.pipeline import Diagnosis
+    from tpudiag.whatif import WhatIf
+
+    for kind, writer in ((Diagnosis, DIAGNOSIS), (Report, REPORT), (AnalysisDiff, DIFF), (Verdict, VERDICT),
+                         (MemoryView, MEMORY), (WhatIf, WHATIF)):
+        if isinstance(result, kind):
+            return writer
+    raise TypeError(f"no writer for {type(result).__name__}")  # a programming error, not the user's

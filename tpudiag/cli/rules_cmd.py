@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from tpudiag.cli.options import TerminalOrJson
 from tpudiag.errors import UsageError
 
 
@@ -28,14 +29,13 @@ def rule_to_dict(rule) -> dict:
     }
 
 
-def rules(output_format: Annotated[str, typer.Option("--format", "-f", help="terminal or json")] = "terminal",
-          ) -> None:
+def rules(output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f", help="Output format")]
+          = TerminalOrJson.terminal) -> None:
     """List every rule: code, name, severity, the inputs it needs."""
     from tpudiag.cli.console import stdout_console
     from tpudiag.rules.registry import RULES
 
-    check_format(output_format)
-    if output_format == "json":
+    if output_format.value == "json":
         sys.stdout.write(json.dumps([rule_to_dict(r) for r in RULES], indent=2) + "\n")
         return
     table = Table(show_edge=False)
@@ -56,12 +56,6 @@ def rule(name: Annotated[str, typer.Argument(help="Rule name (e.g. exposed-colle
         raise UsageError(f"unknown rule `{name}`", hint="`tpudiag rules` lists the rules")
     sys.stdout.write(f"{found.name} ({found.code}) · severity up to {found.severity.label()} · needs "
                      f"{', '.join(found.inputs)}\n\n{found.doc.strip()}\n")
-
-
-def check_format(output_format: str) -> None:
-    """`--format` of a command that prints a terminal report or JSON; anything else is a UsageError."""
-    if output_format not in ("terminal", "json"):
-        raise UsageError(f"unknown format `{output_format}`", hint="use `terminal` or `json`")
 
 
 def check_number_option(option: str, value: float | None, positive: bool = False) -> float | None:

@@ -22,6 +22,8 @@ from typing import Annotated
 
 import typer
 
+from tpudiag.cli.options import Format, TerminalOrJson
+
 RUN_HELP = """Run a program with compiler dumps on, capture it with jax.profiler, and print its report.
 
 Everything after `--` is the command, e.g. `tpudiag run -- python train.py --lr 3e-4`. The
@@ -137,7 +139,8 @@ def run_command(
     = None,
     logdir: Annotated[Path | None, typer.Option(help="Write the trace here (a logdir: plugins/profile/<run>/); "
                                                      "default: a fresh temporary directory")] = None,
-    output_format: Annotated[str, typer.Option("--format", "-f", help="terminal or json")] = "terminal",
+    output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f", help="Output format")]
+    = TerminalOrJson.terminal,
     top: Annotated[int, typer.Option(help="Ops to list in the report")] = 15,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file instead of "
                                                 "stdout, which the program's own output shares")] = None,
@@ -147,13 +150,11 @@ def run_command(
     python_tracer: Annotated[bool, typer.Option(help="Also trace Python function calls (large captures)")]
     = False,
 ) -> None:
-    from tpudiag.cli.rules_cmd import check_format
     from tpudiag.errors import TpudiagError, UsageError
     from tpudiag.profiling import check_step_var, newest_new_run, no_capture_reason, parse_steps, run_dirs
 
     if not command:
         raise UsageError("no program to run", hint="put it after `--`: `tpudiag run -- python train.py`")
-    check_format(output_format)
     window = parse_steps(steps)
     check_step_var(step_var, window)
     work = Path(tempfile.mkdtemp(prefix="tpudiag-run-"))
@@ -187,21 +188,21 @@ def run_command(
     for note in notes:
         _say(note)
     _say(f"the program exited with status {returncode}; report of `{run}`")
-    report, formats = _REPORT
+    [report] = _REPORT
     try:
-        report(path=run, dumps=dumps, output_format=formats(output_format), top=top, output=output)
+        report(path=run, dumps=dumps, output_format=Format(output_format.value), top=top, output=output)
     except TpudiagError as exc:  # the program's status still comes back, whatever the report met
         _say(f"no report: {exc.one_line()}")
         raise typer.Exit(returncode or 2) from None
     raise typer.Exit(returncode)
 
 
-# `tpudiag report` and its format enum, given by `register` (the report command lives in cli.app)
+# `tpudiag report`, given by `register` (the report command lives in cli.app)
 _REPORT: list = []
 
 
-def register(app: typer.Typer, report, formats) -> None:
+def register(app: typer.Typer, report) -> None:
     """Add `run`; `report` is the `tpudiag report` command, which prints the capture's report."""
-    _REPORT[:] = [report, formats]
+    _REPORT[:] = [report]
     app.command("run", help=RUN_HELP,
                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run_command)

@@ -24,7 +24,7 @@ from tpudiag.errors import InputError
 from tpudiag.parsers.input_files import read_input_bytes, read_input_text
 from tpudiag.model.compiled import CompiledProgram
 from tpudiag.model.hardware import ChipChoice
-from tpudiag.model.matmuls import instruction_matmul
+from tpudiag.model.matmuls import cost_estimate, instruction_matmul
 
 # Replica groups as XLA prints them: iota `[groups,size]<=[...]` or explicit `{{0,1},{2,3}}`.
 _GROUPS_IOTA = re.compile(r"replica_groups=\[(?P<dims>[\d,]+)\]<=")
@@ -35,11 +35,17 @@ _MESH_AXIS = re.compile(r"'(?P<axis>[^']+)'\s*=\s*(?P<size>\d+)")
 
 
 def matmul_flops(program: CompiledProgram) -> dict[tuple[str, str], float]:
-    """(computation, instruction) -> FLOPs of each dot and convolution, from the op math model
-    (`model.matmuls`: 2 x batch x M x N x K, the taps of an lhs-dilated window counted once)."""
+    """(computation, instruction) -> FLOPs of each dot, convolution and custom call, from the op math
+    model (`model.matmuls`: 2 x batch x M x N x K, only window taps that land on real input counted).
+    A custom call (a Pallas kernel) counts its declared `cost_estimate`, else its matmul-shaped
+    operands, in the order the analysis derives a trace's custom-call FLOPs (`analysis.custom_calls`)."""
     flops: dict[tuple[str, str], float] = {}
     for (computation, _), inst in program.instructions.items():
-        if inst.opcode not in ("dot", "convolution"):
+        if inst.opcode not in ("dot", "convolution", "custom-call"):
+            continue
+        declared = cost_estimate(inst.backend_config) if inst.opcode == "custom-call" else None
+        if declared is not None and declared[0] > 0:
+            flops[(computation, inst.name)] = declared[0]
             continue
         mm = instruction_matmul(program, inst)
         if mm is not None:
@@ -56,7 +62,7 @@ class CompileOutput:
     program: CompiledProgram
     spills: pd.DataFrame  # columns: hlo, spill_stores, spill_fills (empty without an LLO dump)
     group_sizes: dict[str, int]  # instruction name -> replica group size, where the text states one
-    matmul_flops: dict[tuple[str, str], float]  # (computation, instruction) -> dot/convolution FLOPs
+    matmul_flops: dict[tuple[str, str], float]  # (computation, instruction) -> dot/convolution/custom-call FLOPs
     hlo_proto: bytes | None
     warnings: list[str] = field(default_factory=list)
     chip: ChipChoice | None = None  # the generation and where it came from (`model.hardware.decide_chip`)

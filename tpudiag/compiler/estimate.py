@@ -12,7 +12,10 @@ Every number here is modelled, none measured:
   ring factors: all-gather, reduce-scatter and all-to-all (n-1)/n, all-reduce 2(n-1)/n,
   permute and others 1, n = participants per replica group. Payload = the larger of the
   collective's result and operands.
-- An op's standalone time = max(compute, HBM, ICI), at least `min_op_ps`.
+- FLOPs time = the op's matmul FLOPs / the core's peak FLOP/s: the roofline floor. No core runs
+  faster, so no estimate goes below it: compiler cycles at a stated clock can (v6e's clock is an
+  assumption), and a plain `--xla_dump_to` dump has no cycles at all.
+- An op's standalone time = max(compute, FLOPs time, HBM, ICI), at least `min_op_ps`.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ OP_ESTIMATE_COLUMNS = {
     "estimated_cycles": "compiler-estimated cycles (Int64, NA when the compiler gave none)",
     "cycles_source": "bundle_analysis_data (static LLO profile), window_config (classic model) or ''",
     "compute_ps": "estimated_cycles / clock (Int64, NA without cycles or clock)",
-    "flops": "FLOPs of the dots and convolutions the op runs (its fused computations included); "
-             "elementwise work is not counted",
+    "flops": "FLOPs of the dots, convolutions and custom calls the op runs (its fused computations "
+             "included); elementwise work is not counted",
+    "flops_ps": "flops / the core's peak FLOP/s (0 without a peak): the floor of the op's time",
     "logical_bytes": "operands + result, logical",
     "padded_bytes": "operands + result, in their tiled layouts",
     "hbm_bytes": "padded bytes of operands and result that live in HBM",
@@ -54,8 +58,8 @@ OP_ESTIMATE_COLUMNS = {
     "ici_ps": "modelled collective time (0 for other ops)",
     "window_ps": "async starts: modelled transfer time until the done can complete (ICI for "
                  "collectives, HBM for copies); 0 for other ops",
-    "duration_ps": "standalone time: max(compute, HBM, ICI), at least min_op_ps; async starts and "
-                   "dones exclude the transfer (see window_ps)",
+    "duration_ps": "standalone time: max(compute, FLOPs, HBM, ICI), at least min_op_ps; async starts "
+                   "and dones exclude the transfer (see window_ps)",
     "spill_stores": "VMEM spill stores from the LLO bundle profile (Int64, NA when not dumped)",
     "spill_fills": "VMEM spill fills (Int64, NA when not dumped)",
 }
@@ -88,15 +92,17 @@ class CostModel:
     hbm_bytes_per_s: float
     ici: IciModel
     min_op_ps: int = 10_000  # 10 ns: every scheduled op takes at least this long
+    peak_flops_per_s: float | None = None  # per core; None: no FLOPs floor on op times
 
     @staticmethod
     def for_chip(chip: ChipSpec, clock_hz: float | None = None, ici_bytes_per_s: float | None = None,
                  ici_latency_ps: int | None = None) -> "CostModel":
-        """Defaults: the chip's public clock and per-core HBM bandwidth; ICI = both directions of one
-        link (2 x the per-link one-way figure), 2 µs latency."""
+        """Defaults: the chip's public clock, per-core bf16 peak and HBM bandwidth; ICI = both
+        directions of one link (2 x the per-link one-way figure), 2 µs latency."""
         return CostModel(
             clock_hz=clock_hz if clock_hz is not None else chip.clock_hz,
             hbm_bytes_per_s=chip.hbm_bytes_per_s / chip.tensorcores_per_chip,
+            peak_flops_per_s=chip.peak_bf16_flops_per_s / chip.tensorcores_per_chip,
             ici=IciModel(bytes_per_s=ici_bytes_per_s if ici_bytes_per_s is not None
                          else 2 * chip.ici_bytes_per_s_per_link,
                          latency_ps=ici_latency_ps if ici_latency_ps is not None else 2_000_000))
@@ -260,6 +266,8 @@ def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
         compute_ps = (int(cycles / model.clock_hz * PS_PER_S)
                       if cycles is not None and model.clock_hz else None)
         op_logical, op_padded = _operand_bytes(program, comp, inst)
+        flops = _op_flops(program, inst, matmul_flops, memo)
+        flops_ps = int(flops / model.peak_flops_per_s * PS_PER_S) if model.peak_flops_per_s else 0
         hbm = _hbm_bytes(program, comp, inst)
         hbm_ps = int(hbm / model.hbm_bytes_per_s * PS_PER_S)
         family = inst.collective_family if not inst.is_continuation else ""
@@ -278,13 +286,13 @@ def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
         elif inst.async_role == "done" and other:
             duration = max(compute_ps or 0, model.min_op_ps)
         else:
-            duration = max(compute_ps or 0, hbm_ps, ici_ps, model.min_op_ps)
+            duration = max(compute_ps or 0, flops_ps, hbm_ps, ici_ps, model.min_op_ps)
         stores, fills = spill_by.get(inst.name, (pd.NA, pd.NA))
         for key, value in (("position", inst.position), ("name", inst.name), ("opcode", inst.opcode),
                            ("category", xprof_category(program, inst)), ("family", family),
                            ("async_role", inst.async_role), ("partner", other), ("pair_kind", kind),
                            ("estimated_cycles", cycles), ("cycles_source", source), ("compute_ps", compute_ps),
-                           ("flops", _op_flops(program, inst, matmul_flops, memo)),
+                           ("flops", flops), ("flops_ps", flops_ps),
                            ("logical_bytes", inst.logical_bytes + op_logical),
                            ("padded_bytes", inst.padded_bytes + op_padded), ("hbm_bytes", hbm),
                            ("hbm_ps", hbm_ps), ("payload_bytes", payload), ("group_size", group),
@@ -295,7 +303,7 @@ def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
     for col in ("estimated_cycles", "compute_ps", "spill_stores", "spill_fills"):
         df[col] = pd.array([None if v is None or v is pd.NA else int(v) for v in rows[col]], dtype="Int64")
     df["flops"] = np.asarray(rows["flops"], dtype=np.float64)
-    for col in ("position", "logical_bytes", "padded_bytes", "hbm_bytes", "hbm_ps", "payload_bytes",
+    for col in ("position", "flops_ps", "logical_bytes", "padded_bytes", "hbm_bytes", "hbm_ps", "payload_bytes",
                 "group_size", "ici_ps", "window_ps", "duration_ps"):
         df[col] = np.asarray(rows[col], dtype=np.int64)
     for col in ("name", "category", "family", "async_role", "partner", "pair_kind", "cycles_source", "opcode"):

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tpudiag.compiler.worker import HLO_TEXT_FILE, RESULT_FILE
-from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, Instruction, memory_space_name
+from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, memory_space_name
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, DEFAULT_SCOPED_VMEM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.llo import LloDump

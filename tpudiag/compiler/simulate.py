@@ -2,9 +2,11 @@
 
 Every chip runs the same SPMD program, so each `/device:TPU:N` plane gets the same timeline:
 the entry computation's ops in schedule order, back to back, each lasting its standalone
-estimate (`tpudiag.compiler.estimate`). An async done waits for its transfer: it lasts until
-start end + window (ICI time for collectives, HBM time for copies), so the ops the compiler
-scheduled between a start and its done overlap the transfer and only the rest is exposed.
+estimate (`tpudiag.compiler.estimate`), never less than its FLOPs and HBM bytes take at the
+core's peaks. An async done waits for its transfer: it lasts until start end + window (ICI time
+for collectives, HBM time for copies), so the ops the compiler scheduled between a start and its
+done overlap the transfer and only the rest is exposed. A copy's bytes cross HBM during its window,
+so its start and done carry only what moves during their own time (`_op_defs`).
 Sync collectives take their whole ICI time on the timeline. The capture is labelled modelled
 (plane stat `tpudiag_modelled` = 1, read back as `Profile.modelled`).
 """
@@ -15,11 +17,10 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from tpudiag.compiler.dumps import CompileOutput
-from tpudiag.compiler.estimate import CostModel, op_estimates
+from tpudiag.compiler.estimate import PS_PER_S, CostModel, op_estimates
 from tpudiag.errors import UsageError
 from tpudiag.model.hardware import ChipSpec, chip_for
 from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, write_capture
@@ -82,7 +83,18 @@ def _operand_text(program, computation: str, name: str) -> str:
     return f"{operand.shape_text} %{name}" if operand is not None and operand.shape_text else f"%{name}"
 
 
-def _op_defs(output: CompileOutput, ops: pd.DataFrame) -> tuple[OpDef, ...]:
+def _op_defs(output: CompileOutput, ops: pd.DataFrame, hbm_bytes_per_s: float) -> tuple[OpDef, ...]:
+    """Op metadata as a trace states it. Bytes are the HBM bytes of the op's operands and result in
+    their padded layouts (`estimate`): an operand a prefetch copy put in VMEM is not HBM traffic of
+    the op that reads it, and the roofline's intensity and ridge are HBM's.
+
+    A copy's or slice's start and done only issue and wait for a DMA whose bytes cross HBM during
+    the window between them: each carries the bytes the DMA moves during its own time, at the HBM
+    bandwidth, which is none for a start and for a done whose transfer was hidden (all of them over a
+    10 ns done would be a rate no core reaches). A custom call's FLOPs are 0, as XLA's cost
+    analysis writes them in a measured trace: the analysis derives them the same way for both
+    (`analysis.custom_calls`).
+    """
     program = output.program
     defs = []
     for row in ops.itertuples(index=False):
@@ -90,8 +102,12 @@ def _op_defs(output: CompileOutput, ops: pd.DataFrame) -> tuple[OpDef, ...]:
         operands = ", ".join(_operand_text(program, inst.computation, o) for o in inst.operands)
         text = f"%{inst.name} = {inst.shape_text} {inst.opcode}({operands})"
         source = f"{Path(inst.source_file).name}:{inst.source_line}" if inst.source_file else ""
-        defs.append(OpDef(name=row.name, category=str(row.category), flops=float(row.flops),
-                          bytes_accessed=float(row.hbm_bytes),
+        if row.partner and not row.family:  # a DMA's start or done: only the wait moves bytes
+            hbm = (int(row.placed_ps) - int(row.duration_ps)) / PS_PER_S * hbm_bytes_per_s
+        else:
+            hbm = float(row.hbm_bytes)
+        defs.append(OpDef(name=row.name, category=str(row.category),
+                          flops=0.0 if inst.opcode == "custom-call" else float(row.flops), bytes_accessed=hbm,
                           shape=inst.shape_text, source=source, tf_op=inst.op_name, hlo_text=text))
     return tuple(defs)
 
@@ -111,22 +127,6 @@ def cost_model(output: CompileOutput, clock_ghz: float | None, ici_gbps: float |
                               ici_latency_ps=int(ici_latency_us * 1e6) if ici_latency_us is not None else None)
 
 
-def roofline_durations(estimates: pd.DataFrame, chip: ChipSpec) -> pd.DataFrame:
-    """Durations with compute time from FLOPs at the chip's peak (per core) for ops that have no
-    compute time from the compiler: every op on a clock-less chip, and on any chip the ops the
-    compiler gave no cycles for (a plain `--xla_dump_to` dump carries none).
-
-    `duration_ps` already covers HBM and ICI time; this adds the compute side of the roofline so a
-    matmul is not timed by its bytes alone. Async halves keep their own (transfer-free) duration.
-    """
-    per_core_flops = chip.peak_bf16_flops_per_s / chip.tensorcores_per_chip
-    compute = (estimates["flops"].to_numpy() / per_core_flops * 1e12).astype("int64")
-    plain = ((estimates["async_role"].fillna("") == "") & estimates["compute_ps"].isna()).to_numpy()
-    duration = estimates["duration_ps"].to_numpy().copy()
-    duration[plain] = np.maximum(duration[plain], compute[plain])
-    return estimates.assign(duration_ps=duration)
-
-
 def simulate(output: CompileOutput, logdir: Path, clock_ghz: float | None = None, ici_gbps: float | None = None,
              ici_latency_us: float | None = None, steps: int = 3,
              roofline_without_clock: bool = False) -> tuple[Path, Timeline, CostModel]:
@@ -134,17 +134,16 @@ def simulate(output: CompileOutput, logdir: Path, clock_ghz: float | None = None
 
     Without a clock, estimated cycles cannot become time: that is a usage error unless
     `roofline_without_clock`, where each op lasts its FLOPs/bytes roofline time instead (the
-    static report of `tpudiag report DUMPS` states which basis it used); with it, ops the compiler
-    gave no cycles for get the same roofline time even when the clock is known.
+    static report of `tpudiag report DUMPS` states which basis it used). With or without a clock,
+    no op lasts less than its roofline time (`estimate.CostModel`), so no modelled op runs above
+    the core's peak.
     """
     chip = chip_of(output)
     model = cost_model(output, clock_ghz, ici_gbps, ici_latency_us)
     n_devices = int(output.facts.get("n_devices", 1))
     estimates = op_estimates(output.program, model, n_devices, output.group_sizes, output.spills,
                      output.matmul_flops)
-    if roofline_without_clock:
-        estimates = roofline_durations(estimates, chip)
-    elif model.clock_hz is None and estimates["estimated_cycles"].notna().any():
+    if not roofline_without_clock and model.clock_hz is None and estimates["estimated_cycles"].notna().any():
         raise UsageError(f"the {chip.generation} clock is not public, so cycles cannot become time",
                          hint="pass --clock-ghz (an assumption you state), e.g. --clock-ghz 1.5")
     if steps < 1:
@@ -157,7 +156,8 @@ def simulate(output: CompileOutput, logdir: Path, clock_ghz: float | None = None
     design = CaptureDesign(
         hostname="modelled", device_type=DEVICE_TYPE.get(chip.generation, chip.generation),
         peak_tflops=chip.peak_bf16_flops_per_s / per_core / 1e12, peak_hbm_gbs=chip.hbm_bytes_per_s / per_core / 1e9,
-        module=module, program_id=program_id, ops=_op_defs(output, timeline.ops), n_chips=n_devices,
+        module=module, program_id=program_id, ops=_op_defs(output, timeline.ops, model.hbm_bytes_per_s),
+        n_chips=n_devices,
         n_steps=steps, step_ps=max(timeline.step_ps, 1), schedule=lambda chip_i, step: timeline.placed,
         hlo_proto=_hlo_proto(output.hlo_proto), extra_plane_stats={MODELLED_STAT: 1},
         async_windows=lambda chip_i, step: timeline.windows, cores_per_chip=per_core)

@@ -7,6 +7,7 @@ compiler's own estimates (see `tpudiag.compiler.estimate`), never measured.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import pandas as pd
 
@@ -16,6 +17,13 @@ from tpudiag.model.compiled import leaf_arrays
 from tpudiag.model.hardware import chip_for
 
 
+class CollectiveMode(StrEnum):
+    """How a collective is scheduled; the value is what the static report prints."""
+
+    SYNC = "sync"  # one instruction: nothing runs while it communicates
+    ASYNC = "async"  # a start/done pair: work scheduled between them can hide it
+
+
 @dataclass(frozen=True)
 class CollectiveStep:
     """One collective in schedule order: sync, or an async start/done pair and what runs between."""
@@ -23,7 +31,7 @@ class CollectiveStep:
     name: str  # the sync op, or the start
     done: str  # '' for sync collectives
     family: str
-    mode: str  # 'sync' or 'async'
+    mode: CollectiveMode
     start_position: int
     done_position: int
     ops_between: int  # working instructions scheduled between start and done (0 = adjacent)
@@ -99,7 +107,7 @@ def _collectives(output: CompileOutput, ops: pd.DataFrame) -> tuple[CollectiveSt
         between = pair.scheduled_between
         row = by_name.loc[pair.start] if pair.start in by_name.index else None
         steps.append(CollectiveStep(
-            name=pair.start, done=pair.done, family=pair.family, mode="async",
+            name=pair.start, done=pair.done, family=pair.family, mode=CollectiveMode.ASYNC,
             start_position=pair.start_position, done_position=pair.done_position, ops_between=len(between),
             thread=pair.thread,
             payload_bytes=int(row["payload_bytes"]) if row is not None else 0,
@@ -108,7 +116,7 @@ def _collectives(output: CompileOutput, ops: pd.DataFrame) -> tuple[CollectiveSt
     for row in ops.itertuples(index=False):
         if row.family and not row.async_role and row.name not in paired_dones:
             steps.append(CollectiveStep(
-                name=row.name, done="", family=row.family, mode="sync", start_position=int(row.position),
+                name=row.name, done="", family=row.family, mode=CollectiveMode.SYNC, start_position=int(row.position),
                 done_position=int(row.position), ops_between=0, thread="", payload_bytes=int(row.payload_bytes),
                 group_size=int(row.group_size), modelled_ps=int(row.ici_ps)))
     return tuple(sorted(steps, key=lambda s: s.start_position))

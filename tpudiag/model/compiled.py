@@ -109,6 +109,9 @@ class ConvDims:
     feature_group_count: int = 1
     batch_group_count: int = 1
     lhs_dilation: tuple[int, ...] = ()  # per spatial dim (`lhs_dilate=8x2`, base_dilation); () = none
+    stride: tuple[int, ...] = ()  # per spatial dim (`stride=8x2`); () = 1 everywhere
+    padding: tuple[tuple[int, int], ...] = ()  # (low, high) per spatial dim (`pad=7_7x1_1`); () = none
+    rhs_dilation: tuple[int, ...] = ()  # per spatial dim (`rhs_dilate=2x2`, window_dilation); () = none
 
 
 @dataclass(frozen=True)

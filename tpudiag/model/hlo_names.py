@@ -13,19 +13,6 @@ from collections import deque
 from functools import lru_cache
 from collections.abc import Sequence
 
-COLLECTIVE_FAMILIES = (
-    "reduce-scatter",
-    "all-gather",
-    "all-reduce",
-    "all-to-all",
-    "ragged-all-to-all",
-    "collective-permute",
-    "collective-broadcast",
-    "send",
-    "recv",
-    "collective",  # v5e's generic async-collective-start/-done, family not named
-)
-
 # Checked in order: the first pattern found in the name (or category) wins, so the more
 # specific `reduce-scatter` is tested before `all-reduce` (all-reduce-scatter is a reduce-scatter).
 # Separators may be '-' (HLO opcodes, most names) or '_' (v6e names gathers `all_gather.3`).

@@ -47,14 +47,6 @@ class DeviceMemoryProfile:
     path: str
     samples: tuple[BufferSample, ...]
 
-    @property
-    def live_bytes(self) -> int:
-        return sum(s.bytes for s in self.samples if s.kind == "buffer")
-
-    @property
-    def live_buffers(self) -> int:
-        return sum(s.buffers for s in self.samples if s.kind == "buffer")
-
 
 @dataclass(frozen=True)
 class DeviceTotal:

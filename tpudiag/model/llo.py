@@ -216,12 +216,6 @@ class BundleUtilization:
         return self._total("VSTORE:SPILL")
 
     @property
-    def mean_mxu_occupancy(self) -> float | None:
-        """Busy MXUs per bundle, averaged (capacity: `column('MXU').capacity`)."""
-        col = self.column("MXU")
-        return None if col is None or self.bundles == 0 else col.total / self.bundles
-
-    @property
     def mxu_busy_fraction(self) -> float | None:
         col = self.column("MXU")
         if col is None or self.bundles == 0 or col.capacity <= 0:
@@ -328,6 +322,3 @@ class LloDump:
 
     def register_pressure_for(self, program: str) -> RegisterPressure | None:
         return next((r for r in self.register_pressure if r.program == program), None)
-
-    def schedule_for(self, program: str) -> ScheduleAnalysis | None:
-        return next((s for s in self.schedules if s.program == program), None)

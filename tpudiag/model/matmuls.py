@@ -8,10 +8,12 @@ and never those of a neighbouring instruction or of the fusion's output tuple.
   M = the other lhs dims, N = the other rhs dims (each a product when several dims take the role).
 - `convolution`: from its dimension numbers (`dim_labels`), kernel and window. A TPU convolution
   is a matmul per group: M = output batch x output spatial positions, N = output features per
-  group, K = kernel input features x the window taps that land on real input, batch = the feature
-  and batch group counts. XLA writes many `dot_general`s as convolutions: `dim_labels=0fb_0io->bf0,
-  window={size=8}` contracts 8 x 128 = 1024; a spatial dim whose window is all lhs dilation
-  (`window={size=8x2 lhs_dilate=8x2}`, an attention `bqhd,bkhd->bhqk`) is a batch dim.
+  group, K = kernel input features x the window taps that land on real input (not on padding or
+  lhs dilation holes), batch = the feature and batch group counts. XLA writes many `dot_general`s
+  as convolutions: `dim_labels=0fb_0io->bf0, window={size=8}` contracts 8 x 128 = 1024; a spatial
+  dim where each output position reads one real input element with a tap of its own
+  (`window={size=8x2 lhs_dilate=8x2}`, an attention `bqhd,bkhd->bhqk`, or `size=8x2 stride=8x2
+  pad=7_7x1_1 lhs_dilate=7x1`, its gradient) is a batch dim.
 - A custom call (Pallas kernel): its declared `cost_estimate` FLOPs, and a matmul when its operand
   shapes compose as `[B,]M,K x [B,]K,N -> [B,]M,N` (either operand may be transposed).
 - A fusion, `call` or async start: the matmuls of the computations it calls, nested fusions
@@ -36,6 +38,7 @@ from tpudiag.model.hlo_shapes import Shape, operand_shapes, result_shapes
 # conditional's branches are ops of their own in a trace, so they are not followed).
 _FOLLOWED = frozenset({"fusion", "call", "async-start", "custom-call"})
 _MAX_DEPTH = 8  # nesting of fusions inside fusions; deeper is a damaged program
+_MAX_WINDOW_CELLS = 1 << 16  # output positions x taps of one spatial dim enumerated to count real taps
 
 _COST = re.compile(r'cost_estimate\\?"?\s*:\s*\{(?P<body>[^}]*)\}')
 _FIELD = r'{}\\?"?\s*:\s*(?P<v>[0-9.eE+]+)'
@@ -83,10 +86,6 @@ class Matmul:
     @property
     def flops(self) -> int:
         return 2 * self.batch * self.m * self.n * self.k
-
-    @property
-    def operand_dtypes(self) -> tuple[str, str]:
-        return self.lhs_dtype, self.rhs_dtype
 
     def describe(self) -> str:
         """`convolution.55: bf16 x bf16 -> bf16, M 512, N 256, K 1024 (8x128)` for messages."""
@@ -186,6 +185,23 @@ def _spatial(labels: str) -> tuple[int, ...]:
 
 _WINDOW_SIZE = re.compile(r"\bsize=(\d+(?:x\d+)*)")
 _LHS_DILATE = re.compile(r"\blhs_dilate=(\d+(?:x\d+)*)")
+_RHS_DILATE = re.compile(r"\brhs_dilate=(\d+(?:x\d+)*)")
+_STRIDE = re.compile(r"\bstride=(\d+(?:x\d+)*)")
+_PAD = re.compile(r"\bpad=(-?\d+_-?\d+(?:x-?\d+_-?\d+)*)")
+
+
+def _factors(pattern: re.Pattern, window: str) -> tuple[int, ...]:
+    """`lhs_dilate=7x1` -> (7, 1); () when absent or all 1, as a proto's defaults read."""
+    found = pattern.search(window)
+    factors = tuple(int(x) for x in found.group(1).split("x")) if found else ()
+    return factors if any(f > 1 for f in factors) else ()
+
+
+def _pads(window: str) -> tuple[tuple[int, int], ...]:
+    """`pad=7_7x1_1` -> ((7, 7), (1, 1)); () when absent or all 0."""
+    found = _PAD.search(window)
+    pads = tuple((int(lo), int(hi)) for lo, hi in (d.split("_") for d in found.group(1).split("x"))) if found else ()
+    return pads if any(lo or hi for lo, hi in pads) else ()
 
 
 def contraction_from_attributes(opcode: str, attrs: Mapping[str, str]) -> DotDims | ConvDims | None:
@@ -200,9 +216,8 @@ def contraction_from_attributes(opcode: str, attrs: Mapping[str, str]) -> DotDim
     try:
         lhs, rest = attrs["dim_labels"].split("_", 1)
         rhs, out = rest.split("->", 1)
-        window = _WINDOW_SIZE.search(attrs.get("window", ""))
-        dilate = _LHS_DILATE.search(attrs.get("window", ""))
-        factors = tuple(int(x) for x in dilate.group(1).split("x")) if dilate else ()
+        window_text = attrs.get("window", "")
+        window = _WINDOW_SIZE.search(window_text)
         return ConvDims(
             input_batch=lhs.index("b"), input_feature=lhs.index("f"), input_spatial=_spatial(lhs),
             kernel_input_feature=rhs.index("i"), kernel_output_feature=rhs.index("o"), kernel_spatial=_spatial(rhs),
@@ -210,7 +225,8 @@ def contraction_from_attributes(opcode: str, attrs: Mapping[str, str]) -> DotDim
             window=tuple(int(x) for x in window.group(1).split("x")) if window else (),
             feature_group_count=_int(attrs.get("feature_group_count"), 1),
             batch_group_count=_int(attrs.get("batch_group_count"), 1),
-            lhs_dilation=factors if any(f > 1 for f in factors) else ())
+            lhs_dilation=_factors(_LHS_DILATE, window_text), stride=_factors(_STRIDE, window_text),
+            padding=_pads(window_text), rhs_dilation=_factors(_RHS_DILATE, window_text))
     except ValueError:
         return None
 
@@ -237,20 +253,42 @@ def _dot(at: _Where, dims: DotDims, lhs: ArrayShape | Shape, rhs: ArrayShape | S
         op_name=at.op_name)
 
 
+def _window_taps(in_size: int, window: int, out_size: int, stride: int, pad_low: int, lhs_dilation: int,
+                 rhs_dilation: int) -> tuple[int, bool]:
+    """(the most taps any output position sees land on real input, whether each output position sees
+    exactly one and no two see the same tap) for one spatial dim of a convolution.
+
+    Tap t of output o reads position o x stride + t x rhs_dilation - pad_low of the lhs-dilated
+    input, which is real when it falls on one of its `in_size` elements (every `lhs_dilation`-th
+    position), else padding or a dilation hole. XLA writes the batch dims of a batched dot as such
+    windows (`size=8x2 stride=8x2 pad=7_7x1_1 lhs_dilate=7x1`): each output then pairs one input
+    element with its own kernel tap.
+    """
+    if out_size * window > _MAX_WINDOW_CELLS:  # too large to enumerate: every tap counts
+        return window, False
+    taps = [[t for t in range(window)
+             if 0 <= (p := o * stride + t * rhs_dilation - pad_low) <= (in_size - 1) * lhs_dilation
+             and p % lhs_dilation == 0]
+            for o in range(out_size)]
+    one_each = out_size > 1 and all(len(ts) == 1 for ts in taps) and len({ts[0] for ts in taps}) == out_size
+    return max((len(ts) for ts in taps), default=0), one_each
+
+
 def _convolution(at: _Where, dims: ConvDims, lhs: ArrayShape | Shape, rhs: ArrayShape | Shape,
                  out: ArrayShape | Shape) -> Matmul | None:
-    """Per spatial dim: a window whose taps land on one real input each (lhs dilation = window size,
-    XLA's form of a batched dot) is a batch dim; otherwise its output positions are rows (M) and the
-    taps that land on real input (window / dilation, rounded up) contract (K)."""
+    """Per spatial dim: a window where each output position reads one real input element with a
+    tap of its own (`_window_taps`; XLA's form of a batched dot) is a batch dim; otherwise its
+    output positions are rows (M) and the most taps that land on real input, not on padding or
+    dilation holes, contract (K)."""
     try:
         groups = max(1, dims.feature_group_count) * max(1, dims.batch_group_count)
         m_dims, k_dims = [out.dims[dims.output_batch]], [rhs.dims[dims.kernel_input_feature]]
         batch_dims = [groups] if groups > 1 else []
-        for i, (o, k) in enumerate(zip(dims.output_spatial, dims.kernel_spatial)):
-            window = rhs.dims[k]
-            dilation = dims.lhs_dilation[i] if i < len(dims.lhs_dilation) else 1
-            taps = -(-window // max(1, dilation))
-            if dilation > 1 and taps == 1 and out.dims[o] == window:
+        for i, (s, o, k) in enumerate(zip(dims.input_spatial, dims.output_spatial, dims.kernel_spatial)):
+            taps, one_each = _window_taps(
+                lhs.dims[s], rhs.dims[k], out.dims[o], _at(dims.stride, i, 1), _at(dims.padding, i, (0, 0))[0],
+                max(1, _at(dims.lhs_dilation, i, 1)), max(1, _at(dims.rhs_dilation, i, 1)))
+            if one_each:
                 batch_dims.append(out.dims[o])
             else:
                 m_dims.append(out.dims[o])
@@ -264,6 +302,11 @@ def _convolution(at: _Where, dims: ConvDims, lhs: ArrayShape | Shape, rhs: Array
         k_dims=tuple(d for d in k_dims if d != 1) or (1,), batch_dims=tuple(d for d in batch_dims if d != 1) or (1,),
         lhs_dtype=lhs.dtype, rhs_dtype=rhs.dtype, result_dtype=out.dtype, basis="dim_labels",
         op_name=at.op_name)
+
+
+def _at(values: tuple, i: int, default):
+    """Per-dim attribute `i`, or its default when the dump states none (an empty tuple)."""
+    return values[i] if i < len(values) else default
 
 
 def _custom_call(inst: Instruction, operands: list[ArrayShape | None]) -> Matmul | None:

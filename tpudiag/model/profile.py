@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import pandas as pd
 
 from tpudiag.model.hardware import ChipSpec
+
+
+class PeaksSource(StrEnum):
+    """Where a host's peak FLOP/s and HBM bandwidth come from; the value is what reports print."""
+
+    TRACE = "trace"  # the device plane's own stats
+    HARDWARE_TABLE = "hardware table"  # public figures for the generation (`tpudiag.model.hardware`)
+    NONE = "none"  # neither: utilizations are not shown
 
 
 @dataclass(frozen=True)
@@ -16,7 +25,7 @@ class DeviceInfo:
     chip: ChipSpec | None  # matched hardware spec, None when unknown
     peak_flops_per_s: float | None  # per core (plane)
     hbm_bytes_per_s: float | None  # per core (plane)
-    peaks_source: str  # "trace", "hardware table" or "none"
+    peaks_source: PeaksSource
     n_cores: int  # TensorCore (or GPU) planes
     n_chips: int
     n_sparse_cores: int = 0
@@ -28,10 +37,18 @@ class DeviceInfo:
         return None
 
 
+class StepKind(StrEnum):
+    """What a host's steps were read from; the value is what reports print."""
+
+    STEPS_LINE = "Steps line"  # the device's `Steps` line
+    XLA_MODULES = "XLA Modules"  # executions of one module on the `XLA Modules` line
+    NONE = "none"  # no steps: the capture counts as one
+
+
 @dataclass(frozen=True)
 class StepSource:
-    kind: str  # "Steps line", "XLA Modules" or "none"
-    module: str = ""  # for "XLA Modules": the module whose executions are the steps
+    kind: StepKind
+    module: str = ""  # for XLA_MODULES: the module whose executions are the steps
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from tpudiag.model.findings import Finding
 from tpudiag.model.memory import ProgramMemory
+from tpudiag.model.profile import PeaksSource
 
 
 class Mode(StrEnum):
@@ -85,7 +86,7 @@ class Summary:
     n_cores: int
     peak_flops_per_s: float | None  # per core
     hbm_bytes_per_s: float | None  # per core
-    peaks_source: str
+    peaks_source: PeaksSource
     step_source: str  # "Steps line", "XLA Modules (<module>)" or "none"
     step_time: Distribution | None  # per step: max over every core of every host
     host_spread_ps: float  # max - min of per-host mean step times

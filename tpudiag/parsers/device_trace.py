@@ -23,11 +23,11 @@ from tpudiag.model import schemas
 from tpudiag.model.grouping import lexsort_order
 from tpudiag.model.hardware import chip_for
 from tpudiag.model.hlo_names import async_role, pair_async, window_family
-from tpudiag.model.profile import DeviceInfo, HostTrace
+from tpudiag.model.profile import DeviceInfo, HostTrace, PeaksSource
 from tpudiag.parsers import event_wire
 from tpudiag.parsers.host_plane import host_events
-from tpudiag.parsers.time_axis import (DEVICE_CLOCKS_SPLIT, HOST_NOT_ALIGNED, PROFILE_START_STAT, TASK_ENV_PLANE,
-                                       TimeAxis, profile_anchor, time_axis, unplaceable)
+from tpudiag.parsers.time_axis import (DEVICE_CLOCKS_SPLIT, HOST_NOT_ALIGNED, PROFILE_START_STAT, TimeAxis,
+                                       profile_anchor, time_axis, unplaceable)
 from tpudiag.parsers.event_wire import RawLine
 from tpudiag.parsers.xspace import stat_value, stats_dict
 from tpudiag.proto import CoreDetails, MemoryAccessBreakdown, XStat
@@ -702,13 +702,13 @@ def _device_info(platform: str, plane_stats: dict[str, object], n_cores: int, ch
     chip = chip_for(device_type) if platform == "TPU" else None
     peak_tf, peak_hbm = trace_peaks(plane_stats)
     if peak_tf > 0 and peak_hbm > 0:
-        peak_flops, hbm_bw, source = peak_tf * 1e12, peak_hbm * 1e9, "trace"
+        peak_flops, hbm_bw, source = peak_tf * 1e12, peak_hbm * 1e9, PeaksSource.TRACE
     elif chip is not None:
         per_core = chip.tensorcores_per_chip
         peak_flops, hbm_bw, source = chip.peak_bf16_flops_per_s / per_core, chip.hbm_bytes_per_s / per_core, \
-            "hardware table"
+            PeaksSource.HARDWARE_TABLE
     else:
-        peak_flops, hbm_bw, source = None, None, "none"
+        peak_flops, hbm_bw, source = None, None, PeaksSource.NONE
     return DeviceInfo(platform=platform, device_type=device_type, chip=chip, peak_flops_per_s=peak_flops,
                       hbm_bytes_per_s=hbm_bw, peaks_source=source, n_cores=n_cores,
                       n_chips=len(chips) if chips else n_cores, n_sparse_cores=n_sparse)
@@ -822,19 +822,6 @@ def axis_of(device_stamps, host_stamps, task_env) -> TimeAxis:
     return time_axis(device_stamps, host_stamps, anchor_of(task_env) if task_env is not None else None)
 
 
-def parse_host(space, path: Path) -> HostTrace:
-    """Turn one host's XSpace into its tables."""
-    platform, refs = device_planes([p.name for p in space.planes])
-    by_name = {p.name: p for p in space.planes}
-    cpu = by_name.get("/host:CPU")
-    axis = axis_of([ln.timestamp_ns for r in refs for ln in space.planes[r.index].lines
-                    if is_read_line(ln.name, platform)],
-                   [ln.timestamp_ns for ln in cpu.lines] if cpu is not None else [], by_name.get(TASK_ENV_PLANE))
-    parts = [parse_device_plane(space.planes[r.index], r, platform, axis) for r in refs]
-    aux = [p for p in space.planes if p.name in AUX_PLANES]
-    return assemble_host(host_name(space, path), path, platform, refs, parts, aux, axis)
-
-
 def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], parts: list[_HostBuilder],
                   aux_planes, axis: TimeAxis) -> HostTrace:
     """The host's tables from its parsed device planes and its host planes."""
@@ -873,9 +860,9 @@ def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], pa
     if b.ops_without_ids:
         b.warn(f"{b.ops_without_ids} op metadata lack program_id or symbol_id: tpudiag keeps them, "
                "XProf drops them and counts their time as idle")
-    if device.peaks_source == "hardware table":
+    if device.peaks_source is PeaksSource.HARDWARE_TABLE:
         b.warn(f"no peak FLOP/s or HBM bandwidth in the trace; using public figures for {device.chip.generation}")
-    elif platform == "TPU" and device.peaks_source == "none":
+    elif platform == "TPU" and device.peaks_source is PeaksSource.NONE:
         b.warn(f"unknown device type {device.device_type!r} and no peaks in the trace: utilizations are not shown")
     steps = b.step_markers()
     return HostTrace(host=host, path=str(path), device=device, events=b.events(), op_metadata=b.op_metadata(),

@@ -65,11 +65,6 @@ def parse_hlo_proto(data: bytes, path: str = "<proto>", program_id: int | None =
         raise InputError("a number beyond int64 in the HLO proto (damaged)", path=path) from exc
 
 
-def parse_capture_protos(hlo_protos: dict[int, bytes], path: str = "<capture>") -> dict[int, CompiledProgram]:
-    """Programs by id from `HostTrace.hlo_protos`; a damaged one raises InputError naming its id."""
-    return {pid: parse_hlo_proto(data, f"{path} program {pid}", pid) for pid, data in hlo_protos.items()}
-
-
 def capture_hlo_inputs(profile) -> tuple[HloInput, ...]:
     """Every program the capture's hosts embed, parsed once per program id: the hosts of one SPMD
     run carry the same programs, and parsing is the costly part. A damaged copy is left out with a
@@ -159,12 +154,20 @@ def _contraction(proto) -> DotDims | ConvDims | None:
         output_spatial=tuple(c.output_spatial_dimensions),
         window=tuple(w.size for w in proto.window.dimensions),
         feature_group_count=proto.feature_group_count or 1, batch_group_count=proto.batch_group_count or 1,
-        lhs_dilation=_dilation(tuple(w.base_dilation or 1 for w in proto.window.dimensions)))
+        lhs_dilation=_dilation(tuple(w.base_dilation or 1 for w in proto.window.dimensions)),
+        stride=_dilation(tuple(w.stride or 1 for w in proto.window.dimensions)),
+        padding=_padding(tuple((w.padding_low, w.padding_high) for w in proto.window.dimensions)),
+        rhs_dilation=_dilation(tuple(w.window_dilation or 1 for w in proto.window.dimensions)))
 
 
 def _dilation(factors: tuple[int, ...]) -> tuple[int, ...]:
-    """() when no dim is dilated, as HLO text prints no `lhs_dilate` then."""
+    """() when every factor (dilation, stride) is 1, as HLO text then prints no `lhs_dilate` or `stride`."""
     return factors if any(f > 1 for f in factors) else ()
+
+
+def _padding(pads: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """() when no dim is padded, as HLO text then prints no `pad`."""
+    return pads if any(low or high for low, high in pads) else ()
 
 
 def _allocations(assignment, module, program: CompiledProgram) -> tuple[BufferAllocation, ...]:

@@ -53,13 +53,6 @@ def parse_shape(text: str) -> Shape:
     return shape
 
 
-def parse_shape_prefix(text: str, start: int = 0) -> tuple[Shape, int]:
-    """Parse the shape beginning at `start`; return it and the index just after it."""
-    scanner = _Scanner(text, start)
-    shape = scanner.shape()
-    return shape, scanner.pos
-
-
 def array_shape(dtype: str, dims: tuple[int, ...], layout: Layout | None) -> ArrayShape:
     """An ArrayShape with its logical and padded bytes computed."""
     if dtype not in DTYPE_BITS:

@@ -1,6 +1,8 @@
-"""Read one `.xplane.pb` file into an XSpace message, and decode XStat values.
+"""An `.xplane.pb` file's bytes checked and its protobuf messages decoded, and XStat values read.
 
-Every failure names the file and its cause; protobuf's own exceptions never escape.
+The capture reader (`tpudiag.parsers.capture`) splits a file plane by plane and decodes each
+message through here: every failure names the file and its cause; protobuf's own exceptions
+never escape.
 """
 
 from __future__ import annotations
@@ -11,17 +13,11 @@ from google.protobuf.message import DecodeError
 
 from tpudiag.errors import InputError
 from tpudiag.parsers.input_files import default_limits, inflate_bounded, read_input_bytes
-from tpudiag.proto import XSpace
 
 # An XSpace's first field is `planes` (1, length-delimited) or, rarely, one of the string lists
 # (2-4). Any other first byte means the file is not an XSpace at all, which gives a clearer
 # message than protobuf's parse error.
 _FIRST_TAGS = {0x0A, 0x12, 0x1A, 0x22}
-
-
-def read_xspace(path: Path):
-    """Parse `path` as an XSpace; raise InputError with the cause on any failure."""
-    return parse_xspace(read_trace_bytes(path), path)
 
 
 def read_trace_bytes(path: Path) -> bytes:
@@ -54,15 +50,6 @@ def parse_message(message, data: bytes, path: Path | str):
     except (ValueError, RuntimeError, TypeError) as exc:  # upb reports some malformed input this way
         raise InputError(f"corrupt XSpace protobuf ({exc})", path=path) from exc
     return message
-
-
-def parse_xspace(data: bytes, path: Path | str = "<bytes>"):
-    check_trace_bytes(data, path)
-    space = XSpace()
-    parse_message(space, data, path)
-    if not space.planes:
-        raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
-    return space
 
 
 def stat_value(stat, stat_names: dict[int, str]):

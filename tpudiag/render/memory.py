@@ -18,7 +18,6 @@ JSON contract (stable keys; everything else may grow): `input`, `programs[]` wit
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 from rich.console import Console, RenderableType
@@ -178,7 +177,3 @@ def _program_json(p: ProgramMemory) -> dict:
 def memory_json(report: MemoryReport) -> dict:
     return {"input": report.input_path, "programs": [_program_json(p) for p in report.programs],
             "errors": [asdict(e) for e in report.errors], "warnings": list(report.warnings)}
-
-
-def render_memory_json(report: MemoryReport) -> str:
-    return json.dumps(memory_json(report), indent=1)

@@ -10,7 +10,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from tpudiag.compiler.static_report import StaticReport
+from tpudiag.compiler.static_report import CollectiveMode, StaticReport
 from tpudiag.model.report import Report
 from tpudiag.model.units import fmt_bytes, fmt_time
 from tpudiag.render.console import markup as m
@@ -27,7 +27,8 @@ def static_report_dict(report: StaticReport) -> dict:
             "position": int(row.position), "name": row.name, "opcode": row.opcode, "category": row.category,
             "family": row.family, "async_role": row.async_role, "partner": row.partner,
             "estimated_cycles": _int_or_none(row.estimated_cycles), "cycles_source": row.cycles_source,
-            "compute_ps": _int_or_none(row.compute_ps), "flops": float(row.flops), "hbm_bytes": int(row.hbm_bytes), "hbm_ps": int(row.hbm_ps),
+            "compute_ps": _int_or_none(row.compute_ps), "flops": float(row.flops), "flops_ps": int(row.flops_ps),
+            "hbm_bytes": int(row.hbm_bytes), "hbm_ps": int(row.hbm_ps),
             "logical_bytes": int(row.logical_bytes), "padded_bytes": int(row.padded_bytes),
             "payload_bytes": int(row.payload_bytes), "group_size": int(row.group_size), "ici_ps": int(row.ici_ps),
             "window_ps": int(row.window_ps), "duration_ps": int(row.duration_ps),
@@ -53,10 +54,6 @@ def static_report_dict(report: StaticReport) -> dict:
     }
 
 
-def render_static_json(report: StaticReport) -> str:
-    return json.dumps(static_report_dict(report), indent=2)
-
-
 def _cycles(value) -> str:
     v = _int_or_none(value)
     return "-" if v is None else f"{v:,}"
@@ -80,14 +77,15 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
              (f" = {fmt_time(report.total_compute_ps)}" if report.total_compute_ps is not None else ""))
     note = "; collectives get 0 cycles from the static profile" if report.static_profile else ""
     if report.ops_without_cycles:
-        note += "; findings time those at their FLOPs/bytes roofline"
+        note += "; those are timed at their FLOPs/bytes roofline"
     console.print(f"Σ estimated compute: {total} over {len(ops)} ops "
                   f"({report.ops_without_cycles} without a compiler estimate{note})\n")
 
     table = Table(title=f"Ops by estimated time (top {min(top, len(ops))} of {len(ops)})", show_edge=False)
     for col, justify in (("#", "right"), ("op", "left"), ("category", "left"), ("cycles", "right"),
-                         ("compute", "right"), ("HBM time", "right"), ("ICI/transfer", "right"),
-                         ("padded / logical", "right"), ("spills st/ld", "right")):
+                         ("compute", "right"), ("FLOPs time", "right"), ("HBM time", "right"),
+                         ("ICI/transfer", "right"), ("time", "right"), ("padded / logical", "right"),
+                         ("spills st/ld", "right")):
         table.add_column(col, justify=justify)
     if report.clock_hz:  # rank by modelled standalone time
         ranked = ops.sort_values(["duration_ps", "position"], ascending=[False, True])
@@ -103,7 +101,8 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
         spills = "-" if _int_or_none(row.spill_stores) is None else \
             f"{_int_or_none(row.spill_stores)}/{_int_or_none(row.spill_fills)}"
         table.add_row(str(i), f"`{m(row.name)}`", m(row.category), _cycles(row.estimated_cycles), compute,
-                      fmt_time(int(row.hbm_ps)), fmt_time(transfer) if transfer else "-", pad, spills)
+                      fmt_time(int(row.flops_ps)) if row.flops_ps else "-", fmt_time(int(row.hbm_ps)),
+                      fmt_time(transfer) if transfer else "-", fmt_time(int(row.duration_ps)), pad, spills)
     console.print(table)
 
     console.print()
@@ -115,7 +114,7 @@ def render_static_terminal(report: StaticReport, console: Console, top: int = 20
         shown = report.collectives[:max_collectives]
         for c in shown:
             mode = c.mode + (f" ({c.thread})" if c.thread else "")
-            between = "-" if c.mode == "sync" else (f"{c.ops_between}" + (" (adjacent)" if c.ops_between == 0 else ""))
+            between = "-" if c.mode is CollectiveMode.SYNC else (f"{c.ops_between}" + (" (adjacent)" if c.ops_between == 0 else ""))
             ct.add_row(str(c.start_position), f"`{m(c.name)}`", m(c.family), mode, f"`{m(c.done)}`" if c.done else "-",
                        between, str(c.group_size or "-"), fmt_bytes(c.payload_bytes), fmt_time(c.modelled_ps))
         console.print(ct)

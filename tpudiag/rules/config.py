@@ -22,9 +22,12 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpudiag.errors import UsageError
+
+if TYPE_CHECKING:
+    from tpudiag.rules.base import Rule
 
 TOP_KEYS = ("select", "ignore", "rules")
 CONFIG_FILE = "tpudiag.toml"
@@ -38,7 +41,7 @@ class RulesConfig:
     source: str = ""  # the file it came from, "" for defaults
     warnings: tuple[str, ...] = ()  # config files skipped while searching (shown with the run's warnings)
 
-    def resolve(self) -> list[tuple[Any, Any]]:
+    def resolve(self) -> list[tuple[Rule, Any]]:
         """(rule, options) for every selected, non-ignored rule, in registry order."""
         from tpudiag.rules.registry import RULES
 

@@ -24,7 +24,7 @@ from tpudiag.model.hardware import ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import ProgramMemory
 from tpudiag.model.report import RuleSkip
-from tpudiag.rules.base import INPUTS, TABLES, Rule, RuleContext, RuleInput
+from tpudiag.rules.base import INPUTS, TABLES, RuleContext, RuleInput
 from tpudiag.rules.config import RulesConfig
 from tpudiag.rules.finishing import group_repeats, locate
 
@@ -147,7 +147,3 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
     findings = locate(grouped, analysis, compiled.programs)
     findings.sort(key=rank_key)  # the one ranking: the report and every renderer keep this order
     return findings, skipped
-
-
-def selected_rules(config: RulesConfig | None = None) -> list[Rule]:
-    return [rule for rule, _ in (config or RulesConfig()).resolve()]

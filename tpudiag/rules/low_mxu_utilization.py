@@ -79,6 +79,7 @@ Options
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +88,7 @@ import pandas as pd
 from tpudiag.analysis.custom_calls import derive_costs
 from tpudiag.analysis.limits import over_peak_names
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
+from tpudiag.model.llo import LloDump
 from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, op_math_from_text
 from tpudiag.model.units import fmt_pct
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, per_step_worst_core,
@@ -196,7 +198,7 @@ class OpMathIndex:
         return op_math_from_text(name, self.hlo_text.get(name, ""))
 
 
-def static_mxu_busy(dumps) -> dict[str, float]:
+def static_mxu_busy(dumps: Iterable[LloDump]) -> dict[str, float]:
     """Op name -> the compiler's static MXU busy fraction, from LLO dumps' per-op tables (`ops`)."""
     out: dict[str, float] = {}
     for dump in dumps:
@@ -207,11 +209,6 @@ def static_mxu_busy(dumps) -> dict[str, float]:
             if pd.notna(value):
                 out[name] = float(value)
     return out
-
-
-def llo_dumps(ctx: RuleContext) -> tuple:
-    """The LLO dumps this rule reads (the one place it reaches compiled inputs)."""
-    return ctx.compiled.llo
 
 
 def derived_sources(analysis) -> dict[str, str]:
@@ -269,7 +266,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                      ignore_index=True)
     maths = OpMathIndex(ctx.join, dict(zip(meta["name"], meta["hlo_text"].astype(str))))
     events = op_events(analysis, grouped["name"])
-    static_busy = static_mxu_busy(llo_dumps(ctx))
+    static_busy = static_mxu_busy(ctx.compiled.llo)
     spills = _spills(ctx, cand)
     candidates = []
     referred = []  # memory-bound matmuls already at their roofline target: memory-bound judges them

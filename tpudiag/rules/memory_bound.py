@@ -3,8 +3,9 @@
 What it does
 ------------
 Finds the ops whose achieved HBM bandwidth (HBM bytes over total time, as XProf computes it) is
-at least `near_roof` of the peak (collectives left out), and reports them together when they hold at least
-`min_time_share` of device time: HBM bytes per step, achieved against peak bandwidth, and their
+at least `near_roof` of the peak and at least their share of peak FLOP/s (an op using more of the
+MXU's peak than of HBM's is compute-bound; collectives left out), and reports them together when they
+hold at least `min_time_share` of device time: HBM bytes per step, achieved against peak bandwidth, and their
 operational intensity against the ridge point (peak FLOP/s / peak bandwidth). Such ops cannot go
 faster by retiling: only moving fewer bytes helps. For each op it models the levers: narrower
 weights (int8 or fp8) for matmuls, more rows per weight read (batch), and for other ops fusing
@@ -161,7 +162,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     grouped = grouped[(grouped["hbm_bytes"] > 0) & (grouped["total_time_ps"] > 0)]
     bw = grouped["hbm_bytes"] / (grouped["total_time_ps"] / 1e12)
     share = grouped["self_time_ps"] / total_core_ps if total_core_ps else grouped["self_time_ps"] * 0
-    roof = grouped[(bw / peak_bw >= options.near_roof) & (share >= options.min_op_share)]
+    peak_flops = device.peak_flops_per_s
+    flop_util = grouped["flops"] / (grouped["total_time_ps"] / 1e12) / peak_flops if peak_flops else 0.0
+    roof = grouped[(bw / peak_bw >= options.near_roof) & (bw / peak_bw >= flop_util)
+                   & (share >= options.min_op_share)]
     if roof.empty or roof["self_time_ps"].sum() / total_core_ps < options.min_time_share:
         return []
     roof = roof.sort_values(["self_time_ps", "name"], ascending=[False, True])
@@ -195,8 +199,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     else:
         above = n - len(physical)
         who = "it runs" if n == 1 else "they run" if above == n else f"{above} of them run"
-        rate = (f" (timed alone, {who} above the {fmt_bandwidth(peak_bw)} peak: an async transfer timed on its done, "
-                "see the warnings; no rate is stated)")
+        rate = (f" (timed alone, {who} above the {fmt_bandwidth(peak_bw)} peak, which no core reaches: the "
+                "warnings name the likely cause; no rate is stated)")
     message = (f"{what} on the HBM roof hold {fmt_pct(roof_share)} of device time: {fmt_bytes(bytes_step)} per step"
                f"{rate}, operational intensity {oi:.0f} FLOP/B" + (f" vs ridge {ridge:.0f}" if ridge else ""))
     evidence = []

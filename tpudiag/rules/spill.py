@@ -50,11 +50,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
+from tpudiag.model.llo import LloDump
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, StepBasis, Table, op_events,
                                 per_step_worst_core, step_basis)
@@ -91,7 +91,7 @@ def _na_int(value) -> int | None:
     return None if value is None or pd.isna(value) else int(value)
 
 
-def op_spills(dumps: Iterable[Any]) -> list[OpSpills]:
+def op_spills(dumps: Iterable[LloDump]) -> list[OpSpills]:
     """Per-op spill records from LLO dumps' per-op tables (`ops`: `name`, `spill_stores`,
     `spill_fills` and, when the dump has it, `bundles`; NA = the dump says nothing)."""
     out = []
@@ -103,11 +103,6 @@ def op_spills(dumps: Iterable[Any]) -> list[OpSpills]:
         out.extend(OpSpills(str(n), _na_int(s) or 0, _na_int(f) or 0, _na_int(b) or None)
                    for n, s, f, b in zip(df["name"], df["spill_stores"], df["spill_fills"], bundles))
     return out
-
-
-def llo_dumps(ctx: RuleContext) -> tuple[Any, ...]:
-    """The LLO dumps this rule reads (the one place it reaches compiled inputs)."""
-    return ctx.compiled.llo
 
 
 def _runs_inside(ctx: RuleContext, ops: set[str], traced: set[str]) -> dict[str, str]:
@@ -124,7 +119,7 @@ def _runs_inside(ctx: RuleContext, ops: set[str], traced: set[str]) -> dict[str,
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
-    records = [r for r in op_spills(llo_dumps(ctx)) if r.spills + r.fills >= options.min_spills]
+    records = [r for r in op_spills(ctx.compiled.llo) if r.spills + r.fills >= options.min_spills]
     if not records:
         return []
     # Without a timeline (an LLO dump of unknown generation) spills are still counted; the saving

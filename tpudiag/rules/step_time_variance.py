@@ -61,7 +61,7 @@ import pandas as pd
 
 from tpudiag.analysis.profile_analysis import per_step_times
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
-from tpudiag.model.units import fmt_pct, fmt_time
+from tpudiag.model.units import fmt_time
 from tpudiag.rules.base import Rule, RuleContext, RuleInput, SeverityScale, Table
 
 CODE = "TPD108"

@@ -19,20 +19,14 @@ from tpudiag.model.memory import MemoryReport
 from tpudiag.model.report import OpRow, Report
 from tpudiag.model.text import printable
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
-from tpudiag.render.markdown import cell, code, document, prose, text
+from tpudiag.render.markdown import code, document, prose, table, text
 from tpudiag.writers.files import check_not_input
 
 
-def _cell(value: object) -> str:
-    # Every cell is input-derived or harmless: escaped as markdown prose (no HTML, links or images
-    # from an op name), then its pipes for the table.
-    return cell(text(value))
-
-
 def _table(header: list[str], rows: list[list[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    # Every cell is input-derived or harmless: escaped as markdown prose (no HTML, links or images
+    # from an op name); the report's table writer escapes its pipes.
+    return "\n".join(table(header, [[text(c) for c in row] for row in rows]))
 
 
 def memory_md(memory: MemoryReport) -> str:

@@ -255,9 +255,6 @@ class FindingsView(Horizontal):
 
 # -- ops --------------------------------------------------------------------------------------------
 
-_ALL = "__all__"
-
-
 class OpsView(Vertical):
     BINDINGS = _bindings(keys.OPS[:3])  # enter is the table's own row selection
 
