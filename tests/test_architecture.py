@@ -22,10 +22,12 @@ LAYERS = {
     "errors": 0, "arguments": 0, "proto": 0, "model": 0, "version": 0, "examples_data": 0,
     "parsers": 1, "writers": 1,
     "analysis": 2, "compiler": 2,
-    "rules": 3, "render": 3, "kernels_lab": 3,
+    "rules": 3, "render": 3,
     "report_builder": 3,  # analysis, findings and the join -> the `Report`; every warning gathered once
+    "inputs": 3.5,  # the pipeline's first stage: read every input once, decide the chip once
     "pipeline": 4,
     "profiling": 4.2,  # `tpudiag.profile()`: traces with jax.profiler, then calls the pipeline's `diagnose`
+    "kernels_lab": 4.2,  # Pallas reproductions of a diagnosis's ops (`spec_from_diagnosis`)
     "whatif": 4.2,  # deviceless compiles of flag variants, compared through the pipeline
     "gate": 4.2,  # the CI gate's policy (`tpudiag check`): a verdict from `diagnose` / `compare`
     "__init__": 4.5,  # the package root re-exports the pipeline's `diagnose` and `compare`, lazily

@@ -105,3 +105,59 @@ def test_a_capture_keeps_its_chip_and_says_the_user_chip_was_ignored():
     assert "--chip v5e ignored: the capture ran on v6e" in d.warnings
     # near miss: the same chip as the capture's is no warning
     assert not any("--chip" in w for w in tpudiag.diagnose(CAPTURE_V6E, chip="v6e").warnings)
+
+
+# What each source's wording is in the header and the warnings. A header or a warning that uses
+# another source's wording than the chip's own contradicts where the chip came from.
+CLAIMS = {ChipSource.LLO: "inferred from the LLO dump", ChipSource.USER: "from --chip",
+          ChipSource.TRACE: "ran on"}
+XLA_V5E = REPO / "examples" / "models" / "dumps" / "transformer_train_v5e" / "xla"
+COMPILE_V5E = REPO / "examples" / "models" / "dumps" / "transformer_train_v5e"
+
+
+@pytest.fixture
+def untargeted_xla(tmp_path):
+    """The v5e XLA dump without `target_arguments.txt`: nothing in it names the chip."""
+    dump = tmp_path / "xla"
+    shutil.copytree(XLA_V5E, dump)
+    for target in dump.glob("*target_arguments.txt"):
+        target.unlink()
+    return dump
+
+
+# (input, --chip, the chip's source, its generation, what the header says of it)
+PROVENANCE_CASES = {
+    "llo dump": (lambda f: LLO_V5E, None, ChipSource.LLO, "v5e", "for v5e (inferred from the LLO dump"),
+    "llo dump, same --chip": (lambda f: LLO_V5E, "v5e", ChipSource.LLO, "v5e", "for v5e (inferred from the LLO dump"),
+    "llo dump, other --chip": (lambda f: LLO_V5E, "v6e", ChipSource.LLO, "v5e", "for v5e (inferred from the LLO dump"),
+    "unnamed llo dump, --chip": (lambda f: f["unnamed_llo"], "v5e", ChipSource.USER, "v5e", "for v5e (from --chip"),
+    "xla dump, other --chip": (lambda f: XLA_V5E, "v6e", ChipSource.DUMP, "v5e", "for v5e (TPU_VERSION_VIPERFISH lite"),
+    "untargeted xla dump, --chip": (lambda f: f["untargeted_xla"], "v6e", ChipSource.USER, "v6e", "for v6e (from --chip"),
+    "compile output, other --chip": (lambda f: COMPILE_V5E, "v6e", ChipSource.DUMP, "v5e", "for v5e:2x2 (TPU v5 lite"),
+    "capture, other --chip": (lambda f: CAPTURE_V6E, "v5e", ChipSource.TRACE, "v6e", "Device: TPU v6 Lite (v6e)"),
+    "capture": (lambda f: CAPTURE_V6E, None, ChipSource.TRACE, "v6e", "Device: TPU v6 Lite (v6e)"),
+}
+
+
+@pytest.mark.parametrize("case", list(PROVENANCE_CASES))
+def test_the_header_and_the_warnings_agree_on_where_the_chip_came_from(case, capsys, unnamed_llo, untargeted_xla):
+    from tpudiag.cli.outputs import emit
+
+    make_path, chip, source, generation, said = PROVENANCE_CASES[case]
+    d = tpudiag.diagnose(make_path({"unnamed_llo": unnamed_llo, "untargeted_xla": untargeted_xla}), chip=chip)
+    assert (d.chip.source, d.chip.spec.generation) == (source, generation)
+    assert d.compiled.chip is d.chip.spec  # what the join and the rules were given
+    capsys.readouterr()
+    emit(d, "terminal", None)
+    header = "\n".join(capsys.readouterr().out.splitlines()[:3])
+    assert said in header
+    chip_warnings = [w for w in d.warnings if "--chip" in w or "TPU generation" in w]
+    for other, wording in CLAIMS.items():
+        if other is not source:  # near miss: no line claims another source than the chip's own
+            assert wording not in header and not any(wording in w for w in chip_warnings), (other, chip_warnings)
+    if chip is not None and chip != generation:  # the ignored --chip is said, against the same chip
+        assert any(w.startswith(f"--chip {chip} ignored") and w.endswith(generation) for w in chip_warnings)
+    if source is ChipSource.USER:
+        assert f"TPU generation {generation} from --chip: the dump does not name it" in chip_warnings
+    elif chip == generation or chip is None:
+        assert not any("--chip" in w for w in chip_warnings)

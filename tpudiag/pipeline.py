@@ -1,4 +1,4 @@
-"""The one diagnosis pipeline: input -> analysis -> compiled join -> rules -> report.
+"""The one diagnosis pipeline: read (`tpudiag.inputs`) -> analyse -> join -> rules -> report.
 
 `diagnose()` is what every command (`report`, `diff`, `check`, `tui`, `lab`) and a notebook call;
 `compare()` runs it on two inputs for `diff` and `check`. Inputs:
@@ -11,13 +11,14 @@
   TPU generation is unknown (no target file, no `chip=`), no timeline can be modelled: the rules
   that need only the dumps (spills) still run and the others are skipped with the reason.
 
-Warnings are gathered once, into the report (`tpudiag.report_builder`), so every command shows the
-same ones for the same inputs.
+Each stage returns a frozen value: `Inputs` (every file read once, the chip decided once),
+`Analysed` (measured, or modelled in memory in static mode), `JoinResult`, the findings and the
+`Report`. Warnings are gathered once, into the report (`tpudiag.report_builder`), so every command
+shows the same ones for the same inputs.
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,8 +32,9 @@ from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding
 from tpudiag.model.allocator import HostMemoryTimeline
-from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec, decide_chip
-from tpudiag.model.inputs import CompiledInputs, HloInput
+from tpudiag.inputs import READING, Inputs, load_dumps, read_inputs
+from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec
+from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import MemoryReport, OomError
 from tpudiag.model.report import Mode, Report, RuleSkip
 from tpudiag.report_builder import build_report, dump_only_report
@@ -42,7 +44,7 @@ if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the com
     from tpudiag.analysis.diff import NoiseOptions
     from tpudiag.compiler.static_report import StaticReport
 
-STAGES = ("reading host files", "analysing steps and ops", "running the rules", "building the report")
+STAGES = (READING, "analysing steps and ops", "running the rules", "building the report")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Diagnosis:
     report: Report
     static: StaticReport | None = None
     chip: ChipChoice = ChipChoice(None, ChipSource.UNKNOWN)  # the one chip every stage used, and its source
+    inputs: Inputs | None = None  # what was read (`tpudiag.inputs`), once
 
     def ops_frame(self) -> pd.DataFrame:
         """One row per op (as the report lists them, slowest first), compiled facts included."""
@@ -119,55 +122,12 @@ def parse_chip(chip: str | ChipSpec | None) -> ChipSpec | None:
     return arguments.check_chip(chip)
 
 
-def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
-    """LLO dumps (`--xla_jf_dump_to`) and XLA dumps (`--xla_dump_to`) from directories; a `tpudiag
-    compile` output directory gives both (its `llo/`, `static_profile/` and `xla/`). A directory
-    holding neither is an input error naming it."""
-    from tpudiag.compiler.dump_dir import dump_parts, generation_for_target, llo_for_programs
-    from tpudiag.parsers.hlo_text import load_hlo_dump
-    from tpudiag.parsers.llo.load import load_llo_dump
-
-    llo, hlo, labels, warnings = [], [], [], []
-    for path in paths:
-        path = Path(path)
-        found, causes = [], []
-        parts = dump_parts(path)
-        dump = None
-        try:
-            dump = load_hlo_dump(parts.xla)
-            hlo.extend(HloInput(p, str(dump.path), generation_for_target(p.target)) for p in dump.programs)
-            warnings.extend([*dump.warnings, *(w for p in dump.programs for w in p.warnings)])
-        except InputError as exc:
-            causes.append(f"XLA: {exc.message}")
-        try:
-            llo.append(load_llo_dump(parts.llo, static_profile_dir=parts.static_profile))
-            if dump is not None:  # the compile the XLA dump is about, when the directory has several
-                llo[-1] = llo_for_programs(parts, llo[-1], dump.programs)
-            found.append("LLO")
-            warnings.extend(llo[-1].warnings)
-        except InputError as exc:
-            causes.insert(0, f"LLO: {exc.message}")
-        if dump is not None:
-            found.append("XLA")
-        if not found:  # both causes: a damaged dump must say what is damaged, not only "not a dump"
-            raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`) ("
-                             + "; ".join(causes) + ")",
-                             path=path, hint="pass the directory the compiler wrote its dump files to")
-        labels.append(f"{path} ({' + '.join(found)})")
-    return CompiledInputs(llo=tuple(llo), hlo=tuple(hlo), labels=tuple(labels),
-                          warnings=tuple(dict.fromkeys(warnings)))
-
-
 def _hlo_sources(compiled: CompiledInputs) -> list[HloSource]:
     """The join's sources: dump programs first (their bytes win), then the capture's own."""
     from tpudiag.parsers.hlo_program import instruction_bytes
 
     return [HloSource(h.program, instruction_bytes(h.program), h.origin, h.generation)
             for h in (*compiled.hlo, *compiled.embedded)]
-
-
-def _join(analysis: Analysis, compiled: CompiledInputs, chip: ChipSpec | None) -> JoinResult:
-    return join_compiled(analysis.ops, _hlo_sources(compiled), compiled.llo, chip=chip)
 
 
 def _rules_config(path: Path | None, config, select, ignore):
@@ -213,9 +173,9 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     Raises the project's errors (`tpudiag.errors`) for unreadable inputs and bad options: an
     argument of the wrong type or value is a `UsageError` naming it (`tpudiag.arguments`).
     """
-    from tpudiag.compiler.dump_dir import is_dump_directory, is_hlo_text_file
     from tpudiag.examples_data import bundled_capture, bundled_dumps
     from tpudiag.parsers.capture import HostUrl, as_location
+    from tpudiag.rules import run_rules
 
     path, dumps = arguments.check_path(path), arguments.check_dumps(dumps)  # UsageError for a wrong type/value
     jobs, progress = arguments.check_jobs(jobs), arguments.check_progress(progress)
@@ -228,12 +188,21 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     chip_spec = parse_chip(chip)
     oom_errors = parse_error_text(error)
     rules_config = _rules_config(None if remote else path, config, _as_list(select), _as_list(ignore))
-    if not remote and (is_dump_directory(path) or is_hlo_text_file(path)):
-        if dumps:
-            raise UsageError("`--dumps` joins compiled programs to a trace, and PATH is a compiler dump directory",
-                             path=path, hint="pass the capture as PATH and the dumps with --dumps")
-        return _diagnose_static(path, rules_config, chip_spec, clock_ghz, progress, oom_errors)
-    return _diagnose_trace(path, dumps, rules_config, chip_spec, jobs, progress, scheduler, oom_errors)
+    inputs = read_inputs(path, dumps, chip_spec, oom_errors=oom_errors, jobs=jobs, progress=progress,
+                         scheduler=scheduler)
+    _stage(progress, 1)
+    analysed = _analyse(inputs, clock_ghz)
+    join = _join(analysed.analysis, inputs.compiled, inputs.chip)
+    _stage(progress, 2)
+    memory = _memory(inputs)
+    findings, skipped = run_rules(analysed.analysis, rules_config, inputs.compiled, join=join,
+                                  static=inputs.mode is Mode.STATIC, memory=memory)
+    _stage(progress, 3)
+    report = _report(inputs, analysed, join, findings, tuple(skipped), memory, rules_config.warnings)
+    return Diagnosis(input_path=inputs.path, mode=inputs.mode, analysis=analysed.analysis,
+                     compiled=inputs.compiled, join=join, findings=report.findings, skipped=tuple(skipped),
+                     warnings=report.warnings, report=report, static=analysed.static, chip=inputs.chip,
+                     inputs=inputs)
 
 
 def parse_error_text(error: str | None) -> tuple[OomError, ...]:
@@ -254,114 +223,69 @@ def _stage(progress: Callable[[str], None] | None, i: int) -> None:
         progress(STAGES[i])
 
 
-def _diagnose_trace(path, dumps: list[Path], rules_config, chip: ChipSpec | None, jobs: int | None,
-                    progress: Callable[[str], None] | None, scheduler=None,
-                    oom_errors: tuple[OomError, ...] = ()) -> Diagnosis:
-    from tpudiag.analysis.host_digest import StepFold, parse_and_digest
-    from tpudiag.parsers.capture import find_capture, load_capture
-    from tpudiag.parsers.dask_hosts import check_scheduler
-    from tpudiag.parsers.hlo_proto import capture_hlo_inputs
-    from tpudiag.rules import run_rules
+@dataclass(frozen=True)
+class Analysed:
+    """The analysis stage's value: the capture's analysis, measured, or in static mode the one of
+    the program's modelled timeline and its static report; `warnings` lead the report's own."""
 
-    find_capture(path)  # fail fast with the precise input error, before parsing any dump
-    check_scheduler(scheduler)  # likewise for an address that is not a Dask scheduler
-    loaded = load_dumps(dumps)
-    _stage(progress, 0)
-    # Each host is digested where it is parsed, and its per-step tables are folded into the
-    # capture's as it arrives: the driver holds small per-host digests and one fold, no events.
-    fold = StepFold()
-    profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler,
-                           per_host=parse_and_digest, on_host=fold.add)
-    _stage(progress, 1)
-    analysis = analyze(profile, per_step=fold.result())
-    hosts = profile.hosts
-    choice = decide_chip(trace=hosts[0].device.chip if hosts else None, user=chip, what="capture")
-    compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors)
-    join = _join(analysis, compiled, choice.spec)
-    analysis.join = join  # compiled facts per op, for the rules and the report
-    _stage(progress, 2)
-    memory = _memory(compiled)
-    findings, skipped = run_rules(analysis, rules_config, compiled, join=join, memory=memory)
-    _stage(progress, 3)
-    # The chip's warnings, then what reading `--dumps` set aside, after the capture's own.
-    report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels, join=join,
-                          extra_warnings=(*choice.warnings, *compiled.warnings),
-                          config_warnings=rules_config.warnings)
-    report = replace(report, memory=memory)
-    return Diagnosis(input_path=str(path), mode=Mode.TRACE, analysis=analysis, compiled=compiled, join=join,
-                     findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
-                     chip=choice)
+    analysis: Analysis | None  # None: static mode with no timeline (`Inputs.no_timeline`)
+    static: StaticReport | None
+    warnings: tuple[str, ...]
 
 
-def _diagnose_static(path: Path, rules_config, chip: ChipSpec | None, clock_ghz: float | None,
-                     progress: Callable[[str], None] | None, oom_errors: tuple[OomError, ...] = ()) -> Diagnosis:
-    """Compiler dumps alone: a modelled timeline from the compiler's estimate when the generation is
-    known, the dump-only rules otherwise. Exit 2 (InputError) only when nothing can be read."""
-    from tpudiag.compiler.dump_dir import dump_chip, load_dump_directory
+def _analyse(inputs: Inputs, clock_ghz: float | None) -> Analysed:
+    if inputs.capture is not None:
+        return Analysed(analyze(inputs.capture, per_step=inputs.per_step), None, inputs.warnings)
+    if inputs.program is None:
+        return Analysed(None, None, inputs.warnings)
     from tpudiag.compiler.static_report import build_static_report
-    from tpudiag.rules import run_rules
 
-    _stage(progress, 0)
-    compiled = load_dumps([path])
-    warnings: list[str] = []  # what the report shows after the modelled capture's own warnings
-    output = static = analysis = join = None
-    try:
-        output = load_dump_directory(path, chip=chip)
-    except InputError as exc:
-        if not compiled.llo and not compiled.hlo:
-            raise
-        warnings.append(f"no modelled timeline: {exc.message}; rules that need it are skipped"
-                        + (f" (hint: {exc.hint})" if exc.hint else ""))
-    if output is not None:
-        choice = output.chip  # its warnings are the output's, shown with the static report's
-        static = build_static_report(output, clock_ghz=clock_ghz)
-        warnings.extend(static.warnings)
-        _stage(progress, 1)
-        analysis = _modelled_analysis(output, path, clock_ghz)
-        join = _join(analysis, compiled, choice.spec)
-        analysis.join = join
-    else:
-        target = compiled.hlo[0].program.target if compiled.hlo else ""
-        choice = dump_chip(target, compiled.llo[0] if compiled.llo else None, chip)
-        warnings.extend(choice.warnings)
-        warnings.extend(w for dump in compiled.llo for w in dump.warnings)
-    compiled = replace(compiled, chip=choice.spec, oom_errors=oom_errors)
-    _stage(progress, 2)
-    memory = _memory(compiled)
-    findings, skipped = run_rules(analysis, rules_config, compiled, join=join, static=True, memory=memory)
-    _stage(progress, 3)
-    if analysis is not None:
-        report = build_report(analysis, tuple(findings), rules_skipped=tuple(skipped), dumps=compiled.labels,
-                              join=join, extra_warnings=warnings, config_warnings=rules_config.warnings)
-        report = replace(report, summary=replace(report.summary, input_path=str(path), mode=Mode.STATIC))
-    else:
-        report = dump_only_report(path, compiled, findings, skipped, warnings, rules_config.warnings)
-    report = replace(report, memory=memory)
-    return Diagnosis(input_path=str(path), mode=Mode.STATIC, analysis=analysis, compiled=compiled, join=join,
-                     findings=report.findings, skipped=tuple(skipped), warnings=report.warnings, report=report,
-                     static=static, chip=choice)
+    static = build_static_report(inputs.program, clock_ghz=clock_ghz)
+    return Analysed(_modelled_analysis(inputs, clock_ghz), static, (*inputs.warnings, *static.warnings))
 
 
-def _memory(compiled: CompiledInputs) -> tuple:
-    """The device memory of the compiled programs, for the memory rules and the report's memory section."""
+def _modelled_analysis(inputs: Inputs, clock_ghz: float | None) -> Analysis:
+    """The compiled program on a modelled timeline (`tpudiag simulate`, kept in memory), analysed
+    like a capture."""
+    from tpudiag.compiler.simulate import RUN_NAME, simulate_in_memory
+    from tpudiag.parsers.capture import profile_from_xspace
+
+    modelled = simulate_in_memory(inputs.program, clock_ghz=clock_ghz, roofline_without_clock=True)
+    return analyze(profile_from_xspace(modelled.xspace, inputs.path, RUN_NAME))
+
+
+def _join(analysis: Analysis | None, compiled: CompiledInputs, choice: ChipChoice) -> JoinResult | None:
+    """The compiled facts of each op (None without a timeline), set on the analysis too, since the
+    rules and the report read them there."""
+    if analysis is None:
+        return None
+    analysis.join = join_compiled(analysis.ops, _hlo_sources(compiled), compiled.llo, chip=choice.spec,
+                                  chip_source=choice.source)
+    return analysis.join
+
+
+def _memory(inputs: Inputs) -> tuple:
+    """The device memory of the compiled programs, for the memory rules and the report's memory
+    section. A compile output read as the modelled program is not read again."""
     from tpudiag.compiler.memory import program_memories
 
-    return program_memories(compiled, compiled.oom_errors)
+    program = inputs.program
+    outputs = {program.path: program} if program is not None and not program.bare else {}
+    return program_memories(inputs.compiled, inputs.compiled.oom_errors, outputs=outputs)
 
 
-def _modelled_analysis(output, path: Path, clock_ghz: float | None) -> Analysis:
-    """The compiled program on a modelled timeline (`tpudiag simulate`), analysed like a capture."""
-    from tpudiag.compiler.simulate import simulate
-    from tpudiag.parsers.capture import load_capture
-
-    with tempfile.TemporaryDirectory(prefix="tpudiag-static-") as tmp:
-        simulate(output, Path(tmp), clock_ghz=clock_ghz, roofline_without_clock=True)
-        profile = load_capture(Path(tmp), jobs=1)
-    profile.input_path = str(path)  # the temporary capture is gone; name what the user gave
-    for host in profile.hosts:
-        host.path = str(path)
-    profile.modelled = True
-    return analyze(profile)
+def _report(inputs: Inputs, analysed: Analysed, join: JoinResult | None, findings, skipped: tuple[RuleSkip, ...],
+            memory: tuple, config_warnings: Sequence[str]) -> Report:
+    """The report stage: every warning joins the report's one list here (`report_builder`)."""
+    if analysed.analysis is None:
+        report = dump_only_report(Path(inputs.path), inputs.compiled, findings, skipped, analysed.warnings,
+                                  config_warnings)
+    else:
+        report = build_report(analysed.analysis, tuple(findings), rules_skipped=skipped, dumps=inputs.compiled.labels,
+                              join=join, extra_warnings=analysed.warnings, config_warnings=config_warnings)
+        if inputs.mode is Mode.STATIC:
+            report = replace(report, summary=replace(report.summary, input_path=inputs.path, mode=Mode.STATIC))
+    return replace(report, memory=memory)
 
 
 def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | str] = (),

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from tpudiag.analysis.join import CAPTURE_ORIGIN, JOINED, HloSource, JoinOptions, join_compiled
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.model import schemas
+from tpudiag.model.hardware import ChipSource
 from tpudiag.parsers.capture import load_capture
 from tpudiag.parsers.hlo_program import instruction_bytes
 from tpudiag.parsers.hlo_proto import parse_hlo_proto
@@ -324,6 +325,10 @@ def test_a_dump_for_another_generation_is_refused_even_when_every_name_agrees():
     assert r.dump_matched == 0 and r.hlo_matched == 0
     assert any(f"`{xla}` was compiled for v6e, the trace ran on v5e" in w for w in r.warnings)
     assert any(f"`{llo.path}` was compiled for v6e" in w for w in r.warnings)  # llo/ beside xla/
+    # a chip that --chip (or a dump) gave is not one the trace ran on: the warning says where it came from
+    told = join_compiled(analysis.ops, sources, [llo], chip=chip, chip_source=ChipSource.USER)
+    assert any(f"`{xla}` was compiled for v6e, the chip is v5e (from --chip)" in w for w in told.warnings)
+    assert not any("the trace ran on" in w for w in told.warnings)
 
 
 def test_an_llo_dump_with_more_mxus_than_the_chip_is_refused():
@@ -333,7 +338,7 @@ def test_an_llo_dump_with_more_mxus_than_the_chip_is_refused():
     llo = _llo("pallas_matmul_v5e")  # v5e: MXU_0..MXU_3 in its bundle profile
     r = join_compiled(analysis.ops, (), [llo], chip=chip)
     assert r.llo_matched == 0
-    assert any("compiled for 4+ MXUs per core, the trace's v6e has 2" in w for w in r.warnings)
+    assert any("compiled for 4+ MXUs per core, the trace ran on v6e, which has 2" in w for w in r.warnings)
     assert join_compiled(analysis.ops, (), [_llo("pallas_matmul_v6e")], chip=chip).llo_matched == 1
 
 

@@ -18,6 +18,8 @@ import pytest
 jax = pytest.importorskip("jax", reason="the kernels lab needs jax (the tpu extra)")
 
 from tpudiag.kernels_lab import elementwise, harness, matmul, reduction, transpose  # noqa: E402
+from tpudiag.kernels_lab.problems import matmul as matmul_problem  # noqa: E402
+from tpudiag.kernels_lab.problems import reduction as reduction_problem  # noqa: E402
 
 VMEM = 128 << 20
 
@@ -40,7 +42,7 @@ def test_matmul_matches_reference(shape, dtype, blocks):
     assert result["grid"] == list(matmul.BlockSizes(*blocks).grid(p))
 
 
-@pytest.mark.parametrize(("activation", "bias"), list(itertools.product(matmul.ACTIVATIONS, [False, True])))
+@pytest.mark.parametrize(("activation", "bias"), list(itertools.product(matmul_problem.ACTIVATIONS, [False, True])))
 def test_matmul_epilogues_match_reference(activation, bias):
     # bf16 in, f32 out: the epilogue's convert is part of what is checked
     p = matmul.Problem(128, 256, 256, "bfloat16", "float32", bias=bias, activation=activation)
@@ -48,7 +50,7 @@ def test_matmul_epilogues_match_reference(activation, bias):
 
 
 @pytest.mark.parametrize(("op", "dtype", "block_rows"),
-                         list(itertools.product(reduction.OPS, ["float32", "bfloat16"], [16, 40])))
+                         list(itertools.product(reduction_problem.OPS, ["float32", "bfloat16"], [16, 40])))
 def test_reduction_matches_reference(op, dtype, block_rows):
     # 100 rows: 16-row blocks leave a partial last block; cols 200 is a full, unaligned minor dim
     p = reduction.Problem(100, 200, op=op, dtype=dtype, out_dtype=dtype)

@@ -162,14 +162,13 @@ MODELS = Path(__file__).resolve().parents[2] / "examples" / "models" / "captures
 def test_compute_coverage_of_the_bundled_compiled_examples(example):
     """The issue's goal: the lab reproduces at least 90 % of compute self time on each bundled
     compiled example, and every collective family in it (collective time is counted apart)."""
-    from tpudiag.analysis.profile_analysis import analyze
     from tpudiag.kernels_lab.spec import coverage, survey
-    from tpudiag.parsers.capture import load_capture
+    from tpudiag.pipeline import diagnose
 
     path = MODELS / example
     if not path.exists():
         pytest.skip("the bundled example is not in this checkout")
-    cov = coverage(survey(analyze(load_capture(path)), path))
+    cov = coverage(survey(diagnose(path)))
     assert cov.compute_share >= 0.90, cov
     assert cov.collective_ps > 0 and cov.collective_share >= 0.9, cov
     assert cov.collective_families_reproducible == cov.collective_families, cov

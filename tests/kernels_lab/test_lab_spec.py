@@ -7,15 +7,24 @@ from pathlib import Path
 import pytest
 
 from tpudiag.errors import UsageError
-from tpudiag.kernels_lab.spec import NotReproducible, infer, parse_array, spec_from_analysis
+from tpudiag.kernels_lab import op_text
+from tpudiag.kernels_lab.problems import PROBLEMS
+from tpudiag.kernels_lab.spec import NotReproducible, infer, spec_from_diagnosis
+from tpudiag.model.hlo_shapes import operand_shapes, parse_array
+from tpudiag.parsers.hlo_text import load_hlo_text, parse_hlo_text
 from tpudiag.pipeline import diagnose
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "captures" / "train_v6e_4chip"
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
 
 
-def extract_spec(capture: Path, op: str, **kw):
-    """The op's spec as `tpudiag lab extract` makes it: the capture through `diagnose`."""
-    return spec_from_analysis(diagnose(capture).analysis, capture, op, **kw)
+def extract_spec(capture: Path, op: str, dump: Path | None = None, **kw):
+    """The op's spec as `tpudiag lab extract` makes it: the capture and its dump through `diagnose`."""
+    return spec_from_diagnosis(diagnose(capture, dumps=(dump,) if dump is not None else ()), op, **kw)
+
+
+def _no_shape(_name: str) -> str:
+    return ""
 
 
 def _infer(**kw):
@@ -42,7 +51,7 @@ def _infer(**kw):
 ])
 def test_example_ops_infer_family_and_problem(op, family, problem):
     spec = extract_spec(EXAMPLE, op)
-    assert (spec.family, spec.problem) == (family, problem)
+    assert (spec.family, spec.problem) == (family, PROBLEMS[family](**problem))
     assert spec.topology == "v6e:2x2" and spec.generation == "v6e" and spec.clock_hz is None
     assert spec.measured_time_ps > 0 and spec.occurrences > 0
     assert spec.run_problem == spec.problem  # no --scale-down
@@ -58,10 +67,10 @@ def test_example_ops_infer_family_and_problem(op, family, problem):
 ])
 def test_example_collectives_map_to_the_collective_family(op, problem):
     spec = extract_spec(EXAMPLE, op)
-    assert (spec.family, spec.problem) == ("collective", problem)
+    assert (spec.family, spec.problem) == ("collective", PROBLEMS["collective"](**problem))
     assert any("ring of 4 devices assumed" in b for b in spec.basis)
     # the CPU run is capped (the interpreter hangs on big rings on a small machine) and says so
-    assert spec.run_problem["rows"] * spec.run_problem["cols"] * 4 * 4 <= 32 << 10
+    assert spec.run_problem.rows * spec.run_problem.cols * 4 * 4 <= 32 << 10
     assert any("capped" in n for n in spec.notes)
 
 
@@ -81,9 +90,9 @@ def test_capture_without_device_ops_says_so():
 
 def test_scale_down_keeps_alignment_classes():
     spec = extract_spec(EXAMPLE, "fusion.8", scale_down=16)
-    assert spec.run_problem["m"] == 512 and spec.run_problem["k"] == 256
-    assert spec.run_problem["n"] == 3142 and spec.run_problem["n"] % 128  # still ragged
-    assert spec.problem["n"] == 50257
+    assert spec.run_problem.m == 512 and spec.run_problem.k == 256
+    assert spec.run_problem.n == 3142 and spec.run_problem.n % 128  # still ragged
+    assert spec.problem.n == 50257
 
 
 def test_dot_with_operands_gives_k_and_input_dtype():
@@ -133,29 +142,39 @@ def test_elementwise_inputs_from_operands_and_body_activation():
     assert family == "elementwise" and p["n_inputs"] == 3 and p["activation"] == "gelu"
 
 
-def test_dump_supplies_operands_and_epilogue(tmp_path):
-    """A dump's HLO gives the op's operands (K from them, not from flops) and its fused body."""
-    from tpudiag.kernels_lab.spec import find_in_dump
-
-    (tmp_path / "module_0001.jit_step.after_optimizations.txt").write_text(
+def test_program_supplies_operands_and_epilogue():
+    """A dump's program gives the op's fused body (its epilogue) and its operands (K from them)."""
+    program = parse_hlo_text(
         "HloModule jit_step\n\n"
         "%fused_computation.2 (p0: bf16[64,128], p1: bf16[128,256], p2: bf16[256]) -> bf16[64,256] {\n"
-        "  %dot.1 = f32[64,256]{1,0} dot(bf16[64,128]{1,0} %p0, bf16[128,256]{1,0} %p1)\n"
+        "  %p0 = bf16[64,128]{1,0} parameter(0)\n"
+        "  %p1 = bf16[128,256]{1,0} parameter(1)\n"
+        "  %p2 = bf16[256]{0} parameter(2)\n"
+        "  %dot.1 = f32[64,256]{1,0} dot(bf16[64,128]{1,0} %p0, bf16[128,256]{1,0} %p1), "
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+        "  %c = f32[256]{0} convert(bf16[256]{0} %p2)\n"
         "  %broadcast.1 = f32[64,256]{1,0} broadcast(f32[256]{0} %c), dimensions={1}\n"
         "  %add.1 = f32[64,256]{1,0} add(f32[64,256]{1,0} %dot.1, f32[64,256]{1,0} %broadcast.1)\n"
         "  %logistic.1 = f32[64,256]{1,0} logistic(f32[64,256]{1,0} %add.1)\n"
         "  ROOT %convert.1 = bf16[64,256]{1,0} convert(f32[64,256]{1,0} %logistic.1)\n"
         "}\n\n"
-        "ENTRY %main {\n"
+        "ENTRY %main (a: bf16[64,128], b: bf16[128,256], c: bf16[256]) -> bf16[64,256] {\n"
+        "  %a = bf16[64,128]{1,0} parameter(0)\n"
+        "  %b = bf16[128,256]{1,0} parameter(1)\n"
+        "  %c = bf16[256]{0} parameter(2)\n"
         "  ROOT %fusion.2 = bf16[64,256]{1,0:T(8,128)(2,1)} fusion(bf16[64,128]{1,0} %a, bf16[128,256]{1,0} %b, "
-        "bf16[256]{0} %c), kind=kOutput, calls=%fused_computation.2\n"
+        "bf16[256]{0} %c), kind=kOutput, calls=%fused_computation.2, metadata={op_name=\"x\"}\n"
         "}\n")
-    line, body = find_in_dump(tmp_path, "fusion.2")
-    assert line.startswith("ROOT %fusion.2 = bf16[64,256]") and "logistic" in body
+    text = op_text.from_program(program, "fusion.2", _no_shape)
+    assert text.line == ("ROOT %fusion.2 = bf16[64,256]{1,0:T(8,128)(2,1)} fusion(%a, %b, %c), kind=kOutput, "
+                         "calls=%fused_computation.2")  # metadata is not printed back
+    assert "logistic(%add.1)" in text.body and text.operands_from == "the fused computation's parameters"
+    assert [str(a) for a in text.operands] == ["bf16[64,128]", "bf16[128,256]", "bf16[256]"]
     family, p, basis = _infer(name="fusion.2", category="convolution fusion", shape_with_layout="bf16[64,256]{1,0}",
-                              hlo_text=line, body=body)
+                              hlo_text=text.line, body=text.body, operands=list(text.operands),
+                              operands_from=text.operands_from)
     assert family == "matmul" and p["k"] == 128 and p["bias"] and p["activation"] == "silu"
-    assert find_in_dump(tmp_path, "fusion.3") == ("", "")
+    assert op_text.from_program(program, "fusion.3", _no_shape) is None
 
 
 def test_parse_array():
@@ -169,37 +188,47 @@ def test_real_v5e_dump_fusion_is_a_matmul_with_k_from_flops():
     """`fusion.1` of the committed v5e MLP dump: operands by name only, a transposed convolution
     (dim_labels=fb_io->bf) in its body. K comes from the FLOP count, not from the first parameter
     (bf16[1024,512], the weight being updated), and the body's parameter shapes give the dtype."""
-    from tpudiag.kernels_lab.spec import find_in_dump, parameter_shapes
-
     dump = Path(__file__).resolve().parents[1] / "fixtures" / "dumps" / "v5e_mlp_train"
-    line, body = find_in_dump(dump, "fusion.1")
-    assert line.startswith("%fusion.1 = bf16[1024,512]") and "convolution(" in body
-    assert [a.text for a in parameter_shapes(body)] == ["bf16[1024,512]", "bf16[256,1024]"]
+    program = load_hlo_text(next(dump.glob("*after_optimizations.txt")))
+    text = op_text.from_program(program, "fusion.1", _no_shape)
+    assert text.line.startswith("%fusion.1 = bf16[1024,512]") and "convolution(" in text.body
+    assert [a.text for a in text.operands] == ["bf16[1024,512]", "bf16[256,1024]"]
     family, p, basis = _infer(name="fusion.1", category="convolution fusion",
-                              shape_with_layout="bf16[1024,512]{1,0:T(8,128)(2,1)}", hlo_text=line,
-                              flops=2.0 * 1024 * 512 * 256, body=body)
+                              shape_with_layout="bf16[1024,512]{1,0:T(8,128)(2,1)}", hlo_text=text.line,
+                              flops=2.0 * 1024 * 512 * 256, body=text.body, operands=list(text.operands),
+                              operands_from=text.operands_from)
     assert family == "matmul" and (p["m"], p["k"], p["n"]) == (1024, 256, 512)
     assert "family matmul: a dot/convolution in the HLO text" in basis
 
 
-def test_extract_with_a_dump_reads_the_fusion_body(tmp_path):
-    """`--dump`: the capture's op found in an XLA dump; its body's tanh makes the epilogue a gelu."""
+MODELLED_V5E = MODELS / "captures" / "transformer_train_v5e"
+V5E_DUMP = MODELS / "dumps" / "transformer_train_v5e"
+
+
+def test_extract_with_a_dump_reads_the_joined_program():
+    """`--dump`: the op's text and fused body come from the dump program the join matched, as the
+    report reads it: `fusion.31` has a reduce in its body (a row sum over 256), which the capture's
+    text alone does not show (an elementwise stand-in)."""
+    spec = extract_spec(MODELLED_V5E, "fusion.31", dump=V5E_DUMP)
+    assert (spec.family, spec.problem.op, spec.problem.cols) == ("reduction", "sum", 256)
+    assert any(n.startswith(f"HLO text and fusion body from the dump `{V5E_DUMP / 'xla'}`") for n in spec.notes)
+    assert spec.operands == ("bf16[8,128,256]", "f32[8,128]", "f32[8,128]")
+    assert "metadata=" not in spec.hlo_text and spec.hlo_text.startswith("%fusion.31 = f32[8,128]")
+    assert extract_spec(MODELLED_V5E, "fusion.31").family == "elementwise"
+
+
+def test_a_dump_the_join_refuses_is_not_read(tmp_path):
+    """A dump of another program (one instruction under the capture's module name) does not join,
+    so the lab does not take its text either: it says so and uses the capture's."""
     (tmp_path / "module_0007.jit_train_step.after_optimizations.txt").write_text(
-        "%fused_computation.2 (param_0: bf16[8192,4096], param_1: bf16[4096,12288]) -> bf16[8192,12288] {\n"
-        "  %dot.3 = f32[8192,12288]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
-        "  %tanh.1 = f32[8192,12288]{1,0} tanh(%dot.3)\n"
-        "  ROOT %convert.9 = bf16[8192,12288]{1,0} convert(%tanh.1)\n"
-        "}\n\n"
-        "ENTRY %main {\n"
-        "  %fusion.2 = bf16[8192,12288]{1,0:T(8,128)(2,1)} fusion(%p0, %p1), kind=kOutput, "
-        "calls=%fused_computation.2\n"
+        "HloModule jit_train_step\n\n"
+        "ENTRY %main (p0: bf16[8192,4096]) -> bf16[8192,4096] {\n"
+        "  %p0 = bf16[8192,4096]{1,0} parameter(0)\n"
+        "  ROOT %fusion.2 = bf16[8192,4096]{1,0} tanh(%p0)\n"
         "}\n")
     spec = extract_spec(EXAMPLE, "fusion.2", dump=tmp_path)
-    assert spec.problem["activation"] == "gelu" and spec.problem["k"] == 4096
-    assert spec.hlo_text.startswith("%fusion.2 = bf16[8192,12288]")
-    assert any("from the dump" in n for n in spec.notes)
-    # operands are printed by name only; their shapes come from the fused computation's parameters
-    assert spec.operands == ("bf16[8192,4096]", "bf16[4096,12288]")
+    assert spec.family == "matmul" and spec.problem.activation == "none"
+    assert any("is not in a dump joined to its program" in n for n in spec.notes)
 
 
 from hypothesis import given, settings  # noqa: E402
@@ -234,24 +263,19 @@ def test_inference_never_fails_other_than_with_a_reason(shape, category, flops, 
     assert all(isinstance(d, int) and d >= 1 for d in dims), problem
 
 
-MODELLED_V5E = Path(__file__).resolve().parents[2] / "examples" / "models" / "captures" / "transformer_train_v5e"
-
-
 def test_modelled_v5e_capture_ops():
     """The bundled modelled capture of a compiled transformer step (real HLO names and layouts, S(1)
     memory spaces, async collective fusions returning tuples)."""
     spec = extract_spec(MODELLED_V5E, "fusion.103")
-    assert spec.family == "matmul" and (spec.problem["m"], spec.problem["k"], spec.problem["n"]) == (1024, 256, 768)
+    assert spec.family == "matmul" and (spec.problem.m, spec.problem.k, spec.problem.n) == (1024, 256, 768)
     assert spec.topology == "v5e:2x2" and spec.clock_hz == 1.5e9
     # its tuple of 11 (matmul + the all-gather's carried buffers and sync flags) is the multi_output family
     tupled = extract_spec(MODELLED_V5E, "fusion.198")
-    assert tupled.family == "multi_output" and tupled.problem["kind"] == "matmul"
+    assert tupled.family == "multi_output" and tupled.problem.kind == "matmul"
 
 
 def test_operand_shapes_read_past_tiled_layouts():
     """A TPU trace prints operands with tiled layouts; `T(32,128)` must not end the operand list."""
-    from tpudiag.kernels_lab.spec import operand_shapes
-
     text = ("%fusion.138 = bf16[512,256]{1,0:T(8,128)(2,1)S(1)} fusion(pred[8,128,512]{2,1,0:T(32,128)(4,1)S(1)} "
             "%mask, bf16[8,128,256]{2,1,0:T(8,128)(2,1)S(1)} %x, f32[256]{0:T(256)S(1)} %scale)")
     assert [(a.dtype, a.dims, a.minor_to_major) for a in operand_shapes(text)] == [

@@ -8,12 +8,14 @@ a libtpu subprocess with the static LLO profile on (~2 s each, ~15 s in all on 2
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
 
 import pytest
 
+from tpudiag.kernels_lab.problems import matmul as matmul_problem
 from tpudiag.kernels_lab.spec import OpSpec
 from tpudiag.kernels_lab.sweep import _load_done, compile_error_reason, jsonl_path
 
@@ -44,9 +46,9 @@ def test_resume_ignores_other_keys_and_a_line_cut_by_an_interrupt(tmp_path):
 
 def matmul_spec(capture: str = "in-code") -> OpSpec:
     """A 2048^3 bf16 matmul as if profiled on v5e (no capture time: the XLA column is the compiler's)."""
-    problem = dict(m=2048, k=2048, n=2048, in_dtype="bfloat16", out_dtype="bfloat16", bias=False, activation="none")
+    problem = matmul_problem.Problem(m=2048, k=2048, n=2048, in_dtype="bfloat16", out_dtype="bfloat16")
     return OpSpec(op_name="fusion.7", category="convolution fusion", program="jit_f", family="matmul",
-                  problem=problem, run_problem=dict(problem, m=256, k=256, n=256), scale_down=8,
+                  problem=problem, run_problem=dataclasses.replace(problem, m=256, k=256, n=256), scale_down=8,
                   shape_with_layout="bf16[2048,2048]{1,0:T(8,128)(2,1)}", operands=(), hlo_text="", tf_op="",
                   source="", basis=("built in the test",), device_type="TPU v5 lite", generation="v5e",
                   topology="v5e:2x2", vmem_bytes=128 << 20, hbm_bytes_per_s=819e9, clock_hz=1.5e9, occurrences=1,
@@ -127,7 +129,7 @@ def test_interrupted_sweep_keeps_results_and_resumes(need_libtpu, tmp_path):
 
     out = tmp_path / "repro"
     spec = matmul_spec()
-    small = dict(spec.problem, m=512, k=512, n=512)  # compiles in about a second
+    small = dataclasses.replace(spec.problem, m=512, k=512, n=512)  # compiles in about a second
     write_repro(OpSpec(**{**spec.__dict__, "problem": small}), out)
     blocks = [matmul.BlockSizes(256, 512, 256), matmul.BlockSizes(128, 128, 128)]
 

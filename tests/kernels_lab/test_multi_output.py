@@ -78,10 +78,9 @@ def test_a_broken_extra_output_is_caught_per_output(monkeypatch):
 
 @pytest.mark.skipif(not BUNDLED.exists(), reason="the bundled example is not in this checkout")
 def test_bundled_async_fusions_are_reproducible(tmp_path):
-    from tpudiag.analysis.profile_analysis import analyze
     from tpudiag.kernels_lab.spec import survey
-    from tpudiag.parsers.capture import load_capture
+    from tpudiag.pipeline import diagnose
 
-    rows = {r.op_name: r for r in survey(analyze(load_capture(BUNDLED)), BUNDLED)}
+    rows = {r.op_name: r for r in survey(diagnose(BUNDLED))}
     for op in ("fusion.198", "fusion.203", "fusion.210", "fusion.215"):
-        assert rows[op].family == "multi_output" and rows[op].problem["kind"] == "matmul", rows[op].reason
+        assert rows[op].family == "multi_output" and rows[op].problem.kind == "matmul", rows[op].reason

@@ -146,14 +146,14 @@ def test_concatenate_and_pad_problems_validate_themselves():
 
 def test_scaled_down_concatenate_and_pad_stay_consistent():
     from tpudiag.kernels_lab import datamove as dm
-    from tpudiag.kernels_lab.spec import scale_problem
 
     pad = dict(op="pad", in_dims=[1024, 1024], out_dims=[1026, 1024], dtype="float32", pad_low=[1, 0],
                pad_high=[1, 0])
     cat = dict(op="concatenate", in_dims=[512, 768], out_dims=[512, 768], dtype="float32", parts=[512, 256],
                axis=1)
     for p in (pad, cat):
-        dm.Problem(**scale_problem("datamove", p, 4))  # validates
+        small = dm.Problem(**p).scaled(4)  # validates
+        assert small.out_dims[small.axis] == sum(small.parts) if small.op == "concatenate" else small.in_dims[0] == 256
 
 
 def test_near_miss_a_fusion_that_only_contains_a_pad_is_not_a_pad():

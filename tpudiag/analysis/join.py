@@ -43,7 +43,7 @@ import pandas as pd
 
 from tpudiag.model import schemas
 from tpudiag.model.compiled import CompiledProgram, Instruction
-from tpudiag.model.hardware import ChipSpec
+from tpudiag.model.hardware import ChipSource, ChipSpec
 from tpudiag.model.inputs import CAPTURE_ORIGIN  # HloSource.origin of the HloProtos a capture embeds
 from tpudiag.model.llo import NO_HLO, LloDump, LloTableSchema
 from tpudiag.model.schemas import Column
@@ -196,19 +196,23 @@ def _llo_mxus(dump: LloDump) -> tuple[int | None, bool]:
     return (int(index.max()) + 1, False) if len(index) else (None, False)
 
 
-def _target_mismatches(chip: ChipSpec | None, hlo: Sequence[HloSource], llo: Sequence[LloDump]) -> dict[str, str]:
-    """Origin -> why its target is not the trace's chip (generation, MXUs per core)."""
+def _target_mismatches(chip: ChipSpec | None, source: ChipSource, hlo: Sequence[HloSource],
+                       llo: Sequence[LloDump]) -> dict[str, str]:
+    """Origin -> why its target is not the diagnosis's chip (generation, MXUs per core), naming
+    where that chip came from: the trace ran on it, or a dump or `--chip` said it."""
     if chip is None:
         return {}
+    ours = f"the trace ran on {chip.generation}" if source is ChipSource.TRACE else \
+        f"the chip is {chip.generation} ({source.value})"
     out: dict[str, str] = {}
     for s in hlo:
         if s.generation and s.generation.lower() != chip.generation.lower():
-            out[s.origin] = f"compiled for {s.generation}, the trace ran on {chip.generation}"
+            out[s.origin] = f"compiled for {s.generation}, {ours}"
     for d in llo:
         mxus, exact = _llo_mxus(d)
         if mxus is not None and (mxus > chip.mxu_per_core or (exact and mxus != chip.mxu_per_core)):
-            out[d.path] = (f"compiled for {mxus}{'' if exact else '+'} MXUs per core, the trace's "
-                           f"{chip.generation} has {chip.mxu_per_core}")
+            out[d.path] = (f"compiled for {mxus}{'' if exact else '+'} MXUs per core, {ours}, which has "
+                           f"{chip.mxu_per_core}")
             continue
         # An LLO dump names no target; one written with a mistargeted XLA dump (the same directory,
         # or `llo/` beside `xla/` in a `tpudiag compile` output) shares its target.
@@ -225,19 +229,21 @@ def _same_compile_output(xla_dir: str, llo_dir: str) -> bool:
 
 
 def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterable[LloDump] = (),
-                  options: JoinOptions | None = None, chip: ChipSpec | None = None) -> JoinResult:
+                  options: JoinOptions | None = None, chip: ChipSpec | None = None,
+                  chip_source: ChipSource = ChipSource.TRACE) -> JoinResult:
     """Per trace op, the facts of the same op in the compiled sources (see the module docstring).
 
     `ops` needs the OPS columns host, program_id, module, name and shape_with_layout. Sources are
     tried in the order given for bytes (put dumps before the capture's protos); cycles come from
     the LLO static profile first, then from the first HLO source that has an estimate. With the
-    trace's `chip`, a source compiled for another target is not joined, however well names agree.
+    trace's `chip`, a source compiled for another target is not joined, however well names agree;
+    `chip_source` says where the chip came from, for the warning.
     """
     options = options or JoinOptions()
     schemas.OPS.require(ops, _TRACE_COLUMNS)
     hlo = tuple(hlo)
     llo = tuple(llo)
-    wrong_target = _target_mismatches(chip, hlo, llo)
+    wrong_target = _target_mismatches(chip, chip_source, hlo, llo)
     n = len(ops)
     logical = [pd.NA] * n
     padded = [pd.NA] * n

@@ -94,9 +94,10 @@ def report(
         if status is not None:
             status.stop()
     from tpudiag.cli.outputs import emit
+    from tpudiag.gate import findings_check  # `check`'s findings policy: the same "at or above"
 
     emit(result, output_format, output, top=top)
-    if threshold is not None and any(f.severity >= threshold for f in result.findings):
+    if threshold is not None and not findings_check(result.findings, threshold).passed:
         raise typer.Exit(1)
 
 

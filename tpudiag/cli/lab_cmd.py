@@ -7,8 +7,6 @@ cannot reproduce yet), 130 interrupted (`tune` keeps what it finished).
 
 from __future__ import annotations
 
-import dataclasses
-
 import json
 import os
 import subprocess
@@ -46,19 +44,18 @@ def _consoles():
     return stdout_console(), stderr_console()
 
 
-def _analysis(path: Path):
-    """The capture's analysis through the one pipeline; its warnings go to stderr as `report` shows them."""
+def _diagnosis(path: Path, dump: Path | None):
+    """The capture and its dump through the one pipeline, so the lab sees the programs the report
+    does; its warnings go to stderr as `report` shows them."""
     from tpudiag.pipeline import diagnose
 
-    result = diagnose(path)
-    if result.analysis is None:
-        raise InputError("the lab needs a capture or dumps of a known TPU generation", path=path,
-                         hint="pass a capture, or --chip with the dumps' generation to `tpudiag report`")
+    if dump is not None and not dump.is_dir():
+        raise UsageError("the dump directory does not exist", path=dump)
+    result = diagnose(path, dumps=(dump,) if dump is not None else ())
     _, err = _consoles()
     for w in result.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
-    # with its join, so the lab reads each op's matmul from the compiled program (`model.matmuls`)
-    return dataclasses.replace(result.analysis, join=result.join)
+    return result
 
 
 @lab_app.command("ops")
@@ -76,16 +73,18 @@ def ops(
 
     from rich.table import Table
 
-    from tpudiag.kernels_lab.spec import coverage, describe_problem, survey
+    from tpudiag.kernels_lab.problems import problem_fields
+    from tpudiag.kernels_lab.spec import coverage, survey
     from tpudiag.render.console import markup
 
     path, dump = _capture_or_example(path, dump)
-    all_rows = survey(_analysis(path), path, None, dump=dump)
+    all_rows = survey(_diagnosis(path, dump))
     cov = coverage(all_rows)
     rows = all_rows[:top]
     console, _ = _consoles()
     if output_format is LabFormat.json:
-        data = {"ops": [asdict(r) for r in rows], "coverage": dict(asdict(cov), compute_share=cov.compute_share,
+        ops = [dict(asdict(r), problem=problem_fields(r.problem) if r.problem is not None else {}) for r in rows]
+        data = {"ops": ops, "coverage": dict(asdict(cov), compute_share=cov.compute_share,
                                                                    collective_share=cov.collective_share)}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
@@ -94,8 +93,8 @@ def ops(
                           ("problem, or why not", "left")):
         table.add_column(name, justify=justify, overflow="fold", no_wrap=name != "problem, or why not")
     for r in rows:
-        if r.family:
-            detail = describe_problem(r.family, r.problem)
+        if r.problem is not None:
+            detail = r.problem.describe()
         else:
             detail = r.reason.removeprefix(f"`{r.op_name}` ")
         table.add_row(markup(r.op_name), markup(r.category), f"{100 * r.time_share:.1f}", r.family or "-",
@@ -134,8 +133,9 @@ def extract(
                                                                  "problem")] = 1,
 ) -> None:
     """Write a runnable reproduction of one op: `repro.py` (XLA reference + Pallas kernel) and `spec.json`."""
-    from tpudiag.kernels_lab.reproduce import family_module, write_repro
-    from tpudiag.kernels_lab.spec import spec_from_analysis
+    from tpudiag.kernels_lab.problems import problem_fields
+    from tpudiag.kernels_lab.reproduce import write_repro
+    from tpudiag.kernels_lab.spec import spec_from_diagnosis
     from tpudiag.writers.files import check_not_input
 
     if scale_down < 1:
@@ -143,7 +143,7 @@ def extract(
     path, dump = _capture_or_example(path, dump)
     out_dir = out if out is not None else default_lab_dir(op)
     check_not_input(out_dir, [path, dump], what="the reproduction")
-    spec = spec_from_analysis(_analysis(path), path, op, dump=dump, topology=topology, scale_down=scale_down)
+    spec = spec_from_diagnosis(_diagnosis(path, dump), op, topology=topology, scale_down=scale_down)
     try:
         repro, blocks = write_repro(spec, out_dir)
     except InputError as exc:
@@ -151,10 +151,10 @@ def extract(
         raise
     console, _ = _consoles()
     console.print(f"wrote `{repro}` and `{out_dir / 'spec.json'}`", markup=False, highlight=False)
-    console.print(f"  family {spec.family}: {spec.problem}", markup=False, highlight=False)
+    console.print(f"  family {spec.family}: {problem_fields(spec.problem)}", markup=False, highlight=False)
     if spec.run_problem != spec.problem:
         how = f" (--scale-down {spec.scale_down})" if spec.scale_down > 1 else ""
-        console.print(f"  CPU run{how}: {spec.run_problem}", markup=False, highlight=False)
+        console.print(f"  CPU run{how}: {problem_fields(spec.run_problem)}", markup=False, highlight=False)
     console.print(f"  blocks {blocks.label()} (default for {spec.generation}; run `tpudiag lab tune "
                   f"{out_dir}` to sweep)", markup=False, highlight=False)
     for line in spec.basis:
@@ -162,7 +162,7 @@ def extract(
     for line in spec.notes:
         console.print(f"  note: {line}", markup=False, highlight=False)
     try:
-        blocks.validate(family_module(spec.family).Problem(**spec.problem), spec.vmem_bytes)
+        blocks.validate(spec.problem, spec.vmem_bytes)
     except ValueError as exc:
         console.print(f"  note: the full problem does not fit this kernel: {exc}", markup=False, highlight=False)
     console.print(f"run it: `python {repro}`", markup=False, highlight=False)
@@ -227,7 +227,8 @@ def tune(
     output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
 ) -> None:
     """Sweep block sizes: compile each for the TPU topology, reject what the compiler refuses, rank."""
-    from tpudiag.kernels_lab.reproduce import family_module, set_blocks
+    from tpudiag.kernels_lab.family import family_module
+    from tpudiag.kernels_lab.reproduce import set_blocks
     from tpudiag.kernels_lab.sweep import run_sweep
 
     console, err = _consoles()

@@ -17,18 +17,19 @@ is the one chip whose MXUs per core and VMEM capacity match the LLO dump's.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
-from tpudiag.compiler.dumps import CompileOutput, load_compile_output, matmul_flops, replica_group_sizes
+from tpudiag.compiler.dumps import (CompileOutput, compile_facts, compile_output_of, llo_spills, matmul_flops,
+                                   replica_group_sizes)
 from tpudiag.compiler.worker import RESULT_FILE
 from tpudiag.errors import InputError
-from tpudiag.model.compiled import CompiledProgram
-from tpudiag.model.hardware import ChipChoice, ChipSource, ChipSpec, decide_chip
+from tpudiag.model.compiled import CompiledDump, CompiledProgram
+from tpudiag.model.hardware import ChipChoice, ChipSource
+from tpudiag.model.llo import LloDump
 from tpudiag.parsers.input_files import read_input_text
 
 HLO_SUFFIX = ".after_optimizations.txt"
@@ -41,8 +42,6 @@ TARGET_GENERATIONS = (
     ("TPU_VERSION_6acc60406", "TPU7x"),
 )
 
-_NUM_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
-_REPLICA_COUNT = re.compile(r"\breplica_count=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -126,36 +125,35 @@ def generation_for_llo(llo) -> str:
     return found[0] if len(found) == 1 else ""
 
 
-def dump_chip(target: str, llo, user: ChipSpec | None) -> ChipChoice:
-    """The chip of a dump (`decide_chip`): its `target_arguments.txt` target, else what its LLO dump
-    (`llo`, or None) implies, else `user` (`--chip`)."""
-    return decide_chip(target=generation_for_target(target),
-                       llo=generation_for_llo(llo) if llo is not None else "", user=user)
+@dataclass(frozen=True)
+class DumpFiles:
+    """A compiler dump directory (or one HLO text file) with its XLA and LLO dumps read, once.
 
-
-def load_dump_directory(path: Path, chip=None) -> CompileOutput:
-    """A `CompileOutput` from a compile output directory, or from a bare XLA and/or LLO dump.
-
-    `chip` (a `ChipSpec`, from `--chip`) supplies the generation when the files do not name it;
-    when they do and it differs, the files win and a warning says so.
+    `hlo` and `llo` are None where that part could not be read; `hlo_error` and `llo_error` say
+    why. The modelled program (`modelled_program`) and the compiled inputs of a diagnosis are both
+    made from these, so nothing here is read twice.
     """
+
+    parts: DumpParts
+    hlo: CompiledDump | None
+    llo: LloDump | None  # the compile the XLA dump is about (`llo_for_programs`)
+    hlo_error: InputError | None = None
+    llo_error: InputError | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.parts.root
+
+
+def read_dump_files(path: Path) -> DumpFiles:
+    """Read the XLA dump (`--xla_dump_to`) and the LLO dump (`--xla_jf_dump_to`) at `path`: a
+    directory holding either or both, a `tpudiag compile` output (`xla/`, `llo/`,
+    `static_profile/`) or one HLO text file. A part that cannot be read is None with its error."""
     from tpudiag.parsers.hlo_text import load_hlo_dump
     from tpudiag.parsers.llo.load import load_llo_dump
 
-    path = Path(path)
-    if is_hlo_text_file(path):
-        return _from_programs(path, load_hlo_dump(path), None, [], chip)
-    if not path.is_dir():
-        raise InputError("no such directory", path=path)
-    if (path / RESULT_FILE).is_file():
-        output = load_compile_output(path)
-        output.chip = decide_chip(target=output.facts.get("generation") or output.facts.get("device_kind") or "",
-                                  user=chip)
-        output.warnings.extend(output.chip.warnings)
-        return output
-    parts = dump_parts(path)
-    warnings: list[str] = []
-    dump = llo = None
+    parts = dump_parts(Path(path))
+    dump = llo = hlo_error = llo_error = None
     try:
         dump = load_hlo_dump(parts.xla)
     except InputError as exc:
@@ -164,13 +162,51 @@ def load_dump_directory(path: Path, chip=None) -> CompileOutput:
         llo = load_llo_dump(parts.llo, static_profile_dir=parts.static_profile)
         if dump is not None:
             llo = llo_for_programs(parts, llo, dump.programs)
-        warnings.extend(llo.warnings)
-    except InputError:
-        llo = None
-    if dump is None and llo is None:
-        raise InputError("neither an XLA dump (`*.after_optimizations.txt`) nor an LLO dump", path=path,
-                         hint=hlo_error.hint)
-    return _from_programs(path, dump, llo, warnings, chip)
+    except InputError as exc:
+        llo_error = exc
+    return DumpFiles(parts, dump, llo, hlo_error, llo_error)
+
+
+def modelled_program(files: DumpFiles) -> CompileOutput:
+    """The program a dump's timeline is modelled from, as a `CompileOutput` whose chip is not yet
+    decided (`with_chip`): a compile output's own, else the XLA dump's main module, else the LLO
+    dump's `TLP-hlo.txt`. InputError when there is none."""
+    path = files.path
+    if (path / RESULT_FILE).is_file():
+        facts = compile_facts(path)
+        if files.hlo is None and (path / XLA_DIR).is_dir():
+            raise files.hlo_error
+        if files.llo is None and (path / LLO_DIR).is_dir() and any((path / LLO_DIR).iterdir()):
+            raise files.llo_error
+        return compile_output_of(path, facts, files.hlo, files.llo)
+    return _from_programs(path, files.hlo, files.llo, list(files.llo.warnings) if files.llo else [])
+
+
+def named_generations(files: DumpFiles, output: CompileOutput | None) -> tuple[str, str]:
+    """What the files say of the chip, for `model.hardware.decide_chip`: (the generation the
+    compile output or the target of the program named, the generation the LLO dump implies)."""
+    if output is not None and not output.bare:
+        target = output.facts.get("generation") or output.facts.get("device_kind") or ""
+    elif output is not None:
+        target = generation_for_target(output.program.target)
+    else:  # no modelled program: the dump's main module says it, if any does
+        target = generation_for_target(main_program(files.hlo.programs).target) if files.hlo else ""
+    return target, generation_for_llo(files.llo) if files.llo is not None else ""
+
+
+def with_chip(output: CompileOutput, choice: ChipChoice) -> CompileOutput:
+    """`output` with the chip decided for it (its warnings added, a bare dump's facts filled in);
+    InputError when no chip is known, since nothing can be modelled then."""
+    if choice.spec is None:
+        raise InputError(f"cannot tell the TPU generation of this dump (target `{output.program.target or 'unknown'}`)",
+                         path=output.path,
+                         hint="the XLA dump's `*.target_arguments.txt` names it; keep it with the dump, or pass --chip")
+    facts = output.facts
+    if output.bare:
+        generation = choice.spec.generation
+        device_kind = output.program.target if choice.source is ChipSource.DUMP else choice.source.value
+        facts = {**facts, "generation": generation, "device_kind": device_kind, "topology": generation}
+    return dataclasses.replace(output, facts=facts, chip=choice, warnings=[*output.warnings, *choice.warnings])
 
 
 def llo_for_programs(parts: DumpParts, llo, programs):
@@ -198,9 +234,9 @@ def main_program(programs: list[CompiledProgram]) -> CompiledProgram:
     return max(programs, key=lambda p: (len(p.instructions), p.path))
 
 
-def _from_programs(path: Path, dump, llo, warnings: list[str], chip) -> CompileOutput:
+def _from_programs(path: Path, dump, llo, warnings: list[str]) -> CompileOutput:
     """The CompileOutput of an XLA dump's main module (or an LLO dump's own HLO), with the facts a
-    bare dump gives: generation, device count, static cycles and spills."""
+    bare dump gives: device count, static cycles and spills (the generation comes with `with_chip`)."""
     from tpudiag.parsers.hlo_text import parse_hlo_text
 
     if dump is not None:
@@ -222,39 +258,16 @@ def _from_programs(path: Path, dump, llo, warnings: list[str], chip) -> CompileO
                              hint="pass the XLA dump (`--xla_dump_to`) of the same compile, or both in one directory")
         program = parse_hlo_text(read_input_text(tlp.path), tlp.path)
     warnings.extend(program.warnings)
-    text = read_input_text(program.path, limit=20000) if Path(program.path).is_file() else ""
-    header = text[:20000]
-    mesh = {}
-    for key, pattern in (("partitions", _NUM_PARTITIONS), ("replicas", _REPLICA_COUNT)):
-        m = pattern.search(header)
-        if m and int(m.group(1)) > 1:
-            mesh[key] = int(m.group(1))
-    devices = mesh.get("partitions", 1) * mesh.get("replicas", 1)
-    choice = dump_chip(program.target, llo, chip)
-    warnings.extend(choice.warnings)
-    if choice.spec is None:
-        raise InputError(f"cannot tell the TPU generation of this dump (target `{program.target or 'unknown'}`)",
-                         path=path, hint="the XLA dump's `*.target_arguments.txt` names it; keep it with the dump, or pass --chip")
-    generation = choice.spec.generation
-    spills = _llo_spills(llo)
+    mesh = {key: n for key, n in (("partitions", program.num_partitions), ("replicas", program.replica_count)) if n > 1}
+    devices = program.num_partitions * program.replica_count
     if llo is not None:
-        program = _with_static_cycles(program, llo)
-    device_kind = program.target if choice.source is ChipSource.DUMP else choice.source.value
-    facts = {"status": "ok", "generation": generation, "device_kind": device_kind, "module": program.module,
-             "n_devices": devices, "target": str(path), "topology": generation, "mesh": mesh,
+        program = _with_static_cycles(program, llo)  # a copy: the dump's own program stays as read
+    facts = {"status": "ok", "generation": "", "device_kind": "", "module": program.module,
+             "n_devices": devices, "target": str(path), "topology": "", "mesh": mesh,
              "static_profile": bool(llo is not None and not llo.static_profile.empty)}
-    return CompileOutput(path=path, facts=facts, program=program, spills=spills,
+    return CompileOutput(path=path, facts=facts, program=program, spills=llo_spills(llo),
                          group_sizes=replica_group_sizes(program), matmul_flops=matmul_flops(program),
-                         hlo_proto=None, warnings=warnings, chip=choice)
-
-
-def _llo_spills(llo) -> pd.DataFrame:
-    if llo is None or llo.ops.empty:
-        return pd.DataFrame({"hlo": pd.Series(dtype="string"), "spill_stores": pd.Series(dtype="Int64"),
-                             "spill_fills": pd.Series(dtype="Int64")})
-    ops = llo.ops
-    return pd.DataFrame({"hlo": ops["name"].astype("string"), "spill_stores": ops["spill_stores"].astype("Int64"),
-                         "spill_fills": ops["spill_fills"].astype("Int64")})
+                         hlo_proto=None, warnings=warnings, bare=True)
 
 
 def _with_static_cycles(program, llo):
@@ -267,6 +280,7 @@ def _with_static_cycles(program, llo):
     if ops.empty:
         return program
     by_name = {str(r.name): r for r in ops.itertuples(index=False)}
+    program = dataclasses.replace(program, instructions=dict(program.instructions), _by_name=None)
     for key, inst in list(program.instructions.items()):
         if inst.estimated_cycles is not None or inst.name not in by_name:
             continue

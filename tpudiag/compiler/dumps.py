@@ -22,8 +22,9 @@ from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
 from tpudiag.compiler.worker import HLO_PROTO_FILE, HLO_TEXT_FILE, RESULT_FILE
 from tpudiag.errors import InputError
 from tpudiag.parsers.input_files import read_input_bytes, read_input_text
-from tpudiag.model.compiled import CompiledProgram
+from tpudiag.model.compiled import CompiledDump, CompiledProgram
 from tpudiag.model.hardware import ChipChoice
+from tpudiag.model.llo import LloDump
 from tpudiag.model.matmuls import cost_estimate, instruction_matmul
 
 # Replica groups as XLA prints them: iota `[groups,size]<=[...]` or explicit `{{0,1},{2,3}}`.
@@ -66,6 +67,7 @@ class CompileOutput:
     hlo_proto: bytes | None
     warnings: list[str] = field(default_factory=list)
     chip: ChipChoice | None = None  # the generation and where it came from (`model.hardware.decide_chip`)
+    bare: bool = False  # a bare XLA/LLO dump, no `result.json`: its facts stand in (`compiler.dump_dir`)
 
 
 def replica_group_size(text: str) -> int | None:
@@ -102,48 +104,44 @@ def replica_group_sizes(program: CompiledProgram) -> dict[str, int]:
     return sizes
 
 
-def _spills(out: Path, warnings: list[str]) -> pd.DataFrame:
-    """Per-op VMEM spill stores and fills from the LLO dump (bundle profile), via the LLO parser."""
+def llo_spills(llo: LloDump | None) -> pd.DataFrame:
+    """Per-op VMEM spill stores and fills of an LLO dump (bundle profile); empty without one."""
+    if llo is None or llo.ops.empty:
+        return pd.DataFrame({"hlo": pd.Series(dtype="string"), "spill_stores": pd.Series(dtype="Int64"),
+                             "spill_fills": pd.Series(dtype="Int64")})
+    ops = llo.ops
+    return pd.DataFrame({"hlo": ops["name"].astype("string"), "spill_stores": ops["spill_stores"].astype("Int64"),
+                         "spill_fills": ops["spill_fills"].astype("Int64")})
+
+
+def _read_llo(out: Path) -> LloDump | None:
+    """The LLO dump of a compile output (`llo/` + `static_profile/`), None when it has none."""
     from tpudiag.parsers.llo import load_llo_dump
 
-    empty = pd.DataFrame({"hlo": pd.Series(dtype="string"), "spill_stores": pd.Series(dtype="Int64"),
-                          "spill_fills": pd.Series(dtype="Int64")})
     llo = out / LLO_DIR
     if not llo.is_dir() or not any(llo.iterdir()):
-        return empty
+        return None
     profile_dir = out / PROFILE_DIR
-    dump = load_llo_dump(llo, static_profile_dir=profile_dir if profile_dir.is_dir() else None)
-    warnings.extend(dump.warnings)
-    ops = dump.ops
-    if ops.empty:
-        return empty
-    return pd.DataFrame({"hlo": ops["name"].astype("string"),
-                         "spill_stores": ops["spill_stores"].astype("Int64"),
-                         "spill_fills": ops["spill_fills"].astype("Int64")})
+    return load_llo_dump(llo, static_profile_dir=profile_dir if profile_dir.is_dir() else None)
 
 
 def load_compile_output(path: Path) -> CompileOutput:
     """Parse a directory written by `tpudiag compile`; InputError when it is not one."""
-    from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
+    from tpudiag.parsers.hlo_text import load_hlo_dump
 
-    if not path.is_dir():
-        raise InputError("no such directory (expected the output of `tpudiag compile`)", path=path)
-    result = path / RESULT_FILE
-    if not result.is_file():
-        raise InputError(f"no `{RESULT_FILE}` here: not a `tpudiag compile` output directory", path=path,
-                         hint="run `tpudiag compile MODULE:FUNCTION --topology v5e:2x2 -o DIR` first")
-    try:
-        facts = json.loads(read_input_text(result))
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"unreadable `{RESULT_FILE}`: {exc}", path=path) from exc
-    if facts.get("status") != "ok":
-        raise InputError(f"the compile recorded here did not succeed ({facts.get('message', 'no message')})",
-                         path=path)
+    facts = compile_facts(path)  # not a compile output, or a failed compile: said before its dumps are read
+    dump = load_hlo_dump(path / XLA_DIR) if (path / XLA_DIR).is_dir() else None
+    return compile_output_of(path, facts, dump, _read_llo(path))
+
+
+def compile_output_of(path: Path, facts: dict, dump: CompiledDump | None, llo: LloDump | None) -> CompileOutput:
+    """The `CompileOutput` of the compile output directory `path`, from its `result.json` (`facts`,
+    `compile_facts`) and its XLA dump (`xla/`) and LLO dump (`llo/`), already read (None where it
+    has none): only its own `compiled.hlo.txt` and `module.pb` are read here."""
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
     warnings: list[str] = []
     text_file = path / HLO_TEXT_FILE
-    dump = None
-    if (path / XLA_DIR).is_dir():
-        dump = load_hlo_dump(path / XLA_DIR)
     if text_file.is_file():
         program = parse_hlo_text(read_input_text(text_file), text_file)
         if dump is not None and dump.programs:  # buffers and memory report come from the XLA dump
@@ -157,8 +155,28 @@ def load_compile_output(path: Path) -> CompileOutput:
     else:
         raise InputError(f"no `{HLO_TEXT_FILE}` and no XLA dump here", path=path)
     warnings.extend(program.warnings)
+    if llo is not None:
+        warnings.extend(llo.warnings)
     proto_file = path / HLO_PROTO_FILE
     proto = read_input_bytes(proto_file) if proto_file.is_file() else None
-    return CompileOutput(path=path, facts=facts, program=program, spills=_spills(path, warnings),
+    return CompileOutput(path=path, facts=facts, program=program, spills=llo_spills(llo),
                          group_sizes=replica_group_sizes(program), matmul_flops=matmul_flops(program),
                          hlo_proto=proto, warnings=warnings)
+
+
+def compile_facts(path: Path) -> dict:
+    """The `result.json` of a successful `tpudiag compile`; InputError otherwise."""
+    if not path.is_dir():
+        raise InputError("no such directory (expected the output of `tpudiag compile`)", path=path)
+    result = path / RESULT_FILE
+    if not result.is_file():
+        raise InputError(f"no `{RESULT_FILE}` here: not a `tpudiag compile` output directory", path=path,
+                         hint="run `tpudiag compile MODULE:FUNCTION --topology v5e:2x2 -o DIR` first")
+    try:
+        facts = json.loads(read_input_text(result))
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"unreadable `{RESULT_FILE}`: {exc}", path=path) from exc
+    if facts.get("status") != "ok":
+        raise InputError(f"the compile recorded here did not succeed ({facts.get('message', 'no message')})",
+                         path=path)
+    return facts

@@ -12,10 +12,12 @@ import itertools
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
+from tpudiag.compiler.dumps import CompileOutput
 from tpudiag.compiler.worker import HLO_TEXT_FILE, RESULT_FILE
 from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, memory_space_name
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, DEFAULT_SCOPED_VMEM_BYTES, ChipSpec
@@ -36,8 +38,11 @@ MIN_LIVE_BYTES = 4096
 _INDEX = re.compile(r"\{[\d,]*\}$")
 
 
-def program_memories(compiled: CompiledInputs, errors: Iterable[OomError] = ()) -> tuple[ProgramMemory, ...]:
-    """The memory of every program with a buffer assignment; `errors` are joined to the largest."""
+def program_memories(compiled: CompiledInputs, errors: Iterable[OomError] = (),
+                     outputs: Mapping[Path, CompileOutput] = MappingProxyType({})) -> tuple[ProgramMemory, ...]:
+    """The memory of every program with a buffer assignment; `errors` are joined to the largest.
+    `outputs`: `tpudiag compile` output directories already read (`compiler.dumps`), by directory,
+    so that their `result.json` and `compiled.hlo.txt` are not read again."""
     errors = tuple(errors)
     # A capture with `--dumps` of its compile holds each program twice: the dump's (with live
     # ranges) is kept, the capture's own copy of the same module left out.
@@ -45,7 +50,8 @@ def program_memories(compiled: CompiledInputs, errors: Iterable[OomError] = ()) 
     inputs = [h for h in (*compiled.hlo, *(e for e in compiled.embedded if e.program.module not in dumped))
               if h.program.allocations]
     largest = max(inputs, key=lambda h: sum(a.size_bytes for a in h.program.allocations), default=None)
-    return tuple(program_memory(h, compiled.chip, errors if h is largest else (), llo=compiled.llo) for h in inputs)
+    return tuple(program_memory(h, compiled.chip, errors if h is largest else (), llo=compiled.llo, outputs=outputs)
+                 for h in inputs)
 
 
 def memory_report(input_path: str, compiled: CompiledInputs, errors: Iterable[OomError] = (),
@@ -61,14 +67,16 @@ def memory_report(input_path: str, compiled: CompiledInputs, errors: Iterable[Oo
 
 
 def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomError] = (),
-                   llo: Iterable[LloDump] = ()) -> ProgramMemory:
+                   llo: Iterable[LloDump] = (), outputs: Mapping[Path, CompileOutput] = MappingProxyType({})
+                   ) -> ProgramMemory:
     """One program's memory: its spaces, the chip's HBM and the levers, the scoped VMEM per op
     (from the LLO dumps of the same module when given); `errors` joined to it."""
     from tpudiag.model.hardware import chip_for
 
     program = hlo.program
     chip = chip_for(hlo.generation) or chip
-    facts = _compile_facts(hlo)
+    output = outputs.get(Path(hlo.origin).parent)
+    facts = _compile_facts(hlo, output)
     errors = tuple(errors) or _compile_errors(facts)
     hbm_error = next((e for e in errors if e.space == "hbm"), None)
     error = hbm_error or next(iter(errors), None)
@@ -91,7 +99,7 @@ def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomErr
         hbm_capacity_bytes=capacity, hbm_usable_bytes=usable, usable_source=usable_source, spaces=spaces,
         oom_recorded=program.oom_recorded, error=error, levers=levers,
         compiler_peak_bytes=_compiler_peak(facts))
-    result = replace(result, **_vmem(hlo, chip, errors, tuple(llo), facts))
+    result = replace(result, **_vmem(hlo, chip, errors, tuple(llo), facts, output))
     peak, limit = result.hbm_peak_bytes, result.hbm_limit_bytes
     # Over the limit: a lever must free the excess; near it, any lever helps.
     need = peak - limit + 1 if peak is not None and limit is not None and peak > limit else 0
@@ -111,13 +119,13 @@ def first_lever(levers: tuple[MemoryLever, ...], need_bytes: int) -> MemoryLever
 
 
 def _vmem(hlo: HloInput, chip: ChipSpec | None, errors: tuple[OomError, ...], llo: tuple[LloDump, ...],
-          facts: dict) -> dict:
+          facts: dict, output: CompileOutput | None) -> dict:
     """The VMEM fields of ProgramMemory: scoped VMEM per op, the scoped limit and the chip's VMEM."""
     program = hlo.program
     dumps = [d for d in llo if d.vmem_report is not None and d.vmem_report.module_name in ("", program.module)]
     ops = vmem_from_llo(program, dumps) if dumps else _vmem_from_hlo(program)
     if not ops and facts:  # a `tpudiag compile` output: its `compiled.hlo.txt` carries the backend configs
-        ops = _vmem_from_hlo(_compiled_text(hlo))
+        ops = _vmem_from_hlo(_compiled_text(hlo, output))
     vmem_error = next((e for e in errors if e.space == "vmem"), None)
     if vmem_error is not None and vmem_error.kind == "scoped":
         limit, source = vmem_error.available_bytes, "compiler error"
@@ -170,24 +178,27 @@ def _vmem_use(program: CompiledProgram | None, op: str, size: int, source: str) 
                    kernel=inst is not None and inst.custom_call_target == "tpu_custom_call")
 
 
-def _compiled_text(hlo: HloInput) -> CompiledProgram | None:
-    """The `compiled.hlo.txt` of a `tpudiag compile` output, beside its XLA dump; None when absent."""
+def _compiled_text(hlo: HloInput, output: CompileOutput | None) -> CompiledProgram | None:
+    """The `compiled.hlo.txt` of a `tpudiag compile` output, beside its XLA dump (`output`'s program
+    when that output was read already); None when absent."""
     from tpudiag.errors import InputError
     from tpudiag.parsers.hlo_text import load_hlo_text
 
     path = Path(hlo.origin).parent / HLO_TEXT_FILE
+    if output is not None:
+        return output.program if Path(output.program.path) == path else None
     try:
         return load_hlo_text(path) if path.is_file() else None
     except InputError:
         return None
 
 
-def _compile_facts(hlo: HloInput) -> dict:
-    """The `result.json` of the `tpudiag compile` output this program's dump is in, when it is
-    this program's; {} otherwise (an XLA dump of its own, or damaged)."""
+def _compile_facts(hlo: HloInput, output: CompileOutput | None) -> dict:
+    """The `result.json` of the `tpudiag compile` output this program's dump is in (`output`'s when
+    that was read already), when it is this program's; {} otherwise (an XLA dump of its own, or damaged)."""
     result = Path(hlo.origin).parent / RESULT_FILE
     try:
-        facts = json.loads(result.read_text()) if result.is_file() else {}
+        facts = output.facts if output is not None else json.loads(result.read_text()) if result.is_file() else {}
     except (OSError, ValueError):
         return {}
     return facts if isinstance(facts, dict) and facts.get("module") == hlo.program.module else {}

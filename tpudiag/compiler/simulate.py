@@ -23,10 +23,11 @@ from tpudiag.compiler.dumps import CompileOutput
 from tpudiag.compiler.estimate import PS_PER_S, CostModel, op_estimates
 from tpudiag.errors import UsageError
 from tpudiag.model.hardware import ChipSpec, chip_for
-from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, write_capture
+from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, build_capture
 
 MODELLED_STAT = "tpudiag_modelled"
 RUN_NAME = "modelled"
+HOST_NAME = "modelled"  # the one host of a modelled capture
 # Device type strings as XProf traces spell them (a real v6e trace says `TPU v6 Lite`).
 DEVICE_TYPE = {"v4": "TPU v4", "v5e": "TPU v5 Lite", "v5p": "TPU v5p", "v6e": "TPU v6 Lite", "TPU7x": "TPU v7x"}
 
@@ -127,10 +128,21 @@ def cost_model(output: CompileOutput, clock_ghz: float | None, ici_gbps: float |
                               ici_latency_ps=int(ici_latency_us * 1e6) if ici_latency_us is not None else None)
 
 
-def simulate(output: CompileOutput, logdir: Path, clock_ghz: float | None = None, ici_gbps: float | None = None,
-             ici_latency_us: float | None = None, steps: int = 3,
-             roofline_without_clock: bool = False) -> tuple[Path, Timeline, CostModel]:
-    """Write `<logdir>/plugins/profile/modelled/<host>.xplane.pb`; return it with the timeline.
+@dataclass(frozen=True)
+class Simulated:
+    """A modelled capture in memory: one host's serialized XSpace, and how it was made."""
+
+    host: str  # the file name a capture would give it, `<host>.xplane.pb`
+    xspace: bytes
+    timeline: Timeline
+    model: CostModel
+
+
+def simulate_in_memory(output: CompileOutput, clock_ghz: float | None = None, ici_gbps: float | None = None,
+                       ici_latency_us: float | None = None, steps: int = 3,
+                       roofline_without_clock: bool = False) -> Simulated:
+    """The modelled capture of `output`, as `simulate` writes it, without writing it: what static
+    mode analyses (`parsers.capture.profile_from_xspace`).
 
     Without a clock, estimated cycles cannot become time: that is a usage error unless
     `roofline_without_clock`, where each op lasts its FLOPs/bytes roofline time instead (the
@@ -154,13 +166,23 @@ def simulate(output: CompileOutput, logdir: Path, clock_ghz: float | None = None
     program_id = int.from_bytes(digest[:8], "little") & 0x7FFFFFFFFFFFFFFF
     per_core = chip.tensorcores_per_chip
     design = CaptureDesign(
-        hostname="modelled", device_type=DEVICE_TYPE.get(chip.generation, chip.generation),
+        hostname=HOST_NAME, device_type=DEVICE_TYPE.get(chip.generation, chip.generation),
         peak_tflops=chip.peak_bf16_flops_per_s / per_core / 1e12, peak_hbm_gbs=chip.hbm_bytes_per_s / per_core / 1e9,
         module=module, program_id=program_id, ops=_op_defs(output, timeline.ops, model.hbm_bytes_per_s),
         n_chips=n_devices,
         n_steps=steps, step_ps=max(timeline.step_ps, 1), schedule=lambda chip_i, step: timeline.placed,
         hlo_proto=_hlo_proto(output.hlo_proto), extra_plane_stats={MODELLED_STAT: 1},
         async_windows=lambda chip_i, step: timeline.windows, cores_per_chip=per_core)
-    run_dir = logdir / "plugins" / "profile" / RUN_NAME
-    path = write_capture(design, run_dir)
-    return path, timeline, model
+    return Simulated(HOST_NAME, build_capture(design).serialize(), timeline, model)
+
+
+def simulate(output: CompileOutput, logdir: Path, clock_ghz: float | None = None, ici_gbps: float | None = None,
+             ici_latency_us: float | None = None, steps: int = 3,
+             roofline_without_clock: bool = False) -> tuple[Path, Timeline, CostModel]:
+    """Write `<logdir>/plugins/profile/modelled/<host>.xplane.pb` (`simulate_in_memory`); return
+    it with the timeline and the cost model."""
+    sim = simulate_in_memory(output, clock_ghz, ici_gbps, ici_latency_us, steps, roofline_without_clock)
+    path = logdir / "plugins" / "profile" / RUN_NAME / f"{sim.host}.xplane.pb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(sim.xspace)
+    return path, sim.timeline, sim.model

@@ -28,7 +28,7 @@ exactly that race, which eager DMAs hide. Checked against `jax.lax.all_gather` /
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -37,64 +37,12 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import SUBLANE, BlockSizeError, cdiv, check_vmem, itemsize  # repro: inlined
+from tpudiag.kernels_lab.problems.collective import Problem  # repro: inlined
 
 FAMILY = "collective"
-KINDS = ("all-gather", "reduce-scatter", "all-reduce")
 AXIS = "ring"
 # Plain `interpret=True` (the HLO interpreter) has no remote DMAs: interpret with TPU semantics.
 DEFAULT_INTERPRET = dict(dma_execution_mode="on_wait")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """`kind` over `devices` on one ring; each device's shard is `rows x cols` (all-gather's input,
-    reduce-scatter's output, all-reduce's chunk). `group`: the devices' ids in the topology (one
-    replica group of the captured op), used when compiling for it; default 0..devices-1. `mesh_axis`:
-    the mesh axis the captured op ran on, when its HLO names one (informational)."""
-
-    kind: str
-    devices: int
-    rows: int
-    cols: int
-    dtype: str = "float32"
-    group: tuple = ()
-    mesh_axis: str = ""
-
-    def __post_init__(self):
-        object.__setattr__(self, "group", tuple(self.group))  # a list from spec.json
-        if self.kind not in KINDS:
-            raise BlockSizeError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        if self.devices < 2:
-            raise BlockSizeError(f"a ring needs at least 2 devices, got {self.devices}")
-        if self.group and len(self.group) != self.devices:
-            raise BlockSizeError(f"group {self.group} must name {self.devices} devices")
-        if self.rows < 1 or self.cols < 1:
-            raise BlockSizeError(f"the shard must be non-empty, got {self.rows}x{self.cols}")
-
-    @property
-    def out_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def flops(self) -> int:
-        return 0 if self.kind == "all-gather" else (self.devices - 1) * self.rows * self.cols
-
-    @property
-    def phases(self) -> int:
-        return 2 if self.kind == "all-reduce" else 1
-
-    @property
-    def ici_bytes_per_device(self) -> int:
-        """Bytes each device sends over ICI: (n-1) chunks per phase (two phases for all-reduce)."""
-        return self.phases * (self.devices - 1) * self.rows * self.cols * itemsize(self.dtype)
-
-    @property
-    def min_hbm_bytes(self) -> int:
-        return hbm_bytes(self, None)
 
 
 @dataclass(frozen=True)
@@ -316,12 +264,8 @@ def reference(p: Problem, x, mesh=None):
     return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)(x)
 
 
-def local_shape(p: Problem) -> tuple[int, int]:
-    return (p.rows if p.kind == "all-gather" else p.devices * p.rows, p.cols)
-
-
 def global_shape(p: Problem) -> tuple[int, int]:
-    rows, cols = local_shape(p)
+    rows, cols = p.local_shape
     return (p.devices * rows, cols)
 
 
@@ -340,10 +284,8 @@ def make_inputs(p: Problem, seed: int = 0) -> list:
 
 
 def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
-    """Per device: the shard read and the result written once, plus what arrives over ICI."""
-    rows, cols = local_shape(p)
-    out_rows = {"all-gather": p.devices * p.rows, "reduce-scatter": p.rows}.get(p.kind, p.devices * p.rows)
-    return (rows + out_rows) * cols * itemsize(p.dtype) + p.ici_bytes_per_device
+    """What this kernel moves between HBM and VMEM, whatever the blocks: `Problem.min_hbm_bytes`."""
+    return p.min_hbm_bytes
 
 
 def ici_seconds(p: Problem, blocks: BlockSizes, link_bytes_per_s: float) -> float:
@@ -391,7 +333,3 @@ def candidates(p: Problem) -> list[BlockSizes]:
                     seen.add(b)
                     out.append(b)
     return out
-
-
-def to_dict(p: Problem) -> dict:
-    return asdict(p)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 import re
 
-# Collective kinds the family reproduces, keyed by `tpudiag.model.hlo_names.collective_family`.
-KINDS = ("all-gather", "reduce-scatter", "all-reduce")
+# The kinds the family reproduces, named as `tpudiag.model.hlo_names.collective_family` names them.
+from tpudiag.kernels_lab.problems.collective import KINDS
+
 _KIND_IN_TEXT = (("reduce-scatter", re.compile(r"\breduce-scatter\(|all-reduce-scatter")),
                  ("all-gather", re.compile(r"\ball-gather(?:-start)?\(")),
                  ("all-reduce", re.compile(r"\ball-reduce(?:-start)?\(")))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -31,68 +31,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import BlockSizeError, check_vmem, itemsize  # repro: inlined
+from tpudiag.kernels_lab.problems.datamove import Problem  # repro: inlined
 
 FAMILY = "datamove"
-OPS = ("copy", "relayout", "dynamic_slice", "dynamic_update_slice", "concatenate", "pad")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """`in_dims` -> `out_dims`; `perm` (relayout) is the output's major-to-minor dim order;
-    `update_dims` (dynamic_update_slice) the update's shape; `parts` (concatenate) each input's size
-    along `axis`; `pad_low` / `pad_high` (pad) the edge padding per dim."""
-
-    op: str
-    in_dims: tuple
-    out_dims: tuple
-    dtype: str = "bfloat16"
-    perm: tuple = ()
-    update_dims: tuple = ()
-    parts: tuple = ()
-    axis: int = 0
-    pad_low: tuple = ()
-    pad_high: tuple = ()
-
-    def __post_init__(self):
-        for name in ("in_dims", "out_dims", "perm", "update_dims", "parts", "pad_low", "pad_high"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))  # lists from spec.json
-        if self.op not in OPS:
-            raise BlockSizeError(f"op must be one of {OPS}, got {self.op!r}")
-        if self.op in ("copy", "relayout") and math.prod(self.in_dims) != math.prod(self.out_dims):
-            raise BlockSizeError(f"{self.op}: {self.in_dims} and {self.out_dims} hold different element counts")
-        if self.op == "relayout" and sorted(self.perm) != list(range(len(self.out_dims))):
-            raise BlockSizeError(f"relayout: perm must be a permutation of 0..{len(self.out_dims) - 1}, "
-                                 f"got {self.perm}")
-        if self.op == "dynamic_slice" and any(o > i for o, i in zip(self.out_dims, self.in_dims, strict=True)):
-            raise BlockSizeError(f"dynamic_slice: window {self.out_dims} exceeds the operand {self.in_dims}")
-        if self.op == "dynamic_update_slice" and any(
-                u > o for u, o in zip(self.update_dims, self.out_dims, strict=True)):
-            raise BlockSizeError(f"dynamic_update_slice: update {self.update_dims} exceeds {self.out_dims}")
-        if self.op == "concatenate" and (not 0 <= self.axis < len(self.out_dims) or len(self.parts) < 1
-                                         or min(self.parts) < 1 or sum(self.parts) != self.out_dims[self.axis]):
-            raise BlockSizeError(f"concatenate: parts {self.parts} along axis {self.axis} must be positive and sum to "
-                                 f"the output's dim, got output {self.out_dims}")
-        if self.op == "pad":
-            expect = tuple(i + lo + hi for i, lo, hi in zip(self.in_dims, self.pad_low, self.pad_high, strict=True))
-            if min(self.pad_low + self.pad_high, default=0) < 0 or expect != self.out_dims:
-                raise BlockSizeError(f"pad: {self.in_dims} padded by {self.pad_low}/{self.pad_high} (non-negative) "
-                                     f"must give {self.out_dims}, got {expect}")
-
-    @property
-    def out_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def flops(self) -> int:
-        return 0
-
-    @property
-    def min_hbm_bytes(self) -> int:
-        return hbm_bytes(self, None)
 
 
 @dataclass(frozen=True)
@@ -243,12 +184,8 @@ def pallas(*args, p: Problem, blocks: BlockSizes, interpret: bool = False, vmem_
 
 
 def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
-    """What the op must move: the window (slice), the update (update-slice) or the array (copies)
-    read once and written once."""
-    if p.op == "pad":  # read the input, write the padded output
-        return (math.prod(p.in_dims) + math.prod(p.out_dims)) * itemsize(p.dtype)
-    moved = {"dynamic_slice": p.out_dims, "dynamic_update_slice": p.update_dims}.get(p.op, p.out_dims)
-    return 2 * math.prod(moved) * itemsize(p.dtype)
+    """What this kernel moves between HBM and VMEM, whatever the blocks: `Problem.min_hbm_bytes`."""
+    return p.min_hbm_bytes
 
 
 def fit(p: Problem, whole: int = 1) -> BlockSizes:

@@ -9,7 +9,7 @@ one input with no activation is a copy). 2-D blocks `(block_rows, block_cols)`; 
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -17,45 +17,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import (  # repro: inlined
-    BlockSizeError, cdiv, check_minor_dims, check_vmem, fit_dim, itemsize)
+    cdiv, check_minor_dims, check_vmem, fit_dim, itemsize)
+from tpudiag.kernels_lab.problems.elementwise import Problem  # repro: inlined
 
 FAMILY = "elementwise"
-ACTIVATIONS = ("none", "gelu", "relu", "silu")
-MAX_INPUTS = 8
-
-
-@dataclass(frozen=True)
-class Problem:
-    """n inputs of [rows, cols] -> one output of [rows, cols]."""
-
-    rows: int
-    cols: int
-    n_inputs: int = 2
-    dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-    activation: str = "none"
-
-    def __post_init__(self):
-        if self.activation not in ACTIVATIONS:
-            raise BlockSizeError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if not 1 <= self.n_inputs <= MAX_INPUTS:
-            raise BlockSizeError(f"n_inputs must be in 1..{MAX_INPUTS}, got {self.n_inputs}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.n_inputs * self.rows * self.cols
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def min_hbm_bytes(self) -> int:
-        """Each input read once, the output written once (what this kernel moves, too)."""
-        return hbm_bytes(self, None)
 
 
 @dataclass(frozen=True)
@@ -128,7 +93,8 @@ def make_inputs(p: Problem, seed: int = 0) -> list:
 
 
 def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
-    return p.rows * p.cols * (p.n_inputs * itemsize(p.dtype) + itemsize(p.out_dtype))
+    """What this kernel moves between HBM and VMEM, whatever the blocks: `Problem.min_hbm_bytes`."""
+    return p.min_hbm_bytes
 
 
 def fit(p: Problem, block_rows: int, block_cols: int) -> BlockSizes:

@@ -9,7 +9,7 @@ partial K block would add padding into the accumulator.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -18,45 +18,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import (  # repro: inlined
-    BlockSizeError, cdiv, check_divides, check_minor_dims, check_vmem, fit_dim, itemsize)
+    cdiv, check_divides, check_minor_dims, check_vmem, fit_dim, itemsize, matmul_traffic)
+from tpudiag.kernels_lab.problems.matmul import Problem  # repro: inlined
 
 FAMILY = "matmul"
-ACTIVATIONS = ("none", "gelu", "relu", "silu")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """`out[m, n] = convert(activation(sum_k x[m, k] * w[k, n] + bias[n]))`."""
-
-    m: int
-    k: int
-    n: int
-    in_dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-    bias: bool = False
-    activation: str = "none"
-
-    def __post_init__(self):
-        if self.activation not in ACTIVATIONS:
-            raise BlockSizeError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.m * self.k * self.n
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.in_dtype
-
-    @property
-    def min_hbm_bytes(self) -> int:
-        """Each operand read once, the output written once: what an ideal kernel moves."""
-        in_b = itemsize(self.in_dtype)
-        return ((self.m * self.k + self.k * self.n + self.bias * self.n) * in_b
-                + self.m * self.n * itemsize(self.out_dtype))
 
 
 @dataclass(frozen=True)
@@ -173,16 +138,8 @@ def make_inputs(p: Problem, seed: int = 0) -> list:
 
 
 def hbm_bytes(p: Problem, blocks: BlockSizes) -> int:
-    """Bytes the blocking moves between HBM and VMEM: x is re-read once per N block and w once per
-    M block, except that a block whose index does not change between consecutive grid steps is
-    not fetched again (x when K fits one block)."""
-    gm, gn, gk = blocks.grid(p)
-    in_b = itemsize(p.in_dtype)
-    x_reads = 1 if gk == 1 else gn
-    total = p.m * p.k * in_b * x_reads + p.k * p.n * in_b * gm + p.m * p.n * itemsize(p.out_dtype)
-    if p.bias:
-        total += p.n * in_b * gm
-    return total
+    """Bytes the blocking moves between HBM and VMEM (`matmul_traffic` of its grid)."""
+    return matmul_traffic(p.m, p.k, p.n, p.in_dtype, p.out_dtype, blocks.grid(p), p.bias)
 
 
 def _fit_k(block: int, k: int) -> int:

@@ -21,7 +21,7 @@ Scalar outputs (sync flags, `s32[2]` indices) are collective state, not reproduc
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -31,46 +31,9 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import (  # repro: inlined
     BlockSizeError, cdiv, check_divides, check_minor_dims, check_vmem, fit_dim, itemsize)
+from tpudiag.kernels_lab.problems.multi_output import Problem  # repro: inlined
 
 FAMILY = "multi_output"
-KINDS = ("matmul", "elementwise")
-ROLES = ("carried", "computed")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Primary output [m, n] (`kind` matmul over k, or elementwise over n_inputs) plus `extras`,
-    each `(rows, cols, dtype, role)`."""
-
-    kind: str
-    m: int
-    n: int
-    k: int = 1
-    n_inputs: int = 1
-    in_dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-    extras: tuple = ()
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise BlockSizeError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        # spec.json round-trips tuples as lists; keep the problem hashable (it is a static jit argument)
-        object.__setattr__(self, "extras", tuple(tuple(e) for e in self.extras))
-        for e in self.extras:
-            if len(e) != 4 or e[3] not in ROLES:
-                raise BlockSizeError(f"each extra must be (rows, cols, dtype, role in {ROLES}), got {e!r}")
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.in_dtype
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.m * self.k * self.n if self.kind == "matmul" else 2 * self.n_inputs * self.m * self.n
-
-    @property
-    def min_hbm_bytes(self) -> int:
-        return hbm_bytes(self, None)
 
 
 @dataclass(frozen=True)
@@ -217,16 +180,8 @@ def pallas(*args, p: Problem, blocks: BlockSizes, interpret: bool = False, vmem_
 
 
 def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
-    """Primary traffic (the matmul's re-reads per block when blocks are given) plus each computed
-    extra read and written once; carried extras move nothing on one chip."""
-    in_b, out_b = itemsize(p.in_dtype), itemsize(p.out_dtype)
-    if p.kind == "matmul":
-        gm, gn, gk = blocks.grid(p) if blocks is not None else (1, 1, 1)
-        x_reads = 1 if gk == 1 else gn
-        total = p.m * p.k * in_b * x_reads + p.k * p.n * in_b * gm + p.m * p.n * out_b
-    else:
-        total = p.m * p.n * (p.n_inputs * in_b + out_b)
-    return total + sum(2 * r * c * itemsize(d) for r, c, d, role in p.extras if role == "computed")
+    """Bytes the blocking moves between HBM and VMEM (`Problem.traffic` of its grid)."""
+    return p.traffic(blocks.grid(p) if blocks is not None else (1, 1, 1))
 
 
 def _fit_k(block: int, k: int) -> int:

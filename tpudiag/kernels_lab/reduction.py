@@ -17,7 +17,7 @@ step's accumulator, `(1, 1, cols)` of a 3-D result (a (1, cols) block of a 2-D o
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -25,60 +25,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import (  # repro: inlined
-    BlockSizeError, cdiv, check_minor_dims, check_vmem, fit_dim, itemsize)
+    cdiv, check_minor_dims, check_vmem, fit_dim, itemsize)
+from tpudiag.kernels_lab.problems.reduction import Problem  # repro: inlined
 
 FAMILY = "reduction"
-OPS = ("softmax", "layernorm", "rmsnorm", "sum", "colsum")
 EPS = 1e-6
-
-
-@dataclass(frozen=True)
-class Problem:
-    """`out = op(x)` row by row on x[rows, cols]; `sum` keeps the reduced dim: out[rows, 1];
-    `colsum` sums x[outer, rows, cols] over rows: out[outer, cols]."""
-
-    rows: int
-    cols: int
-    op: str = "softmax"
-    dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-    outer: int = 1
-
-    def __post_init__(self):
-        if self.op not in OPS:
-            raise BlockSizeError(f"reduction op must be one of {OPS}, got {self.op!r}")
-        if self.outer != 1 and self.op != "colsum":
-            raise BlockSizeError(f"outer applies to colsum only, got outer={self.outer} for {self.op}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def out_cols(self) -> int:
-        return 1 if self.op == "sum" else self.cols
-
-    @property
-    def in_shape(self) -> tuple[int, ...]:
-        return (self.outer, self.rows, self.cols) if self.op == "colsum" else (self.rows, self.cols)
-
-    @property
-    def n_params(self) -> int:
-        """Per-column parameter vectors: gamma (and beta for layernorm)."""
-        return {"layernorm": 2, "rmsnorm": 1}.get(self.op, 0)
-
-    @property
-    def flops(self) -> int:
-        return {"softmax": 5, "layernorm": 8, "rmsnorm": 5, "sum": 1, "colsum": 1}[self.op] * self.rows * self.cols \
-            * self.outer
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def min_hbm_bytes(self) -> int:
-        """Each input read once, the output written once (what this kernel moves, too)."""
-        return hbm_bytes(self, None)
 
 
 @dataclass(frozen=True)
@@ -211,11 +162,8 @@ def make_inputs(p: Problem, seed: int = 0) -> list:
 
 
 def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
-    """Each row is read and written once; parameter rows are fetched once (constant block index)."""
-    if p.op == "colsum":
-        return p.outer * (p.rows * p.cols * itemsize(p.dtype) + p.cols * itemsize(p.out_dtype))
-    return (p.rows * (p.cols * itemsize(p.dtype) + p.out_cols * itemsize(p.out_dtype))
-            + p.n_params * p.cols * itemsize(p.dtype))
+    """What this kernel moves between HBM and VMEM, whatever the blocks: `Problem.min_hbm_bytes`."""
+    return p.min_hbm_bytes
 
 
 def fit(p: Problem, block_rows: int) -> BlockSizes:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
 import importlib.util
 import re
 import sys
@@ -19,22 +18,16 @@ from pathlib import Path
 from types import ModuleType
 
 from tpudiag.errors import InputError
+from tpudiag.kernels_lab.family import family_module
+from tpudiag.kernels_lab.problems import problem_fields
 from tpudiag.kernels_lab.spec import OpSpec
 from tpudiag.kernels_lab.tiling import BlockSizeError
 from tpudiag.model.text import printable
 from tpudiag.writers.files import write_text as write_atomic
 
-FAMILIES = ("matmul", "reduction", "elementwise", "transpose", "multi_output", "datamove", "collective")
 BLOCKS_BEGIN = "# lab: block sizes begin (rewritten by `tpudiag lab tune`)"
 BLOCKS_END = "# lab: block sizes end"
 _HERE = Path(__file__).resolve().parent
-
-
-def family_module(name: str) -> ModuleType:
-    """The family's module, imported on demand (it imports jax)."""
-    if name not in FAMILIES:
-        raise InputError(f"unknown kernel family {name!r}; expected one of {', '.join(FAMILIES)}")
-    return importlib.import_module(f"tpudiag.kernels_lab.{name}")
 
 
 def _inlined(path: Path) -> str:
@@ -82,8 +75,8 @@ def _header(spec: OpSpec) -> str:
         f"Family: {spec.family}. How each fact was inferred:",
         *[f"  - {b}" for b in spec.basis],
         *[f"Note: {n}" for n in spec.notes],
-        f"Full problem (the op as profiled): {spec.problem}",
-        f"CPU problem: {spec.run_problem}" + (f" (every dim / {spec.scale_down})" if spec.scale_down > 1 else ""),
+        f"Full problem (the op as profiled): {problem_fields(spec.problem)}",
+        f"CPU problem: {problem_fields(spec.run_problem)}" + (f" (every dim / {spec.scale_down})" if spec.scale_down > 1 else ""),
     ]
     return "\n".join(_comment(line) for line in lines)
 
@@ -93,7 +86,7 @@ def _device_preamble(spec: OpSpec) -> list[str]:
     it starts (the flag only affects the CPU platform; a TPU run uses its own devices)."""
     if spec.family != "collective":
         return []
-    n = int(max(spec.problem["devices"], spec.run_problem["devices"]))
+    n = int(max(spec.problem.devices, spec.run_problem.devices))
     return ["# ---- simulated CPU devices for the ring (set before jax starts) ----",
             "import os  # noqa: E402",
             "",
@@ -121,14 +114,18 @@ def render(spec: OpSpec, blocks, basis: str) -> str:
         "# ---- tiling rule (from tpudiag/kernels_lab/tiling.py) ----",
         _inlined(_HERE / "tiling.py"),
         *_device_preamble(spec),
+        f"# ---- problem (from tpudiag/kernels_lab/problems/{spec.family}.py) ----",
+        _inlined(_HERE / "problems" / f"{spec.family}.py"),
         f"# ---- kernel family (from tpudiag/kernels_lab/{spec.family}.py) ----",
         _inlined(_HERE / f"{spec.family}.py"),
         "# ---- harness (from tpudiag/kernels_lab/harness.py) ----",
         _inlined(_HERE / "harness.py"),
         "# ---- this op ----",
         f"OP_NAME = {spec.op_name!r}",
-        f"PROBLEM = Problem(**{spec.problem!r})",
-        f"RUN_PROBLEM = Problem(**{spec.run_problem!r})",
+        # repr of plain fields (str, int, bool, lists): trace text in them, e.g. a mesh axis name, is a
+        # Python string literal with its quotes and control characters escaped
+        f"PROBLEM = Problem(**{problem_fields(spec.problem)!r})",
+        f"RUN_PROBLEM = Problem(**{problem_fields(spec.run_problem)!r})",
         f"VMEM_BYTES = {spec.vmem_bytes}  # {spec.generation}",
         "",
         blocks_source(blocks, basis),
@@ -149,7 +146,7 @@ def render(spec: OpSpec, blocks, basis: str) -> str:
 def write_repro(spec: OpSpec, out_dir: Path) -> tuple[Path, object]:
     """Write `spec.json` and `repro.py` with the family's default blocks for the target generation."""
     fam = family_module(spec.family)
-    problem = fam.Problem(**spec.problem)
+    problem = spec.problem
     blocks = fam.default_blocks(problem, spec.generation)
     basis = (f"Default block sizes for {spec.generation} (the family's tuned table or its safe default), "
              "not yet swept for this op")
@@ -163,7 +160,6 @@ def write_repro(spec: OpSpec, out_dir: Path) -> tuple[Path, object]:
                              hint="check the op's shapes in the capture, or pass --dump with its compiled HLO") from exc
         # e.g. a collective that holds its whole shard in VMEM: the CPU run (smaller) still checks the
         # kernel's numerics, and `tune` records the full problem as invalid with this reason
-        fam.Problem(**spec.run_problem)
         basis += f". The full problem does not fit: {exc}"
     out_dir.mkdir(parents=True, exist_ok=True)
     # Atomic: `lab check` and `lab tune` execute repro.py, so a half-written one must never exist.

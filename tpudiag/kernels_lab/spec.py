@@ -19,20 +19,30 @@ Family rules, first match wins:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from tpudiag.errors import InputError, UsageError
-from tpudiag.kernels_lab.tiling import scale_dim
+from tpudiag.kernels_lab import op_text
+from tpudiag.kernels_lab.problems import AnyProblem, collective, problem_fields, problem_from_fields
 from tpudiag.model.hardware import CHIPS, chip_for, smallest_topology
-from tpudiag.model.hlo_shapes import Shape, operand_shapes, parse_array
+from tpudiag.model.hlo_shapes import Shape, parse_array
 from tpudiag.model.matmuls import OpMath, ProgramMath, op_math_from_text
 from tpudiag.kernels_lab.collective_spec import KINDS as COLLECTIVE_KINDS
 from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, mesh_axes, replica_groups
+from tpudiag.model.compiled import CompiledProgram
 from tpudiag.model.hlo_names import collective_family
+from tpudiag.model.inputs import CompiledInputs
+
+if TYPE_CHECKING:
+    from tpudiag.analysis.profile_analysis import Analysis
+    from tpudiag.pipeline import Diagnosis
 
 
 class NotReproducible(UsageError):
@@ -53,16 +63,6 @@ DEFAULT_TOPOLOGY = {c.generation: smallest_topology(c) for c in CHIPS}
 ArrayText = Shape
 
 
-def parameter_shapes(body: str) -> list[ArrayText]:
-    """Parameter shapes from a fused computation's header `%name (p0: bf16[..], ...) -> ... {`."""
-    header = re.match(r"\s*%?[\w.\-]+ \((?P<params>.*?)\) -> ", body)
-    if header is None:
-        return []
-    shapes = [parse_array(s) for s in re.findall(r"[\w.\-]+: ([a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)",
-                                                   header.group("params"))]
-    return [s for s in shapes if s is not None]
-
-
 def topology_generation(topology: str) -> str:
     """`v6e:2x2` -> `v6e` (the canonical generation name of tpudiag.model.hardware)."""
     prefix = re.split(r"[:=_]", topology, maxsplit=1)[0]
@@ -75,14 +75,15 @@ def topology_generation(topology: str) -> str:
 
 @dataclass(frozen=True)
 class OpSpec:
-    """Everything `spec.json` holds; `problem` and `run_problem` are the family's Problem fields."""
+    """Everything `spec.json` holds; `problem` (the op as profiled) and `run_problem` (what the CPU
+    runs) are the family's typed Problem (`kernels_lab.problems`)."""
 
     op_name: str
     category: str
     program: str
     family: str
-    problem: dict
-    run_problem: dict
+    problem: AnyProblem
+    run_problem: AnyProblem
     scale_down: int
     shape_with_layout: str
     operands: tuple[str, ...]
@@ -104,20 +105,33 @@ class OpSpec:
     notes: tuple[str, ...] = field(default=())
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
+        """The spec as `spec.json`: a flat object whose `problem` and `run_problem` are the Problem's
+        fields (every field, tuples as lists), as `repro.py` passes them to `Problem(**...)`."""
+        data = asdict(self)
+        data.update(problem=problem_fields(self.problem), run_problem=problem_fields(self.run_problem))
+        return json.dumps(data, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, path: Path) -> OpSpec:
+        """Read `spec.json`. Problems written by earlier versions (fields at their defaults left out)
+        load as they are; anything this version cannot read is one InputError naming the file."""
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise InputError(f"cannot read the reproduction's spec: {exc}", path=path) from exc
+        if not isinstance(data, dict):
+            raise InputError("spec.json is not a JSON object", path=path)
         for key in ("basis", "operands", "notes"):
             data[key] = tuple(data.get(key, ()))
         try:
+            for key in ("problem", "run_problem"):
+                if not isinstance(data.get(key), dict):
+                    raise ValueError(f"`{key}` is not an object")
+                data[key] = problem_from_fields(str(data.get("family")), data[key])
             return cls(**data)
-        except TypeError as exc:
-            raise InputError(f"spec.json does not match this tpudiag version: {exc}", path=path) from exc
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"spec.json does not match this tpudiag version: {exc}", path=path,
+                             hint="re-run `tpudiag lab extract` to regenerate it") from None
 
 
 def _jnp_dtype(hlo_dtype: str, what: str, name: str) -> str:
@@ -134,47 +148,6 @@ def _rows_cols(a: ArrayText) -> tuple[int, int]:
     return math.prod(a.dims[:-1]), a.dims[-1]
 
 
-def scale_problem(family: str, p: dict, factor: int) -> dict:
-    q = dict(p)
-    if family == "datamove":
-        def sd(d):
-            return [scale_dim(x, factor) for x in d]
-        if p["op"] in ("copy", "relayout") and p["in_dims"] != p["out_dims"]:
-            return q  # a reshape cannot scale its two shapes independently: run the full problem
-        if p["op"] == "pad":
-            in_dims = sd(p["in_dims"])
-            q.update(in_dims=in_dims, out_dims=[i + lo + hi for i, lo, hi in zip(in_dims, p["pad_low"],
-                                                                                  p["pad_high"], strict=True)])
-            return q
-        if p["op"] == "concatenate":
-            parts = sd(p["parts"])
-            out = sd(p["out_dims"])
-            out[p["axis"]] = sum(parts)
-            q.update(parts=parts, out_dims=out, in_dims=out)
-            return q
-        q.update(in_dims=sd(p["in_dims"]), out_dims=sd(p["out_dims"]))
-        if p.get("update_dims"):
-            q["update_dims"] = [min(u, o) for u, o in zip(sd(p["update_dims"]), q["out_dims"], strict=True)]
-        if p["op"] == "dynamic_slice":
-            q["out_dims"] = [min(o, i) for o, i in zip(q["out_dims"], q["in_dims"], strict=True)]
-        return q
-    if family == "collective":
-        q.update(rows=scale_dim(p["rows"], factor), cols=scale_dim(p["cols"], factor))
-        return q
-    if family == "multi_output":
-        q.update(m=scale_dim(p["m"], factor), n=scale_dim(p["n"], factor),
-                 k=scale_dim(p["k"], factor) if p["kind"] == "matmul" else 1,
-                 extras=[[scale_dim(r, factor), scale_dim(c, factor), d, role] for r, c, d, role in p["extras"]])
-        return q
-    if family == "reduction" and p.get("op") == "colsum":
-        q["outer"] = scale_dim(p.get("outer", 1), factor)
-    dims = {"matmul": ("m", "k", "n"), "reduction": ("rows", "cols"), "elementwise": ("rows", "cols"),
-            "transpose": ("rows", "cols")}[family]
-    for key in dims:
-        q[key] = scale_dim(p[key], factor)
-    return q
-
-
 # Observed on a 2-core VM (jax 0.10.2): the TPU-semantics interpreter hangs on a ring whose buffers
 # reach 64 KiB: one simulated device's thread waits in `_allocate_buffer` for an array computed in
 # the graph while the others wait on semaphores, holding XLA's CPU thread pool (one thread per core);
@@ -182,21 +155,21 @@ def scale_problem(family: str, p: dict, factor: int) -> dict:
 CPU_COLLECTIVE_BUFFER_BYTES = 32 << 10
 
 
-def cpu_problem(family: str, p: dict, factor: int) -> tuple[dict, list[str]]:
+def cpu_problem(problem: AnyProblem, factor: int) -> tuple[AnyProblem, list[str]]:
     """The problem the CPU interpreter runs (scaled down by `factor`), and notes when it was capped."""
-    q = scale_problem(family, p, factor)
-    if family != "collective":
+    q = problem.scaled(factor)
+    if not isinstance(q, collective.Problem):
         return q, []
-    cols = min(q["cols"], 128 if q["cols"] % 128 == 0 else 130)
+    cols = min(q.cols, 128 if q.cols % 128 == 0 else 130)
     # the biggest buffer: n chunks in f32 (the reduce's receive slots, or the gathered output)
-    rows_cap = max(1, CPU_COLLECTIVE_BUFFER_BYTES // (q["devices"] * cols * 4))
-    rows = q["rows"] if q["rows"] <= rows_cap else (rows_cap // 8 * 8 or rows_cap) + (q["rows"] % 8 != 0)
-    if (rows, cols) == (q["rows"], q["cols"]):
+    rows_cap = max(1, CPU_COLLECTIVE_BUFFER_BYTES // (q.devices * cols * 4))
+    rows = q.rows if q.rows <= rows_cap else (rows_cap // 8 * 8 or rows_cap) + (q.rows % 8 != 0)
+    if (rows, cols) == (q.rows, q.cols):
         return q, []
-    q.update(rows=rows, cols=cols)
-    return q, [f"the CPU run's shard is capped at {rows}x{cols} (buffers <= 32 KiB): the TPU-semantics "
-               "interpreter was seen to hang on larger rings on a 2-core machine; the full problem is what runs "
-               "on a TPU and what `tune` compiles"]
+    return dataclasses.replace(q, rows=rows, cols=cols), [
+        f"the CPU run's shard is capped at {rows}x{cols} (buffers <= 32 KiB): the TPU-semantics "
+        "interpreter was seen to hang on larger rings on a 2-core machine; the full problem is what runs "
+        "on a TPU and what `tune` compiles"]
 
 
 def _epilogue(body: str) -> tuple[str, bool, list[str]]:
@@ -223,7 +196,8 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
     `chips` (the capture's chip count) is a collective's ring size when nothing else gives it;
     `op_math` is the op's matmul model (`model.matmuls`), whose K wins when its M and N are the output's."""
     if operands is None:
-        operands, operands_from = resolve_operands(hlo_text, body, lambda _name: "")
+        found = op_text.from_text(hlo_text, lambda _name: "", body)
+        operands, operands_from = list(found.operands), found.operands_from
     cat = category.lower()
     family = collective_family(name, category)
     if family:
@@ -381,50 +355,6 @@ def _non_minor_reduce(text: str) -> tuple[ArrayText, tuple[int, ...], tuple[int,
     rows = math.prod(operand.dims[dims[0]:dims[-1] + 1])
     cols = math.prod(operand.dims[dims[-1] + 1:])
     return operand, dims, (outer, rows, cols)
-
-
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+) = (?P<rest>.*)$", re.M)
-_COMPUTATION = re.compile(r"^%?(?P<name>[\w.\-]+) [^\n]*?\{\n.*?^\}", re.M | re.S)
-
-
-class DumpIndex:
-    """An HLO dump directory read once: each instruction's line and each computation's text by name
-    (`*after_optimizations.txt` first, then other HLO texts; the first file naming an op wins)."""
-
-    def __init__(self, dump: Path):
-        self.dump = dump
-        self.lines: dict[str, str] = {}
-        self.computations: dict[str, str] = {}
-        files = sorted(dump.rglob("*after_optimizations.txt")) + sorted(
-            p for p in dump.rglob("*hlo*.txt") if not p.name.endswith("after_optimizations.txt"))
-        for path in files:
-            try:
-                text = path.read_text(errors="replace")
-            except OSError:
-                continue
-            for m in _INSTR.finditer(text):
-                self.lines.setdefault(m.group("name"), m.group(0).strip())
-            for m in _COMPUTATION.finditer(text):
-                self.computations.setdefault(m.group("name"), m.group(0))
-
-    def find(self, name: str) -> tuple[str, str]:
-        """The op's instruction line and its called computation's text (empty strings when absent).
-        The body starts with the computation's header line, which carries its parameter shapes."""
-        line = self.lines.get(name, "")
-        called = re.search(r"calls=%?([\w.\-]+)", line)
-        return line, (self.computations.get(called.group(1), "") if called else "")
-
-    def shape_of(self, name: str) -> str:
-        """The result shape text of the instruction `name` (a tuple shape included), or ''."""
-        rest = self.lines.get(name, "").split(" = ", 1)[-1]
-        if rest.startswith("("):
-            depth = 0
-            for i, ch in enumerate(rest):
-                depth += {"(": 1, ")": -1}.get(ch, 0)
-                if depth == 0:
-                    return rest[:i + 1]
-        array = parse_array(rest)
-        return array.text if array is not None else ""
 
 
 DATAMOVE_DTYPES = dict(HLO_DTYPES, s32="int32", u32="uint32", s8="int8")
@@ -671,57 +601,6 @@ def _infer_collective(*, name: str, family: str, category: str, shape_text: str,
     return "collective", problem, basis
 
 
-def find_in_dump(dump: Path, name: str) -> tuple[str, str]:
-    """The op's instruction line and its fused computation's text from an HLO dump directory
-    (`*after_optimizations.txt` preferred, then other HLO texts); empty strings when absent."""
-    return DumpIndex(dump).find(name)
-
-
-def operand_names(hlo_text: str) -> list[str]:
-    """`%name` operands of the instruction's call parentheses, in order."""
-    m = re.search(r"=\s*(?:\([^=]*?\)|\S+)\s+[\w\-]+\((?P<args>[^)]*)\)", hlo_text)
-    return re.findall(r"%([\w.\-]+)", m.group("args")) if m else []
-
-
-_SHORT = {"bfloat16": "bf16", "float32": "f32"}
-
-
-def describe_problem(family: str, p: dict) -> str:
-    """A short human form: `bf16 8192x4096 @ 4096x50257 -> bf16`, `softmax bf16[8192,4096]`."""
-    if family == "matmul":
-        epilogue = [x for x in ("bias" if p["bias"] else "", "" if p["activation"] == "none" else p["activation"]) if x]
-        return (f"{_SHORT[p['in_dtype']]} {p['m']}x{p['k']} @ {p['k']}x{p['n']} -> {_SHORT[p['out_dtype']]}"
-                + (f" (+{', '.join(epilogue)})" if epilogue else ""))
-    if family == "reduction" and p["op"] == "colsum":
-        return (f"colsum {_SHORT[p['dtype']]}[{p.get('outer', 1)},{p['rows']},{p['cols']}] over dim 1 -> "
-                f"{_SHORT[p['out_dtype']]}[{p.get('outer', 1)},{p['cols']}]")
-    if family == "reduction":
-        return f"{p['op']} {_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> {_SHORT[p['out_dtype']]}"
-    if family == "elementwise":
-        act = "" if p["activation"] == "none" else f" ({p['activation']})"
-        return f"{p['n_inputs']} x {_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> {_SHORT[p['out_dtype']]}{act}"
-    if family == "transpose":
-        return f"{_SHORT[p['dtype']]}[{p['rows']},{p['cols']}] -> [{p['cols']},{p['rows']}]"
-    if family == "datamove":
-        short = {"int32": "s32", "uint32": "u32", "int8": "s8"}.get(p["dtype"]) or _SHORT[p["dtype"]]
-        extra = {"relayout": f" perm {p.get('perm')}", "dynamic_update_slice": f" update {p.get('update_dims')}",
-                 "concatenate": f" parts {p.get('parts')} on dim {p.get('axis')}",
-                 "pad": f" low {p.get('pad_low')} high {p.get('pad_high')}"}.get(p["op"], "")
-        return f"{p['op']} {short}{p['in_dims']} -> {p['out_dims']}{extra}"
-    if family == "multi_output":
-        head = (f"{_SHORT[p['in_dtype']]} {p['m']}x{p['k']} @ {p['k']}x{p['n']}" if p["kind"] == "matmul"
-                else f"{p['n_inputs']} x {_SHORT[p['in_dtype']]}[{p['m']},{p['n']}]")
-        carried = sum(1 for e in p["extras"] if e[3] == "carried")
-        return (f"{head} -> {_SHORT[p['out_dtype']]} + {len(p['extras']) - carried} computed, {carried} carried "
-                "outputs")
-    if family == "collective":
-        short = {"int32": "s32", "int8": "s8"}.get(p["dtype"]) or _SHORT[p["dtype"]]
-        group = p.get("group") or list(range(p["devices"]))
-        axis = f" on mesh axis {p['mesh_axis']!r}" if p.get("mesh_axis") else ""
-        return f"{p['kind']} {short}[{p['rows']},{p['cols']}] per device, ring of {p['devices']} {group}{axis}"
-    return " ".join(f"{k}={v}" for k, v in p.items())
-
-
 @dataclass(frozen=True)
 class SurveyRow:
     """One op of a capture and what the lab can do with it."""
@@ -731,50 +610,27 @@ class SurveyRow:
     self_time_ps: int  # summed over the capture (first host)
     time_share: float  # of the host's summed op self time
     family: str  # '' when not reproducible
-    problem: dict
+    problem: AnyProblem | None  # None when not reproducible
     reason: str  # why not, when family is ''
 
 
-def survey(analysis, capture: Path, top: int | None = None, *, dump: Path | None = None) -> list[SurveyRow]:
-    """The first host's ops by self time, each with its family and problem or the reason it has none.
-    With `dump` (an HLO dump of the same program) operand shapes and fusion bodies come from it."""
-    index = _dump_index(dump)
+def survey(diagnosis: Diagnosis, top: int | None = None) -> list[SurveyRow]:
+    """The first host's ops by self time, each with its family and problem or the reason it has none."""
+    analysis = _analysis(diagnosis)
     ops = analysis.ops[analysis.ops["host"] == analysis.ops["host"].iloc[0]] if len(analysis.ops) else analysis.ops
     ops = ops.sort_values("self_time_ps", ascending=False)
     total = float(ops["self_time_ps"].sum()) or 1.0
     rows = []
+    index = _OpIndex(analysis)
     for _, r in ops.head(top if top is not None else len(ops)).iterrows():
         try:
-            spec = spec_from_analysis(analysis, capture, str(r["name"]), topology=None, dump=index)
+            spec = _spec(diagnosis, index, str(r["name"]), topology=None, scale_down=1)
             family, problem, reason = spec.family, spec.problem, ""
         except UsageError as exc:
-            family, problem, reason = "", {}, exc.one_line()
+            family, problem, reason = "", None, exc.one_line()
         rows.append(SurveyRow(str(r["name"]), str(r["category"]), int(r["self_time_ps"]),
                               float(r["self_time_ps"]) / total, family, problem, reason))
     return rows
-
-
-def _dump_index(dump) -> DumpIndex | None:
-    if dump is None or isinstance(dump, DumpIndex):
-        return dump
-    if not dump.is_dir():
-        raise UsageError("the dump directory does not exist", path=dump)
-    return DumpIndex(dump)
-
-
-def resolve_operands(hlo_text: str, body: str, shape_of) -> tuple[list[ArrayText], str]:
-    """Operand shapes and where they came from: printed in the instruction, the fused computation's
-    parameters, or each `%name` operand looked up with `shape_of(name)` (tuple-shaped and unknown
-    operands are skipped, so the list may be shorter than the operand list)."""
-    shapes = operand_shapes(hlo_text)
-    if shapes:
-        return shapes, "the HLO operands"
-    shapes = parameter_shapes(body)
-    if shapes:
-        return shapes, "the fused computation's parameters"
-    found = [parse_array(shape_of(n)) for n in operand_names(hlo_text)]
-    found = [a for a in found if a is not None]
-    return found, ("the operands' own instructions" if found else "")
 
 
 @dataclass(frozen=True)
@@ -804,7 +660,8 @@ def coverage(rows: list[SurveyRow]) -> Coverage:
     def kind(r: SurveyRow) -> str:
         # v5e's async-collective-start/-done name no family; their category (or the reproduced problem) does
         family = collective_family(r.op_name, r.category)
-        return r.problem.get("kind") or kind_of(family, r.category, "") or family
+        kind = r.problem.kind if isinstance(r.problem, collective.Problem) else ""
+        return kind or kind_of(family, r.category, "") or family
 
     fams = sorted({kind(r) for r in coll})
     done = sorted({kind(r) for r in coll if r.family})
@@ -813,54 +670,104 @@ def coverage(rows: list[SurveyRow]) -> Coverage:
                     tuple(fams), tuple(done))
 
 
-def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology: str | None = None,
-                       scale_down: int = 1) -> OpSpec:
-    """Find `op` in an analysed capture (`tpudiag.diagnose(capture).analysis`: the lab reads captures
-    through the one pipeline), infer its family and problem; `dump` is a directory or a
-    `DumpIndex`. Raises the project's errors."""
+def _analysis(diagnosis: Diagnosis) -> Analysis:
+    if diagnosis.analysis is None:
+        raise InputError("the lab needs a capture or dumps of a known TPU generation", path=diagnosis.input_path,
+                         hint="pass a capture, or --chip with the dumps' generation to `tpudiag report`")
+    return diagnosis.analysis
+
+
+def _dump_origin(compiled: CompiledInputs, program: CompiledProgram | None) -> str:
+    """The XLA dump directory `program` was read from; '' for a capture's own program or none."""
+    return next((h.origin for h in compiled.hlo if h.program is program), "") if program is not None else ""
+
+
+class _OpIndex:
+    """An analysis' ops looked up by name, its op metadata by (name, program) and the trace's
+    shapes by program, each table read once for a survey of every op."""
+
+    def __init__(self, analysis: Analysis):
+        self.analysis = analysis
+        ops = analysis.ops.sort_values("total_time_ps", ascending=False, kind="stable")
+        self.rows = ops.drop_duplicates("name").set_index("name", drop=False)
+        self._meta: dict[str, dict] = {}
+        self._shapes: dict[object, dict[str, str]] = {}
+
+    def row(self, op: str):
+        """The op's row (the host and program where it took longest); None when absent."""
+        return self.rows.loc[op] if op in self.rows.index else None
+
+    def metadata(self, host, op: str, program_id) -> tuple[float, float, str] | None:
+        """(flops, bytes accessed, HLO text) of one execution, from the host's op metadata."""
+        if host.host not in self._meta:
+            meta = host.op_metadata.drop_duplicates(["name", "program_id"])
+            self._meta[host.host] = {(n, p): (f, b, t) for n, p, f, b, t in zip(
+                meta["name"], meta["program_id"], meta["flops"], meta["bytes_accessed"], meta["hlo_text"],
+                strict=True)}
+        return self._meta[host.host].get((op, program_id))
+
+    def shapes(self, program_id) -> dict[str, str]:
+        """The trace's `shape_with_layout` by op name, for one program."""
+        if program_id not in self._shapes:
+            ops = self.analysis.ops[self.analysis.ops["program_id"] == program_id]
+            self._shapes[program_id] = dict(zip(ops["name"].astype(str), ops["shape_with_layout"].astype(str),
+                                                strict=True))
+        return self._shapes[program_id]
+
+
+def spec_from_diagnosis(diagnosis: Diagnosis, op: str, *, topology: str | None = None,
+                        scale_down: int = 1) -> OpSpec:
+    """Find `op` in a diagnosis (`tpudiag.diagnose(capture, dumps=...)`: the lab reads captures and
+    compiled programs through the one pipeline), infer its family and problem. Its HLO text and
+    fused body come from the XLA dump the join matched to its program, else from the capture
+    (`op_text`). Raises the project's errors."""
+    return _spec(diagnosis, _OpIndex(_analysis(diagnosis)), op, topology=topology, scale_down=scale_down)
+
+
+def _spec(diagnosis: Diagnosis, index: _OpIndex, op: str, *, topology: str | None, scale_down: int) -> OpSpec:
     if scale_down < 1:
         raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
-    ops = analysis.ops[analysis.ops["name"] == op]
-    if ops.empty:
+    analysis = index.analysis
+    capture = diagnosis.input_path
+    row = index.row(op)
+    if row is None:
         names = sorted(set(analysis.ops["name"]))
         hint = (f"ops in it include {', '.join(f'`{n}`' for n in names[:8])}" if names
                 else "the capture has no device ops (a CPU-only profile?); the lab needs a TPU capture")
         raise UsageError(f"op `{op}` is not in the capture", path=capture, hint=hint)
-    row = ops.sort_values("total_time_ps", ascending=False).iloc[0]
     host = next(h for h in analysis.profile.hosts if h.host == row["host"])
-    meta = host.op_metadata
-    meta = meta[(meta["name"] == op) & (meta["program_id"] == row["program_id"])]
-    hlo_text = str(meta["hlo_text"].iloc[0]) if not meta.empty else ""
-    flops = float(meta["flops"].iloc[0]) if not meta.empty else float(row["flops"]) / max(1, row["occurrences"])
-    nbytes = (float(meta["bytes_accessed"].iloc[0]) if not meta.empty
-              else float(row["bytes_accessed"]) / max(1, row["occurrences"]))
-    body = ""
-    notes = []
-    index = _dump_index(dump)
-    if index is not None:
-        line, body = index.find(op)
-        if line:
-            hlo_text = line
-            notes.append(f"HLO text and fusion body from the dump `{index.dump}`")
-        else:
-            notes.append(f"`{op}` not found in the dump `{index.dump}`; used the capture's HLO text")
-    program_ops = analysis.ops[analysis.ops["program_id"] == row["program_id"]]
-    capture_shapes = dict(zip(program_ops["name"].astype(str), program_ops["shape_with_layout"].astype(str),
-                              strict=True))
+    meta = index.metadata(host, op, row["program_id"])
+    flops = float(meta[0]) if meta is not None else float(row["flops"]) / max(1, row["occurrences"])
+    nbytes = float(meta[1]) if meta is not None else float(row["bytes_accessed"]) / max(1, row["occurrences"])
+    capture_shapes = index.shapes(row["program_id"])
 
     def shape_of(name: str) -> str:
-        return (index.shape_of(name) if index is not None else "") or capture_shapes.get(name, "")
+        return capture_shapes.get(name, "")
 
-    operands, operands_from = resolve_operands(hlo_text, body, shape_of)
-    program = analysis.join.program_for(row["program_id"], row["module"]) if analysis.join is not None else None
+    join = diagnosis.join
+    program = join.program_for(row["program_id"], row["module"]) if join is not None else None
+    origin = _dump_origin(diagnosis.compiled, program)
+    text = op_text.from_program(program, op, shape_of) if origin else None
+    notes = []
+    if text is not None:
+        notes.append(f"HLO text and fusion body from the dump `{origin}`")
+    else:
+        text = op_text.from_text(str(meta[2]) if meta is not None else "", shape_of)
+        if diagnosis.compiled.hlo:
+            where = ", ".join(f"`{h.origin}`" for h in diagnosis.compiled.hlo)
+            notes.append(f"`{op}` is not in a dump joined to its program ({where}); used the capture's HLO text")
     found = ProgramMath(program).get(op) if program is not None else None
-    family, problem, basis = infer(name=op, category=str(row["category"]),
-                                   shape_with_layout=str(row["shape_with_layout"]),
-                                   hlo_text=hlo_text, tf_op=str(row["tf_op"] or ""), flops=flops,
-                                   bytes_accessed=nbytes, body=body, operands=operands,
-                                   operands_from=operands_from,
-                                   chips=host.device.n_chips * len(analysis.profile.hosts),
-                                   op_math=found or op_math_from_text(op, hlo_text))
+    family, fields, basis = infer(name=op, category=str(row["category"]),
+                                  shape_with_layout=str(row["shape_with_layout"]),
+                                  hlo_text=text.line, tf_op=str(row["tf_op"] or ""), flops=flops,
+                                  bytes_accessed=nbytes, body=text.body, operands=list(text.operands),
+                                  operands_from=text.operands_from,
+                                  chips=host.device.n_chips * len(analysis.profile.hosts),
+                                  op_math=found or op_math_from_text(op, text.line))
+    try:
+        problem = problem_from_fields(family, fields)
+    except ValueError as exc:
+        raise NotReproducible(f"`{op}`: {exc}") from None
     device = host.device
     chip = device.chip
     if topology is None:
@@ -875,13 +782,13 @@ def spec_from_analysis(analysis, capture: Path, op: str, *, dump=None, topology:
     if scale_down > 1:
         notes.append(f"--scale-down {scale_down}: the CPU run divides every dim by {scale_down}, keeping "
                      "multiples of 128 / 8 as such and ragged dims ragged; the full problem is what tune compiles")
-    run_problem, cap_notes = cpu_problem(family, problem, scale_down)
+    run_problem, cap_notes = cpu_problem(problem, scale_down)
     notes += cap_notes
     return OpSpec(
         op_name=op, category=str(row["category"]), program=str(row["module"]), family=family, problem=problem,
         run_problem=run_problem, scale_down=scale_down,
         shape_with_layout=str(row["shape_with_layout"]),
-        operands=tuple(a.text for a in operands), hlo_text=hlo_text,
+        operands=tuple(a.text for a in text.operands), hlo_text=text.line,
         tf_op=str(row["tf_op"] or ""),
         source=str(row["source"] or ""), basis=tuple(basis), device_type=device.device_type, generation=generation,
         topology=topology, vmem_bytes=target.vmem_bytes, hbm_bytes_per_s=target.hbm_bytes_per_s,

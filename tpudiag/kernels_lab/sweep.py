@@ -35,8 +35,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tpudiag.errors import InputError, UsageError
-from tpudiag.kernels_lab.reproduce import family_module
-from tpudiag.kernels_lab.spec import OpSpec, scale_problem, topology_generation
+from tpudiag.kernels_lab.family import family_module
+from tpudiag.kernels_lab.problems import problem_fields
+from tpudiag.kernels_lab.spec import OpSpec, topology_generation
 from tpudiag.model.hardware import chip_for
 
 # Generations whose static LLO profile works (v4 and TPU7x abort: reference §3).
@@ -251,8 +252,8 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
     fam = family_module(spec.family)
     if scale_down < 1:
         raise UsageError(f"--scale-down must be at least 1, got {scale_down}")
-    problem_fields = scale_problem(spec.family, spec.problem, scale_down)
-    problem = fam.Problem(**problem_fields)
+    problem = spec.problem.scaled(scale_down)
+    fields = problem_fields(problem)  # as JSON holds it: the resume key and the worker's argument
     measure = detect_tpu() if measure is None else measure
     clock = chip.clock_hz
     candidates = list(blocks) if blocks is not None else fam.candidates(problem)
@@ -262,7 +263,7 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
         raise UsageError("no block-size candidates to sweep")
 
     path = jsonl_path(out_dir, topology)
-    key = {"topology": topology, "problem": problem_fields, "measure": measure}
+    key = {"topology": topology, "problem": fields, "measure": measure}
     done = _load_done(path, key)
 
     def record(result: CandidateResult | XlaBaseline, label: str) -> None:
@@ -318,7 +319,7 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
         index = compiled = 0
         while index < len(queue_):
             if worker is None:
-                worker = _Worker(out_dir, topology, problem_fields, measure, _worker_env(dump_dir, measure))
+                worker = _Worker(out_dir, topology, fields, measure, _worker_env(dump_dir, measure))
                 ready = worker.next(STARTUP_TIMEOUT_S)
                 if not ready or not ready.get("ready"):
                     reason = worker.crash_reason()
@@ -394,7 +395,7 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
         text = (f"ranked by compiler-estimated cycles only: {generation}'s clock is not public, so cycles are "
                 "not converted to time nor compared with the HBM floor; compare candidates relative to each other")
     ordered = _rank([results[b.label()] for b in candidates if b.label() in results], basis)
-    return SweepResult(spec.op_name, spec.family, problem_fields, scale_down, topology, generation, device_kind, clock,
+    return SweepResult(spec.op_name, spec.family, fields, scale_down, topology, generation, device_kind, clock,
                        basis, text,
                        tuple(ordered), xla, str(path))
 

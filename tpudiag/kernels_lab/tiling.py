@@ -22,6 +22,7 @@ LANE = 128  # minor tile
 BUFFERING = 2  # pipeline buffers per blocked input/output
 
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int32": 4, "uint32": 4}
+_SHORT_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int8": "s8", "int32": "s32", "uint32": "u32"}
 
 
 class BlockSizeError(ValueError):
@@ -33,6 +34,11 @@ def itemsize(dtype: str) -> int:
         return _ITEMSIZE[dtype]
     except KeyError:
         raise BlockSizeError(f"unsupported dtype {dtype!r}; expected one of {sorted(_ITEMSIZE)}") from None
+
+
+def short_dtype(dtype: str) -> str:
+    """`bfloat16` -> `bf16`, as HLO spells it."""
+    return _SHORT_DTYPE.get(dtype, dtype)
 
 
 def check_minor_dims(what: str, block: tuple[int, int], full: tuple[int, int]) -> None:
@@ -88,3 +94,16 @@ def scale_dim(d: int, factor: int) -> int:
             return max(unit, d // factor // unit * unit)
     scaled = max(1, -(-d // factor))
     return scaled + 1 if scaled > 8 and scaled % 8 == 0 else scaled
+
+
+def matmul_traffic(m: int, k: int, n: int, in_dtype: str, out_dtype: str, grid: tuple[int, int, int],
+                   bias: bool = False) -> int:
+    """Bytes an (M/bm, N/bn, K/bk) matmul grid moves between HBM and VMEM: x is re-read once per N
+    block and w once per M block, except that a block whose index does not change between
+    consecutive grid steps is not fetched again (x when K fits one block). A (1, 1, 1) grid is the
+    ideal kernel: each operand read once, the output written once."""
+    gm, gn, gk = grid
+    in_b = itemsize(in_dtype)
+    x_reads = 1 if gk == 1 else gn
+    total = m * k * in_b * x_reads + k * n * in_b * gm + m * n * itemsize(out_dtype)
+    return total + (n * in_b * gm if bias else 0)

@@ -10,7 +10,7 @@ must satisfy the (8,128) rule in both roles (in practice multiples of 128, or th
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -19,36 +19,9 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpudiag.kernels_lab.tiling import (  # repro: inlined
     cdiv, check_minor_dims, check_vmem, fit_dim, itemsize)
+from tpudiag.kernels_lab.problems.transpose import Problem  # repro: inlined
 
 FAMILY = "transpose"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """x[rows, cols] -> out[cols, rows] = x.T (same dtype)."""
-
-    rows: int
-    cols: int
-    dtype: str = "bfloat16"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def out_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def flops(self) -> int:
-        return 0
-
-    @property
-    def min_hbm_bytes(self) -> int:
-        return hbm_bytes(self, None)
 
 
 @dataclass(frozen=True)
@@ -108,7 +81,8 @@ def make_inputs(p: Problem, seed: int = 0) -> list:
 
 
 def hbm_bytes(p: Problem, blocks: BlockSizes | None) -> int:
-    return 2 * p.rows * p.cols * itemsize(p.dtype)
+    """What this kernel moves between HBM and VMEM, whatever the blocks: `Problem.min_hbm_bytes`."""
+    return p.min_hbm_bytes
 
 
 def fit(p: Problem, block_rows: int, block_cols: int) -> BlockSizes:

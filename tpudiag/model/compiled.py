@@ -260,6 +260,9 @@ class CompiledProgram:
     live_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     live_range_positions: int = 0
     oom_recorded: bool = False  # the compiler wrote `*.oom_intermediate_module.txt`: it ran out of memory
+    # The module's `num_partitions` and `replica_count` (its `HloModule` line); 1 where not stated.
+    num_partitions: int = 1
+    replica_count: int = 1
     warnings: list[str] = field(default_factory=list)
     _by_name: dict[str, Instruction] | None = field(default=None, repr=False, compare=False)
 

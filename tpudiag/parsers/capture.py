@@ -441,6 +441,22 @@ def load_capture(path: Path | str, jobs: int | None = None,
                    warnings=notes, modelled=any(h.modelled for h in hosts))
 
 
+def profile_from_xspace(data: bytes, path: str, run: str) -> Profile:
+    """A one-host capture held in memory (a modelled one, `compiler.simulate.simulate_in_memory`),
+    parsed as `load_capture` parses a host file; `path` names it in the report (the input it was
+    made from). Nothing is read from or written to disk, so the host has no `source` to re-read."""
+    check_trace_bytes(data, path)
+    try:
+        host = _parse_planes(path, [data], 1)
+    except OverflowError as exc:
+        raise InputError(_OVERFLOW, path=path) from exc
+    except RecursionError as exc:
+        raise InputError("nesting too deep to parse (a damaged or hostile trace)", path=path) from exc
+    hosts, failures, notes = reconcile_hosts([host], [])
+    return Profile(input_path=path, run=run, hosts=hosts, failures=failures, warnings=notes,
+                   modelled=any(h.modelled for h in hosts))
+
+
 def _share_programs(hosts: list[HostTrace]) -> None:
     """Hosts of one SPMD run embed the same HLO protos (MBs each): keep one copy of each."""
     seen: dict[int, list[bytes]] = {}

@@ -103,6 +103,11 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
     return dump
 
 
+def _count(text: str) -> int:
+    """A device count of the `HloModule` line; 1 when absent or not a positive number."""
+    return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
 def load_hlo_text(path: Path | str) -> CompiledProgram:
     """Parse one HLO module text file (a dump's `*after_optimizations.txt` or `c.as_text()`)."""
     path = Path(path)
@@ -199,6 +204,7 @@ class _ModuleParser:
             module=module, path=self.path, source="hlo_text", entry=entry,
             is_scheduled=kv.get("is_scheduled", "") == "true", computations=computations,
             instructions=instructions, entry_layout=kv.get("entry_computation_layout", ""),
+            num_partitions=_count(kv.get("num_partitions", "")), replica_count=_count(kv.get("replica_count", "")),
             warnings=[f"`{self.path}`: {w}" for w in self.warnings])
 
     def _table(self, title: str, i: int) -> int:

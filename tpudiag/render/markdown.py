@@ -178,7 +178,7 @@ def _summary(report: Report) -> list[str]:
     return out
 
 
-def _breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) -> list[str]:
+def breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) -> list[str]:
     b = report.summary.breakdown
     if b is None:
         return []
@@ -193,7 +193,7 @@ def _breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) -
             + _image(figures, "step-breakdown") + [""])
 
 
-def _categories_section(report: Report, figures: Mapping[str, tuple[str, str]]) -> list[str]:
+def categories_section(report: Report, figures: Mapping[str, tuple[str, str]]) -> list[str]:
     if not report.categories:
         return []
     rows = [[code(c.category), text(_plain_category(c.category)), str(c.n_ops), fmt_time(c.self_time_ps),
@@ -242,20 +242,25 @@ def _evidence(f: Finding) -> list[str]:
                                            "l" + "r" * len(labels))
 
 
+def finding_section(f: Finding, number: str = "") -> list[str]:
+    """One finding: its heading (`### {number}rule (code, severity)`), message, ops, saving, evidence, fix."""
+    out = [f"### {number}{text(f.rule)} ({text(f.code)}, {f.severity.label()})", "", prose(f.message), ""]
+    if f.host:
+        out += [f"- Host: {code(f.host)}"]
+    if f.ops:
+        out += ["- Ops: " + ", ".join(code(o) for o in f.ops)]
+    out += [f"- Estimated saving: up to {_saving_amount(f, None)} ({text(f.saving.basis)}). "
+            f"{prose(f.saving.explanation)}"]
+    out += _evidence(f)
+    return out + ["", f"**What to change in your model or config:** {prose(f.fix)}", ""]
+
+
 def _findings_section(report: Report) -> list[str]:
     out = ["## Findings", ""]
     if not report.findings:
         out += ["No findings.", ""]
     for i, f in enumerate(report.findings, start=1):
-        out += [f"### {i}. {text(f.rule)} ({text(f.code)}, {f.severity.label()})", "", prose(f.message), ""]
-        if f.host:
-            out += [f"- Host: {code(f.host)}"]
-        if f.ops:
-            out += ["- Ops: " + ", ".join(code(o) for o in f.ops)]
-        out += [f"- Estimated saving: up to {_saving_amount(f, None)} ({text(f.saving.basis)}). "
-                f"{prose(f.saving.explanation)}"]
-        out += _evidence(f)
-        out += ["", f"**What to change in your model or config:** {prose(f.fix)}", ""]
+        out += finding_section(f, f"{i}. ")
     if report.rules_skipped:
         out += ["Rules not run, for lack of input:", ""]
         out += [f"- {text(r.rule)}: {prose(r.reason)}" for r in report.rules_skipped]
@@ -363,8 +368,8 @@ def render_markdown(report: Report, figures: Mapping[str, tuple[str, str]] | Non
     title = f"# Performance report: {code(s.input_path if s.mode == Mode.STATIC else (s.run or s.input_path))}"
     out = [title, ""]
     out += _summary(report)
-    out += _breakdown_section(report, figures)
-    out += _categories_section(report, figures)
+    out += breakdown_section(report, figures)
+    out += categories_section(report, figures)
     out += _ops_section(report, figures, top)
     out += _findings_section(report)
     out += memory_section(report.memory, figures)

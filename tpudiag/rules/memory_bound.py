@@ -30,6 +30,8 @@ e.g. AQT or `jnp.int8` weights with per-channel scales) to halve the bytes of bf
 more rows per weight read (a larger decode batch, more tokens per call). Other ops: let XLA fuse
 the op with its producer or consumer (remove the `optimization_barrier`, custom call or
 sharding change that splits them), or write a Pallas kernel that keeps the intermediate in VMEM.
+An async copy's done on the roof waits for a DMA (a weight prefetch into VMEM): start the copy
+earlier so independent work hides it, or copy fewer bytes.
 
 Bad: `bf16[32,8192] x bf16[8192,8192]` per token at 85 % of HBM bandwidth (OI 32 FLOP/B).
 Good: the same matmul with int8 weights (half the bytes) or a batch of 256 rows (OI 240 FLOP/B).
@@ -73,6 +75,7 @@ import pandas as pd
 
 from tpudiag.analysis.limits import over_peak_names
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
+from tpudiag.model.hlo_names import async_role
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, per_step_worst_core,
                                 step_basis)
@@ -231,6 +234,12 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         fixes.append("quantise weights to int8/fp8 (half the bytes of bf16) and serve more rows per weight read")
     if any(k.startswith("fuse") for k in kinds):
         fixes.append("fuse the op with its producer or consumer so its output stays out of HBM")
+    waits = [f"`{n}`" for n in roof["name"].astype(str) if async_role(n) is not None]
+    if waits:  # a copy's done waits for its DMA: hiding it, or fewer bytes, is what helps
+        verb = "waits" if len(waits) == 1 else "wait"
+        fixes.append(f"{', '.join(waits[:3])}{' and more' if len(waits) > 3 else ''} {verb} for a DMA no work hides: "
+                     "start the copy earlier (more independent work between its start and done) or copy fewer "
+                     "bytes (a narrower dtype)")
     fix = "; ".join(fixes) or "move fewer bytes: narrower dtypes, fused producers and consumers, larger batches"
     step_share = saving_ps / basis.step_ps if basis.step_ps else 0.0
     scale = SeverityScale(options.high_share, options.medium_share)

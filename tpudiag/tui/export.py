@@ -19,7 +19,8 @@ from tpudiag.model.memory import MemoryReport
 from tpudiag.model.report import OpRow, Report
 from tpudiag.model.text import printable
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
-from tpudiag.render.markdown import code, document, prose, table, text
+from tpudiag.render.markdown import (breakdown_section, categories_section, code, document, finding_section, prose,
+                                     table, text)
 from tpudiag.writers.files import check_not_input
 
 
@@ -45,20 +46,9 @@ def overview_md(report: Report) -> str:
     if s.step_time:
         out.append(f"- steps: {s.step_time.count} (from {text(s.step_source)}), mean {fmt_time(s.step_time.mean_ps)}, "
                    f"p90 {fmt_time(s.step_time.p90_ps)}")
-    b = s.breakdown
-    if b:
-        out += ["", "## Step breakdown (mean per step and core)", ""]
-        rows = [[label, fmt_time(ps), fmt_pct(ps / b.step_ps if b.step_ps else 0.0)]
-                for label, ps in (("compute", b.compute_ps), ("collectives", b.collective_ps),
-                                  ("infeed/outfeed", b.io_ps), ("idle", b.idle_ps))]
-        rows.append(["duty cycle", "", fmt_pct(b.duty_cycle)])
-        out.append(_table(["", "time", "share"], rows))
-    if report.categories:
-        out += ["", "## Time by category", ""]
-        out.append(_table(["category", "ops", "self time", "share"],
-                          [[c.category, c.n_ops, fmt_time(c.self_time_ps), fmt_pct(c.time_share)]
-                           for c in report.categories]))
-    out += ["", "## Verdict", "", prose(verdict(report))]
+    out.append("")
+    out += breakdown_section(report, {}) + categories_section(report, {})  # the markdown report's sections
+    out += ["## Verdict", "", prose(verdict(report))]
     return document(out)
 
 
@@ -79,14 +69,9 @@ def findings_md(report: Report, selected: Finding | None, explanation: str = "")
                           [[i, f.severity.label(), f.code, f.rule, saving_amount(f.saving), f.message]
                            for i, f in enumerate(report.findings, start=1)]))
     if selected is not None:
-        out += ["", f"## {text(selected.code)} {text(selected.rule)}", "", prose(selected.message), ""]
+        out += ["", *finding_section(selected)]  # as the markdown report writes a finding
         if explanation:
             out += [explanation, ""]
-        out.append(f"- saving ≤ {fmt_time(selected.saving.ps)} per step ({text(selected.saving.basis)}): "
-                   f"{prose(selected.saving.explanation)}")
-        out.append(f"- fix: {prose(selected.fix)}")
-        for ev in selected.evidence:
-            out.append(f"- evidence {code(ev.subject)}: " + prose(", ".join(f"{k} {v}" for k, v in ev.values)))
     for skip in report.rules_skipped:
         out.append(f"- skipped {text(skip.rule)}: {prose(skip.reason)}")
     return document(out)
