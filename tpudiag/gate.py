@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding, Severity
+from tpudiag.model.profile import Platform
 from tpudiag.model.units import fmt_time, number_problem
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def check_warnings(checked: Diagnosis, diff: Diff | None = None) -> tuple[str, .
     device ops or steps, so its findings check passes vacuously.
     """
     out = []
-    if checked.report.summary.platform == "CPU":
+    if checked.report.summary.platform is Platform.CPU:
         out.append("host-only capture (no TPU or GPU device plane): no device ops or steps, so nothing "
                    "to gate on; the findings check passes vacuously")
     if diff is None:

@@ -20,7 +20,7 @@ from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, per_step_times
 from tpudiag.model.findings import Finding
 from tpudiag.model.inputs import CompiledInputs
-from tpudiag.model.profile import PeaksSource, StepKind
+from tpudiag.model.profile import PeaksSource, Platform, StepKind
 from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, Mode, OpRow,
                                   Report, RuleSkip, Summary)
 
@@ -70,7 +70,7 @@ def dump_only_report(path: Path, compiled: CompiledInputs, findings: Sequence[Fi
                      config_warnings: Sequence[str] = ()) -> Report:
     """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
     summary = Summary(
-        input_path=str(path), run="", platform="TPU", device_type="", generation="", hosts=(), n_chips=0,
+        input_path=str(path), run="", platform=Platform.TPU, device_type="", generation="", hosts=(), n_chips=0,
         n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source=PeaksSource.NONE, step_source="none",
         step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
         dumps=compiled.labels, mode=Mode.STATIC)
@@ -92,7 +92,7 @@ def _warnings(config: Sequence[str], analysis: Analysis | None, steps: Sequence[
             prefix = f"{host.host}: " if len(profile.hosts) > 1 else ""
             out.extend(prefix + w for w in host.warnings)
         kinds = {s.kind for s in analysis.step_sources.values()}
-        if StepKind.NONE in kinds and first.platform != "CPU":
+        if StepKind.NONE in kinds and first.platform is not Platform.CPU:
             out.append("no Steps line and no XLA Modules executions: step time is not available")
         if StepKind.XLA_MODULES in kinds:
             out.append("no Steps line (an inference capture?): each execution of the busiest module counts as a "

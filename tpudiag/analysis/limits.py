@@ -8,10 +8,10 @@ warning, depends on the op and the input:
 - an async op in a measured trace: the trace counts a copy's or collective's bytes on its `-done`
   (or `-start`) while the transfer runs between the two, so bytes over the done's own time
   overstate the rate;
-- another op in a measured trace: its FLOP count is not the work the core did (an int8 or fp8
-  matmul runs above the bf16 peak the trace states; a cost model may count padding), its bytes are
-  not all HBM traffic, or the peak is not this core's (another generation's, or per chip where
-  the op runs on one core);
+- another op in a measured trace: it runs at a precision whose peak is above the bf16 peak used
+  here (int8 or fp8, on generations that have a faster one), its FLOP count holds work the core
+  did not do (padding), its bytes are not all HBM traffic, or the peak is not this core's (another
+  generation's, or per chip where the op runs on one core);
 - a modelled capture (`tpudiag simulate`, static mode): none of these, since the model never
   times an op below its FLOPs and HBM roofline (`compiler.estimate`) nor puts a DMA's bytes on a
   short done (`compiler.simulate`); a rate above peak there is a tpudiag bug.
@@ -90,8 +90,8 @@ def _cause(name: str, quantity: str, device: DeviceInfo, modelled: bool) -> str:
     kind = f" for {device.device_type}" if device.device_type else ""
     peak = f"{source} peak{kind} is not this core's (another generation's, or per chip where the op runs on one core)"
     if quantity == "FLOP/s":
-        return (f"likely its FLOP count is not the work the core did (int8 and fp8 matmuls run above the bf16 "
-                f"peak; a cost model may count padding), or {peak}")
+        return (f"likely it runs in int8 or fp8, whose peak can be above the bf16 peak used here, its FLOP count "
+                f"holds work the core did not do (padding), or {peak}")
     return f"likely its bytes are not all HBM traffic (on-chip memory counted as HBM), or {peak}"
 
 

@@ -12,7 +12,8 @@ import pandas as pd
 from tpudiag.analysis.collective_windows import class_counts
 from tpudiag.analysis.host_digest import digest_host, fold_step_tables
 from tpudiag.model import schemas
-from tpudiag.model.profile import CollectiveClasses, HostDigest, Profile, StepSource, StepTables, WindowThresholds
+from tpudiag.model.profile import (CollectiveClasses, HostDigest, Platform, Profile, StepSource, StepTables,
+                                   WindowThresholds)
 
 if TYPE_CHECKING:
     from tpudiag.analysis.join import JoinResult
@@ -34,7 +35,7 @@ class Analysis:
     join: JoinResult | None = None
 
     @property
-    def platform(self) -> str:
+    def platform(self) -> Platform:
         return self.profile.hosts[0].device.platform
 
     @property

@@ -10,6 +10,14 @@ import pandas as pd
 from tpudiag.model.hardware import ChipSpec
 
 
+class Platform(StrEnum):
+    """The kind of device a host's trace records; the value is what reports print."""
+
+    TPU = "TPU"
+    GPU = "GPU"
+    CPU = "CPU"  # no device plane: a host-only capture
+
+
 class PeaksSource(StrEnum):
     """Where a host's peak FLOP/s and HBM bandwidth come from; the value is what reports print."""
 
@@ -20,7 +28,7 @@ class PeaksSource(StrEnum):
 
 @dataclass(frozen=True)
 class DeviceInfo:
-    platform: str  # "TPU", "GPU" or "CPU" (no device plane)
+    platform: Platform
     device_type: str  # as the trace names it, e.g. "TPU v6 Lite"; "" when absent
     chip: ChipSpec | None  # matched hardware spec, None when unknown
     peak_flops_per_s: float | None  # per core (plane)

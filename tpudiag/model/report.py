@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from tpudiag.model.findings import Finding
 from tpudiag.model.memory import ProgramMemory
-from tpudiag.model.profile import PeaksSource
+from tpudiag.model.profile import PeaksSource, Platform
 
 
 class Mode(StrEnum):
@@ -78,7 +78,7 @@ class CompiledJoin:
 class Summary:
     input_path: str
     run: str
-    platform: str
+    platform: Platform
     device_type: str
     generation: str
     hosts: tuple[str, ...]

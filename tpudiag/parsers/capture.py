@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.errors import InputError, TpudiagError
-from tpudiag.model.profile import HostFailure, HostTrace, Profile
+from tpudiag.model.profile import HostFailure, HostTrace, Platform, Profile
 from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, axis_of, device_planes, host_name,
                                           is_read_line, parse_device_plane)
 from tpudiag.parsers import event_wire
@@ -321,7 +321,7 @@ def _salvage_name(plane_bytes) -> str:
 
 @dataclass(frozen=True)
 class PlaneRoles:
-    platform: str
+    platform: Platform
     refs: list[PlaneRef]  # the device planes
     names: list[str]  # every plane's name; "" for one whose header could not be read
     axis: TimeAxis
@@ -483,10 +483,10 @@ def reconcile_hosts(hosts: list[HostTrace], failures: list[HostFailure]
     with the others would empty the combined step time, so they are set aside with a reason.
     """
     notes: list[str] = []
-    device_hosts = [h for h in hosts if h.device.platform != "CPU"]
+    device_hosts = [h for h in hosts if h.device.platform is not Platform.CPU]
     if device_hosts and len(device_hosts) < len(hosts):
         for h in hosts:
-            if h.device.platform == "CPU":
+            if h.device.platform is Platform.CPU:
                 failures = [*failures, HostFailure(h.path, f"`{h.path}`: no device plane (a host-only capture) "
                                                            "beside device hosts; not analysed")]
         hosts = device_hosts

@@ -23,7 +23,7 @@ from tpudiag.model import schemas
 from tpudiag.model.grouping import lexsort_order
 from tpudiag.model.hardware import chip_for
 from tpudiag.model.hlo_names import async_role, pair_async, window_family
-from tpudiag.model.profile import DeviceInfo, HostTrace, PeaksSource
+from tpudiag.model.profile import DeviceInfo, HostTrace, PeaksSource, Platform
 from tpudiag.parsers import event_wire
 from tpudiag.parsers.host_plane import host_events
 from tpudiag.parsers.time_axis import (DEVICE_CLOCKS_SPLIT, HOST_NOT_ALIGNED, PROFILE_START_STAT, TimeAxis,
@@ -696,10 +696,10 @@ def _peaks_damaged(plane_stats: dict[str, object]) -> bool:
     return any(v is not None and v != 0 and p == 0 for v, p in zip(given, (tf, hbm)))
 
 
-def _device_info(platform: str, plane_stats: dict[str, object], n_cores: int, chips: set[int],
+def _device_info(platform: Platform, plane_stats: dict[str, object], n_cores: int, chips: set[int],
                  n_sparse: int) -> DeviceInfo:
     device_type = str(plane_stats.get("device_type_string", "") or plane_stats.get("gpu_device_name", "") or "")
-    chip = chip_for(device_type) if platform == "TPU" else None
+    chip = chip_for(device_type) if platform is Platform.TPU else None
     peak_tf, peak_hbm = trace_peaks(plane_stats)
     if peak_tf > 0 and peak_hbm > 0:
         peak_flops, hbm_bw, source = peak_tf * 1e12, peak_hbm * 1e9, PeaksSource.TRACE
@@ -732,8 +732,8 @@ class PlaneRef:
     sparse: bool
 
 
-def device_planes(names: list[str]) -> tuple[str, list[PlaneRef]]:
-    """The platform ("TPU", "GPU" or "CPU") and the device planes of a host, by plane name."""
+def device_planes(names: list[str]) -> tuple[Platform, list[PlaneRef]]:
+    """The platform and the device planes of a host, by plane name."""
     tc, sc, gpu = [], [], []
     for i, name in enumerate(names):
         if m := TPU_CORE_PLANE.match(name):
@@ -743,13 +743,13 @@ def device_planes(names: list[str]) -> tuple[str, list[PlaneRef]]:
         elif m := GPU_PLANE.match(name):
             gpu.append(PlaneRef(i, name, int(m.group(1)), False))
     if tc:
-        return "TPU", sorted(tc + sc, key=lambda r: r.core)
+        return Platform.TPU, sorted(tc + sc, key=lambda r: r.core)
     if gpu:
-        return "GPU", sorted(gpu, key=lambda r: r.core)
-    return "CPU", []
+        return Platform.GPU, sorted(gpu, key=lambda r: r.core)
+    return Platform.CPU, []
 
 
-def parse_device_plane(plane, ref: PlaneRef, platform: str, axis: TimeAxis, lines=None) -> _HostBuilder:
+def parse_device_plane(plane, ref: PlaneRef, platform: Platform, axis: TimeAxis, lines=None) -> _HostBuilder:
     """One device plane's parts, in a builder of its own (merged into the host's later).
 
     `lines`: the plane's lines as `RawLine`s, when `plane` is an `XPlaneRawLines` (its lines
@@ -766,7 +766,7 @@ def parse_device_plane(plane, ref: PlaneRef, platform: str, axis: TimeAxis, line
     b.chip = None if ref.sparse else chip
     plane_lines = list(plane.lines) if lines is None else lines
     lines = {ln.name: ln for ln in plane_lines}
-    gpu = platform == "GPU"
+    gpu = platform is Platform.GPU
     op_lines = [ln for ln in plane_lines if (ln.name in OP_LINES) or (gpu and ln.name not in GPU_NON_KERNEL_LINES)]
     for line in op_lines:
         b.add_op_line(plane, line, plane.name, core, chip, stat_names, sid, gpu)
@@ -780,7 +780,7 @@ def parse_device_plane(plane, ref: PlaneRef, platform: str, axis: TimeAxis, line
     for name in ASYNC_LINES:
         if name in lines:
             b.add_async(plane, lines[name], plane.name, core, stat_names, sid)
-    if not has_async_line and platform == "TPU":
+    if not has_async_line and platform is Platform.TPU:
         for part in b.ev_parts:
             names, codes = part["name"]
             b.pair_async_from_ops(plane.name, core, names, codes, part["start_ps"],
@@ -805,10 +805,10 @@ def merge_planes(b: _HostBuilder, parts: list[_HostBuilder]) -> None:
             b.warn(w)
 
 
-def is_read_line(name: str, platform: str) -> bool:
+def is_read_line(name: str, platform: Platform) -> bool:
     """Whether `parse_device_plane` reads a device line of this name; the others do not count."""
     return (name in OP_LINES or name in STEP_LINES or name in MODULE_LINES or name in ASYNC_LINES
-            or (platform == "GPU" and name not in GPU_NON_KERNEL_LINES))
+            or (platform is Platform.GPU and name not in GPU_NON_KERNEL_LINES))
 
 
 def anchor_of(plane) -> int | None:
@@ -822,7 +822,7 @@ def axis_of(device_stamps, host_stamps, task_env) -> TimeAxis:
     return time_axis(device_stamps, host_stamps, anchor_of(task_env) if task_env is not None else None)
 
 
-def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], parts: list[_HostBuilder],
+def assemble_host(host: str, path: Path, platform: Platform, refs: list[PlaneRef], parts: list[_HostBuilder],
                   aux_planes, axis: TimeAxis) -> HostTrace:
     """The host's tables from its parsed device planes and its host planes."""
     b = _HostBuilder(host, str(path))
@@ -851,7 +851,7 @@ def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], pa
     device = _device_info(platform, first_stats, n_cores, chips, len(refs) - n_cores)
     if _peaks_damaged(first_stats):
         b.warn(IMPLAUSIBLE_PEAKS)
-    if platform == "CPU":
+    if platform is Platform.CPU:
         b.warn("no device plane (/device:TPU:N or /device:GPU:N): a host-only capture, e.g. jax.profiler "
                "on a CPU; there are no device ops to analyse")
     if b.partial_overlaps:
@@ -862,7 +862,7 @@ def assemble_host(host: str, path: Path, platform: str, refs: list[PlaneRef], pa
                "XProf drops them and counts their time as idle")
     if device.peaks_source is PeaksSource.HARDWARE_TABLE:
         b.warn(f"no peak FLOP/s or HBM bandwidth in the trace; using public figures for {device.chip.generation}")
-    elif platform == "TPU" and device.peaks_source is PeaksSource.NONE:
+    elif platform is Platform.TPU and device.peaks_source is PeaksSource.NONE:
         b.warn(f"unknown device type {device.device_type!r} and no peaks in the trace: utilizations are not shown")
     steps = b.step_markers()
     return HostTrace(host=host, path=str(path), device=device, events=b.events(), op_metadata=b.op_metadata(),

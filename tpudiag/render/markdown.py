@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
+from tpudiag.model.profile import Platform
 from tpudiag.model.report import Breakdown, Mode, Report
 from tpudiag.model.text import one_line, printable
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
@@ -115,7 +116,7 @@ def _step_sentence(report: Report) -> str:
     where = f"{s.n_chips} chip{'s' * (s.n_chips != 1)} of {device}"
     if len(s.hosts) > 1:
         where += f" on {len(s.hosts)} hosts"
-    if s.platform == "CPU":
+    if s.platform is Platform.CPU:
         return ("This is a host-only capture (no TPU or GPU device plane, e.g. `jax.profiler` on a CPU): there are "
                 "no device ops or steps to analyse.")
     if st is None:

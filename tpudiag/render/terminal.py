@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpudiag.model.findings import Finding, saving_amount
+from tpudiag.model.profile import Platform
 from tpudiag.model.report import Breakdown, Report
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup as escape
@@ -40,7 +41,7 @@ def _header(report: Report) -> Group:
         if len(s.hosts) > 1:
             text += f" · spread across hosts {fmt_time(s.host_spread_ps)} (slowest: {one_line(s.slowest_host)})"
         lines.append(Text(text))
-    elif s.platform != "CPU":
+    elif s.platform is not Platform.CPU:
         lines.append(Text("Steps: none found (no Steps line and no XLA Modules executions)"))
     if s.dumps:
         lines.append(Text(f"Compiler dumps: {one_line(', '.join(s.dumps))}"))
@@ -170,7 +171,7 @@ def render_findings(report: Report, console: Console) -> None:
 def render_terminal(report: Report, console: Console, top: int = 15) -> None:
     console.print(_header(report))
     s = report.summary
-    if s.platform == "CPU":
+    if s.platform is Platform.CPU:
         console.print()
         console.print("This capture has no TPU or GPU device plane (a host-only capture, e.g. jax.profiler on a "
                       "CPU): there are no device ops to analyse.")

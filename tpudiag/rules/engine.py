@@ -23,6 +23,7 @@ from tpudiag.model.compiled import Shape
 from tpudiag.model.hardware import ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import ProgramMemory
+from tpudiag.model.profile import Platform
 from tpudiag.model.report import RuleSkip
 from tpudiag.rules.base import INPUTS, TABLES, RuleContext, RuleInput
 from tpudiag.rules.config import RulesConfig
@@ -32,7 +33,7 @@ STATIC_BASIS = Basis.COMPILER_ESTIMATE
 
 
 def _has_tpu_trace(analysis: Analysis | None) -> bool:
-    return analysis is not None and any(h.device.platform == "TPU" and analysis.digests[h.host].n_events
+    return analysis is not None and any(h.device.platform is Platform.TPU and analysis.digests[h.host].n_events
                                         for h in analysis.profile.hosts)
 
 
