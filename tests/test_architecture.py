@@ -23,6 +23,7 @@ LAYERS = {
     "parsers": 1, "writers": 1,
     "analysis": 2, "compiler": 2,
     "rules": 3, "render": 3,
+    "report_builder": 3,  # analysis, findings and the join -> the `Report`; every warning gathered once
     "inputs": 3.5,  # the pipeline's first stage: read every input once, decide the chip once
     "pipeline": 4,
     "profiling": 4.2,  # `tpudiag.profile()`: traces with jax.profiler, then calls the pipeline's `diagnose`

@@ -13,7 +13,8 @@
 
 Each stage returns a frozen value: `Inputs` (every file read once, the chip decided once),
 `Analysed` (measured, or modelled in memory in static mode), `JoinResult`, the findings and the
-`Report`. Warnings are collected once, here, so every command shows the same ones for the same inputs.
+`Report`. Warnings are gathered once, into the report (`tpudiag.report_builder`), so every command
+shows the same ones for the same inputs.
 """
 
 from __future__ import annotations
@@ -27,16 +28,16 @@ import pandas as pd
 
 from tpudiag import arguments
 from tpudiag.analysis.join import HloSource, JoinResult, join_compiled
-from tpudiag.analysis.profile_analysis import Analysis, analyze, build_report
+from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.errors import InputError, UsageError
-from tpudiag.model.findings import Finding, rank_key
+from tpudiag.model.findings import Finding
 from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.inputs import READING, Inputs, load_dumps, read_inputs
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import MemoryReport, OomError
-from tpudiag.model.profile import PeaksSource, Platform
-from tpudiag.model.report import Mode, Report, RuleSkip, Summary
+from tpudiag.model.report import Mode, Report, RuleSkip
+from tpudiag.report_builder import build_report, dump_only_report
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
     from tpudiag.analysis.diff import Diff as AnalysisDiff
@@ -197,12 +198,11 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     findings, skipped = run_rules(analysed.analysis, rules_config, inputs.compiled, join=join,
                                   static=inputs.mode is Mode.STATIC, memory=memory)
     _stage(progress, 3)
-    report = _report(inputs, analysed, join, findings, tuple(skipped), memory)
-    diagnosis = Diagnosis(input_path=inputs.path, mode=inputs.mode, analysis=analysed.analysis,
-                          compiled=inputs.compiled, join=join, findings=report.findings, skipped=tuple(skipped),
-                          warnings=report.warnings, report=report, static=analysed.static, chip=inputs.chip,
-                          inputs=inputs)
-    return _with_warnings(diagnosis, rules_config.warnings)
+    report = _report(inputs, analysed, join, findings, tuple(skipped), memory, rules_config.warnings)
+    return Diagnosis(input_path=inputs.path, mode=inputs.mode, analysis=analysed.analysis,
+                     compiled=inputs.compiled, join=join, findings=report.findings, skipped=tuple(skipped),
+                     warnings=report.warnings, report=report, static=analysed.static, chip=inputs.chip,
+                     inputs=inputs)
 
 
 def parse_error_text(error: str | None) -> tuple[OomError, ...]:
@@ -216,14 +216,6 @@ def parse_error_text(error: str | None) -> tuple[OomError, ...]:
         raise UsageError("--error: no out-of-memory message (`RESOURCE_EXHAUSTED: Ran out of memory ...`) in the text",
                          hint="pass the error JAX printed when the compile or run failed")
     return (parsed,)
-
-
-def _with_warnings(diagnosis: Diagnosis, extra: Sequence[str]) -> Diagnosis:
-    """`diagnosis` with `extra` warnings (a skipped config file) first, in its report too."""
-    if not extra:
-        return diagnosis
-    report = replace(diagnosis.report, warnings=tuple(dict.fromkeys((*extra, *diagnosis.report.warnings))))
-    return replace(diagnosis, report=report, warnings=report.warnings)
 
 
 def _stage(progress: Callable[[str], None] | None, i: int) -> None:
@@ -283,27 +275,17 @@ def _memory(inputs: Inputs) -> tuple:
 
 
 def _report(inputs: Inputs, analysed: Analysed, join: JoinResult | None, findings, skipped: tuple[RuleSkip, ...],
-            memory: tuple) -> Report:
+            memory: tuple, config_warnings: Sequence[str]) -> Report:
+    """The report stage: every warning joins the report's one list here (`report_builder`)."""
     if analysed.analysis is None:
-        report = _dump_only_report(Path(inputs.path), inputs.compiled, findings, skipped, analysed.warnings)
+        report = dump_only_report(Path(inputs.path), inputs.compiled, findings, skipped, analysed.warnings,
+                                  config_warnings)
     else:
         report = build_report(analysed.analysis, tuple(findings), rules_skipped=skipped, dumps=inputs.compiled.labels,
-                              join=join, extra_warnings=analysed.warnings)
+                              join=join, extra_warnings=analysed.warnings, config_warnings=config_warnings)
         if inputs.mode is Mode.STATIC:
             report = replace(report, summary=replace(report.summary, input_path=inputs.path, mode=Mode.STATIC))
     return replace(report, memory=memory)
-
-
-def _dump_only_report(path: Path, compiled: CompiledInputs, findings, skipped, warnings) -> Report:
-    """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
-    summary = Summary(
-        input_path=str(path), run="", platform=Platform.TPU, device_type="", generation="", hosts=(), n_chips=0,
-        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source=PeaksSource.NONE, step_source="none",
-        step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
-        dumps=compiled.labels, mode=Mode.STATIC)
-    return Report(summary=summary, hosts=(), ops=(),
-                  findings=tuple(sorted(findings, key=rank_key)),
-                  rules_skipped=tuple(skipped), warnings=tuple(dict.fromkeys(warnings)))
 
 
 def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | str] = (),

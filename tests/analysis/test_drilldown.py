@@ -9,7 +9,8 @@ import pytest
 from tests.conftest import small_design
 from tpudiag.analysis.drilldown import (OpFilter, facets, filter_ops, find_op, op_detail, op_padding, padding_fraction,
                                         sort_ops, spills)
-from tpudiag.analysis.profile_analysis import analyze, build_report
+from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.report_builder import build_report
 from tpudiag.model.findings import Finding, Saving, Severity
 from tpudiag.parsers.capture import load_capture
 

@@ -17,7 +17,8 @@ import pytest
 from tests.rules import scenarios as sc
 from tpudiag.analysis.collective_windows import collective_windows
 from tpudiag.analysis.host_digest import StepFold, digest_host, drop_events, fold_step_tables, parse_and_digest
-from tpudiag.analysis.profile_analysis import analyze, build_report
+from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.report_builder import build_report
 from tpudiag.analysis.timeline import step_timeline
 from tpudiag.model.profile import HostFailure, StepTables, WindowThresholds
 from tpudiag.parsers.capture import load_capture

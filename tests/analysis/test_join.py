@@ -343,7 +343,7 @@ def test_an_llo_dump_with_more_mxus_than_the_chip_is_refused():
 
 
 def test_the_report_carries_the_joined_facts_per_op(train_v5e, joined_v5e):
-    from tpudiag.analysis.profile_analysis import build_report
+    from tpudiag.report_builder import build_report
 
     plain = build_report(train_v5e)
     assert plain.summary.compiled is None

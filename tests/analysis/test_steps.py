@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import US, small_design
-from tpudiag.analysis.profile_analysis import analyze, build_report
+from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.report_builder import build_report
 from tpudiag.parsers.capture import load_capture
 from tpudiag.writers.tpu_design import CaptureDesign, OpDef, Placed, write_capture
 

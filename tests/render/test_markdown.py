@@ -16,7 +16,8 @@ from markdown_it import MarkdownIt
 from tests.analysis.diff_designs import design, write
 from tests.conftest import REPO, US
 from tests.snapshot_util import assert_snapshot, normalise
-from tpudiag.analysis.profile_analysis import analyze, build_report
+from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.report_builder import build_report
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.report import RuleSkip
 from tpudiag.parsers.capture import load_capture

@@ -174,7 +174,8 @@ def test_figures_skip_non_finite_values_and_keep_the_rest(tmp_path):
     pytest.importorskip("matplotlib")
     import dataclasses
 
-    from tpudiag.analysis.profile_analysis import analyze, build_report
+    from tpudiag.analysis.profile_analysis import analyze
+    from tpudiag.report_builder import build_report
     from tpudiag.parsers.capture import load_capture
     from tpudiag.render.figures import write_figures
 

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REPO, small_design
-from tpudiag.analysis.profile_analysis import analyze, build_report
+from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.report_builder import build_report
 from tpudiag.errors import TpudiagError
 from tpudiag.parsers import capture
 from tpudiag.parsers.device_trace import MAX_EVENT_PS

@@ -21,7 +21,7 @@ from tpudiag.analysis.ops import aggregate_ops
 from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
 from tpudiag.model.grouping import group_sums, heads
-from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepTables
+from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepKind, StepTables
 from tpudiag.parsers.capture import HostUrl, parse_file_or_failure
 
 
@@ -30,7 +30,7 @@ def digest_host(host: HostTrace) -> HostDigest:
     if host.events is None:
         raise ValueError(f"host {host.host}: no events to digest")
     steps, source = build_steps(host)
-    executions = source.kind == "XLA Modules"
+    executions = source.kind is StepKind.XLA_MODULES
     gaps, idle_steps = host_idle_tables(host, steps, executions)
     op_cores, op_step_sums, op_step_worst = op_tables(host)
     collectives, collective_op_steps = summarize_windows(host_windows(host, steps), host.host)

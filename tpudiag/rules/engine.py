@@ -146,5 +146,5 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
             if f.saving.basis is Basis.MEASURED else f for f in findings]
     grouped = group_repeats(findings, analysis, compiled.programs, {rule.name: (rule, o) for rule, o in selected})
     findings = locate(grouped, analysis, compiled.programs)
-    findings.sort(key=rank_key)
+    findings.sort(key=rank_key)  # the one ranking: the report and every renderer keep this order
     return findings, skipped

@@ -1,0 +1,193 @@
+"""The `Report` of a diagnosis, built once from what the stages made: every renderer reads it.
+
+`build_report` turns an analysis, the rules' findings and skips, and the compiled join into the
+report's summary, host and op rows; `dump_only_report` is the report of compiler dumps no timeline
+could be modelled from. Both gather the warnings in one place, `_warnings`, in one order, so every
+command shows the same ones for the same input. Findings keep the order they come in: the rule
+engine ranks them once (`model.findings.rank_key`, `rules.run_rules`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from tpudiag.analysis.limits import over_peak, over_peak_warnings
+from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, per_step_times
+from tpudiag.model.findings import Finding
+from tpudiag.model.inputs import CompiledInputs
+from tpudiag.model.profile import PeaksSource, Platform, StepKind
+from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, Mode, OpRow,
+                                  Report, RuleSkip, Summary)
+
+if TYPE_CHECKING:
+    from tpudiag.analysis.join import JoinResult
+
+
+def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
+                 rules_skipped: tuple[RuleSkip, ...] = (), dumps: tuple[str, ...] = (),
+                 join: JoinResult | None = None, extra_warnings: Sequence[str] = (),
+                 config_warnings: Sequence[str] = ()) -> Report:
+    """The report of an analysis, its findings in the order given. Its warnings (`_warnings`):
+    `config_warnings` (a skipped config file), the capture's, `extra_warnings` (what the pipeline
+    adds: the chip's, the dumps', the static report's), then the join's."""
+    profile = analysis.profile
+    join = join if join is not None else analysis.join
+    hosts = _host_summaries(analysis)
+    first = profile.hosts[0].device
+    combined, step_warnings = combined_step_times(analysis.steps, len(profile.hosts))
+    means = [h.step_time.mean_ps for h in hosts if h.step_time is not None]
+    spread = float(max(means) - min(means)) if len(means) > 1 else 0.0
+    slowest = max((h for h in hosts if h.step_time), key=lambda h: h.step_time.mean_ps, default=None)
+    sources = {s.kind if s.kind is not StepKind.XLA_MODULES else f"{s.kind} ({s.module})"
+               for s in analysis.step_sources.values()}
+    summary = Summary(
+        input_path=profile.input_path, run=profile.run, platform=first.platform, device_type=first.device_type,
+        generation=first.chip.generation if first.chip else "", hosts=tuple(h.host for h in profile.hosts),
+        n_chips=sum(h.device.n_chips for h in profile.hosts), n_cores=sum(h.device.n_cores for h in profile.hosts),
+        peak_flops_per_s=first.peak_flops_per_s, hbm_bytes_per_s=first.hbm_bytes_per_s,
+        peaks_source=first.peaks_source, step_source=", ".join(sorted(sources)),
+        step_time=_distribution(combined), host_spread_ps=spread,
+        slowest_host=slowest.host if slowest and len(hosts) > 1 else "", breakdown=_breakdown(analysis.steps),
+        modelled=profile.modelled, dumps=dumps,
+        compiled=None if join is None else CompiledJoin(
+            n_ops=join.n_ops, with_layout=join.hlo_matched, with_llo=join.llo_matched,
+            from_dumps=join.dump_matched, sources=join.sources,
+            with_cycles=int(join.columns["estimated_cycles"].notna().sum())))
+    return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis, join)),
+                  findings=tuple(findings), rules_skipped=rules_skipped,
+                  warnings=_warnings(config_warnings, analysis, step_warnings, extra_warnings, join),
+                  failures=tuple(f.message for f in profile.failures),
+                  categories=tuple(_category_times(analysis)))
+
+
+def dump_only_report(path: Path, compiled: CompiledInputs, findings: Sequence[Finding],
+                     skipped: Sequence[RuleSkip], warnings: Sequence[str],
+                     config_warnings: Sequence[str] = ()) -> Report:
+    """The report of dumps no timeline could be modelled from: findings and warnings, no ops."""
+    summary = Summary(
+        input_path=str(path), run="", platform=Platform.TPU, device_type="", generation="", hosts=(), n_chips=0,
+        n_cores=0, peak_flops_per_s=None, hbm_bytes_per_s=None, peaks_source=PeaksSource.NONE, step_source="none",
+        step_time=None, host_spread_ps=0.0, slowest_host="", breakdown=None, modelled=True,
+        dumps=compiled.labels, mode=Mode.STATIC)
+    return Report(summary=summary, hosts=(), ops=(), findings=tuple(findings), rules_skipped=tuple(skipped),
+                  warnings=_warnings(config_warnings, None, (), warnings, None))
+
+
+def _warnings(config: Sequence[str], analysis: Analysis | None, steps: Sequence[str], extra: Sequence[str],
+              join: JoinResult | None) -> tuple[str, ...]:
+    """Every warning of a report, once each, in one order: the rule configuration's; each host's
+    (prefixed with its name when there are several), the steps' (`steps`: steps missing on some
+    hosts) and the capture's, with rates above the chip's peak (an artefact: said as a warning,
+    never as a finding); then `extra`, the join's, and hosts of different device types."""
+    out = list(config)
+    profile = analysis.profile if analysis is not None else None
+    if profile is not None:
+        first = profile.hosts[0].device
+        for host in profile.hosts:
+            prefix = f"{host.host}: " if len(profile.hosts) > 1 else ""
+            out.extend(prefix + w for w in host.warnings)
+        kinds = {s.kind for s in analysis.step_sources.values()}
+        if StepKind.NONE in kinds and first.platform is not Platform.CPU:
+            out.append("no Steps line and no XLA Modules executions: step time is not available")
+        if StepKind.XLA_MODULES in kinds:
+            out.append("no Steps line (an inference capture?): each execution of the busiest module counts as a "
+                       "step")
+        out.extend(steps)
+        out.extend(profile.warnings)
+        out.extend(over_peak_warnings(over_peak(analysis.ops, first, profile.modelled)))
+    out.extend(extra)
+    if join is not None:
+        out.extend(join.warnings)
+    if profile is not None:
+        device_types = sorted({h.device.device_type for h in profile.hosts})
+        if len(device_types) > 1:
+            out.append(f"hosts report different device types: {', '.join(device_types)}")
+    return tuple(dict.fromkeys(out))
+
+
+def _distribution(values: np.ndarray) -> Distribution | None:
+    if len(values) == 0:
+        return None
+    return Distribution(count=len(values), mean_ps=float(values.mean()), p50_ps=float(np.percentile(values, 50)),
+                        p90_ps=float(np.percentile(values, 90)), min_ps=int(values.min()), max_ps=int(values.max()))
+
+
+def _breakdown(steps: pd.DataFrame) -> Breakdown | None:
+    if steps.empty:
+        return None
+    m = steps[["dur_ps", "compute_ps", "collective_ps", "io_ps", "idle_ps"]].mean()
+    return Breakdown(step_ps=float(m["dur_ps"]), compute_ps=float(m["compute_ps"]),
+                     collective_ps=float(m["collective_ps"]), io_ps=float(m["io_ps"]), idle_ps=float(m["idle_ps"]))
+
+
+def _host_summaries(analysis: Analysis) -> list[HostSummary]:
+    out = []
+    per_host = per_step_times(analysis.steps)
+    for host in analysis.profile.hosts:
+        hs = analysis.steps[analysis.steps["host"] == host.host]
+        times = per_host.loc[per_host["host"] == host.host, "dur_ps"].to_numpy()
+        slowest = ""
+        if not hs.empty:
+            slowest = str(hs.groupby("device", observed=True)["dur_ps"].mean().idxmax())
+        numbers = per_host.loc[per_host["host"] == host.host, "step"].to_numpy()
+        out.append(HostSummary(host=host.host, path=host.path, device_type=host.device.device_type,
+                               n_chips=host.device.n_chips, n_cores=host.device.n_cores,
+                               n_events=analysis.digests[host.host].n_events,
+                               step_time=_distribution(times), breakdown=_breakdown(hs), slowest_core=slowest,
+                               step_numbers=tuple(int(n) for n in numbers),
+                               step_times_ps=tuple(int(t) for t in times)))
+    return out
+
+
+def _op_rows(analysis: Analysis, join: JoinResult | None = None) -> list[OpRow]:
+    ops = analysis.ops.sort_values("self_time_ps", ascending=False, kind="stable")
+    rows = []
+    compiled = _compiled_facts(join, ops.index)
+    for r, facts in zip(ops.itertuples(index=False), compiled):
+        denom = analysis.core_time_ps.get(r.host, 0)
+        rows.append(OpRow(
+            host=r.host, program_id=int(r.program_id), program=r.module, name=r.name, category=r.category,
+            occurrences=int(r.occurrences), total_time_ps=int(r.total_time_ps), self_time_ps=int(r.self_time_ps),
+            time_share=r.self_time_ps / denom if denom else 0.0, flops=float(r.flops),
+            bytes_accessed=float(r.bytes_accessed), hbm_bytes=float(r.hbm_bytes), flop_rate=float(r.flop_rate),
+            hbm_bw=float(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
+            flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
+            bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
+            tf_op=r.tf_op,
+            **facts))
+    return rows
+
+
+_JOINED_FIELDS = ("logical_bytes", "padded_bytes", "spill_stores", "spill_fills", "estimated_cycles")
+
+
+def _compiled_facts(join: JoinResult | None, index: pd.Index) -> list[dict]:
+    """Per op (in `index` order) the OpRow fields the join fills; None where it does not tell."""
+    if join is None:
+        return [{}] * len(index)
+    cols = join.columns.loc[index, list(_JOINED_FIELDS)]
+    return [{k: (None if v is pd.NA else int(v)) for k, v in zip(_JOINED_FIELDS, row)}
+            for row in cols.itertuples(index=False)]
+
+
+def _category_times(analysis: Analysis) -> list[CategoryTime]:
+    """Self time per HLO category over every host; shares are of the summed core-time of all hosts."""
+    ops = analysis.ops
+    if ops.empty:
+        return []
+    denom = sum(analysis.core_time_ps.values())
+    cats = ops["category"].astype(str).replace("", "(none)")
+    g = ops.assign(category=cats).groupby("category", observed=True).agg(
+        n_ops=("name", "size"), self_time_ps=("self_time_ps", "sum"))
+    g = g.sort_values("self_time_ps", ascending=False, kind="stable")
+    return [CategoryTime(category=str(c), n_ops=int(r.n_ops), self_time_ps=int(r.self_time_ps),
+                         time_share=float(r.self_time_ps / denom) if denom else 0.0) for c, r in g.iterrows()]
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if x is not None and np.isfinite(x) else None
