@@ -40,6 +40,8 @@ from tpudiag.kernels_lab.tiling import SUBLANE, BlockSizeError, cdiv, check_vmem
 from tpudiag.kernels_lab.problems.collective import Problem  # repro: inlined
 
 FAMILY = "collective"
+# Block sizes do not scale with `--scale-down`: a direction and a DMA count are not dims.
+SCALES_BLOCKS = False
 AXIS = "ring"
 # Plain `interpret=True` (the HLO interpreter) has no remote DMAs: interpret with TPU semantics.
 DEFAULT_INTERPRET = dict(dma_execution_mode="on_wait")
@@ -301,10 +303,6 @@ def fit(p: Problem, direction: int = 1, chunks: int = 1, bidirectional: bool = F
     bidirectional = bool(bidirectional) and p.rows >= 2
     per_direction = p.rows // 2 if bidirectional else p.rows
     return BlockSizes(direction, max(1, min(chunks, per_direction)), bidirectional)
-
-
-# Block sizes do not scale with `--scale-down`: a direction and a DMA count are not dims.
-SCALES_BLOCKS = False
 
 
 def default_blocks(p: Problem, generation: str | None) -> BlockSizes:

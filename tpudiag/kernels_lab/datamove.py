@@ -34,6 +34,9 @@ from tpudiag.kernels_lab.tiling import BlockSizeError, check_vmem, itemsize  # r
 from tpudiag.kernels_lab.problems.datamove import Problem  # repro: inlined
 
 FAMILY = "datamove"
+SCALES_BLOCKS = True  # `--scale-down` shrinks the blocks with the problem
+DEFAULT_INTERPRET = None  # plain interpret mode runs it (no remote DMAs)
+ici_seconds = None  # moves nothing over ICI
 
 
 @dataclass(frozen=True)

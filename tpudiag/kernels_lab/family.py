@@ -12,6 +12,7 @@ use a family only through these names. Family modules import jax: import them wi
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from tpudiag.errors import InputError
@@ -25,6 +26,10 @@ class KernelFamily(Protocol):
     FAMILY: str  # the family's name, as `spec.json` writes it
     Problem: type  # the family's problem (`kernels_lab.problems.<family>.Problem`)
     BlockSizes: type  # frozen, validates itself against a Problem and a VMEM budget
+    SCALES_BLOCKS: bool  # whether `--scale-down` shrinks the blocks too (not a collective's direction)
+    DEFAULT_INTERPRET: dict | None  # TPU-interpreter parameters when plain interpret mode cannot run it
+    # Modelled ICI seconds of a blocking, (p, blocks, link_bytes_per_s) -> float; None: no ICI traffic
+    ici_seconds: Callable[[Any, Any, float], float] | None
 
     def reference(self, p: Any, *args: Any) -> Any:
         """The op in plain JAX (what XLA compiles): the numerics the kernel is checked against."""
@@ -37,6 +42,9 @@ class KernelFamily(Protocol):
 
     def make_inputs(self, p: Any, seed: int = 0) -> list:
         """Random inputs of `input_structs`' shapes."""
+
+    def fit(self, p: Any, *knobs: Any) -> Any:
+        """The nearest legal BlockSizes to `knobs` (the BlockSizes fields, in order) for `p`."""
 
     def hbm_bytes(self, p: Any, blocks: Any) -> int:
         """Bytes a blocking moves between HBM and VMEM (the sweep's memory floor)."""

@@ -1,8 +1,9 @@
 """Run a family's Pallas kernel beside its XLA reference and compare numerics; `repro.py`'s main().
 
-Also inlined into every generated `repro.py`; it takes the family as a module-like object (`fam`)
-with `Problem`, `BlockSizes`, `fit`, `reference`, `pallas`, `make_inputs`, so it works both on an
-imported family module and on the repro script itself.
+Also inlined into every generated `repro.py`; it takes the family as a module-like object (`fam`,
+a `kernels_lab.family.KernelFamily`: its `Problem`, `BlockSizes`, `fit`, `reference`, `pallas`,
+`make_inputs`, `SCALES_BLOCKS`, `DEFAULT_INTERPRET`), so it works both on an imported family
+module and on the repro script itself.
 
 Tolerances (max |pallas - xla| / max |xla|, both read as f32):
 
@@ -119,14 +120,13 @@ def run_main(fam, *, op_name: str, problem, run_problem, blocks, vmem_bytes: int
     # Scaled-down runs shrink the blocks by the same factor, so the grid keeps the full problem's shape
     # as far as the (8,128) rule allows.
     # (Families whose knobs are not dims, e.g. a collective's direction, keep them as they are.)
-    scales = getattr(fam, "SCALES_BLOCKS", True)
     chosen = blocks if target == problem else fam.fit(
-        target, *[scale_dim(b, scale_down) if scales else b for b in dataclasses.astuple(blocks)])
+        target, *[scale_dim(b, scale_down) if fam.SCALES_BLOCKS else b for b in dataclasses.astuple(blocks)])
     chosen.validate(target, vmem_bytes)
     mode = pltpu.InterpretParams() if args.tpu_interpret else interpret
     result = numerics_check(fam, target, chosen, interpret=mode, time_reps=0 if interpret else 10)
     # a family that interprets only with TPU semantics (remote DMAs: collectives) says so
-    tpu_only = getattr(fam, "DEFAULT_INTERPRET", None) is not None
+    tpu_only = fam.DEFAULT_INTERPRET is not None
     result["interpret"] = "tpu" if args.tpu_interpret or (interpret and tpu_only) else interpret
     result["op"] = op_name
     result["scaled_down"] = target != problem

@@ -270,7 +270,7 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
         with path.open("a") as fh:
             fh.write(json.dumps({"key": key, "label": label, **asdict(result)}) + "\n")
 
-    ici_model = getattr(fam, "ici_seconds", None)
+    ici_model = fam.ici_seconds
 
     def base(b) -> CandidateResult:
         floor = fam.hbm_bytes(problem, b) / chip.hbm_bytes_per_s

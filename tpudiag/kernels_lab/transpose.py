@@ -22,6 +22,9 @@ from tpudiag.kernels_lab.tiling import (  # repro: inlined
 from tpudiag.kernels_lab.problems.transpose import Problem  # repro: inlined
 
 FAMILY = "transpose"
+SCALES_BLOCKS = True  # `--scale-down` shrinks the blocks with the problem
+DEFAULT_INTERPRET = None  # plain interpret mode runs it (no remote DMAs)
+ici_seconds = None  # moves nothing over ICI
 
 
 @dataclass(frozen=True)
