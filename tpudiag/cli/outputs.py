@@ -92,11 +92,6 @@ def emit(result: object, fmt: Format | str, output: Path | None, top: int = 15) 
         sys.stderr.write(note + "\n")
 
 
-def write_report(report: Report, output_format: Format | str, output: Path | None, top: int = 15) -> None:
-    """A trace report (`Report`) as `output_format` to `output`, or stdout when None."""
-    emit(report, output_format, output, top)
-
-
 def markdown_with_figures(report: Report, output: Path | None, top: int) -> tuple[str, Path, int]:
     """The markdown text, the directory holding its figures and how many there are."""
     from tpudiag.render.figures import write_figures
@@ -139,9 +134,6 @@ def _report_markdown(report: Report, output: Path | None, top: int) -> Markdown:
         return Markdown(body, f"and {n_figures} figures beside it" if n_figures else "")
     return Markdown(body, f"figures written to `{one_line(fig_dir.as_posix())}`" if n_figures
                     else "no figures: nothing to draw")
-
-
-REPORT = Writer(_report_terminal, _report_json, _report_markdown)
 
 
 def _diagnosis_terminal(result, console: Console, top: int) -> None:
@@ -257,7 +249,7 @@ def _writer(result: object) -> Writer:
     from tpudiag.pipeline import Diagnosis
     from tpudiag.whatif import WhatIf
 
-    for kind, writer in ((Diagnosis, DIAGNOSIS), (Report, REPORT), (AnalysisDiff, DIFF), (Verdict, VERDICT),
+    for kind, writer in ((Diagnosis, DIAGNOSIS), (AnalysisDiff, DIFF), (Verdict, VERDICT),
                          (MemoryView, MEMORY), (WhatIf, WHATIF)):
         if isinstance(result, kind):
             return writer
