@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from tests.rules import scenarios as sc
+from tests.rules.scenarios import run_rules
 from tpudiag.analysis.collective_windows import collective_windows
 from tpudiag.analysis.host_digest import StepFold, digest_host, drop_events, fold_step_tables, parse_and_digest
 from tpudiag.analysis.profile_analysis import analyze
@@ -25,7 +26,6 @@ from tpudiag.parsers.capture import load_capture
 from tpudiag.parsers.hlo_proto import capture_hlo_inputs
 from tpudiag.pipeline import diagnose
 from tpudiag.render.json_format import render_json
-from tpudiag.rules import run_rules
 from tpudiag.rules.config import RulesConfig
 from tpudiag.writers.tpu_design import write_capture
 
