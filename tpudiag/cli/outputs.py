@@ -99,11 +99,6 @@ def emit(result: object, fmt: Format | str, output: Path | None, top: int = 15) 
         sys.stderr.write(note + "\n")
 
 
-def write_report(report: Report, output_format: Format | str, output: Path | None, top: int = 15) -> None:
-    """A trace report (`Report`) as `output_format` to `output`, or stdout when None."""
-    emit(report, output_format, output, top)
-
-
 def markdown_with_figures(report: Report, output: Path | None, top: int) -> tuple[str, Path, int]:
     """The markdown text, the directory holding its figures and how many there are."""
     from tpudiag.render.figures import write_figures
