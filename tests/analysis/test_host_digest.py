@@ -121,6 +121,18 @@ def test_op_tables_agree_with_the_events(pod: Path):
     assert all(d.per_step is None for d in analysis.digests.values())  # held once, in the fold
 
 
+def test_a_profile_can_be_analysed_twice(pod: Path):
+    # Regression: the first `analyze` freed the hosts' per-step tables into its fold, and a second
+    # one raised for want of them. It now reads the fold the first kept on the profile.
+    profile = load_capture(pod, jobs=1)
+    first, second = analyze(profile), analyze(profile)
+    assert all(h.digest.per_step is None for h in profile.hosts)  # still held once, in the fold
+    pd.testing.assert_frame_equal(first.per_step.op_step_worst, second.per_step.op_step_worst)
+    pd.testing.assert_frame_equal(first.per_step.op_step_sums, second.per_step.op_step_sums)
+    pd.testing.assert_frame_equal(first.ops, second.ops)
+    pd.testing.assert_frame_equal(first.steps, second.steps)
+
+
 def test_the_fold_does_not_depend_on_arrival_order(pod: Path):
     hosts = load_capture(pod, jobs=1).hosts
     for h in hosts:
