@@ -8,6 +8,7 @@ the foundation layer only, its siblings; nothing imports upward, and no modules 
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -92,6 +93,22 @@ GRAPH = _graph()
 
 def test_every_top_level_module_has_a_layer():
     assert {_top(m) for m in GRAPH} <= set(LAYERS), "add new top-level modules to LAYERS and the docs"
+
+
+def test_the_docs_layer_table_is_layers():
+    """docs/architecture.md's table names each top-level module in the layer LAYERS gives it."""
+    documented = {}
+    for row in (REPO / "docs" / "architecture.md").read_text(encoding="utf-8").splitlines():
+        cells = row.split("|")
+        if len(cells) < 4 or not re.match(r"\s*\d", cells[1]):
+            continue
+        layer = float(re.match(r"\s*([\d.]+)", cells[1]).group(1))
+        for name in re.findall(r"`([^`]+)`", cells[2]):
+            if name == "tpudiag/__init__.py":
+                name = "__init__"
+            if "." not in name and "/" not in name:  # not `tpudiag.diagnose`, the API a module offers
+                documented[name] = layer
+    assert documented == {name: float(layer) for name, layer in LAYERS.items()}
 
 
 def test_no_upward_or_sideways_import():

@@ -73,24 +73,17 @@ def compiled_inputs(dumps: Sequence[DumpFiles]) -> CompiledInputs:
 
     llo, hlo, labels, warnings = [], [], [], []
     for files in dumps:
-        found, causes = [], []
+        if files.hlo is None and files.llo is None:
+            raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`) "
+                             f"(LLO: {files.llo_error.message}; XLA: {files.hlo_error.message})",
+                             path=files.path, hint="pass the directory the compiler wrote its dump files to")
         if files.hlo is not None:
             hlo.extend(HloInput(p, str(files.hlo.path), generation_for_target(p.target)) for p in files.hlo.programs)
             warnings.extend([*files.hlo.warnings, *(w for p in files.hlo.programs for w in p.warnings)])
-        else:
-            causes.append(f"XLA: {files.hlo_error.message}")
         if files.llo is not None:
             llo.append(files.llo)
-            found.append("LLO")
             warnings.extend(files.llo.warnings)
-        else:
-            causes.insert(0, f"LLO: {files.llo_error.message}")
-        if files.hlo is not None:
-            found.append("XLA")
-        if not found:
-            raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`) ("
-                             + "; ".join(causes) + ")",
-                             path=files.path, hint="pass the directory the compiler wrote its dump files to")
+        found = [name for name, part in (("LLO", files.llo), ("XLA", files.hlo)) if part is not None]
         labels.append(f"{files.path} ({' + '.join(found)})")
     return CompiledInputs(llo=tuple(llo), hlo=tuple(hlo), labels=tuple(labels),
                           warnings=tuple(dict.fromkeys(warnings)))

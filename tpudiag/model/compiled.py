@@ -114,6 +114,18 @@ class ConvDims:
     rhs_dilation: tuple[int, ...] = ()  # per spatial dim (`rhs_dilate=2x2`, window_dilation); () = none
 
 
+def window_factors(factors: tuple[int, ...]) -> tuple[int, ...]:
+    """Per-dim strides or dilations as `ConvDims` holds them: () when every one is 1, as HLO text
+    then prints none, so that a program read from text and from its proto agree."""
+    return factors if any(f > 1 for f in factors) else ()
+
+
+def window_padding(pads: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """Per-dim (low, high) padding as `ConvDims` holds it: () when no dim is padded, as HLO text
+    then prints no `pad`."""
+    return pads if any(low or high for low, high in pads) else ()
+
+
 @dataclass(frozen=True)
 class Instruction:
     """One HLO instruction. Strings are '' and numbers None when the dump does not say.

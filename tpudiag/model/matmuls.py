@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from tpudiag.model.compiled import ArrayShape, CompiledProgram, ConvDims, DotDims, Instruction
+from tpudiag.model.compiled import (ArrayShape, CompiledProgram, ConvDims, DotDims, Instruction, window_factors,
+                                    window_padding)
 from tpudiag.model.hlo_shapes import Shape, operand_shapes, result_shapes
 
 # Ops whose called computations run as part of the op itself (a while loop's body or a
@@ -191,17 +192,16 @@ _PAD = re.compile(r"\bpad=(-?\d+_-?\d+(?:x-?\d+_-?\d+)*)")
 
 
 def _factors(pattern: re.Pattern, window: str) -> tuple[int, ...]:
-    """`lhs_dilate=7x1` -> (7, 1); () when absent or all 1, as a proto's defaults read."""
+    """`lhs_dilate=7x1` -> (7, 1); () when absent or all 1 (`window_factors`)."""
     found = pattern.search(window)
-    factors = tuple(int(x) for x in found.group(1).split("x")) if found else ()
-    return factors if any(f > 1 for f in factors) else ()
+    return window_factors(tuple(int(x) for x in found.group(1).split("x")) if found else ())
 
 
 def _pads(window: str) -> tuple[tuple[int, int], ...]:
-    """`pad=7_7x1_1` -> ((7, 7), (1, 1)); () when absent or all 0."""
+    """`pad=7_7x1_1` -> ((7, 7), (1, 1)); () when absent or all 0 (`window_padding`)."""
     found = _PAD.search(window)
     pads = tuple((int(lo), int(hi)) for lo, hi in (d.split("_") for d in found.group(1).split("x"))) if found else ()
-    return pads if any(lo or hi for lo, hi in pads) else ()
+    return window_padding(pads)
 
 
 def contraction_from_attributes(opcode: str, attrs: Mapping[str, str]) -> DotDims | ConvDims | None:

@@ -78,10 +78,6 @@ class CollectiveDigest:
     ops: pd.DataFrame  # COLLECTIVE_OPS: windows and summed times per op
     coverage: pd.DataFrame  # COLLECTIVE_COVERAGE: per op, its windows' distinct covered fractions
 
-    @property
-    def empty(self) -> bool:
-        return self.ops.empty
-
 
 @dataclass(frozen=True)
 class CollectiveClasses:

@@ -312,10 +312,9 @@ COLLECTIVE_COVERAGE = TableSchema("collective_coverage", (
 ))
 
 COLLECTIVE_CLASSES = TableSchema("collective_classes", (
-    *COLLECTIVE_OPS.columns[:7],
+    *COLLECTIVE_OPS.columns,
     Column("n_hidden", "int64", "windows covered at least the hidden threshold"),
     Column("n_partial", "int64", "windows between the thresholds"),
     Column("n_exposed", "int64", "windows covered at most the exposed threshold"),
     Column("n_adjacent", "int64", "not-hidden windows with no compute op starting inside"),
-    *COLLECTIVE_OPS.columns[7:],
 ))

@@ -11,6 +11,7 @@ import functools
 import os
 import re
 from collections.abc import Callable
+from contextlib import contextmanager
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -157,16 +158,18 @@ def process_pool(workers: int) -> ProcessPoolExecutor:
 PARALLEL_PLANES_MIN_BYTES = 16 << 20
 PARALLEL_PLANES_MIN_JOBS = 3
 _OVERFLOW = "implausible event times (beyond the int64 picosecond range)"
+_TOO_DEEP = "nesting too deep to parse (a damaged or hostile trace)"
 
 
-def _parse_file(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace:
-    """One host file (a local path or a URL) to its HostTrace, or InputError naming the file and the cause.
+@contextmanager
+def _host_boundary(path: Path | HostUrl | str):
+    """InputError naming `path` for any damage met while parsing one host's bytes.
 
     Damage that Python reports with its own exceptions (timestamps past int64, nesting past the
     recursion limit) is input damage too, so it becomes InputError here, at the host boundary.
     """
     try:
-        return _parse_file_unchecked(path, plane_jobs)
+        yield
     except InputError as exc:
         if exc.path is not None:
             raise
@@ -176,7 +179,13 @@ def _parse_file(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace:
         # A timestamp or duration beyond int64 ps: the file is damaged (or not a device trace).
         raise InputError(_OVERFLOW, path=path) from exc
     except RecursionError as exc:
-        raise InputError("nesting too deep to parse (a damaged or hostile trace)", path=path) from exc
+        raise InputError(_TOO_DEEP, path=path) from exc
+
+
+def _parse_file(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace:
+    """One host file (a local path or a URL) to its HostTrace, or InputError naming the file and the cause."""
+    with _host_boundary(path):
+        return _parse_file_unchecked(path, plane_jobs)
 
 
 def _parse_file_unchecked(path: Path | HostUrl, plane_jobs: int) -> HostTrace:
@@ -198,7 +207,7 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, TimeAxis]):
     except OverflowError:
         return _OVERFLOW
     except RecursionError:
-        return "nesting too deep to parse (a damaged or hostile trace)"
+        return _TOO_DEEP
 
 
 def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTrace:
@@ -445,13 +454,9 @@ def profile_from_xspace(data: bytes, path: str, run: str) -> Profile:
     """A one-host capture held in memory (a modelled one, `compiler.simulate.simulate_in_memory`),
     parsed as `load_capture` parses a host file; `path` names it in the report (the input it was
     made from). Nothing is read from or written to disk, so the host has no `source` to re-read."""
-    check_trace_bytes(data, path)
-    try:
+    with _host_boundary(path):
+        check_trace_bytes(data, path)
         host = _parse_planes(path, [data], 1)
-    except OverflowError as exc:
-        raise InputError(_OVERFLOW, path=path) from exc
-    except RecursionError as exc:
-        raise InputError("nesting too deep to parse (a damaged or hostile trace)", path=path) from exc
     hosts, failures, notes = reconcile_hosts([host], [])
     return Profile(input_path=path, run=run, hosts=hosts, failures=failures, warnings=notes,
                    modelled=any(h.modelled for h in hosts))

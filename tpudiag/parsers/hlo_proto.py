@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 
 from tpudiag.errors import InputError
 from tpudiag.model.compiled import (BufferAllocation, BufferValue, CompiledProgram, ConvDims, DotDims,
-                                    Instruction, Layout, Shape, TupleShape)
+                                    Instruction, Layout, Shape, TupleShape, window_factors, window_padding)
 from tpudiag.model.inputs import CAPTURE_ORIGIN, HloInput
 from tpudiag.parsers.hlo_program import computation_from, finish_program
 from tpudiag.parsers.layout import ShapeSyntaxError, array_shape, shape_text
@@ -154,20 +154,10 @@ def _contraction(proto) -> DotDims | ConvDims | None:
         output_spatial=tuple(c.output_spatial_dimensions),
         window=tuple(w.size for w in proto.window.dimensions),
         feature_group_count=proto.feature_group_count or 1, batch_group_count=proto.batch_group_count or 1,
-        lhs_dilation=_dilation(tuple(w.base_dilation or 1 for w in proto.window.dimensions)),
-        stride=_dilation(tuple(w.stride or 1 for w in proto.window.dimensions)),
-        padding=_padding(tuple((w.padding_low, w.padding_high) for w in proto.window.dimensions)),
-        rhs_dilation=_dilation(tuple(w.window_dilation or 1 for w in proto.window.dimensions)))
-
-
-def _dilation(factors: tuple[int, ...]) -> tuple[int, ...]:
-    """() when every factor (dilation, stride) is 1, as HLO text then prints no `lhs_dilate` or `stride`."""
-    return factors if any(f > 1 for f in factors) else ()
-
-
-def _padding(pads: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-    """() when no dim is padded, as HLO text then prints no `pad`."""
-    return pads if any(low or high for low, high in pads) else ()
+        lhs_dilation=window_factors(tuple(w.base_dilation or 1 for w in proto.window.dimensions)),
+        stride=window_factors(tuple(w.stride or 1 for w in proto.window.dimensions)),
+        padding=window_padding(tuple((w.padding_low, w.padding_high) for w in proto.window.dimensions)),
+        rhs_dilation=window_factors(tuple(w.window_dilation or 1 for w in proto.window.dimensions)))
 
 
 def _allocations(assignment, module, program: CompiledProgram) -> tuple[BufferAllocation, ...]:
