@@ -13,9 +13,9 @@ from pathlib import Path
 from tpudiag import rules
 from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.inputs import capture_compiled
+from tpudiag.model.findings import Finding
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.report import RuleSkip
-from tpudiag.model.findings import Finding
 from tpudiag.parsers.capture import load_capture
 from tpudiag.writers.tpu_design import CaptureDesign, HostSpan, OpDef, Placed, write_capture
 
