@@ -54,6 +54,17 @@ def test_import_is_lazy():
     assert callable(tpudiag.diagnose) and callable(tpudiag.compare)
 
 
+def test_cli_start_loads_no_pandas():
+    import subprocess
+    import sys
+
+    # What `tpudiag --help` loads: every command's module, none of the pipeline or its tables.
+    code = "import sys, tpudiag.cli.app; print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(REPO)}).stdout
+    assert out.strip() == "[]"
+
+
 def test_cli_json_is_diagnose_serialised_for_the_default_example(capsys):
     assert cli_json(capsys) == serialised(tpudiag.diagnose())
 

@@ -167,6 +167,7 @@ def _read_dumps(path: Path, chip: ChipSpec | None, oom_errors: tuple[OomError, .
         return Inputs(path=str(path), mode=Mode.STATIC, compiled=compiled, chip=choice, program=program)
     no_timeline = (f"no modelled timeline: {why.message}; rules that need it are skipped"
                    + (f" (hint: {why.hint})" if why.hint else ""))
-    warnings = (no_timeline, *choice.warnings, *(w for dump in compiled.llo for w in dump.warnings))
+    # What reading both dumps set aside (a damaged module file skipped), as with a timeline.
+    warnings = (no_timeline, *choice.warnings, *compiled.warnings)
     return Inputs(path=str(path), mode=Mode.STATIC, compiled=compiled, chip=choice, no_timeline=no_timeline,
                   warnings=warnings)

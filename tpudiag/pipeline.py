@@ -281,10 +281,10 @@ def _report(inputs: Inputs, analysed: Analysed, join: JoinResult | None, finding
         report = dump_only_report(Path(inputs.path), inputs.compiled, findings, skipped, analysed.warnings,
                                   config_warnings)
     else:
+        # A modelled timeline's profile already names the input (`_modelled_analysis`).
         report = build_report(analysed.analysis, tuple(findings), rules_skipped=skipped, dumps=inputs.compiled.labels,
-                              join=join, extra_warnings=analysed.warnings, config_warnings=config_warnings)
-        if inputs.mode is Mode.STATIC:
-            report = replace(report, summary=replace(report.summary, input_path=inputs.path, mode=Mode.STATIC))
+                              join=join, extra_warnings=analysed.warnings, config_warnings=config_warnings,
+                              mode=inputs.mode)
     return replace(report, memory=memory)
 
 

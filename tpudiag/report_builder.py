@@ -31,10 +31,11 @@ if TYPE_CHECKING:
 def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
                  rules_skipped: tuple[RuleSkip, ...] = (), dumps: tuple[str, ...] = (),
                  join: JoinResult | None = None, extra_warnings: Sequence[str] = (),
-                 config_warnings: Sequence[str] = ()) -> Report:
-    """The report of an analysis, its findings in the order given. Its warnings (`_warnings`):
-    `config_warnings` (a skipped config file), the capture's, `extra_warnings` (what the pipeline
-    adds: the chip's, the dumps', the static report's), then the join's."""
+                 config_warnings: Sequence[str] = (), mode: Mode = Mode.TRACE) -> Report:
+    """The report of an analysis, its findings in the order given; `mode` is `Mode.STATIC` for a
+    compiler dump's modelled timeline. Its warnings (`_warnings`): `config_warnings` (a skipped
+    config file), the capture's, `extra_warnings` (what the pipeline adds: the chip's, the dumps',
+    the static report's), then the join's."""
     profile = analysis.profile
     join = join if join is not None else analysis.join
     hosts = _host_summaries(analysis)
@@ -53,7 +54,7 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
         peaks_source=first.peaks_source, step_source=", ".join(sorted(sources)),
         step_time=_distribution(combined), host_spread_ps=spread,
         slowest_host=slowest.host if slowest and len(hosts) > 1 else "", breakdown=_breakdown(analysis.steps),
-        modelled=profile.modelled, dumps=dumps,
+        modelled=profile.modelled, dumps=dumps, mode=mode,
         compiled=None if join is None else CompiledJoin(
             n_ops=join.n_ops, with_layout=join.hlo_matched, with_llo=join.llo_matched,
             from_dumps=join.dump_matched, sources=join.sources,

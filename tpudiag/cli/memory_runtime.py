@@ -10,14 +10,17 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from tpudiag.errors import InputError
-from tpudiag.model.allocator import HostMemoryTimeline
-from tpudiag.model.live_buffers import LiveBytes
-from tpudiag.model.profile import HostFailure
 from tpudiag.model.text import one_line
+
+if TYPE_CHECKING:  # typing only: `tpudiag --help` loads this module, and these load pandas
+    from tpudiag.model.allocator import HostMemoryTimeline
+    from tpudiag.model.live_buffers import LiveBytes
+    from tpudiag.model.profile import HostFailure
 
 PPROF_HELP = ("JAX's device memory profile (`jax.profiler.save_device_memory_profile(FILE)`, a pprof file): "
               "live buffer bytes by the source line that made them")

@@ -143,9 +143,6 @@ def _report_markdown(report: Report, output: Path | None, top: int) -> Markdown:
                     else "no figures: nothing to draw")
 
 
-REPORT = Writer(_report_terminal, _report_json, _report_markdown)
-
-
 def _diagnosis_terminal(result, console: Console, top: int) -> None:
     """A diagnosis: the report of a capture or of a modelled timeline; the static report of
     compiler dumps (its per-op estimates, then the findings)."""
@@ -274,7 +271,7 @@ def _writer(result: object) -> Writer:
     from tpudiag.pipeline import Diagnosis
     from tpudiag.whatif import WhatIf
 
-    for kind, writer in ((Diagnosis, DIAGNOSIS), (Report, REPORT), (AnalysisDiff, DIFF), (Verdict, VERDICT),
+    for kind, writer in ((Diagnosis, DIAGNOSIS), (AnalysisDiff, DIFF), (Verdict, VERDICT),
                          (MemoryView, MEMORY), (WhatIf, WHATIF), (RuleCatalog, CATALOG)):
         if isinstance(result, kind):
             return writer

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from tpudiag.model.compiled import CompiledProgram, Instruction
 from tpudiag.model.hlo_shapes import Shape, operand_shapes, parse_array, parse_shapes
+from tpudiag.parsers.hlo_text import parse_instruction
 
 _CALLED = re.compile(r"%?([\w.\-]+)")
 
@@ -33,6 +34,11 @@ class OpText:
     body: str  # the computation it calls (`calls=`), header line first; '' when none is known
     operands: tuple[Shape, ...]  # tuple-shaped and unknown operands left out
     operands_from: str  # '' when there are none
+    # What the inference reads: the op's instruction (None when no text or program gives it) and
+    # the instructions of the computation it calls, from the program itself or read from the text
+    # by the dump parser; `line` and `body` are for people to read.
+    instruction: Instruction | None = None
+    called: tuple[Instruction, ...] = ()
 
 
 def printed_opcode(inst: Instruction) -> str:
@@ -84,10 +90,12 @@ def from_program(program: CompiledProgram, name: str, shape_of: Callable[[str], 
     called = _CALLED.match(dict(inst.attributes).get("calls", "").strip())
     callee = called.group(1) if called else ""
     body = computation_text(program, callee) if callee in program.computations else ""
+    called_insts = tuple(program.computation_instructions(callee)) if body else ()
     params = [_array(p.shape_text, layout=False) for p in _parameters(program, callee)] if body else []
     operands = [a for a in params if a is not None]
     if operands:
-        return OpText(instruction_text(inst), body, tuple(operands), "the fused computation's parameters")
+        return OpText(instruction_text(inst), body, tuple(operands), "the fused computation's parameters", inst,
+                      called_insts)
 
     def own_shape(operand: str) -> str:
         found = program.find(operand)
@@ -95,7 +103,7 @@ def from_program(program: CompiledProgram, name: str, shape_of: Callable[[str], 
 
     operands = [a for a in (_array(own_shape(o), layout=True) for o in inst.operands) if a is not None]
     return OpText(instruction_text(inst), body, tuple(operands),
-                  "the operands' own instructions" if operands else "")
+                  "the operands' own instructions" if operands else "", inst, called_insts)
 
 
 def operand_names(hlo_text: str) -> list[str]:
@@ -116,11 +124,19 @@ def from_text(hlo_text: str, shape_of: Callable[[str], str], body: str = "") -> 
     """The op as text alone gives it (the capture's op metadata, or HLO text built by hand): operands
     printed with their shapes, else the parameters of `body`'s header, else each `%name` operand
     looked up with `shape_of(name)`."""
+    inst, called = parsed(hlo_text, body)
     shapes = operand_shapes(hlo_text)
     if shapes:
-        return OpText(hlo_text, body, tuple(shapes), "the HLO operands")
+        return OpText(hlo_text, body, tuple(shapes), "the HLO operands", inst, called)
     shapes = header_parameters(body)
     if shapes:
-        return OpText(hlo_text, body, tuple(shapes), "the fused computation's parameters")
+        return OpText(hlo_text, body, tuple(shapes), "the fused computation's parameters", inst, called)
     found = [a for a in (parse_array(shape_of(n)) for n in operand_names(hlo_text)) if a is not None]
-    return OpText(hlo_text, body, tuple(found), "the operands' own instructions" if found else "")
+    return OpText(hlo_text, body, tuple(found), "the operands' own instructions" if found else "", inst, called)
+
+
+def parsed(hlo_text: str, body: str) -> tuple[Instruction | None, tuple[Instruction, ...]]:
+    """The instruction `hlo_text` prints and the instructions of `body` (a computation's text, its
+    header and closing brace skipped), read by the dump parser."""
+    called = (parse_instruction(line, "body") for line in body.splitlines())
+    return parse_instruction(hlo_text) if hlo_text.strip() else None, tuple(i for i in called if i is not None)

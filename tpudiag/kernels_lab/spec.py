@@ -1,6 +1,9 @@
 """What a profiled op is, as far as the lab needs: kernel family, problem shapes, dtypes, basis.
 
-Pure inference over the capture's op tables and HLO text (no jax). Every inferred fact records how
+Pure inference over the capture's op tables and the op's instructions (no jax): matmul, reduction,
+transpose, multi-output and the not-reproducible checks read opcodes and attributes from
+`model.compiled.Instruction`s (the dump's own, or the capture's op text read by the dump parser);
+datamove and collective still read the HLO text (`op_text`). Every inferred fact records how
 it was inferred (`basis`), because a profile often carries only the output shape: a matmul's K then
 comes from its FLOP count, an elementwise fusion's input count from its bytes.
 
@@ -10,8 +13,10 @@ Family rules, first match wins:
    from the replica groups (`collective_spec`); other collectives, while loops, custom calls -> not
    reproducible (one-line reason); tuple outputs -> multi_output; a copy into the column-major
    layout {0,1} -> transpose;
-2. a `dot(`/`convolution(` in the HLO text, or the category `convolution fusion` -> matmul;
-3. a `reduce(` in the HLO text -> row reduction (sum);
+2. a `dot`/`convolution` instruction (the op or in its fused computation), or the category
+   `convolution fusion` -> matmul;
+3. a `reduce` instruction -> column reduction when it reduces dims before the minor one, else row
+   reduction (sum);
 4. a `loop fusion` whose framework op name says softmax / layer norm / rms norm -> that reduction
    (the capture's HLO text for loop fusions often omits the body);
 5. `loop fusion`, `copy`, elementwise categories -> elementwise.
@@ -36,7 +41,7 @@ from tpudiag.model.hlo_shapes import Shape, parse_array
 from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, op_math_from_text
 from tpudiag.kernels_lab.collective_spec import KINDS as COLLECTIVE_KINDS
 from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, mesh_axes, replica_groups
-from tpudiag.model.compiled import CompiledProgram
+from tpudiag.model.compiled import CompiledProgram, Instruction
 from tpudiag.model.hlo_names import collective_family
 from tpudiag.model.inputs import CompiledInputs
 
@@ -51,6 +56,7 @@ class NotReproducible(UsageError):
 
 HLO_DTYPES = {"bf16": "bfloat16", "f32": "float32"}
 MATMUL_CATEGORIES = ("convolution fusion", "convolution", "dot", "output fusion")
+MATMUL_OPCODES = frozenset({"dot", "convolution"})
 ELEMENTWISE_CATEGORIES = ("loop fusion", "copy", "non-fusion elementwise", "data formatting")
 REDUCTION_HINTS = (("softmax", "softmax"), ("layer_norm", "layernorm"), ("layernorm", "layernorm"),
                    ("rms_norm", "rmsnorm"), ("rmsnorm", "rmsnorm"))
@@ -181,17 +187,22 @@ def _batch_folded(main: Matmul) -> list[str]:
             f"output; the op reads {main.batch} right-hand sides, the reproduction one)"]
 
 
-def _epilogue(body: str) -> tuple[str, bool, list[str]]:
-    """Activation and bias from a fused computation's text (empty text: none known)."""
-    rules = (("gelu", r"\b(tanh|erf)\(", "tanh/erf"), ("silu", r"\blogistic\(", "logistic"),
-             ("relu", r"\bmaximum\(", "maximum"))
+def _opcodes(*instructions: Instruction | None) -> set[str]:
+    return {i.opcode for i in instructions if i is not None}
+
+
+def _epilogue(called: tuple[Instruction, ...]) -> tuple[str, bool, list[str]]:
+    """Activation and bias from a fused computation's instructions (none: none known)."""
+    rules = (("gelu", ("tanh", "erf"), "tanh/erf"), ("silu", ("logistic",), "logistic"),
+             ("relu", ("maximum",), "maximum"))
+    opcodes = _opcodes(*called)
     activation, notes = "none", []
-    for act, pattern, seen in rules:
-        if re.search(pattern, body):
+    for act, wanted, seen in rules:
+        if opcodes.intersection(wanted):
             activation = act
             notes.append(f"activation {act}: {seen} in the fusion body")
             break
-    bias = bool(re.search(r"\badd\(", body) and re.search(r"\bbroadcast\(", body))
+    bias = {"add", "broadcast"} <= opcodes
     if bias:
         notes.append("bias: an add of a broadcast in the fusion body")
     return activation, bias, notes
@@ -199,14 +210,19 @@ def _epilogue(body: str) -> tuple[str, bool, list[str]]:
 
 def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf_op: str, flops: float,
           bytes_accessed: float, body: str = "", operands: list[ArrayText] | None = None,
-          operands_from: str = "", chips: int = 0, op_math: OpMath | None = None) -> tuple[str, dict, list[str]]:
+          operands_from: str = "", chips: int = 0, op_math: OpMath | None = None,
+          instructions: tuple[Instruction | None, tuple[Instruction, ...]] | None = None) -> tuple[str, dict, list[str]]:
     """(family, problem fields, basis) for one op, or NotReproducible with the reason. `operands`
     (resolved by the caller) default to the shapes printed in `hlo_text` or the body's parameters;
     `chips` (the capture's chip count) is a collective's ring size when nothing else gives it;
-    `op_math` is the op's matmul model (`model.matmuls`), whose K wins when its M and N are the output's."""
+    `op_math` is the op's matmul model (`model.matmuls`), whose K wins when its M and N are the output's;
+    `instructions` (the op's instruction and its called computation's, from the program) default to
+    `hlo_text` and `body` read by the dump parser."""
     if operands is None:
         found = op_text.from_text(hlo_text, lambda _name: "", body)
         operands, operands_from = list(found.operands), found.operands_from
+    inst, called = instructions if instructions is not None else op_text.parsed(hlo_text, body)
+    opcodes = _opcodes(inst, *called)
     cat = category.lower()
     family = collective_family(name, category)
     if family:
@@ -214,15 +230,15 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
                                  shape_text=shape_with_layout or hlo_text.split("=", 1)[-1],
                                  text=hlo_text + "\n" + body, operands=operands, operands_from=operands_from,
                                  chips=chips)
-    if "while" in cat or name.startswith("while") or re.search(r"\bwhile\(", hlo_text):
+    if "while" in cat or name.startswith("while") or _opcodes(inst) == {"while"}:
         raise NotReproducible(f"`{name}` is a while loop; its body's ops are reproducible one by one, "
                               "the loop is not")
-    if "custom-call" in cat or re.search(r"\bcustom-call\(", hlo_text):
+    if "custom-call" in cat or _opcodes(inst) == {"custom-call"}:
         raise NotReproducible(f"`{name}` is a custom call (already a hand-written kernel)")
     shape_text = (shape_with_layout or hlo_text.split("=", 1)[-1]).strip()
     if shape_text.startswith("("):
-        return _infer_tuple(name=name, category=category, shape_text=shape_text, hlo_text=hlo_text, body=body,
-                            flops=flops, operands=operands, op_math=op_math)
+        return _infer_tuple(name=name, category=category, shape_text=shape_text, flops=flops, operands=operands,
+                            op_math=op_math, inst=inst, opcodes=opcodes)
     out = parse_array(shape_text)
     if out is not None and not out.dims:
         raise NotReproducible(f"`{name}` returns a scalar ({out.text}); nothing worth a kernel")
@@ -231,7 +247,7 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         raise NotReproducible(f"`{name}` has no array output shape the lab can read (shape: {shown})")
     if 0 in out.dims:
         raise NotReproducible(f"`{name}` has an empty output ({out.text}): nothing to reproduce")
-    is_copy = "copy" in cat or name.startswith("copy") or re.search(r"\bcopy\(", hlo_text + body)
+    is_copy = "copy" in cat or name.startswith("copy") or "copy" in opcodes
     if not out.row_major and len(out.dims) == 2 and out.minor_to_major == (0, 1) and is_copy:
         dtype = _jnp_dtype(out.dtype, "output", name)
         return "transpose", dict(rows=out.dims[0], cols=out.dims[1], dtype=dtype), [
@@ -259,9 +275,9 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
     rows, cols = _rows_cols(out)
     tf_lower = tf_op.lower()
 
-    if re.search(r"\b(dot|convolution)\(", hlo_text + body) or cat in MATMUL_CATEGORIES:
-        basis.insert(0, "family matmul: " + ("a dot/convolution in the HLO text"
-                                              if re.search(r"\b(dot|convolution)\(", hlo_text + body)
+    contracts = bool(opcodes & MATMUL_OPCODES)
+    if contracts or cat in MATMUL_CATEGORIES:
+        basis.insert(0, "family matmul: " + ("a dot/convolution in the HLO text" if contracts
                                               else f"category `{category}`"))
         m, n = rows, cols
         # The FLOP count is the robust source: operands of real fusions are often transposed
@@ -283,14 +299,14 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         if k is None:
             raise NotReproducible(f"`{name}` looks like a matmul but its contracting dim is unknown "
                                   "(no operands in the HLO text and no whole K from its FLOP count)")
-        activation, bias, notes = _epilogue(body)
+        activation, bias, notes = _epilogue(called)
         basis += notes or [("epilogue: no activation or bias add of a broadcast in the fusion body"
-                            if body else "epilogue: none known (no fusion body)")
+                            if called else "epilogue: none known (no fusion body)")
                            + "; convert only if dtypes differ"]
         return "matmul", dict(m=m, k=k, n=n, in_dtype=in_dtype, out_dtype=out_dtype, bias=bias,
                               activation=activation), basis
 
-    colsum = _non_minor_reduce(hlo_text + "\n" + body)
+    colsum = _non_minor_reduce(inst, called)
     if colsum is not None:
         operand, reduced, (outer, r_rows, r_cols) = colsum
         basis.insert(0, f"family reduction (colsum): a reduce over dims {list(reduced)} of {operand.text}, not its "
@@ -300,7 +316,7 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         return "reduction", dict(rows=r_rows, cols=r_cols, op="colsum", dtype=HLO_DTYPES.get(operand.dtype, in_dtype),
                                  out_dtype=out_dtype, outer=outer), basis
 
-    if re.search(r"\breduce\(", hlo_text + body):
+    if "reduce" in opcodes:
         basis.insert(0, "family reduction (row sum): a reduce in the HLO text")
         if operands:
             r_cols = operands[0].numel // max(1, out.numel)
@@ -336,26 +352,24 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
             n_inputs = 1
             basis.append("1 input: no operands or byte count (a copy)")
         return "elementwise", dict(rows=rows, cols=cols, n_inputs=max(1, min(8, n_inputs)), dtype=in_dtype,
-                                   out_dtype=out_dtype, activation=_epilogue(body)[0]), basis
+                                   out_dtype=out_dtype, activation=_epilogue(called)[0]), basis
 
     raise NotReproducible(f"`{name}` has category `{category}`, which no kernel family covers yet")
 
 
-_REDUCE = re.compile(r"= (?P<shape>[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?) reduce\(%(?P<operand>[\w.\-]+)[^)]*\), "
-                     r"dimensions=\{(?P<dims>[\d,]*)\}")
-
-
-def _non_minor_reduce(text: str) -> tuple[ArrayText, tuple[int, ...], tuple[int, int, int]] | None:
-    """(operand, reduced dims, (outer, rows, cols)) for a reduce over contiguous dims that exclude
-    the operand's minor dim, read from the instruction or fused body text; None otherwise."""
-    m = _REDUCE.search(text)
-    if m is None:
+def _non_minor_reduce(inst: Instruction | None, called: tuple[Instruction, ...]
+                      ) -> tuple[ArrayText, tuple[int, ...], tuple[int, int, int]] | None:
+    """(operand, reduced dims, (outer, rows, cols)) for the first array-shaped reduce (the op, else in
+    its fused computation) when it reduces contiguous dims that exclude its operand's minor dim and
+    that operand is an instruction of the fused computation; None otherwise."""
+    reduce = next((i for i in (inst, *called) if i is not None and i.opcode == "reduce" and i.operands
+                   and parse_array(i.shape_text) is not None), None)
+    if reduce is None:
         return None
-    found = re.search(rf"%{re.escape(m.group('operand'))} = ([a-z0-9]+\[[0-9,]*\](?:\{{[^}}]*\}})?)", text)
-    if found is None:
-        found = re.search(rf"\b{re.escape(m.group('operand'))}: ([a-z0-9]+\[[0-9,]*\](?:\{{[^}}]*\}})?)", text)
-    operand = parse_array(found.group(1)) if found else None
-    dims = tuple(sorted(int(d) for d in m.group("dims").split(",") if d))
+    source = next((i for i in called if i.name == reduce.operands[0]), None)
+    operand = parse_array(source.shape_text) if source is not None else None
+    dims = tuple(sorted(int(d) for d in dict(reduce.attributes).get("dimensions", "").strip("{}").split(",")
+                        if d.strip()))
     if operand is None or not dims or not operand.row_major or operand.dtype not in HLO_DTYPES:
         return None
     last = len(operand.dims) - 1
@@ -469,15 +483,16 @@ def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands:
 _ALIAS = re.compile(r"\{(\d+)\}:\s*\((\d+),")
 
 
-def _infer_tuple(*, name: str, category: str, shape_text: str, hlo_text: str, body: str, flops: float,
-                 operands: list[ArrayText], op_math: OpMath | None = None) -> tuple[str, dict, list[str]]:
+def _infer_tuple(*, name: str, category: str, shape_text: str, flops: float,
+                 operands: list[ArrayText], op_math: OpMath | None, inst: Instruction | None,
+                 opcodes: set[str]) -> tuple[str, dict, list[str]]:
     """A fusion returning a tuple -> the multi_output family: its bf16/f32 arrays are the kernel's
     outputs (the first non-aliased one is the primary, or the one the op's main matmul writes when
     its math is known), scalars and integer outputs are state."""
     elements = [parse_array(t) for t in re.findall(r"[a-z][a-z0-9]*\[[0-9,]*\](?:\{[^}]*\})?", shape_text)]
     n = len(elements)
-    aliased = {int(o) for o, _ in _ALIAS.findall(hlo_text.split("output_to_operand_aliasing=", 1)[-1]
-                                                 if "output_to_operand_aliasing=" in hlo_text else "")}
+    aliasing = dict(inst.attributes).get("output_to_operand_aliasing", "") if inst is not None else ""
+    aliased = {int(o) for o, _ in _ALIAS.findall(aliasing)}
     arrays = [(i, a) for i, a in enumerate(elements) if a is not None and a.dims and a.dtype in HLO_DTYPES
               and 0 not in a.dims]
     state = [a.text for a in elements if a is not None and (a.dtype not in HLO_DTYPES or not a.dims)]
@@ -507,7 +522,7 @@ def _infer_tuple(*, name: str, category: str, shape_text: str, hlo_text: str, bo
         basis.append("non-row-major output layouts are written row-major (the relayout is not reproduced)")
     out_dtype = HLO_DTYPES[out.dtype]
     in_dtype = HLO_DTYPES.get(operands[0].dtype, out_dtype) if operands else out_dtype
-    is_matmul = bool(re.search(r"\b(dot|convolution)\(", hlo_text + body)) or category.lower() in MATMUL_CATEGORIES
+    is_matmul = bool(opcodes & MATMUL_OPCODES) or category.lower() in MATMUL_CATEGORIES
     if written:
         basis.append(f"primary is the output of a matmul: K={main.k} from the compiled HLO ({main.describe()})")
         basis += _batch_folded(main)
@@ -775,7 +790,8 @@ def _spec(diagnosis: Diagnosis, index: _OpIndex, op: str, *, topology: str | Non
                                   bytes_accessed=nbytes, body=text.body, operands=list(text.operands),
                                   operands_from=text.operands_from,
                                   chips=host.device.n_chips * len(analysis.profile.hosts),
-                                  op_math=found or op_math_from_text(op, text.line))
+                                  op_math=found or op_math_from_text(op, text.line),
+                                  instructions=(text.instruction, text.called))
     try:
         problem = problem_from_fields(family, fields)
     except ValueError as exc:

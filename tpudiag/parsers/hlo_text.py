@@ -301,6 +301,16 @@ def _parse_instruction(line: str, computation: str, position: int) -> tuple[Inst
     return inst, _int(meta.get("stack_frame_id"), default=None)
 
 
+def parse_instruction(line: str, computation: str = "") -> Instruction | None:
+    """One instruction line as a dump or a trace's op metadata prints it (`%name = shape opcode(...)`,
+    operands with or without their shapes), read as a dump's instructions are; None when the text is
+    not one. The fields `finish_program` derives from the whole program are left at their defaults."""
+    try:
+        return _parse_instruction("  " + line.strip(), computation, 0)[0]
+    except (_LineError, ShapeSyntaxError):
+        return None
+
+
 def _backend_config(raw: str) -> str:
     raw = raw.strip()
     if raw.startswith('"'):  # older dumps quote the config as a string
