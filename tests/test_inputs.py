@@ -108,3 +108,18 @@ def test_inputs_is_one_frozen_value_with_the_chip_and_its_source():
     assert isinstance(trace, Inputs) and trace.mode is Mode.TRACE and trace.program is None
     assert trace.capture is not None and trace.chip.source is ChipSource.TRACE
     assert trace.compiled.embedded  # the capture's own programs, parsed while reading
+
+
+@pytest.mark.parametrize("target", [True, False], ids=["timeline", "no timeline"])
+def test_a_damaged_module_file_skipped_in_a_dump_is_warned_with_or_without_a_timeline(tmp_path, target):
+    import shutil
+
+    dump = tmp_path / "xla"
+    shutil.copytree(COMPILE_V5E / "xla", dump)
+    (dump / "module_9999.broken.after_optimizations.txt").write_text("HloModule broken\n\nENTRY %x { garbage")
+    if not target:  # the generation is unknown: no timeline can be modelled
+        for f in dump.glob("*target_arguments.txt"):
+            f.unlink()
+    d = tpudiag.diagnose(dump)
+    assert (d.analysis is not None) is target
+    assert any(w.startswith("skipped `") and "module_9999.broken" in w for w in d.report.warnings)

@@ -13,11 +13,12 @@ import pytest
 
 import tpudiag
 from tests.rules import scenarios as sc
+from tests.rules.scenarios import run_rules
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.model.findings import rank_key
 from tpudiag.parsers.capture import load_capture
 from tpudiag.report_builder import build_report
-from tpudiag.rules import RulesConfig, run_rules
+from tpudiag.rules import RulesConfig
 from tpudiag.writers.tpu_design import OpDef, Placed
 
 SKIPPED = "config: skipped `elsewhere/pyproject.toml` (not TOML)"

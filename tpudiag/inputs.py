@@ -113,7 +113,6 @@ def _read_capture(path, dumps: Sequence[Path], chip: ChipSpec | None, oom_errors
     from tpudiag.analysis.host_digest import StepFold, parse_and_digest
     from tpudiag.parsers.capture import find_capture, load_capture
     from tpudiag.parsers.dask_hosts import check_scheduler
-    from tpudiag.parsers.hlo_proto import capture_hlo_inputs
 
     find_capture(path)  # fail fast with the precise input error, before parsing any dump
     check_scheduler(scheduler)  # likewise for an address that is not a Dask scheduler
@@ -125,12 +124,21 @@ def _read_capture(path, dumps: Sequence[Path], chip: ChipSpec | None, oom_errors
     fold = StepFold()
     profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler,
                            per_host=parse_and_digest, on_host=fold.add)
-    hosts = profile.hosts
-    choice = decide_chip(trace=hosts[0].device.chip if hosts else None, user=chip, what="capture")
-    compiled = replace(loaded, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors)
+    compiled, choice = capture_compiled(profile, loaded, chip, oom_errors)
     # The chip's warnings, then what reading `--dumps` set aside, after the capture's own.
     return Inputs(path=str(path), mode=Mode.TRACE, compiled=compiled, chip=choice, capture=profile,
                   per_step=fold.result(), warnings=(*choice.warnings, *compiled.warnings))
+
+
+def capture_compiled(profile: Profile, dumps: CompiledInputs = CompiledInputs(), chip: ChipSpec | None = None,
+                     oom_errors: tuple[OomError, ...] = ()) -> tuple[CompiledInputs, ChipChoice]:
+    """The compiled inputs of a capture read: `dumps` (its `--dumps`, read), the HloProtos it
+    embeds, and the chip decided from its device and `chip` (`--chip`); with that `ChipChoice`."""
+    from tpudiag.parsers.hlo_proto import capture_hlo_inputs
+
+    hosts = profile.hosts
+    choice = decide_chip(trace=hosts[0].device.chip if hosts else None, user=chip, what="capture")
+    return replace(dumps, embedded=capture_hlo_inputs(profile), chip=choice.spec, oom_errors=oom_errors), choice
 
 
 def _read_dumps(path: Path, chip: ChipSpec | None, oom_errors: tuple[OomError, ...], progress) -> Inputs:
@@ -159,6 +167,7 @@ def _read_dumps(path: Path, chip: ChipSpec | None, oom_errors: tuple[OomError, .
         return Inputs(path=str(path), mode=Mode.STATIC, compiled=compiled, chip=choice, program=program)
     no_timeline = (f"no modelled timeline: {why.message}; rules that need it are skipped"
                    + (f" (hint: {why.hint})" if why.hint else ""))
-    warnings = (no_timeline, *choice.warnings, *(w for dump in compiled.llo for w in dump.warnings))
+    # What reading both dumps set aside (a damaged module file skipped), as with a timeline.
+    warnings = (no_timeline, *choice.warnings, *compiled.warnings)
     return Inputs(path=str(path), mode=Mode.STATIC, compiled=compiled, chip=choice, no_timeline=no_timeline,
                   warnings=warnings)

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from tests.rules import scenarios as sc
+from tests.rules.scenarios import run_rules
 from tpudiag.analysis.collective_windows import collective_windows
 from tpudiag.analysis.host_digest import StepFold, digest_host, drop_events, fold_step_tables, parse_and_digest
 from tpudiag.analysis.profile_analysis import analyze
@@ -25,7 +26,6 @@ from tpudiag.parsers.capture import load_capture
 from tpudiag.parsers.hlo_proto import capture_hlo_inputs
 from tpudiag.pipeline import diagnose
 from tpudiag.render.json_format import render_json
-from tpudiag.rules import run_rules
 from tpudiag.rules.config import RulesConfig
 from tpudiag.writers.tpu_design import write_capture
 
@@ -119,6 +119,18 @@ def test_op_tables_agree_with_the_events(pod: Path):
     worst = per_core.groupby(level=["step", "name"], observed=True).max()
     assert _as_dict(worst) == _as_dict(analysis.per_step.op_step_worst.set_index(["step", "name"])["self_ps"])
     assert all(d.per_step is None for d in analysis.digests.values())  # held once, in the fold
+
+
+def test_a_profile_can_be_analysed_twice(pod: Path):
+    # Regression: the first `analyze` freed the hosts' per-step tables into its fold, and a second
+    # one raised for want of them. It now reads the fold the first kept on the profile.
+    profile = load_capture(pod, jobs=1)
+    first, second = analyze(profile), analyze(profile)
+    assert all(h.digest.per_step is None for h in profile.hosts)  # still held once, in the fold
+    pd.testing.assert_frame_equal(first.per_step.op_step_worst, second.per_step.op_step_worst)
+    pd.testing.assert_frame_equal(first.per_step.op_step_sums, second.per_step.op_step_sums)
+    pd.testing.assert_frame_equal(first.ops, second.ops)
+    pd.testing.assert_frame_equal(first.steps, second.steps)
 
 
 def test_the_fold_does_not_depend_on_arrival_order(pod: Path):

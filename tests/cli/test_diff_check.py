@@ -167,3 +167,23 @@ def test_check_json_reports_an_input_error_on_stdout_too(tmp_path):
     doc = json.loads(proc.stdout)
     assert doc["result"] == "error" and doc["exit_code"] == 2 and "no such file" in doc["error"]
     assert proc.stderr.startswith("error: ")
+
+
+def test_check_json_error_goes_to_the_output_file(tmp_path):
+    # The JSON the user asked for goes where they asked for it: with `-o`, the error object too.
+    (tmp_path / "in").mkdir()
+    out = tmp_path / "verdict.json"
+    proc = run("check", str(tmp_path / "in" / "nope"), "--format", "json", "-o", str(out))
+    assert proc.returncode == 2 and proc.stdout == ""
+    doc = json.loads(out.read_text())
+    assert doc["result"] == "error" and doc["exit_code"] == 2 and "no such file" in doc["error"]
+    assert proc.stderr.startswith("error: ")
+
+
+def test_check_json_error_about_the_output_itself_goes_to_stdout(tmp_path):
+    # Near miss: an `-o` inside the capture is refused, so nothing is written there and stdout answers.
+    capture = tmp_path / "capture"
+    capture.mkdir()
+    proc = run("check", str(capture), "--format", "json", "-o", str(capture / "verdict.json"))
+    assert proc.returncode == 2 and not (capture / "verdict.json").exists()
+    assert json.loads(proc.stdout)["result"] == "error"

@@ -16,13 +16,13 @@ from markdown_it import MarkdownIt
 from tests.analysis.diff_designs import design, write
 from tests.conftest import REPO, US
 from tests.snapshot_util import assert_snapshot, normalise
+from tests.rules.scenarios import run_rules
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.report_builder import build_report
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity
 from tpudiag.model.report import RuleSkip
 from tpudiag.parsers.capture import load_capture
 from tpudiag.render.markdown import code, prose, render_markdown, table, text
-from tpudiag.rules import run_rules
 from tpudiag.writers.tpu_design import CaptureDesign, OpDef, Placed, write_capture
 
 EXAMPLE = REPO / "examples" / "captures" / "train_v6e_4chip"

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REPO, small_design
+from tests.rules.scenarios import run_rules
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.report_builder import build_report
 from tpudiag.errors import TpudiagError
@@ -31,7 +32,6 @@ from tpudiag.parsers.llo.static_profile import parse_static_profile
 from tpudiag.parsers.llo.utilization import parse_utilization
 from tpudiag.parsers.llo.vmem_report import parse_vmem_report
 from tpudiag.render.json_format import render_json
-from tpudiag.rules.engine import run_rules
 from tpudiag.writers.tpu_design import build_capture
 
 SETTINGS = settings(max_examples=60, deadline=None,

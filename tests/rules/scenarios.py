@@ -10,7 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from tpudiag import rules
 from tpudiag.analysis.profile_analysis import Analysis, analyze
+from tpudiag.inputs import capture_compiled
+from tpudiag.model.findings import Finding
+from tpudiag.model.inputs import CompiledInputs
+from tpudiag.model.report import RuleSkip
 from tpudiag.parsers.capture import load_capture
 from tpudiag.writers.tpu_design import CaptureDesign, HostSpan, OpDef, Placed, write_capture
 
@@ -38,6 +43,18 @@ def write_run(d: CaptureDesign, root: Path) -> Path:
 
 def analyse(d: CaptureDesign, root: Path) -> Analysis:
     return analyze(load_capture(write_run(d, root), jobs=1))
+
+
+def run_rules(analysis: Analysis | None, config: rules.RulesConfig | None = None,
+              compiled: CompiledInputs | None = None, **kwargs) -> tuple[list[Finding], list[RuleSkip]]:
+    """`tpudiag.rules.run_rules` as `tpudiag.diagnose` calls it: with the compiled inputs the
+    inputs stage reads with the capture (the HLO it embeds, the chip its device names). A
+    `compiled` given stands for `--dumps` alone (no embedded HLO) and gets the capture's chip
+    when it names none."""
+    if analysis is not None:
+        read, _ = capture_compiled(analysis.profile)
+        compiled = read if compiled is None else replace(compiled, chip=compiled.chip or read.chip)
+    return rules.run_rules(analysis, config, compiled or CompiledInputs(), **kwargs)
 
 
 def matmul(name: str, m: int, k: int, n: int, util: float, dtype: str = "bf16",

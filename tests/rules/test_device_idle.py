@@ -11,9 +11,10 @@ import pytest
 
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
+from tests.rules.scenarios import run_rules
 from tpudiag.analysis.idle import host_cause, host_idle, idle_tables
 from tpudiag.model.findings import Severity
-from tpudiag.rules import RulesConfig, run_rules
+from tpudiag.rules import RulesConfig
 from tpudiag.rules.device_idle import FIXES, Options
 
 US = sc.US

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.rules import scenarios as sc
+from tests.rules.scenarios import run_rules
 from tpudiag.model.findings import Severity
-from tpudiag.rules import RULES, RulesConfig, run_rules
+from tpudiag.rules import RULES, RulesConfig
 from tpudiag.rules.base import per_step_worst_core, step_basis
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "tpudiag" / "rules"

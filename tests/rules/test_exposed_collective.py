@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
+from tests.rules.scenarios import run_rules
 from tpudiag.model.findings import Severity
-from tpudiag.rules import RulesConfig, run_rules
+from tpudiag.rules import RulesConfig
 from tpudiag.analysis.collective_windows import classify, collective_windows
 from tpudiag.rules.exposed_collective import ASYNC_FLAGS, Options
 

@@ -15,7 +15,8 @@ from tests.conftest import REPO
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
 from tests.rules.test_padding_waste import known_layouts
-from tpudiag.rules import RulesConfig, run_rules
+from tests.rules.scenarios import run_rules
+from tpudiag.rules import RulesConfig
 from tpudiag.writers.tpu_design import OpDef, Placed
 
 SHAPE = "f32[3,50257]{1,0:T(4,128)}"  # 25.1 % padding; fix: pad dim 0 to 4 and dim 1 to 50304

@@ -8,7 +8,8 @@ import pytest
 
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
-from tpudiag.rules import RulesConfig, run_rules
+from tests.rules.scenarios import run_rules
+from tpudiag.rules import RulesConfig
 from tpudiag.model.matmuls import Matmul, OpMath
 from tpudiag.rules.low_mxu_utilization import Options, diagnose, is_matmul
 

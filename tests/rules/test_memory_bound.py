@@ -8,9 +8,10 @@ import pytest
 
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
+from tests.rules.scenarios import run_rules
 from tpudiag.model.findings import Severity
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes
-from tpudiag.rules import RulesConfig, run_rules
+from tpudiag.rules import RulesConfig
 from tpudiag.rules.memory_bound import Options
 
 

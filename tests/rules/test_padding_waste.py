@@ -14,9 +14,10 @@ import pytest
 
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
+from tests.rules.scenarios import run_rules
 from tpudiag.model.compiled import ArrayShape, Layout
 from tpudiag.parsers import layout
-from tpudiag.rules import RulesConfig, engine, run_rules
+from tpudiag.rules import RulesConfig, engine
 
 
 def _array(dtype, dims, m2m, tile, logical, padded):

@@ -148,3 +148,12 @@ def test_a_directory_without_dumps_is_exit_2(problem_run: Path, tmp_path: Path):
     proc = run("report", str(problem_run), "--dumps", str(empty))
     assert proc.returncode == 2 and proc.stdout == ""
     assert "neither an LLO dump" in proc.stderr.splitlines()[0]
+
+
+def test_rules_writes_its_list_to_the_output_file(tmp_path: Path):
+    # `-o FILE` as every command has it: the list in the file, stdout empty, the file named on stderr.
+    out = tmp_path / "rules.json"
+    proc = run("rules", "--format", "json", "-o", str(out))
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert proc.stderr.startswith("wrote `") and str(out) in proc.stderr
+    assert [r["code"] for r in json.loads(out.read_text())] == [r.code for r in RULES]

@@ -15,8 +15,9 @@ import pytest
 
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
+from tests.rules.scenarios import run_rules
 from tpudiag.model.inputs import CompiledInputs
-from tpudiag.rules import RulesConfig, run_rules
+from tpudiag.rules import RulesConfig
 from tpudiag.rules.spill import op_spills
 
 

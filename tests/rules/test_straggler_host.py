@@ -8,8 +8,9 @@ import pytest
 
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
+from tests.rules.scenarios import run_rules
 from tpudiag.model.findings import Severity
-from tpudiag.rules import RulesConfig, run_rules
+from tpudiag.rules import RulesConfig
 from tpudiag.rules.straggler_host import Options
 
 US = sc.US

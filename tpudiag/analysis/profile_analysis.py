@@ -63,7 +63,8 @@ def analyze(profile: Profile, per_step: StepTables | None = None) -> Analysis:
     """The analysis of every host, from their digests (made here for hosts that come without one).
 
     `per_step` is the fold of the hosts whose per-step tables were folded as they arrived
-    (`host_digest.StepFold`); the others fold here.
+    (`host_digest.StepFold`); the others fold here. The fold is kept on the profile
+    (`Profile.step_fold`), so analysing the same profile again needs no `per_step`.
     """
     digests = {}
     for host in profile.hosts:
@@ -73,11 +74,14 @@ def analyze(profile: Profile, per_step: StepTables | None = None) -> Analysis:
         digests[host.host] = digest
     unfolded = [d.per_step for d in digests.values() if d.per_step is not None]
     if per_step is None and len(unfolded) < len(digests):
-        raise ValueError("some hosts' per-step tables were folded elsewhere: pass that fold as `per_step`")
+        per_step = profile.step_fold  # an earlier `analyze` of this profile folded them
+        if per_step is None:
+            raise ValueError("some hosts' per-step tables were folded elsewhere: pass that fold as `per_step`")
     if unfolded or per_step is None:
         per_step = fold_step_tables(([per_step] if per_step is not None else []) + unfolded)
         for d in digests.values():
             d.per_step = None  # held once, in the fold
+    profile.step_fold = per_step
     return Analysis(profile, digests, per_step,
                     steps=_stacked([d.steps for d in digests.values()], digests, schemas.STEPS),
                     ops=_stacked([d.ops for d in digests.values()], digests, schemas.OPS),

@@ -19,11 +19,9 @@ from tpudiag.cli import memory_cmd
 from tpudiag.cli import run_cmd, whatif_cmd
 from tpudiag.cli.console import stderr_console
 from tpudiag.cli.options import SCHEDULER_HELP, Chip, Format
-from tpudiag.errors import TpudiagError, UsageError
+from tpudiag.errors import TpudiagError
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup
-# The bundled example (`tpudiag.examples_data`); names kept for callers of the CLI module.
-from tpudiag.examples_data import EXAMPLE_CAPTURE, EXAMPLE_DUMPS  # noqa: F401
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Performance diagnosis for TPU workloads from XProf captures and compiler dumps.")

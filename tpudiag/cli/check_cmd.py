@@ -47,27 +47,33 @@ def check(
                                                                     "stdout; never inside an input)")] = None,
 ) -> None:
     """CI gate: exit 0 when every check passes, 1 when one fails, 2 on usage or input errors."""
+    from tpudiag.writers.files import resolve_output, write_output
+
     json_output = output_format.value == "json"
+    verdict_file = None  # where the JSON goes once `-o` is known to be writable: stdout until then
     try:
         from tpudiag.cli.outputs import emit
         from tpudiag.cli.rules_cmd import check_number_option, parse_fail_on
         from tpudiag.gate import gate
-        from tpudiag.writers.files import resolve_output
 
+        output = verdict_file = resolve_output(output, [path, baseline])
         if max_regression is not None and baseline is None:
             raise UsageError("--max-regression needs --baseline", hint="pass the baseline capture with --baseline")
         check_number_option("--max-regression", max_regression)
         threshold = parse_fail_on(fail_on)
-        output = resolve_output(output, [path, baseline])
         verdict = gate(path, baseline=baseline, fail_on=threshold, max_regression_pct=max_regression,
                        config=config, jobs=jobs, chip=chip.value if chip else None, scheduler=scheduler)
         for w in verdict.warnings:  # diagnostics: stderr, escaped (they quote host and file names)
             sys.stderr.write(f"warning: {one_line(w)}\n")
         emit(verdict, output_format.value, output)
     except TpudiagError as exc:
-        if json_output:  # machines get an answer on stdout too; main() prints stderr
-            sys.stdout.write(json.dumps({"result": "error", "exit_code": exc.exit_code, "error": exc.one_line(),
-                                         "hint": exc.hint}, indent=2) + "\n")
+        if json_output:  # machines get an answer where they asked for the verdict too; main() prints stderr
+            body = json.dumps({"result": "error", "exit_code": exc.exit_code, "error": exc.one_line(),
+                               "hint": exc.hint}, indent=2) + "\n"
+            try:
+                write_output(verdict_file, body)
+            except TpudiagError:  # the file is what failed: stdout still gets the answer
+                write_output(None, body)
         raise
     if verdict.exit_code:
         raise typer.Exit(verdict.exit_code)

@@ -11,20 +11,15 @@ import json
 import os
 import subprocess
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from tpudiag.cli.options import Format, TerminalOrJson
 from tpudiag.errors import InputError, UsageError
 
 lab_app = typer.Typer(no_args_is_help=True, help="Pallas kernel reproductions of profiled ops: extract, check, tune.")
-
-
-class LabFormat(str, Enum):
-    terminal = "terminal"
-    json = "json"
 
 
 def _capture_or_example(path: Path | None, dump: Path | None) -> tuple[Path, Path | None]:
@@ -66,7 +61,7 @@ def ops(
     dump: Annotated[Path | None, typer.Option("--dump", help="XLA/libtpu dump directory of the same program "
                                                              "(operands, fusion bodies, collectives' replica "
                                                              "groups)")] = None,
-    output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
+    output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f")] = TerminalOrJson.terminal,
 ) -> None:
     """List a capture's ops by self time with the kernel family each maps to, or why none does."""
     from dataclasses import asdict
@@ -82,7 +77,7 @@ def ops(
     cov = coverage(all_rows)
     rows = all_rows[:top]
     console, _ = _consoles()
-    if output_format is LabFormat.json:
+    if Format(output_format) is Format.json:
         ops = [dict(asdict(r), problem=problem_fields(r.problem) if r.problem is not None else {}) for r in rows]
         data = {"ops": ops, "coverage": dict(asdict(cov), compute_share=cov.compute_share,
                                                                    collective_share=cov.collective_share)}
@@ -175,7 +170,7 @@ def check(
     tpu_interpret: Annotated[bool, typer.Option("--tpu-interpret", help="Use the TPU-semantics interpreter "
                                                                         "(simulated VMEM and DMAs; slower)")]
     = False,
-    output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
+    output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f")] = TerminalOrJson.terminal,
 ) -> None:
     """Numerics of the Pallas kernel against the XLA reference, on CPU in interpret mode; exit 1 on mismatch."""
     repro = directory / "repro.py"
@@ -194,7 +189,7 @@ def check(
         tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-1:]) or f"exit status {proc.returncode}"
         raise InputError(f"repro.py failed: {tail}", path=repro)
     console, _ = _consoles()
-    if output_format is LabFormat.json:
+    if Format(output_format) is Format.json:
         sys.stdout.write(json.dumps(result) + "\n")
     else:
         verdict = "OK" if result["ok"] else "MISMATCH"
@@ -224,7 +219,7 @@ def tune(
                                                                                 "(default: when one is present)")]
     = None,
     timeout: Annotated[float, typer.Option(help="Seconds allowed per compile")] = 900.0,
-    output_format: Annotated[LabFormat, typer.Option("--format", "-f")] = LabFormat.terminal,
+    output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f")] = TerminalOrJson.terminal,
 ) -> None:
     """Sweep block sizes: compile each for the TPU topology, reject what the compiler refuses, rank."""
     from tpudiag.kernels_lab.family import family_module
@@ -251,7 +246,7 @@ def tune(
         written = f"wrote {best.label} into `{directory / 'repro.py'}`"
     elif best is not None:
         written = f"not written into repro.py: swept a problem scaled down {scale_down}x"
-    if output_format is LabFormat.json:
+    if Format(output_format) is Format.json:
         sys.stdout.write(result.to_json() + "\n")
     else:
         from tpudiag.kernels_lab.render import render_sweep
@@ -259,7 +254,7 @@ def tune(
         render_sweep(result, console)
         if written:
             console.print(written, markup=False, highlight=False)
-    if written and output_format is LabFormat.json:
+    if written and Format(output_format) is Format.json:
         err.print(written, markup=False, highlight=False)
     if best is None and result.basis == "measured":
         raise UsageError("no candidate ran on the attached TPU", hint="see the status column and its notes")

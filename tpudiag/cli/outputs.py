@@ -1,8 +1,8 @@
 """Every command's one way out: `emit(result, fmt, output)`.
 
-`report`, `diff`, `check`, `memory`, `compile` and `whatif` hand their result here, so `-o FILE`,
-`-o -` (stdout), a format a result has no writer for, and the messages on stderr behave the same
-for all of them. The file itself is written by `tpudiag.writers.files` (never an input or inside
+`report`, `diff`, `check`, `memory`, `compile`, `whatif` and `rules` hand their result here, so
+`-o FILE`, `-o -` (stdout), a format a result has no writer for, and the messages on stderr behave
+the same for all of them. The file itself is written by `tpudiag.writers.files` (never an input or inside
 one, atomic, a special file written in place); a file written is named on stderr (`wrote ...`).
 
 Markdown figures (PNG) are written beside the `-o` file as `<stem>-<figure>.png` and linked by
@@ -42,6 +42,13 @@ class MemoryView:
 
     compiled: MemoryReport | None  # None: `--pprof` alone, no compiled program asked for
     measured: MeasuredMemory
+
+
+@dataclass(frozen=True)
+class RuleCatalog:
+    """What `tpudiag rules` lists: the registry's rules, in its order."""
+
+    rules: tuple  # `tpudiag.rules.registry.RULES`
 
 
 @dataclass(frozen=True)
@@ -242,6 +249,21 @@ def _whatif_json(result) -> str:
 WHATIF = Writer(_whatif_terminal, _whatif_json)
 
 
+def _catalog_terminal(catalog: RuleCatalog, console: Console, top: int) -> None:
+    from tpudiag.render.rules_catalog import render_rules_terminal
+
+    render_rules_terminal(catalog.rules, console)
+
+
+def _catalog_json(catalog: RuleCatalog) -> str:
+    from tpudiag.render.rules_catalog import render_rules_json
+
+    return render_rules_json(catalog.rules)
+
+
+CATALOG = Writer(_catalog_terminal, _catalog_json)
+
+
 def _writer(result: object) -> Writer:
     """The writer of `result`'s kind. Imports are lazy: `tpudiag --help` loads none of the pipeline."""
     from tpudiag.analysis.diff import Diff as AnalysisDiff
@@ -250,7 +272,7 @@ def _writer(result: object) -> Writer:
     from tpudiag.whatif import WhatIf
 
     for kind, writer in ((Diagnosis, DIAGNOSIS), (AnalysisDiff, DIFF), (Verdict, VERDICT),
-                         (MemoryView, MEMORY), (WhatIf, WHATIF)):
+                         (MemoryView, MEMORY), (WhatIf, WHATIF), (RuleCatalog, CATALOG)):
         if isinstance(result, kind):
             return writer
     raise TypeError(f"no writer for {type(result).__name__}")  # a programming error, not the user's

@@ -2,49 +2,26 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from tpudiag.cli.options import TerminalOrJson
 from tpudiag.errors import UsageError
 
 
-def rule_to_dict(rule) -> dict:
-    return {
-        "code": rule.code,
-        "name": rule.name,
-        "severity": rule.severity.label(),
-        "inputs": list(rule.inputs),
-        "uses": list(rule.uses),
-        "tables": list(rule.tables),
-        "summary": rule.summary,
-        "options": {f.name: getattr(rule.default_options(), f.name)
-                    for f in dataclasses.fields(rule.options_type)},
-        "doc": rule.doc.strip(),
-    }
-
-
 def rules(output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f", help="Output format")]
-          = TerminalOrJson.terminal) -> None:
+          = TerminalOrJson.terminal,
+          output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the list to this file (`-` "
+                                                                          "for stdout)")] = None) -> None:
     """List every rule: code, name, severity, the inputs it needs."""
-    from tpudiag.cli.console import stdout_console
+    from tpudiag.cli.outputs import RuleCatalog, emit
     from tpudiag.rules.registry import RULES
+    from tpudiag.writers.files import resolve_output
 
-    if output_format.value == "json":
-        sys.stdout.write(json.dumps([rule_to_dict(r) for r in RULES], indent=2) + "\n")
-        return
-    table = Table(show_edge=False)
-    for col in ("code", "name", "severity", "needs", "what it finds"):
-        table.add_column(col, no_wrap=col != "what it finds")
-    for r in RULES:
-        needs = ", ".join(r.inputs) + (f" (uses {', '.join(r.uses)})" if r.uses else "")
-        table.add_row(r.code, r.name, r.severity.label(), needs, r.summary)
-    stdout_console().print(table)
+    emit(RuleCatalog(RULES), output_format.value, resolve_output(output, []))
 
 
 def rule(name: Annotated[str, typer.Argument(help="Rule name (e.g. exposed-collective) or code (TPD101)")]) -> None:

@@ -171,3 +171,6 @@ class Profile:
     failures: list[HostFailure] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     modelled: bool = False  # True for captures written by `tpudiag simulate`
+    # The hosts' per-step tables once `analysis.analyze` folded them (and freed each host's own),
+    # so a second analysis of the same profile reads the fold instead of the tables it freed.
+    step_fold: StepTables | None = field(default=None, compare=False, repr=False)

@@ -4,10 +4,9 @@ A rule runs only when every input it declares is present; otherwise it is skippe
 reason (`INPUTS`), never an error. Savings are per-rule upper bounds that overlap: the engine
 ranks findings by them but never adds them up.
 
-The engine, not the rules, builds the inputs that come from parsers: the layout parser's
-`parse_shape` for padding, (when the caller gave no `CompiledInputs`) the HLO programs a
-capture embeds, and (when the caller gave none) the compiled programs' device memory, each built
-only when a selected rule uses them. Rule modules read what the context
+The engine, not the rules, builds the inputs derived from what the inputs stage read: the layout
+parser's `parse_shape` for padding and (when the caller gave none) the compiled programs' device
+memory, each built only when a selected rule uses them. Rule modules read what the context
 gives them and import no parser.
 """
 
@@ -20,7 +19,6 @@ from tpudiag.analysis.join import JoinResult
 from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.model.findings import Basis, Finding, rank_key
 from tpudiag.model.compiled import Shape
-from tpudiag.model.hardware import ChipSpec, decide_chip
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import ProgramMemory
 from tpudiag.model.profile import Platform
@@ -42,11 +40,6 @@ def default_layout_provider() -> Callable[[str], Shape]:
     from tpudiag.parsers.layout import parse_shape
 
     return parse_shape
-
-
-def trace_chip(analysis: Analysis | None) -> ChipSpec | None:
-    hosts = analysis.profile.hosts if analysis is not None else ()
-    return hosts[0].device.chip if hosts else None
 
 
 def available_inputs(ctx: RuleContext) -> set[RuleInput]:
@@ -87,27 +80,20 @@ def _skip_reason(missing: RuleInput, ctx: RuleContext) -> str:
     return INPUTS[missing]
 
 
-def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
-              compiled: CompiledInputs | None = None, *, join: JoinResult | None = None,
-              layouts: Callable[[str], Shape] | None = None, static: bool = False,
+def run_rules(analysis: Analysis | None, config: RulesConfig | None, compiled: CompiledInputs, *,
+              join: JoinResult | None = None, layouts: Callable[[str], Shape] | None = None, static: bool = False,
               memory: tuple[ProgramMemory, ...] | None = None) -> tuple[list[Finding], list[RuleSkip]]:
     """(findings sorted by saving, largest first; rules skipped with their reasons).
 
-    `compiled` None means "only what the capture embeds": its HLO protos are parsed when a
-    selected rule uses `hlo`. The chip is `compiled.chip` (`tpudiag.diagnose` decides it once),
-    else the capture's, decided the same way. `static` marks times as the compiler's estimate (dumps alone): every
+    `compiled` is what the inputs stage read (`tpudiag.inputs`): the dumps, the HLO the capture
+    embeds, and the chip (`compiled.chip`, decided there once); the engine parses nothing and
+    decides no chip. `static` marks times as the compiler's estimate (dumps alone): every
     saving is then labelled `compiler estimate`. `memory` is `RuleContext.memory` when the caller
     has built it (`tpudiag.diagnose` does, for the report too); None builds it here.
     """
     config = config or RulesConfig()
     selected = config.resolve()
     wanted = {i for rule, _ in selected for i in (*rule.inputs, *rule.uses)}
-    if compiled is None:
-        compiled = CompiledInputs()
-        if RuleInput.HLO in wanted and _has_tpu_trace(analysis):
-            from tpudiag.parsers.hlo_proto import capture_hlo_inputs
-
-            compiled = CompiledInputs(embedded=capture_hlo_inputs(analysis.profile))
     if layouts is None and RuleInput.LAYOUTS in wanted:
         layouts = default_layout_provider()
     if memory is None:
@@ -118,7 +104,7 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None = None,
             memory = program_memories(compiled, compiled.oom_errors)
     ctx = RuleContext(analysis=analysis, compiled=compiled, join=join if join is not None else
                       (analysis.join if analysis is not None else None), layouts=layouts,
-                      chip=compiled.chip or decide_chip(trace=trace_chip(analysis)).spec, static=static,
+                      chip=compiled.chip, static=static,
                       memory=memory)
     inputs = available_inputs(ctx)
     findings: list[Finding] = []

@@ -46,14 +46,6 @@ class KernelProblem(Protocol):
     def describe(self) -> str: ...
 
 
-def family_of(problem: KernelProblem) -> str:
-    """The family name of a Problem instance."""
-    for name, cls in PROBLEMS.items():
-        if type(problem) is cls:
-            return name
-    raise TypeError(f"not a kernel family's Problem: {type(problem).__name__}")
-
-
 def problem_from_fields(family: str, fields: dict) -> AnyProblem:
     """The family's Problem from its fields (`spec.json`, the inference); ValueError saying what is
     wrong: an unknown family, a field the Problem does not have, or a value it refuses."""
