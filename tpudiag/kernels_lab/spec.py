@@ -1,9 +1,8 @@
 """What a profiled op is, as far as the lab needs: kernel family, problem shapes, dtypes, basis.
 
-Pure inference over the capture's op tables and the op's instructions (no jax): matmul, reduction,
-transpose, multi-output and the not-reproducible checks read opcodes and attributes from
-`model.compiled.Instruction`s (the dump's own, or the capture's op text read by the dump parser);
-datamove and collective still read the HLO text (`op_text`). Every inferred fact records how
+Pure inference over the capture's op tables and the op's instructions (no jax): every family but
+collective reads opcodes and attributes from `model.compiled.Instruction`s (the dump's own, or the
+capture's op text read by the dump parser); collective still reads the HLO text (`collective_spec`). Every inferred fact records how
 it was inferred (`basis`), because a profile often carries only the output shape: a matmul's K then
 comes from its FLOP count, an elementwise fusion's input count from its bytes.
 
@@ -211,7 +210,8 @@ def _epilogue(called: tuple[Instruction, ...]) -> tuple[str, bool, list[str]]:
 def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf_op: str, flops: float,
           bytes_accessed: float, body: str = "", operands: list[ArrayText] | None = None,
           operands_from: str = "", chips: int = 0, op_math: OpMath | None = None,
-          instructions: tuple[Instruction | None, tuple[Instruction, ...]] | None = None) -> tuple[str, dict, list[str]]:
+          instructions: tuple[Instruction | None, tuple[Instruction, ...]] | None = None
+          ) -> tuple[str, dict, list[str]]:
     """(family, problem fields, basis) for one op, or NotReproducible with the reason. `operands`
     (resolved by the caller) default to the shapes printed in `hlo_text` or the body's parameters;
     `chips` (the capture's chip count) is a collective's ring size when nothing else gives it;
@@ -255,7 +255,7 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
             "reproduction writes x.T as a row-major array",
             f"output {out.text} from the capture's shape_with_layout; input assumed {out.dtype}"
             f"[{out.dims[0]},{out.dims[1]}]{{1,0}}"]
-    moved = _infer_datamove(name=name, cat=cat, out=out, text=hlo_text + body, operands=operands,
+    moved = _infer_datamove(name=name, cat=cat, out=out, inst=inst, called=called, operands=operands,
                             operands_from=operands_from, is_copy=bool(is_copy))
     if moved is not None:
         return moved
@@ -384,26 +384,36 @@ def _non_minor_reduce(inst: Instruction | None, called: tuple[Instruction, ...]
 DATAMOVE_DTYPES = dict(HLO_DTYPES, s32="int32", u32="uint32", s8="int8")
 
 
-def _is_root(text: str, opcode: str) -> bool:
-    """The instruction itself (the text's first line) or its fusion's ROOT is `opcode`: a fusion that
-    merely contains one (e.g. `pad_maximum_fusion`, a max of pads) is not that op."""
-    return bool(re.match(rf"\s*%[\w.\-]+ = \S+ {opcode}\(", text)
-                or re.search(rf"ROOT %[\w.\-]+ = \S+ {opcode}\(", text))
+def _root(inst: Instruction | None, called: tuple[Instruction, ...], opcode: str) -> Instruction | None:
+    """The instruction itself or its fusion's root when it is an `opcode`: a fusion that merely
+    contains one (e.g. `pad_maximum_fusion`, a max of pads) is not that op."""
+    return next((i for i in (inst, *called) if i is not None and i.opcode == opcode
+                 and (i is inst or i.is_root)), None)
 
 
-def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands: list[ArrayText],
-                    operands_from: str, is_copy: bool) -> tuple[str, dict, list[str]] | None:
+def _attribute(inst: Instruction | None, called: tuple[Instruction, ...], opcode: str, key: str) -> str:
+    """`key` as printed on the op's `opcode` root (`_root`), else on the first `opcode` instruction
+    that has it; '' when none does."""
+    root = _root(inst, called, opcode)
+    found = [root] if root is not None else []
+    found += [i for i in (inst, *called) if i is not None and i.opcode == opcode]
+    return next((dict(i.attributes)[key] for i in found if key in dict(i.attributes)), "")
+
+
+def _infer_datamove(*, name: str, cat: str, out: ArrayText, inst: Instruction | None,
+                    called: tuple[Instruction, ...], operands: list[ArrayText], operands_from: str,
+                    is_copy: bool) -> tuple[str, dict, list[str]] | None:
     """The datamove family for prefetch copies, relayouts, dynamic slices and updates; None otherwise."""
+    opcodes = _opcodes(inst, *called)
     if cat in ("copy-done", "copy-start") or name.startswith(("copy-done", "copy-start")):
         op = "copy"
-    elif cat == "dynamic-slice" or name.startswith("dynamic-slice") or re.search(r"\bdynamic-slice\(", text):
+    elif cat == "dynamic-slice" or name.startswith("dynamic-slice") or "dynamic-slice" in opcodes:
         op = "dynamic_slice"
-    elif (cat == "dynamic-update-slice" or name.startswith("dynamic-update-slice")
-          or re.search(r"\bdynamic-update-slice\(", text)):
+    elif cat == "dynamic-update-slice" or name.startswith("dynamic-update-slice") or "dynamic-update-slice" in opcodes:
         op = "dynamic_update_slice"
-    elif cat == "concatenate" or name.startswith("concatenate") or _is_root(text, "concatenate"):
+    elif cat == "concatenate" or name.startswith("concatenate") or _root(inst, called, "concatenate"):
         op = "concatenate"
-    elif cat == "pad" or name.startswith("pad.") or name == "pad" or _is_root(text, "pad"):
+    elif cat == "pad" or name.startswith("pad.") or name == "pad" or _root(inst, called, "pad"):
         op = "pad"
     elif cat == "reshape" or name.startswith("reshape") or (is_copy and not out.row_major):
         op = "relayout"
@@ -427,9 +437,8 @@ def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands:
     if op == "copy":
         return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype), basis
     if op == "concatenate":
-        m = (re.search(r"ROOT [^\n]* concatenate\([^)]*\), dimensions=\{(\d+)\}", text)
-             or re.search(r"concatenate\([^)]*\), dimensions=\{(\d+)\}", text))
-        axis = int(m.group(1)) if m else None
+        axis_text = _attribute(inst, called, "concatenate", "dimensions").strip("{}")
+        axis = int(axis_text) if axis_text.isdigit() else None
         parts_in = [a for a in operands if len(a.dims) == len(dims)]
         if axis is None or axis >= len(dims) or not parts_in or sum(a.dims[axis] for a in parts_in) != dims[axis]:
             raise NotReproducible(f"`{name}` is a concatenate whose inputs or axis are not in the HLO text (pass "
@@ -438,17 +447,16 @@ def _infer_datamove(*, name: str, cat: str, out: ArrayText, text: str, operands:
         return "datamove", dict(op=op, in_dims=list(dims), out_dims=list(dims), dtype=dtype,
                                 parts=[a.dims[axis] for a in parts_in], axis=axis), basis
     if op == "pad":
-        m = (re.search(r"ROOT [^\n]* pad\([^\n]*?padding=([\d_x\-]+)", text)
-             or re.search(r"padding=([\d_x\-]+)", text))
-        if m is None:
+        padding = _attribute(inst, called, "pad", "padding")
+        if not re.fullmatch(r"[\d_x\-]+", padding):
             raise NotReproducible(f"`{name}` is a pad whose padding is not in the HLO text (pass --dump)")
-        config = [[int(v) for v in d.split("_")] for d in m.group(1).split("x")]
+        config = [[int(v) for v in d.split("_")] for d in padding.split("x")]
         if len(config) != len(dims) or any(len(c) > 2 and c[2] != 0 for c in config) or \
                 any(v < 0 for c in config for v in c):
-            raise NotReproducible(f"`{name}` pads with {m.group(1)}: interior or negative padding is not reproduced")
+            raise NotReproducible(f"`{name}` pads with {padding}: interior or negative padding is not reproduced")
         low, high = [c[0] for c in config], [c[1] for c in config]
         in_dims = [o - lo - hi for o, lo, hi in zip(dims, low, high, strict=True)]
-        basis.append(f"padding {m.group(1)} from the HLO text; the pad value is assumed 0")
+        basis.append(f"padding {padding} from the HLO text; the pad value is assumed 0")
         return "datamove", dict(op=op, in_dims=in_dims, out_dims=list(dims), dtype=dtype, pad_low=low,
                                 pad_high=high), basis
     if op == "dynamic_slice":
