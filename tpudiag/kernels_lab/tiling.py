@@ -29,6 +29,21 @@ class BlockSizeError(ValueError):
     """Block sizes that break the tiling rule or do not fit VMEM; the message shows expected vs actual."""
 
 
+class OneDtype:
+    """A problem that computes and writes in its input's `dtype` (copies, transposes, collectives):
+    the two dtype properties every family's Problem provides, written once."""
+
+    dtype: str
+
+    @property
+    def out_dtype(self) -> str:
+        return self.dtype
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.dtype
+
+
 def itemsize(dtype: str) -> int:
     try:
         return _ITEMSIZE[dtype]

@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from tpudiag.kernels_lab.tiling import BlockSizeError, itemsize, scale_dim, short_dtype  # repro: inlined
+from tpudiag.kernels_lab.tiling import BlockSizeError, OneDtype, itemsize, scale_dim, short_dtype  # repro: inlined
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce")
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(OneDtype):
     """`kind` over `devices` on one ring; each device's shard is `rows x cols` (all-gather's input,
     reduce-scatter's output, all-reduce's chunk). `group`: the devices' ids in the topology (one
     replica group of the captured op), used when compiling for it; default 0..devices-1. `mesh_axis`:
@@ -36,14 +36,6 @@ class Problem:
             raise BlockSizeError(f"group {self.group} must name {self.devices} devices")
         if self.rows < 1 or self.cols < 1:
             raise BlockSizeError(f"the shard must be non-empty, got {self.rows}x{self.cols}")
-
-    @property
-    def out_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.dtype
 
     @property
     def flops(self) -> int:

@@ -7,13 +7,13 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from tpudiag.kernels_lab.tiling import BlockSizeError, itemsize, scale_dim, short_dtype  # repro: inlined
+from tpudiag.kernels_lab.tiling import BlockSizeError, OneDtype, itemsize, scale_dim, short_dtype  # repro: inlined
 
 OPS = ("copy", "relayout", "dynamic_slice", "dynamic_update_slice", "concatenate", "pad")
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(OneDtype):
     """`in_dims` -> `out_dims`; `perm` (relayout) is the output's major-to-minor dim order;
     `update_dims` (dynamic_update_slice) the update's shape; `parts` (concatenate) each input's size
     along `axis`; `pad_low` / `pad_high` (pad) the edge padding per dim."""
@@ -53,14 +53,6 @@ class Problem:
             if min(self.pad_low + self.pad_high, default=0) < 0 or expect != self.out_dims:
                 raise BlockSizeError(f"pad: {self.in_dims} padded by {self.pad_low}/{self.pad_high} (non-negative) "
                                      f"must give {self.out_dims}, got {expect}")
-
-    @property
-    def out_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.dtype
 
     @property
     def flops(self) -> int:

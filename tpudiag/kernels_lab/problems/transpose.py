@@ -6,24 +6,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from tpudiag.kernels_lab.tiling import itemsize, scale_dim, short_dtype  # repro: inlined
+from tpudiag.kernels_lab.tiling import OneDtype, itemsize, scale_dim, short_dtype  # repro: inlined
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(OneDtype):
     """x[rows, cols] -> out[cols, rows] = x.T (same dtype)."""
 
     rows: int
     cols: int
     dtype: str = "bfloat16"
-
-    @property
-    def out_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.dtype
 
     @property
     def flops(self) -> int:
