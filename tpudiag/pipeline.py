@@ -130,11 +130,6 @@ class Diff:
     result: AnalysisDiff  # its `warnings` include both inputs' diagnosis warnings, prefixed base:/new:
 
 
-def parse_chip(chip: str | ChipSpec | None) -> ChipSpec | None:
-    """`--chip` / `chip=` as a ChipSpec; a name not in `CHIP_NAMES` is a usage error."""
-    return arguments.check_chip(chip)
-
-
 def _hlo_sources(compiled: CompiledInputs) -> list[HloSource]:
     """The join's sources: dump programs first (their bytes win), then the capture's own."""
     from tpudiag.parsers.hlo_program import instruction_bytes
@@ -198,7 +193,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
         dumps = dumps or list(bundled_dumps())
     path = as_location(path)
     remote = isinstance(path, HostUrl)  # a URL: no config file beside it, and no compiler dump directory
-    chip_spec = parse_chip(chip)
+    chip_spec = arguments.check_chip(chip)
     oom_errors = parse_error_text(error)
     rules_config = _rules_config(None if remote else path, config, _as_list(select), _as_list(ignore))
     inputs = read_inputs(path, dumps, chip_spec, oom_errors=oom_errors, jobs=jobs, progress=progress,
@@ -339,5 +334,4 @@ def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = N
     return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
 
 
-__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "compare", "diagnose", "load_dumps",
-           "parse_chip"]
+__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "compare", "diagnose", "load_dumps"]
