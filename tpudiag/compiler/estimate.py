@@ -107,6 +107,14 @@ class CostModel:
                          else 2 * chip.ici_bytes_per_s_per_link,
                          latency_ps=ici_latency_ps if ici_latency_ps is not None else 2_000_000))
 
+    @staticmethod
+    def for_flags(chip: ChipSpec, clock_ghz: float | None, ici_gbps: float | None,
+                  ici_latency_us: float | None) -> "CostModel":
+        """`for_chip` with the overrides as the CLI takes them (GHz, GB/s, µs); None keeps the default."""
+        return CostModel.for_chip(chip, clock_hz=clock_ghz * 1e9 if clock_ghz else None,
+                                  ici_bytes_per_s=ici_gbps * 1e9 if ici_gbps else None,
+                                  ici_latency_ps=int(ici_latency_us * 1e6) if ici_latency_us is not None else None)
+
 
 def _classic_cycles(backend_config: str) -> int | None:
     if "window_config" not in backend_config:

@@ -120,14 +120,6 @@ def chip_of(output: CompileOutput) -> ChipSpec:
     return chip
 
 
-def cost_model(output: CompileOutput, clock_ghz: float | None, ici_gbps: float | None,
-               ici_latency_us: float | None) -> CostModel:
-    chip = chip_of(output)
-    return CostModel.for_chip(chip, clock_hz=clock_ghz * 1e9 if clock_ghz else None,
-                              ici_bytes_per_s=ici_gbps * 1e9 if ici_gbps else None,
-                              ici_latency_ps=int(ici_latency_us * 1e6) if ici_latency_us is not None else None)
-
-
 @dataclass(frozen=True)
 class Simulated:
     """A modelled capture in memory: one host's serialized XSpace, and how it was made."""
@@ -151,7 +143,7 @@ def simulate_in_memory(output: CompileOutput, clock_ghz: float | None = None, ic
     the core's peak.
     """
     chip = chip_of(output)
-    model = cost_model(output, clock_ghz, ici_gbps, ici_latency_us)
+    model = CostModel.for_flags(chip, clock_ghz, ici_gbps, ici_latency_us)
     n_devices = int(output.facts.get("n_devices", 1))
     estimates = op_estimates(output.program, model, n_devices, output.group_sizes, output.spills,
                      output.matmul_flops)

@@ -140,9 +140,7 @@ def build_static_report(output: CompileOutput, clock_ghz: float | None = None, t
         from tpudiag.errors import InputError
 
         raise InputError(f"unknown TPU generation {generation!r} in result.json", path=output.path)
-    model = CostModel.for_chip(chip, clock_hz=clock_ghz * 1e9 if clock_ghz else None,
-                               ici_bytes_per_s=ici_gbps * 1e9 if ici_gbps else None,
-                               ici_latency_ps=int(ici_latency_us * 1e6) if ici_latency_us is not None else None)
+    model = CostModel.for_flags(chip, clock_ghz, ici_gbps, ici_latency_us)
     n = int(facts.get("n_devices", 1))
     ops = op_estimates(output.program, model, n, output.group_sizes, output.spills, output.matmul_flops)
     cycles = ops["estimated_cycles"]

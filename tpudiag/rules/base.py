@@ -266,6 +266,12 @@ def per_step_worst_core_by(frame: pd.DataFrame, value: str, basis: StepBasis,
     return labels, out
 
 
+def op_hlo_texts(analysis: Analysis) -> dict[str, str]:
+    """Op name -> the HLO text the trace's op metadata gives it (any host; the last host wins)."""
+    meta = pd.concat([h.op_metadata for h in analysis.profile.hosts], ignore_index=True)
+    return dict(zip(meta["name"].astype(str), meta["hlo_text"].astype(str)))
+
+
 def op_events(analysis: Analysis, names) -> pd.DataFrame:
     """(host, core, step, name, self_ps) of the ops named in `names`: per step, the self time on the
     worst core of any host (`analysis.per_step`, folded over hosts: host "" and core 0 stand for

@@ -91,8 +91,8 @@ from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, S
 from tpudiag.model.llo import LloDump
 from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, op_math_from_text
 from tpudiag.model.units import fmt_pct
-from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, per_step_worst_core,
-                                step_basis)
+from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, op_hlo_texts,
+                                per_step_worst_core, step_basis)
 
 CODE = "TPD102"
 NAME = "low-mxu-utilization"
@@ -262,9 +262,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                     bytes_accessed=("bytes_accessed", "sum"), total_time_ps=("total_time_ps", "sum"),
                     self_time_ps=("self_time_ps", "sum"), occurrences=("occurrences", "sum"))
                .reset_index())
-    meta = pd.concat([h.op_metadata.assign(name=h.op_metadata["name"].astype(str)) for h in analysis.profile.hosts],
-                     ignore_index=True)
-    maths = OpMathIndex(ctx.join, dict(zip(meta["name"], meta["hlo_text"].astype(str))))
+    maths = OpMathIndex(ctx.join, op_hlo_texts(analysis))
     events = op_events(analysis, grouped["name"])
     static_busy = static_mxu_busy(ctx.compiled.llo)
     spills = _spills(ctx, cand)

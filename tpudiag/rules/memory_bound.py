@@ -71,14 +71,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import pandas as pd
-
 from tpudiag.analysis.limits import over_peak_names
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.hlo_names import async_role
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
-from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, per_step_worst_core,
-                                step_basis)
+from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, op_hlo_texts,
+                                per_step_worst_core, step_basis)
 from tpudiag.model.hlo_shapes import Shape, dtype_bytes, operand_shapes, parse_shapes, shape_bytes
 from tpudiag.rules.low_mxu_utilization import is_matmul
 
@@ -136,11 +134,6 @@ def batch_note(result: list[Shape], operands: list[Shape], hbm_bytes: float) -> 
     return f"{2 * rows} rows instead of {rows}: time per row x{per_row:.2f} (modelled)"
 
 
-def _hlo_texts(analysis) -> dict[str, str]:
-    meta = pd.concat([h.op_metadata for h in analysis.profile.hosts], ignore_index=True)
-    return dict(zip(meta["name"].astype(str), meta["hlo_text"].astype(str)))
-
-
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     ops = analysis.ops
@@ -172,7 +165,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     if roof.empty or roof["self_time_ps"].sum() / total_core_ps < options.min_time_share:
         return []
     roof = roof.sort_values(["self_time_ps", "name"], ascending=[False, True])
-    texts = _hlo_texts(analysis)
+    texts = op_hlo_texts(analysis)
     events = op_events(analysis, roof["name"])
     ridge = device.ridge_flops_per_byte
     saving_ps = 0.0
