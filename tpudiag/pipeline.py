@@ -33,7 +33,7 @@ from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding
 from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.inputs import READING, Inputs, load_dumps, read_inputs
-from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSource, ChipSpec
+from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import MemoryReport, OomError
 from tpudiag.model.report import Mode, Report, RuleSkip
@@ -54,21 +54,34 @@ class Diagnosis:
     mode: `Mode.TRACE` (a capture, measured) or `Mode.STATIC` (compiler dumps alone; times are the
     compiler's estimate on a modelled timeline). `analysis` is None only in static mode when no
     timeline could be modelled (unknown TPU generation). `static` is the per-op static report of
-    a compiler dump (None for a capture, or when no program could be read).
+    a compiler dump (None for a capture, or when no program could be read). `input_path`, `mode`,
+    `compiled` and `chip` (the one chip every stage used, and its source) are `inputs`'.
     """
 
-    input_path: str
-    mode: Mode
+    inputs: Inputs  # what was read (`tpudiag.inputs`), once
     analysis: Analysis | None
-    compiled: CompiledInputs
     join: JoinResult | None
     findings: tuple[Finding, ...]
     skipped: tuple[RuleSkip, ...]
     warnings: tuple[str, ...]
     report: Report
     static: StaticReport | None = None
-    chip: ChipChoice = ChipChoice(None, ChipSource.UNKNOWN)  # the one chip every stage used, and its source
-    inputs: Inputs | None = None  # what was read (`tpudiag.inputs`), once
+
+    @property
+    def input_path(self) -> str:
+        return self.inputs.path
+
+    @property
+    def mode(self) -> Mode:
+        return self.inputs.mode
+
+    @property
+    def compiled(self) -> CompiledInputs:
+        return self.inputs.compiled
+
+    @property
+    def chip(self) -> ChipChoice:
+        return self.inputs.chip
 
     def ops_frame(self) -> pd.DataFrame:
         """One row per op (as the report lists them, slowest first), compiled facts included."""
@@ -115,11 +128,6 @@ class Diff:
     base: Diagnosis
     new: Diagnosis
     result: AnalysisDiff  # its `warnings` include both inputs' diagnosis warnings, prefixed base:/new:
-
-
-def parse_chip(chip: str | ChipSpec | None) -> ChipSpec | None:
-    """`--chip` / `chip=` as a ChipSpec; a name not in `CHIP_NAMES` is a usage error."""
-    return arguments.check_chip(chip)
 
 
 def _hlo_sources(compiled: CompiledInputs) -> list[HloSource]:
@@ -185,7 +193,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
         dumps = dumps or list(bundled_dumps())
     path = as_location(path)
     remote = isinstance(path, HostUrl)  # a URL: no config file beside it, and no compiler dump directory
-    chip_spec = parse_chip(chip)
+    chip_spec = arguments.check_chip(chip)
     oom_errors = parse_error_text(error)
     rules_config = _rules_config(None if remote else path, config, _as_list(select), _as_list(ignore))
     inputs = read_inputs(path, dumps, chip_spec, oom_errors=oom_errors, jobs=jobs, progress=progress,
@@ -199,10 +207,8 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
                                   static=inputs.mode is Mode.STATIC, memory=memory)
     _stage(progress, 3)
     report = _report(inputs, analysed, join, findings, tuple(skipped), memory, rules_config.warnings)
-    return Diagnosis(input_path=inputs.path, mode=inputs.mode, analysis=analysed.analysis,
-                     compiled=inputs.compiled, join=join, findings=report.findings, skipped=tuple(skipped),
-                     warnings=report.warnings, report=report, static=analysed.static, chip=inputs.chip,
-                     inputs=inputs)
+    return Diagnosis(inputs=inputs, analysis=analysed.analysis, join=join, findings=report.findings,
+                     skipped=tuple(skipped), warnings=report.warnings, report=report, static=analysed.static)
 
 
 def parse_error_text(error: str | None) -> tuple[OomError, ...]:
@@ -328,5 +334,4 @@ def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = N
     return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
 
 
-__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "compare", "diagnose", "load_dumps",
-           "parse_chip"]
+__all__ = ["CHIP_NAMES", "Diagnosis", "Diff", "compare", "diagnose", "load_dumps"]
