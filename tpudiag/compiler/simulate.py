@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tpudiag.compiler.dumps import CompileOutput
+from tpudiag.model.compile_output import CompileOutput
 from tpudiag.compiler.estimate import PS_PER_S, CostModel, op_estimates
 from tpudiag.errors import UsageError
 from tpudiag.model.hardware import ChipSpec, chip_for

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 import pandas as pd
 
-from tpudiag.compiler.dumps import CompileOutput
+from tpudiag.model.compile_output import CompileOutput
 from tpudiag.compiler.estimate import CostModel, op_estimates
 from tpudiag.model.compiled import leaf_arrays
 from tpudiag.model.hardware import chip_for
