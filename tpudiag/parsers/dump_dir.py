@@ -17,19 +17,19 @@ is the one chip whose MXUs per core and VMEM capacity match the LLO dump's.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
-from tpudiag.compiler.dumps import (CompileOutput, compile_facts, compile_output_of, llo_spills, matmul_flops,
-                                   replica_group_sizes)
-from tpudiag.compiler.worker import RESULT_FILE
 from tpudiag.errors import InputError
+from tpudiag.model.compile_output import LLO_DIR, PROFILE_DIR, RESULT_FILE, XLA_DIR, CompileOutput
 from tpudiag.model.compiled import CompiledDump, CompiledProgram
 from tpudiag.model.hardware import ChipChoice, ChipSource
+from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.llo import LloDump
+from tpudiag.parsers.compile_output import compile_facts, compile_output_of, llo_spills, matmul_flops, replica_group_sizes
 from tpudiag.parsers.input_files import read_input_text
 
 HLO_SUFFIX = ".after_optimizations.txt"
@@ -165,6 +165,34 @@ def read_dump_files(path: Path) -> DumpFiles:
     except InputError as exc:
         llo_error = exc
     return DumpFiles(parts, dump, llo, hlo_error, llo_error)
+
+
+def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
+    """LLO dumps (`--xla_jf_dump_to`) and XLA dumps (`--xla_dump_to`) from directories; a `tpudiag
+    compile` output directory gives both (its `llo/`, `static_profile/` and `xla/`). A directory
+    holding neither is an input error naming it."""
+    return compiled_inputs([read_dump_files(Path(p)) for p in paths])
+
+
+def compiled_inputs(dumps: Sequence[DumpFiles]) -> CompiledInputs:
+    """The `CompiledInputs` of dump directories already read; InputError for one holding neither
+    dump, with both causes (a damaged dump must say what is damaged, not only "not a dump")."""
+    llo, hlo, labels, warnings = [], [], [], []
+    for files in dumps:
+        if files.hlo is None and files.llo is None:
+            raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`) "
+                             f"(LLO: {files.llo_error.message}; XLA: {files.hlo_error.message})",
+                             path=files.path, hint="pass the directory the compiler wrote its dump files to")
+        if files.hlo is not None:
+            hlo.extend(HloInput(p, str(files.hlo.path), generation_for_target(p.target)) for p in files.hlo.programs)
+            warnings.extend([*files.hlo.warnings, *(w for p in files.hlo.programs for w in p.warnings)])
+        if files.llo is not None:
+            llo.append(files.llo)
+            warnings.extend(files.llo.warnings)
+        found = [name for name, part in (("LLO", files.llo), ("XLA", files.hlo)) if part is not None]
+        labels.append(f"{files.path} ({' + '.join(found)})")
+    return CompiledInputs(llo=tuple(llo), hlo=tuple(hlo), labels=tuple(labels),
+                          warnings=tuple(dict.fromkeys(warnings)))
 
 
 def modelled_program(files: DumpFiles) -> CompileOutput:
