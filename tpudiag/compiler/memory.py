@@ -17,8 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
-from tpudiag.compiler.dumps import CompileOutput
-from tpudiag.compiler.worker import HLO_TEXT_FILE, RESULT_FILE
+from tpudiag.model.compile_output import HLO_TEXT_FILE, RESULT_FILE, CompileOutput
 from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, memory_space_name
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, DEFAULT_SCOPED_VMEM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
@@ -41,7 +40,7 @@ _INDEX = re.compile(r"\{[\d,]*\}$")
 def program_memories(compiled: CompiledInputs, errors: Iterable[OomError] = (),
                      outputs: Mapping[Path, CompileOutput] = MappingProxyType({})) -> tuple[ProgramMemory, ...]:
     """The memory of every program with a buffer assignment; `errors` are joined to the largest.
-    `outputs`: `tpudiag compile` output directories already read (`compiler.dumps`), by directory,
+    `outputs`: `tpudiag compile` output directories already read (`parsers.compile_output`), by directory,
     so that their `result.json` and `compiled.hlo.txt` are not read again."""
     errors = tuple(errors)
     # A capture with `--dumps` of its compile holds each program twice: the dump's (with live
