@@ -106,7 +106,7 @@ class Diagnosis:
 
     def memory(self) -> MemoryReport:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
-        from tpudiag.compiler.memory import memory_report
+        from tpudiag.analysis.device_memory import memory_report
 
         return memory_report(self.input_path, self.compiled, self.compiled.oom_errors, programs=self.report.memory)
 
@@ -274,7 +274,7 @@ def _join(analysis: Analysis | None, compiled: CompiledInputs, choice: ChipChoic
 def _memory(inputs: Inputs) -> tuple:
     """The device memory of the compiled programs, for the memory rules and the report's memory
     section. A compile output read as the modelled program is not read again."""
-    from tpudiag.compiler.memory import program_memories
+    from tpudiag.analysis.device_memory import program_memories
 
     program = inputs.program
     outputs = {program.path: program} if program is not None and not program.bare else {}
@@ -330,7 +330,9 @@ def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = N
                              path=d.input_path, hint="pass --chip with the generation they were compiled for")
     result = diff_analyses(b.analysis, n.analysis, list(b.findings), list(n.findings), noise or NoiseOptions(),
                            base_compiled=b.join.columns if b.join is not None else None,
-                           new_compiled=n.join.columns if n.join is not None else None)
+                           new_compiled=n.join.columns if n.join is not None else None,
+                           base_programs=b.join.programs if b.join is not None else None,
+                           new_programs=n.join.programs if n.join is not None else None)
     warnings = [*result.warnings, *(f"base: {w}" for w in b.warnings), *(f"new: {w}" for w in n.warnings)]
     return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
 
