@@ -22,7 +22,7 @@ PACKAGE = REPO / "tpudiag"
 LAYERS = {
     "errors": 0, "arguments": 0, "proto": 0, "model": 0, "version": 0, "examples_data": 0,
     "parsers": 1, "writers": 1,
-    "analysis": 2, "compiler": 2,
+    "analysis": 2, "compiler": 2.5,  # compiles and simulates; lays programs out with analysis's cost model
     "rules": 3, "render": 3,
     "report_builder": 3,  # analysis, findings and the join -> the `Report`; every warning gathered once
     "inputs": 3.5,  # the pipeline's first stage: read every input once, decide the chip once
@@ -193,3 +193,25 @@ def test_cycle_finder(graph, expected):
 def test_the_import_scan_sees_function_level_imports():
     """`tpudiag.cli.app` imports the pipeline only inside `report`: the scan must still see it."""
     assert "tpudiag.pipeline" in GRAPH["tpudiag.cli.app"]
+
+
+DUMP_READERS = {"tpudiag.parsers.dump_dir", "tpudiag.parsers.compile_output", "tpudiag.parsers.hlo_text",
+                "tpudiag.parsers.llo.load"}
+
+
+def test_dump_directories_are_read_in_parsers_alone():
+    """Dump directories are discovered and read under `parsers/` (`parsers.dump_dir`), and the read
+    goes down only: a dump reader imports nothing above the foundation beside other parsers."""
+    for module in DUMP_READERS:
+        assert module in GRAPH, f"{module} moved: update DUMP_READERS and docs/architecture.md"
+        assert {_top(t) for t in GRAPH[module]} <= {"parsers", "errors", "model"}, module
+    # `compiler/` compiles and simulates; it reads no dump directory itself.
+    readers = {"tpudiag.parsers.dump_dir", "tpudiag.parsers.compile_output", "tpudiag.parsers.llo.load"}
+    assert not [m for m in GRAPH if _top(m) == "compiler" and GRAPH[m] & readers]
+
+
+def test_compiler_only_compiles_and_simulates():
+    """Cost and memory models live in `analysis` (`cost_model`, `device_memory`), readers in `parsers`:
+    `compiler/` holds the deviceless compile and the modelled timeline, nothing else (issue 32)."""
+    held = {p.stem for p in (REPO / "tpudiag" / "compiler").glob("*.py")} - {"__init__"}
+    assert held == {"driver", "worker", "target", "topology", "simulate", "static_report"}

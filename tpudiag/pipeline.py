@@ -32,11 +32,12 @@ from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding
 from tpudiag.model.allocator import HostMemoryTimeline
-from tpudiag.inputs import READING, Inputs, load_dumps, read_inputs
+from tpudiag.inputs import READING, Inputs, read_inputs
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import MemoryReport, OomError
 from tpudiag.model.report import Mode, Report, RuleSkip
+from tpudiag.parsers.dump_dir import load_dumps
 from tpudiag.report_builder import build_report, dump_only_report
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
@@ -106,7 +107,7 @@ class Diagnosis:
 
     def memory(self) -> MemoryReport:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
-        from tpudiag.compiler.memory import memory_report
+        from tpudiag.analysis.device_memory import memory_report
 
         return memory_report(self.input_path, self.compiled, self.compiled.oom_errors, programs=self.report.memory)
 
@@ -277,7 +278,7 @@ def _join(analysis: Analysis | None, compiled: CompiledInputs, choice: ChipChoic
 def _memory(inputs: Inputs) -> tuple:
     """The device memory of the compiled programs, for the memory rules and the report's memory
     section. A compile output read as the modelled program is not read again."""
-    from tpudiag.compiler.memory import program_memories
+    from tpudiag.analysis.device_memory import program_memories
 
     program = inputs.program
     outputs = {program.path: program} if program is not None and not program.bare else {}

@@ -115,7 +115,7 @@ def child_env(config: dict, boot_dir: Path, dumps: Path, tpu: bool,
 
 def joinable_dumps(xla: Path, llo: Path | None) -> tuple[list[Path], list[str]]:
     """The dump directories the report can read, and a note for each one it cannot."""
-    from tpudiag.compiler.dump_dir import HLO_SUFFIX, is_dump_directory
+    from tpudiag.parsers.dump_dir import HLO_SUFFIX, is_dump_directory
 
     dumps, notes = [], []
     if xla.is_dir() and any(f.name.endswith(HLO_SUFFIX) for f in xla.iterdir()):
