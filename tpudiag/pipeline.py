@@ -41,6 +41,7 @@ from tpudiag.parsers.dump_dir import load_dumps
 from tpudiag.report_builder import build_report, dump_only_report
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
+    from tpudiag.analysis.cost_model import ProgramEstimate
     from tpudiag.analysis.diff import Diff as AnalysisDiff
     from tpudiag.analysis.diff import NoiseOptions
     from tpudiag.compiler.static_report import StaticReport
@@ -245,19 +246,21 @@ def _analyse(inputs: Inputs, clock_ghz: float | None) -> Analysed:
         return Analysed(analyze(inputs.capture, per_step=inputs.per_step), None, inputs.warnings)
     if inputs.program is None:
         return Analysed(None, None, inputs.warnings)
+    from tpudiag.analysis.cost_model import estimate_program
     from tpudiag.compiler.static_report import build_static_report
 
-    static = build_static_report(inputs.program, clock_ghz=clock_ghz)
-    return Analysed(_modelled_analysis(inputs, clock_ghz), static, (*inputs.warnings, *static.warnings))
+    estimate = estimate_program(inputs.program, clock_ghz)  # once, for the static report and the timeline
+    static = build_static_report(inputs.program, estimate=estimate)
+    return Analysed(_modelled_analysis(inputs, estimate), static, (*inputs.warnings, *static.warnings))
 
 
-def _modelled_analysis(inputs: Inputs, clock_ghz: float | None) -> Analysis:
+def _modelled_analysis(inputs: Inputs, estimate: ProgramEstimate) -> Analysis:
     """The compiled program on a modelled timeline (`tpudiag simulate`, kept in memory), analysed
     like a capture."""
     from tpudiag.compiler.simulate import RUN_NAME, simulate_in_memory
     from tpudiag.parsers.capture import profile_from_xspace
 
-    modelled = simulate_in_memory(inputs.program, clock_ghz=clock_ghz, roofline_without_clock=True)
+    modelled = simulate_in_memory(inputs.program, roofline_without_clock=True, estimate=estimate)
     return analyze(profile_from_xspace(modelled.xspace, inputs.path, RUN_NAME))
 
 
