@@ -193,3 +193,18 @@ def test_cycle_finder(graph, expected):
 def test_the_import_scan_sees_function_level_imports():
     """`tpudiag.cli.app` imports the pipeline only inside `report`: the scan must still see it."""
     assert "tpudiag.pipeline" in GRAPH["tpudiag.cli.app"]
+
+
+DUMP_READERS = {"tpudiag.parsers.dump_dir", "tpudiag.parsers.compile_output", "tpudiag.parsers.hlo_text",
+                "tpudiag.parsers.llo.load"}
+
+
+def test_dump_directories_are_read_in_parsers_alone():
+    """Dump directories are discovered and read under `parsers/` (`parsers.dump_dir`), and the read
+    goes down only: a dump reader imports nothing above the foundation beside other parsers."""
+    for module in DUMP_READERS:
+        assert module in GRAPH, f"{module} moved: update DUMP_READERS and docs/architecture.md"
+        assert {_top(t) for t in GRAPH[module]} <= {"parsers", "errors", "model"}, module
+    # `compiler/` compiles and simulates; it reads no dump directory itself.
+    readers = {"tpudiag.parsers.dump_dir", "tpudiag.parsers.compile_output", "tpudiag.parsers.llo.load"}
+    assert not [m for m in GRAPH if _top(m) == "compiler" and GRAPH[m] & readers]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tpudiag.compiler.dumps import load_compile_output
+from tpudiag.parsers.compile_output import load_compile_output
 from tpudiag.compiler.estimate import IciModel
 from tpudiag.compiler.simulate import build_timeline, simulate
 from tpudiag.errors import UsageError

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO as REPO_ROOT
-from tests.conftest import US, small_design
+from tests.conftest import SMALL_OPS, US, small_design
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.parsers.capture import load_capture
 from tpudiag.writers.tpu_design import write_capture
@@ -193,3 +193,27 @@ def test_xprof_and_tpudiag_agree_step_by_step_on_every_capture_and_variant(diffe
     ours = analyze(load_capture(run, jobs=1)).steps.groupby("step")["dur_ps"].max()
     for step in theirs:
         assert ours[step["step_num"]] / 1e9 == pytest.approx(step["step_time_ms"], abs=5e-5)
+
+
+def _parent_with_flops_design():
+    """`while.1` given FLOPs and bytes of its own, with `fusion.5` nested inside it: XProf divides
+    a parent's FLOPs and bytes by its total time (1,000 µs), not by its self time (10 µs). A rate
+    over self time would be 100x higher here, so the two definitions cannot agree by chance."""
+    from dataclasses import replace
+
+    ops = tuple(replace(op, flops=2.0e11, bytes_accessed=4.0e8) if op.name == "while.1" else op for op in SMALL_OPS)
+    return small_design(ops=ops)
+
+
+def test_a_parent_op_with_flops_has_its_rates_over_total_time_as_xprof(tmp_path):
+    run = write_capture(_parent_with_flops_design(), tmp_path / "xprof" / "run").parent
+    copy = tmp_path / "ours"
+    shutil.copytree(run, copy)
+    ours = analyze(load_capture(copy)).ops.set_index("name")
+    theirs = {r["op_name"]: r for r in xprof("get_hlo_stats", run, "--limit", "100")["records"]}
+    op, rec = ours.loc["while.1"], theirs["while.1"]
+    # By design: 2e11 FLOP and 4e8 B per 1,000 µs occurrence -> 200 TFLOP/s and 400 GB/s.
+    assert op["flop_rate"] == pytest.approx(2.0e11 / 1e-3)
+    assert op["hbm_bw"] == pytest.approx(4.0e8 / 1e-3)
+    assert op["flop_rate"] / 1e9 == pytest.approx(rec["measured_flop_rate"], rel=1e-6)
+    assert op["hbm_bw"] / GIB == pytest.approx(rec["measured_memory_bw_gbs"], rel=1e-6)

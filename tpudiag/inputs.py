@@ -5,7 +5,7 @@ stages (analyse, join, rules, report: `tpudiag.pipeline`) read and never re-read
 
 - a capture (trace mode): each host parsed and digested where it is parsed, the per-step tables
   folded as hosts arrive, the HloProtos it embeds parsed once, and `--dumps` read once;
-- compiler dumps alone (static mode): the XLA and LLO dumps read once (`compiler.dump_dir`), and
+- compiler dumps alone (static mode): the XLA and LLO dumps read once (`parsers.dump_dir`), and
   from them both the compiled inputs the rules read and the program a timeline is modelled from.
 
 The chip and where it came from are decided here, by one call of `model.hardware.decide_chip` on
@@ -16,20 +16,19 @@ rules all use that one `ChipChoice`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.hardware import ChipChoice, ChipSpec, decide_chip
-from tpudiag.model.inputs import CompiledInputs, HloInput
+from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import OomError
 from tpudiag.model.report import Mode
 
 if TYPE_CHECKING:
-    from tpudiag.compiler.dump_dir import DumpFiles
-    from tpudiag.compiler.dumps import CompileOutput
+    from tpudiag.model.compile_output import CompileOutput
     from tpudiag.model.profile import Profile, StepTables
     from tpudiag.parsers.capture import HostUrl
 
@@ -52,41 +51,9 @@ class Inputs:
     chip: ChipChoice
     capture: Profile | None = None  # every host, parsed and digested where it was parsed
     per_step: StepTables | None = None  # the hosts' per-step tables, folded as they arrived
-    program: CompileOutput | None = None  # its chip decided (`compiler.dump_dir.with_chip`)
+    program: CompileOutput | None = None  # its chip decided (`parsers.dump_dir.with_chip`)
     no_timeline: str = ""
     warnings: tuple[str, ...] = ()
-
-
-def load_dumps(paths: Iterable[Path | str]) -> CompiledInputs:
-    """LLO dumps (`--xla_jf_dump_to`) and XLA dumps (`--xla_dump_to`) from directories; a `tpudiag
-    compile` output directory gives both (its `llo/`, `static_profile/` and `xla/`). A directory
-    holding neither is an input error naming it."""
-    from tpudiag.compiler.dump_dir import read_dump_files
-
-    return compiled_inputs([read_dump_files(Path(p)) for p in paths])
-
-
-def compiled_inputs(dumps: Sequence[DumpFiles]) -> CompiledInputs:
-    """The `CompiledInputs` of dump directories already read; InputError for one holding neither
-    dump, with both causes (a damaged dump must say what is damaged, not only "not a dump")."""
-    from tpudiag.compiler.dump_dir import generation_for_target
-
-    llo, hlo, labels, warnings = [], [], [], []
-    for files in dumps:
-        if files.hlo is None and files.llo is None:
-            raise InputError("neither an LLO dump (`--xla_jf_dump_to`) nor an XLA dump (`--xla_dump_to`) "
-                             f"(LLO: {files.llo_error.message}; XLA: {files.hlo_error.message})",
-                             path=files.path, hint="pass the directory the compiler wrote its dump files to")
-        if files.hlo is not None:
-            hlo.extend(HloInput(p, str(files.hlo.path), generation_for_target(p.target)) for p in files.hlo.programs)
-            warnings.extend([*files.hlo.warnings, *(w for p in files.hlo.programs for w in p.warnings)])
-        if files.llo is not None:
-            llo.append(files.llo)
-            warnings.extend(files.llo.warnings)
-        found = [name for name, part in (("LLO", files.llo), ("XLA", files.hlo)) if part is not None]
-        labels.append(f"{files.path} ({' + '.join(found)})")
-    return CompiledInputs(llo=tuple(llo), hlo=tuple(hlo), labels=tuple(labels),
-                          warnings=tuple(dict.fromkeys(warnings)))
 
 
 def read_inputs(path: Path | HostUrl, dumps: Sequence[Path] = (), chip: ChipSpec | None = None, *,
@@ -97,7 +64,7 @@ def read_inputs(path: Path | HostUrl, dumps: Sequence[Path] = (), chip: ChipSpec
 
     jobs, scheduler: where the hosts are parsed (`parsers.capture.load_capture`).
     """
-    from tpudiag.compiler.dump_dir import is_dump_directory, is_hlo_text_file
+    from tpudiag.parsers.dump_dir import is_dump_directory, is_hlo_text_file
     from tpudiag.parsers.capture import HostUrl
 
     if not isinstance(path, HostUrl) and (is_dump_directory(path) or is_hlo_text_file(path)):
@@ -113,6 +80,7 @@ def _read_capture(path, dumps: Sequence[Path], chip: ChipSpec | None, oom_errors
     from tpudiag.analysis.host_digest import StepFold, parse_and_digest
     from tpudiag.parsers.capture import find_capture, load_capture
     from tpudiag.parsers.dask_hosts import check_scheduler
+    from tpudiag.parsers.dump_dir import load_dumps
 
     find_capture(path)  # fail fast with the precise input error, before parsing any dump
     check_scheduler(scheduler)  # likewise for an address that is not a Dask scheduler
@@ -144,7 +112,7 @@ def capture_compiled(profile: Profile, dumps: CompiledInputs = CompiledInputs(),
 def _read_dumps(path: Path, chip: ChipSpec | None, oom_errors: tuple[OomError, ...], progress) -> Inputs:
     """Compiler dumps alone, read once: the compiled inputs, and the program a timeline is modelled
     from when there is one and its chip is known. InputError only when nothing can be read."""
-    from tpudiag.compiler.dump_dir import modelled_program, named_generations, read_dump_files, with_chip
+    from tpudiag.parsers.dump_dir import compiled_inputs, modelled_program, named_generations, read_dump_files, with_chip
 
     if progress is not None:
         progress(READING)

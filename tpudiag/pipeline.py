@@ -32,11 +32,12 @@ from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding
 from tpudiag.model.allocator import HostMemoryTimeline
-from tpudiag.inputs import READING, Inputs, load_dumps, read_inputs
+from tpudiag.inputs import READING, Inputs, read_inputs
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSpec
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import MemoryReport, OomError
 from tpudiag.model.report import Mode, Report, RuleSkip
+from tpudiag.parsers.dump_dir import load_dumps
 from tpudiag.report_builder import build_report, dump_only_report
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules

@@ -171,7 +171,7 @@ class WhatIf:
 
 def _compiled(run, clock_ghz: float | None) -> Compiled:
     from tpudiag.compiler.static_report import CollectiveMode
-    from tpudiag.compiler.worker import HLO_TEXT_FILE
+    from tpudiag.model.compile_output import HLO_TEXT_FILE
     from tpudiag.pipeline import diagnose
 
     d = diagnose(run.out, clock_ghz=clock_ghz)

@@ -39,7 +39,7 @@ def test_a_modelled_pallas_matmul_gets_its_flops_from_the_operand_shapes(tmp_pat
     """simulate prints operand shapes in long names, as a real trace does, so the kernel's FLOPs are derived."""
     import pytest
 
-    from tpudiag.compiler.dumps import load_compile_output
+    from tpudiag.parsers.compile_output import load_compile_output
     from tpudiag.compiler.simulate import simulate
     from tpudiag.examples_data import EXAMPLE_DUMPS
     from tpudiag.pipeline import diagnose

@@ -18,7 +18,7 @@ import pytest
 
 from tests.capture_util import capture_events, hlo_instructions
 from tests.conftest import REPO
-from tpudiag.cli.run_cmd import child_env, joinable_dumps
+from tpudiag.cli.run_cmd import child_env, gpu_host, joinable_dumps, tpu_host
 from tpudiag.profiling import newest_new_run, parse_steps, run_dirs
 
 pytest.importorskip("jax", reason="tpudiag run captures with jax.profiler (the tpu extra)")
@@ -42,15 +42,17 @@ sys.exit(int(sys.argv[1]))
 
 
 def run_tpudiag(tmp_path: Path, *args: str, script: str | Path = SCRIPT, program_args: tuple[str, ...] = ("0",),
-                env: dict | None = None) -> subprocess.CompletedProcess:
-    """`tpudiag run ARGS -- python SCRIPT PROGRAM_ARGS` on the CPU, from `tmp_path`."""
+                env: dict | None = None, platforms: bool = True) -> subprocess.CompletedProcess:
+    """`tpudiag run ARGS -- python SCRIPT PROGRAM_ARGS` on the CPU, from `tmp_path`.
+
+    `platforms=False` leaves `JAX_PLATFORMS` unset, as a user's shell would, for `run` to decide."""
     if isinstance(script, str):
         path = tmp_path / "train.py"
         path.write_text(script)
     else:
         path = script
-    inherited = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "LIBTPU_INIT_ARGS")}
-    full_env = {**inherited, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO), **(env or {})}
+    inherited = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS")}
+    full_env = {**inherited, **({"JAX_PLATFORMS": "cpu"} if platforms else {}), "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run([sys.executable, "-m", "tpudiag", "run", *args, "--", sys.executable, str(path),
                            *program_args], capture_output=True, text=True, env=full_env, timeout=300,
                           cwd=tmp_path)
@@ -86,6 +88,18 @@ def test_run_captures_the_bundled_example_whole_and_prints_its_report(tmp_path):
     assert executed and set(executed.values()) == {5}, ops
     # the CPU compiler's dumps are not TPU programs: said, and not joined
     assert "CPU compiler's: not joined" in proc.stderr
+
+
+def test_run_json_on_stdout_parses_and_the_child_starts_quietly(tmp_path):
+    # Regression: the program's `script done` came first on stdout, so `> out.json` was not JSON;
+    # and with jax[tpu] installed on a machine without a TPU, libtpu printed its start-up noise.
+    proc = run_tpudiag(tmp_path, "--format", "json", platforms=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)  # stdout is the report alone
+    assert doc["summary"]["mode"] == "trace"
+    assert "script done" in proc.stderr and "program's own stdout goes to stderr" in proc.stderr
+    if not tpu_host() and not gpu_host():
+        assert "TPU accelerator type" not in proc.stderr and "TPU_WORKER_HOSTNAMES" not in proc.stderr
 
 
 def test_run_steps_window_and_a_failing_program(tmp_path):
@@ -224,6 +238,12 @@ def test_child_env_keeps_the_users_flags_and_dump_directory(tmp_path):
         env, xla, llo = child_env({}, tmp_path, tmp_path / "dumps", tpu=False)
         assert env["XLA_FLAGS"] == "--xla_dump_to=/mine" and xla == Path("/mine") and llo is None
         assert env["LIBTPU_INIT_ARGS"] == "--xla_tpu_enable_latency_hiding_scheduler=false"  # no LLO off TPU
+        os.environ.pop("JAX_PLATFORMS", None)  # no accelerator: jax runs on the CPU, libtpu stays quiet
+        assert child_env({}, tmp_path, tmp_path / "d", tpu=False)[0]["JAX_PLATFORMS"] == "cpu"
+        assert "JAX_PLATFORMS" not in child_env({}, tmp_path, tmp_path / "d", tpu=False, gpu=True)[0]
+        assert "JAX_PLATFORMS" not in child_env({}, tmp_path, tmp_path / "d", tpu=True)[0]
+        os.environ["JAX_PLATFORMS"] = "cuda"  # the user's choice is kept
+        assert child_env({}, tmp_path, tmp_path / "d", tpu=False)[0]["JAX_PLATFORMS"] == "cuda"
     finally:
         os.environ.clear()
         os.environ.update(env_before)

@@ -17,7 +17,7 @@ import pytest
 
 from tpudiag.cli.app import main
 from tpudiag.compiler.driver import XLA_KEEP_SUFFIXES, compile_program
-from tpudiag.compiler.dumps import load_compile_output
+from tpudiag.parsers.compile_output import load_compile_output
 from tpudiag.compiler.static_report import build_static_report
 from tpudiag.compiler.topology import parse_topology
 

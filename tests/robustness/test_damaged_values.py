@@ -57,7 +57,7 @@ def test_superscript_program_id_is_dropped_with_a_warning(tmp_path):
                     st.str_value = SUPERSCRIPT_TWO
     write_mutated(tmp_path / "run", mutate)
     host = load_capture(tmp_path / "run", jobs=1).hosts[0]
-    assert any("not finite non-negative numbers (program_id)" in w for w in host.warnings), host.warnings
+    assert any("ids that are not unsigned 64-bit integers (program_id)" in w for w in host.warnings), host.warnings
     assert len(host.events) > 0  # the events stay; only the bad value is ignored
 
 

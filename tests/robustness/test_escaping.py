@@ -154,7 +154,7 @@ def test_the_static_report_shows_hostile_dump_names_escaped():
     import dataclasses
     import io
 
-    from tpudiag.compiler.dumps import load_compile_output
+    from tpudiag.parsers.compile_output import load_compile_output
     from tpudiag.compiler.static_report import build_static_report
     from tpudiag.render.console import SafeConsole
     from tpudiag.render.static_report import render_static_terminal

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from tests.snapshot_util import check_snapshot
 from tpudiag.model.findings import Finding
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-UPDATE = os.environ.get("TPUDIAG_UPDATE_SNAPSHOTS") == "1"
 
 
 def render_findings(findings: list[Finding]) -> str:
@@ -27,15 +27,9 @@ def render_findings(findings: list[Finding]) -> str:
 
 @pytest.fixture
 def snapshot():
-    """`snapshot(name, text)`: compare with `snapshots/<name>.txt`; TPUDIAG_UPDATE_SNAPSHOTS=1 rewrites it."""
+    """`snapshot(name, text)`: compare with `snapshots/<name>.txt` (`tests.snapshot_util.check_snapshot`)."""
 
     def check(name: str, text: str) -> None:
-        path = SNAPSHOTS / f"{name}.txt"
-        if UPDATE or not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            if not UPDATE:
-                pytest.fail(f"snapshot {path.name} did not exist and was written: review it and rerun")
-        assert text == path.read_text(), f"snapshot {path.name} differs; rerun with TPUDIAG_UPDATE_SNAPSHOTS=1"
+        check_snapshot(SNAPSHOTS / f"{name}.txt", text)
 
     return check

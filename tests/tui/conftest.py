@@ -3,14 +3,13 @@
 As in posting and harlequin: the app is driven with Pilot at a fixed terminal size, the cursor
 does not blink, and the developer's own Textual settings (TEXTUAL_* variables) are kept out.
 Snapshots are the screen's text (`tests/tui/snapshots/*.txt`); regenerate them on purpose with
-`TPUDIAG_UPDATE_SNAPSHOTS=1 pytest tests/tui` and review the diff.
+`UPDATE_SNAPSHOTS=1 pytest tests/tui` and review the diff.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import difflib
 import os
 import re
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 pytest.importorskip("textual")
 
 from tests.conftest import REPO, US, small_design  # noqa: E402
+from tests.snapshot_util import check_snapshot  # noqa: E402
 from tpudiag.model.findings import Evidence, Finding, Saving, Severity  # noqa: E402
 from tpudiag.tui.session import Session, load_session  # noqa: E402
 from tpudiag.writers.tpu_design import write_capture  # noqa: E402
@@ -99,15 +99,7 @@ def _without_cwd(text: str) -> str:
 
 def assert_snapshot(app, name: str) -> None:
     text = _without_cwd(screen_text(app))
-    path = SNAPSHOTS / f"{name}.txt"
-    if os.environ.get("TPUDIAG_UPDATE_SNAPSHOTS") == "1" or not path.exists():
-        if not os.environ.get("TPUDIAG_UPDATE_SNAPSHOTS") and os.environ.get("CI"):
-            pytest.fail(f"snapshot {path.name} is missing")
-        path.write_text(text, encoding="utf-8")
-    expected = path.read_text(encoding="utf-8")
-    if text != expected:
-        diff = difflib.unified_diff(expected.splitlines(), text.splitlines(), "snapshot", "screen", lineterm="", n=1)
-        raise AssertionError(f"screen differs from snapshot {path.name}\n" + "\n".join(diff))
+    check_snapshot(SNAPSHOTS / f"{name}.txt", text)
 
 
 async def settle(pilot, rounds: int = 500) -> None:

@@ -118,7 +118,7 @@ def simulate_command(
     steps: Annotated[int, typer.Option(help="Steps to write (identical; modelled)")] = 3,
 ) -> None:
     from tpudiag.cli.console import stdout_console
-    from tpudiag.compiler.dumps import load_compile_output
+    from tpudiag.parsers.compile_output import load_compile_output
     from tpudiag.compiler.simulate import RUN_NAME, simulate
     from tpudiag.model.units import fmt_time
     from tpudiag.cli.rules_cmd import check_number_option

@@ -6,6 +6,10 @@ PYTHONPATH calls `tpudiag.profiling.bootstrap_child()`, which traces the run onc
 environment gets the dump flags: `XLA_FLAGS=--xla_dump_to` always, LLO dumps
 (`LIBTPU_INIT_ARGS=--xla_jf_dump_to`, the cheap `misc` category: spills and MXU use) on a TPU
 host, each appended to what the user set, and never replacing a dump directory they chose.
+On a machine with no accelerator (no TPU or GPU device files) the child gets `JAX_PLATFORMS=cpu`
+unless the user set it, so an installed libtpu does not print its start-up noise ("could not
+determine TPU accelerator type") into the run. When the report goes to stdout as JSON, the
+program's own stdout goes to stderr, so what is meant to be parsed stays parseable.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ program runs unmodified: tpudiag starts jax.profiler in it when it imports jax, 
 whole run, or with --steps N..M only those steps of its jax.profiler.StepTraceAnnotation
 (step_num, else their order) or, with --step-var NAME, of a loop variable of the script. Then the report of the new capture is printed, with the HLO
 (and, on a TPU host, LLO) dumps joined. The trace and dumps go to a fresh temporary directory
-named on stderr, or the trace to --logdir. Exit status: the program's (the report is printed
+named on stderr, or the trace to --logdir. With --format json and no -o (the report on stdout), the
+program's own stdout goes to stderr, so stdout is the JSON alone. Without a TPU or GPU, the program
+runs with JAX_PLATFORMS=cpu unless set. Exit status: the program's (the report is printed
 anyway when a capture exists), or 2 when it succeeded but left no capture.
 """
 
@@ -63,6 +69,12 @@ def tpu_host() -> bool:
     return any(dev.glob("accel[0-9]*")) or any(p.name.isdigit() for p in (dev / "vfio").glob("*"))
 
 
+def gpu_host() -> bool:
+    """Whether this machine has GPUs (NVIDIA's or AMD's device files), where jax may use them."""
+    dev = Path("/dev")
+    return any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists()
+
+
 def _has_flag(flags: str, name: str) -> str | None:
     """The value of `--name=value` in a flag string, or None."""
     for token in shlex.split(flags):
@@ -71,11 +83,18 @@ def _has_flag(flags: str, name: str) -> str | None:
     return None
 
 
-def child_env(config: dict, boot_dir: Path, dumps: Path, tpu: bool) -> tuple[dict[str, str], Path, Path | None]:
-    """The child's environment, and the XLA and LLO dump directories it will write."""
+def child_env(config: dict, boot_dir: Path, dumps: Path, tpu: bool,
+              gpu: bool = False) -> tuple[dict[str, str], Path, Path | None]:
+    """The child's environment, and the XLA and LLO dump directories it will write.
+
+    Without a TPU or GPU, jax runs on the CPU anyway: `JAX_PLATFORMS=cpu` (unless the user set
+    it) keeps an installed libtpu from probing for a TPU and printing its start-up noise.
+    """
     from tpudiag.profiling import CHILD_ENV
 
     env = dict(os.environ)
+    if not tpu and not gpu and "JAX_PLATFORMS" not in env:
+        env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = str(boot_dir) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[CHILD_ENV] = json.dumps(config)
     xla_flags = env.get("XLA_FLAGS", "")
@@ -96,7 +115,7 @@ def child_env(config: dict, boot_dir: Path, dumps: Path, tpu: bool) -> tuple[dic
 
 def joinable_dumps(xla: Path, llo: Path | None) -> tuple[list[Path], list[str]]:
     """The dump directories the report can read, and a note for each one it cannot."""
-    from tpudiag.compiler.dump_dir import HLO_SUFFIX, is_dump_directory
+    from tpudiag.parsers.dump_dir import HLO_SUFFIX, is_dump_directory
 
     dumps, notes = [], []
     if xla.is_dir() and any(f.name.endswith(HLO_SUFFIX) for f in xla.iterdir()):
@@ -117,11 +136,16 @@ def _say(text: str) -> None:
     sys.stderr.write(f"tpudiag run: {one_line(text)}\n")
 
 
-def _run_child(command: list[str], env: dict[str, str]) -> int:
-    """Run the program in the foreground; Ctrl-C goes to it (same process group), not to tpudiag."""
+def _run_child(command: list[str], env: dict[str, str], stdout_to_stderr: bool = False) -> int:
+    """Run the program in the foreground; Ctrl-C goes to it (same process group), not to tpudiag.
+
+    `stdout_to_stderr`: the program's stdout goes to tpudiag's stderr (the report owns stdout).
+    """
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        proc = subprocess.Popen(command, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        sys.stdout.flush()
+        proc = subprocess.Popen(command, env=env, stdout=sys.stderr.fileno() if stdout_to_stderr else None,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         returncode = proc.wait()
     except FileNotFoundError as exc:
         from tpudiag.errors import UsageError
@@ -175,10 +199,14 @@ def run_command(
     status_file = work / "child-status.json"
     config = {"logdir": str(logdir), "steps": [window.first, window.last] if window else None,
               "status": str(status_file), "python_tracer": python_tracer, "step_var": step_var}
-    env, xla, llo = child_env(config, boot, work / "dumps", tpu_host())
+    env, xla, llo = child_env(config, boot, work / "dumps", tpu_host(), gpu_host())
     where = f"trace in `{logdir}`, dumps in `{xla}`" + (f" and `{llo}`" if llo else "")
     _say(where)
-    returncode = _run_child(command, env)
+    # JSON on stdout must parse: the program's own output goes to stderr then (`-o -` is stdout too)
+    parsed_stdout = output_format is TerminalOrJson.json and (output is None or str(output) == "-")
+    if parsed_stdout:
+        _say("the report is JSON on stdout: the program's own stdout goes to stderr")
+    returncode = _run_child(command, env, stdout_to_stderr=parsed_stdout)
     run = newest_new_run(logdir, before)
     if run is None:
         status = json.loads(status_file.read_text()) if status_file.is_file() else None

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpudiag.compiler.topology import Topology
-from tpudiag.compiler.worker import EXIT_COMPILE_ERROR, EXIT_INPUT_ERROR, HLO_PROTO_FILE, HLO_TEXT_FILE, RESULT_FILE
+from tpudiag.compiler.worker import EXIT_COMPILE_ERROR, EXIT_INPUT_ERROR
 from tpudiag.errors import InputError, TpudiagError
+from tpudiag.model.compile_output import HLO_PROTO_FILE, HLO_TEXT_FILE, LLO_DIR, PROFILE_DIR, RESULT_FILE, XLA_DIR
 
-XLA_DIR, LLO_DIR, PROFILE_DIR = "xla", "llo", "static_profile"
 STDERR_FILE = "compiler-stderr.txt"
 STDERR_KEEP_BYTES = 64 * 1024
 XLA_KEEP_SUFFIXES = (

@@ -17,8 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
-from tpudiag.compiler.dumps import CompileOutput
-from tpudiag.compiler.worker import HLO_TEXT_FILE, RESULT_FILE
+from tpudiag.model.compile_output import HLO_TEXT_FILE, RESULT_FILE, CompileOutput
 from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, memory_space_name
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, DEFAULT_SCOPED_VMEM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
@@ -56,7 +55,7 @@ def program_memories(compiled: CompiledInputs, errors: Iterable[OomError] = (),
     is joined to the program it names, else to the one whose HBM peak matches its size, else to
     none (`joined_program`), and never when `compiled.oom_errors_joinable` is off (the bundled
     example is nobody's program). `outputs`: `tpudiag compile` output directories already read
-    (`compiler.dumps`), by directory, so that their `result.json` and `compiled.hlo.txt` are not
+    (`parsers.compile_output`), by directory, so that their `result.json` and `compiled.hlo.txt` are not
     read again."""
     errors = tuple(errors) if compiled.oom_errors_joinable else ()
     # A capture with `--dumps` of its compile holds each program twice: the dump's (with live
@@ -125,7 +124,9 @@ def memory_report(input_path: str, compiled: CompiledInputs, errors: Iterable[Oo
     errors joined to none analysed alone, tiny programs folded, and notes."""
     errors = tuple(errors)
     programs = program_memories(compiled, errors) if programs is None else programs
-    notes = join_warnings(errors, programs, compiled.oom_errors_joinable)
+    # a dumped program without a buffer assignment may have had one its parser ignored: say why
+    notes = [w for h in compiled.hlo if not h.program.allocations for w in h.program.warnings]
+    notes += join_warnings(errors, programs, compiled.oom_errors_joinable)
     if not programs and not errors:
         notes.append("no compiled program with a buffer assignment: dump with XLA_FLAGS=--xla_dump_to=DIR "
                      "(or `tpudiag compile`) to see device memory")
@@ -184,7 +185,7 @@ def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomErr
         capacity_source=f"public {chip.generation} figure" if capacity else "",
         mesh_devices=max(1, program.num_partitions) * max(1, program.replica_count))
     result = replace(result, **_vmem(hlo, chip, errors, tuple(llo), facts, output))
-    warnings = []
+    warnings = list(program.warnings)  # the program's own, a side file it ignored among them
     if program.allocations and not program.live_ranges:
         warnings.append(f"`{program.module}`: no live-range dump: the temporaries at the peak are not split by time")
     result = replace(result, warnings=tuple(warnings))

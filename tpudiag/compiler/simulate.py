@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tpudiag.compiler.dumps import CompileOutput
+from tpudiag.model.compile_output import CompileOutput
 from tpudiag.compiler.estimate import PS_PER_S, CostModel, op_estimates
 from tpudiag.errors import UsageError
-from tpudiag.model.hardware import ChipSpec, chip_for
 from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, build_capture
 
 MODELLED_STAT = "tpudiag_modelled"
@@ -113,13 +112,6 @@ def _op_defs(output: CompileOutput, ops: pd.DataFrame, hbm_bytes_per_s: float) -
     return tuple(defs)
 
 
-def chip_of(output: CompileOutput) -> ChipSpec:
-    chip = chip_for(output.facts.get("generation")) or chip_for(output.facts.get("device_kind"))
-    if chip is None:
-        raise UsageError(f"unknown TPU generation in the compile output ({output.facts.get('device_kind')!r})")
-    return chip
-
-
 @dataclass(frozen=True)
 class Simulated:
     """A modelled capture in memory: one host's serialized XSpace, and how it was made."""
@@ -142,7 +134,7 @@ def simulate_in_memory(output: CompileOutput, clock_ghz: float | None = None, ic
     no op lasts less than its roofline time (`estimate.CostModel`), so no modelled op runs above
     the core's peak.
     """
-    chip = chip_of(output)
+    chip = output.target_chip()
     model = CostModel.for_flags(chip, clock_ghz, ici_gbps, ici_latency_us)
     n_devices = int(output.facts.get("n_devices", 1))
     estimates = op_estimates(output.program, model, n_devices, output.group_sizes, output.spills,

@@ -17,12 +17,10 @@ import time
 from pathlib import Path
 
 from tpudiag.compiler.target import TargetError, call_example_args, load_module, parse_target, resolve
+from tpudiag.model.compile_output import HLO_PROTO_FILE, HLO_TEXT_FILE, RESULT_FILE
 
 EXIT_INPUT_ERROR = 3
 EXIT_COMPILE_ERROR = 4
-RESULT_FILE = "result.json"
-HLO_TEXT_FILE = "compiled.hlo.txt"  # `compiled.as_text()`: carries bundle_analysis_data cycles
-HLO_PROTO_FILE = "module.pb"  # the optimised HloModuleProto
 
 
 def _write(out: Path, payload: dict) -> None:

@@ -24,6 +24,7 @@ from tpudiag.model.grouping import lexsort_order
 from tpudiag.model.hardware import chip_for
 from tpudiag.model.hlo_names import async_role, pair_async, window_family
 from tpudiag.model.profile import DeviceInfo, HostTrace, PeaksSource, Platform
+from tpudiag.model.program_ids import as_program_id
 from tpudiag.parsers import event_wire
 from tpudiag.parsers.host_plane import host_events
 from tpudiag.parsers.time_axis import (DEVICE_CLOCKS_SPLIT, HOST_NOT_ALIGNED, PROFILE_START_STAT, TimeAxis,
@@ -128,7 +129,8 @@ def _hbm_bytes(breakdown: bytes, bytes_accessed: float) -> float:
 
 
 def _op_meta(md, stat_names: dict[int, str], bad: list[str] | None = None) -> _OpMeta:
-    """The op's facts from its metadata; unusable values count as absent and are named in `bad`."""
+    """The op's facts from its metadata; unusable values count as absent and are named in `bad`
+    (ids as `id:<key>`, numbers as their key)."""
     name, hlo_text = _instruction_name(md)
     st = stats_dict(md.stats, stat_names)
 
@@ -139,7 +141,7 @@ def _op_meta(md, stat_names: dict[int, str], bad: list[str] | None = None) -> _O
         value = parse(raw)
         if value is None:
             if bad is not None:
-                bad.append(key)
+                bad.append(f"id:{key}" if parse is as_program_id else key)
             return default
         return value
 
@@ -147,8 +149,8 @@ def _op_meta(md, stat_names: dict[int, str], bad: list[str] | None = None) -> _O
     breakdown = st.get("memory_access_breakdown", b"")
     return _OpMeta(
         name=name,
-        program_id=number("program_id", _as_int, 0),
-        symbol_id=number("symbol_id", _as_int, 0),
+        program_id=number("program_id", as_program_id, 0),
+        symbol_id=number("symbol_id", as_program_id, 0),  # uint64 as well (XProf's op key)
         category=str(st.get("hlo_category", "") or ""),
         flops=number("flops", _as_float, 0.0),
         model_flops=number("model_flops", _as_float, 0.0),
@@ -369,6 +371,17 @@ class _HostBuilder:
         self.warn(f"{n_bad} events on a `{line}` line dropped: {_IMPLAUSIBLE}")
         return mids[keep], starts[keep], durs[keep]
 
+    def warn_bad_values(self, bad: list[str]) -> None:
+        """One warning for the unusable ids and one for the unusable numbers of op metadata."""
+        ids = [k[3:] for k in bad if k.startswith("id:")]
+        numbers = [k for k in bad if not k.startswith("id:")]
+        if ids:
+            self.warn(f"{len(ids)} op metadata ids that are not unsigned 64-bit integers "
+                      f"({', '.join(sorted(set(ids)))}) were ignored")
+        if numbers:
+            self.warn(f"{len(numbers)} op metadata values that are not finite non-negative numbers "
+                      f"({', '.join(sorted(set(numbers)))}) were ignored")
+
     # -- op lines ----------------------------------------------------------------------------
 
     def add_op_line(self, plane, line, device: str, core: int, chip: int, stat_names, sid, gpu: bool) -> None:
@@ -387,9 +400,7 @@ class _HostBuilder:
                 md = plane.event_metadata.get(mid)
                 metas[mid] = _cached_op_meta(md, stat_names, names_key, bad) if md is not None else _OpMeta(
                     f"<metadata {mid}>", 0, 0, "", 0, 0, 0, 0, "", "", "", "")
-            if bad:
-                self.warn(f"{len(bad)} op metadata values that are not finite non-negative numbers "
-                          f"({', '.join(sorted(set(bad)))}) were ignored")
+            self.warn_bad_values(bad)
         if len(mids) == 0:
             return
         order = lexsort_order((-durs, starts))
@@ -442,7 +453,7 @@ class _HostBuilder:
                 elif s == hlo_module:
                     module = str(stat_value(st, stat_names))
                 elif s == program:
-                    pid = st.uint64_value or st.int64_value
+                    pid = as_program_id(st.uint64_value or st.int64_value) or 0
             if not op:
                 md = plane.event_metadata.get(ev.metadata_id)
                 op = md.name if md is not None else f"<metadata {ev.metadata_id}>"
@@ -490,7 +501,7 @@ class _HostBuilder:
             md = plane.event_metadata.get(mid)
             name = md.name if md is not None else ""
             m = _MODULE_NAME.match(name)
-            module, pid = (m.group("module"), _as_int(m.group("id"))) if m else (name, 0)
+            module, pid = (m.group("module"), as_program_id(m.group("id"))) if m else (name, 0)
             pid = pid or 0
             if pid:
                 self.program_names.setdefault(pid, module)
@@ -880,9 +891,12 @@ def _hlo_protos(plane, b: _HostBuilder) -> dict[int, bytes]:
         proto = st.get("Hlo Proto")
         if not isinstance(proto, bytes):
             continue
-        pid = _as_int(st.get("program_id", 0)) or mid
-        out[pid] = proto
         m = _MODULE_NAME.match(md.name)
+        # The id: its stat, else the number in `jit_f(<id>)`, else the metadata id (XProf keys the
+        # programs by their id read as a signed int64; `as_program_id` reads it back unsigned).
+        pid = (as_program_id(st.get("program_id")) or (as_program_id(m.group("id")) if m else None)
+               or as_program_id(mid) or 0)
+        out[pid] = proto
         if m:
             b.program_names.setdefault(pid, m.group("module"))
         elif md.name:

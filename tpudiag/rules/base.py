@@ -121,6 +121,14 @@ class Rule:
         """The docstring's first line, without its period."""
         return (self.doc or "").strip().splitlines()[0].rstrip(".") if self.doc else ""
 
+    def page(self) -> str:
+        """The rule's documentation, in Markdown: what `tpudiag rule NAME` prints and `docs/rules/NAME.md`
+        holds (`tests/rules/test_rule_docs.py` keeps the two the same)."""
+        needs = ", ".join(self.inputs)
+        uses = f"; uses {', '.join(self.uses)} when present" if self.uses else ""
+        return (f"# {self.name} ({self.code})\n\nSeverity up to {self.severity.label()} · needs {needs}{uses}\n\n"
+                f"{self.doc.strip()}\n")
+
     def default_options(self):
         return self.options_type()
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tpudiag.model.hlo_names import pair_async, window_family
+from tpudiag.model.program_ids import as_int64
 from tpudiag.proto import CoreDetails, MemoryAccessBreakdown
 from tpudiag.writers.xspace_builder import U64, PlaneBuilder, XSpaceBuilder
 
@@ -194,7 +195,7 @@ def build_capture(design: CaptureDesign) -> XSpaceBuilder:
     meta = space.plane("/host:metadata", plane_id=100)
     if design.hlo_proto is not None:
         meta.event_metadata(f"{design.module}({design.program_id})", stats={"Hlo Proto": design.hlo_proto},
-                            metadata_id=design.program_id & 0x7FFFFFFFFFFFFFFF)
+                            metadata_id=as_int64(design.program_id))  # as XProf keys it
     host = space.plane("/host:CPU", plane_id=101)
     if design.host_spans is None:
         host.line("main/1", 1, design.line_timestamp_ns)

@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from tpudiag.compiler.driver import LLO_DIR, PROFILE_DIR, XLA_DIR
-from tpudiag.compiler.worker import HLO_PROTO_FILE, HLO_TEXT_FILE, RESULT_FILE
 from tpudiag.errors import InputError
 from tpudiag.parsers.input_files import read_input_bytes, read_input_text
+from tpudiag.model.compile_output import (HLO_PROTO_FILE, HLO_TEXT_FILE, LLO_DIR, PROFILE_DIR, RESULT_FILE, XLA_DIR,
+                                          CompileOutput)
 from tpudiag.model.compiled import CompiledDump, CompiledProgram
-from tpudiag.model.hardware import ChipChoice
 from tpudiag.model.llo import LloDump
 from tpudiag.model.matmuls import cost_estimate, instruction_matmul
 
@@ -52,22 +50,6 @@ def matmul_flops(program: CompiledProgram) -> dict[tuple[str, str], float]:
         if mm is not None:
             flops[(computation, inst.name)] = float(mm.flops)
     return flops
-
-
-@dataclass
-class CompileOutput:
-    """What one `tpudiag compile` run left behind, parsed."""
-
-    path: Path
-    facts: dict  # result.json
-    program: CompiledProgram
-    spills: pd.DataFrame  # columns: hlo, spill_stores, spill_fills (empty without an LLO dump)
-    group_sizes: dict[str, int]  # instruction name -> replica group size, where the text states one
-    matmul_flops: dict[tuple[str, str], float]  # (computation, instruction) -> dot/convolution/custom-call FLOPs
-    hlo_proto: bytes | None
-    warnings: list[str] = field(default_factory=list)
-    chip: ChipChoice | None = None  # the generation and where it came from (`model.hardware.decide_chip`)
-    bare: bool = False  # a bare XLA/LLO dump, no `result.json`: its facts stand in (`compiler.dump_dir`)
 
 
 def replica_group_size(text: str) -> int | None:

@@ -1,0 +1,34 @@
+"""Program ids are unsigned 64-bit: every form a file stores them in reads to the same id."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tpudiag.model.program_ids import as_int64, as_program_id
+
+# jit_f in the real v6e capture (tests/fixtures/real): its `program_id` stat (uint64), the number
+# in its module name, and its `/host:metadata` id (the same 64 bits read signed), read from the file.
+JIT_F = 12190760917235803885
+JIT_F_METADATA_ID = -6255983156473747731
+
+
+def test_the_three_forms_of_a_real_id_agree():
+    assert as_program_id(JIT_F) == JIT_F
+    assert as_program_id(str(JIT_F)) == JIT_F
+    assert as_program_id(JIT_F_METADATA_ID) == JIT_F
+    assert as_program_id(np.uint64(JIT_F)) == JIT_F
+    assert as_int64(JIT_F) == JIT_F_METADATA_ID
+
+
+@given(st.integers(0, (1 << 64) - 1))
+def test_signed_and_unsigned_readings_round_trip(pid):
+    assert as_program_id(as_int64(pid)) == pid
+    assert as_program_id(pid) == pid
+
+
+@pytest.mark.parametrize("value", [1 << 64, -(1 << 63) - 1, "²", "1e3", True, float("nan"), 1.5, b"7", None])
+def test_what_is_not_an_id(value):
+    assert as_program_id(value) is None

@@ -1,0 +1,91 @@
+"""Every unit formatter against a literal table: the expected strings are written out by hand, not
+built with the formatters they test (a GB/s divided by 2^30, or a µs by 1e9, fails here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time, number_problem
+
+
+@pytest.mark.parametrize(("ps", "text"), [
+    (None, "n/a"),
+    (0, "0 ps"),
+    (999, "999 ps"),
+    (1_000, "1.0 ns"),
+    (1_500, "1.5 ns"),
+    (1_000_000, "1.0 µs"),
+    (277_700_000, "277.7 µs"),
+    (1_000_000_000, "1.00 ms"),
+    (863_760_000_000, "863.76 ms"),
+    (1_000_000_000_000, "1 s"),
+    (77_800_000_000_000, "77.8 s"),
+    (-1_500, "-1.5 ns"),
+])
+def test_fmt_time(ps, text):
+    assert fmt_time(ps) == text
+
+
+@pytest.mark.parametrize(("x", "text"), [
+    (None, "n/a"), (0.0, "0.0%"), (0.5, "50.0%"), (1.0, "100.0%"), (0.0123, "1.2%"), (2.92, "292.0%"),
+])
+def test_fmt_pct(x, text):
+    assert fmt_pct(x) == text
+
+
+def test_fmt_pct_digits():
+    assert fmt_pct(0.12345, digits=2) == "12.35%"
+
+
+@pytest.mark.parametrize(("x", "text"), [
+    (None, "n/a"),
+    (197e12, "197 TFLOP/s"),
+    (918e12, "918 TFLOP/s"),
+    (1.5e15, "1.5 PFLOP/s"),
+    (2.5e9, "2.5 GFLOP/s"),
+    (3e6, "3 MFLOP/s"),
+    (4e3, "4 kFLOP/s"),
+    (12.0, "12 FLOP/s"),
+])
+def test_fmt_flops(x, text):
+    assert fmt_flops(x) == text
+
+
+@pytest.mark.parametrize(("x", "text"), [
+    (None, "n/a"),
+    (819e9, "819 GB/s"),          # v5e HBM: decimal gigabytes, not GiB
+    (1.64e12, "1.64 TB/s"),       # v6e HBM
+    (27.6e9, "27.6 GB/s"),
+    (5e6, "5 MB/s"),
+    (100.0, "100 B/s"),
+])
+def test_fmt_bandwidth(x, text):
+    assert fmt_bandwidth(x) == text
+
+
+@pytest.mark.parametrize(("x", "text"), [
+    (None, "n/a"),
+    (0, "0 B"),
+    (1023, "1023 B"),
+    (1024, "1 KiB"),
+    (6144, "6 KiB"),
+    (1 << 20, "1 MiB"),
+    (5 * (1 << 20), "5 MiB"),
+    (1 << 30, "1 GiB"),
+    (5 * (1 << 30), "5 GiB"),     # binary units: 5 GiB is 5,368,709,120 bytes
+    (16 * 10**9, "14.9 GiB"),
+])
+def test_fmt_bytes(x, text):
+    assert fmt_bytes(x) == text
+
+
+@pytest.mark.parametrize(("value", "positive", "problem"), [
+    (0.2, False, None),
+    (0.0, False, None),
+    (0.0, True, "must be > 0, got 0"),
+    (-1.0, False, "must be >= 0, got -1"),
+    (float("nan"), False, "must be a finite number, got nan"),
+    (float("inf"), True, "must be a finite number, got inf"),
+])
+def test_number_problem(value, positive, problem):
+    assert number_problem(value, positive) == problem
