@@ -106,7 +106,7 @@ class Diagnosis:
 
     def memory(self) -> MemoryReport:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
-        from tpudiag.compiler.memory import memory_report
+        from tpudiag.analysis.device_memory import memory_report
 
         return memory_report(self.input_path, self.compiled, self.compiled.oom_errors, programs=self.report.memory)
 
@@ -280,7 +280,7 @@ def _join(analysis: Analysis | None, compiled: CompiledInputs, choice: ChipChoic
 def _memory(inputs: Inputs, near_fraction: float) -> tuple:
     """The device memory of the compiled programs, for the memory rules and the report's memory
     section. A compile output read as the modelled program is not read again."""
-    from tpudiag.compiler.memory import program_memories
+    from tpudiag.analysis.device_memory import program_memories
 
     program = inputs.program
     outputs = {program.path: program} if program is not None and not program.bare else {}
@@ -301,7 +301,7 @@ def _near_fraction(rules_config) -> float:
 def _report(inputs: Inputs, analysed: Analysed, join: JoinResult | None, findings, skipped: tuple[RuleSkip, ...],
             memory: tuple, config_warnings: Sequence[str]) -> Report:
     """The report stage: every warning joins the report's one list here (`report_builder`)."""
-    from tpudiag.compiler.memory import join_warnings
+    from tpudiag.analysis.device_memory import join_warnings
 
     extra = (*analysed.warnings, *join_warnings(inputs.compiled.oom_errors, memory,
                                                 inputs.compiled.oom_errors_joinable))

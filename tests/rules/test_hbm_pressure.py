@@ -9,7 +9,7 @@ from tests.memory_dumps import ACT_BYTES, STATE_BYTES, W_BYTES, write_adam_dump
 from tests.rules.conftest import render_findings
 from tpudiag import diagnose
 from tpudiag.model.findings import Severity
-from tpudiag.compiler.memory import first_lever
+from tpudiag.analysis.device_memory import first_lever
 
 OOM_TEXT = ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required "
             "for HLO temporaries (17.00G) exceeds available HBM (15.75G).")
@@ -149,7 +149,7 @@ def test_the_real_v6e_inference_capture_gets_no_training_advice():
 
 
 def test_an_error_text_joins_only_the_program_it_names_or_matches(tmp_path):
-    from tpudiag.compiler.memory import joined_program
+    from tpudiag.analysis.device_memory import joined_program
     from tpudiag.model.memory import OomError
 
     dump = write_adam_dump(tmp_path / "oom", layers=13, live_activations=2)

@@ -72,7 +72,7 @@ def memory(
     text = read_error_text(error)
     report = None
     if error_alone:
-        from tpudiag.compiler.memory import error_report
+        from tpudiag.analysis.device_memory import error_report
         from tpudiag.pipeline import parse_error_text
 
         report = error_report(str(error), parse_error_text(text))
@@ -83,7 +83,7 @@ def memory(
     # After diagnose: a capture it cannot read at all is its one error line, not also a warning here.
     measured = measured_memory(path, pprof)
     if report is not None:
-        from tpudiag.compiler.memory import with_allocator_capacity
+        from tpudiag.analysis.device_memory import with_allocator_capacity
 
         report = with_allocator_capacity(report, [a.capacity_bytes for t in measured.timelines for a in t.allocators])
     emit(MemoryView(report, measured), output_format.value, output, top=top)

@@ -1,7 +1,7 @@
 """Device memory of a compiled program: what the compiler reserved, what is live at the peak, and
 why a program does not fit.
 
-Built by `tpudiag.compiler.memory` from a program's buffer assignment (`*-buffer-assignment.txt`)
+Built by `tpudiag.analysis.device_memory` from a program's buffer assignment (`*-buffer-assignment.txt`)
 and live ranges (`*-live-range.txt`), joined to a `RESOURCE_EXHAUSTED` message when one is given
 (`tpudiag.parsers.oom_error`). Read by the `hbm-pressure` rule, `tpudiag memory`, the markdown
 report and the TUI.
@@ -293,7 +293,7 @@ class MemoryReport:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     standalone: tuple[OomAnalysis, ...] = ()  # the `--error` messages joined to no program, analysed alone
     # Positions in `programs` of the tiny ones the terminal folds into one line (HBM peak under
-    # `tpudiag.compiler.memory.SMALL_PROGRAM_BYTES`); JSON lists every program.
+    # `tpudiag.analysis.device_memory.SMALL_PROGRAM_BYTES`); JSON lists every program.
     folded: tuple[int, ...] = ()
 
 

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpudiag.compiler.memory import NEAR_FRACTION, oom_analysis
+from tpudiag.analysis.device_memory import NEAR_FRACTION, oom_analysis
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.memory import MemoryGroup, OomError, ProgramMemory
 from tpudiag.model.units import fmt_bytes, fmt_pct
