@@ -91,7 +91,7 @@ class RuleContext:
       bytes), injected so rule modules import no parser; it raises ValueError on text it cannot read.
     chip: the TPU generation's spec when known (trace, dump target or `--chip`).
     static: True when times come from the compiler's estimate, not a measured trace.
-    memory: the device memory of the compiled programs (`tpudiag.compiler.memory.program_memories`
+    memory: the device memory of the compiled programs (`tpudiag.analysis.device_memory.program_memories`
       of `compiled` and its `oom_errors`), built once per diagnosis for the rules and the report.
     """
 
