@@ -68,6 +68,7 @@ class Diagnosis:
     warnings: tuple[str, ...]
     report: Report
     static: StaticReport | None = None
+    rules_run: tuple[str, ...] = ()  # the selected rules that had their inputs and ran (`skipped`: the others)
 
     @property
     def input_path(self) -> str:
@@ -212,8 +213,11 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
                                   static=inputs.mode is Mode.STATIC, memory=memory)
     _stage(progress, 3)
     report = _report(inputs, analysed, join, findings, tuple(skipped), memory, rules_config.warnings)
+    skipped_names = {s.rule for s in skipped}
+    ran = tuple(rule.name for rule, _ in rules_config.resolve() if rule.name not in skipped_names)
     return Diagnosis(inputs=inputs, analysis=analysed.analysis, join=join, findings=report.findings,
-                     skipped=tuple(skipped), warnings=report.warnings, report=report, static=analysed.static)
+                     skipped=tuple(skipped), warnings=report.warnings, report=report, static=analysed.static,
+                     rules_run=ran)
 
 
 def parse_error_text(error: str | None) -> tuple[OomError, ...]:
