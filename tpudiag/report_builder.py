@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from tpudiag.analysis.core_balance import core_work, slowest_core
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, mean_breakdown, per_step_times
 from tpudiag.analysis.programs import program_times
@@ -133,9 +134,8 @@ def _host_summaries(analysis: Analysis) -> list[HostSummary]:
     for host in analysis.profile.hosts:
         hs = analysis.steps[analysis.steps["host"] == host.host]
         times = per_host.loc[per_host["host"] == host.host, "dur_ps"].to_numpy()
-        slowest = ""
-        if not hs.empty:
-            slowest = str(hs.groupby("device", observed=True)["dur_ps"].mean().idxmax())
+        slowest_work = slowest_core(core_work(hs))
+        slowest = slowest_work.device if slowest_work is not None else ""
         numbers = per_host.loc[per_host["host"] == host.host, "step"].to_numpy()
         out.append(HostSummary(host=host.host, path=host.path, device_type=host.device.device_type,
                                n_chips=host.device.n_chips, n_cores=host.device.n_cores,

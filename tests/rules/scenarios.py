@@ -361,6 +361,38 @@ def straggler_hosts(slow_host: int = 2, slow_op_ps: int | None = None, slow_ar_p
     return out
 
 
+CORE_EXTRA = 500 * US  # fusion.62 on the slow core: 893 µs -> 1,393 µs (1.56x)
+
+
+def straggler_cores(slow: tuple[int, int] | None = (0, 3), extra_ps: int = CORE_EXTRA, n_hosts: int = 1,
+                    whole_host: int = -1, lockstep: bool = True) -> list[CaptureDesign]:
+    """`n_hosts` v5p hosts x 4 chips in lockstep, 5 steps of 10 ms; on chip `slow` = (host, local chip)
+    fusion.62 takes `extra_ps` longer and the all-reduce `extra_ps` shorter: the other cores wait
+    for it there, so every core's step ends together (a synchronous program). `whole_host` >= 0
+    slows every chip of that host the same way (a host's lag, not a core's). Without `lockstep` the
+    slow chip's all-reduce keeps its length and its steps end `extra_ps` later."""
+    out = []
+    for h in range(n_hosts):
+        def schedule(chip: int, step: int, h=h) -> list[Placed]:
+            late = (h, chip) == slow or h == whole_host
+            f60 = 5000 * US + _JITTER[(step - 1) % len(_JITTER)]
+            op62 = STRAGGLER_BASE + (extra_ps if late else 0)
+            return [Placed("fusion.60", 0, f60), Placed("fusion.61", f60, 1500 * US),
+                    Placed("fusion.62", f60 + 1500 * US, op62),
+                    Placed("all-reduce.63", f60 + 1500 * US + op62,
+                           STRAGGLER_AR_FAST - (extra_ps if late and lockstep else 0))]
+
+        def length(chip: int, step: int, h=h) -> int:
+            late = ((h, chip) == slow or h == whole_host) and not lockstep
+            return (5000 * US + _JITTER[(step - 1) % len(_JITTER)] + 1500 * US + STRAGGLER_BASE + STRAGGLER_AR_FAST
+                    + (extra_ps if late else 0))
+
+        out.append(design(STRAGGLER_OPS, schedule, hostname=f"host{h}", device_type="TPU v5p",
+                          peak_tflops=V5P_PEAK / 1e12, peak_hbm_gbs=V5P_HBM / 1e9, n_chips=4, first_chip=4 * h,
+                          n_steps=5, step_ps_for=length))
+    return out
+
+
 def analyse_hosts(designs: list[CaptureDesign], root: Path) -> Analysis:
     run = root / "plugins" / "profile" / "run"
     for d in designs:

@@ -45,7 +45,7 @@ MATMUL_NAMES = ("M", "N", "K", "batch", "lhs dtype", "rhs dtype", "result dtype"
 
 # -- a separate, small HLO text reader ----------------------------------------------------------
 
-_LAYOUT = re.compile(r"\{[\d,]*(?::[^{}]*)?\}")
+_LAYOUT = re.compile(r"(?<=\])\{[\d,]*(?::[^{}]*)?\}")  # a layout follows its shape; `dims={1}` is no layout
 _COMMENT = re.compile(r"/\*.*?\*/")
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([\d,]*)\]")
 
@@ -226,8 +226,8 @@ def _declared_flops(line: Line | None, comp: str, hlo: Hlo | None) -> float:
 
 def _xprof_rates(capture: Path, tmp: Path, hlo: Hlo | None) -> dict[str, float]:
     exe = Path(sys.executable).with_name("xprof")
-    if not exe.exists():
-        return {}
+    # The test extra installs xprof: without it the audit's rates would check nothing, silently.
+    assert exe.exists(), f"xprof, the reference the audit recomputes rates with, is not installed beside {sys.executable}"
     run = next(capture.glob("plugins/profile/*/"))
     copy = tmp / capture.name
     shutil.copytree(run, copy)  # xprof writes cache files beside the trace
@@ -261,8 +261,25 @@ def _scenario_designs() -> dict[str, list[CaptureDesign]]:
         elif isinstance(made, list) and made and all(isinstance(d, CaptureDesign) for d in made):
             out[name] = made
     out["idle_training"] = [sc.idle_training(1500 * sc.US, "TransferFromDevice")]
+    out["dot_v6e"] = [_dot_design()]
     out["low_mxu_v5e"] = [sc.with_device(sc.low_mxu(), "TPU v5 lite", 197.0, 819.0)]
     return out
+
+
+def _dot_design() -> CaptureDesign:
+    """A plain `dot` (not a fusion) on v6e whose K = 1100 pads to 1152 on a 128-wide MXU and to 1280 on
+    v6e's 256-wide one, so a padding target taken from the wrong MXU width fails the audit. M 32768 and
+    N 4096 keep it compute-bound (intensity 845 FLOP/B against a ridge of 560) at 20 % of peak."""
+    from tpudiag.writers.tpu_design import OpDef, Placed
+
+    m, k, n = 32768, 1100, 4096
+    flops = 2.0 * m * k * n
+    text = (f"%dot.7 = bf16[{m},{n}]{{1,0}} dot(bf16[{m},{k}]{{1,0}} %p0, bf16[{k},{n}]{{1,0}} %p1), "
+            "lhs_contracting_dims={1}, rhs_contracting_dims={0}")
+    op = OpDef("dot.7", "convolution", flops=flops, bytes_accessed=float((m * k + k * n + m * n) * 2),
+               shape=f"bf16[{m},{n}]{{1,0:T(8,128)(2,1)}}", hlo_text=text)
+    dur = round(flops / (0.2 * sc.PEAK) * 1e12)
+    return sc.design((op,), lambda chip, step: [Placed("dot.7", 0, dur)])
 
 
 def _design_rates(designs: list[CaptureDesign], lines: dict[str, Line]) -> dict[str, float]:
@@ -354,6 +371,16 @@ def test_matmul_dims_and_dtypes_are_those_of_an_instruction_inside_the_op(cases)
 _DIM = re.compile(r"\b([MNK]) = (\d+)")
 _PAD = re.compile(r"\b([A-Za-z]+) (\d+)→(\d+) \(\+([\d.]+)% ")
 _DTYPES = re.compile(r"f32 operands \((\w+) x (\w+)")
+
+
+def test_the_audit_meets_a_dot_and_a_padding_the_mxu_width_decides(cases):
+    """Without these, a reader that only knows convolutions, or pads to 128 on a 256-wide MXU, passes."""
+    dots = [(case, f) for case, f in _findings(cases) if f.rule == "low-mxu-utilization"
+            and any(line.opcode == "dot" for name, line in case.lines.items() if name in f.ops)]
+    assert dots, "no low-mxu finding on a `dot` instruction"
+    width_decides = [(case, f) for case, f in _findings(cases) if f.rule == "low-mxu-utilization"
+                     for _, d, _, _ in _PAD.findall(f.fix) if -(-int(d) // 128) != 2 * -(-int(d) // 256)]
+    assert width_decides, "no padding in the audit whose target differs between 128- and 256-wide MXUs"
 
 
 def test_dims_dtypes_and_padding_in_the_text_are_the_matmul_s(cases):

@@ -72,14 +72,18 @@ def op_tables(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     ev = host.events
     if ev.empty:
         return schemas.OP_CORES.empty(), schemas.OP_STEP_SUMS.empty(), schemas.OP_STEP_WORST.empty()
-    cores = (ev.groupby(["device", "program_id", "name"], observed=True, sort=False)
-             .agg(n=("self_ps", "size"), self_ps=("self_ps", "sum"), core=("core", "first")).reset_index())
+    self_ps = ev["self_ps"].to_numpy()
+    cores = (pd.DataFrame({"device": ev["device"], "program_id": ev["program_id"], "name": ev["name"],
+                           "core": ev["core"], "self_ps": self_ps,
+                           "in_steps_ps": np.where(ev["step"].to_numpy() >= 0, self_ps, 0)})
+             .groupby(["device", "program_id", "name"], observed=True, sort=False)
+             .agg(n=("self_ps", "size"), self_ps=("self_ps", "sum"), in_steps_ps=("in_steps_ps", "sum"),
+                  core=("core", "first")).reset_index())
     # Per-step tables from integer codes (one sort each): millions of events on a training host.
     step = ev["step"].to_numpy().astype(np.int64) + 1  # -1 (outside every step) becomes code 0
     names = ev["name"].cat.categories
     name = ev["name"].cat.codes.to_numpy()
     program, programs = pd.factorize(ev["program_id"].to_numpy())
-    self_ps = ev["self_ps"].to_numpy()
     (s, p, nm), sums = group_sums([step, program, name], self_ps)
     (s2, nm2, _), per_core = group_sums([step, name, ev["core"].to_numpy()], self_ps)
     first = heads([s2, nm2])  # the worst core of each (step, op): max over its run of cores

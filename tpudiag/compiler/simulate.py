@@ -2,7 +2,7 @@
 
 Every chip runs the same SPMD program, so each `/device:TPU:N` plane gets the same timeline:
 the entry computation's ops in schedule order, back to back, each lasting its standalone
-estimate (`tpudiag.compiler.estimate`), never less than its FLOPs and HBM bytes take at the
+estimate (`tpudiag.analysis.cost_model`), never less than its FLOPs and HBM bytes take at the
 core's peaks. An async done waits for its transfer: it lasts until start end + window (ICI time
 for collectives, HBM time for copies), so the ops the compiler scheduled between a start and its
 done overlap the transfer and only the rest is exposed. A copy's bytes cross HBM during its window,
@@ -20,9 +20,8 @@ from pathlib import Path
 import pandas as pd
 
 from tpudiag.model.compile_output import CompileOutput
-from tpudiag.compiler.estimate import PS_PER_S, CostModel, op_estimates
+from tpudiag.analysis.cost_model import PS_PER_S, CostModel, op_estimates
 from tpudiag.errors import UsageError
-from tpudiag.model.hardware import ChipSpec, chip_for
 from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, build_capture
 
 MODELLED_STAT = "tpudiag_modelled"
@@ -113,13 +112,6 @@ def _op_defs(output: CompileOutput, ops: pd.DataFrame, hbm_bytes_per_s: float) -
     return tuple(defs)
 
 
-def chip_of(output: CompileOutput) -> ChipSpec:
-    chip = chip_for(output.facts.get("generation")) or chip_for(output.facts.get("device_kind"))
-    if chip is None:
-        raise UsageError(f"unknown TPU generation in the compile output ({output.facts.get('device_kind')!r})")
-    return chip
-
-
 @dataclass(frozen=True)
 class Simulated:
     """A modelled capture in memory: one host's serialized XSpace, and how it was made."""
@@ -139,10 +131,10 @@ def simulate_in_memory(output: CompileOutput, clock_ghz: float | None = None, ic
     Without a clock, estimated cycles cannot become time: that is a usage error unless
     `roofline_without_clock`, where each op lasts its FLOPs/bytes roofline time instead (the
     static report of `tpudiag report DUMPS` states which basis it used). With or without a clock,
-    no op lasts less than its roofline time (`estimate.CostModel`), so no modelled op runs above
+    no op lasts less than its roofline time (`analysis.cost_model.CostModel`), so no modelled op runs above
     the core's peak.
     """
-    chip = chip_of(output)
+    chip = output.target_chip()
     model = CostModel.for_flags(chip, clock_ghz, ici_gbps, ici_latency_us)
     n_devices = int(output.facts.get("n_devices", 1))
     estimates = op_estimates(output.program, model, n_devices, output.group_sizes, output.spills,

@@ -1,7 +1,7 @@
 """The static report of a compiled program: per-op estimates, padding, spills, collective schedule.
 
 Built from a `tpudiag compile` output directory; every time in it is modelled from the
-compiler's own estimates (see `tpudiag.compiler.estimate`), never measured.
+compiler's own estimates (see `tpudiag.analysis.cost_model`), never measured.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from enum import StrEnum
 import pandas as pd
 
 from tpudiag.model.compile_output import CompileOutput
-from tpudiag.compiler.estimate import CostModel, op_estimates
+from tpudiag.analysis.cost_model import CostModel, op_estimates
 from tpudiag.model.compiled import leaf_arrays
-from tpudiag.model.hardware import chip_for
 
 
 class CollectiveMode(StrEnum):
@@ -135,11 +134,7 @@ def build_static_report(output: CompileOutput, clock_ghz: float | None = None, t
                         ici_gbps: float | None = None, ici_latency_us: float | None = None) -> StaticReport:
     facts = output.facts
     generation = facts.get("generation", "")
-    chip = chip_for(generation) or chip_for(facts.get("device_kind"))
-    if chip is None:
-        from tpudiag.errors import InputError
-
-        raise InputError(f"unknown TPU generation {generation!r} in result.json", path=output.path)
+    chip = output.target_chip()
     model = CostModel.for_flags(chip, clock_ghz, ici_gbps, ici_latency_us)
     n = int(facts.get("n_devices", 1))
     ops = op_estimates(output.program, model, n, output.group_sizes, output.spills, output.matmul_flops)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 
 from tpudiag.model.compiled import CompiledProgram
-from tpudiag.model.hardware import ChipChoice
+from tpudiag.errors import InputError
+from tpudiag.model.hardware import ChipChoice, ChipSpec, chip_for
 
 # A `tpudiag compile` output directory (`compiler.driver` writes it, `compiler.worker` the files).
 XLA_DIR, LLO_DIR, PROFILE_DIR = "xla", "llo", "static_profile"  # --xla_dump_to, --xla_jf_dump_to, static LLO profile
@@ -34,3 +35,15 @@ class CompileOutput:
     warnings: list[str] = field(default_factory=list)
     chip: ChipChoice | None = None  # the generation and where it came from (`model.hardware.decide_chip`)
     bare: bool = False  # a bare XLA/LLO dump, no `result.json`: its facts stand in (`parsers.dump_dir`)
+
+    def target_chip(self) -> ChipSpec:
+        """The chip the program was compiled for, from its facts (`generation`, else `device_kind`).
+
+        An unknown one is the file's fault, so an `InputError` naming the output, on every path
+        (static report, simulate, memory) alike."""
+        chip = chip_for(self.facts.get("generation")) or chip_for(self.facts.get("device_kind"))
+        if chip is None:
+            raise InputError(f"unknown TPU generation in the compile output (generation "
+                             f"{self.facts.get('generation')!r}, device kind {self.facts.get('device_kind')!r})",
+                             path=self.path)
+        return chip

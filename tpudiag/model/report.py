@@ -63,7 +63,7 @@ class HostSummary:
     n_events: int
     step_time: Distribution | None
     breakdown: Breakdown | None
-    slowest_core: str  # plane name of the core with the longest mean step
+    slowest_core: str  # plane name of the core with the most work per step (`analysis.core_balance`)
     step_numbers: tuple[int, ...] = ()  # the steps analysed on this host, in order
     step_times_ps: tuple[int, ...] = ()  # per step in `step_numbers`: the slowest core's step
 

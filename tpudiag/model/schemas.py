@@ -253,6 +253,7 @@ OP_CORES = TableSchema("op_cores", (
     Column("name", "category", "HLO instruction name"),
     Column("n", "int64", "events of this op on this core"),
     Column("self_ps", "int64", "their summed self time"),
+    Column("in_steps_ps", "int64", "of which inside a step of this core (what per-step comparisons read)"),
 ))
 
 OP_STEP_SUMS = TableSchema("op_step_sums", (

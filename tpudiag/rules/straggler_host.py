@@ -40,7 +40,9 @@ Known limits
 ------------
 Needs steps on at least two hosts (a Steps line, or module executions); step numbers need not
 match. Ops are matched by name across hosts, which assumes the hosts run the same program. With
-two hosts, the "others" are one host and the faster of a pair is taken as the reference.
+two hosts, the "others" are one host and the faster of a pair is taken as the reference. A host
+slow because some of its cores are slower than its other cores is left to straggler-core, which
+names those cores: one fact, one finding.
 
 Options
 -------
@@ -58,6 +60,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from tpudiag.analysis.core_balance import core_work, slow_cores
 from tpudiag.analysis.host_compare import find_straggler, host_stats, op_time_per_step
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
@@ -91,6 +94,9 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     found = find_straggler(stats, options.min_lag_fraction, options.noise_sigmas)
     if found is None:
         return []
+    if any(s.core.host == found.host
+           for s in slow_cores(core_work(analysis.steps), options.min_lag_fraction, options.noise_sigmas)):
+        return []  # some of its cores, not the host: straggler-core names them
     slow = next(s for s in stats if s.host == found.host)
     lag, ref, band = found.lag_ps, found.reference_ps, found.band_ps
     others = [o for o in stats if o.host != slow.host]

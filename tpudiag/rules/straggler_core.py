@@ -1,0 +1,153 @@
+"""A core whose own work per step exceeds its peers' beyond the noise band.
+
+What it does
+------------
+Compares each core's work per step (its busy time less its time in collectives, where the other
+cores wait for it) with the median of every other core, on every host, and with the median of the
+other cores on its own host. A core is a straggler when it exceeds both by more than the noise
+band: the larger of `min_lag_fraction` of the median and `noise_sigmas` standard deviations of
+the cores' per-step work. Names the ops that account for the extra time: each op's self time per
+step on that core against the median over the other cores.
+
+Why it matters
+--------------
+A synchronous program runs at the pace of its slowest core: the others finish their own ops and
+wait for it in the next collective. One chip 5 % slower (throttled, degraded, a different clock)
+makes every step about 5 % longer, and nothing in the step's breakdown says so, because the wait
+shows up on the fast cores as collective time.
+
+Evidence
+--------
+Per core: its work per step and its lag behind the median of the others. Per op on the slow core:
+its time per step there and the other cores' median, the ratio and the extra time.
+
+How to fix
+----------
+Check the slow chip: its health, clocks and thermal throttling (`tpu-info`), and move the job off a
+degraded chip. The same op slower on one chip of the same program is rarely the program's fault.
+
+Bad: `TPU:3` takes 1.08 ms longer per step than `TPU:0`-`TPU:2`, in every `fusion.*` op.
+Good: every core's work per step is within noise of the others'.
+
+Savings estimate
+----------------
+Measured: the core's work per step minus the median of the other cores'; bringing it to their pace
+shortens each step by up to that much (the others stop waiting for it).
+
+Known limits
+------------
+Needs steps. A core alone on its host, or a host whose cores are all slow, is a host's lag: that is
+straggler-host's finding, and this rule stays quiet about it (straggler-host in turn leaves a host
+slow because of one of its cores to this rule). Ops are matched by name, which assumes every core
+runs the same program.
+
+Options
+-------
+- `min_lag_fraction` (0.03): a straggler works more than the others' median by at least this share.
+- `noise_sigmas` (3.0): and by more than this many standard deviations of the cores' per-step work.
+- `max_ops_shown` (5): cause ops listed, largest extra time first.
+- `high_share` (0.15): lag, as a fraction of the step, from which a finding is high severity.
+- `medium_share` (0.03): lag fraction from which a finding is medium severity.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from tpudiag.analysis.core_balance import CoreWork, core_work, op_extras, slow_cores
+from tpudiag.model import schemas
+from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
+from tpudiag.model.units import fmt_pct, fmt_time
+from tpudiag.rules.base import Rule, RuleContext, RuleInput, SeverityScale, Table
+
+CODE = "TPD111"
+NAME = "straggler-core"
+
+
+@dataclass(frozen=True)
+class Options:
+    min_lag_fraction: float = 0.03
+    noise_sigmas: float = 3.0
+    max_ops_shown: int = 5
+    high_share: float = 0.15
+    medium_share: float = 0.03
+
+    def __post_init__(self):
+        if not 0.0 <= self.min_lag_fraction < 10.0:
+            raise ValueError(f"min_lag_fraction must be in [0, 10), got {self.min_lag_fraction}")
+        if self.noise_sigmas < 0:
+            raise ValueError(f"noise_sigmas must be at least 0, got {self.noise_sigmas}")
+        if self.max_ops_shown < 1:
+            raise ValueError(f"max_ops_shown must be at least 1, got {self.max_ops_shown}")
+
+
+def core_label(device: str) -> str:
+    return device.removeprefix("/device:")
+
+
+def check(ctx: RuleContext, options: Options) -> list[Finding]:
+    analysis = ctx.analysis
+    cores = core_work(analysis.steps)
+    found = slow_cores(cores, options.min_lag_fraction, options.noise_sigmas)
+    if not found:
+        return []
+    op_cores = schemas.OP_CORES.stack([d.op_cores for d in analysis.digests.values()], list(analysis.digests))
+    ops = analysis.ops
+    categories = dict(zip(ops["name"].astype(str), ops["category"].astype(str)))
+    multi_host = len(analysis.profile.hosts) > 1
+    scale = SeverityScale(options.high_share, options.medium_share)
+    out = []
+    for slow in found:
+        c = slow.core
+        name = core_label(c.device)
+        where = f"`{name}` on `{c.host}`" if multi_host else f"`{name}`"
+        lag = slow.lag_ps
+        share = lag / c.step_ps if c.step_ps else 0.0
+        extras = op_extras(op_cores, cores, c, categories)
+        shown = extras[:options.max_ops_shown]
+        n_peers = len(cores) - 1
+        peers = f"the other {n_peers} core{'s' if n_peers != 1 else ''}" + (" on every host" if multi_host else "")
+        if shown:
+            listed = ", ".join(f"`{o.name}` +{fmt_time(o.extra_ps)}" for o in shown)
+            more = f" and {len(extras) - len(shown)} more" if len(extras) > len(shown) else ""
+            why = f"its ops take longer there: {listed}{more}"
+        else:
+            why = "no op takes longer there: the extra time is spread thin"
+        message = (f"{where} works {fmt_time(c.work_ps)} per step, {fmt_time(lag)} ({fmt_pct(share)} of the step) "
+                   f"more than {peers} (median {fmt_time(slow.reference_ps)}): {why}")
+        evidence = [Evidence(core_label(o.device) + (f" ({o.host})" if multi_host else ""), (
+            ("work/step", fmt_time(o.work_ps)), ("vs the others' median", _signed(o.work_ps - _others(cores, o))),
+            ("std", fmt_time(o.std_ps))))
+            for o in sorted(cores, key=lambda o: (-o.work_ps, o.host, o.core))]
+        for o in shown:
+            ratio = f"{o.core_ps / o.peers_ps:.2f}x" if o.peers_ps > 0 else "only there"
+            evidence.append(Evidence(o.name, (("category", o.category), (f"on {name}", fmt_time(o.core_ps)),
+                                              ("others (median)", fmt_time(o.peers_ps)), ("ratio", ratio),
+                                              ("extra/step", fmt_time(o.extra_ps)))))
+        quantities = (Quantity(c.device, "extra work per step (ps)", round(lag)),
+                      Quantity(c.device, "work per step (ps)", round(c.work_ps)),
+                      Quantity(c.device, "others' median work per step (ps)", round(slow.reference_ps)),
+                      *(Quantity(o.name, "extra per step (ps)", round(o.extra_ps)) for o in shown))
+        fix = (f"check `{name}`{f' on `{c.host}`' if multi_host else ''}: its health, clocks and thermal "
+               "throttling (`tpu-info`); the same ops run faster on the other cores")
+        saving = Saving(int(round(lag)), Basis.MEASURED,
+                        f"`{name}`'s work per step beyond the other cores' median (noise band {fmt_time(slow.band_ps)}); "
+                        "the others wait for it at the next collective")
+        out.append(Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message,
+                           saving=saving, fix=fix, evidence=tuple(evidence), host=c.host,
+                           ops=tuple(o.name for o in shown), quantities=quantities))
+    return out
+
+
+def _others(cores: list[CoreWork], core: CoreWork) -> float:
+    others = [o.work_ps for o in cores if o is not core]
+    return statistics.median(others) if others else core.work_ps
+
+
+def _signed(ps: float) -> str:
+    return ("+" if ps >= 0 else "-") + fmt_time(abs(ps))
+
+
+RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.TRACE,), options_type=Options, check=check,
+            doc=__doc__, tables=(Table.STEPS,))
