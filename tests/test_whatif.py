@@ -148,22 +148,6 @@ def test_whatif_renders_every_figure_as_modelled(transformer_whatif, capsys):
     assert f"tpudiag diff {transformer_whatif.baseline.out} {transformer_whatif.variants[0].compiled.out}" in out
 
 
-def test_a_finding_on_a_renamed_op_is_not_listed_as_gone_and_new():
-    from types import SimpleNamespace
-
-    from tpudiag.analysis.diff import FindingRef
-    from tpudiag.whatif import VariantResult
-
-    def ref(op: str, text: str) -> FindingRef:
-        return FindingRef("spill", "TPD104", "low", "", (op,), f"`{op}` spills {text}", 1)
-
-    diff = SimpleNamespace(findings_appeared=(ref("fusion.9", "959"), ref("fusion.8", "12")),
-                           findings_resolved=(ref("fusion.203", "959"), ref("fusion.7", "836")))
-    appeared, gone, renamed = VariantResult(None, None, diff).finding_changes()
-    assert [f.ops for f in appeared] == [("fusion.8",)] and [f.ops for f in gone] == [("fusion.7",)]
-    assert [(a.ops, b.ops) for a, b in renamed] == [(("fusion.203",), ("fusion.9",))]
-
-
 @pytest.mark.libtpu
 def test_a_compiler_option_and_the_same_libtpu_flag_compile_alike(libtpu, tmp_path):
     """The per-compile option path (`lowered.compile(compiler_options=...)`) reaches the compiler.

@@ -330,7 +330,9 @@ def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = N
                              path=d.input_path, hint="pass --chip with the generation they were compiled for")
     result = diff_analyses(b.analysis, n.analysis, list(b.findings), list(n.findings), noise or NoiseOptions(),
                            base_compiled=b.join.columns if b.join is not None else None,
-                           new_compiled=n.join.columns if n.join is not None else None)
+                           new_compiled=n.join.columns if n.join is not None else None,
+                           base_programs=b.join.programs if b.join is not None else None,
+                           new_programs=n.join.programs if n.join is not None else None)
     warnings = [*result.warnings, *(f"base: {w}" for w in b.warnings), *(f"new: {w}" for w in n.warnings)]
     return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
 

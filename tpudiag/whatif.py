@@ -133,9 +133,6 @@ class Compiled:
         return float(steps["collective_ps"].mean()) if len(steps) else None
 
 
-_QUOTED = re.compile(r"`[^`]*`")
-
-
 @dataclass(frozen=True)
 class VariantResult:
     variant: Variant
@@ -143,21 +140,11 @@ class VariantResult:
     diff: AnalysisDiff  # baseline -> variant, all modelled
 
     def finding_changes(self) -> tuple[tuple, tuple, tuple]:
-        """(appeared, gone, renamed): a finding whose message differs only in the op names it quotes
-        is the same finding on an op the new compile named differently (`fusion.203` becoming
-        `subtract_convert_fusion.2`), so it is listed as renamed, not as one gone and one new."""
-        def key(f) -> tuple:
-            return f.rule, _QUOTED.sub("``", f.message)
-
-        gone = {key(f): f for f in self.diff.findings_resolved}
-        appeared, renamed = [], []
-        for f in self.diff.findings_appeared:
-            old = gone.pop(key(f), None)
-            if old is None:
-                appeared.append(f)
-            else:
-                renamed.append((old, f))
-        return tuple(appeared), tuple(gone.values()), tuple(renamed)
+        """(appeared, gone, in both): findings pair through their ops (`tpudiag.analysis.diff`), so a
+        finding on an op the new compile named differently (`fusion.203` becoming
+        `subtract_convert_fusion.2`) is the same finding, changed or unchanged, not one gone and one new."""
+        d = self.diff
+        return d.findings_appeared, d.findings_resolved, d.findings_persisting
 
 
 @dataclass(frozen=True)

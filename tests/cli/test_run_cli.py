@@ -163,11 +163,16 @@ def test_run_says_when_no_capture_was_made(tmp_path):
 
 
 def test_run_passes_a_signal_death_through_as_a_shell_does(tmp_path):
+    # SIGTERM (as `tpudiag run` forwards it) first writes the trace, then ends the program as the
+    # signal would: its status is 128 + 15, and the capture is reported.
     script = "import os, signal\nimport jax.numpy as jnp\njnp.ones(3).block_until_ready()\n" \
-             "os.kill(os.getpid(), signal.SIGTERM)\n"
-    proc = run_tpudiag(tmp_path, script=script)
-    assert proc.returncode == 128 + 15
-    # killed: no exit handlers ran, so jax never wrote the trace
+             "os.kill(os.getpid(), signal.{sig})\n"
+    proc = run_tpudiag(tmp_path, script=script.format(sig="SIGTERM"))
+    assert proc.returncode == 128 + 15, proc.stderr[-3000:]
+    assert "the program exited with status 143; report of" in proc.stderr and "tpudiag report" in proc.stdout
+    # SIGKILL: no handler runs, so jax never wrote the trace
+    proc = run_tpudiag(tmp_path, script=script.format(sig="SIGKILL"))
+    assert proc.returncode == 128 + 9
     assert "no capture was made: the program ended without running its exit handlers" in proc.stderr
 
 
