@@ -19,7 +19,7 @@ def test_a_timeout_past_the_platforms_timers_waits_without_limit(tmp_path):
     # A target without `example_args` fails inside the compile worker, after its wait has started.
     (tmp_path / "m.py").write_text("def f():\n    return 1\n")
     proc = subprocess.run([sys.executable, "-m", "tpudiag", "whatif", "m:f", "--topology", "v5e:1x1",
-                           "--timeout-s", "1e308", "--xla-flag", "xla_foo=1", "-o", str(tmp_path / "out")],
+                           "--timeout-s", "1e308", "--xla-flag", "xla_tpu_enable_latency_hiding_scheduler=false", "-o", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"})
     assert proc.returncode == 2, proc.stderr[-2000:]
