@@ -168,11 +168,12 @@ def _op_rows(analysis: Analysis, join: JoinResult | None = None) -> list[OpRow]:
             host=r.host, program_id=int(r.program_id), program=r.module, name=r.name, category=r.category,
             occurrences=int(r.occurrences), total_time_ps=int(r.total_time_ps), self_time_ps=int(r.self_time_ps),
             time_share=r.self_time_ps / denom if denom else 0.0, flops=float(r.flops),
-            bytes_accessed=float(r.bytes_accessed), hbm_bytes=float(r.hbm_bytes), flop_rate=float(r.flop_rate),
-            hbm_bw=float(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
+            bytes_accessed=float(r.bytes_accessed), hbm_bytes=float(r.hbm_bytes), flop_rate=_finite(r.flop_rate),
+            hbm_bw=_finite(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
             flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
             bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
-            tf_op=r.tf_op,
+            tf_op=r.tf_op, group_size=int(r.group_size), group_source=str(r.group_source),
+            ici_bytes=float(r.ici_bytes), ici_bw=_finite(r.ici_bw), ici_utilization=_finite(r.ici_utilization),
             **facts))
     return rows
 

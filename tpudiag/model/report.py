@@ -122,12 +122,12 @@ class OpRow:
     flops: float
     bytes_accessed: float
     hbm_bytes: float
-    flop_rate: float
-    hbm_bw: float
+    flop_rate: float | None  # None where above the peak (`analysis.limits`: not a physical rate)
+    hbm_bw: float | None  # None where above the peak
     operational_intensity: float | None
     flop_utilization: float | None
     hbm_utilization: float | None
-    bound_by: str
+    bound_by: str  # `analysis.ops.BoundBy`: Compute, HBM, collective or latency
     family: str
     shape_with_layout: str
     source: str  # `file.py:LINE` of the op's metadata; '' when unknown
@@ -138,6 +138,12 @@ class OpRow:
     spill_stores: int | None = None  # VMEM spill stores (LLO dump)
     spill_fills: int | None = None  # VMEM spill fills (LLO dump)
     estimated_cycles: int | None = None  # compiler estimate for one execution; never for remote DMA
+    # Collectives (`analysis.ops`): ICI traffic per device, modelled from payload, group and algorithm.
+    group_size: int = 0  # participants per replica group; 0 for other ops
+    group_source: str = ""  # `model.collectives.GroupSource`: replica_groups, shapes or assumed
+    ici_bytes: float = 0.0  # bytes each device sends over ICI, total over occurrences
+    ici_bw: float | None = None  # ici_bytes over the transfer's time (the async window for a pair)
+    ici_utilization: float | None = None  # ici_bw / the chip's ICI peak
 
 
 @dataclass(frozen=True)
