@@ -51,7 +51,7 @@ def build_timeline(estimates: pd.DataFrame) -> Timeline:
         dur = int(row.duration_ps)
         if row.async_role == "start" and row.partner:
             open_starts[row.name] = (t, t + dur + int(row.window_ps), row.family)
-        elif row.async_role == "done" and row.partner in open_starts:
+        elif row.partner in open_starts:  # its done, or the control-flow op that holds the done
             start_at, ready_at, family = open_starts.pop(row.partner)
             dur = max(dur, ready_at - t)
             windows.append(AsyncWindow(row.partner, start_at, t + dur - start_at, family))
