@@ -145,7 +145,10 @@ def simulate_in_memory(output: CompileOutput, clock_ghz: float | None = None, ic
         raise UsageError(f"--steps must be at least 1, not {steps}")
     timeline = build_timeline(estimates)
     module = output.program.module or output.facts.get("module", "jit_program")
-    digest = hashlib.sha256(f"{module}:{output.facts.get('target', '')}".encode()).digest()
+    # A bare dump's `target` is its directory: left out, so the id does not depend on where the
+    # dump sits on disk (nor a golden on the checkout's path).
+    target = "" if output.bare else output.facts.get("target", "")
+    digest = hashlib.sha256(f"{module}:{target}".encode()).digest()
     program_id = int.from_bytes(digest[:8], "little") & 0x7FFFFFFFFFFFFFFF
     per_core = chip.tensorcores_per_chip
     design = CaptureDesign(
