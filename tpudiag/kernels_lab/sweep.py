@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tpudiag.compiler.driver import wait_limit_s
 from tpudiag.errors import InputError, UsageError
 from tpudiag.kernels_lab.family import family_module
 from tpudiag.kernels_lab.problems import problem_fields
@@ -207,7 +208,7 @@ class _Worker:
 
     def next(self, timeout_s: float) -> dict | None:
         """The next JSON answer; None when the process ended or the time ran out."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + wait_limit_s(timeout_s)
         while True:
             try:
                 line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
