@@ -21,25 +21,7 @@ from tpudiag.model.profile import HostTrace, Platform, StepKind, StepSource
 def step_markers(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
     """(device, core, step, start_ps, dur_ps) markers, one per core and step."""
     markers = host.step_markers
-<<<<<<< HEAD
     source = StepSource(StepKind.ANNOTATIONS if host.device.platform is Platform.CPU else StepKind.STEPS_LINE)
-    if markers.empty and not host.modules.empty:
-        mods = host.modules
-        per_program = mods.groupby("program_id", observed=True)["dur_ps"].sum()
-        program = per_program.idxmax()
-        chosen = mods[mods["program_id"] == program].sort_values(["core", "start_ps"])
-        markers = pd.DataFrame({
-            "device": chosen["device"].astype(str).to_numpy(),
-            "core": chosen["core"].to_numpy(),
-            "step": chosen.groupby("core").cumcount().to_numpy().astype(np.int64),
-            "start_ps": chosen["start_ps"].to_numpy(),
-            "dur_ps": chosen["dur_ps"].to_numpy(),
-        })
-        source = StepSource(StepKind.XLA_MODULES, str(chosen["module"].iloc[0]))
-    elif markers.empty:
-        return markers, StepSource(StepKind.NONE)
-=======
-    source = StepSource(StepKind.STEPS_LINE)
     if markers.empty:
         mods = host.modules[~host.modules["device"].astype(str).str.contains("SparseCore", regex=False)]
         if mods.empty:
@@ -48,7 +30,6 @@ def step_markers(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
         chosen = mods[(mods["program_id"] == program) & (mods["module"].astype(str) == module)]
         markers, left_out = aligned_executions(chosen)
         source = StepSource(StepKind.XLA_MODULES, module, program, left_out)
->>>>>>> main
     longest = markers.sort_values("dur_ps", ascending=False).drop_duplicates(["core", "step"])
     return longest.sort_values(["core", "start_ps"]).reset_index(drop=True), source
 
