@@ -151,3 +151,15 @@ def test_v6e_memory_view_prints_no_negative_program_id():
     ids = [int(m) for m in re.findall(r"program (-?\d+)", proc.stdout)]
     assert ids and all(i > 0 for i in ids)
     assert "program 12190760917235803885" in proc.stdout  # jit_f, its /host:metadata id read unsigned
+
+
+def test_v6e_embedded_hlo_joins_every_op_by_its_unsigned_program_id():
+    # Regression: with ids >= 2^63 read as 0 (ops) and negative (embedded HLO), the programs could
+    # not join by id. By hand: the file embeds the four programs' HloProtos in `/host:metadata`.
+    import tpudiag
+
+    d = tpudiag.diagnose(V6E, jobs=1)
+    assert d.join is not None and d.join.n_ops == 17
+    assert set(d.join.columns["hlo_match"].astype(str)) == {"program_id"}
+    assert sorted(h.program.program_id for h in d.compiled.embedded) == sorted(
+        [12190760917235803885, 9646411105960254074, 11287434908481120160, 2433868464432466958])
