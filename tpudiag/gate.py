@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding, Severity
 from tpudiag.model.profile import Platform
-from tpudiag.model.units import fmt_time, number_problem
+from tpudiag.model.units import fmt_time
 
 if TYPE_CHECKING:
     from tpudiag.analysis.diff import Change
@@ -60,11 +60,24 @@ class Verdict:
         return 0 if self.passed else 1
 
 
-def findings_check(findings: tuple[Finding, ...], threshold: Severity) -> Check:
+def rules_text(ran: tuple[str, ...], skipped) -> str:
+    """`rules run: a, b; not run: c, d (why)` for a check's detail: what the findings check covers."""
+    from tpudiag.model.report import skips_by_reason
+
+    text = f"rules run: {', '.join(ran) or 'none'}"
+    if skipped:
+        text += "; not run: " + "; ".join(f"{', '.join(rules)} ({reason})" for reason, rules in skips_by_reason(skipped))
+    return text
+
+
+def findings_check(findings: tuple[Finding, ...], threshold: Severity, ran: tuple[str, ...] | None = None,
+                   skipped=()) -> Check:
+    """The findings check; `ran` and `skipped` (when given) name the rules it covers in its detail."""
     bad = [f for f in findings if f.severity >= threshold]
     label = threshold.label()
+    covered = f"; {rules_text(ran, skipped)}" if ran is not None else ""
     if not bad:
-        return Check("findings", True, f"no finding at or above {label} ({len(findings)} findings in all)")
+        return Check("findings", True, f"no finding at or above {label} ({len(findings)} findings in all{covered})")
     worst = bad[0]
     return Check("findings", False, f"{len(bad)} finding{'s' * (len(bad) != 1)} at or above {label}; "
                                     f"first: [{worst.severity.label()}] {worst.rule}: {worst.message}")
@@ -88,9 +101,16 @@ def check_warnings(checked: Diagnosis, diff: Diff | None = None) -> tuple[str, .
     device ops or steps, so its findings check passes vacuously.
     """
     out = []
-    if checked.report.summary.platform is Platform.CPU:
+    if checked.report.summary.platform is Platform.CPU and checked.analysis is not None \
+            and not checked.analysis.n_events:
         out.append("host-only capture (no TPU or GPU device plane): no device ops or steps, so nothing "
                    "to gate on; the findings check passes vacuously")
+    elif not checked.rules_run and checked.skipped:
+        out.append("no rule could run on this input, so the findings check passes vacuously: "
+                   + rules_text((), checked.skipped).split("; ", 1)[1])
+    elif checked.skipped:
+        out.append(f"{len(checked.skipped)} rules could not run, so the findings check does not cover them: "
+                   + ", ".join(s.rule for s in checked.skipped))
     if diff is None:
         out += [f"not analysed: {f}" for f in checked.report.failures]
         out += checked.warnings
@@ -106,7 +126,7 @@ def judge(checked: Diagnosis, compared: Diff | None, fail_on: Severity | None,
     """The verdict on a diagnosis already made (`compared.new` is `checked` when there is a baseline)."""
     checks = []
     if fail_on is not None:
-        checks.append(findings_check(checked.findings, fail_on))
+        checks.append(findings_check(checked.findings, fail_on, checked.rules_run, checked.skipped))
     step_change = None
     if compared is not None:
         step_change = compared.result.step_time
@@ -120,18 +140,33 @@ def judge(checked: Diagnosis, compared: Diff | None, fail_on: Severity | None,
                    warnings=check_warnings(checked, compared))
 
 
+def _severity(value: object) -> Severity | None:
+    """`fail_on=`: None, a Severity, or its name (`"high"`)."""
+    if value is None or isinstance(value, Severity):
+        return value
+    if isinstance(value, str):
+        try:
+            return Severity.parse(value)
+        except ValueError as exc:
+            raise UsageError(f"fail_on: {exc}") from None
+    raise UsageError(f"fail_on must be a Severity or its name (info, low, medium, high), got {value!r:.40}")
+
+
 def gate(path: Path | str, *, baseline: Path | str | None = None, fail_on: Severity | None = None,
          max_regression_pct: float | None = None, config=None, chip: str | None = None, jobs: int | None = None,
          scheduler=None) -> Verdict:
     """Diagnose `path` (against `baseline` when given) and decide: the policy in the module docstring."""
-    from tpudiag.pipeline import compare, diagnose
+    from tpudiag import arguments
+    from tpudiag.pipeline import check_diagnose_arguments, compare, diagnose
 
-    if max_regression_pct is not None:
-        if baseline is None:
-            raise UsageError("max_regression_pct needs a baseline", hint="pass the baseline capture")
-        problem = number_problem(max_regression_pct, False)
-        if problem:
-            raise UsageError(f"max_regression_pct {problem}")
+    # Every argument checked before anything is read (a UsageError naming it)
+    arguments.check_path(path)
+    arguments.check_path(baseline, "baseline")
+    fail_on = _severity(fail_on)
+    max_regression_pct = arguments.check_number(max_regression_pct, "max_regression_pct")
+    check_diagnose_arguments(dict(config=config, chip=chip, jobs=jobs, scheduler=scheduler), "tpudiag.gate.gate")
+    if max_regression_pct is not None and baseline is None:
+        raise UsageError("max_regression_pct needs a baseline", hint="pass the baseline capture")
     if fail_on is None and baseline is None:
         fail_on = DEFAULT_FAIL_ON
     limit = DEFAULT_MAX_REGRESSION_PCT if max_regression_pct is None else max_regression_pct

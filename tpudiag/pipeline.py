@@ -41,6 +41,7 @@ from tpudiag.parsers.dump_dir import load_dumps
 from tpudiag.report_builder import build_report, dump_only_report
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
+    from tpudiag.analysis.cost_model import ProgramEstimate
     from tpudiag.analysis.diff import Diff as AnalysisDiff
     from tpudiag.analysis.diff import NoiseOptions
     from tpudiag.compiler.static_report import StaticReport
@@ -67,6 +68,7 @@ class Diagnosis:
     warnings: tuple[str, ...]
     report: Report
     static: StaticReport | None = None
+    rules_run: tuple[str, ...] = ()  # the selected rules that had their inputs and ran (`skipped`: the others)
 
     @property
     def input_path(self) -> str:
@@ -110,6 +112,19 @@ class Diagnosis:
 
         return memory_report(self.input_path, self.compiled, self.compiled.oom_errors, programs=self.report.memory)
 
+    def write_trace(self, path: Path | str):
+        """Write the device timeline of the analysed steps, with the findings marked on their ops, as
+        Chrome trace-event JSON for Perfetto (`tpudiag report --trace-out`; `render.trace_events`).
+        Returns what was written (`TraceSummary`); a UsageError when there is no timeline (compiler
+        dumps of an unknown generation) or `path` is an input or inside one."""
+        from tpudiag.render.trace_events import write_trace
+
+        if self.analysis is None:
+            raise UsageError("no timeline to export: the TPU generation of these dumps is unknown",
+                             hint="pass --chip with the generation they were compiled for")
+        local = "://" not in self.input_path  # a URL has no directory here to protect
+        return write_trace(self.analysis, self.findings, Path(path), [Path(self.input_path)] if local else [])
+
     def findings_frame(self) -> pd.DataFrame:
         """One row per finding: rule, code, severity, message, saving and its basis, fix, ops and
         their sites (`op: file.py:LINE, JAX op name`, `; `-separated)."""
@@ -151,8 +166,28 @@ def _rules_config(path: Path | None, config, select, ignore):
     return rules_config
 
 
-def _as_list(value: str | Sequence[str] | None) -> list[str] | None:
-    return [value] if isinstance(value, str) else (list(value) if value is not None else None)
+def check_diagnose_arguments(kwargs: dict, where: str = "tpudiag.diagnose") -> dict:
+    """`diagnose()`'s keyword arguments (and `path`) checked: a `UsageError` naming the first wrong
+    one, an unknown name included; returns them normalised (`dumps` a list of paths, `select` and
+    `ignore` lists, numbers as floats), so a generator is read once, here. `tpudiag.profile()`
+    calls it when it is called, for the diagnosis it makes after its block."""
+    from tpudiag.rules import RulesConfig
+
+    arguments.check_keywords(kwargs, _DIAGNOSE_ARGUMENTS, where)
+    out = dict(kwargs)
+    checks = {
+        "path": arguments.check_path, "dumps": arguments.check_dumps, "chip": arguments.check_chip,
+        "jobs": arguments.check_jobs, "progress": arguments.check_progress, "clock_ghz": arguments.check_clock_ghz,
+        "config": lambda v: arguments.check_config(v, RulesConfig),
+        "select": lambda v: arguments.check_rule_names(v, "select"),
+        "ignore": lambda v: arguments.check_rule_names(v, "ignore"),
+        "scheduler": arguments.check_scheduler, "error": arguments.check_error_text,
+    }
+    for name, value in kwargs.items():
+        checked = checks[name](value)
+        if name != "chip":  # the caller's own value travels on: `diagnose` decides the ChipSpec
+            out[name] = checked
+    return out
 
 
 def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = (), config=None,
@@ -186,9 +221,10 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     from tpudiag.parsers.capture import HostUrl, as_location
     from tpudiag.rules import run_rules
 
-    path, dumps = arguments.check_path(path), arguments.check_dumps(dumps)  # UsageError for a wrong type/value
-    jobs, progress = arguments.check_jobs(jobs), arguments.check_progress(progress)
-    clock_ghz = arguments.check_clock_ghz(clock_ghz)
+    args = check_diagnose_arguments(dict(path=path, dumps=dumps, config=config, chip=chip, jobs=jobs,
+                                         progress=progress, select=select, ignore=ignore, clock_ghz=clock_ghz,
+                                         scheduler=scheduler, error=error))
+    path, dumps, jobs, progress, clock_ghz = args["path"], args["dumps"], args["jobs"], args["progress"], args["clock_ghz"]
     bundled = path is None
     if path is None:
         path = bundled_capture()
@@ -197,7 +233,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     remote = isinstance(path, HostUrl)  # a URL: no config file beside it, and no compiler dump directory
     chip_spec = arguments.check_chip(chip)
     oom_errors = parse_error_text(error)
-    rules_config = _rules_config(None if remote else path, config, _as_list(select), _as_list(ignore))
+    rules_config = _rules_config(None if remote else path, config, args["select"], args["ignore"])
     inputs = read_inputs(path, dumps, chip_spec, oom_errors=oom_errors, jobs=jobs, progress=progress,
                          scheduler=scheduler)
     if bundled and oom_errors:  # the bundled example is nobody's program: an --error text stands alone
@@ -211,8 +247,15 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
                                   static=inputs.mode is Mode.STATIC, memory=memory)
     _stage(progress, 3)
     report = _report(inputs, analysed, join, findings, tuple(skipped), memory, rules_config.warnings)
+    skipped_names = {s.rule for s in skipped}
+    ran = tuple(rule.name for rule, _ in rules_config.resolve() if rule.name not in skipped_names)
     return Diagnosis(inputs=inputs, analysis=analysed.analysis, join=join, findings=report.findings,
-                     skipped=tuple(skipped), warnings=report.warnings, report=report, static=analysed.static)
+                     skipped=tuple(skipped), warnings=report.warnings, report=report, static=analysed.static,
+                     rules_run=ran)
+
+
+_DIAGNOSE_ARGUMENTS = ("path", "dumps", "config", "chip", "jobs", "progress", "select", "ignore", "clock_ghz",
+                       "scheduler", "error")
 
 
 def parse_error_text(error: str | None) -> tuple[OomError, ...]:
@@ -251,19 +294,21 @@ def _analyse(inputs: Inputs, clock_ghz: float | None) -> Analysed:
         return Analysed(analyze(inputs.capture, per_step=inputs.per_step), None, inputs.warnings)
     if inputs.program is None:
         return Analysed(None, None, inputs.warnings)
+    from tpudiag.analysis.cost_model import estimate_program
     from tpudiag.compiler.static_report import build_static_report
 
-    static = build_static_report(inputs.program, clock_ghz=clock_ghz)
-    return Analysed(_modelled_analysis(inputs, clock_ghz), static, (*inputs.warnings, *static.warnings))
+    estimate = estimate_program(inputs.program, clock_ghz)  # once, for the static report and the timeline
+    static = build_static_report(inputs.program, estimate=estimate)
+    return Analysed(_modelled_analysis(inputs, estimate), static, (*inputs.warnings, *static.warnings))
 
 
-def _modelled_analysis(inputs: Inputs, clock_ghz: float | None) -> Analysis:
+def _modelled_analysis(inputs: Inputs, estimate: ProgramEstimate) -> Analysis:
     """The compiled program on a modelled timeline (`tpudiag simulate`, kept in memory), analysed
     like a capture."""
     from tpudiag.compiler.simulate import RUN_NAME, simulate_in_memory
     from tpudiag.parsers.capture import profile_from_xspace
 
-    modelled = simulate_in_memory(inputs.program, clock_ghz=clock_ghz, roofline_without_clock=True)
+    modelled = simulate_in_memory(inputs.program, roofline_without_clock=True, estimate=estimate)
     return analyze(profile_from_xspace(modelled.xspace, inputs.path, RUN_NAME))
 
 
@@ -325,14 +370,16 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
     mode); the result then says the run is modelled. The result's warnings hold both diagnoses'
     warnings (prefixed `base:` / `new:`), so `diff` shows what `report` shows for the same input.
     """
+    from tpudiag.analysis.diff import NoiseOptions
+
     # Checked before either input is read: a bad argument must not cost a whole diagnosis first.
     arguments.check_path(base, "base")
     arguments.check_path(new, "new")
     base_dumps = arguments.check_dumps(base_dumps, "base_dumps")  # a generator is read once, here
     new_dumps = arguments.check_dumps(new_dumps, "new_dumps")
-    arguments.check_chip(chip)
-    arguments.check_jobs(jobs)
-    arguments.check_clock_ghz(clock_ghz)
+    check_diagnose_arguments(dict(config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz, scheduler=scheduler),
+                             "tpudiag.compare")
+    arguments.check_instance(noise, "noise", NoiseOptions, "a NoiseOptions")
     b = diagnose(base, dumps=base_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,
                  scheduler=scheduler)
     n = diagnose(new, dumps=new_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,

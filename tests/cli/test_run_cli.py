@@ -254,6 +254,19 @@ def test_child_env_keeps_the_users_flags_and_dump_directory(tmp_path):
         os.environ.update(env_before)
 
 
+def test_run_says_which_variable_each_of_its_flags_went_to(tmp_path, monkeypatch):
+    from tpudiag.cli.run_cmd import added_flags
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=true")
+    monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+    env, xla, llo = child_env({}, tmp_path, tmp_path / "dumps", tpu=True)
+    assert added_flags(env) == [f"XLA_FLAGS += --xla_dump_to={xla}",
+                                f"LIBTPU_INIT_ARGS += --xla_jf_dump_to={llo} --xla_jf_dump_llo_text=true "
+                                "--xla_jf_dump_category_filter=misc"]
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to={tmp_path}")  # the user's own: nothing added, nothing said
+    assert added_flags(child_env({}, tmp_path, tmp_path / "dumps", tpu=False)[0]) == []
+
+
 def test_joinable_dumps_reads_tpu_dumps_and_names_cpu_ones(tmp_path):
     tpu = tmp_path / "tpu"
     tpu.mkdir()

@@ -122,6 +122,17 @@ def child_env(config: dict, boot_dir: Path, dumps: Path, tpu: bool,
     return env, Path(xla), Path(llo) if llo else None
 
 
+def added_flags(env: dict[str, str]) -> list[str]:
+    """What tpudiag appended to each flag variable of the child, as `VAR += FLAGS`: each flag where
+    its runtime registers it (`--xla_dump_to`: XLA's DebugOptions; `--xla_jf_*`: libtpu's)."""
+    lines = []
+    for var in ("XLA_FLAGS", "LIBTPU_INIT_ARGS"):
+        before, after = os.environ.get(var, ""), env.get(var, "")
+        if after != before and after.startswith(before):
+            lines.append(f"{var} += {after[len(before):].strip()}")
+    return lines
+
+
 def joinable_dumps(xla: Path, llo: Path | None) -> tuple[list[Path], list[str]]:
     """The dump directories the report can read, and a note for each one it cannot."""
     from tpudiag.parsers.dump_dir import HLO_SUFFIX, is_dump_directory
@@ -319,6 +330,8 @@ def run_command(
         env, xla, llo = child_env(config, boot, work / "dumps", tpu_host(), gpu_host())
         where = f"trace in `{logdir}`, dumps in `{xla}`" + (f" and `{llo}`" if llo else "")
         _say(where)
+        for line in added_flags(env):
+            _say(line)
         # JSON on stdout must parse: the program's own output goes to stderr then (`-o -` is stdout too)
         parsed_stdout = output_format is TerminalOrJson.json and (output is None or str(output) == "-")
         if parsed_stdout:

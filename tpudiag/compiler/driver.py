@@ -46,6 +46,14 @@ XLA_KEEP_SUFFIXES = (
 _FATAL = re.compile(r"^F\d{4} [\d:.]+\s+\d+\s+(?P<where>[^\]]+)\]\s*(?P<message>.*)$")
 _CHECK = re.compile(r"(Check failed|LLO_CHECK|RESOURCE_EXHAUSTED|INVALID_ARGUMENT|INTERNAL:)")
 DEFAULT_TIMEOUT_S = 900.0
+# Waits past this overflow the platform's timers (poll's milliseconds are a C int: about 24 days), so a
+# longer timeout (`--timeout-s 1e308`) waits this long: no limit in practice.
+MAX_WAIT_S = 1_000_000.0
+
+
+def wait_limit_s(timeout_s: float) -> float:
+    """`timeout_s`, at most MAX_WAIT_S: what a subprocess or queue wait can be given."""
+    return min(timeout_s, MAX_WAIT_S)
 
 
 class CompileError(TpudiagError):
@@ -77,6 +85,13 @@ def libtpu_flags(out: Path, static_profile: bool, extra: tuple[str, ...] = ()) -
     if static_profile:
         flags.append(f"--xla_jf_dump_static_llo_profile_to={out / PROFILE_DIR}")
     return flags + list(extra)
+
+
+def dump_options(out: Path, static_profile: bool) -> list[str]:
+    """The dump flags of a compile into `out`, its path written `<out>`: what `whatif` checks to be
+    the same for the baseline and every variant before it compares them."""
+    flags = [f"--xla_dump_to={out / XLA_DIR}", *libtpu_flags(out, static_profile)]
+    return [f.replace(str(out), "<out>") for f in flags]
 
 
 def worker_env(out: Path, static_profile: bool, extra: tuple[str, ...] = (),
@@ -189,7 +204,7 @@ def compile_program(target: str, topology: Topology, out: Path, static_profile: 
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, env=worker_env(out, profile, extra_flags, xla_flags), capture_output=True, text=True,
-                              timeout=timeout_s, errors="replace")
+                              timeout=wait_limit_s(timeout_s), errors="replace")
     except subprocess.TimeoutExpired as exc:
         raise CompileError(f"the compile did not finish within {timeout_s:.0f} s",
                            hint="a smaller program, or --no-static-profile (it is the slow part)") from exc
@@ -223,7 +238,7 @@ def compile_program(target: str, topology: Topology, out: Path, static_profile: 
     trim_llo_dump(out / LLO_DIR)
     result.update(wall_s=round(wall, 3), static_profile=profile, libtpu_flags=list(extra_flags),
                   xla_flags=list(xla_flags), compiler_options=dict(compiler_options or {}),
-                  generation=topology.generation)
+                  generation=topology.generation, dump_options=dump_options(out, profile))
     result["dump_bytes"] = dump_size(out)
     result_path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     return CompileRun(out=out, topology=topology, facts=result, static_profile=profile, wall_s=wall)

@@ -26,7 +26,8 @@ def whatif_json(result) -> dict:
     return {
         "kind": "tpudiag.whatif", "modelled": True, "target": result.target, "topology": result.topology,
         "baseline": _side(result.baseline),
-        "variants": [{"settings": [str(s) for s in v.variant.settings], **_side(v.compiled),
+        "variants": [{"settings": [str(s) for s in v.variant.settings],
+                      "goes_to": [s.goes_to for s in v.variant.settings], **_side(v.compiled),
                       "schedule_changed": v.compiled.schedule_sha != result.baseline.schedule_sha,
                       "step_time_change_ps": v.diff.step_time.delta_ps if v.diff.step_time else None,
                       "step_time_significant": bool(v.diff.step_time and v.diff.step_time.significant),

@@ -150,4 +150,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=(RuleInput.TRACE, RuleInput.LAYOUTS),
-            options_type=Options, check=check, doc=__doc__, tables=(Table.OPS, Table.OP_STEP_WORST, Table.STEPS))
+            options_type=Options, check=check, doc=__doc__, tables=(Table.OPS, Table.OP_STEP_WORST, Table.STEPS), tpu_only=True)
