@@ -170,7 +170,8 @@ def test_step_times_match_xprof_on_the_compiled_example(tmp_path):
 # clock with their anchor, planes, lines and events reordered, metadata ids renumbered, unknown
 # planes, lines and stats added; xprof and tpudiag must still agree op by op and step by step.)
 
-DIFFERENTIAL = ("example:train_v6e_4chip", "model:pallas_matmul_v6e", "scenario:looped_collectives")
+DIFFERENTIAL = ("example:train_v6e_4chip", "model:pallas_matmul_v6e", "scenario:looped_collectives",
+                "real:tpu_v6e_hostoffload_inference")
 WITH_STEPS = ("model:pallas_matmul_v6e",)  # embeds its HLO, so xprof reports its steps
 
 
@@ -207,7 +208,7 @@ def test_xprof_and_tpudiag_agree_op_by_op_on_every_capture_and_variant(different
 def test_xprof_and_tpudiag_agree_step_by_step_on_every_capture_and_variant(differential_run):
     name, run = differential_run
     if name not in WITH_STEPS:
-        pytest.skip(f"{name} embeds no HLO: xprof reports no steps for it")
+        pytest.skip(f"{name}: xprof reports no steps for it (no embedded HLO, or no Steps line)")
     theirs = xprof("get_step_trace", run)["step_breakdown"]
     assert theirs, "xprof reported no steps"
     ours = analyze(load_capture(run, jobs=1)).steps.groupby("step")["dur_ps"].max()

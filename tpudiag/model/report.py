@@ -34,7 +34,9 @@ class Distribution:
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Mean per step and core, in ps; compute + collective + io + idle = step."""
+    """Mean per step and core, in ps; compute + collective + io + idle = step. `step_ps` is the mean
+    core's step: the step time (`Summary.step_time`, the slowest core's per step) is longer when
+    cores differ, and renderers say so (`step_differs`)."""
 
     step_ps: float
     compute_ps: float
@@ -45,6 +47,10 @@ class Breakdown:
     @property
     def duty_cycle(self) -> float:
         return (self.step_ps - self.idle_ps) / self.step_ps if self.step_ps else 0.0
+
+    def step_differs(self, step_time: Distribution | None) -> bool:
+        """Whether the step time's mean differs from this breakdown's step by more than 0.5 %."""
+        return step_time is not None and abs(step_time.mean_ps - self.step_ps) > 0.005 * step_time.mean_ps
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,7 @@ class Summary:
     dumps: tuple[str, ...] = ()
     compiled: CompiledJoin | None = None  # how trace ops were joined to compiled programs
     mode: Mode = Mode.TRACE
+    step_program: str = ""  # the module whose executions are the steps (no `Steps` line); '' otherwise
     # Without steps: the share of the cores' time some op runs, Σ busy / Σ span (each core from its
     # first op to its last, `analysis.idle.capture_windows`); None when the capture has steps.
     busy_share: float | None = None
@@ -157,6 +164,21 @@ class CategoryTime:
 
 
 @dataclass(frozen=True)
+class ProgramTime:
+    """One XLA program's executions on the `XLA Modules` lines, over every core of every host
+    (`analysis.programs`): the step program and the others beside it."""
+
+    module: str
+    program_id: int  # unsigned 64-bit (`model.program_ids`)
+    executions: int  # on the core that ran it most
+    cores: int  # cores, over every host, that ran it
+    time_ps: int  # its executions' device time summed over those cores (core-ps)
+    mean_ps: float  # mean execution
+    share: float  # of every program's device time
+    step: bool  # its executions are the steps (no `Steps` line)
+
+
+@dataclass(frozen=True)
 class RuleSkip:
     rule: str
     reason: str
@@ -181,3 +203,4 @@ class Report:
     failures: tuple[str, ...] = ()  # host files that could not be analysed
     categories: tuple[CategoryTime, ...] = ()  # sorted by self time, descending
     memory: tuple[ProgramMemory, ...] = ()  # device memory of the compiled programs with a buffer assignment
+    programs: tuple[ProgramTime, ...] = ()  # XLA programs by device time, descending

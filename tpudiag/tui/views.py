@@ -111,7 +111,8 @@ class OverviewView(VerticalScroll):
         t.append("\n")
         if s.step_time:
             st = s.step_time
-            t.append(f"Steps {st.count} (from {one_line(s.step_source)}) · mean {fmt_time(st.mean_ps)} · "
+            source = one_line(s.step_program) if s.step_program else f"from {one_line(s.step_source)}"
+            t.append(f"Steps {st.count} ({source}) · mean {fmt_time(st.mean_ps)} · "
                      f"p50 {fmt_time(st.p50_ps)} · p90 {fmt_time(st.p90_ps)}")
             if len(s.hosts) > 1:
                 t.append(f" · host spread {fmt_time(s.host_spread_ps)}")
@@ -124,7 +125,9 @@ class OverviewView(VerticalScroll):
             t.append("\nDuty cycle ", style="bold")
             t.append(fmt_pct(b.duty_cycle), style="bold")
             t.append(f"  (compute {fmt_time(b.compute_ps)} · collectives {fmt_time(b.collective_ps)} · "
-                     f"infeed/outfeed {fmt_time(b.io_ps)} · idle {fmt_time(b.idle_ps)} of {fmt_time(b.step_ps)})")
+                     f"infeed/outfeed {fmt_time(b.io_ps)} · idle {fmt_time(b.idle_ps)} of {fmt_time(b.step_ps)}"
+                     + (", the mean core's step; the step time is each step's slowest core" if b.step_differs(s.step_time)
+                        else "") + ")")
         t.append("\n")
         return t
 
@@ -332,6 +335,11 @@ class OpsView(Vertical):
     def _row(self, event: DataTable.RowSelected) -> None:
         if 0 <= event.cursor_row < len(self.shown):
             self.post_message(self.OpenOp(self.shown[event.cursor_row]))
+
+    def selected_op(self) -> OpRow | None:
+        """The op under the table's cursor, if any."""
+        row = self.query_one("#ops-table", DataTable).cursor_row
+        return self.shown[row] if 0 <= row < len(self.shown) else None
 
     def action_cycle_sort(self) -> None:
         i = [c.key for c in SORT_COLUMNS].index(self.sort_key)
