@@ -18,9 +18,11 @@ from functools import cached_property
 from tpudiag.model.schemas import Column, TableSchema
 
 # Layout memory spaces (`S(n)` in shape text, LayoutProto.memory_space). 0-2 as XLA's own
-# memory-usage report names them on v5e/v6e (`default`, `vmem (color=1)`, `smem (color=2)`);
+# memory-usage report names them on v5e/v6e (`default`, `vmem (color=1)`, `smem (color=2)`), 5 as
+# XLA's `Layout::kHostMemorySpace` (host offload);
 # other numbers keep their raw form because their meaning varies by generation.
-MEMORY_SPACE_NAMES = {0: "hbm", 1: "vmem", 2: "smem"}
+MEMORY_SPACE_NAMES = {0: "hbm", 1: "vmem", 2: "smem", 5: "host"}
+HOST_MEMORY_SPACE = 5  # xla::Layout::kHostMemorySpace: pinned host memory (host offload)
 
 
 def memory_space_name(space: int) -> str:
