@@ -126,8 +126,7 @@ class OverviewView(VerticalScroll):
             t.append(fmt_pct(b.duty_cycle), style="bold")
             t.append(f"  (compute {fmt_time(b.compute_ps)} · collectives {fmt_time(b.collective_ps)} · "
                      f"infeed/outfeed {fmt_time(b.io_ps)} · idle {fmt_time(b.idle_ps)} of {fmt_time(b.step_ps)}"
-                     + (", the mean core's step; the step time is each step's slowest core" if b.step_differs(s.step_time)
-                        else "") + ")")
+                     + (" per core; the step time is the slowest core's" if b.step_differs(s.step_time) else "") + ")")
         t.append("\n")
         return t
 
