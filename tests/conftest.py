@@ -111,3 +111,16 @@ def transformer_lhs_pair(tmp_path_factory):
     target = f"{REPO / 'examples' / 'models' / 'transformer_train.py'}:train_step"
     variants = plan_variants(["xla_tpu_enable_latency_hiding_scheduler=false"], [])
     return whatif(target, "v5e:2x2", variants, tmp_path_factory.mktemp("lhs-pair"))
+
+
+def require_libtpu() -> None:
+    """Fail a libtpu test where libtpu is missing (skip it instead with TPUDIAG_ALLOW_NO_LIBTPU=1)."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    if importlib.util.find_spec("libtpu") is None:
+        if os.environ.get("TPUDIAG_ALLOW_NO_LIBTPU") == "1":
+            pytest.skip("libtpu is not installed (TPUDIAG_ALLOW_NO_LIBTPU=1)")
+        pytest.fail("libtpu is not installed: install the tpu extra or set TPUDIAG_ALLOW_NO_LIBTPU=1 to skip")
