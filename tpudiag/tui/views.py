@@ -234,7 +234,8 @@ class FindingsView(Horizontal):
         t.append("Fix ", style="bold")
         t.append(one_line(f.fix) + "\n\n")
         t.append("Saving ", style="bold")
-        t.append(f"≤ {saving_amount(f.saving)} ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
+        bound = "≤ " if f.saving.ps or f.saving.bytes else ""
+        t.append(f"{bound}{saving_amount(f.saving)} ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
         if f.evidence:
             t.append("Evidence\n", style="bold")
             for ev in f.evidence:
@@ -334,6 +335,11 @@ class OpsView(Vertical):
     def _row(self, event: DataTable.RowSelected) -> None:
         if 0 <= event.cursor_row < len(self.shown):
             self.post_message(self.OpenOp(self.shown[event.cursor_row]))
+
+    def selected_op(self) -> OpRow | None:
+        """The op under the table's cursor, if any."""
+        row = self.query_one("#ops-table", DataTable).cursor_row
+        return self.shown[row] if 0 <= row < len(self.shown) else None
 
     def action_cycle_sort(self) -> None:
         i = [c.key for c in SORT_COLUMNS].index(self.sort_key)
