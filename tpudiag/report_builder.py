@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.core_balance import core_work, slowest_core
+from tpudiag.analysis.host_transfers import transfer_rates
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, per_step_times
 from tpudiag.model.findings import Finding
@@ -56,6 +57,8 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
         step_time=_distribution(combined), host_spread_ps=spread,
         slowest_host=slowest.host if slowest and len(hosts) > 1 else "", breakdown=_breakdown(analysis.steps),
         modelled=profile.modelled, dumps=dumps, mode=mode,
+        host_transfers=transfer_rates(analysis.host_transfers, analysis.steps,
+                                      first.chip.host_link_bytes_per_s if first.chip else None),
         compiled=None if join is None else CompiledJoin(
             n_ops=join.n_ops, with_layout=join.hlo_matched, with_llo=join.llo_matched,
             from_dumps=join.dump_matched, sources=join.sources,
@@ -122,9 +125,10 @@ def _distribution(values: np.ndarray) -> Distribution | None:
 def _breakdown(steps: pd.DataFrame) -> Breakdown | None:
     if steps.empty:
         return None
-    m = steps[["dur_ps", "compute_ps", "collective_ps", "io_ps", "idle_ps"]].mean()
+    m = steps[["dur_ps", "compute_ps", "collective_ps", "io_ps", "host_transfer_ps", "idle_ps"]].mean()
     return Breakdown(step_ps=float(m["dur_ps"]), compute_ps=float(m["compute_ps"]),
-                     collective_ps=float(m["collective_ps"]), io_ps=float(m["io_ps"]), idle_ps=float(m["idle_ps"]))
+                     collective_ps=float(m["collective_ps"]), io_ps=float(m["io_ps"]), idle_ps=float(m["idle_ps"]),
+                     host_transfer_ps=float(m["host_transfer_ps"]))
 
 
 def _host_summaries(analysis: Analysis) -> list[HostSummary]:
