@@ -133,7 +133,7 @@ def _breakdown_sentence(b: Breakdown) -> str:
     host = (f"{share(b.host_transfer_ps)} waiting for async copies to or from host memory (offload, prefetch), "
             if b.host_transfer_ps else "")
     return (f"The chips spend {share(b.compute_ps)} of a step computing, {share(b.collective_ps)} waiting for "
-            f"communication between chips (collectives), {share(b.io_ps)} on infeed and outfeed, {host}"
+            f"communication between chips (collectives), {share(b.io_ps)} on transfers to and from the host, {host}"
             f"and {share(b.idle_ps)} idle. Idle time usually means the chips are waiting for the host "
             "(Python overhead, data loading or synchronisation).")
 
