@@ -22,7 +22,7 @@ PACKAGE = REPO / "tpudiag"
 LAYERS = {
     "errors": 0, "arguments": 0, "proto": 0, "model": 0, "version": 0, "examples_data": 0,
     "parsers": 1, "writers": 1,
-    "analysis": 2, "compiler": 2,
+    "analysis": 2, "compiler": 2.5,  # compiles and simulates; lays programs out with analysis's cost model
     "rules": 3, "render": 3,
     "report_builder": 3,  # analysis, findings and the join -> the `Report`; every warning gathered once
     "inputs": 3.5,  # the pipeline's first stage: read every input once, decide the chip once
@@ -208,3 +208,10 @@ def test_dump_directories_are_read_in_parsers_alone():
     # `compiler/` compiles and simulates; it reads no dump directory itself.
     readers = {"tpudiag.parsers.dump_dir", "tpudiag.parsers.compile_output", "tpudiag.parsers.llo.load"}
     assert not [m for m in GRAPH if _top(m) == "compiler" and GRAPH[m] & readers]
+
+
+def test_compiler_only_compiles_and_simulates():
+    """Cost and memory models live in `analysis` (`cost_model`, `device_memory`), readers in `parsers`:
+    `compiler/` holds the deviceless compile and the modelled timeline, nothing else (issue 32)."""
+    held = {p.stem for p in (REPO / "tpudiag" / "compiler").glob("*.py")} - {"__init__"}
+    assert held == {"driver", "worker", "target", "topology", "simulate", "static_report"}

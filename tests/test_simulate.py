@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from tpudiag.parsers.compile_output import load_compile_output
-from tpudiag.compiler.estimate import IciModel
+from tpudiag.analysis.cost_model import IciModel
 from tpudiag.compiler.simulate import build_timeline, simulate
 from tpudiag.errors import UsageError
 from tpudiag.parsers.capture import load_capture
@@ -169,7 +169,7 @@ def test_no_op_is_timed_below_its_flops_roofline(clock_hz):
     """No clock (a plain `--xla_dump_to` dump has no cycles either), the public clock, and a clock so
     fast the compiler's cycles take almost no time: a matmul is never timed by its bytes alone nor
     faster than the core's peak, and the compiler's estimate stands where it is slower."""
-    from tpudiag.compiler.estimate import CostModel, op_estimates
+    from tpudiag.analysis.cost_model import CostModel, op_estimates
     from tpudiag.model.hardware import chip_for
 
     output = load_compile_output(COMPILED)

@@ -106,7 +106,7 @@ class Diagnosis:
 
     def memory(self) -> MemoryReport:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
-        from tpudiag.compiler.memory import memory_report
+        from tpudiag.analysis.device_memory import memory_report
 
         return memory_report(self.input_path, self.compiled, self.compiled.oom_errors, programs=self.report.memory)
 
@@ -274,7 +274,7 @@ def _join(analysis: Analysis | None, compiled: CompiledInputs, choice: ChipChoic
 def _memory(inputs: Inputs) -> tuple:
     """The device memory of the compiled programs, for the memory rules and the report's memory
     section. A compile output read as the modelled program is not read again."""
-    from tpudiag.compiler.memory import program_memories
+    from tpudiag.analysis.device_memory import program_memories
 
     program = inputs.program
     outputs = {program.path: program} if program is not None and not program.bare else {}

@@ -3,7 +3,7 @@ in host memory (`S(5)`) is no HBM read or write, however large."""
 
 from __future__ import annotations
 
-from tpudiag.compiler.estimate import CostModel, op_estimates
+from tpudiag.analysis.cost_model import CostModel, op_estimates
 from tpudiag.model.hardware import chip_for
 from tpudiag.parsers.hlo_text import parse_hlo_text
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpudiag.compiler.memory import vmem_from_llo
+from tpudiag.analysis.device_memory import vmem_from_llo
 from tpudiag.parsers.llo.load import load_llo_dump
 
 LLO = Path(__file__).resolve().parents[1] / "fixtures" / "llo"

@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from google.protobuf.message import DecodeError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import SHARED
 from tests.memory_captures import played_capture
@@ -203,3 +205,62 @@ def test_an_epoch_line_beside_a_relative_one_is_rebased_on_profile_start_time(tm
     host = read_allocator_events(space.write(tmp_path / "m.xplane.pb"))
     assert host.warnings == ()
     assert list(host.events["time_ps"]) == [3_000 + 5_000 - 3_000, 10_000 + 9_000 - 3_000]
+
+
+def _one_stat_events(path: Path, values: list[int], n_names: int = 1) -> Path:
+    """Allocation events of HBM_0, each with `bytes_allocated` = its value; with `n_names` > 1 that
+    many stat metadata entries are all named `bytes_allocated`, event i using entry i mod n."""
+    space = XSpaceBuilder("h")
+    plane = space.plane("/host:CPU", 1)
+    line = plane.line("t", 1, 0)
+    alloc = plane.event_metadata("MemoryAllocation")
+    names = ["bytes_allocated"] + [f"bytes_allocated#{i}" for i in range(1, n_names)]
+    for i, value in enumerate(values):
+        line.event(alloc, 10 * (i + 1), 0, {"allocator_name": Ref("HBM_0"), names[i % n_names]: value,
+                                            "bytes_available": 1 << 30})
+    for name in names[1:]:
+        plane.proto.stat_metadata[plane.stat_id(name)].name = "bytes_allocated"
+    return space.write(path)
+
+
+@pytest.mark.parametrize("bad", [(1 << 63) - 1, -1, U64((1 << 64) - 1), 1 << 51])
+def test_impossible_byte_counts_are_dropped_with_a_warning_naming_the_count(tmp_path, bad):
+    # Regression (issue 33): bytes_allocated = INT64_MAX printed "peak in use -2 B" (bytes_reserved
+    # added to it wrapped), a negative one a negative peak.
+    from tpudiag.analysis.memory_timeline import host_memory_timeline
+
+    host = read_allocator_events(_one_stat_events(tmp_path / "h.xplane.pb", [4096, bad, bad, 8192]))
+    assert list(host.events["heap_bytes"]) == [4096, 8192]
+    assert any(w.startswith("2 allocator events dropped: a byte count negative") for w in host.warnings)
+    [timeline] = host_memory_timeline(host).allocators
+    assert timeline.peak_bytes == 8192 and timeline.capacity_bytes == 8192 + (1 << 30)
+
+
+def test_many_stat_entries_of_one_name_cost_the_stats_not_events_times_entries(tmp_path, monkeypatch):
+    # Regression (issue 33): 20,000 events with 2,000 stat metadata entries all named
+    # `bytes_allocated` (341 KB) took 8.5 s and 1.75 GB: the wire reader keeps a column per stat id
+    # for every event. Past a few ids per read name the line is read through protobuf instead.
+    widths = []
+    real = event_wire.decode_stats
+    monkeypatch.setattr(event_wire, "decode_stats", lambda line, ids: widths.append(len(ids)) or real(line, ids))
+    n_events, n_names = 4000, 400
+    path = _one_stat_events(tmp_path / "h.xplane.pb", list(range(n_events)), n_names)
+    host = read_allocator_events(path)
+    assert list(host.events["heap_bytes"]) == list(range(n_events))
+    assert all(w <= 40 for w in widths)  # never 400 columns per event
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(st.one_of(st.integers(-(1 << 63), (1 << 63) - 1),
+                                 st.sampled_from([0, -1, (1 << 63) - 1, 1 << 50, (1 << 50) + 1])),
+                       min_size=1, max_size=12),
+       n_names=st.integers(1, 3))
+def test_allocator_figures_are_never_negative_or_wrapped(tmp_path, values, n_names):
+    # Property: whatever the byte stats, every figure the timeline shows is a plausible byte count.
+    from tpudiag.analysis.memory_timeline import host_memory_timeline
+
+    host = read_allocator_events(_one_stat_events(tmp_path / "p.xplane.pb", values, n_names))
+    for t in host_memory_timeline(host).allocators:
+        assert 0 <= t.peak_bytes <= t.capacity_bytes < 1 << 63
+        assert t.peak_heap_bytes >= 0 and t.peak_stack_bytes >= 0
+        assert all(a.allocation_bytes >= 0 and a.total_bytes >= 0 for a in t.at_peak)

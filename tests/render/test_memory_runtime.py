@@ -10,7 +10,7 @@ import pytest
 from tests.memory_captures import played_capture
 from tpudiag.analysis.live_buffers import attribute
 from tpudiag.analysis.memory_timeline import XPROF_MAX_SNAPSHOTS, capture_memory_timelines
-from tpudiag.model.live_buffers import BufferSample, DeviceMemoryProfile, SourceFrame
+from tpudiag.model.live_buffers import BufferSample, DeviceMemoryProfile, SourceFrame, StackLocation
 from tpudiag.render.console import SafeConsole
 from tpudiag.render.memory_runtime import (live_bytes_to_dict, render_live_bytes_terminal, render_timelines_terminal,
                                            sparkline, timelines_to_dict)
@@ -67,8 +67,8 @@ def test_names_from_a_trace_print_escaped(tmp_path):
 
 
 def test_live_bytes_terminal_and_json():
-    stack = (SourceFrame("_pjit", "/venv/lib/python3.11/site-packages/jax/_src/pjit.py", 10),
-             SourceFrame("step", "train.py", 42))
+    stack = (StackLocation((SourceFrame("_pjit", "/venv/lib/python3.11/site-packages/jax/_src/pjit.py", 10),)),
+             StackLocation((SourceFrame("step", "train.py", 42),)))
     prof = DeviceMemoryProfile("m.prof", (
         BufferSample("buffer", "tpu:0", 2, 3 << 20, stack),
         BufferSample("buffer", "tpu:1", 2, 3 << 20, stack),

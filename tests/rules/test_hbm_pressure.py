@@ -9,7 +9,7 @@ from tests.memory_dumps import ACT_BYTES, STATE_BYTES, W_BYTES, write_adam_dump
 from tests.rules.conftest import render_findings
 from tpudiag import diagnose
 from tpudiag.model.findings import Severity
-from tpudiag.compiler.memory import first_lever
+from tpudiag.analysis.device_memory import first_lever
 
 OOM_TEXT = ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required "
             "for HLO temporaries (17.00G) exceeds available HBM (15.75G).")

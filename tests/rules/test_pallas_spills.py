@@ -48,6 +48,7 @@ def test_static_report_puts_the_kernel_spills_on_the_op_that_runs_it():
     assert (table.loc["while", "spill_stores"], table.loc["while", "spill_fills"]) == (691, 800)
     row = next(o for o in d.report.ops if o.name == "while")
     assert (row.spill_stores, row.spill_fills) == (691, 800)
+    assert d.join.runs_inside[KERNEL] == "while"  # the one roll-up the spill rule times the kernel by
     [spill] = [f for f in d.findings if f.rule == "spill"]
     assert spill.ops == (KERNEL, "while")
     assert spill.message.startswith(f"`{KERNEL}` (at `make_fixtures.py:")

@@ -50,7 +50,7 @@ def test_rules_json():
 def test_rule_prints_its_documentation(key):
     proc = run("rule", key)
     assert proc.returncode == 0
-    assert proc.stdout.startswith("exposed-collective (TPD101)")
+    assert proc.stdout.startswith("# exposed-collective (TPD101)\n")
     assert "How to fix" in proc.stdout and "--xla_tpu_overlap_compute_collective_tc=true" in proc.stdout
 
 

@@ -64,7 +64,7 @@ def _with_memory(session, tmp_path, monkeypatch):
     import dataclasses
 
     from tests.memory_dumps import write_adam_dump
-    from tpudiag.compiler.memory import program_memories
+    from tpudiag.analysis.device_memory import program_memories
     from tpudiag.pipeline import load_dumps
 
     monkeypatch.chdir(tmp_path)

@@ -126,6 +126,9 @@ class JoinResult:
     # The compiled program each trace program joined, by (program_id, module): the first accepted
     # source, dumps before the capture's protos. Rules read an op's math from it (`model.matmuls`).
     programs: dict[tuple[int, str], CompiledProgram] = field(default_factory=dict)
+    # An LLO program the timeline does not list (a Pallas kernel inside a scanned layer) -> the entry
+    # op that runs it, whose row holds its spills (`_roll_up_nested`). The spill rule times it so.
+    runs_inside: dict[str, str] = field(default_factory=dict)
 
     def program_for(self, program_id, module: str) -> CompiledProgram | None:
         return self.programs.get((int(program_id), str(module)))
@@ -249,6 +252,7 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
     padded = [pd.NA] * n
     stores = [pd.NA] * n
     fills = [pd.NA] * n
+    runs_inside: dict[str, str] = {}
     cycles = [pd.NA] * n
     cycles_src = [""] * n
     hlo_origin = [""] * n
@@ -368,8 +372,9 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
                 elif status == "not-estimated-remote-dma":
                     cycles[row], cycles_src[row] = pd.NA, ""
             if accepted_hlo:
-                _roll_up_nested(facts, dump.path, dict(zip(names, rows)), hlo[accepted_hlo[0]].program,
-                                stores, fills, llo_origin, from_dump)
+                runs_inside.update(_roll_up_nested(facts, dump.path, dict(zip(names, rows)),
+                                                   hlo[accepted_hlo[0]].program, stores, fills, llo_origin,
+                                                   from_dump))
 
     columns = JOINED.frame({
         "logical_bytes": logical, "padded_bytes": padded, "spill_stores": stores, "spill_fills": fills,
@@ -394,19 +399,22 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
     llo_matched = int((columns["llo_origin"] != "").sum())
     return JoinResult(columns=columns, n_ops=n, hlo_matched=hlo_matched, llo_matched=llo_matched,
                       dump_matched=int(from_dump.sum()), matches=tuple(matches), sources=tuple(used),
-                      warnings=tuple(dict.fromkeys(warnings)), programs=joined_programs)
+                      warnings=tuple(dict.fromkeys(warnings)), programs=joined_programs,
+                      runs_inside=runs_inside)
 
 
 def _roll_up_nested(facts: pd.DataFrame, origin: str, row_of: dict[str, int], program: CompiledProgram,
-                    stores: list, fills: list, llo_origin: list, from_dump: np.ndarray) -> None:
+                    stores: list, fills: list, llo_origin: list, from_dump: np.ndarray) -> dict[str, str]:
     """Spills of LLO programs that are no trace op, added to the entry op that runs them.
 
     An LLO program is named after its HLO instruction; one below the entry computation (a Pallas
     kernel's custom call in a scanned layer, inside the `while` body) has no row of its own where
     the timeline lists entry instructions only (the static report). Its spills belong to the
     entry op the XLA dump says runs it; where the trace has the instruction itself, it keeps them.
+    Returns each rolled-up program's entry op.
     """
     entry_op = program.entry_op_of
+    owners: dict[str, str] = {}
     for name, stored, filled in zip(facts.index, facts["spill_stores"], facts["spill_fills"]):
         if name in row_of:
             continue
@@ -418,6 +426,8 @@ def _roll_up_nested(facts: pd.DataFrame, origin: str, row_of: dict[str, int], pr
                 column[row] = (0 if column[row] is pd.NA else column[row]) + int(value)
         llo_origin[row] = origin
         from_dump[row] = True
+        owners[name] = entry_op[name]
+    return owners
 
 
 def _source_modules(origin: str, hlo: Sequence[HloSource], llo: Sequence[LloDump]) -> list[str]:

@@ -13,7 +13,7 @@ warning, depends on the op and the input:
   did not do (padding), its bytes are not all HBM traffic, or the peak is not this core's (another
   generation's, or per chip where the op runs on one core);
 - a modelled capture (`tpudiag simulate`, static mode): none of these, since the model never
-  times an op below its FLOPs and HBM roofline (`compiler.estimate`) nor puts a DMA's bytes on a
+  times an op below its FLOPs and HBM roofline (`analysis.cost_model`) nor puts a DMA's bytes on a
   short done (`compiler.simulate`); a rate above peak there is a tpudiag bug.
 
 Pure: reads the ops table and the device facts.

@@ -11,9 +11,11 @@ import re
 from pathlib import Path
 
 from tpudiag.model import schemas
-from tpudiag.model.live_buffers import DeviceMemoryProfile, DeviceTotal, LiveBytes, SourceFrame
+from tpudiag.errors import InputError
+from tpudiag.model.live_buffers import DeviceMemoryProfile, DeviceTotal, LiveBytes, SourceFrame, StackLocation
 from tpudiag.parsers.pprof import read_device_memory_profile
 
+INT64_MAX = (1 << 63) - 1
 # Files of JAX itself: the installed packages, and a source checkout's `jax/_src`.
 _JAX_FILE = re.compile(r"(?:site|dist)-packages[/\\](?:jax|jaxlib)[/\\]|[/\\]jax[/\\]_src[/\\]|[/\\]jaxlib[/\\]")
 
@@ -22,12 +24,22 @@ def is_jax_frame(frame: SourceFrame) -> bool:
     return bool(_JAX_FILE.search(frame.file))
 
 
-def attributed_frame(stack: tuple[SourceFrame, ...]) -> tuple[SourceFrame | None, bool]:
-    """(the frame a sample is attributed to, whether it is inside JAX); None for an empty stack."""
-    for frame in stack:
-        if not is_jax_frame(frame):
-            return frame, False
-    return (stack[0], True) if stack else (None, True)
+def attributed_frame(stack: tuple[StackLocation, ...],
+                     first_outside: dict[int, SourceFrame | None] | None = None) -> tuple[SourceFrame | None, bool]:
+    """(the frame a sample is attributed to, whether it is inside JAX); None for an empty stack.
+
+    `first_outside` memoises each location's first frame outside JAX (by the location object,
+    which samples share), so a profile costs its locations' lines once plus its samples' location
+    references, however often a long location is named."""
+    memo = {} if first_outside is None else first_outside
+    for location in stack:
+        key = id(location)
+        if key not in memo:
+            memo[key] = next((f for f in location.frames if not is_jax_frame(f)), None)
+        if memo[key] is not None:
+            return memo[key], False
+    innermost = next((loc.frames[0] for loc in stack if loc.frames), None)
+    return innermost, True
 
 
 def live_bytes_of(path: Path | str) -> LiveBytes:
@@ -40,12 +52,13 @@ def attribute(profile: DeviceMemoryProfile) -> LiveBytes:
     rows: dict[tuple[str, int, str, bool], list] = {}  # key -> [buffers, bytes, devices]
     devices: dict[str, list[int]] = {}
     executables = executable_bytes = 0
+    first_outside: dict[int, SourceFrame | None] = {}
     for sample in profile.samples:
         if sample.kind != "buffer":
             executables += sample.buffers
             executable_bytes += sample.bytes
             continue
-        frame, internal = attributed_frame(sample.stack)
+        frame, internal = attributed_frame(sample.stack, first_outside)
         key = ("<no stack>", 0, "", True) if frame is None else (frame.file, frame.line, frame.function, internal)
         row = rows.setdefault(key, [0, 0, set()])
         row[0] += sample.buffers
@@ -54,6 +67,13 @@ def attribute(profile: DeviceMemoryProfile) -> LiveBytes:
         total = devices.setdefault(sample.device, [0, 0])
         total[0] += sample.buffers
         total[1] += sample.bytes
+    # Python integers sum without wrapping; the table and JSON readers hold int64, so a total past
+    # it (no device holds 8 EiB) is a damaged profile, refused rather than shown wrapped.
+    totals = (executables, executable_bytes, *(x for v in rows.values() for x in v[:2]),
+              sum(b for _, b in devices.values()), sum(n for n, _ in devices.values()))
+    if max(totals, default=0) > INT64_MAX:
+        raise InputError("damaged pprof profile (its buffer or byte totals pass int64: more than any "
+                         "device holds)", path=profile.path)
     ordered = sorted(rows.items(), key=lambda kv: (-kv[1][1], kv[0][0], kv[0][1]))
     table = schemas.LIVE_BYTES_BY_LINE.frame({
         "file": [k[0] for k, _ in ordered],
@@ -75,4 +95,5 @@ def _device_order(item) -> tuple:
     """`tpu:10` after `tpu:9`: the platform, then the ordinal as a number."""
     name = item[0]
     platform, _, ordinal = name.rpartition(":")
-    return (platform, int(ordinal)) if ordinal.isdigit() else (name, -1)
+    # isdecimal, not isdigit: `²` is a digit that int() refuses
+    return (platform, int(ordinal)) if ordinal.isascii() and ordinal.isdecimal() else (name, -1)

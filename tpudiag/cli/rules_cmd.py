@@ -31,8 +31,7 @@ def rule(name: Annotated[str, typer.Argument(help="Rule name (e.g. exposed-colle
     found = get_rule(name)
     if found is None:
         raise UsageError(f"unknown rule `{name}`", hint="`tpudiag rules` lists the rules")
-    sys.stdout.write(f"{found.name} ({found.code}) · severity up to {found.severity.label()} · needs "
-                     f"{', '.join(found.inputs)}\n\n{found.doc.strip()}\n")
+    sys.stdout.write(found.page())
 
 
 def check_number_option(option: str, value: float | None, positive: bool = False) -> float | None:

@@ -2,7 +2,7 @@
 
 Every chip runs the same SPMD program, so each `/device:TPU:N` plane gets the same timeline:
 the entry computation's ops in schedule order, back to back, each lasting its standalone
-estimate (`tpudiag.compiler.estimate`), never less than its FLOPs and HBM bytes take at the
+estimate (`tpudiag.analysis.cost_model`), never less than its FLOPs and HBM bytes take at the
 core's peaks. An async done waits for its transfer: it lasts until start end + window (ICI time
 for collectives, HBM time for copies), so the ops the compiler scheduled between a start and its
 done overlap the transfer and only the rest is exposed. A copy's bytes cross HBM during its window,
@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from tpudiag.model.compile_output import CompileOutput
-from tpudiag.compiler.estimate import PS_PER_S, CostModel, op_estimates
+from tpudiag.analysis.cost_model import PS_PER_S, CostModel, op_estimates
 from tpudiag.errors import UsageError
 from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, build_capture
 
@@ -131,7 +131,7 @@ def simulate_in_memory(output: CompileOutput, clock_ghz: float | None = None, ic
     Without a clock, estimated cycles cannot become time: that is a usage error unless
     `roofline_without_clock`, where each op lasts its FLOPs/bytes roofline time instead (the
     static report of `tpudiag report DUMPS` states which basis it used). With or without a clock,
-    no op lasts less than its roofline time (`estimate.CostModel`), so no modelled op runs above
+    no op lasts less than its roofline time (`analysis.cost_model.CostModel`), so no modelled op runs above
     the core's peak.
     """
     chip = output.target_chip()

@@ -1,7 +1,7 @@
 """The static report of a compiled program: per-op estimates, padding, spills, collective schedule.
 
 Built from a `tpudiag compile` output directory; every time in it is modelled from the
-compiler's own estimates (see `tpudiag.compiler.estimate`), never measured.
+compiler's own estimates (see `tpudiag.analysis.cost_model`), never measured.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from enum import StrEnum
 import pandas as pd
 
 from tpudiag.model.compile_output import CompileOutput
-from tpudiag.compiler.estimate import CostModel, op_estimates
+from tpudiag.analysis.cost_model import CostModel, op_estimates
 from tpudiag.model.compiled import leaf_arrays
 
 

@@ -7,6 +7,7 @@ buffers and their bytes. These are measured sizes of what the runtime holds, not
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -24,6 +25,14 @@ class SourceFrame:
 
 
 @dataclass(frozen=True)
+class StackLocation:
+    """One pprof location: its frames, inlined callees first and the caller last. Samples that
+    name a location share this one object, so a profile holds each location's frames once."""
+
+    frames: tuple[SourceFrame, ...]
+
+
+@dataclass(frozen=True)
 class BufferSample:
     """Buffers that share a stack, a kind and a device.
 
@@ -36,8 +45,14 @@ class BufferSample:
     device: str
     buffers: int  # buffers, or loaded executables
     bytes: int  # an executable's: its generated code (0 where `size_known` is False)
-    stack: tuple[SourceFrame, ...]  # the innermost frame first, as pprof orders them
+    stack: tuple[StackLocation, ...]  # the innermost location first, as pprof orders them
     size_known: bool = True  # False: a backend that does not report an executable's code size
+
+    def frames(self) -> Iterator[SourceFrame]:
+        """The sample's frames, innermost first: every location's frames in turn (a generator, as
+        a stack naming a long location many times holds locations x lines frames)."""
+        for location in self.stack:
+            yield from location.frames
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Device memory of a compiled program: what the compiler reserved, what is live at the peak, and
 why a program does not fit.
 
-Built by `tpudiag.compiler.memory` from a program's buffer assignment (`*-buffer-assignment.txt`)
+Built by `tpudiag.analysis.device_memory` from a program's buffer assignment (`*-buffer-assignment.txt`)
 and live ranges (`*-live-range.txt`), joined to a `RESOURCE_EXHAUSTED` message when one is given
 (`tpudiag.parsers.oom_error`). Read by the `hbm-pressure` rule, `tpudiag memory`, the markdown
 report and the TUI.
@@ -147,7 +147,7 @@ class ProgramMemory:
     oom_recorded: bool  # the dump holds the compiler's `*.oom_intermediate_module.txt`
     error: OomError | None = None  # the `--error` message joined to this program
     levers: tuple[MemoryLever, ...] = ()  # HBM levers, largest modelled saving first
-    first: str = ""  # key of the lever to try first (`tpudiag.compiler.memory.first_lever`)
+    first: str = ""  # key of the lever to try first (`tpudiag.analysis.device_memory.first_lever`)
     compiler_peak_bytes: int | None = None  # `memory_analysis().peak_memory_in_bytes` (a `compile` output)
     vmem_ops: tuple[VmemUse, ...] = ()  # scoped VMEM per op, largest first
     vmem_scoped_limit_bytes: int | None = None  # the default scoped limit, or the VMEM error's

@@ -5,6 +5,11 @@ same as the report around them."""
 
 from __future__ import annotations
 
+# No memory space of any device or host holds a pebibyte: a byte count read from a file past this
+# is damage, refused or dropped where it is read, so sums of a few stay far inside int64.
+MAX_PLAUSIBLE_BYTES = 1 << 50
+MAX_PLAUSIBLE_TEXT = "1 PiB"  # as messages say it (fmt_bytes stops at GiB)
+
 
 def fmt_time(ps: float | None) -> str:
     if ps is None:

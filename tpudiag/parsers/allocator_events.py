@@ -27,6 +27,7 @@ import pandas as pd
 from tpudiag.errors import InputError
 from tpudiag.model import schemas
 from tpudiag.model.allocator import HostAllocatorEvents
+from tpudiag.model.units import MAX_PLAUSIBLE_BYTES, MAX_PLAUSIBLE_TEXT
 from tpudiag.parsers import event_wire
 from tpudiag.parsers.capture import HostUrl, plane_roles, read_location_bytes, split_lines, split_planes
 from tpudiag.parsers.time_axis import TimeAxis, unplaceable
@@ -45,6 +46,11 @@ _INT_STATS = {
 }
 _STR_STATS = {"tf_op": "op", "region_type": "region_type", "shape": "shape"}
 _MEMORY_ID_INT_STATS = ("index_on_host", "device_ordinal")
+_BYTE_COLUMNS = ("heap_bytes", "stack_bytes", "free_bytes", "lifetime_peak_bytes", "requested_bytes",
+                 "allocation_bytes")
+# The wire reader's columns grow with the stat ids it reads: past this many (several stat metadata
+# entries sharing a name) a line is read through protobuf, whose cost is its stats, not events x ids.
+_MAX_WIRE_STAT_IDS = 2 * (len(_INT_STATS) + len(_STR_STATS) + len(_MEMORY_ID_INT_STATS) + 2)
 
 
 def read_allocator_events(path: Path | HostUrl) -> HostAllocatorEvents:
@@ -116,7 +122,7 @@ def _host_plane_events(plane_bytes, path, axis: TimeAxis) -> tuple[pd.DataFrame,
     if not kinds:
         return schemas.ALLOCATOR_EVENTS.empty(), []
     p = _Plane(kinds, {sid: md.name for sid, md in plane.stat_metadata.items()})
-    parts, warnings, dropped = [], [], 0
+    parts, warnings, dropped, implausible = [], [], 0, 0
     for line in lines:
         part = _line_from_wire(line, p)
         if part is None:
@@ -131,12 +137,20 @@ def _host_plane_events(plane_bytes, path, axis: TimeAxis) -> tuple[pd.DataFrame,
         offsets = part.pop("offsets")
         keep = (offsets <= _INT64_MAX - base) & (offsets >= -_INT64_MAX - 1 - base)
         dropped += int((~keep).sum())
+        # A negative byte count, or one past any memory (INT64_MAX, a uint64 read signed), is damage:
+        # shown, it would make a negative or wrapped peak.
+        plausible = np.logical_and.reduce([(part[c] >= 0) & (part[c] <= MAX_PLAUSIBLE_BYTES) for c in _BYTE_COLUMNS])
+        implausible += int((keep & ~plausible).sum())
+        keep &= plausible
         part = {c: v[keep] for c, v in part.items()}
         part["time_ps"] = offsets[keep] + np.int64(base)
         parts.append(part)
     if dropped:
         warnings.append(f"{dropped} allocator events dropped: their offset puts them beyond the int64 "
                         "picosecond range (damaged timestamps)")
+    if implausible:
+        warnings.append(f"{implausible} allocator events dropped: a byte count negative or past "
+                        f"{MAX_PLAUSIBLE_TEXT} (damaged stats)")
     if not parts:
         return schemas.ALLOCATOR_EVENTS.empty(), warnings
     return schemas.ALLOCATOR_EVENTS.frame({c: np.concatenate([part[c] for part in parts])
@@ -184,6 +198,8 @@ def _line_from_protobuf(line, p: _Plane) -> dict:
 def _line_from_wire(line, p: _Plane) -> dict | None:
     """The same as `_line_from_protobuf`, from the line's wire bytes (`event_wire.decode_stats`);
     None where only protobuf may read the line."""
+    if len(p.stat_ids) > _MAX_WIRE_STAT_IDS:
+        return None
     decoded = event_wire.decode_stats(line, p.stat_ids)
     if decoded is None:
         return None

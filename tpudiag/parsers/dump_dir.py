@@ -1,11 +1,14 @@
-"""Compiler dump directories without a trace: recognise them and read them as a `CompileOutput`.
+"""Compiler dump directories: discovered and read here, once, into `CompiledInputs` and the
+`CompileOutput` a timeline is modelled from (the one place dumps are read, for `--dumps` and for
+`tpudiag report DIR` alike).
 
 `tpudiag report DIR` accepts, besides captures, what a compile leaves behind:
 
 - a `tpudiag compile` output directory (`result.json`, `xla/`, `llo/`, `static_profile/`);
 - an XLA dump (`--xla_dump_to`: `*.after_optimizations.txt`), an LLO dump (`--xla_jf_dump_to`)
-  or both in one directory; the LLO dump alone works when it holds `TLP-hlo.txt`, the HLO as the
-  backend saw it.
+  or both, in one directory or in folders below it of any names and nesting (`D/xla` and `D/jf`,
+  `D/run/llo`), read as one compilation (`dump_parts`); the LLO dump alone works when it holds
+  `TLP-hlo.txt`, the HLO as the backend saw it.
 
 A bare dump has no `result.json`, so what it holds stands in: the TPU generation comes from
 `target_arguments.txt` (`TPU_VERSION_VIPERFISH` `lite` = v5e, `TPU_VERSION_GHOSTLITE` = v6e), the
@@ -44,52 +47,106 @@ TARGET_GENERATIONS = (
 
 
 
+# How deep below the given directory dumps are looked for, and how many directories at most: a
+# `D/xla` + `D/jf` pair is one level down, a run's `D/dumps/xla` two.
+MAX_DEPTH = 3
+MAX_DIRS = 500
+
+
 @dataclass(frozen=True)
 class DumpParts:
-    """Where the pieces of a dump directory are: itself, or a compile output's subdirectories."""
+    """Where the pieces of a dump directory are, found once (`dump_parts`): the directory holding
+    the XLA dump (`*.after_optimizations.txt`), the one holding the LLO dump (jf dump files) and a
+    static-profile directory outside it. A part not found is `root`, whose reader then says why.
+    `notes` say which of several candidates was read."""
 
     root: Path
     xla: Path
     llo: Path
     static_profile: Path | None
+    found: bool = False  # any dump file, or a `tpudiag compile` output
+    notes: tuple[str, ...] = ()
 
 
 def dump_parts(path: Path) -> DumpParts:
-    """The XLA, LLO and static-profile directories of `path` (a compile output's subdirs when present)."""
+    """The XLA, LLO and static-profile directories of `path`: a `tpudiag compile` output's
+    subdirectories, else whatever directories at most `MAX_DEPTH` levels down hold an XLA dump, an
+    LLO dump (`--xla_dump_to=D/xla --xla_jf_dump_to=D/jf`, any names, in any mix and nesting) or
+    static-profile textprotos, the shallowest of each kind. Nothing is found below a directory
+    that holds a trace (`*.xplane.pb`, `plugins/profile`): that is a capture, not dumps."""
     path = Path(path)
-    xla = path / XLA_DIR if (path / XLA_DIR).is_dir() else path
-    llo = path / LLO_DIR if (path / LLO_DIR).is_dir() else path
-    profile = path / PROFILE_DIR if llo != path and (path / PROFILE_DIR).is_dir() else None
-    return DumpParts(path, xla, llo, profile)
+    if not path.is_dir():
+        return DumpParts(path, path, path, None)
+    if (path / RESULT_FILE).is_file():
+        xla = path / XLA_DIR if (path / XLA_DIR).is_dir() else path
+        llo = path / LLO_DIR if (path / LLO_DIR).is_dir() else path
+        profile = path / PROFILE_DIR if llo != path and (path / PROFILE_DIR).is_dir() else None
+        return DumpParts(path, xla, llo, profile, found=True)
+    kinds = _find_dumps(path)
+    if kinds is None:  # a trace somewhere below: not a dump directory
+        return DumpParts(path, path, path, None)
+    notes = []
+    chosen = {}
+    for kind, what in (("xla", "XLA dumps"), ("llo", "LLO dumps"), ("static", "static LLO profiles")):
+        dirs = kinds[kind]
+        chosen[kind] = dirs[0] if dirs else None
+        if len(dirs) > 1:
+            others = ", ".join(f"`{d}`" for d in dirs[1:4]) + (" ..." if len(dirs) > 4 else "")
+            notes.append(f"{len(dirs)} directories hold {what} under `{path}`: read `{dirs[0]}`, "
+                         f"the shallowest (not {others}); pass the one you mean")
+    llo = chosen["llo"]
+    profile = chosen["static"]
+    if profile is not None and llo is not None and (profile == llo or llo in profile.parents):
+        profile = None  # the LLO reader finds the textprotos inside its own directory
+    elif profile is not None and llo is None:
+        llo, profile = profile, None  # static-profile textprotos alone are an LLO dump
+    found = any(chosen.values())
+    return DumpParts(path, chosen["xla"] or path, llo or path, profile, found=found, notes=tuple(notes))
 
 
-def _looks_like_dump_file(p: Path) -> bool:
+def _find_dumps(root: Path) -> dict[str, list[Path]] | None:
+    """Directories under `root` (itself included) holding each kind of dump file, shallowest first
+    (then by name); None when one of them holds a trace. Symbolic links to directories are not
+    followed, and at most `MAX_DIRS` directories are listed."""
     from tpudiag.parsers.llo.files import STATIC_PROFILE_SUFFIX, classify
 
-    return p.name.endswith(HLO_SUFFIX) or p.name.endswith(STATIC_PROFILE_SUFFIX) or classify(p) is not None
+    kinds: dict[str, list[Path]] = {"xla": [], "llo": [], "static": []}
+    level, listed = [root], 0
+    for depth in range(MAX_DEPTH + 1):
+        below = []
+        for d in level:
+            if listed >= MAX_DIRS:
+                break
+            listed += 1
+            try:
+                entries = sorted(d.iterdir())
+            except OSError:
+                continue
+            if (d / "plugins" / "profile").is_dir() or any(p.name.endswith(TRACE_SUFFIX) for p in entries):
+                return None
+            files = [p for p in entries if not p.is_dir()]
+            if any(p.name.endswith(HLO_SUFFIX) for p in files):
+                kinds["xla"].append(d)
+            if any(classify(p) is not None for p in files):
+                kinds["llo"].append(d)
+            if any(p.name.endswith(STATIC_PROFILE_SUFFIX) for p in files):
+                kinds["static"].append(d)
+            below += [p for p in entries if p.is_dir() and not p.is_symlink()]
+        level = below
+    return kinds
 
 
 def is_dump_directory(path: Path) -> bool:
-    """A directory holding compiler dumps and no trace (`*.xplane.pb`, `plugins/profile`)."""
+    """A directory holding compiler dumps (in it or in folders below it) and no trace."""
     path = Path(path)
     if not path.is_dir() or (path / "plugins" / "profile").is_dir():
         return False
     try:
-        entries = list(path.iterdir())
+        if any(p.name.endswith(TRACE_SUFFIX) for p in path.iterdir()):
+            return False
     except OSError:
         return False
-    if any(p.name.endswith(TRACE_SUFFIX) for p in entries):
-        return False
-    if (path / RESULT_FILE).is_file():
-        return True
-    parts = dump_parts(path)
-    for d in {parts.xla, parts.llo}:
-        try:
-            if any(p.is_file() and _looks_like_dump_file(p) for p in d.iterdir()):
-                return True
-        except OSError:
-            continue
-    return False
+    return dump_parts(path).found
 
 
 def is_hlo_text_file(path: Path) -> bool:
@@ -189,6 +246,7 @@ def compiled_inputs(dumps: Sequence[DumpFiles]) -> CompiledInputs:
         if files.llo is not None:
             llo.append(files.llo)
             warnings.extend(files.llo.warnings)
+        warnings.extend(files.parts.notes)
         found = [name for name, part in (("LLO", files.llo), ("XLA", files.hlo)) if part is not None]
         labels.append(f"{files.path} ({' + '.join(found)})")
     return CompiledInputs(llo=tuple(llo), hlo=tuple(hlo), labels=tuple(labels),
@@ -207,7 +265,8 @@ def modelled_program(files: DumpFiles) -> CompileOutput:
         if files.llo is None and (path / LLO_DIR).is_dir() and any((path / LLO_DIR).iterdir()):
             raise files.llo_error
         return compile_output_of(path, facts, files.hlo, files.llo)
-    return _from_programs(path, files.hlo, files.llo, list(files.llo.warnings) if files.llo else [])
+    return _from_programs(path, files.hlo, files.llo,
+                          [*files.parts.notes, *(files.llo.warnings if files.llo else ())])
 
 
 def named_generations(files: DumpFiles, output: CompileOutput | None) -> tuple[str, str]:

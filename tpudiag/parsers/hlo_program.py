@@ -18,6 +18,7 @@ from tpudiag.model.compiled import (
     INSTRUCTION_BYTES,
     ArrayShape,
     AsyncPair,
+    BufferAllocation,
     CompiledProgram,
     Computation,
     Instruction,
@@ -26,6 +27,7 @@ from tpudiag.model.compiled import (
 )
 from tpudiag.model.hlo_names import async_role as name_async_role
 from tpudiag.model.hlo_names import collective_family
+from tpudiag.model.units import MAX_PLAUSIBLE_BYTES, MAX_PLAUSIBLE_TEXT
 
 # Opcodes whose instructions are collectives whatever they are called.
 COLLECTIVE_OPCODES = frozenset({
@@ -230,6 +232,19 @@ def _pair_kind(start: Instruction) -> str:
     if start.collective_family:
         return "collective"
     return "async"
+
+
+def check_allocation_sizes(allocations: tuple[BufferAllocation, ...]) -> tuple[BufferAllocation, ...]:
+    """The buffer assignment's allocations; ValueError naming the first whose size or a value's
+    size or offset is negative or past any memory (a damaged file: shown, it would print a negative
+    or absurd byte count, or overflow a float)."""
+    limit = MAX_PLAUSIBLE_BYTES
+    for alloc in allocations:
+        numbers = (alloc.size_bytes, *(n for v in alloc.values for n in (v.size_bytes, v.offset_bytes)))
+        if any(not 0 <= n <= limit for n in numbers):
+            raise ValueError(f"allocation {str(alloc.index)[:20]} has a size or offset that is negative "
+                             f"or past {MAX_PLAUSIBLE_TEXT}")
+    return allocations
 
 
 def computation_from(name: str, is_entry: bool, insts: list[Instruction]) -> Computation:

@@ -20,7 +20,7 @@ from tpudiag.errors import InputError
 from tpudiag.model.compiled import (BufferAllocation, BufferValue, CompiledProgram, ConvDims, DotDims,
                                     Instruction, Layout, Shape, TupleShape, window_factors, window_padding)
 from tpudiag.model.inputs import CAPTURE_ORIGIN, HloInput
-from tpudiag.parsers.hlo_program import computation_from, finish_program
+from tpudiag.parsers.hlo_program import check_allocation_sizes, computation_from, finish_program
 from tpudiag.parsers.layout import ShapeSyntaxError, array_shape, shape_text
 from tpudiag.proto import HloModuleProto, HloProto
 from tpudiag.proto.schema import PRIMITIVE_TYPE_NAMES
@@ -56,8 +56,12 @@ def parse_hlo_proto(data: bytes, path: str = "<proto>", program_id: int | None =
     try:
         program = _program(module, path, program_id)
         if assignment is not None and assignment.buffer_allocations:
-            program.allocations = _allocations(assignment, module, program)
-            program.live_ranges, program.live_range_positions = _heap_live_ranges(assignment, program)
+            try:
+                program.allocations = check_allocation_sizes(_allocations(assignment, module, program))
+            except ValueError as exc:
+                program.warnings.append(f"`{path}`: unreadable buffer assignment ({exc}); ignored")
+            else:
+                program.live_ranges, program.live_range_positions = _heap_live_ranges(assignment, program)
         return finish_program(program)
     except RecursionError as exc:
         raise InputError("HLO proto nested too deep to parse (damaged)", path=path) from exc

@@ -31,7 +31,8 @@ from tpudiag.model.compiled import (
     MemorySpaceUsage,
 )
 from tpudiag.model.matmuls import contraction_from_attributes
-from tpudiag.parsers.hlo_program import canonical_opcode, computation_from, finish_program
+from tpudiag.model.units import MAX_PLAUSIBLE_BYTES, MAX_PLAUSIBLE_TEXT
+from tpudiag.parsers.hlo_program import canonical_opcode, check_allocation_sizes, computation_from, finish_program
 from tpudiag.parsers.input_files import read_input_text
 from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
 
@@ -484,7 +485,7 @@ def parse_buffer_assignment(text: str) -> tuple[BufferAllocation, ...]:
     flush()
     if not allocs:
         raise ValueError("no `allocation N: size S` lines")
-    return tuple(allocs)
+    return check_allocation_sizes(tuple(allocs))
 
 
 def _set_allocations(program: CompiledProgram, text: str) -> None:
@@ -498,7 +499,15 @@ def _parse_total_bytes(program: CompiledProgram, text: str) -> None:
     m = _TOTAL.search(text)  # the total heads a file that can run to megabytes: only its head is read
     if m is None:
         raise ValueError("no `Total bytes used:` line")
-    program.total_bytes_used = int(m.group(1))
+    program.total_bytes_used = _plausible_bytes(m.group(1), "`Total bytes used:`")
+
+
+def _plausible_bytes(digits: str, what: str) -> int:
+    """A byte count read from a side file; ValueError past any memory (checked on its digits first)."""
+    if len(digits) > 20 or int(digits) > MAX_PLAUSIBLE_BYTES:
+        raise ValueError(f"{what} {digits[:20]}{'...' if len(digits) > 20 else ''} is past "
+                         f"{MAX_PLAUSIBLE_TEXT}")
+    return int(digits)
 
 
 _SPACE = re.compile(r"^Memory Space: (.+?) \(color=(\d+)\)\s*$")
@@ -516,7 +525,8 @@ def parse_memory_usage(text: str) -> tuple[MemorySpaceUsage, ...]:
             continue
         t = _SPACE_TOTAL.match(line)
         if t and name is not None:
-            spaces.append(MemorySpaceUsage(name=name, color=color, total_bytes=int(t.group(1))))
+            spaces.append(MemorySpaceUsage(name=name, color=color,
+                                           total_bytes=_plausible_bytes(t.group(1), "`Total bytes:`")))
             name = None
     if not spaces:
         raise ValueError("no `Memory Space:` blocks")
@@ -541,6 +551,12 @@ def parse_live_ranges(text: str) -> tuple[dict[str, tuple[int, int]], int]:
     head = _LIVE_HEAD.match(text)
     if head is None:
         raise ValueError("no `HloLiveRange (max N):` header")
+    # Each position is a line of the file's `InstructionSequence`: a larger max is damage, refused
+    # before it sizes anything (the memory timeline has one entry per position).
+    digits, lines = head.group(1), text.count("\n") + 1
+    if len(digits) > len(str(lines)) or int(digits) > lines:
+        raise ValueError(f"`max {digits[:20]}{'...' if len(digits) > 20 else ''}` positions in a file of "
+                         f"{lines} lines (each position is a line of its InstructionSequence)")
     ranges: dict[str, tuple[int, int]] = {}
     in_block = False
     for line in text.splitlines():
@@ -553,7 +569,7 @@ def parse_live_ranges(text: str) -> tuple[dict[str, tuple[int, int]], int]:
             if m is None:
                 break  # the block ends at the next heading
             ranges[m.group(1)] = (int(m.group(2)), int(m.group(3)))
-    return ranges, int(head.group(1))
+    return ranges, int(digits)
 
 
 def _set_live_ranges(program: CompiledProgram, text: str) -> None:

@@ -115,11 +115,12 @@ def read_input_text(path: Path | str, limits: ReadLimits | None = None, *, limit
     return read_input_bytes(path, limits, limit=limit).decode("utf-8", errors="replace")
 
 
-def inflate_bounded(data: bytes, max_bytes: int, what: str = "compressed value") -> bytes | None:
+def inflate_bounded(data: bytes, max_bytes: int, what: str = "compressed value",
+                    path: str | Path | None = None) -> bytes | None:
     """Gunzip (or zlib-inflate) `data`, at most `max_bytes` out.
 
     Damaged or truncated data gives None (the caller decides what a lost value means); output
-    past `max_bytes` is an InputError. Streams in bounded chunks, so a bomb costs about
+    past `max_bytes` is an InputError naming `path`. Streams in bounded chunks, so a bomb costs about
     `max_bytes` of memory and stops as soon as it passes the cap.
     """
     inflater = zlib.decompressobj(wbits=47)  # 32 + 15: accept a gzip or a zlib header
@@ -129,7 +130,8 @@ def inflate_bounded(data: bytes, max_bytes: int, what: str = "compressed value")
         while pending and not inflater.eof:
             out += inflater.decompress(pending, max_bytes + 1 - len(out))
             if len(out) > max_bytes:
-                raise InputError(f"{what} inflates beyond the {_mib(max_bytes)} cap (a decompression bomb?)")
+                raise InputError(f"{what} inflates beyond the {_mib(max_bytes)} cap (a decompression bomb?)",
+                                 path=path)
             pending = inflater.unconsumed_tail
     except zlib.error:
         return None

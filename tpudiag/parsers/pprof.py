@@ -14,7 +14,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from tpudiag.errors import InputError
-from tpudiag.model.live_buffers import BufferSample, DeviceMemoryProfile, SourceFrame
+from tpudiag.model.live_buffers import BufferSample, DeviceMemoryProfile, SourceFrame, StackLocation
 from tpudiag.parsers.input_files import default_limits, inflate_bounded, read_input_bytes
 from tpudiag.proto import PprofProfile
 
@@ -31,7 +31,7 @@ def parse_device_memory_profile(data: bytes, path: Path | str = "<bytes>") -> De
         raise InputError("empty file, not a pprof profile", path=path)
     if data[:2] == _GZIP_MAGIC:
         cap = default_limits().max_inflated_bytes
-        inflated = inflate_bounded(data, cap, "a gzip-compressed pprof profile")
+        inflated = inflate_bounded(data, cap, "a gzip-compressed pprof profile", path=path)
         if inflated is None:
             raise InputError("damaged gzip data (not a readable pprof profile)", path=path)
         data = inflated
@@ -61,7 +61,9 @@ def _samples(profile, path) -> list[BufferSample]:
                          hint="write one with `jax.profiler.save_device_memory_profile(path)`")
     count_at = next((i for i, (_, unit) in enumerate(units) if unit == "count"), None)
     functions = {f.id: (text(f.name), text(f.filename)) for f in profile.function}
-    frames_of: dict[int, tuple[SourceFrame, ...]] = {}
+    # Each location's frames are made once and shared by the samples naming it: a location of N
+    # lines named N times by one sample is N frames and N references, not N * N frames.
+    frames_of: dict[int, StackLocation] = {}
     for loc in profile.location:
         frames = []
         for line in loc.line:  # inlined callees first, the caller last: innermost first, as the stack
@@ -70,7 +72,7 @@ def _samples(profile, path) -> list[BufferSample]:
                                  f"{line.function_id})", path=path)
             name, file = functions[line.function_id]
             frames.append(SourceFrame(name, file, line.line))
-        frames_of[loc.id] = tuple(frames)
+        frames_of[loc.id] = StackLocation(tuple(frames))
     out: list[BufferSample] = []
     for sample in profile.sample:
         values = list(sample.value)
@@ -85,11 +87,11 @@ def _samples(profile, path) -> list[BufferSample]:
         unknown_size = kind == "executable" and size < 0
         if (count_at is not None and values[count_at] < 0) or (size < 0 and not unknown_size):
             raise InputError("damaged pprof profile (a negative count or size)", path=path)
-        stack: list[SourceFrame] = []
+        stack: list[StackLocation] = []
         for lid in sample.location_id:
             if lid not in frames_of:
                 raise InputError(f"damaged pprof profile (a sample names no location {lid})", path=path)
-            stack.extend(frames_of[lid])
+            stack.append(frames_of[lid])
         out.append(BufferSample(kind=kind, device=labels.get("device", ""),
                                 buffers=values[count_at] if count_at is not None else 0,
                                 bytes=0 if unknown_size else size, stack=tuple(stack), size_known=not unknown_size))

@@ -1,4 +1,4 @@
-"""The report as JSON. Keys under `summary`, `ops`, `findings` and `warnings` named in the README's
+"""The report as JSON. Keys under `summary`, `ops`, `findings` and `warnings` named in docs/json.md's
 contract stay stable; the rest may grow."""
 
 from __future__ import annotations

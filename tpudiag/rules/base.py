@@ -91,7 +91,7 @@ class RuleContext:
       bytes), injected so rule modules import no parser; it raises ValueError on text it cannot read.
     chip: the TPU generation's spec when known (trace, dump target or `--chip`).
     static: True when times come from the compiler's estimate, not a measured trace.
-    memory: the device memory of the compiled programs (`tpudiag.compiler.memory.program_memories`
+    memory: the device memory of the compiled programs (`tpudiag.analysis.device_memory.program_memories`
       of `compiled` and its `oom_errors`), built once per diagnosis for the rules and the report.
     """
 
@@ -120,6 +120,14 @@ class Rule:
     def summary(self) -> str:
         """The docstring's first line, without its period."""
         return (self.doc or "").strip().splitlines()[0].rstrip(".") if self.doc else ""
+
+    def page(self) -> str:
+        """The rule's documentation, in Markdown: what `tpudiag rule NAME` prints and `docs/rules/NAME.md`
+        holds (`tests/rules/test_rule_docs.py` keeps the two the same)."""
+        needs = ", ".join(self.inputs)
+        uses = f"; uses {', '.join(self.uses)} when present" if self.uses else ""
+        return (f"# {self.name} ({self.code})\n\nSeverity up to {self.severity.label()} · needs {needs}{uses}\n\n"
+                f"{self.doc.strip()}\n")
 
     def default_options(self):
         return self.options_type()

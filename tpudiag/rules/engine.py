@@ -99,7 +99,7 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None, compiled: C
     if memory is None:
         memory = ()
         if RuleInput.HLO in wanted:
-            from tpudiag.compiler.memory import program_memories
+            from tpudiag.analysis.device_memory import program_memories
 
             memory = program_memories(compiled, compiled.oom_errors)
     ctx = RuleContext(analysis=analysis, compiled=compiled, join=join if join is not None else

@@ -105,18 +105,6 @@ def op_spills(dumps: Iterable[LloDump]) -> list[OpSpills]:
     return out
 
 
-def _runs_inside(ctx: RuleContext, ops: set[str], traced: set[str]) -> dict[str, str]:
-    """Op -> the entry op that runs it, for ops the timeline does not list but the compiled HLO
-    nests below its entry computation (a Pallas kernel's custom call in a scanned layer)."""
-    out: dict[str, str] = {}
-    for program in ctx.compiled.programs:
-        for op in ops - traced - set(out):
-            owner = program.entry_op_of.get(op)
-            if owner is not None and owner != op and owner in traced:
-                out[op] = owner
-    return out
-
-
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     records = [r for r in op_spills(ctx.compiled.llo) if r.spills + r.fills >= options.min_spills]
@@ -127,8 +115,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     timed = analysis is not None and analysis.n_events > 0
     basis = step_basis(analysis) if timed else StepBasis(1, 0.0, True)
     scale = SeverityScale(options.high_share, options.medium_share)
-    traced = set(analysis.ops["name"].astype(str)) if timed else set()
-    inside = _runs_inside(ctx, {r.op for r in records}, traced) if timed else {}
+    # Kernels the timeline does not list are timed as the entry op the join rolled their spills into.
+    inside = ctx.join.runs_inside if timed and ctx.join is not None else {}
     events = op_events(analysis, {inside.get(r.op, r.op) for r in records}) if timed else None
     candidates = []
     for rec in records:

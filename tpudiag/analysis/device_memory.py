@@ -59,7 +59,8 @@ def memory_report(input_path: str, compiled: CompiledInputs, errors: Iterable[Oo
     """`tpudiag memory`'s report: `programs` (from `program_memories`, computed when None) and notes."""
     errors = tuple(errors)
     programs = program_memories(compiled, errors) if programs is None else programs
-    notes = []
+    # a dumped program without a buffer assignment may have had one its parser ignored: say why
+    notes = [w for h in compiled.hlo if not h.program.allocations for w in h.program.warnings]
     if not programs:
         notes.append("no compiled program with a buffer assignment: dump with XLA_FLAGS=--xla_dump_to=DIR "
                      "(or `tpudiag compile`) to see device memory")
@@ -104,7 +105,7 @@ def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomErr
     # Over the limit: a lever must free the excess; near it, any lever helps.
     need = peak - limit + 1 if peak is not None and limit is not None and peak > limit else 0
     first = first_lever(levers, need)
-    warnings = []
+    warnings = list(program.warnings)  # the program's own, a side file it ignored among them
     if program.allocations and not program.live_ranges:
         warnings.append(f"`{program.module}`: no live-range dump: the temporaries at the peak are not split by time")
     return replace(result, first=first.key if first is not None else "", warnings=tuple(warnings))
