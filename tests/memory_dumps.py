@@ -20,13 +20,17 @@ TARGET = 'tpu_topology_args {\n  version: TPU_VERSION_VIPERFISH\n  variant: "lit
 
 
 def write_adam_dump(root: Path, layers: int, *, donate: bool = False, live_activations: int | None = None,
-                    oom: bool = False, target: bool = True, kernels: dict[str, int] | None = None) -> Path:
+                    oom: bool = False, target: bool = True, kernels: dict[str, int] | None = None,
+                    inference: bool = False, mesh: int = 1, sharding: str = "") -> Path:
     """A dump directory of an Adam step with `layers` layers; returns `root`.
 
     `live_activations`: how many forward activations are live together at the temporaries' peak
     (default: all of them, as without remat). Donated arguments hold their updated value.
     `kernels`: Pallas kernels (`tpu_custom_call`) to add, by name, with the scoped VMEM their
-    `used_scoped_memory_configs` record.
+    `used_scoped_memory_configs` record. `inference`: the same buffers with no backward pass in
+    the op names (`jit(step)/dot_general`, no `jvp(` or `transpose(`), as a forward function that
+    returns updated state (a cache) would be. `mesh`: the module's `num_partitions`; `sharding`:
+    the parameters' HLO sharding (`{replicated}`, `{devices=[4,1]<=[4]}`), per-device shapes as written.
     """
     root.mkdir(parents=True, exist_ok=True)
     kept = layers if live_activations is None else live_activations
@@ -34,16 +38,20 @@ def write_adam_dump(root: Path, layers: int, *, donate: bool = False, live_activ
     params += [(f"m_{i}_.1", STATE, STATE_BYTES, f"m[{i}]") for i in range(layers)]
     params += [(f"v_{i}_.1", STATE, STATE_BYTES, f"v[{i}]") for i in range(layers)]
     params.append(("x.1", ACT, ACT_BYTES, "x"))
-    hlo = ["HloModule jit_step, is_scheduled=true\n\n%f (a: f32[2]) -> f32[2] {\n  ROOT %a = f32[2] parameter(0)\n}\n",
+    fwd, bwd = ("jit(step)/dot_general", "jit(step)/add") if inference else (
+        "jit(step)/jvp()/dot_general", "jit(step)/transpose(jvp())/dot_general")
+    shard = f", sharding={sharding}" if sharding else ""
+    hlo = [f"HloModule jit_step, is_scheduled=true, num_partitions={mesh}\n\n"
+           "%f (a: f32[2]) -> f32[2] {\n  ROOT %a = f32[2] parameter(0)\n}\n",
            "ENTRY %main.1 () -> () {"]
     for n, (name, shape, _, op) in enumerate(params):
-        hlo.append(f'  %{name} = {shape} parameter({n}), metadata={{op_name="{op}"}}')
+        hlo.append(f'  %{name} = {shape} parameter({n}){shard if name != "x.1" else ""}, metadata={{op_name="{op}"}}')
     for i in range(layers):
         hlo.append(f"  %act.{i} = {ACT} fusion(%x.1, %params_{i}_.1), kind=kOutput, calls=%f, "
-                   f'metadata={{op_name="jit(step)/jvp()/dot_general" source_file="train.py" source_line=12}}')
+                   f'metadata={{op_name="{fwd}" source_file="train.py" source_line=12}}')
     for i in range(layers):
         hlo.append(f"  %update.{i} = ({W}, {STATE}, {STATE}) fusion(%act.{i}, %m_{i}_.1, %v_{i}_.1), kind=kLoop, "
-                   f'calls=%f, metadata={{op_name="jit(step)/transpose(jvp())/dot_general" source_file="train.py" '
+                   f'calls=%f, metadata={{op_name="{bwd}" source_file="train.py" '
                    f"source_line=20}}")
     for name, vmem in (kernels or {}).items():
         config = f'{{"used_scoped_memory_configs":[{{"memory_space":"1","offset":"0","size":"{vmem}"}}]}}'

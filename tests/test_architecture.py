@@ -214,4 +214,4 @@ def test_compiler_only_compiles_and_simulates():
     """Cost and memory models live in `analysis` (`cost_model`, `device_memory`), readers in `parsers`:
     `compiler/` holds the deviceless compile and the modelled timeline, nothing else (issue 32)."""
     held = {p.stem for p in (REPO / "tpudiag" / "compiler").glob("*.py")} - {"__init__"}
-    assert held == {"driver", "worker", "target", "topology", "simulate", "static_report"}
+    assert held == {"driver", "worker", "target", "topology", "flags", "simulate", "static_report"}

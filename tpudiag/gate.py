@@ -60,11 +60,24 @@ class Verdict:
         return 0 if self.passed else 1
 
 
-def findings_check(findings: tuple[Finding, ...], threshold: Severity) -> Check:
+def rules_text(ran: tuple[str, ...], skipped) -> str:
+    """`rules run: a, b; not run: c, d (why)` for a check's detail: what the findings check covers."""
+    from tpudiag.model.report import skips_by_reason
+
+    text = f"rules run: {', '.join(ran) or 'none'}"
+    if skipped:
+        text += "; not run: " + "; ".join(f"{', '.join(rules)} ({reason})" for reason, rules in skips_by_reason(skipped))
+    return text
+
+
+def findings_check(findings: tuple[Finding, ...], threshold: Severity, ran: tuple[str, ...] | None = None,
+                   skipped=()) -> Check:
+    """The findings check; `ran` and `skipped` (when given) name the rules it covers in its detail."""
     bad = [f for f in findings if f.severity >= threshold]
     label = threshold.label()
+    covered = f"; {rules_text(ran, skipped)}" if ran is not None else ""
     if not bad:
-        return Check("findings", True, f"no finding at or above {label} ({len(findings)} findings in all)")
+        return Check("findings", True, f"no finding at or above {label} ({len(findings)} findings in all{covered})")
     worst = bad[0]
     return Check("findings", False, f"{len(bad)} finding{'s' * (len(bad) != 1)} at or above {label}; "
                                     f"first: [{worst.severity.label()}] {worst.rule}: {worst.message}")
@@ -88,9 +101,16 @@ def check_warnings(checked: Diagnosis, diff: Diff | None = None) -> tuple[str, .
     device ops or steps, so its findings check passes vacuously.
     """
     out = []
-    if checked.report.summary.platform is Platform.CPU:
+    if checked.report.summary.platform is Platform.CPU and checked.analysis is not None \
+            and not checked.analysis.n_events:
         out.append("host-only capture (no TPU or GPU device plane): no device ops or steps, so nothing "
                    "to gate on; the findings check passes vacuously")
+    elif not checked.rules_run and checked.skipped:
+        out.append("no rule could run on this input, so the findings check passes vacuously: "
+                   + rules_text((), checked.skipped).split("; ", 1)[1])
+    elif checked.skipped:
+        out.append(f"{len(checked.skipped)} rules could not run, so the findings check does not cover them: "
+                   + ", ".join(s.rule for s in checked.skipped))
     if diff is None:
         out += [f"not analysed: {f}" for f in checked.report.failures]
         out += checked.warnings
@@ -106,7 +126,7 @@ def judge(checked: Diagnosis, compared: Diff | None, fail_on: Severity | None,
     """The verdict on a diagnosis already made (`compared.new` is `checked` when there is a baseline)."""
     checks = []
     if fail_on is not None:
-        checks.append(findings_check(checked.findings, fail_on))
+        checks.append(findings_check(checked.findings, fail_on, checked.rules_run, checked.skipped))
     step_change = None
     if compared is not None:
         step_change = compared.result.step_time

@@ -41,6 +41,7 @@ from tpudiag.parsers.dump_dir import load_dumps
 from tpudiag.report_builder import build_report, dump_only_report
 
 if TYPE_CHECKING:  # typing only: keep `import tpudiag.pipeline` free of the compiler and diff modules
+    from tpudiag.analysis.cost_model import ProgramEstimate
     from tpudiag.analysis.diff import Diff as AnalysisDiff
     from tpudiag.analysis.diff import NoiseOptions
     from tpudiag.compiler.static_report import StaticReport
@@ -67,6 +68,7 @@ class Diagnosis:
     warnings: tuple[str, ...]
     report: Report
     static: StaticReport | None = None
+    rules_run: tuple[str, ...] = ()  # the selected rules that had their inputs and ran (`skipped`: the others)
 
     @property
     def input_path(self) -> str:
@@ -189,6 +191,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     path, dumps = arguments.check_path(path), arguments.check_dumps(dumps)  # UsageError for a wrong type/value
     jobs, progress = arguments.check_jobs(jobs), arguments.check_progress(progress)
     clock_ghz = arguments.check_clock_ghz(clock_ghz)
+    bundled = path is None
     if path is None:
         path = bundled_capture()
         dumps = dumps or list(bundled_dumps())
@@ -199,26 +202,34 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     rules_config = _rules_config(None if remote else path, config, _as_list(select), _as_list(ignore))
     inputs = read_inputs(path, dumps, chip_spec, oom_errors=oom_errors, jobs=jobs, progress=progress,
                          scheduler=scheduler)
+    if bundled and oom_errors:  # the bundled example is nobody's program: an --error text stands alone
+        inputs = replace(inputs, compiled=replace(inputs.compiled, oom_errors_joinable=False))
     _stage(progress, 1)
     analysed = _analyse(inputs, clock_ghz)
     join = _join(analysed.analysis, inputs.compiled, inputs.chip)
     _stage(progress, 2)
-    memory = _memory(inputs)
+    memory = _memory(inputs, _near_fraction(rules_config))
     findings, skipped = run_rules(analysed.analysis, rules_config, inputs.compiled, join=join,
                                   static=inputs.mode is Mode.STATIC, memory=memory)
     _stage(progress, 3)
     report = _report(inputs, analysed, join, findings, tuple(skipped), memory, rules_config.warnings)
+    skipped_names = {s.rule for s in skipped}
+    ran = tuple(rule.name for rule, _ in rules_config.resolve() if rule.name not in skipped_names)
     return Diagnosis(inputs=inputs, analysis=analysed.analysis, join=join, findings=report.findings,
-                     skipped=tuple(skipped), warnings=report.warnings, report=report, static=analysed.static)
+                     skipped=tuple(skipped), warnings=report.warnings, report=report, static=analysed.static,
+                     rules_run=ran)
 
 
 def parse_error_text(error: str | None) -> tuple[OomError, ...]:
     """`--error`: the out-of-memory error in a JAX error text; a text without one is a usage error."""
     if error is None:
         return ()
-    from tpudiag.parsers.oom_error import parse_oom_error
+    from tpudiag.parsers.oom_error import OomSizeError, parse_oom_error
 
-    parsed = parse_oom_error(error)
+    try:
+        parsed = parse_oom_error(error)
+    except OomSizeError as exc:
+        raise UsageError(f"--error: {exc}", hint="pass the error text JAX printed, unedited") from exc
     if parsed is None:
         raise UsageError("--error: no out-of-memory message (`RESOURCE_EXHAUSTED: Ran out of memory ...`) in the text",
                          hint="pass the error JAX printed when the compile or run failed")
@@ -245,19 +256,21 @@ def _analyse(inputs: Inputs, clock_ghz: float | None) -> Analysed:
         return Analysed(analyze(inputs.capture, per_step=inputs.per_step), None, inputs.warnings)
     if inputs.program is None:
         return Analysed(None, None, inputs.warnings)
+    from tpudiag.analysis.cost_model import estimate_program
     from tpudiag.compiler.static_report import build_static_report
 
-    static = build_static_report(inputs.program, clock_ghz=clock_ghz)
-    return Analysed(_modelled_analysis(inputs, clock_ghz), static, (*inputs.warnings, *static.warnings))
+    estimate = estimate_program(inputs.program, clock_ghz)  # once, for the static report and the timeline
+    static = build_static_report(inputs.program, estimate=estimate)
+    return Analysed(_modelled_analysis(inputs, estimate), static, (*inputs.warnings, *static.warnings))
 
 
-def _modelled_analysis(inputs: Inputs, clock_ghz: float | None) -> Analysis:
+def _modelled_analysis(inputs: Inputs, estimate: ProgramEstimate) -> Analysis:
     """The compiled program on a modelled timeline (`tpudiag simulate`, kept in memory), analysed
     like a capture."""
     from tpudiag.compiler.simulate import RUN_NAME, simulate_in_memory
     from tpudiag.parsers.capture import profile_from_xspace
 
-    modelled = simulate_in_memory(inputs.program, clock_ghz=clock_ghz, roofline_without_clock=True)
+    modelled = simulate_in_memory(inputs.program, roofline_without_clock=True, estimate=estimate)
     return analyze(profile_from_xspace(modelled.xspace, inputs.path, RUN_NAME))
 
 
@@ -271,26 +284,40 @@ def _join(analysis: Analysis | None, compiled: CompiledInputs, choice: ChipChoic
     return analysis.join
 
 
-def _memory(inputs: Inputs) -> tuple:
+def _memory(inputs: Inputs, near_fraction: float) -> tuple:
     """The device memory of the compiled programs, for the memory rules and the report's memory
     section. A compile output read as the modelled program is not read again."""
     from tpudiag.analysis.device_memory import program_memories
 
     program = inputs.program
     outputs = {program.path: program} if program is not None and not program.bare else {}
-    return program_memories(inputs.compiled, inputs.compiled.oom_errors, outputs=outputs)
+    return program_memories(inputs.compiled, inputs.compiled.oom_errors, outputs=outputs, near_fraction=near_fraction)
+
+
+def _near_fraction(rules_config) -> float:
+    """hbm-pressure's `near_fraction` as configured: levers are offered from it on (the memory
+    view follows the rule even when the rule is not selected)."""
+    from tpudiag.rules.hbm_pressure import NAME, Options
+
+    try:
+        return Options(**dict(rules_config.options.get(NAME, {}))).near_fraction
+    except (TypeError, ValueError):
+        return Options().near_fraction  # a bad option is reported by the rule's own resolve
 
 
 def _report(inputs: Inputs, analysed: Analysed, join: JoinResult | None, findings, skipped: tuple[RuleSkip, ...],
             memory: tuple, config_warnings: Sequence[str]) -> Report:
     """The report stage: every warning joins the report's one list here (`report_builder`)."""
+    from tpudiag.analysis.device_memory import join_warnings
+
+    extra = (*analysed.warnings, *join_warnings(inputs.compiled.oom_errors, memory,
+                                                inputs.compiled.oom_errors_joinable))
     if analysed.analysis is None:
-        report = dump_only_report(Path(inputs.path), inputs.compiled, findings, skipped, analysed.warnings,
-                                  config_warnings)
+        report = dump_only_report(Path(inputs.path), inputs.compiled, findings, skipped, extra, config_warnings)
     else:
         # A modelled timeline's profile already names the input (`_modelled_analysis`).
         report = build_report(analysed.analysis, tuple(findings), rules_skipped=skipped, dumps=inputs.compiled.labels,
-                              join=join, extra_warnings=analysed.warnings, config_warnings=config_warnings,
+                              join=join, extra_warnings=extra, config_warnings=config_warnings,
                               mode=inputs.mode)
     return replace(report, memory=memory)
 
@@ -330,7 +357,9 @@ def compare_diagnoses(b: Diagnosis, n: Diagnosis, noise: NoiseOptions | None = N
                              path=d.input_path, hint="pass --chip with the generation they were compiled for")
     result = diff_analyses(b.analysis, n.analysis, list(b.findings), list(n.findings), noise or NoiseOptions(),
                            base_compiled=b.join.columns if b.join is not None else None,
-                           new_compiled=n.join.columns if n.join is not None else None)
+                           new_compiled=n.join.columns if n.join is not None else None,
+                           base_programs=b.join.programs if b.join is not None else None,
+                           new_programs=n.join.programs if n.join is not None else None)
     warnings = [*result.warnings, *(f"base: {w}" for w in b.warnings), *(f"new: {w}" for w in n.warnings)]
     return Diff(base=b, new=n, result=replace(result, warnings=tuple(dict.fromkeys(warnings))))
 

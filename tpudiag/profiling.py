@@ -477,6 +477,7 @@ def bootstrap_child() -> None:
         # atexit runs the last registered first: this stop runs before jax's own exit handlers
         # (registered at its import) clear the backends, and before `write_status`
         atexit.register(tracer.stop)
+        _stop_on_termination(tracer)
         if tracer.steps is not None:
             tracer.start()
             if tracer.step_var:
@@ -491,6 +492,30 @@ def bootstrap_child() -> None:
         on_jax(sys.modules["jax"])
     else:
         sys.meta_path.insert(0, _AfterImport("jax", on_jax))
+
+
+# Signals that end a program without its exit handlers, by default: `tpudiag run` forwards them.
+_TERMINATING = ("SIGTERM", "SIGHUP")
+
+
+def _stop_on_termination(tracer: Tracer) -> None:
+    """For each terminating signal the program leaves at its default: write the trace first, then
+    end as the signal would (the program's status stays "killed by signal N"). A handler the
+    program installs later replaces this one, as it would the default."""
+    import signal
+
+    def on_signal(signum, _frame) -> None:
+        try:
+            tracer.stop()
+        finally:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    for name in _TERMINATING:
+        sig = getattr(signal, name, None)
+        if sig is not None and threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, on_signal)
 
 
 def _start_at_backend_init(tracer: Tracer) -> None:

@@ -19,6 +19,7 @@ import pandas as pd
 from tpudiag.analysis.core_balance import core_work, slowest_core
 from tpudiag.analysis.host_transfers import transfer_rates
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
+from tpudiag.analysis.idle import idle_tables
 from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, per_step_times
 from tpudiag.model.findings import Finding
 from tpudiag.model.inputs import CompiledInputs
@@ -62,12 +63,24 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
         compiled=None if join is None else CompiledJoin(
             n_ops=join.n_ops, with_layout=join.hlo_matched, with_llo=join.llo_matched,
             from_dumps=join.dump_matched, sources=join.sources,
-            with_cycles=int(join.columns["estimated_cycles"].notna().sum())))
+            with_cycles=int(join.columns["estimated_cycles"].notna().sum())),
+        busy_share=_busy_share(analysis))
     return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis, join)),
                   findings=tuple(findings), rules_skipped=rules_skipped,
                   warnings=_warnings(config_warnings, analysis, step_warnings, extra_warnings, join),
                   failures=tuple(f.message for f in profile.failures),
                   categories=tuple(_category_times(analysis)))
+
+
+def _busy_share(analysis: Analysis) -> float | None:
+    """For a capture without steps: Σ over cores of the time some top-level op runs / Σ their spans."""
+    if not analysis.steps.empty:
+        return None
+    tables = idle_tables(analysis.digests)
+    period = float(tables.steps["period_ps"].sum()) if tables.whole_capture else 0.0
+    if period <= 0:
+        return None
+    return 1.0 - float(tables.steps["idle_ps"].sum()) / period
 
 
 def dump_only_report(path: Path, compiled: CompiledInputs, findings: Sequence[Finding],

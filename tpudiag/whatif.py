@@ -7,9 +7,14 @@ compares each variant with the baseline (`pipeline.compare_diagnoses`). Every ti
 ICI model of `tpudiag simulate`; the HBM peak is the compiler's `memory_analysis()`. Nothing is
 measured, and the results say so.
 
-Settings: `--xla-flag NAME=VALUE` goes to LIBTPU_INIT_ARGS for libtpu's own flags (`xla_tpu_*`,
-`xla_jf_*`, `xla_mosaic_*`, `xla_sc_*`) and to XLA_FLAGS otherwise; `--option KEY=VALUE` goes to
+Settings: `--xla-flag NAME=VALUE` goes to LIBTPU_INIT_ARGS when libtpu registers NAME and to
+XLA_FLAGS when XLA does (`compiler.flags`: both registries listed without a TPU, cached); a name
+neither registers is a usage error. `--option KEY=VALUE` goes to
 `lowered.compile(compiler_options={KEY: VALUE})`, a per-compile override.
+
+A flag is one flag: a value with whitespace or a second `--` is refused (it would become more
+flags in the variable), and so is a setting of the dumps (`*dump*`): tpudiag dumps every compile
+the same way, and checks that the variants' dumps match the baseline's before comparing them.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpudiag.errors import UsageError
+from tpudiag.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     from tpudiag.analysis.diff import Diff as AnalysisDiff
+    from tpudiag.compiler.driver import CompileRun
+    from tpudiag.compiler.flags import FlagRegistry
     from tpudiag.pipeline import Diagnosis
 
-LIBTPU_PREFIXES = ("xla_tpu_", "xla_jf_", "xla_mosaic_", "xla_sc_")
-_SETTING = re.compile(r"^(?:--)?([A-Za-z][A-Za-z0-9_]*)=(.*)$")
+_SETTING = re.compile(r"^(?:--)?([A-Za-z][A-Za-z0-9_]*)=(.*)\Z", re.DOTALL)
+COMPILER_OPTIONS = "compiler_options"  # where an `--option` goes: `lowered.compile(compiler_options=...)`
 BASELINE_DIR = "baseline"
 
 
@@ -39,10 +46,7 @@ class Setting:
     kind: str
     name: str
     value: str
-
-    @property
-    def libtpu(self) -> bool:
-        return self.kind == "xla-flag" and self.name.startswith(LIBTPU_PREFIXES)
+    goes_to: str = ""  # LIBTPU_INIT_ARGS or XLA_FLAGS for a flag (`compiler.flags`), compiler_options for an option
 
     @property
     def flag(self) -> str:
@@ -64,14 +68,35 @@ class Setting:
     def __str__(self) -> str:
         return f"--{self.kind} {self.name}={self.value}"
 
+    def routed(self) -> str:
+        """The setting and where it went: `--xla-flag NAME=VALUE (LIBTPU_INIT_ARGS)`."""
+        return f"{self} ({self.goes_to})" if self.goes_to else str(self)
 
-def parse_setting(text: str, kind: str) -> Setting:
-    """`NAME=VALUE` (a leading `--` allowed) -> Setting; UsageError otherwise."""
+
+def parse_setting(text: str, kind: str, registry: FlagRegistry | None = None) -> Setting:
+    """`NAME=VALUE` (a leading `--` allowed) -> Setting, an `xla-flag` routed by `registry` (an
+    option goes to compiler_options); UsageError otherwise. One flag only: a value may hold no
+    whitespace and no second `--`, and no setting may change the dumps tpudiag compares."""
+    from tpudiag.model.text import one_line
+
     m = _SETTING.match(text.strip())
+    shown = one_line(text)
     if m is None or not m.group(2):
-        raise UsageError(f"--{kind} `{text}`: expected NAME=VALUE",
+        raise UsageError(f"--{kind} `{shown}`: expected NAME=VALUE",
                          hint="e.g. --xla-flag xla_tpu_enable_latency_hiding_scheduler=false")
-    return Setting(kind, m.group(1), m.group(2))
+    name, value = m.group(1), m.group(2)
+    if re.search(r"\s", value) or "--" in value:
+        raise UsageError(f"--{kind} `{shown}`: a value with whitespace or `--` would pass more than one flag",
+                         hint=f"give each flag its own --{kind} NAME=VALUE")
+    if "dump" in name.lower():
+        raise UsageError(f"--{kind} `{name}`: tpudiag sets the dumps of every compile itself, the same for the "
+                         "baseline and each variant, so that they compare",
+                         hint="`tpudiag compile` with XLA_FLAGS/LIBTPU_INIT_ARGS of your own dumps as you choose")
+    if kind == "option":
+        return Setting(kind, name, value, COMPILER_OPTIONS)
+    if registry is None:
+        return Setting(kind, name, value)
+    return Setting(kind, name, value, registry.route(name, f"--{kind}").value)
 
 
 @dataclass(frozen=True)
@@ -82,29 +107,43 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return " ".join(map(str, self.settings))
+        """Each setting and where it went."""
+        return " ".join(s.routed() for s in self.settings)
 
     @property
     def libtpu_flags(self) -> tuple[str, ...]:
-        return tuple(s.flag for s in self.settings if s.libtpu)
+        from tpudiag.compiler.flags import LIBTPU
+
+        return tuple(s.flag for s in self.settings if s.kind == "xla-flag" and s.goes_to == LIBTPU)
 
     @property
     def xla_flags(self) -> tuple[str, ...]:
-        return tuple(s.flag for s in self.settings if s.kind == "xla-flag" and not s.libtpu)
+        from tpudiag.compiler.flags import XLA
+
+        return tuple(s.flag for s in self.settings if s.kind == "xla-flag" and s.goes_to == XLA)
 
     @property
     def compiler_options(self) -> dict:
         return {s.name: s.option_value for s in self.settings if s.kind == "option"}
 
 
-def plan_variants(xla_flags: Sequence[str], options: Sequence[str], each: bool = False) -> tuple[Variant, ...]:
-    """One variant of every setting together, or (`each`) one variant per setting."""
+def plan_variants(xla_flags: Sequence[str], options: Sequence[str], each: bool = False,
+                  registry: FlagRegistry | None = None) -> tuple[Variant, ...]:
+    """One variant of every setting together, or (`each`) one variant per setting. Each flag is
+    routed by `registry` (default: the installed libtpu's and XLA's, `compiler.flags.flag_registry`),
+    after every setting has been checked, so a typo costs no listing."""
     settings = [parse_setting(t, "xla-flag") for t in xla_flags] + [parse_setting(t, "option") for t in options]
     if not settings:
         raise UsageError("nothing to compare: give at least one --xla-flag NAME=VALUE or --option KEY=VALUE")
     names = [(s.kind, s.name) for s in settings]
     if len(set(names)) != len(names) and not each:
         raise UsageError("a setting is given twice in one variant", hint="use --each to compile one variant per setting")
+    if xla_flags:
+        if registry is None:
+            from tpudiag.compiler.flags import flag_registry
+
+            registry = flag_registry()
+        settings = [parse_setting(t, "xla-flag", registry) for t in xla_flags] + settings[len(xla_flags):]
     return tuple(Variant((s,)) for s in settings) if each else (Variant(tuple(settings)),)
 
 
@@ -133,9 +172,6 @@ class Compiled:
         return float(steps["collective_ps"].mean()) if len(steps) else None
 
 
-_QUOTED = re.compile(r"`[^`]*`")
-
-
 @dataclass(frozen=True)
 class VariantResult:
     variant: Variant
@@ -143,21 +179,11 @@ class VariantResult:
     diff: AnalysisDiff  # baseline -> variant, all modelled
 
     def finding_changes(self) -> tuple[tuple, tuple, tuple]:
-        """(appeared, gone, renamed): a finding whose message differs only in the op names it quotes
-        is the same finding on an op the new compile named differently (`fusion.203` becoming
-        `subtract_convert_fusion.2`), so it is listed as renamed, not as one gone and one new."""
-        def key(f) -> tuple:
-            return f.rule, _QUOTED.sub("``", f.message)
-
-        gone = {key(f): f for f in self.diff.findings_resolved}
-        appeared, renamed = [], []
-        for f in self.diff.findings_appeared:
-            old = gone.pop(key(f), None)
-            if old is None:
-                appeared.append(f)
-            else:
-                renamed.append((old, f))
-        return tuple(appeared), tuple(gone.values()), tuple(renamed)
+        """(appeared, gone, in both): findings pair through their ops (`tpudiag.analysis.diff`), so a
+        finding on an op the new compile named differently (`fusion.203` becoming
+        `subtract_convert_fusion.2`) is the same finding, changed or unchanged, not one gone and one new."""
+        d = self.diff
+        return d.findings_appeared, d.findings_resolved, d.findings_persisting
 
 
 @dataclass(frozen=True)
@@ -185,6 +211,29 @@ def _compiled(run, clock_ghz: float | None) -> Compiled:
                     sync_collectives=sum(c.mode is CollectiveMode.SYNC for c in collectives))
 
 
+def dumps_present(out: Path) -> tuple[str, ...]:
+    """Which dumps a compile output holds (`xla`, `llo`, `static_profile`: folders with files)."""
+    from tpudiag.model.compile_output import LLO_DIR, PROFILE_DIR, XLA_DIR
+
+    return tuple(d for d in (XLA_DIR, LLO_DIR, PROFILE_DIR)
+                 if (out / d).is_dir() and any(p.is_file() for p in (out / d).rglob("*")))
+
+
+def check_same_dumps(base: CompileRun, run: CompileRun, what: str) -> None:
+    """InputError unless `run` was dumped as `base` was: the same dump options, recorded by the
+    driver, and the same dumps written. Compared otherwise, a variant's LLO facts (spills, cycles)
+    would differ from the baseline's for want of a dump, not because of its setting."""
+    ours, theirs = run.facts.get("dump_options"), base.facts.get("dump_options")
+    if ours != theirs:
+        raise InputError(f"{what} was compiled with other dump options than the baseline ({ours} against "
+                         f"{theirs}): not compared", path=run.out)
+    ours, theirs = dumps_present(run.out), dumps_present(base.out)
+    if ours != theirs:
+        raise InputError(f"{what} holds other dumps than the baseline ({', '.join(ours) or 'none'} against "
+                         f"{', '.join(theirs) or 'none'}): not compared", path=run.out,
+                         hint="its compiler's stderr (`compiler-stderr.txt`) says why a dump is missing")
+
+
 def whatif(target: str, topology: str, variants: Sequence[Variant], out: Path, *, static_profile: bool | None = None,
            clock_ghz: float | None = None, timeout_s: float | None = None, min_change: float = 0.005,
            progress: Callable[[str], None] | None = None) -> WhatIf:
@@ -204,8 +253,10 @@ def whatif(target: str, topology: str, variants: Sequence[Variant], out: Path, *
         runs.append(compile_program(target, topo, out / f"variant-{i}", static_profile, variant.libtpu_flags,
                                     timeout, xla_flags=variant.xla_flags, compiler_options=variant.compiler_options))
     say(f"compiling the baseline for {topo.name}")
-    base = _compiled(compile_program(target, topo, out / BASELINE_DIR, static_profile, timeout_s=timeout),
-                     clock_ghz)
+    base_run = compile_program(target, topo, out / BASELINE_DIR, static_profile, timeout_s=timeout)
+    for i, run in enumerate(runs, 1):
+        check_same_dumps(base_run, run, f"variant {i}")
+    base = _compiled(base_run, clock_ghz)
     noise = NoiseOptions(min_relative=min_change)
     results = []
     for variant, run in zip(variants, runs):

@@ -6,10 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.analysis.diff_designs import US, design, op_defs, write
+from dataclasses import replace
+
+from tests.analysis.diff_designs import OPS, US, design, op_defs, write
 from tests.conftest import REPO
-from tpudiag.analysis.diff import (NoiseOptions, StepStats, bootstrap_ci, compare, compare_steps, diff_analyses,
-                                  hlo_fingerprint)
+from tpudiag.analysis.diff import (NoiseOptions, PartKind, StepStats, bootstrap_ci, compare, compare_steps,
+                                  diff_analyses, hlo_fingerprint)
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.model.findings import Finding, Saving, Severity
 from tpudiag.parsers.capture import load_capture
@@ -252,3 +254,112 @@ def test_padding_and_spill_changes_are_rendered_in_markdown_and_json(runs):
     doc = json.loads(render_diff_json(d))
     [op] = [o for o in doc["ops"] if o["compiled_changed"]]
     assert op["new_compiled"]["padding_bytes"] == 3 << 20
+
+
+# ---------------------------------------------------------------------------------------------
+# Attribution, matching by what ops compute, findings paired through their ops, captures without steps
+
+
+def test_the_parts_of_a_change_add_up_to_it_and_the_planted_op_leads(runs):
+    d = diff_analyses(runs["base"], runs["slow"])
+    a = d.attribution
+    assert a.total_ps == d.step_time.delta_ps
+    assert sum(p.delta_ps for p in a.parts) == pytest.approx(a.total_ps, abs=1)
+    lead = a.parts[0]
+    assert (lead.kind, lead.name) == (PartKind.OP, "fusion.1")
+    assert lead.change.significant and lead.change.noise_band_ps > 0  # each part carries its band
+    # The step is the slowest chip's and the parts are means over chips: the rest stays small.
+    assert a.named_share > 0.9
+    families = {p.name: p for p in a.parts if p.kind is PartKind.FAMILY}
+    assert set(families) == {"all-reduce"} and not families["all-reduce"].change.significant
+
+
+def test_ops_that_went_away_and_appeared_are_parts_of_the_change(tmp_path, runs):
+    durations = {"fusion.1": 3000 * US, "fusion.2": 1000 * US, "copy.9": 250 * US}  # all-reduce.1 gone
+    d = diff_analyses(runs["base"], analysed(write(tmp_path, "new", design(seed=5, durations=durations))))
+    parts = {(p.kind, p.name): p for p in d.attribution.parts}
+    assert parts[(PartKind.APPEARED, "copy.9")].delta_ps == pytest.approx(250 * US, rel=0.02)
+    # A collective counts in its family: the all-reduce that went away is the family's -500 µs.
+    assert parts[(PartKind.FAMILY, "all-reduce")].delta_ps == pytest.approx(-500 * US, rel=0.02)
+    assert (PartKind.GONE, "all-reduce.1") not in parts
+
+
+def _renamed_design(seed: int, names: dict[str, str], source: str = "model.py:43"):
+    """fusion.1's work under another name and HLO text (`seed` operands: a changed fusion), at `source`."""
+    defs = []
+    for name in ("fusion.1", "fusion.2", "all-reduce.1"):
+        category, _ = OPS[name]
+        new = names.get(name, name)
+        defs.append(OpDef(new, category, flops=2.0e12, bytes_accessed=1.0e9, shape="bf16[256,512]{1,0}",
+                          source=source if name == "fusion.1" else f"model.py:{len(defs)}",
+                          tf_op="jit(f)/dot_general" if name == "fusion.1" else f"jit(f)/op{len(defs)}",
+                          hlo_text=f"%{new} = bf16[256,512]{{1,0}} fusion({', '.join(['%p'] * seed)}), kind=kOutput, "
+                                   f"calls=%c.{seed}"
+                          if name == "fusion.1" else ""))
+    durations = {names.get(k, k): v for k, (_, v) in OPS.items()}
+    return design(seed=seed, durations=durations, op_list=tuple(defs))
+
+
+def test_a_recompiled_fusion_pairs_by_source_line_jax_op_and_shape(tmp_path):
+    base = analysed(write(tmp_path, "a", _renamed_design(1, {})))
+    # other name, other HLO text (the fingerprint differs: it has two operands, not one)
+    new_design = _renamed_design(2, {"fusion.1": "subtract_convert_fusion.2"})
+    new = analysed(write(tmp_path, "b", new_design))
+    d = diff_analyses(base, new)
+    pair = {o.name: o for o in d.ops}["subtract_convert_fusion.2"]
+    assert (pair.base_name, pair.matched_by) == ("fusion.1", "source line")
+    assert not d.appeared and not d.disappeared
+
+
+def test_a_recompiled_fusion_at_another_line_does_not_pair(tmp_path):
+    base = analysed(write(tmp_path, "a", _renamed_design(1, {})))
+    new = analysed(write(tmp_path, "b", _renamed_design(2, {"fusion.1": "fusion.77"}, source="model.py:44")))
+    d = diff_analyses(base, new)
+    assert [o.name for o in d.appeared] == ["fusion.77"] and [o.name for o in d.disappeared] == ["fusion.1"]
+
+
+def test_a_finding_on_a_renamed_op_is_the_same_finding(tmp_path):
+    base = analysed(write(tmp_path, "a", _renamed_design(1, {})))
+    new = analysed(write(tmp_path, "b", _renamed_design(2, {"fusion.1": "subtract_convert_fusion.2"})))
+    d = diff_analyses(base, new, [_finding("spill", ("fusion.1",), 0), _finding("spill", ("fusion.2",), 0)],
+                      [_finding("spill", ("subtract_convert_fusion.2",), 0), _finding("spill", ("all-reduce.1",), 0),
+                       _finding("spill", ("fusion.2",), 0)])
+    [renamed, same] = sorted(d.findings_persisting, key=lambda p: p.how)
+    assert (renamed.base.ops, renamed.new.ops, renamed.how) == (("fusion.1",), ("subtract_convert_fusion.2",),
+                                                                "renamed ops")
+    assert not renamed.changed
+    assert same.how == "same ops" and same.base.ops == ("fusion.2",)
+    # A finding on another op is not paired with it, renamed or not.
+    assert [f.ops for f in d.findings_appeared] == [("all-reduce.1",)]
+    assert not d.findings_resolved
+
+
+def test_findings_citing_most_of_the_same_ops_pair(runs):
+    base = [_finding("exposed-collective", ("a.1", "a.2", "a.3"), 500 * US)]
+    new = [_finding("exposed-collective", ("a.1", "a.2", "a.3", "a.4"), 500 * US),
+           _finding("exposed-collective", ("b.1", "b.2"), 10 * US)]
+    d = diff_analyses(runs["base"], runs["noise"], base, new)
+    [kept] = d.findings_persisting
+    assert kept.how == "overlapping ops" and kept.new.ops[-1] == "a.4"
+    assert [f.ops for f in d.findings_appeared] == [("b.1", "b.2")]
+
+
+def _stepless(seed: int, scale: dict[str, float] | None = None):
+    d = design(seed=seed, scale=scale, n_steps=3)
+    return replace(d, steps_line=False, modules_line=False)
+
+
+def test_captures_without_steps_compare_op_totals_per_core(tmp_path):
+    base = analysed(write(tmp_path, "a", _stepless(1)))
+    new = analysed(write(tmp_path, "b", _stepless(2, {"fusion.1": 1.5})))
+    assert base.steps.empty and new.steps.empty  # no Steps line and no module executions
+    d = diff_analyses(base, new)
+    assert not d.per_step and d.step_time is None and d.attribution is None
+    assert d.op_basis == "per core over the capture"
+    ops = {o.name: o.change for o in d.ops}
+    # three steps of 3 ms on each chip: 9 ms per core in the base capture, half as much again in the new
+    assert ops["fusion.1"].base.centre_ps == pytest.approx(9000 * US, rel=0.02)
+    assert ops["fusion.1"].delta_ps == pytest.approx(4500 * US, rel=0.03) and ops["fusion.1"].significant
+    assert not ops["fusion.2"].significant
+    assert d.base_capture_ps > 3 * (4500 * US)
+    assert any("no steps" in w for w in d.warnings)

@@ -187,3 +187,24 @@ def test_check_json_error_about_the_output_itself_goes_to_stdout(tmp_path):
     proc = run("check", str(capture), "--format", "json", "-o", str(capture / "verdict.json"))
     assert proc.returncode == 2 and not (capture / "verdict.json").exists()
     assert json.loads(proc.stdout)["result"] == "error"
+
+
+def test_diff_of_two_captures_without_steps_shows_op_totals_per_core():
+    """Two real GPU captures without steps (`../shared`): op times are totals per core over each
+    capture, never `0 ps per step`. From the conv3d capture's events: `cudnn-conv.1` runs 79 times
+    on its 8 GPUs, 12,531,616,000 ps in all (no nested events), 1.57 ms per core."""
+    from tests.conftest import SHARED
+
+    base = SHARED / "data" / "real-captures" / "jax-gpu-conv3d-8gpu"
+    new = SHARED / "data" / "real-captures" / "jax-gpu-te-fused-attn"
+    if not (base.exists() and new.exists()):
+        pytest.skip(f"the real GPU captures are in ../shared, absent here ({base.parent})")
+    proc = run("diff", str(base), str(new))
+    assert proc.returncode == 0, proc.stderr
+    assert "per step and core" not in proc.stdout.replace("\n", " ").split("A change is reported")[0]
+    assert " 0 ps per" not in proc.stdout
+    assert "cudnn-conv.1 (gpu kernel) 1.57 ms per core over the capture" in proc.stdout
+    doc = json.loads(run("diff", str(base), str(base), "--format", "json").stdout)
+    assert doc["op_basis"] == "per core over the capture" and doc["step_time"] is None
+    conv = {o["name"]: o for o in doc["ops"]}["cudnn-conv.1"]
+    assert conv["base"]["centre_ps"] == pytest.approx(1.566452e9) and conv["delta_ps"] == 0

@@ -84,3 +84,63 @@ def test_markdown_report_has_the_memory_section_and_figure(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     # The memory finding's saving is in bytes, never "0 ps per step".
     assert "0 ps per step" not in text and "of device memory" in text
+
+
+OOM_DIR = __import__("pathlib").Path(__file__).resolve().parent.parent / "fixtures" / "oom"
+
+
+def test_the_users_oom_stands_alone():
+    """`memory --error FILE` with no PATH: the text's own overrun, list and levers; no bundled program."""
+    out = run("memory", "--error", str(OOM_DIR / "tf_tpu_v3_onehot.txt"))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "1.6 GiB over" in text and "read as the TensorFlow TPU runtime's compile report" in text
+    assert "472 MiB (12.6x)" in text and "f32[4,128,128,9,18]" in text
+    assert "dim 4 (18 → 128): make it a multiple of 128" in text  # the padding fix names the dim
+    assert "← first" not in text.split("Levers", 1)[1]  # 472 MiB alone does not cover a 1.6 GiB overrun
+    assert "jit_train_step" not in text and "params[" not in text and "v5e" not in text
+    doc = json.loads(run("memory", "--error", str(OOM_DIR / "tf_tpu_v3_onehot.txt"), "-f", "json").stdout)
+    assert doc["programs"] == [] and doc["errors"][0]["form"] == "tf-tpu-compile"
+    [alone] = doc["standalone_errors"]
+    assert alone["levers"][0]["key"] == "padding" and alone["levers"][0]["saving_bytes"] == round(471.5 * 2**20)
+    assert alone["error"]["allocations"][0]["expansion"] == 12.6
+
+
+def test_report_error_alone_names_no_bundled_program():
+    out = run("report", "--error", str(OOM_DIR / "tf_tpu_v3_onehot.txt"))
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if "TPD109" in x)
+    assert "jit_train_step" not in line and "the program does not fit" in line
+    assert "the bundled example is not the program that ran out of memory" in out.stdout
+
+
+def test_an_error_naming_another_program_is_not_joined(tmp_path):
+    dump = write_adam_dump(tmp_path / "oom", layers=13, live_activations=2)
+    doc = json.loads(run("memory", str(dump), "--error", str(OOM_DIR / "libtpu_jax_onehot.txt"), "-f", "json").stdout)
+    assert doc["programs"][0]["error"] is None and doc["standalone_errors"]
+    assert any("`jit_seg_step`, which is not a program of the input" in w for w in doc["warnings"])
+
+
+def test_the_bundled_example_has_headroom_and_no_lever():
+    out = run("memory")
+    assert "Levers" not in out.stdout and "no lever needed" in out.stdout and "of headroom" in out.stdout
+    [program] = json.loads(run("memory", "-f", "json").stdout)["programs"]
+    assert program["levers"] == [] and program["first_lever"] == "" and program["headroom_bytes"] > 15 * 2**30
+    assert program["workload"] == "training" and program["mesh_devices"] == 4
+
+
+def test_stdin_has_the_file_cap_and_decoding():
+    big = "x" * (1 << 20) + OOM_TEXT  # the OOM line lies past the 1 MiB cap: not read
+    out = run("memory", "--error", "-", stdin=big)
+    assert out.returncode == 2 and "no out-of-memory message" in out.stderr and "Traceback" not in out.stderr
+    raw = subprocess.run([sys.executable, "-m", "tpudiag", "memory", "--error", "-"], capture_output=True,
+                         input=b"\xff\xfe\x80 " + OOM_TEXT.encode(), timeout=300,
+                         env={**os.environ, "NO_COLOR": "1", "LC_ALL": "C", "PYTHONIOENCODING": "utf-8:strict",
+                              "PYTHONUTF8": "0"})
+    assert raw.returncode == 0 and b"Traceback" not in raw.stderr and b"1.25 GiB over" in raw.stdout
+
+
+def test_a_size_past_float_range_is_one_line():
+    out = run("memory", "--error", "-", stdin=f"Ran out of memory in memory space hbm. Used 1{'0' * 309}G of 16.00G hbm.")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: --error: size `") and "past any device's memory" in out.stderr

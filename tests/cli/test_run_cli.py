@@ -163,11 +163,16 @@ def test_run_says_when_no_capture_was_made(tmp_path):
 
 
 def test_run_passes_a_signal_death_through_as_a_shell_does(tmp_path):
+    # SIGTERM (as `tpudiag run` forwards it) first writes the trace, then ends the program as the
+    # signal would: its status is 128 + 15, and the capture is reported.
     script = "import os, signal\nimport jax.numpy as jnp\njnp.ones(3).block_until_ready()\n" \
-             "os.kill(os.getpid(), signal.SIGTERM)\n"
-    proc = run_tpudiag(tmp_path, script=script)
-    assert proc.returncode == 128 + 15
-    # killed: no exit handlers ran, so jax never wrote the trace
+             "os.kill(os.getpid(), signal.{sig})\n"
+    proc = run_tpudiag(tmp_path, script=script.format(sig="SIGTERM"))
+    assert proc.returncode == 128 + 15, proc.stderr[-3000:]
+    assert "the program exited with status 143; report of" in proc.stderr and "tpudiag report" in proc.stdout
+    # SIGKILL: no handler runs, so jax never wrote the trace
+    proc = run_tpudiag(tmp_path, script=script.format(sig="SIGKILL"))
+    assert proc.returncode == 128 + 9
     assert "no capture was made: the program ended without running its exit handlers" in proc.stderr
 
 
@@ -247,6 +252,19 @@ def test_child_env_keeps_the_users_flags_and_dump_directory(tmp_path):
     finally:
         os.environ.clear()
         os.environ.update(env_before)
+
+
+def test_run_says_which_variable_each_of_its_flags_went_to(tmp_path, monkeypatch):
+    from tpudiag.cli.run_cmd import added_flags
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=true")
+    monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+    env, xla, llo = child_env({}, tmp_path, tmp_path / "dumps", tpu=True)
+    assert added_flags(env) == [f"XLA_FLAGS += --xla_dump_to={xla}",
+                                f"LIBTPU_INIT_ARGS += --xla_jf_dump_to={llo} --xla_jf_dump_llo_text=true "
+                                "--xla_jf_dump_category_filter=misc"]
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to={tmp_path}")  # the user's own: nothing added, nothing said
+    assert added_flags(child_env({}, tmp_path, tmp_path / "dumps", tpu=False)[0]) == []
 
 
 def test_joinable_dumps_reads_tpu_dumps_and_names_cpu_ones(tmp_path):

@@ -50,7 +50,7 @@ def test_rules_skip_on_a_capture_without_tpu_ops(tmp_path: Path):
     analysis = sc.analyse(sc.design((), lambda chip, step: []), tmp_path)
     findings, skipped = run_rules(analysis)
     assert findings == []
-    assert {s.rule: s.reason for s in skipped}["exposed-collective"] == "needs a device trace with TPU ops"
+    assert {s.rule: s.reason for s in skipped}["exposed-collective"] == "needs a device trace with ops (TPU, GPU or XLA CPU)"
 
 
 def test_step_basis_and_worst_core(tmp_path: Path):

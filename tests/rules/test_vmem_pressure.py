@@ -36,11 +36,14 @@ def test_kernels_near_and_over_the_scoped_limit(tmp_path, snapshot):
 
 
 def test_scoped_oom_error_is_high_and_first(tmp_path):
-    d = _run(tmp_path, error=SCOPED_OOM)
+    # The error names `_lambda_.1`: it joins the program that has that op (and no other).
+    unrelated = _run(tmp_path / "other", error=SCOPED_OOM).memory()
+    assert unrelated.programs[0].error is None and unrelated.programs[0].vmem_limit_source != "compiler error"
+    d = _run(tmp_path, error=SCOPED_OOM, **{"_lambda_.1": 12 * MiB})
     [f] = d.findings
     assert f.blocking and f.severity is Severity.HIGH and f.ops == ("_lambda_.1",)
-    assert f.message == ("`_lambda_.1` needs 28 MiB of VMEM, 12 MiB over the 16 MiB scoped VMEM limit; "
-                         "the chip has 128 MiB of VMEM")
+    assert f.message == ("`_lambda_.1` (at `kernel.py:7`, `jit(step)/pallas_call`) needs 28 MiB of VMEM, 12 MiB "
+                         "over the 16 MiB scoped VMEM limit; the chip has 128 MiB of VMEM")
     assert "vmem_limit_bytes" in f.fix
     [p] = d.memory().programs
     assert p.vmem_limit_source == "compiler error" and p.vmem_scoped_limit_bytes == 16 * MiB

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tpudiag.model.compile_output import CompileOutput
 from tpudiag.model.compiled import CompiledProgram, Instruction, leaf_arrays
 from tpudiag.model.hardware import ChipSpec
 from tpudiag.parsers.hlo_program import COLLECTIVE_OPCODES, FREE_OPCODES
@@ -317,3 +318,24 @@ def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
     for col in ("name", "category", "family", "async_role", "partner", "pair_kind", "cycles_source", "opcode"):
         df[col] = df[col].astype("string")
     return df
+
+
+@dataclass(frozen=True)
+class ProgramEstimate:
+    """A compiled program's per-op estimates under one cost model: what the static report shows and
+    the simulator lays on a timeline, computed once for both (`estimate_program`)."""
+
+    chip: ChipSpec
+    model: CostModel
+    n_devices: int
+    ops: pd.DataFrame  # op_estimates
+
+
+def estimate_program(output: CompileOutput, clock_ghz: float | None = None, ici_gbps: float | None = None,
+                     ici_latency_us: float | None = None) -> ProgramEstimate:
+    """The per-op estimates of a compile output, for its target chip, with the CLI's overrides."""
+    chip = output.target_chip()
+    model = CostModel.for_flags(chip, clock_ghz, ici_gbps, ici_latency_us)
+    n_devices = int(output.facts.get("n_devices", 1))
+    ops = op_estimates(output.program, model, n_devices, output.group_sizes, output.spills, output.matmul_flops)
+    return ProgramEstimate(chip, model, n_devices, ops)

@@ -23,55 +23,138 @@ from tpudiag.model.compiled import (MEMORY_SPACE_NAMES, BufferAllocation, Buffer
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, DEFAULT_SCOPED_VMEM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.llo import LloDump
-from tpudiag.model.memory import (MemoryBuffer, MemoryGroup, MemoryLever, MemoryReport, OomError, ProgramMemory,
-                                  SpaceMemory, VmemUse)
-from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
-from tpudiag.parsers.oom_error import parse_oom_error
+from tpudiag.model.memory import (INFERENCE, TRAINING, MemoryBuffer, MemoryGroup, MemoryLever, MemoryReport,
+                                  OomAnalysis, OomError, ProgramMemory, SpaceMemory, VmemUse)
+from tpudiag.parsers.layout import ShapeSyntaxError, padded_dims, parse_shape
+from tpudiag.parsers.oom_error import OomSizeError, parse_oom_error
 
-# A modelled lever for sharding across devices assumes this many (the smallest v5e/v6e slice).
-FSDP_DEVICES = 4
-# The order in which levers are tried first: cost to the user, cheapest first (donation is free,
-# remat costs FLOPs, a microbatch costs steps, dtypes cost numerics, offload PCIe, FSDP devices).
-EFFORT = ("donation", "remat", "microbatch", "dtype", "host-offload", "fsdp")
+# The order in which levers are tried first: cost to the user, cheapest first (a layout or a
+# padding change is local, donation is free, remat costs FLOPs, a microbatch costs steps,
+# dtypes cost numerics, offload PCIe, FSDP collectives).
+EFFORT = ("padding", "temporaries", "donation", "remat", "microbatch", "dtype", "host-offload", "fsdp")
+# Levers are offered from this fraction of the usable HBM on (the `hbm-pressure` rule's default).
+NEAR_FRACTION = 0.8
+# Programs whose HBM peak is under this fold into one line of `tpudiag memory` (jit'd conversions, scalars).
+SMALL_PROGRAM_BYTES = 1 << 20
+# An --error text joins a program whose HBM peak is within this of the size the text prints
+# (two decimals of G: 5 MiB; the rest is what the compiler adds beyond the buffer assignment).
+SIZE_MATCH_FRACTION = 0.02
+# Only an allocation padded by at least this much (its size over its unpadded size) gets a padding lever.
+MIN_EXPANSION = 1.25
+_BACKWARD = re.compile(r"transpose\(jvp")
+_OPTIMISER_NAMES = re.compile(r"(?i)^(opt|opt_state|optimi[sz]er|adam|mu|nu|m|v|momentum|velocity|moments?|"
+                              r"exp_avg(_sq)?|state)$")
 # Temporaries below this size are left out of the live set (tuple index tables, scalars).
 MIN_LIVE_BYTES = 4096
 _INDEX = re.compile(r"\{[\d,]*\}$")
 
 
 def program_memories(compiled: CompiledInputs, errors: Iterable[OomError] = (),
-                     outputs: Mapping[Path, CompileOutput] = MappingProxyType({})) -> tuple[ProgramMemory, ...]:
-    """The memory of every program with a buffer assignment; `errors` are joined to the largest.
-    `outputs`: `tpudiag compile` output directories already read (`parsers.compile_output`), by directory,
-    so that their `result.json` and `compiled.hlo.txt` are not read again."""
-    errors = tuple(errors)
+                     outputs: Mapping[Path, CompileOutput] = MappingProxyType({}),
+                     near_fraction: float = NEAR_FRACTION) -> tuple[ProgramMemory, ...]:
+    """The memory of every program with a buffer assignment, largest HBM peak first; each error
+    is joined to the program it names, else to the one whose HBM peak matches its size, else to
+    none (`joined_program`), and never when `compiled.oom_errors_joinable` is off (the bundled
+    example is nobody's program). `outputs`: `tpudiag compile` output directories already read
+    (`parsers.compile_output`), by directory, so that their `result.json` and `compiled.hlo.txt` are not
+    read again."""
+    errors = tuple(errors) if compiled.oom_errors_joinable else ()
     # A capture with `--dumps` of its compile holds each program twice: the dump's (with live
     # ranges) is kept, the capture's own copy of the same module left out.
     dumped = {h.program.module for h in compiled.hlo}
     inputs = [h for h in (*compiled.hlo, *(e for e in compiled.embedded if e.program.module not in dumped))
               if h.program.allocations]
-    largest = max(inputs, key=lambda h: sum(a.size_bytes for a in h.program.allocations), default=None)
-    return tuple(program_memory(h, compiled.chip, errors if h is largest else (), llo=compiled.llo, outputs=outputs)
-                 for h in inputs)
+    programs = [h.program for h in inputs]
+    joined = {id(e): joined_program(e, programs) for e in errors}
+    out = [program_memory(h, compiled.chip, tuple(e for e in errors if joined[id(e)] is h.program),
+                          llo=compiled.llo, outputs=outputs, near_fraction=near_fraction) for h in inputs]
+    out.sort(key=lambda p: (-(p.hbm_peak_bytes or 0), p.module))
+    return tuple(out)
+
+
+def joined_program(error: OomError, programs: list[CompiledProgram]) -> CompiledProgram | None:
+    """The program an OOM text is about: the one it names (`OomError.programs`, or for VMEM the
+    program holding the op it names), else the one
+    whose HBM total is within SIZE_MATCH_FRACTION of the text's required size (not for the
+    runtime forms, whose sizes are one buffer's or the free memory's); None when none matches."""
+    named = [p for p in programs if p.module in error.programs
+             or (error.space == "vmem" and error.hlo and p.find(error.hlo) is not None)]
+    if named:
+        return max(named, key=_hbm_total)
+    if error.programs or error.space != "hbm" or error.kind == "hbm-allocation":
+        return None
+    close = [p for p in programs if abs(_hbm_total(p) - error.required_bytes) <= SIZE_MATCH_FRACTION * error.required_bytes]
+    return min(close, key=lambda p: abs(_hbm_total(p) - error.required_bytes), default=None)
+
+
+def _hbm_total(program: CompiledProgram) -> int:
+    return sum(a.size_bytes for a in program.allocations if a.color == 0)
+
+
+def join_warnings(errors: Iterable[OomError], programs: tuple[ProgramMemory, ...], joinable: bool = True) -> list[str]:
+    """One warning per `--error` text joined to no program of the input: why."""
+    out = []
+    joined = [p.error for p in programs if p.error is not None]
+    for e in errors:
+        if any(e is j for j in joined):
+            continue
+        if not joinable:
+            out.append("--error: analysed on its own: the bundled example is not the program that ran out of memory")
+        elif not programs:
+            continue
+        elif e.space == "vmem" and e.hlo:
+            out.append(f"--error: the text names op `{e.hlo}`, which no program of the input has: not joined")
+        elif e.programs:
+            out.append(f"--error: the text names {', '.join(f'`{n}`' for n in e.programs)}, which is not a program of "
+                       "the input: not joined")
+        else:
+            out.append(f"--error: its size ({_fmt(e.required_bytes)}) matches no program of the input (the largest "
+                       f"peaks at {_fmt(programs[0].hbm_peak_bytes)}): not joined")
+    return out
+
+
+def _fmt(n: int | None) -> str:
+    from tpudiag.model.units import fmt_bytes
+
+    return fmt_bytes(n)
 
 
 def memory_report(input_path: str, compiled: CompiledInputs, errors: Iterable[OomError] = (),
                   programs: tuple[ProgramMemory, ...] | None = None) -> MemoryReport:
-    """`tpudiag memory`'s report: `programs` (from `program_memories`, computed when None) and notes."""
+    """`tpudiag memory`'s report: `programs` (from `program_memories`, computed when None), the
+    errors joined to none analysed alone, tiny programs folded, and notes."""
     errors = tuple(errors)
     programs = program_memories(compiled, errors) if programs is None else programs
     # a dumped program without a buffer assignment may have had one its parser ignored: say why
     notes = [w for h in compiled.hlo if not h.program.allocations for w in h.program.warnings]
-    if not programs:
+    notes += join_warnings(errors, programs, compiled.oom_errors_joinable)
+    if not programs and not errors:
         notes.append("no compiled program with a buffer assignment: dump with XLA_FLAGS=--xla_dump_to=DIR "
                      "(or `tpudiag compile`) to see device memory")
-    return MemoryReport(input_path=input_path, programs=programs, errors=errors, warnings=tuple(notes))
+    return error_report(input_path, errors, programs, tuple(notes))
+
+
+def error_report(input_path: str, errors: tuple[OomError, ...], programs: tuple[ProgramMemory, ...] = (),
+                 warnings: tuple[str, ...] = ()) -> MemoryReport:
+    """A memory report of `programs` (largest first) and `errors`; those joined to no program are
+    analysed alone (`oom_analysis`). `tpudiag memory --error FILE` with no PATH is this with no program."""
+    joined = [p.error for p in programs if p.error is not None]
+    standalone = tuple(oom_analysis(e) for e in errors if not any(e is j for j in joined))
+    programs = tuple(sorted(programs, key=lambda p: (-(p.hbm_peak_bytes or 0), p.module)))
+    small = tuple(i for i, p in enumerate(programs) if (p.hbm_peak_bytes or 0) < SMALL_PROGRAM_BYTES
+                  and not p.does_not_fit)
+    if len(small) == len(programs):  # nothing large: show them all rather than fold everything
+        small = ()
+    return MemoryReport(input_path=input_path, programs=programs, errors=errors, warnings=warnings,
+                        standalone=standalone, folded=small)
 
 
 def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomError] = (),
-                   llo: Iterable[LloDump] = (), outputs: Mapping[Path, CompileOutput] = MappingProxyType({})
-                   ) -> ProgramMemory:
-    """One program's memory: its spaces, the chip's HBM and the levers, the scoped VMEM per op
-    (from the LLO dumps of the same module when given); `errors` joined to it."""
+                   llo: Iterable[LloDump] = (), outputs: Mapping[Path, CompileOutput] = MappingProxyType({}),
+                   near_fraction: float = NEAR_FRACTION) -> ProgramMemory:
+    """One program's memory: its spaces, the chip's HBM, whether it trains, the scoped VMEM per op
+    (from the LLO dumps of the same module when given); `errors` joined to it. Levers only when
+    the program does not fit or peaks at `near_fraction` of the usable HBM or more."""
     from tpudiag.model.hardware import chip_for
 
     program = hlo.program
@@ -94,29 +177,92 @@ def program_memory(hlo: HloInput, chip: ChipSpec | None, errors: Iterable[OomErr
     reported = {s.color: s.total_bytes for s in program.memory_spaces}
     spaces = tuple(_space(program, color, allocs, reported.get(color)) for color, allocs in sorted(by_color.items()))
     hbm = next((s for s in spaces if s.color == 0), None)
-    levers = _levers(program, hbm) if hbm is not None else ()
+    workload, evidence = program_workload(program, hbm)
     result = ProgramMemory(
         module=program.module, path=program.path, generation=chip.generation if chip else "",
         hbm_capacity_bytes=capacity, hbm_usable_bytes=usable, usable_source=usable_source, spaces=spaces,
-        oom_recorded=program.oom_recorded, error=error, levers=levers,
-        compiler_peak_bytes=_compiler_peak(facts))
+        oom_recorded=program.oom_recorded, error=error, compiler_peak_bytes=_compiler_peak(facts),
+        workload=workload, workload_evidence=evidence, near_fraction=near_fraction,
+        capacity_source=f"public {chip.generation} figure" if capacity else "",
+        mesh_devices=max(1, program.num_partitions) * max(1, program.replica_count))
     result = replace(result, **_vmem(hlo, chip, errors, tuple(llo), facts, output))
-    peak, limit = result.hbm_peak_bytes, result.hbm_limit_bytes
-    # Over the limit: a lever must free the excess; near it, any lever helps.
-    need = peak - limit + 1 if peak is not None and limit is not None and peak > limit else 0
-    first = first_lever(levers, need)
     warnings = list(program.warnings)  # the program's own, a side file it ignored among them
     if program.allocations and not program.live_ranges:
         warnings.append(f"`{program.module}`: no live-range dump: the temporaries at the peak are not split by time")
-    return replace(result, first=first.key if first is not None else "", warnings=tuple(warnings))
+    result = replace(result, warnings=tuple(warnings))
+    return with_levers(result, program)
+
+
+def with_levers(p: ProgramMemory, program: CompiledProgram | None) -> ProgramMemory:
+    """`p` with its levers when it needs them (`ProgramMemory.needs_levers`), and the cheapest that
+    is enough alone: one that frees the overrun, or brings a fitting peak under the near fraction."""
+    hbm = p.hbm
+    if hbm is None or not p.needs_levers:
+        return replace(p, levers=(), first="")
+    levers = _levers(program, hbm, p) if program is not None else []
+    if p.error is not None and p.error.space == "hbm":
+        levers += [lv for lv in error_levers(p.error) if lv.key == "padding"]
+    levers.sort(key=lambda lv: (-lv.saving_bytes, lv.key))
+    peak, limit = p.hbm_peak_bytes, p.hbm_limit_bytes
+    if peak is None or limit is None:
+        need = None
+    elif peak > limit or p.does_not_fit:
+        need = max(peak - limit, 0) + 1
+    else:
+        need = peak - int(p.near_fraction * limit) + 1
+    first = first_lever(tuple(levers), need) if need is not None else None
+    return replace(p, levers=tuple(levers), first=first.key if first is not None else "")
 
 
 def first_lever(levers: tuple[MemoryLever, ...], need_bytes: int) -> MemoryLever | None:
-    """The cheapest lever (`EFFORT`) that frees `need_bytes` on its own, else the one that frees the most."""
+    """The cheapest lever (`EFFORT`) that frees `need_bytes` on its own; None when none does."""
     enough = [lv for lv in levers if lv.saving_bytes >= need_bytes]
-    if enough:
-        return min(enough, key=lambda lv: EFFORT.index(lv.key))
-    return max(levers, key=lambda lv: lv.saving_bytes, default=None)
+    return min(enough, key=lambda lv: EFFORT.index(lv.key), default=None)
+
+
+def program_workload(program: CompiledProgram, hbm: SpaceMemory | None) -> tuple[str, str]:
+    """TRAINING or INFERENCE, and what told it: a backward pass (ops named `transpose(jvp(...))`,
+    JAX's gradients) makes a training step; optimiser state and donated state are named when found."""
+    backward = sum(1 for inst in program.instructions.values() if _BACKWARD.search(inst.op_name))
+    args = [b for b in hbm.live_at_peak if b.kind == "argument"] if hbm is not None else []
+    donated = sum(1 for a in args if a.aliased)
+    if backward:
+        parts = [f"a backward pass ({backward} ops named `transpose(jvp(...))`)"]
+        optimiser = _optimiser_state(args, [b for b in hbm.live_at_peak if b.kind == "output"] if hbm else [])
+        if optimiser:
+            parts.append(f"optimiser state ({', '.join(sorted({_argument_root(a.op_name, a.instruction) for a in optimiser}))})")
+        if donated:
+            parts.append(f"{donated} donated arguments")
+        return TRAINING, "; ".join(parts)
+    why = "no backward pass (no op named `transpose(jvp(...))`)"
+    if donated:
+        why += f"; {donated} donated arguments (state updated in place, as a cache is)"
+    return INFERENCE, why
+
+
+def _state(args: list[MemoryBuffer], outputs: list[MemoryBuffer]) -> list[MemoryBuffer]:
+    """Arguments the program returns updated: donated, or with an output of the same shape."""
+    shapes = {o.shape for o in outputs}
+    return [a for a in args if a.aliased or a.shape in shapes]
+
+
+def _optimiser_state(args: list[MemoryBuffer], outputs: list[MemoryBuffer]) -> list[MemoryBuffer]:
+    """The state arguments that hold optimiser state, not parameters: those under an argument root
+    named like optimiser state (`opt_state`, `mu`, `nu`, `m`, `v`, ...), and those under a later
+    root whose dims repeat the first root's (Adam's m and v beside the params)."""
+    state = _state(args, outputs)
+    if not state:
+        return []
+    roots = {a: _argument_root(a.op_name, a.instruction) for a in state}
+    first_root = min(state, key=lambda a: a.parameter_number if a.parameter_number is not None else 0)
+    first = roots[first_root]
+    param_dims = {_dims(a.shape) for a in state if roots[a] == first}
+    return [a for a in state if roots[a] != first and (_OPTIMISER_NAMES.match(roots[a].strip("'\"[]"))
+                                                        or _dims(a.shape) in param_dims)]
+
+
+def _dims(shape: str) -> str:
+    return shape.split("{", 1)[0].split("[", 1)[-1]
 
 
 def _vmem(hlo: HloInput, chip: ChipSpec | None, errors: tuple[OomError, ...], llo: tuple[LloDump, ...],
@@ -209,7 +355,10 @@ def _compile_errors(facts: dict) -> tuple[OomError, ...]:
     """The out-of-memory error a failed `tpudiag compile` recorded, as if given with `--error`."""
     if facts.get("status") != "compile_error":
         return ()
-    error = parse_oom_error(str(facts.get("detail") or facts.get("message") or ""))
+    try:
+        error = parse_oom_error(str(facts.get("detail") or facts.get("message") or ""))
+    except OomSizeError:
+        return ()  # a recorded message with an impossible size: no error to join
     return (error,) if error is not None else ()
 
 
@@ -331,11 +480,13 @@ def _dtype(shape: str) -> str:
     return shape.split("[", 1)[0]
 
 
-def _levers(program: CompiledProgram, hbm: SpaceMemory) -> tuple[MemoryLever, ...]:
+def _levers(program: CompiledProgram, hbm: SpaceMemory, p: ProgramMemory) -> list[MemoryLever]:
+    """The levers whose precondition holds in the program, each saying what it checked."""
     live = hbm.live_at_peak
     args = [b for b in live if b.kind == "argument"]
     outputs = [b for b in live if b.kind == "output"]
     temps = [b for b in live if b.kind == "temporary"]
+    training = p.workload == TRAINING
     levers: list[MemoryLever] = []
 
     # Donation: an output of the same shape and layout as an argument not yet donated can reuse it.
@@ -350,75 +501,255 @@ def _levers(program: CompiledProgram, hbm: SpaceMemory) -> tuple[MemoryLever, ..
             pairs.append((out, arg))
             donated.add(_argument_root(arg.op_name, arg.instruction))
     if pairs:
-        saving = sum(o.size_bytes for o, _ in pairs)
+        gross = sum(o.size_bytes for o, _ in pairs)
+        back = _grows_back(program, hbm)
         roots = sorted(donated)
         numbers = _argnums(program, roots)
         fix = (f"jax.jit(step, donate_argnums={numbers})" if numbers
                else f"donate the arguments {', '.join(roots)} (`donate_argnums`)")
+        how = "the outputs that could reuse a same-shaped argument's buffer"
+        if back:
+            how += (f", less {_fmt(back)} of forward activations the compiler rematerialises now to fit (it has "
+                    f"`.remat` instructions) and is modelled to keep once memory is freed")
         levers.append(MemoryLever(
             "donation", f"donate {', '.join(roots)}: {len(pairs)} output{'s' * (len(pairs) != 1)} "
             f"{'have' if len(pairs) != 1 else 'has'} an argument's shape and could reuse it",
-            saving, "the outputs that could reuse a same-shaped argument's buffer; the compiler may need "
-            "some of it back as temporaries for out-of-place updates", fix,
-            tuple(o.name for o, _ in pairs)))
+            max(gross - back, 0), how, fix, tuple(o.name for o, _ in pairs),
+            precondition=f"{len(pairs)} output{'s' * (len(pairs) != 1)} with an argument's shape, that argument "
+                         "not donated"))
 
     # Rematerialisation: forward-pass activations (`jvp(` in the name stack, not the transpose)
-    # that are live at the peak because the backward pass needs them.
+    # live at the peak because the backward pass needs them; only where a backward pass exists.
     kept = [t for t in temps if "jvp(" in t.op_name and "transpose(" not in t.op_name]
-    if kept:
+    if kept and training:
         levers.append(MemoryLever(
             "remat", f"rematerialise {len(kept)} forward activations kept for the backward pass",
             sum(t.size_bytes for t in kept), "forward activations live at the peak; recomputing them costs "
             "their FLOPs again in the backward pass",
             "wrap the layer in jax.checkpoint (e.g. policy=jax.checkpoint_policies.dots_saveable, "
-            "or nothing_saveable for the most memory)", tuple(t.name for t in kept)))
+            "or nothing_saveable for the most memory)", tuple(t.name for t in kept),
+            precondition=f"a backward pass, and {len(kept)} forward activations live at the peak"))
 
-    # Optimiser state and parameters: arguments the step also returns in the same shape (whether
-    # donated or not) are the training state; sharding it over devices (FSDP) or keeping it on
-    # the host between uses frees its HBM.
-    state = [a for a in args if a.aliased or any(o.shape == a.shape for o in outputs)]
-    state_bytes = sum(a.size_bytes for a in state) + sum(o.size_bytes for o, _ in pairs)
-    if state:
+    state = _state(args, outputs)
+    optimiser = _optimiser_state(args, outputs) if training else []
+    # FSDP: parameters (rank 2 and up) sharded over fewer devices than the mesh has.
+    fsdp = _under_sharded(program, state, p.mesh_devices) if training else []
+    if fsdp:
+        saving = sum(size * (1 - shards / p.mesh_devices) for _, size, shards in fsdp)
+        now = sorted({shards for *_, shards in fsdp})
         levers.append(MemoryLever(
-            "fsdp", f"shard the parameters and optimiser state over {FSDP_DEVICES} devices (FSDP)",
-            state_bytes * (FSDP_DEVICES - 1) // FSDP_DEVICES,
-            f"(1 - 1/{FSDP_DEVICES}) of the state (arguments the step returns in the same shape) and their "
-            f"updated outputs, modelled for "
-            f"{FSDP_DEVICES} devices; gathering them per layer adds collectives",
-            "shard params and optimiser state along a mesh axis (NamedSharding(mesh, P('data', None)))",
-            tuple(a.name for a in state)))
-        f32_state = [a for a in state if _dtype(a.shape) == "f32"]
-        if f32_state:
-            moved = sum(a.size_bytes for a in f32_state) + sum(o.size_bytes for o, a in pairs if a in f32_state)
-            levers.append(MemoryLever(
-                "host-offload", f"keep the f32 optimiser state in host memory ({len(f32_state)} arrays)",
-                moved, "the f32 state arguments (and their new values) moved to pinned host memory; "
-                "the update then streams over PCIe each step",
-                "place the optimiser state with memory_kind='pinned_host' (jax.device_put / out_shardings)",
-                tuple(a.name for a in f32_state)))
+            "fsdp", f"shard {len(fsdp)} parameter and state arrays over all {p.mesh_devices} devices of the mesh (FSDP)",
+            int(saving), f"each array's bytes times (1 - its shards / {p.mesh_devices}), from its sharding in the "
+            "program; gathering them per layer adds collectives",
+            "shard params and optimiser state along the data axis too (NamedSharding(mesh, P('data', ...)))",
+            tuple(b.name for b, *_ in fsdp),
+            precondition=f"{len(fsdp)} arrays of rank 2 or more are sharded {'/'.join(map(str, now))} ways on a "
+                         f"{p.mesh_devices}-device mesh"))
 
-    # A smaller microbatch: the temporaries and the arguments that are not state (the batch) scale
-    # with the batch size.
+    # Optimiser state: in host memory between uses, or stored in bf16.
+    f32_state = [a for a in optimiser if _dtype(a.shape) == "f32"]
+    if f32_state:
+        names = ", ".join(sorted({_argument_root(a.op_name, a.instruction) for a in f32_state}))
+        moved = sum(a.size_bytes for a in f32_state) + sum(o.size_bytes for o, a in pairs if a in f32_state)
+        levers.append(MemoryLever(
+            "host-offload", f"keep the f32 optimiser state ({names}) in host memory ({len(f32_state)} arrays)",
+            moved, "the f32 optimiser state (and its new values) moved to pinned host memory; the update then "
+            "streams over PCIe each step",
+            "place the optimiser state with memory_kind='pinned_host' (jax.device_put / out_shardings)",
+            tuple(a.name for a in f32_state), precondition=f"f32 optimiser state recognised: {names}"))
+        levers.append(MemoryLever(
+            "dtype", f"store the f32 optimiser state ({names}) in bf16", moved // 2,
+            "half of the f32 optimiser state and its new values; bf16 moments need care (stochastic rounding)",
+            "keep optimiser moments in bf16 (e.g. optax.adam(mu_dtype=jnp.bfloat16))",
+            tuple(a.name for a in f32_state), precondition=f"f32 optimiser state recognised: {names}"))
+
+    # A smaller microbatch: in a training step the temporaries and the arguments that are not
+    # state (the batch) scale with the batch size.
     batch_args = [a for a in args if a not in state]
     scaled = sum(t.size_bytes for t in temps) + sum(a.size_bytes for a in batch_args)
-    if scaled:
+    if scaled and training:
         levers.append(MemoryLever(
             "microbatch", "halve the microbatch (accumulate gradients over 2)", scaled // 2,
             "half of the temporaries live at the peak and of the batch arguments, which scale with the batch",
             "split the batch into microbatches and accumulate gradients (jax.lax.scan over microbatches)",
-            tuple(b.name for b in (*temps, *batch_args))))
+            tuple(b.name for b in (*temps, *batch_args)), precondition="a training step (it has a backward pass)"))
+    return [lv for lv in levers if lv.saving_bytes > 0]
 
-    # Narrower dtypes: f32 buffers at the peak stored as bf16.
-    wide = [b for b in live if _dtype(b.shape) == "f32"]
-    if wide:
+
+def _grows_back(program: CompiledProgram, hbm: SpaceMemory) -> int:
+    """Bytes of forward activations the compiler is modelled to keep again once memory is freed.
+
+    A program with `.remat` instructions was rematerialised by the compiler to fit: freeing memory
+    (donation) lets it keep every forward activation for the backward pass instead. Measured on the
+    10-layer Adam step on v5e: donation freed 6.25 GiB of outputs but the peak fell by 4.0 GiB, as
+    the temporaries grew from 2 live forward activations to all 10 (2.25 GiB). So: the forward
+    activations' bytes (temporaries under `jvp(`, not `transpose(`, not themselves `.remat`) less
+    those live at the peak now; 0 without `.remat`."""
+    if not any(".remat" in name for (_, name) in program.instructions):
+        return 0
+    live = {b.instruction for b in hbm.live_at_peak if b.kind == "temporary"}
+    total = 0
+    for alloc in program.allocations:
+        if alloc.color != 0 or _kind(alloc) != "temporary":
+            continue
+        for value in alloc.values:
+            name = _INDEX.sub("", value.name)
+            inst = program.find(name)
+            if (inst is not None and ".remat" not in name and name not in live and "jvp(" in inst.op_name
+                    and "transpose(" not in inst.op_name and value.size_bytes >= MIN_LIVE_BYTES):
+                total += value.size_bytes
+    return total
+
+
+_TILES = re.compile(r"devices=\[(?P<tiles>[\d,]+)\]")
+
+
+def _shards(sharding: str) -> int | None:
+    """How many ways an array is split by an HLO `sharding={...}` attribute: 1 when replicated or
+    on one device; the tile counts' product, less the replicated last dim; None when unreadable."""
+    text = sharding.strip()
+    if not text:
+        return None
+    if "replicated" in text.split("devices", 1)[0] or "maximal" in text:
+        return 1
+    m = _TILES.search(text)
+    if m is None:
+        return None
+    tiles = [int(t) for t in m["tiles"].split(",") if t.isdigit() and len(t) < 7]
+    if "last_tile_dim_replicate" in text and tiles:
+        tiles = tiles[:-1]
+    count = 1
+    for t in tiles:
+        count *= t
+    return count
+
+
+def _under_sharded(program: CompiledProgram, state: list[MemoryBuffer], mesh: int) -> list[tuple[MemoryBuffer, int, int]]:
+    """(array, bytes, shards) for state arrays of rank 2 or more split fewer ways than the mesh has
+    devices; [] when the mesh is one device or the program carries no sharding."""
+    if mesh <= 1:
+        return []
+    out = []
+    for a in state:
+        inst = program.find(a.instruction)
+        sharding = dict(inst.attributes).get("sharding", "") if inst is not None else ""
+        shards = _shards(sharding)
+        if shards is None or shards >= mesh or len(_dims(a.shape).split(",")) < 2:
+            continue
+        out.append((a, a.size_bytes, shards))
+    return out
+
+
+def error_levers(error: OomError) -> list[MemoryLever]:
+    """The levers an out-of-memory text supports on its own, in the order its facts give them:
+    the padding fix of each allocation padded MIN_EXPANSION-fold or more, then the largest
+    temporaries by op, then donation (outputs that share nothing with the arguments) and remat
+    (forward activations in the list beside a backward pass)."""
+    levers: list[MemoryLever] = []
+    for a in error.allocations:
+        if not a.padding_bytes or a.unpadded_bytes is None or a.size_bytes < MIN_EXPANSION * max(a.unpadded_bytes, 1):
+            continue
+        dims = _padded_dims_of(a.shape)
+        where = ", ".join(f"dim {i}: {s} → {p}" for i, s, p in dims)
+        expansion = a.expansion if a.expansion is not None else a.size_bytes / max(a.unpadded_bytes, 1)
+        who = _who(a)
         levers.append(MemoryLever(
-            "dtype", f"store {len(wide)} f32 buffers at the peak in bf16", sum(b.size_bytes for b in wide) // 2,
-            "half of the f32 buffers live at the peak; bf16 optimiser state needs care (stochastic rounding "
-            "or an f32 master copy of the params only)",
-            "keep optimiser moments in bf16 (e.g. optax.adam(mu_dtype=jnp.bfloat16)) or activations in bf16",
-            tuple(b.name for b in wide)))
-    levers.sort(key=lambda lv: (-lv.saving_bytes, lv.key))
-    return tuple(lv for lv in levers if lv.saving_bytes > 0)
+            "padding", f"{who} `{a.shape.split('{')[0]}` is padded {expansion:.1f}x by its layout"
+            + (f" ({where})" if where else ""), a.padding_bytes,
+            f"the padding the compiler printed for this allocation ({_fmt(a.size_bytes)} for {_fmt(a.unpadded_bytes)} "
+            "of data)", _padding_fix(a.shape, dims), (a.instruction or who,),
+            precondition=f"the error lists it at {_fmt(a.size_bytes)} with {_fmt(a.padding_bytes)} of padding"))
+    groups: dict[str, list] = defaultdict(list)
+    for a in error.allocations:
+        if a.allocation_type in ("HLO temp", ""):
+            groups[_op_group(a)].append(a)
+    if groups:
+        label, allocs = max(groups.items(), key=lambda kv: (sum(a.size_bytes for a in kv[1]), kv[0]))
+        total = sum(a.size_bytes for a in allocs)
+        levers.append(MemoryLever(
+            "temporaries", f"the largest temporaries by op: `{label}` holds {_fmt(total)} in {len(allocs)} of the "
+            "listed allocations", total, "the listed temporaries of that op: the most that splitting or fusing it "
+            "could free", "compute it in chunks (jax.lax.map or a scan over the batch), or in a narrower dtype",
+            tuple(a.instruction for a in allocs if a.instruction),
+            precondition=f"{len(allocs)} HLO temporaries of `{label}` in the error's list"))
+    args = error.part("arguments")
+    if (error.output_bytes and args is not None and args.size_bytes
+            and (error.output_shared_bytes or 0) < error.output_bytes):
+        free = min(error.output_bytes - (error.output_shared_bytes or 0), args.size_bytes)
+        levers.append(MemoryLever(
+            "donation", "donate the arguments whose updated value the program returns", free,
+            "the outputs not sharing an argument's buffer, at most the arguments' size; only outputs with an "
+            "argument's shape can reuse it", "jax.jit(step, donate_argnums=...) for the state the step returns",
+            precondition=f"outputs of {_fmt(error.output_bytes)} share {_fmt(error.output_shared_bytes or 0)} "
+                         f"with {_fmt(args.size_bytes)} of arguments"))
+    backward = any(_BACKWARD.search(a.op_name) for a in error.allocations)
+    forward = [a for a in error.allocations if "jvp(" in a.op_name and "transpose(" not in a.op_name]
+    if backward and forward:
+        levers.append(MemoryLever(
+            "remat", f"rematerialise the {len(forward)} listed forward activations kept for the backward pass",
+            sum(a.size_bytes for a in forward), "the listed forward activations (the list holds only the largest); "
+            "recomputing them costs their FLOPs again", "wrap the layer in jax.checkpoint "
+            "(policy=jax.checkpoint_policies.dots_saveable, or nothing_saveable for the most memory)",
+            tuple(a.instruction for a in forward if a.instruction),
+            precondition="the list names a backward pass (`transpose(jvp(...))`) and forward activations"))
+    return [lv for lv in levers if lv.saving_bytes > 0]
+
+
+def oom_analysis(error: OomError) -> OomAnalysis:
+    """An OOM text on its own: its levers and the cheapest that covers the overrun alone."""
+    levers = tuple(error_levers(error)) if error.space == "hbm" else ()
+    first = first_lever(levers, max(error.over_by_bytes, 0) + 1) if levers else None
+    return OomAnalysis(error=error, levers=levers, first=first.key if first is not None else "")
+
+
+def _who(a) -> str:
+    return f"`{a.op_name}`" if a.op_name else (f"`{a.instruction}`" if a.instruction else f"allocation {a.rank}")
+
+
+def _op_group(a) -> str:
+    """The op an allocation belongs to, for grouping: its op name without a trailing `_N` index
+    (`resnet152/MaxPool_11` -> `resnet152/MaxPool`), else its instruction without `.N`."""
+    if a.op_name:
+        return re.sub(r"_\d+$", "", a.op_name)
+    return re.sub(r"\.\d+$", "", a.instruction) or f"allocation {a.rank}"
+
+
+def _padding_fix(shape: str, dims: list[tuple[int, int, int]]) -> str:
+    """Which dim to change so the tiles are full: each padded dim to a multiple of its tile, or a
+    dim that already is one laid out minor-most (a transpose or a layout change)."""
+    if not dims:
+        return "choose dims that are multiples of the layout's tile, or a layout that puts a large dim last"
+    parts = [f"dim {i} ({s} → {p}): make it a multiple of {_tile_of(s, p)}" for i, s, p in dims]
+    try:
+        parsed = parse_shape(shape)
+    except ShapeSyntaxError:
+        parsed = None
+    sizes = getattr(parsed, "dims", ())
+    padded = {i for i, *_ in dims}
+    full = [(i, d) for i, d in enumerate(sizes) if i not in padded and d >= 128 and d % 128 == 0]
+    if full:
+        i, d = max(full, key=lambda x: x[1])
+        parts.append(f"or lay out dim {i} ({d}, a multiple of 128) minor-most (transpose it last, or fold the padded "
+                     "dims into it with a reshape)")
+    return "; ".join(parts)
+
+
+def _tile_of(size: int, padded: int) -> int:
+    """The tile a dim was padded to (`18 → 128`: 128), from its padded size."""
+    for tile in (128, 8, 16, 32, 256, 512, 4, 2):
+        if padded % tile == 0 and padded - size < tile:
+            return tile
+    return padded
+
+
+def _padded_dims_of(shape: str) -> list[tuple[int, int, int]]:
+    try:
+        parsed = parse_shape(shape)
+    except ShapeSyntaxError:
+        return []
+    from tpudiag.model.compiled import ArrayShape
+
+    return padded_dims(parsed) if isinstance(parsed, ArrayShape) else []
 
 
 def _argnums(program: CompiledProgram, roots: list[str]) -> tuple[int, ...] | None:
@@ -435,3 +766,19 @@ def _argnums(program: CompiledProgram, roots: list[str]) -> tuple[int, ...] | No
     if not all(r in order for r in roots):
         return None
     return tuple(order.index(r) for r in sorted(roots, key=firsts.__getitem__))
+
+
+def with_allocator_capacity(report: MemoryReport, capacities: Iterable[int]) -> MemoryReport:
+    """`report` with the allocator's measured capacity (in use + free at its peak) as the HBM size
+    of each program whose chip gave none (a GPU capture): the device's figure first, then the
+    allocator's, then the generation's; the source is named. Levers stay as the program's
+    buffers gave them (a program of unknown size had none)."""
+    measured = max((c for c in capacities if c > 0), default=None)
+    if measured is None:
+        return report
+    programs = tuple(
+        replace(p, hbm_capacity_bytes=measured, hbm_usable_bytes=p.hbm_usable_bytes or measured,
+                usable_source=p.usable_source or "the allocator's measured capacity",
+                capacity_source="measured by the allocator")
+        if p.hbm_capacity_bytes is None else p for p in report.programs)
+    return replace(report, programs=programs)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from tpudiag.analysis.collective_windows import host_windows, summarize_windows
 from tpudiag.analysis.host_transfers import host_copies, host_copy_mask, transfer_table
-from tpudiag.analysis.idle import host_idle_tables
+from tpudiag.analysis.idle import capture_windows, host_idle_tables
 from tpudiag.analysis.ops import aggregate_ops
 from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
@@ -33,7 +33,9 @@ def digest_host(host: HostTrace) -> HostDigest:
     copies = host_copies(host.op_metadata)
     steps, source = build_steps(host, host_copy_mask(host.events, copies))
     executions = source.kind is StepKind.XLA_MODULES
-    gaps, idle_steps = host_idle_tables(host, steps, executions)
+    # Without steps, idle is measured over each core's span of the capture (`idle.capture_windows`)
+    windows = steps if not steps.empty else capture_windows(host.events)
+    gaps, idle_steps = host_idle_tables(host, windows, executions)
     op_cores, op_step_sums, op_step_worst = op_tables(host)
     collectives, collective_op_steps = summarize_windows(host_windows(host, steps), host.host)
     return HostDigest(steps=steps, step_source=source, ops=aggregate_ops(host),

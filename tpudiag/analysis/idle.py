@@ -56,6 +56,7 @@ class IdleTables:
     gaps: pd.DataFrame
     steps: pd.DataFrame
     executions: bool  # True when any host's steps are module executions (periods run to the next one)
+    whole_capture: bool = False  # no host has steps: one window per core over the capture (`capture_windows`)
 
 
 _CAUSE_COLS = [f"{c.replace('-', '_')}_ps" for c in CAUSES] + ["unexplained_ps"]
@@ -156,6 +157,20 @@ def host_idle_tables(host: HostTrace, steps: pd.DataFrame, executions: bool) -> 
     return _concat(gap_parts, _GAP_COLUMNS), _concat(step_parts, _STEP_COLUMNS)
 
 
+def capture_windows(events: pd.DataFrame) -> pd.DataFrame:
+    """For a capture without steps: one window per core, from its first op's start to its last op's
+    end (XProf's per-core span), as step 0, so that idle is measured over the capture as a whole."""
+    if events is None or events.empty:
+        return pd.DataFrame({"core": [], "step": [], "start_ps": [], "dur_ps": [], "io_ps": []})
+    ends = events["start_ps"] + events["dur_ps"]
+    frame = pd.DataFrame({"core": events["core"].to_numpy(), "s": events["start_ps"].to_numpy(), "e": ends.to_numpy()})
+    g = frame.groupby("core", sort=True)
+    first, last = g["s"].min(), g["e"].max()
+    return pd.DataFrame({"core": first.index.to_numpy(), "step": np.zeros(len(first), dtype=np.int64),
+                         "start_ps": first.to_numpy(dtype=np.int64), "dur_ps": (last - first).to_numpy(dtype=np.int64),
+                         "io_ps": np.zeros(len(first), dtype=np.int64)})
+
+
 def _concat(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in columns})
     for c in columns:
@@ -168,13 +183,15 @@ def idle_tables(digests: Mapping[str, HostDigest]) -> IdleTables:
     """Every host's idle gaps and per-step idle, from the hosts' digests (`Analysis.digests`)."""
     gaps, steps = [], []
     executions = False
+    whole = not any(not d.steps.empty for d in digests.values())  # no host has steps: use capture windows
     for host, digest in digests.items():
-        if digest.steps.empty:
+        if digest.steps.empty and not whole:
             continue
         executions |= digest.executions
         gaps.append(digest.idle_gaps.assign(host=host))
         steps.append(digest.idle_steps.assign(host=host))
-    return IdleTables(gaps=_concat(gaps, _GAP_COLUMNS), steps=_concat(steps, _STEP_COLUMNS), executions=executions)
+    return IdleTables(gaps=_concat(gaps, _GAP_COLUMNS), steps=_concat(steps, _STEP_COLUMNS), executions=executions,
+                      whole_capture=whole)
 
 
 @dataclass(frozen=True)

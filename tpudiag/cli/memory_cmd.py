@@ -16,21 +16,30 @@ from tpudiag.cli.memory_runtime import PPROF_HELP
 from tpudiag.cli.options import Chip, TerminalOrJson
 from tpudiag.errors import InputError
 
-ERROR_HELP = ("A RESOURCE_EXHAUSTED error text from JAX (a file, or `-` for stdin): its HBM or VMEM figures are "
-              "joined to the compiled program")
+ERROR_HELP = ("A RESOURCE_EXHAUSTED error text from JAX, libtpu or TensorFlow (a file, or `-` for stdin): "
+              "analysed on its own, and joined to a program of PATH only when it names it or its sizes match")
+# The most of an --error text read, from a file or stdin alike: an OOM report is a few KiB.
+ERROR_TEXT_CAP = 1 << 20
 
 
 def read_error_text(error: Path | None) -> str | None:
-    """The text of `--error FILE` (`-`: stdin); an unreadable file is an input error naming it."""
+    """The text of `--error FILE` (`-`: stdin): its first ERROR_TEXT_CAP bytes, undecodable bytes
+    replaced; an unreadable file is an input error naming it."""
     if error is None:
         return None
     if str(error) == "-":
-        return sys.stdin.read()
+        stream = getattr(sys.stdin, "buffer", None)
+        if stream is None:  # a text-only stdin (an embedding that replaced it): take its text
+            return sys.stdin.read(ERROR_TEXT_CAP)
+        try:
+            return stream.read(ERROR_TEXT_CAP).decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise InputError(f"cannot read stdin ({exc.strerror or exc})", path="-") from exc
     from tpudiag.parsers.input_files import read_input_text
 
     if not error.exists():
         raise InputError("no such file", path=error)
-    return read_input_text(error, limit=1 << 20)
+    return read_input_text(error, limit=ERROR_TEXT_CAP)
 
 
 def memory(
@@ -56,17 +65,27 @@ def memory(
     from tpudiag.pipeline import diagnose
     from tpudiag.writers.files import resolve_output
 
-    compiled_view = not (path is None and pprof is not None and not dumps and error is None)
+    error_alone = path is None and not dumps and error is not None  # the user's OOM, not the bundled example
+    compiled_view = not (path is None and pprof is not None and not dumps and error is None) and not error_alone
     shown = [path if path is not None else bundled_capture()] if compiled_view else []
     output = resolve_output(output, [*shown, *(dumps or []), *([pprof] if pprof else [])])
     text = read_error_text(error)
     report = None
-    if compiled_view:
+    if error_alone:
+        from tpudiag.analysis.device_memory import error_report
+        from tpudiag.pipeline import parse_error_text
+
+        report = error_report(str(error), parse_error_text(text))
+    elif compiled_view:
         result = diagnose(path, dumps=dumps or (), chip=chip.value if chip else None, error=text,
                           select="hbm-pressure")
         report = result.memory()
     # After diagnose: a capture it cannot read at all is its one error line, not also a warning here.
     measured = measured_memory(path, pprof)
+    if report is not None:
+        from tpudiag.analysis.device_memory import with_allocator_capacity
+
+        report = with_allocator_capacity(report, [a.capacity_bytes for t in measured.timelines for a in t.allocators])
     emit(MemoryView(report, measured), output_format.value, output, top=top)
 
 

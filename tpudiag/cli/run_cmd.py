@@ -9,7 +9,8 @@ host, each appended to what the user set, and never replacing a dump directory t
 On a machine with no accelerator (no TPU or GPU device files) the child gets `JAX_PLATFORMS=cpu`
 unless the user set it, so an installed libtpu does not print its start-up noise ("could not
 determine TPU accelerator type") into the run. When the report goes to stdout as JSON, the
-program's own stdout goes to stderr, so what is meant to be parsed stays parseable.
+program's own stdout goes to stderr, so what is meant to be parsed stays parseable. The program
+runs in its own process group, which tpudiag forwards terminating signals to (`_run_child`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,8 +39,10 @@ whole run, or with --steps N..M only those steps of its jax.profiler.StepTraceAn
 (and, on a TPU host, LLO) dumps joined. The trace and dumps go to a fresh temporary directory
 named on stderr, or the trace to --logdir. With --format json and no -o (the report on stdout), the
 program's own stdout goes to stderr, so stdout is the JSON alone. Without a TPU or GPU, the program
-runs with JAX_PLATFORMS=cpu unless set. Exit status: the program's (the report is printed
-anyway when a capture exists), or 2 when it succeeded but left no capture.
+runs with JAX_PLATFORMS=cpu unless set. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to tpudiag go to
+the program, and tpudiag waits for it. Exit status: the program's (the report is printed anyway
+when a capture exists), 126 or 127 when it cannot be started, or 2 when it succeeded but left no
+capture (its temporary directory is then removed).
 """
 
 SITECUSTOMIZE = '''\
@@ -76,8 +80,13 @@ def gpu_host() -> bool:
 
 
 def _has_flag(flags: str, name: str) -> str | None:
-    """The value of `--name=value` in a flag string, or None."""
-    for token in shlex.split(flags):
+    """The value of `--name=value` in a flag string, or None. The string is only read: a quote it
+    leaves open (the user's to fix, XLA's to judge) splits it at whitespace instead."""
+    try:
+        tokens = shlex.split(flags)
+    except ValueError:
+        tokens = flags.split()
+    for token in tokens:
         if token.startswith(f"--{name}="):
             return token.split("=", 1)[1]
     return None
@@ -113,6 +122,17 @@ def child_env(config: dict, boot_dir: Path, dumps: Path, tpu: bool,
     return env, Path(xla), Path(llo) if llo else None
 
 
+def added_flags(env: dict[str, str]) -> list[str]:
+    """What tpudiag appended to each flag variable of the child, as `VAR += FLAGS`: each flag where
+    its runtime registers it (`--xla_dump_to`: XLA's DebugOptions; `--xla_jf_*`: libtpu's)."""
+    lines = []
+    for var in ("XLA_FLAGS", "LIBTPU_INIT_ARGS"):
+        before, after = os.environ.get(var, ""), env.get(var, "")
+        if after != before and after.startswith(before):
+            lines.append(f"{var} += {after[len(before):].strip()}")
+    return lines
+
+
 def joinable_dumps(xla: Path, llo: Path | None) -> tuple[list[Path], list[str]]:
     """The dump directories the report can read, and a note for each one it cannot."""
     from tpudiag.parsers.dump_dir import HLO_SUFFIX, is_dump_directory
@@ -136,23 +156,131 @@ def _say(text: str) -> None:
     sys.stderr.write(f"tpudiag run: {one_line(text)}\n")
 
 
-def _run_child(command: list[str], env: dict[str, str], stdout_to_stderr: bool = False) -> int:
-    """Run the program in the foreground; Ctrl-C goes to it (same process group), not to tpudiag.
+# Signals that end a program, forwarded to it: tpudiag waits for the program, reports what it
+# captured and exits with its status (a terminal's Ctrl-C and Ctrl-\ reach it directly when it holds
+# the terminal, and through tpudiag when it does not).
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_PR_SET_PDEATHSIG = 1
 
-    `stdout_to_stderr`: the program's stdout goes to tpudiag's stderr (the report owns stdout).
-    """
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def _terminal() -> int | None:
+    """tpudiag's controlling terminal on stdin when tpudiag is its foreground job, else None."""
     try:
-        sys.stdout.flush()
-        proc = subprocess.Popen(command, env=env, stdout=sys.stderr.fileno() if stdout_to_stderr else None,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        returncode = proc.wait()
-    except FileNotFoundError as exc:
-        from tpudiag.errors import UsageError
+        fd = sys.stdin.fileno()
+        return fd if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp() else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
-        raise UsageError(f"cannot run `{command[0]}`: {exc.strerror}") from None
+
+def _hand_terminal(fd: int | None, pgid: int) -> None:
+    """Make `pgid` the terminal's foreground group (SIGTTOU ignored: the caller may be in the background)."""
+    if fd is None:
+        return
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(fd, pgid)
+    except OSError:
+        pass  # the terminal went away (a hangup): nothing to hand over
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTTOU, previous)
+
+
+def _child_setup(terminal: int | None, pdeathsig) -> None:
+    """In the child, before exec: a process group of its own, holding the terminal (as a shell does
+    for its job, so that reading it does not stop the program), and SIGTERM if tpudiag is killed outright."""
+    os.setpgid(0, 0)
+    _hand_terminal(terminal, os.getpgrp())
+    if pdeathsig is not None:
+        pdeathsig(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+def _pdeathsig():
+    """libc's `prctl`, on Linux, for the child's parent-death signal; None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _start_problem(command: list[str], exc: OSError | subprocess.SubprocessError):
+    """The one-line error, with a shell's status, for a program that could not be started."""
+    from tpudiag.errors import UsageError
+
+    why = getattr(exc, "strerror", None) or str(exc)
+    err = UsageError(f"cannot run `{command[0]}`: {why}",
+                     hint="give a program that exists and is executable (e.g. `python train.py`)")
+    err.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126  # as a shell says
+    return err
+
+
+def _wait(proc: subprocess.Popen, terminal: int | None) -> int:
+    """The program's exit status. When it stops while it holds the terminal (Ctrl-Z), tpudiag takes
+    the terminal back and stops too, so the shell sees the job stopped; on `fg` both go on."""
+    while True:
+        try:
+            _, status = os.waitpid(proc.pid, os.WUNTRACED if terminal is not None else 0)
+        except ChildProcessError:
+            return proc.returncode if proc.returncode is not None else 0
+        if os.WIFSTOPPED(status):
+            _hand_terminal(terminal, os.getpgrp())
+            os.kill(os.getpid(), signal.SIGSTOP)
+            _hand_terminal(terminal, proc.pid)  # resumed (`fg`): the program holds the terminal again
+            os.killpg(proc.pid, signal.SIGCONT)
+            continue
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        return proc.returncode
+
+
+def _run_child(command: list[str], env: dict[str, str], stdout_to_stderr: bool = False) -> int:
+    """Run the program in its own process group and wait for it, whatever tpudiag is sent.
+
+    The group holds the terminal while it runs when tpudiag did (a shell's foreground job), so
+    Ctrl-C and Ctrl-Z reach the program itself. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to tpudiag
+    are forwarded to the group (each one not ignored when tpudiag started: under `nohup` a hangup
+    stays ignored for both), and tpudiag keeps waiting, so the program's status comes back and
+    nothing of it is left running. Killed outright, tpudiag takes the program with it (Linux's
+    parent-death signal). `stdout_to_stderr`: the program's stdout goes to tpudiag's stderr (the
+    report owns stdout).
+    """
+    sys.stdout.flush()
+    proc: subprocess.Popen | None = None
+    pending: list[int] = []  # arrived before the program had a process group
+
+    def forward(signum, _frame) -> None:
+        if proc is None:
+            pending.append(signum)
+            return
+        try:
+            os.killpg(proc.pid, signum)
+        except ProcessLookupError:
+            pass  # already gone: the wait collects its status
+
+    previous = {}
+    for sig in FORWARDED_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, forward)
+    terminal = _terminal()
+    pdeathsig = _pdeathsig()
+    try:
+        try:
+            proc = subprocess.Popen(command, env=env, stdout=sys.stderr.fileno() if stdout_to_stderr else None,
+                                    preexec_fn=lambda: _child_setup(terminal, pdeathsig))
+        except (OSError, subprocess.SubprocessError) as exc:  # missing, not executable, a directory,
+            raise _start_problem(command, exc) from None         # not a program (ENOEXEC), ...
+        _hand_terminal(terminal, proc.pid)  # the child did too: whichever runs first, no read stops it
+        for sig in pending:
+            forward(sig, None)
+        try:
+            returncode = _wait(proc, terminal)
+        finally:
+            _hand_terminal(terminal, os.getpgrp())
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 128 - returncode if returncode < 0 else returncode  # killed by signal N: 128 + N, as a shell says
 
 
@@ -181,37 +309,43 @@ def run_command(
         raise UsageError("no program to run", hint="put it after `--`: `tpudiag run -- python train.py`")
     window = parse_steps(steps)
     check_step_var(step_var, window)
+    if logdir is not None:
+        logdir = _made_logdir(logdir)  # refused before the program runs
     work = Path(tempfile.mkdtemp(prefix="tpudiag-run-"))
-    if logdir is None:
-        logdir = work / "logdir"
-    elif logdir.exists() and not logdir.is_dir():
-        raise UsageError("--logdir exists and is not a directory", path=logdir)
-    logdir = logdir.resolve()
-    logdir.mkdir(parents=True, exist_ok=True)
-    if output is not None:  # refused before the program runs, not after
-        from tpudiag.writers.files import resolve_output
+    kept = False  # a run with no capture leaves no temporary directory behind
+    try:
+        if logdir is None:
+            logdir = _made_logdir(work / "logdir")
+        if output is not None:  # refused before the program runs, not after
+            from tpudiag.writers.files import resolve_output
 
-        resolve_output(output, [logdir])
-    before = run_dirs(logdir)
-    boot = work / "bootstrap"
-    boot.mkdir()
-    (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(root=str(Path(__file__).resolve().parents[2])))
-    status_file = work / "child-status.json"
-    config = {"logdir": str(logdir), "steps": [window.first, window.last] if window else None,
-              "status": str(status_file), "python_tracer": python_tracer, "step_var": step_var}
-    env, xla, llo = child_env(config, boot, work / "dumps", tpu_host(), gpu_host())
-    where = f"trace in `{logdir}`, dumps in `{xla}`" + (f" and `{llo}`" if llo else "")
-    _say(where)
-    # JSON on stdout must parse: the program's own output goes to stderr then (`-o -` is stdout too)
-    parsed_stdout = output_format is TerminalOrJson.json and (output is None or str(output) == "-")
-    if parsed_stdout:
-        _say("the report is JSON on stdout: the program's own stdout goes to stderr")
-    returncode = _run_child(command, env, stdout_to_stderr=parsed_stdout)
-    run = newest_new_run(logdir, before)
-    if run is None:
-        status = json.loads(status_file.read_text()) if status_file.is_file() else None
-        _say(f"{no_capture_reason(None, status=status)} (the program exited with status {returncode})")
-        raise typer.Exit(returncode or 2)
+            resolve_output(output, [logdir])
+        before = run_dirs(logdir)
+        boot = work / "bootstrap"
+        boot.mkdir()
+        (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(root=str(Path(__file__).resolve().parents[2])))
+        status_file = work / "child-status.json"
+        config = {"logdir": str(logdir), "steps": [window.first, window.last] if window else None,
+                  "status": str(status_file), "python_tracer": python_tracer, "step_var": step_var}
+        env, xla, llo = child_env(config, boot, work / "dumps", tpu_host(), gpu_host())
+        where = f"trace in `{logdir}`, dumps in `{xla}`" + (f" and `{llo}`" if llo else "")
+        _say(where)
+        for line in added_flags(env):
+            _say(line)
+        # JSON on stdout must parse: the program's own output goes to stderr then (`-o -` is stdout too)
+        parsed_stdout = output_format is TerminalOrJson.json and (output is None or str(output) == "-")
+        if parsed_stdout:
+            _say("the report is JSON on stdout: the program's own stdout goes to stderr")
+        returncode = _run_child(command, env, stdout_to_stderr=parsed_stdout)
+        run = newest_new_run(logdir, before)
+        if run is None:
+            _say(f"{no_capture_reason(None, status=_child_status(status_file))} "
+                 f"(the program exited with status {returncode})")
+            raise typer.Exit(returncode or 2)
+        kept = True
+    finally:
+        if not kept:
+            shutil.rmtree(work, ignore_errors=True)
     dumps, notes = joinable_dumps(xla, llo)
     for note in notes:
         _say(note)
@@ -223,6 +357,31 @@ def run_command(
         _say(f"no report: {exc.one_line()}")
         raise typer.Exit(returncode or 2) from None
     raise typer.Exit(returncode)
+
+
+def _made_logdir(logdir: Path) -> Path:
+    """`logdir`, resolved and made (with its parents); UsageError naming it when it cannot be."""
+    from tpudiag.errors import UsageError
+
+    if logdir.exists() and not logdir.is_dir():
+        raise UsageError("--logdir exists and is not a directory", path=logdir)
+    try:
+        logdir = logdir.resolve()
+        logdir.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError) as exc:  # under a file, unwritable, a symlink loop
+        raise UsageError(f"--logdir cannot be made: {getattr(exc, 'strerror', None) or exc}", path=logdir) from None
+    if not os.access(logdir, os.W_OK | os.X_OK):
+        raise UsageError("--logdir is not writable", path=logdir)
+    return logdir
+
+
+def _child_status(path: Path) -> dict | None:
+    """The child's status file (`profiling.bootstrap_child`), None when it is missing or damaged."""
+    try:
+        status = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return status if isinstance(status, dict) else None
 
 
 # `tpudiag report`, given by `register` (the report command lives in cli.app)

@@ -18,8 +18,10 @@ given (--each: one variant per setting). Each compile output is laid on a modell
 `tpudiag report DIR` and compared with the baseline: step time, exposed collective time, the HBM
 peak (the compiler's memory_analysis), the collective schedule, and the findings that appear or
 go away. Every figure is modelled from the compiler's estimates, never measured.
---xla-flag NAME=VALUE: libtpu flags (xla_tpu_*, xla_jf_*, xla_mosaic_*, xla_sc_*) go to
-LIBTPU_INIT_ARGS, others to XLA_FLAGS. --option KEY=VALUE: lowered.compile(compiler_options=...).
+--xla-flag NAME=VALUE: to LIBTPU_INIT_ARGS when libtpu registers NAME, to XLA_FLAGS when XLA
+does (both lists read from the installed versions, cached), said for each variant; one flag per
+--xla-flag (no whitespace or `--` in VALUE), and none that sets the dumps.
+--option KEY=VALUE: lowered.compile(compiler_options=...).
 MODULE:FUNCTION as for `tpudiag compile` (docs/compile.md). The compile outputs stay in -o DIR
 (default: a fresh temporary directory, named on stderr) for `tpudiag diff` or `report`.
 """

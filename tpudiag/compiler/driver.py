@@ -79,6 +79,13 @@ def libtpu_flags(out: Path, static_profile: bool, extra: tuple[str, ...] = ()) -
     return flags + list(extra)
 
 
+def dump_options(out: Path, static_profile: bool) -> list[str]:
+    """The dump flags of a compile into `out`, its path written `<out>`: what `whatif` checks to be
+    the same for the baseline and every variant before it compares them."""
+    flags = [f"--xla_dump_to={out / XLA_DIR}", *libtpu_flags(out, static_profile)]
+    return [f.replace(str(out), "<out>") for f in flags]
+
+
 def worker_env(out: Path, static_profile: bool, extra: tuple[str, ...] = (),
                xla_flags: tuple[str, ...] = ()) -> dict[str, str]:
     env = dict(os.environ)
@@ -223,7 +230,7 @@ def compile_program(target: str, topology: Topology, out: Path, static_profile: 
     trim_llo_dump(out / LLO_DIR)
     result.update(wall_s=round(wall, 3), static_profile=profile, libtpu_flags=list(extra_flags),
                   xla_flags=list(xla_flags), compiler_options=dict(compiler_options or {}),
-                  generation=topology.generation)
+                  generation=topology.generation, dump_options=dump_options(out, profile))
     result["dump_bytes"] = dump_size(out)
     result_path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     return CompileRun(out=out, topology=topology, facts=result, static_profile=profile, wall_s=wall)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from tpudiag.model.compile_output import CompileOutput
-from tpudiag.analysis.cost_model import PS_PER_S, CostModel, op_estimates
+from tpudiag.analysis.cost_model import PS_PER_S, CostModel, ProgramEstimate, estimate_program
 from tpudiag.errors import UsageError
 from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, build_capture
 
@@ -124,7 +124,7 @@ class Simulated:
 
 def simulate_in_memory(output: CompileOutput, clock_ghz: float | None = None, ici_gbps: float | None = None,
                        ici_latency_us: float | None = None, steps: int = 3,
-                       roofline_without_clock: bool = False) -> Simulated:
+                       roofline_without_clock: bool = False, estimate: ProgramEstimate | None = None) -> Simulated:
     """The modelled capture of `output`, as `simulate` writes it, without writing it: what static
     mode analyses (`parsers.capture.profile_from_xspace`).
 
@@ -132,13 +132,12 @@ def simulate_in_memory(output: CompileOutput, clock_ghz: float | None = None, ic
     `roofline_without_clock`, where each op lasts its FLOPs/bytes roofline time instead (the
     static report of `tpudiag report DUMPS` states which basis it used). With or without a clock,
     no op lasts less than its roofline time (`analysis.cost_model.CostModel`), so no modelled op runs above
-    the core's peak.
+    the core's peak. `estimate`: the program's estimates when the caller has them already (the
+    static report's), else made here from the overrides.
     """
-    chip = output.target_chip()
-    model = CostModel.for_flags(chip, clock_ghz, ici_gbps, ici_latency_us)
-    n_devices = int(output.facts.get("n_devices", 1))
-    estimates = op_estimates(output.program, model, n_devices, output.group_sizes, output.spills,
-                     output.matmul_flops)
+    if estimate is None:
+        estimate = estimate_program(output, clock_ghz, ici_gbps, ici_latency_us)
+    chip, model, n_devices, estimates = estimate.chip, estimate.model, estimate.n_devices, estimate.ops
     if not roofline_without_clock and model.clock_hz is None and estimates["estimated_cycles"].notna().any():
         raise UsageError(f"the {chip.generation} clock is not public, so cycles cannot become time",
                          hint="pass --clock-ghz (an assumption you state), e.g. --clock-ghz 1.5")

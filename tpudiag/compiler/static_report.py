@@ -12,7 +12,7 @@ from enum import StrEnum
 import pandas as pd
 
 from tpudiag.model.compile_output import CompileOutput
-from tpudiag.analysis.cost_model import CostModel, op_estimates
+from tpudiag.analysis.cost_model import CostModel, ProgramEstimate, estimate_program
 from tpudiag.model.compiled import leaf_arrays
 
 
@@ -131,13 +131,14 @@ def clock_note(generation: str, clock_hz: float | None, given: bool) -> str:
 
 
 def build_static_report(output: CompileOutput, clock_ghz: float | None = None, top_padding: int = 8,
-                        ici_gbps: float | None = None, ici_latency_us: float | None = None) -> StaticReport:
+                        ici_gbps: float | None = None, ici_latency_us: float | None = None,
+                        estimate: ProgramEstimate | None = None) -> StaticReport:
+    """`estimate`: the program's estimates when the caller has them already, else made here."""
     facts = output.facts
     generation = facts.get("generation", "")
-    chip = output.target_chip()
-    model = CostModel.for_flags(chip, clock_ghz, ici_gbps, ici_latency_us)
-    n = int(facts.get("n_devices", 1))
-    ops = op_estimates(output.program, model, n, output.group_sizes, output.spills, output.matmul_flops)
+    if estimate is None:
+        estimate = estimate_program(output, clock_ghz, ici_gbps, ici_latency_us)
+    chip, model, n, ops = estimate.chip, estimate.model, estimate.n_devices, estimate.ops
     cycles = ops["estimated_cycles"]
     total_cycles = int(cycles.fillna(0).sum())
     compute = ops["compute_ps"]

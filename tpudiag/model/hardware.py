@@ -139,3 +139,110 @@ COMPILER_USABLE_HBM_BYTES: dict[str, int] = {"v5e": 16128 * MIB}
 # `pltpu.CompilerParams(vmem_limit_bytes=...)`), as libtpu 0.0.42.1 printed it in its
 # `CompileTimeScopedVmemOom` message for each generation (measured deviceless, `<gen>:1x1`).
 DEFAULT_SCOPED_VMEM_BYTES: dict[str, int] = {"v5e": 16 * MIB, "v5p": 16 * MIB, "v6e": 32 * MIB, "TPU7x": 32 * MIB}
+
+
+# -- GPUs -----------------------------------------------------------------------------------------
+#
+# A GPU plane (`/device:GPU:N`) records its capabilities as stats (`device_vendor`, `compute_cap_major`
+# and `_minor`, `core_count` SMs or CUs, `clock_rate` in kHz, `memory_bandwidth` in B/s,
+# `memory_size` in bytes; `xprof/utils/device_caps_utils.cc`), but no peak FLOP/s. The peak is
+# per SM (CU) per cycle times SMs times clock, with the per-cycle figure per generation below: the
+# dense matrix (tensor core / MFMA) rate for bf16 or fp16, FMA counted as two FLOPs. HBM bandwidth
+# is the plane's own `memory_bandwidth`, as XProf takes it.
+#
+# Sources: NVIDIA's V100, A100, H100 and B200 whitepapers and datasheets (dense fp16/bf16 tensor
+# TFLOP/s divided by SMs x boost clock: V100 125 TF / (80 x 1.53 GHz) = 1024; A100 312 TF /
+# (108 x 1.41 GHz) = 2048; H100 SXM 989 TF / (132 x 1.83 GHz) = 4096); AMD's CDNA 3 and CDNA 4
+# whitepapers (MI300X 1307 TF / (304 CU x 2.1 GHz) = 2048; MI355X 2517 TF / (256 CU x 2.4 GHz) =
+# 4096), which XProf's `GetAmdFlopCapsPerCuPerCycle` also holds. Generations not listed get no
+# peak FLOP/s: utilizations and the roofline are then not shown, never guessed.
+
+
+@dataclass(frozen=True)
+class GpuGeneration:
+    vendor: str  # "NVIDIA" or "AMD"
+    compute_capability: tuple[int, int]  # NVIDIA's; AMD's gfx major.minor as ROCm reports it
+    arch: str  # Volta, Ampere, ...; gfx942, gfx950
+    model: str  # the data-centre part of that generation, as people name it
+    matrix_flops_per_core_per_cycle: int  # dense bf16/fp16 tensor-core (MFMA) FLOPs per SM (CU)
+
+
+GPU_GENERATIONS: tuple[GpuGeneration, ...] = (
+    GpuGeneration("NVIDIA", (7, 0), "Volta", "V100", 1024),
+    GpuGeneration("NVIDIA", (7, 5), "Turing", "T4", 1024),
+    GpuGeneration("NVIDIA", (8, 0), "Ampere", "A100", 2048),
+    GpuGeneration("NVIDIA", (8, 6), "Ampere", "A10/A40", 1024),
+    GpuGeneration("NVIDIA", (8, 9), "Ada", "L4/L40", 1024),
+    GpuGeneration("NVIDIA", (9, 0), "Hopper", "H100/H200", 4096),
+    GpuGeneration("NVIDIA", (10, 0), "Blackwell", "B200", 8192),
+    GpuGeneration("AMD", (9, 4), "gfx942", "Instinct MI300", 2048),
+    GpuGeneration("AMD", (9, 5), "gfx950", "Instinct MI350", 4096),
+)
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """One GPU as its plane's stats describe it, with the generation's peak where it is known."""
+
+    vendor: str  # "NVIDIA", "AMD" or "" when the plane does not say
+    compute_capability: tuple[int, int] | None
+    cores: int  # SMs (NVIDIA) or CUs (AMD); 0 when not recorded
+    clock_hz: float  # 0 when not recorded
+    hbm_bytes_per_s: float  # the plane's `memory_bandwidth`; 0 when not recorded
+    memory_bytes: int
+    generation: GpuGeneration | None
+    name_in_trace: str = ""  # `gpu_device_name` when the plane records it
+
+    @property
+    def peak_flops_per_s(self) -> float | None:
+        """Dense bf16/fp16 matrix peak of this GPU; None when its generation or clock is unknown."""
+        g = self.generation
+        if g is None or not self.cores or not self.clock_hz:
+            return None
+        return g.matrix_flops_per_core_per_cycle * self.cores * self.clock_hz
+
+    def describe(self) -> str:
+        """`AMD Instinct MI300 (gfx942), 304 CUs at 2.10 GHz, 192 GiB` for the report's header."""
+        core_word = "CUs" if self.vendor == "AMD" else "SMs"
+        if self.name_in_trace:
+            head = self.name_in_trace
+        elif self.generation is not None:
+            g = self.generation
+            head = (f"AMD {g.model} ({g.arch})" if g.vendor == "AMD" else
+                    f"NVIDIA {g.model} ({g.arch}, compute capability {g.compute_capability[0]}.{g.compute_capability[1]})")
+        elif self.compute_capability is not None:
+            kind = "gfx" if self.vendor == "AMD" else "compute capability "
+            major, minor = self.compute_capability
+            head = f"{self.vendor or 'GPU'} {kind}{major}{'' if self.vendor == 'AMD' else '.'}{minor}".strip()
+        else:
+            head = f"{self.vendor} GPU".strip()
+        parts = [head]
+        if self.cores:
+            parts.append(f"{self.cores} {core_word}" + (f" at {self.clock_hz / 1e9:.2f} GHz" if self.clock_hz else ""))
+        if self.memory_bytes:
+            parts.append(f"{self.memory_bytes / GIB:.0f} GiB")
+        return ", ".join(parts)
+
+
+def _stat_int(stats, key: str) -> int:
+    value = stats.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value == value or value < 0:
+        return 0
+    return int(value)
+
+
+def gpu_device(stats) -> GpuDevice:
+    """The GPU a `/device:GPU:N` plane's stats (name -> value) describe; absent stats read as 0."""
+    vendor = str(stats.get("device_vendor", "") or "")
+    vendor = {"nvidia": "NVIDIA", "amd": "AMD"}.get(vendor.lower(), vendor)
+    if "compute_cap_major" in stats:
+        cc: tuple[int, int] | None = (_stat_int(stats, "compute_cap_major"), _stat_int(stats, "compute_cap_minor"))
+    else:
+        cc = None
+    if not vendor and cc is not None:
+        vendor = "NVIDIA"  # older CUPTI captures record no vendor; ROCm's always say AMD
+    generation = next((g for g in GPU_GENERATIONS if g.vendor == vendor and g.compute_capability == cc), None)
+    return GpuDevice(vendor=vendor, compute_capability=cc, cores=_stat_int(stats, "core_count"),
+                     clock_hz=_stat_int(stats, "clock_rate") * 1e3, hbm_bytes_per_s=float(_stat_int(stats, "memory_bandwidth")),
+                     memory_bytes=_stat_int(stats, "memory_size"), generation=generation,
+                     name_in_trace=str(stats.get("gpu_device_name", "") or ""))

@@ -37,6 +37,8 @@ class CompiledInputs:
     chip: ChipSpec | None = None  # from `--chip`, the dump's target or the trace; None when unknown
     warnings: tuple[str, ...] = ()  # what reading the dumps set aside (skipped files, damaged instructions)
     oom_errors: tuple[OomError, ...] = ()  # `--error`: the RESOURCE_EXHAUSTED messages of this compile or run
+    # Whether `oom_errors` may join these programs: off for the bundled example, nobody's program.
+    oom_errors_joinable: bool = True
 
     @property
     def programs(self) -> tuple[CompiledProgram, ...]:

@@ -63,15 +63,21 @@ class MemoryLever:
     """One way to lower the peak, with its modelled saving in bytes (an upper bound).
 
     Levers overlap (sharding the optimiser state and offloading it save the same bytes): their
-    savings are never added up.
+    savings are never added up. A lever is offered only where its `precondition` holds in the
+    program (or the error text): the sentence says what was checked.
     """
 
-    key: str  # donation, remat, fsdp, host-offload, microbatch, dtype
+    key: str  # padding, temporaries, donation, remat, fsdp, host-offload, microbatch, dtype
     title: str  # one line: what to do
     saving_bytes: int  # modelled, upper bound
     explanation: str  # how the saving was modelled
     fix: str  # the concrete change (`jax.jit(step, donate_argnums=(0, 1, 2))`)
     buffers: tuple[str, ...] = ()  # the buffers it acts on, largest first
+    precondition: str = ""  # what holds in the program that makes this lever apply
+
+
+# How a program was told to be a training step or inference (`ProgramMemory.workload`).
+TRAINING, INFERENCE = "training", "inference"
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,54 @@ class SpaceMemory:
         return self.argument_bytes + self.output_bytes + self.constant_bytes
 
 
+# The forms of out-of-memory text `tpudiag.parsers.oom_error` reads, by key (`OomError.form`).
+OOM_FORMS = {
+    "xla-hbm-temporaries": "XLA's HBM check (`the total memory required for HLO temporaries (X) exceeds "
+                           "available HBM (Y)`, jax 0.9+)",
+    "libtpu-compile": "libtpu's compile report (`XLA:TPU compile permanent error. Ran out of memory in memory "
+                      "space hbm. Used X of Y hbm`)",
+    "tf-tpu-compile": "the TensorFlow TPU runtime's compile report (`Compilation failure: Ran out of memory in "
+                      "memory space hbm`)",
+    "tpu-compile": "the TPU compiler's report (`Ran out of memory in memory space hbm. Used X of Y hbm`)",
+    "tpu-runtime-allocate": "the TPU runtime allocator (`Attempting to allocate X. That was not possible. "
+                            "There are Y free`)",
+    "tpu-runtime-reserve": "the TPU runtime allocator reserving program memory (`Attempting to reserve X at the "
+                           "bottom of memory`)",
+    "vmem-scoped": "libtpu's scoped VMEM check (`CompileTimeScopedVmemOom ... exceeded scoped vmem limit`)",
+    "vmem-capacity": "libtpu's VMEM compile report (`Ran out of memory in memory space vmem. Used X of Y vmem`)",
+    "vmem-allocation": "the TPU compiler's VMEM allocation check (`Allocation (size=X) would exceed memory`)",
+}
+
+
+@dataclass(frozen=True)
+class OomAllocation:
+    """One entry of the `Largest program allocations in hbm:` (or `vmem:`) list of an OOM text."""
+
+    rank: int  # 1-based, largest first as printed
+    size_bytes: int  # `Size: 512.00M` (binary units, two decimals)
+    shape: str = ""  # with its layout, as printed
+    unpadded_bytes: int | None = None  # `Unpadded size:`
+    padding_bytes: int | None = None  # `Extra memory due to padding:`
+    expansion: float | None = None  # `(12.6x expansion)`: size over unpadded size
+    op_type: str = ""  # TensorFlow op type (`OneHot`), when printed
+    op_name: str = ""  # the JAX or TensorFlow op name
+    source_file: str = ""
+    source_line: int = 0
+    xla_label: str = ""  # the HLO instruction, as printed (often cut with `...`)
+    instruction: str = ""  # the instruction's name from the label (`fusion.1668`)
+    allocation_type: str = ""  # `HLO temp`, `scoped`, ...
+    tag: str = ""  # VMEM lists: what the allocation is for (`input window allocation ...`)
+
+
+@dataclass(frozen=True)
+class OomPart:
+    """One line of an OOM text's `Total hbm usage` or `Program hbm requirement` breakdown."""
+
+    name: str  # reserved, program, arguments, global, scoped, HLO temp, output, ...
+    size_bytes: int | None  # None: printed as `unknown size`
+    note: str = ""  # what follows the size (`(92.8% utilization, 0.3% fragmentation (53.61M))`)
+
+
 @dataclass(frozen=True)
 class OomError:
     """A `RESOURCE_EXHAUSTED` message, parsed (`tpudiag.parsers.oom_error`).
@@ -127,6 +181,22 @@ class OomError:
     message: str  # the line that says it, as printed
     hlo: str = ""  # the op named (VMEM forms)
     exceeded_by_bytes: int | None = None
+    form: str = ""  # which text was read: a key of OOM_FORMS
+    usage: tuple[OomPart, ...] = ()  # `Total hbm usage >= X:` (reserved, program, arguments)
+    requirement: tuple[OomPart, ...] = ()  # `Program hbm requirement X:` (reserved, global, scoped, HLO temp)
+    persistent: tuple[OomPart, ...] = ()  # runtime form: `Persistent allocations` (arguments, output)
+    output_bytes: int | None = None  # `Output size X; shares Y with arguments.`
+    output_shared_bytes: int | None = None  # the Y above: output bytes already in argument buffers
+    allocations: tuple[OomAllocation, ...] = ()  # `Largest program allocations in hbm:`, largest first
+    programs: tuple[str, ...] = ()  # the modules the text names (`jit(step)/...` -> `jit_step`)
+
+    @property
+    def form_text(self) -> str:
+        return OOM_FORMS.get(self.form, self.form)
+
+    def part(self, name: str) -> OomPart | None:
+        """A named line of the requirement, usage or persistent breakdowns, in that order."""
+        return next((p for p in (*self.requirement, *self.usage, *self.persistent) if p.name == name), None)
 
     @property
     def over_by_bytes(self) -> int:
@@ -146,14 +216,31 @@ class ProgramMemory:
     spaces: tuple[SpaceMemory, ...]
     oom_recorded: bool  # the dump holds the compiler's `*.oom_intermediate_module.txt`
     error: OomError | None = None  # the `--error` message joined to this program
-    levers: tuple[MemoryLever, ...] = ()  # HBM levers, largest modelled saving first
-    first: str = ""  # key of the lever to try first (`tpudiag.analysis.device_memory.first_lever`)
+    levers: tuple[MemoryLever, ...] = ()  # HBM levers, largest modelled saving first; () when not needed
+    first: str = ""  # key of the cheapest lever that is enough alone; '' when none is
+    workload: str = ""  # TRAINING or INFERENCE, told from the program
+    workload_evidence: str = ""  # what told it (a backward pass, optimiser state, donated state)
+    near_fraction: float = 0.8  # levers are offered from this fraction of the usable HBM on
+    capacity_source: str = ""  # where hbm_capacity_bytes comes from: 'public v5e figure', 'measured by the allocator'
+    mesh_devices: int = 1  # devices the program is partitioned over (`num_partitions` x replicas)
     compiler_peak_bytes: int | None = None  # `memory_analysis().peak_memory_in_bytes` (a `compile` output)
     vmem_ops: tuple[VmemUse, ...] = ()  # scoped VMEM per op, largest first
     vmem_scoped_limit_bytes: int | None = None  # the default scoped limit, or the VMEM error's
     vmem_limit_source: str = ""  # 'compiler error' or 'default for <gen>, measured'
     vmem_capacity_bytes: int | None = None  # the chip's VMEM (the LLO report's figure when dumped)
     warnings: tuple[str, ...] = ()
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """Usable HBM left above the peak; None when either is unknown."""
+        peak, limit = self.hbm_peak_bytes, self.hbm_limit_bytes
+        return None if peak is None or limit is None else limit - peak
+
+    @property
+    def needs_levers(self) -> bool:
+        """Over the limit, or at or above `near_fraction` of it: only then are levers offered."""
+        peak, limit = self.hbm_peak_bytes, self.hbm_limit_bytes
+        return self.does_not_fit or (peak is not None and limit is not None and peak >= self.near_fraction * limit)
 
     @property
     def first_lever(self) -> MemoryLever | None:
@@ -201,6 +288,24 @@ class MemoryReport:
     """
 
     input_path: str
-    programs: tuple[ProgramMemory, ...] = ()
+    programs: tuple[ProgramMemory, ...] = ()  # largest HBM peak first
     errors: tuple[OomError, ...] = ()  # `--error` messages, also those joined to no program
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    standalone: tuple[OomAnalysis, ...] = ()  # the `--error` messages joined to no program, analysed alone
+    # Positions in `programs` of the tiny ones the terminal folds into one line (HBM peak under
+    # `tpudiag.analysis.device_memory.SMALL_PROGRAM_BYTES`); JSON lists every program.
+    folded: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class OomAnalysis:
+    """An out-of-memory text analysed on its own (no program of the input is its program): the
+    levers its own list of allocations and breakdown support."""
+
+    error: OomError
+    levers: tuple[MemoryLever, ...] = ()
+    first: str = ""  # key of the cheapest lever that covers the overrun alone; '' when none does
+
+    @property
+    def first_lever(self) -> MemoryLever | None:
+        return next((lv for lv in self.levers if lv.key == self.first), None)

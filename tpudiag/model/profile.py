@@ -7,7 +7,7 @@ from enum import StrEnum
 
 import pandas as pd
 
-from tpudiag.model.hardware import ChipSpec
+from tpudiag.model.hardware import ChipSpec, GpuDevice
 
 
 class Platform(StrEnum):
@@ -16,6 +16,11 @@ class Platform(StrEnum):
     TPU = "TPU"
     GPU = "GPU"
     CPU = "CPU"  # no device plane: a host-only capture
+
+    @property
+    def cores_word(self) -> str:
+        """What rules call the units that run ops: `TensorCores`, `GPUs`, `XLA CPU threads`."""
+        return {"TPU": "TensorCores", "GPU": "GPUs", "CPU": "XLA CPU threads"}[self.value]
 
 
 class PeaksSource(StrEnum):
@@ -37,6 +42,7 @@ class DeviceInfo:
     n_cores: int  # TensorCore (or GPU) planes
     n_chips: int
     n_sparse_cores: int = 0
+    gpu: GpuDevice | None = None  # a GPU plane's capabilities (`model.hardware.gpu_device`)
 
     @property
     def ridge_flops_per_byte(self) -> float | None:

@@ -145,6 +145,9 @@ class Summary:
     compiled: CompiledJoin | None = None  # how trace ops were joined to compiled programs
     mode: Mode = Mode.TRACE
     host_transfers: tuple[HostTransferRate, ...] = ()  # per direction; () without async host copies
+    # Without steps: the share of the cores' time some op runs, Σ busy / Σ span (each core from its
+    # first op to its last, `analysis.idle.capture_windows`); None when the capture has steps.
+    busy_share: float | None = None
 
     @property
     def ridge_flops_per_byte(self) -> float | None:
@@ -200,6 +203,14 @@ class CategoryTime:
 class RuleSkip:
     rule: str
     reason: str
+
+
+def skips_by_reason(skips) -> list[tuple[str, tuple[str, ...]]]:
+    """(reason, the rules skipped for it) in first-seen order: one line per reason, not per rule."""
+    grouped: dict[str, list[str]] = {}
+    for skip in skips:
+        grouped.setdefault(skip.reason, []).append(skip.rule)
+    return [(reason, tuple(rules)) for reason, rules in grouped.items()]
 
 
 @dataclass(frozen=True)

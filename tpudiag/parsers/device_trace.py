@@ -9,6 +9,7 @@ fields it needs into compact arrays and does the rest with numpy.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from array import array
@@ -21,7 +22,8 @@ import pandas as pd
 from tpudiag.model.intervals import nest
 from tpudiag.model import schemas
 from tpudiag.model.grouping import lexsort_order
-from tpudiag.model.hardware import chip_for
+from tpudiag.model.hardware import chip_for, gpu_device
+from tpudiag.model.hlo_cost import gpu_op_cost
 from tpudiag.model.hlo_names import async_role, pair_async, window_family
 from tpudiag.model.profile import DeviceInfo, HostTrace, PeaksSource, Platform
 from tpudiag.model.program_ids import as_program_id
@@ -41,8 +43,19 @@ STEP_LINES = ("Steps",)
 MODULE_LINES = ("XLA Modules",)
 ASYNC_LINES = ("Async XLA Ops",)
 AUX_PLANES = ("/host:CPU", "/host:metadata")  # host planes read beside the device planes
-GPU_NON_KERNEL_LINES = {"XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code",
-                        "Launch Stats", "_counters_", "XLA Ops", "Async XLA Ops"}
+# Lines a GPU plane holds beside its streams: every producer's derived lines, old and new names
+# (TSL's `Framework Ops`/`Framework Name Scope` were TensorFlow's `TensorFlow Ops`/`TensorFlow Name
+# Scope`; openxla/xla `xla/tsl/profiler/utils/xplane_schema.cc`). Their events are name scopes and
+# ops laid over the kernels, not kernels: read as kernels, they count the same time again.
+GPU_NON_KERNEL_LINES = frozenset({
+    "XLA Modules", "XLA Ops", "Async XLA Ops", "Steps", "Framework Ops", "Framework Name Scope", "TensorFlow Ops",
+    "TensorFlow Name Scope", "Source code", "Launch Stats", "_counters_", "XLA TraceMe", "Host Offload Ops",
+    "Sparse Core Ops", "Sparse Core Steps", "Sparse Core Modules"})
+# Category of a GPU kernel that no HLO op launched (a runtime copy kernel, a library's helper, a
+# TensorFlow kernel): listed under its kernel name; XProf's hlo_stats leaves them out.
+NON_XLA_KERNEL = "kernel (no HLO op)"
+# Stream events that move memory rather than run a kernel (CUPTI/roctracer memcpy and memset).
+_TRANSFER_STATS = ("memcpy_details", "memset_details")
 _MODULE_NAME = re.compile(r"^(?P<module>.*)\((?P<id>\d+)\)$")
 _HLO_TEXT_NAME = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=")
 HBM_SPACE = 1
@@ -422,6 +435,7 @@ class _HostBuilder:
             if not gpu and (m.program_id == 0 or m.symbol_id == 0):
                 self.ops_without_ids += 1
         self.ev_parts.append({
+            "meta_keys": [(m.program_id, m.name) for m in meta_list],  # per category code, for `with_gpu_costs`
             "device": (device, len(mids)),
             "core": np.full(len(mids), core, dtype=np.int32),
             "chip": np.full(len(mids), chip, dtype=np.int32),
@@ -435,17 +449,25 @@ class _HostBuilder:
         })
 
     def _gpu_line(self, plane, line, stat_names, sid, base: int):
-        """GPU kernels: op facts are event stats (hlo_op, hlo_module, program_id)."""
+        """GPU kernels: op facts are event stats (hlo_op, hlo_module, program_id).
+
+        A kernel with `hlo_op` is an occurrence of that HLO op (one op may launch several kernels,
+        each an occurrence, as XProf counts them); a kernel without one keeps its kernel name.
+        Memory copies and sets on the streams are transfers, not kernels, and are left out.
+        """
         mids, starts, durs = _read_line(line, None, None, base)
         hlo_op = sid.get("hlo_op")
         hlo_module = sid.get("hlo_module")
         program = sid.get("program_id")
+        transfer = {sid[k] for k in _TRANSFER_STATS if k in sid}
         keys = array("q")
+        keep = np.ones(len(mids), dtype=bool)
         metas: dict[int, _OpMeta] = {}
         key_of: dict[tuple[str, str, int], int] = {}
-        for ev in line.events:
+        for i, ev in enumerate(line.events):
             op = module = ""
             pid = 0
+            moves = False
             for st in ev.stats:
                 s = st.metadata_id
                 if s == hlo_op:
@@ -454,18 +476,31 @@ class _HostBuilder:
                     module = str(stat_value(st, stat_names))
                 elif s == program:
                     pid = as_program_id(st.uint64_value or st.int64_value) or 0
-            if not op:
+                elif s in transfer:
+                    moves = True
+            if moves and not op:
+                keep[i] = False
+                keys.append(-1)
+                continue
+            category = "gpu kernel"
+            if op:
+                op = op.rsplit("::", 1)[-1]  # `a::b`: an op inside another, named innermost
+            else:
                 md = plane.event_metadata.get(ev.metadata_id)
                 op = md.name if md is not None else f"<metadata {ev.metadata_id}>"
+                category = NON_XLA_KERNEL
             k = key_of.get((op, module, pid))
             if k is None:
                 k = len(key_of)
                 key_of[(op, module, pid)] = k
-                metas[k] = _OpMeta(op, pid, 0, "gpu kernel", 0, 0, 0, 0, "", "", "", "")
+                metas[k] = _OpMeta(op, pid, 0, category, 0, 0, 0, 0, "", "", "", "")
                 if module and pid:
                     self.program_names.setdefault(pid, module)
             keys.append(k)
-        keys_arr, starts, durs = self.drop_implausible(np.frombuffer(keys, dtype=np.int64), starts, durs, line.name)
+        keys_arr = np.frombuffer(keys, dtype=np.int64)
+        if not keep.all():
+            keys_arr, starts, durs = keys_arr[keep], starts[keep], durs[keep]
+        keys_arr, starts, durs = self.drop_implausible(keys_arr, starts, durs, line.name)
         return keys_arr, starts, durs, metas
 
     # -- other device lines ------------------------------------------------------------------
@@ -577,7 +612,7 @@ class _HostBuilder:
         if not self.ev_parts:
             return schemas.EVENTS.empty()
         parts = self.ev_parts
-        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k not in _CODED}
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k not in _CODED and k != "meta_keys"}
         for key in _CODED:
             cols[key] = _categorical([p[key] for p in parts])
         self.ev_parts = []
@@ -709,7 +744,16 @@ def _peaks_damaged(plane_stats: dict[str, object]) -> bool:
 
 def _device_info(platform: Platform, plane_stats: dict[str, object], n_cores: int, chips: set[int],
                  n_sparse: int) -> DeviceInfo:
-    device_type = str(plane_stats.get("device_type_string", "") or plane_stats.get("gpu_device_name", "") or "")
+    if platform is Platform.GPU:
+        gpu = gpu_device(plane_stats)
+        peak = gpu.peak_flops_per_s
+        source = PeaksSource.HARDWARE_TABLE if peak and gpu.hbm_bytes_per_s else PeaksSource.NONE
+        return DeviceInfo(platform=platform, device_type=gpu.describe(), chip=None,
+                          peak_flops_per_s=peak if source is PeaksSource.HARDWARE_TABLE else None,
+                          hbm_bytes_per_s=gpu.hbm_bytes_per_s if source is PeaksSource.HARDWARE_TABLE else None,
+                          peaks_source=source, n_cores=n_cores, n_chips=len(chips) if chips else n_cores,
+                          gpu=gpu)
+    device_type = str(plane_stats.get("device_type_string", "") or "")
     chip = chip_for(device_type) if platform is Platform.TPU else None
     peak_tf, peak_hbm = trace_peaks(plane_stats)
     if peak_tf > 0 and peak_hbm > 0:
@@ -871,7 +915,12 @@ def assemble_host(host: str, path: Path, platform: Platform, refs: list[PlaneRef
     if b.ops_without_ids:
         b.warn(f"{b.ops_without_ids} op metadata lack program_id or symbol_id: tpudiag keeps them, "
                "XProf drops them and counts their time as idle")
-    if device.peaks_source is PeaksSource.HARDWARE_TABLE:
+    if platform is Platform.GPU:
+        _with_gpu_costs(b, hlo_protos)
+        if device.peaks_source is PeaksSource.NONE:
+            b.warn(f"no peak FLOP/s known for {device.device_type or 'this GPU'} (its generation is not in "
+                   "tpudiag's GPU table, or the plane records no SM count or clock): utilizations are not shown")
+    elif device.peaks_source is PeaksSource.HARDWARE_TABLE:
         b.warn(f"no peak FLOP/s or HBM bandwidth in the trace; using public figures for {device.chip.generation}")
     elif platform is Platform.TPU and device.peaks_source is PeaksSource.NONE:
         b.warn(f"unknown device type {device.device_type!r} and no peaks in the trace: utilizations are not shown")
@@ -880,6 +929,41 @@ def assemble_host(host: str, path: Path, platform: Platform, refs: list[PlaneRef
                      step_markers=steps, modules=b.modules(), async_windows=b.async_windows(),
                      hlo_protos=hlo_protos, warnings=b.warnings, host_threads=host_threads, host_clock_apart=clock_apart,
                      modelled=bool(first_stats.get("tpudiag_modelled")), host_events=cpu_events)
+
+
+def _with_gpu_costs(b: _HostBuilder, hlo_protos: dict[int, bytes]) -> None:
+    """Give each GPU op (a kernel's `hlo_op`) XProf's category, FLOPs and bytes per occurrence from
+    the program the capture embeds (`model.hlo_cost`); its kernel events take the category too."""
+    from tpudiag.errors import InputError
+    from tpudiag.parsers.hlo_proto import parse_hlo_proto
+
+    programs: dict[int, object] = {}
+    unread = 0
+    for key, meta in list(b.meta_rows.items()):
+        if meta.category != "gpu kernel" or meta.program_id not in hlo_protos:
+            continue
+        if meta.program_id not in programs:
+            try:
+                programs[meta.program_id] = parse_hlo_proto(hlo_protos[meta.program_id], program_id=meta.program_id)
+            except InputError:
+                programs[meta.program_id] = None
+                unread += 1
+        program = programs[meta.program_id]
+        inst = program.find(meta.name) if program is not None else None
+        if inst is None:
+            continue
+        cost = gpu_op_cost(program, inst)
+        source = f"{inst.source_file}:{inst.source_line}" if inst.source_file and inst.source_line else ""
+        b.meta_rows[key] = dataclasses.replace(meta, category=cost.category, flops=cost.flops,
+                                               bytes_accessed=cost.bytes_accessed, hbm_bytes=cost.bytes_accessed,
+                                               source=source, tf_op=inst.op_name)
+    if unread:
+        b.warn(f"{unread} embedded HLO programs could not be read: their GPU ops have no FLOPs or bytes")
+    for part in b.ev_parts:
+        keys = part.get("meta_keys")
+        if keys:
+            _, pos = part["category"]
+            part["category"] = (np.array([b.meta_rows[k].category for k in keys], dtype=object), pos)
 
 
 def _hlo_protos(plane, b: _HostBuilder) -> dict[int, bytes]:

@@ -147,7 +147,8 @@ def _contraction(proto) -> DotDims | ConvDims | None:
         d = proto.dot_dimension_numbers
         return DotDims(tuple(d.lhs_contracting_dimensions), tuple(d.rhs_contracting_dimensions),
                        tuple(d.lhs_batch_dimensions), tuple(d.rhs_batch_dimensions))
-    if proto.opcode != "convolution" or not proto.HasField("convolution_dimension_numbers"):
+    # cuDNN/MIOpen convolution custom calls keep the convolution's dimension numbers and window
+    if proto.opcode not in ("convolution", "custom-call") or not proto.HasField("convolution_dimension_numbers"):
         return None
     c = proto.convolution_dimension_numbers
     return ConvDims(

@@ -7,7 +7,7 @@ import json
 import math
 
 from tpudiag.version import __version__
-from tpudiag.analysis.diff import Change, CompiledFacts, Diff, NamedChange
+from tpudiag.analysis.diff import Attribution, Change, CompiledFacts, Diff, Exposure, NamedChange
 from tpudiag.render.diff_format import noise_rule
 
 
@@ -33,6 +33,23 @@ def _named(rows: tuple[NamedChange, ...]) -> list[dict]:
     return [{"name": r.name, **change_to_dict(r.change)} for r in rows]
 
 
+def _exposure(e: Exposure | None) -> dict | None:
+    if e is None:
+        return None
+    return {"base": {**dataclasses.asdict(e.base), "label": e.base.label},
+            "new": {**dataclasses.asdict(e.new), "label": e.new.label}, "moved": e.moved}
+
+
+def _attribution(a: Attribution | None) -> dict | None:
+    if a is None:
+        return None
+    return {"total_ps": a.total_ps, "named_ps": a.named_ps, "named_share": a.named_share,
+            "unattributed_ps": a.unattributed_ps,
+            "parts": [{"kind": p.kind.value, "name": p.name, "base_name": p.base_name, "category": p.category,
+                       "delta_ps": p.delta_ps, "matched_by": p.matched_by, "n_ops": list(p.n_ops),
+                       "change": change_to_dict(p.change), "exposure": _exposure(p.exposure)} for p in a.parts]}
+
+
 def diff_to_dict(diff: Diff) -> dict:
     return {
         "tool": {"name": "tpudiag", "version": __version__},
@@ -41,19 +58,22 @@ def diff_to_dict(diff: Diff) -> dict:
         "noise": {**dataclasses.asdict(diff.options), "rule": noise_rule(diff)},
         "has_changes": diff.has_changes,
         "step_time": change_to_dict(diff.step_time),
+        "op_basis": diff.op_basis,
+        "capture_ps": {"base": diff.base_capture_ps, "new": diff.new_capture_ps},
+        "attribution": _attribution(diff.attribution),
         "breakdown": _named(diff.breakdown),
         "collectives": _named(diff.collectives),
         "ops": [{"module": o.module, "name": o.name, "base_name": o.base_name, "category": o.category,
                  "shape": o.shape, "matched_by": o.matched_by, **change_to_dict(o.change),
                  "base_compiled": _facts(o.base_compiled), "new_compiled": _facts(o.new_compiled),
-                 "compiled_changed": o.compiled_changed} for o in diff.ops],
+                 "compiled_changed": o.compiled_changed, "exposure": _exposure(o.exposure)} for o in diff.ops],
         "appeared": [dataclasses.asdict(o) for o in diff.appeared],
         "disappeared": [dataclasses.asdict(o) for o in diff.disappeared],
         "findings_compared": diff.findings_rules_run,
         "findings_appeared": [dataclasses.asdict(f) for f in diff.findings_appeared],
         "findings_resolved": [dataclasses.asdict(f) for f in diff.findings_resolved],
         "findings_persisting": [{"base": dataclasses.asdict(p.base), "new": dataclasses.asdict(p.new),
-                                 "saving_changed": p.saving_changed}
+                                 "saving_changed": p.saving_changed, "how": p.how}
                                 for p in diff.findings_persisting],
         "warnings": list(diff.warnings),
     }

@@ -8,7 +8,9 @@ from rich.table import Table
 from rich.text import Text
 
 from tpudiag.analysis.diff import Diff, NamedChange
-from tpudiag.render.diff_format import change_cells, compiled_cells, fmt_delta, noise_rule
+from tpudiag.render.diff_format import (PART_COLUMNS, attribution_summary, change_cells, compiled_cells,
+                                         exposure_moves, fmt_delta, no_steps_line, noise_rule, part_cells, part_name,
+                                         rest_text, shown_parts)
 from tpudiag.model.units import fmt_time
 
 CHANGE_COLUMNS = ("base", "new", "change", "change %", "noise band", "95% interval", "verdict")
@@ -26,11 +28,34 @@ def _changes_table(title: str, rows: tuple[NamedChange, ...]) -> Table:
     return t
 
 
+def _attribution(diff: Diff, console: Console, top: int) -> None:
+    a = diff.attribution
+    console.print()
+    console.print(Text(attribution_summary(a)))
+    t = Table(title="Where the change comes from (largest first)", title_justify="left", show_edge=False)
+    for col in PART_COLUMNS:
+        t.add_column(col, justify="right" if col in ("base", "new", "change", "noise band") else "left",
+                     overflow="fold" if col == "part" else "ellipsis")
+    shown, rest = shown_parts(a, top)
+    for p in shown + ([rest] if rest is not None else []):
+        t.add_row(escape(part_name(p)), *part_cells(p))
+    console.print(t)
+    more = rest_text(a, shown, rest)
+    if more:
+        console.print(Text(f"  {more}"))
+    moves = exposure_moves(diff)
+    if moves:
+        console.print(Text("Collectives that moved between exposed and hidden", style="bold"))
+        for o in moves:
+            name = o.name if o.name == o.base_name else f"{o.base_name} → {o.name}"
+            console.print(Text(f"  {name}: {o.exposure.text()} ({fmt_delta(o.change.delta_ps)} of self time)"))
+
+
 def render_diff_terminal(diff: Diff, console: Console, top: int = 15) -> None:
     console.print(Text.assemble(("tpudiag diff", "bold"), f"  {diff.base_input}  →  {diff.new_input}"))
     st = diff.step_time
     if st is None:
-        console.print("Step time: not comparable (a run has no steps)")
+        console.print(no_steps_line(diff))
     else:
         cells = change_cells(st)
         console.print(Text.assemble(
@@ -38,6 +63,8 @@ def render_diff_terminal(diff: Diff, console: Console, top: int = 15) -> None:
             f"interval {cells[5]}: ", (cells[6], f"bold {STYLE[cells[6]]}")))
         console.print(f"  base p10–p90 {fmt_time(st.base.p10_ps)}–{fmt_time(st.base.p90_ps)} over {st.base.n_steps} "
                       f"steps · new {fmt_time(st.new.p10_ps)}–{fmt_time(st.new.p90_ps)} over {st.new.n_steps} steps")
+    if diff.attribution is not None and diff.attribution.moved:
+        _attribution(diff, console, top)
     if diff.breakdown:
         console.print()
         console.print(_changes_table("Step breakdown (mean per step and core)", diff.breakdown))
@@ -47,8 +74,8 @@ def render_diff_terminal(diff: Diff, console: Console, top: int = 15) -> None:
     console.print()
     changed = diff.significant_ops
     if changed:
-        t = Table(title=f"Ops changed beyond noise ({len(changed)} of {len(diff.ops)} matched; self time per step "
-                        "and core)", title_justify="left", show_edge=False)
+        t = Table(title=f"Ops changed beyond noise ({len(changed)} of {len(diff.ops)} matched; self time "
+                        f"{diff.op_basis})", title_justify="left", show_edge=False)
         t.add_column("op", overflow="fold")
         t.add_column("category")
         for col in CHANGE_COLUMNS[:-1]:
@@ -75,7 +102,7 @@ def render_diff_terminal(diff: Diff, console: Console, top: int = 15) -> None:
             console.print()
             console.print(Text(title, style="bold"))
             for r in rows[:top]:
-                console.print(Text(f"  {r.name} ({r.category}) {fmt_time(r.time_ps)} per step and core"))
+                console.print(Text(f"  {r.name} ({r.category}) {fmt_time(r.time_ps)} {diff.op_basis}"))
     console.print()
     if not diff.findings_rules_run:
         console.print("Findings: not compared (rules were not run)")
@@ -85,6 +112,13 @@ def render_diff_terminal(diff: Diff, console: Console, top: int = 15) -> None:
             console.print(Text(f"{title}: {len(refs)}", style="bold"))
             for f in refs:
                 console.print(Text(f"  [{f.severity}] {f.rule} ({f.code}) {f.message}"))
+        same = [p for p in diff.findings_persisting if not p.saving_changed]
+        renamed = [p for p in same if p.renamed]
+        line = f"Findings in both runs, unchanged: {len(same)}"
+        if renamed:
+            line += " (on renamed ops: " + ", ".join(f"{', '.join(p.base.ops)} → {', '.join(p.new.ops)}"
+                                                     for p in renamed) + ")"
+        console.print(Text(line, style="bold"))
         moved = [p for p in diff.findings_persisting if p.saving_changed]
         if moved:
             console.print(Text("Findings in both runs whose estimated saving changed", style="bold"))

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import Breakdown, Mode, Report
+from tpudiag.model.report import Breakdown, Mode, Report, skips_by_reason
 from tpudiag.model.text import one_line, printable
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -269,7 +269,8 @@ def _findings_section(report: Report) -> list[str]:
         out += finding_section(f, f"{i}. ")
     if report.rules_skipped:
         out += ["Rules not run, for lack of input:", ""]
-        out += [f"- {text(r.rule)}: {prose(r.reason)}" for r in report.rules_skipped]
+        out += [f"- {', '.join(text(r) for r in rules)}: {prose(reason)}"
+                for reason, rules in skips_by_reason(report.rules_skipped)]
         out.append("")
     return out
 

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import Breakdown, Report
+from tpudiag.model.report import Breakdown, Report, skips_by_reason
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -41,8 +41,11 @@ def _header(report: Report) -> Group:
         if len(s.hosts) > 1:
             text += f" · spread across hosts {fmt_time(s.host_spread_ps)} (slowest: {one_line(s.slowest_host)})"
         lines.append(Text(text))
-    elif s.platform is not Platform.CPU:
-        lines.append(Text("Steps: none found (no Steps line and no XLA Modules executions)"))
+    elif s.platform is not Platform.CPU or s.busy_share is not None:
+        busy = "" if s.busy_share is None else (
+            f" · ops run {fmt_pct(s.busy_share)} of the time (busy / span of each core's first to last op, "
+            f"summed over {s.n_cores} cores), idle {fmt_pct(1 - s.busy_share)}")
+        lines.append(Text(f"Steps: none found (no Steps line and no XLA Modules executions){busy}"))
     if s.dumps:
         lines.append(Text(f"Compiler dumps: {one_line(', '.join(s.dumps))}"))
     c = s.compiled
@@ -159,8 +162,8 @@ def _findings(report: Report) -> Group:
         body = [Text("Savings are upper bounds per rule and overlap: do not add them up.", style="dim")]
         for i, f in enumerate(report.findings, start=1):
             body.extend(finding_lines(f, i))
-    for skip in report.rules_skipped:
-        body.append(Text(f"skipped {skip.rule}: {one_line(skip.reason)}", style="dim"))
+    for reason, rules in skips_by_reason(report.rules_skipped):
+        body.append(Text(f"skipped {', '.join(rules)}: {one_line(reason)}", style="dim"))
     return Group(title, *body)
 
 

@@ -26,7 +26,8 @@ def whatif_json(result) -> dict:
     return {
         "kind": "tpudiag.whatif", "modelled": True, "target": result.target, "topology": result.topology,
         "baseline": _side(result.baseline),
-        "variants": [{"settings": [str(s) for s in v.variant.settings], **_side(v.compiled),
+        "variants": [{"settings": [str(s) for s in v.variant.settings],
+                      "goes_to": [s.goes_to for s in v.variant.settings], **_side(v.compiled),
                       "schedule_changed": v.compiled.schedule_sha != result.baseline.schedule_sha,
                       "step_time_change_ps": v.diff.step_time.delta_ps if v.diff.step_time else None,
                       "step_time_significant": bool(v.diff.step_time and v.diff.step_time.significant),
@@ -36,9 +37,15 @@ def whatif_json(result) -> dict:
 
 
 def _finding_changes(v) -> dict:
-    appeared, gone, renamed = v.finding_changes()
+    appeared, gone, both = v.finding_changes()
+
+    def pair(p) -> dict:
+        return {"base": _finding(p.base), "variant": _finding(p.new), "how": p.how, "base_ops": list(p.base.ops),
+                "variant_ops": list(p.new.ops)}
+
     return {"findings_appeared": [_finding(f) for f in appeared], "findings_resolved": [_finding(f) for f in gone],
-            "findings_renamed": [{"base": _finding(a), "variant": _finding(b)} for a, b in renamed]}
+            "findings_unchanged": [pair(p) for p in both if not p.changed],
+            "findings_changed": [pair(p) for p in both if p.changed]}
 
 
 def _change(base: float | None, new: float | None, fmt) -> str:
@@ -71,17 +78,24 @@ def render_whatif_terminal(result, console: Console) -> None:
                       f"{new.async_collectives} / {new.sync_collectives}",
                       "same schedule" if new.schedule_sha == base.schedule_sha else "schedule changed")
         console.print(table)
-        appeared, gone, renamed = v.finding_changes()
+        appeared, gone, both = v.finding_changes()
         for title, refs in (("findings that appear", appeared), ("findings that go away", gone)):
             if refs:
                 console.print(f"{title}: {len(refs)}")
                 for f in refs:
                     console.print(f"  \\[{f.severity}] {markup(f.rule)}: {markup(f.message)}", soft_wrap=True)
-        if renamed:
-            names = ", ".join(f"`{markup(', '.join(a.ops))}` -> `{markup(', '.join(b.ops))}`" for a, b in renamed)
-            console.print(f"findings unchanged on renamed ops: {len(renamed)} ({names})", soft_wrap=True,
-                          highlight=False)
-        if not (appeared or gone or renamed):
+        same = [p for p in both if not p.changed]
+        renamed = [p for p in same if p.renamed]
+        if same:
+            names = ", ".join(f"`{markup(', '.join(p.base.ops))}` -> `{markup(', '.join(p.new.ops))}`"
+                              for p in renamed)
+            console.print(f"findings unchanged: {len(same)}" + (f" ({len(renamed)} on renamed ops: {names})"
+                                                                 if renamed else ""), soft_wrap=True, highlight=False)
+        for p in (p for p in both if p.changed):
+            console.print(f"finding changed: {markup(p.new.rule)} on `{markup(', '.join(p.new.ops[:3]))}`"
+                          f"{' and more' if len(p.new.ops) > 3 else ''}: saving {fmt_time(p.base.saving_ps)} -> "
+                          f"{fmt_time(p.new.saving_ps)}", soft_wrap=True, highlight=False)
+        if not (appeared or gone or renamed or any(p.changed for p in both)):
             console.print("findings: the same rules fire on the same ops")
         console.print(f"op by op: `tpudiag diff {markup(str(base.out))} {markup(str(new.out))}`", highlight=False,
                       soft_wrap=True)

@@ -44,7 +44,7 @@ class RuleInput(StrEnum):
 
 # The reason printed when a rule is skipped for want of the input.
 INPUTS: Mapping[RuleInput, str] = {
-    RuleInput.TRACE: "needs a device trace with TPU ops",
+    RuleInput.TRACE: "needs a device trace with ops (TPU, GPU or XLA CPU)",
     RuleInput.FLOPS: "needs per-op FLOPs and a peak FLOP/s in the trace",
     RuleInput.LAYOUTS: "needs layouts (op shapes with TPU tiled layouts and the layout parser)",
     RuleInput.LLO: "needs LLO dumps (`--dumps DIR`)",
@@ -115,6 +115,7 @@ class Rule:
     doc: str  # the module docstring
     uses: tuple[RuleInput, ...] = ()  # optional inputs: used when present, never required
     tables: tuple[Table, ...] = ()  # analysis tables read, checked against their schemas
+    tpu_only: bool = False  # about TPU hardware (tiled layouts, LLO, VMEM): skipped on GPU and CPU captures
 
     @property
     def summary(self) -> str:

@@ -1,10 +1,12 @@
-"""TensorCores idle inside steps (or between module executions), with the host-side cause.
+"""Devices idle inside steps (or between module executions, or over a step-less capture), with the host-side cause.
 
 What it does
 ------------
-Measures, per host and step, the time no top-level op runs on a TensorCore: inside the step
-marker for captures with a `Steps` line, and from one execution's start to the next for captures
-whose steps are module executions (inference), so the wait for the next dispatch counts. A host's
+Measures, per host and step, the time no top-level op runs on a TensorCore (a GPU, or XLA's CPU
+threads): inside the step marker for captures with a `Steps` line or step annotations, and from
+one execution's start to the next for captures whose steps are module executions (inference), so
+the wait for the next dispatch counts. A capture without steps counts as one step per core, from
+its first op to its last. A host's
 idle per step is its least idle core's (the time every core is idle at once is at most that).
 Where the host plane (`/host:CPU`) shows what the host was doing during the gaps, names the cause:
 host-bound (Python or dispatch), input-bound (infeed, host-to-device transfers, data loading;
@@ -120,11 +122,16 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     shown = "clock apart" if cause == "unexplained" and worst.host in apart else cause
     waited = worst.idle_ps + worst.io_ps
     share = waited / worst.period_ps
-    where = "between and inside module executions" if tables.executions else "inside steps"
+    if tables.whole_capture:
+        where = "over the capture: no steps, so each core's first to last op"
+    else:
+        where = "between and inside module executions" if tables.executions else "inside steps"
     cause_ps = worst.causes_ps.get(cause, 0.0) + (worst.io_ps if cause == "input" else 0.0)
     of_idle = f" ({fmt_pct(cause_ps / waited)} of it)" if cause != "unexplained" and waited else ""
-    on = f"`{worst.host}`" if len(hosts) > 1 else "the TensorCores"
-    message = (f"{on} idle {fmt_time(waited)} of each {fmt_time(worst.period_ps)} step ({fmt_pct(share)}, "
+    on = f"`{worst.host}`" if len(hosts) > 1 else f"the {ctx.analysis.platform.cores_word}"
+    period = (f"the {fmt_time(worst.period_ps)} capture" if tables.whole_capture
+              else f"each {fmt_time(worst.period_ps)} step")
+    message = (f"{on} idle {fmt_time(waited)} of {period} ({fmt_pct(share)}, "
                f"{where}): {_LABEL[shown]}{of_idle}")
     if len(flagged) > 1:
         message += f"; {len(flagged)} of {len(hosts)} hosts idle at least {fmt_pct(options.min_idle_share)}"
@@ -139,9 +146,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         for c in (*CAUSES, "unexplained"):
             if h.causes_ps.get(c, 0.0) >= 0.01 * h.idle_ps:  # rounding leftovers are not a cause
                 values.append((c, fmt_time(h.causes_ps[c])))
-        values.append(("most idle step", f"{h.worst_step} ({fmt_time(h.worst_idle_ps)})"))
+        if not tables.whole_capture:
+            values.append(("most idle step", f"{h.worst_step} ({fmt_time(h.worst_idle_ps)})"))
         evidence.append(Evidence(h.host, tuple(values)))
-    steps = tables.steps[tables.steps["host"] == worst.host]
+    steps = tables.steps[tables.steps["host"] == worst.host] if not tables.whole_capture else tables.steps.iloc[:0]
     per_step = steps.groupby("step")["idle_ps"].min().sort_values(ascending=False, kind="stable")
     for step, idle in per_step.head(options.max_steps_shown).items():
         period = int(steps.loc[steps["step"] == step, "period_ps"].max())
@@ -149,7 +157,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             continue
         evidence.append(Evidence(f"step {step}", (("idle", fmt_time(idle)), ("share", fmt_pct(idle / period)))))
     saving = Saving(int(round(waited)), Basis.MEASURED,
-                    f"idle per step on `{worst.host}`, the host with the most; an upper bound")
+                    f"idle {'in the capture' if tables.whole_capture else 'per step'} on `{worst.host}`, the host "
+                    "with the most; an upper bound")
     return [Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message, saving=saving,
                     fix=FIXES[shown], evidence=tuple(evidence), host=worst.host if len(hosts) == 1 else "")]
 

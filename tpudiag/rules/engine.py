@@ -30,9 +30,9 @@ from tpudiag.rules.finishing import group_repeats, locate
 STATIC_BASIS = Basis.COMPILER_ESTIMATE
 
 
-def _has_tpu_trace(analysis: Analysis | None) -> bool:
-    return analysis is not None and any(h.device.platform is Platform.TPU and analysis.digests[h.host].n_events
-                                        for h in analysis.profile.hosts)
+def _has_device_trace(analysis: Analysis | None) -> bool:
+    """Whether some host timed device ops: a TPU's, a GPU's kernels, or XLA's CPU ops."""
+    return analysis is not None and any(analysis.digests[h.host].n_events for h in analysis.profile.hosts)
 
 
 def default_layout_provider() -> Callable[[str], Shape]:
@@ -46,7 +46,7 @@ def available_inputs(ctx: RuleContext) -> set[RuleInput]:
     """The rule inputs present in `ctx`."""
     analysis = ctx.analysis
     out: set[RuleInput] = set()
-    if _has_tpu_trace(analysis):
+    if _has_device_trace(analysis):
         out.add(RuleInput.TRACE)
         if analysis.profile.hosts[0].device.peak_flops_per_s and (analysis.ops["flops"] > 0).any():
             out.add(RuleInput.FLOPS)
@@ -109,7 +109,13 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None, compiled: C
     inputs = available_inputs(ctx)
     findings: list[Finding] = []
     skipped: list[RuleSkip] = []
+    platform = analysis.platform if analysis is not None and not static else None
+    off_tpu = platform is not None and platform is not Platform.TPU
     for rule, options in selected:
+        if off_tpu and rule.tpu_only:
+            skipped.append(RuleSkip(rule.name, f"about TPU hardware (tiled layouts, LLO dumps, VMEM): not on a "
+                                               f"{platform} capture"))
+            continue
         missing = [i for i in rule.inputs if i not in inputs]
         if missing:
             skipped.append(RuleSkip(rule.name, _skip_reason(missing[0], ctx)))

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpudiag.analysis.device_memory import NEAR_FRACTION, oom_analysis
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.memory import MemoryGroup, OomError, ProgramMemory
 from tpudiag.model.units import fmt_bytes, fmt_pct
@@ -74,7 +75,7 @@ NAME = "hbm-pressure"
 
 @dataclass(frozen=True)
 class Options:
-    near_fraction: float = 0.8
+    near_fraction: float = NEAR_FRACTION
     max_buffers: int = 5
 
     def __post_init__(self):
@@ -86,8 +87,10 @@ class Options:
 
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     findings = [f for p in ctx.memory for f in _program_findings(p, options)]
-    if not ctx.memory:  # an HBM message with no dump to join: still say it does not fit
-        findings += [_error_only_finding(e) for e in ctx.compiled.oom_errors if e.space == "hbm"]
+    joined = [p.error for p in ctx.memory if p.error is not None]
+    # An HBM message joined to no program (none matches it, or no dump): still say it does not fit.
+    findings += [_error_only_finding(e) for e in ctx.compiled.oom_errors
+                 if e.space == "hbm" and not any(e is j for j in joined)]
     return findings
 
 
@@ -101,6 +104,7 @@ def _program_findings(p: ProgramMemory, options: Options) -> list[Finding]:
         return out
     over = peak - limit if limit is not None else 0
     first = p.first_lever
+    largest = max(p.levers, key=lambda lv: lv.saving_bytes, default=None)
     limit_text = f"{fmt_bytes(limit)} usable ({p.usable_source})" if limit else "an unknown HBM size"
     split = (f"arguments {fmt_bytes(hbm.argument_bytes)}, outputs {fmt_bytes(hbm.output_bytes)}, "
              f"temporaries {fmt_bytes(hbm.temp_bytes)}, aliased {fmt_bytes(hbm.alias_bytes)}")
@@ -123,13 +127,19 @@ def _program_findings(p: ProgramMemory, options: Options) -> list[Finding]:
                  for lv in p.levers]
     if p.error is not None and p.error.space == "hbm":
         evidence.insert(0, Evidence("compiler error", (("message", p.error.message),)))
-    saving = first.saving_bytes if first is not None else 0
-    explanation = (f"{first.key}: {first.explanation}; levers overlap, never add them" if first is not None
-                   else "no lever found in the buffers at the peak")
+    lever = first or largest
+    saving = lever.saving_bytes if lever is not None else 0
+    if first is not None:
+        explanation = f"{first.key}: {first.explanation}; levers overlap, never add them"
+    elif largest is not None:
+        explanation = (f"no single lever is enough; the largest, {largest.key}: {largest.explanation}; "
+                       "levers overlap, never add them")
+    else:
+        explanation = "no lever's precondition holds in the buffers at the peak"
     return out + [Finding(
         rule=NAME, code=CODE, severity=Severity.MEDIUM if fits else Severity.HIGH, message=message,
         saving=Saving(0, Basis.MODELLED, explanation, bytes=saving),
-        fix=first.fix if first is not None else "lower the peak: donate, rematerialise, shard or shrink the batch",
+        fix=lever.fix if lever is not None else "lower the peak: shrink the batch or the model, or use more devices",
         evidence=tuple(evidence), ops=tuple(b.instruction for b in hbm.live_at_peak[:options.max_buffers]),
         blocking=not fits)]
 
@@ -141,14 +151,29 @@ def _group_text(g: MemoryGroup) -> str:
 
 
 def _error_only_finding(e: OomError) -> Finding:
+    """The error text on its own: its overrun, its largest allocation, and the levers its list supports."""
+    analysis = oom_analysis(e)
+    message = (f"the program does not fit: it needs {fmt_bytes(e.required_bytes)} of HBM, "
+               f"{fmt_bytes(e.over_by_bytes)} over the {fmt_bytes(e.available_bytes)} available")
+    if e.allocations:
+        top = e.allocations[0]
+        padded = f", padded {top.expansion:.1f}x" if top.expansion else ""
+        message += f"; largest allocation: {fmt_bytes(top.size_bytes)} `{top.shape.split('{')[0]}`{padded}"
+    # the cheapest that is enough, else the first the error's facts give (padding, temporaries, ...)
+    lever = analysis.first_lever or next(iter(analysis.levers), None)
+    if lever is not None:
+        message += f"; first: {lever.title}"
+    evidence = [Evidence("compiler error", (("message", e.message), ("form", e.form_text)))]
+    evidence += [Evidence(f"lever: {lv.key}", (("frees up to", fmt_bytes(lv.saving_bytes)), ("do", lv.fix),
+                                               ("because", lv.precondition))) for lv in analysis.levers]
+    why = (f"{lever.key}: {lever.explanation}" if lever is not None
+           else "no buffer assignment to model levers from: dump with XLA_FLAGS=--xla_dump_to=DIR and pass DIR")
     return Finding(
-        rule=NAME, code=CODE, severity=Severity.HIGH,
-        message=(f"the program does not fit: it needs {fmt_bytes(e.required_bytes)} of HBM, "
-                 f"{fmt_bytes(e.over_by_bytes)} over the {fmt_bytes(e.available_bytes)} available"),
-        saving=Saving(0, Basis.MODELLED, "no buffer assignment to model levers from: dump with "
-                      "XLA_FLAGS=--xla_dump_to=DIR and pass DIR", bytes=max(e.over_by_bytes, 0)),
-        fix="rerun the compile with XLA_FLAGS=--xla_dump_to=DIR and run `tpudiag report DIR --error FILE`",
-        evidence=(Evidence("compiler error", (("message", e.message),)),), blocking=True)
+        rule=NAME, code=CODE, severity=Severity.HIGH, message=message,
+        saving=Saving(0, Basis.MODELLED, why, bytes=lever.saving_bytes if lever is not None else 0),
+        fix=lever.fix if lever is not None else
+        "rerun the compile with XLA_FLAGS=--xla_dump_to=DIR and run `tpudiag report DIR --error FILE`",
+        evidence=tuple(evidence), blocking=True)
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.HLO,), options_type=Options,

@@ -59,9 +59,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpudiag.model.compiled import ArrayShape, Shape, leaf_arrays, memory_space_name
+from tpudiag.model.compiled import Shape, leaf_arrays, memory_space_name
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct
+from tpudiag.parsers.layout import fix_for, padded_dims
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, per_step_worst_core,
                                 step_basis)
 
@@ -83,41 +84,6 @@ class Options:
             raise ValueError(f"min_padding_fraction must be in [0, 1), got {self.min_padding_fraction}")
         if self.max_findings < 1:
             raise ValueError(f"max_findings must be at least 1, got {self.max_findings}")
-
-
-def padded_dims(array: ArrayShape) -> list[tuple[int, int, int]]:
-    """(dim index, logical size, padded size) for each dim the layout's first tile pads.
-
-    [] without a tiled layout, or with one that gives no dim order (nothing to name).
-    """
-    layout = array.layout
-    if layout is None or not array.dims or not layout.tiles or len(layout.minor_to_major) != len(array.dims):
-        return []
-    dims = array.dims
-    tile = layout.tiles[0]
-    physical = list(reversed(layout.minor_to_major))  # major to minor
-    out = []
-    for t, dim_index in zip(reversed(tile), reversed(physical)):
-        size = dims[dim_index]
-        padded = -(-size // t) * t if t > 0 else size
-        if padded != size:
-            out.append((dim_index, size, padded))
-    return sorted(out)
-
-
-def fix_for(dims: list[tuple[int, int, int]]) -> str:
-    """One line: pad dims that nearly fill their tile; re-layout dims that fill less than half of it."""
-    pad = [(i, s, p) for i, s, p in dims if 2 * s >= p]
-    small = [(i, s, p) for i, s, p in dims if 2 * s < p]
-    parts = []
-    if pad:
-        parts.append("pad to tile multiples (" + ", ".join(f"dim {i}: {s} → {p}" for i, s, p in pad)
-                     + ") and mask or slice the extra elements")
-    if small:
-        parts.append(", ".join(f"dim {i} ({s} of a {p}-wide tile)" for i, s, p in small)
-                     + " is too small to pad: make a larger dim the minor one (transpose, or reshape to fold it "
-                     "into a neighbour)")
-    return "; ".join(parts) or "choose sizes that are multiples of the layout's tile and mask the extra elements"
 
 
 def _memory_space(shape: Shape) -> str:
@@ -184,4 +150,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=(RuleInput.TRACE, RuleInput.LAYOUTS),
-            options_type=Options, check=check, doc=__doc__, tables=(Table.OPS, Table.OP_STEP_WORST, Table.STEPS))
+            options_type=Options, check=check, doc=__doc__, tables=(Table.OPS, Table.OP_STEP_WORST, Table.STEPS), tpu_only=True)

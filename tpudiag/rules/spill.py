@@ -157,4 +157,4 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.MEDIUM, inputs=(RuleInput.LLO,), options_type=Options,
-            check=check, doc=__doc__, uses=(RuleInput.TRACE,), tables=(Table.OP_STEP_WORST, Table.STEPS))
+            check=check, doc=__doc__, uses=(RuleInput.TRACE,), tables=(Table.OP_STEP_WORST, Table.STEPS), tpu_only=True)

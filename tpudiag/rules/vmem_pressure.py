@@ -127,4 +127,4 @@ def _error_finding(e: OomError, capacity: int | None) -> Finding:
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.HLO,), options_type=Options,
-            check=check, doc=__doc__, uses=(RuleInput.LLO,), tables=(Table.OPS,))
+            check=check, doc=__doc__, uses=(RuleInput.LLO,), tables=(Table.OPS,), tpu_only=True)

@@ -19,56 +19,31 @@ from __future__ import annotations
 import re
 
 from tpudiag.model.llo import VmemBudget, VmemOomAllocation
+from tpudiag.parsers.oom_text import line_at, parse_allocations, size_bytes
 
 _SIZE = r"(\d+(?:\.\d+)?)([KMGT]?)"
-_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 _SCOPED = re.compile(rf"Scoped allocation with size {_SIZE} and limit {_SIZE} exceeded scoped vmem "
                      rf"limit by {_SIZE}")
 _SCOPED_HLO = re.compile(r"allocating on stack for %(?P<hlo>[^\s=]+)\s*=")
 _CAPACITY = re.compile(rf"Used {_SIZE} of {_SIZE} vmem\. Exceeded vmem capacity by {_SIZE}")
 _REQUIREMENT_SCOPED = re.compile(rf"^\s*scoped\s+{_SIZE}\s*$", re.MULTILINE)
-_SINGLE = re.compile(r"Allocation \(size=(?P<size>\d+)\) would exceed memory \(size=(?P<mem>\d+)\)"
+_SINGLE = re.compile(r"Allocation \(size=(?P<size>\d{1,18})\) would exceed memory \(size=(?P<mem>\d{1,18})\)"
                      r"(?: :: (?P<alloc>#allocation\d+ \[shape = '[^']*'[^\n]*?\]))?(?: :: (?P<hlo>\S+))?")
 _SINGLE_FIELDS = re.compile(r"shape = '(?P<shape>[^']*)'.*?tag = '(?P<tag>[^']*)'")
-_ENTRY = re.compile(rf"^\s*(?P<rank>\d+)\. Size: {_SIZE}\s*$")
-_ENTRY_FIELD = re.compile(r"^\s*(?P<key>Operator|Shape|Unpadded size|Tag|XLA label|Allocation type): "
-                          r"(?P<value>.*?)\s*$")
 _XLA_LABEL_NAME = re.compile(r"^%?(?P<name>[^\s=]+)\s*=")
 
 
-def size_bytes(number: str, unit: str) -> int:
-    """`28.00`, `M` -> bytes (MiB: the compiler prints binary units)."""
-    return round(float(number) * _UNIT[unit])
-
-
 def _allocations(text: str) -> tuple[VmemOomAllocation, ...]:
-    entries: list[dict] = []
-    for line in text.splitlines():
-        m = _ENTRY.match(line)
-        if m is not None:
-            entries.append({"rank": int(m["rank"]), "size_bytes": size_bytes(m[2], m[3])})
-            continue
-        f = _ENTRY_FIELD.match(line)
-        if f is not None and entries:
-            entries[-1][f["key"]] = f["value"]
-    result = []
-    for e in entries:
-        unpadded = re.fullmatch(_SIZE, e.get("Unpadded size", ""))
-        result.append(VmemOomAllocation(
-            rank=e["rank"], size_bytes=e["size_bytes"], operator=e.get("Operator", ""),
-            shape=e.get("Shape", ""),
-            unpadded_size_bytes=size_bytes(unpadded[1], unpadded[2]) if unpadded else None,
-            tag=e.get("Tag", ""), xla_label=e.get("XLA label", ""),
-            allocation_type=e.get("Allocation type", "")))
-    return tuple(result)
+    """The ranked list as the VMEM budget keeps it (`tpudiag.parsers.oom_text.parse_allocations`)."""
+    return tuple(VmemOomAllocation(
+        rank=a.rank, size_bytes=a.size_bytes, operator=_operator(a), shape=a.shape,
+        unpadded_size_bytes=a.unpadded_bytes, tag=a.tag, xla_label=a.xla_label, allocation_type=a.allocation_type)
+        for a in parse_allocations(text))
 
 
-def line_at(text: str, at: int) -> str:
-    """The whole line of `text` holding position `at`, stripped."""
-    start = text.rfind("\n", 0, at) + 1
-    end = text.find("\n", at)
-    return text[start:end if end >= 0 else len(text)].strip()
+def _operator(a) -> str:
+    return " ".join(f'{k}="{v}"' for k, v in (("op_type", a.op_type), ("op_name", a.op_name)) if v)
 
 
 def parse_vmem_oom(text: str) -> VmemBudget | None:
