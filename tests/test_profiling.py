@@ -119,3 +119,32 @@ def test_import_tpudiag_stays_free_of_jax():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_nested_profile_says_a_trace_is_already_running(tmp_path):
+    # Regression (issue 33): a nested profile() raised jax's bare RuntimeError.
+    from tpudiag.errors import UsageError
+
+    with tpudiag.profile(logdir=tmp_path / "outer") as outer:
+        with pytest.raises(UsageError, match="a trace is already running"):
+            with tpudiag.profile(logdir=tmp_path / "inner"):
+                pass
+        train(1)
+    assert outer.run_dir is not None and run_dirs(tmp_path / "inner") == set()
+    assert jax.profiler.StepTraceAnnotation is JAX_STEP_ANNOTATION
+    with tpudiag.profile(logdir=tmp_path / "after") as after:  # the next one starts cleanly
+        train(1)
+    assert after.run_dir is not None
+
+
+def test_a_profile_while_jax_traces_says_a_trace_is_already_running(tmp_path):
+    from tpudiag.errors import UsageError
+
+    jax.profiler.start_trace(str(tmp_path / "theirs"))
+    try:
+        with pytest.raises(UsageError, match="a trace is already running"):
+            with tpudiag.profile(logdir=tmp_path / "ours"):
+                pass
+    finally:
+        jax.profiler.stop_trace()
+    assert jax.profiler.start_trace is not None and jax.profiler.StepTraceAnnotation is JAX_STEP_ANNOTATION

@@ -8,6 +8,7 @@ docs/xprof-differences.md and asserted as such here.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -65,17 +66,36 @@ def test_nested_self_time_matches_xprof(ours, hlo_stats):
     assert ours.loc["while.1", "self_time_ps"] == 100 * US
 
 
+PEAK_FLOPS, PEAK_HBM = 918e12, 1640e9  # the design's plane stats
+
+
 def test_flop_rate_and_bandwidth_match_xprof(ours, hlo_stats):
+    """Equal, except a rate above the peak: xprof shows it, tpudiag shows none (NaN, a warning says
+    why; docs/xprof-differences.md)."""
+    masked = 0
     for name, rec in hlo_stats.items():
         op = ours.loc[name]
         # xprof: GFLOP/s over total time; bandwidth in GiB/s.
-        assert op["flop_rate"] / 1e9 == pytest.approx(rec["measured_flop_rate"], rel=1e-6, abs=1e-6), name
-        assert op["hbm_bw"] / GIB == pytest.approx(rec["measured_memory_bw_gbs"], rel=1e-6, abs=1e-6), name
+        for ours_key, theirs_key, scale, peak in (("flop_rate", "measured_flop_rate", 1e9, PEAK_FLOPS),
+                                                  ("hbm_bw", "measured_memory_bw_gbs", GIB, PEAK_HBM)):
+            if math.isnan(op[ours_key]):
+                assert rec[theirs_key] * scale > peak, (name, ours_key)
+                masked += 1
+            else:
+                assert op[ours_key] / scale == pytest.approx(rec[theirs_key], rel=1e-6, abs=1e-6), name
+    assert masked  # the design holds ops above the peak, so the difference is exercised
 
 
 def test_bound_by_matches_xprof(ours, hlo_stats):
+    """Equal, except collectives (`collective`, judged by ICI bandwidth) and ops with no utilization
+    (`latency` where xprof says `Unknown`)."""
     for name, rec in hlo_stats.items():
-        assert ours.loc[name, "bound_by"] == rec["bound_by"], name
+        if ours.loc[name, "family"]:
+            assert ours.loc[name, "bound_by"] == "collective", name
+        elif rec["bound_by"] == "Unknown":
+            assert ours.loc[name, "bound_by"] == "latency", name
+        else:
+            assert ours.loc[name, "bound_by"] == rec["bound_by"], name
 
 
 def test_total_flops_match_xprof_top_ops(run_dir, ours):
@@ -150,7 +170,8 @@ def test_step_times_match_xprof_on_the_compiled_example(tmp_path):
 # clock with their anchor, planes, lines and events reordered, metadata ids renumbered, unknown
 # planes, lines and stats added; xprof and tpudiag must still agree op by op and step by step.)
 
-DIFFERENTIAL = ("example:train_v6e_4chip", "model:pallas_matmul_v6e", "scenario:looped_collectives")
+DIFFERENTIAL = ("example:train_v6e_4chip", "model:pallas_matmul_v6e", "scenario:looped_collectives",
+                "real:tpu_v6e_hostoffload_inference")
 WITH_STEPS = ("model:pallas_matmul_v6e",)  # embeds its HLO, so xprof reports its steps
 
 
@@ -187,7 +208,7 @@ def test_xprof_and_tpudiag_agree_op_by_op_on_every_capture_and_variant(different
 def test_xprof_and_tpudiag_agree_step_by_step_on_every_capture_and_variant(differential_run):
     name, run = differential_run
     if name not in WITH_STEPS:
-        pytest.skip(f"{name} embeds no HLO: xprof reports no steps for it")
+        pytest.skip(f"{name}: xprof reports no steps for it (no embedded HLO, or no Steps line)")
     theirs = xprof("get_step_trace", run)["step_breakdown"]
     assert theirs, "xprof reported no steps"
     ours = analyze(load_capture(run, jobs=1)).steps.groupby("step")["dur_ps"].max()

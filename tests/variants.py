@@ -30,6 +30,7 @@ from tpudiag.writers.tpu_design import CaptureDesign, build_capture
 
 EPOCH_NS = 1_764_000_000_000_000_000  # late 2025
 SHARED = REPO.parent / "shared" / "data" / "real-captures"
+REAL = REPO / "tests" / "fixtures" / "real"
 TRACE = "*.xplane.pb"
 
 # -- the rewrites ---------------------------------------------------------------------------------
@@ -280,7 +281,10 @@ SCENARIOS = {
 def captures() -> list[Capture]:
     out = [Capture("example:train_v6e_4chip", _existing(_run_of(REPO / "examples" / "captures" / "train_v6e_4chip")),
                    xprof=True),
-           Capture("real:cpu_jax_profiler", _existing(_run_of(REPO / "examples" / "captures" / "cpu_jax_profiler")))]
+           Capture("real:cpu_jax_profiler", _existing(_run_of(REPO / "examples" / "captures" / "cpu_jax_profiler"))),
+           # A real 4-chip v6e inference capture made by others (tests/fixtures/real/README.md).
+           Capture("real:tpu_v6e_hostoffload_inference", _existing(_run_of(REAL / "tpu-v6e-hostoffload-inference" / "trace")),
+                   xprof=True)]
     for model in sorted((REPO / "examples" / "models" / "captures").iterdir()):
         out.append(Capture(f"model:{model.name}", _existing(_run_of(model)), xprof="pallas" in model.name))
     for name, design in SCENARIOS.items():

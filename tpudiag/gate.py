@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding, Severity
 from tpudiag.model.profile import Platform
-from tpudiag.model.units import fmt_time, number_problem
+from tpudiag.model.units import fmt_time
 
 if TYPE_CHECKING:
     from tpudiag.analysis.diff import Change
@@ -140,18 +140,33 @@ def judge(checked: Diagnosis, compared: Diff | None, fail_on: Severity | None,
                    warnings=check_warnings(checked, compared))
 
 
+def _severity(value: object) -> Severity | None:
+    """`fail_on=`: None, a Severity, or its name (`"high"`)."""
+    if value is None or isinstance(value, Severity):
+        return value
+    if isinstance(value, str):
+        try:
+            return Severity.parse(value)
+        except ValueError as exc:
+            raise UsageError(f"fail_on: {exc}") from None
+    raise UsageError(f"fail_on must be a Severity or its name (info, low, medium, high), got {value!r:.40}")
+
+
 def gate(path: Path | str, *, baseline: Path | str | None = None, fail_on: Severity | None = None,
          max_regression_pct: float | None = None, config=None, chip: str | None = None, jobs: int | None = None,
          scheduler=None) -> Verdict:
     """Diagnose `path` (against `baseline` when given) and decide: the policy in the module docstring."""
-    from tpudiag.pipeline import compare, diagnose
+    from tpudiag import arguments
+    from tpudiag.pipeline import check_diagnose_arguments, compare, diagnose
 
-    if max_regression_pct is not None:
-        if baseline is None:
-            raise UsageError("max_regression_pct needs a baseline", hint="pass the baseline capture")
-        problem = number_problem(max_regression_pct, False)
-        if problem:
-            raise UsageError(f"max_regression_pct {problem}")
+    # Every argument checked before anything is read (a UsageError naming it)
+    arguments.check_path(path)
+    arguments.check_path(baseline, "baseline")
+    fail_on = _severity(fail_on)
+    max_regression_pct = arguments.check_number(max_regression_pct, "max_regression_pct")
+    check_diagnose_arguments(dict(config=config, chip=chip, jobs=jobs, scheduler=scheduler), "tpudiag.gate.gate")
+    if max_regression_pct is not None and baseline is None:
+        raise UsageError("max_regression_pct needs a baseline", hint="pass the baseline capture")
     if fail_on is None and baseline is None:
         fail_on = DEFAULT_FAIL_ON
     limit = DEFAULT_MAX_REGRESSION_PCT if max_regression_pct is None else max_regression_pct

@@ -153,8 +153,28 @@ def _rules_config(path: Path | None, config, select, ignore):
     return rules_config
 
 
-def _as_list(value: str | Sequence[str] | None) -> list[str] | None:
-    return [value] if isinstance(value, str) else (list(value) if value is not None else None)
+def check_diagnose_arguments(kwargs: dict, where: str = "tpudiag.diagnose") -> dict:
+    """`diagnose()`'s keyword arguments (and `path`) checked: a `UsageError` naming the first wrong
+    one, an unknown name included; returns them normalised (`dumps` a list of paths, `select` and
+    `ignore` lists, numbers as floats), so a generator is read once, here. `tpudiag.profile()`
+    calls it when it is called, for the diagnosis it makes after its block."""
+    from tpudiag.rules import RulesConfig
+
+    arguments.check_keywords(kwargs, _DIAGNOSE_ARGUMENTS, where)
+    out = dict(kwargs)
+    checks = {
+        "path": arguments.check_path, "dumps": arguments.check_dumps, "chip": arguments.check_chip,
+        "jobs": arguments.check_jobs, "progress": arguments.check_progress, "clock_ghz": arguments.check_clock_ghz,
+        "config": lambda v: arguments.check_config(v, RulesConfig),
+        "select": lambda v: arguments.check_rule_names(v, "select"),
+        "ignore": lambda v: arguments.check_rule_names(v, "ignore"),
+        "scheduler": arguments.check_scheduler, "error": arguments.check_error_text,
+    }
+    for name, value in kwargs.items():
+        checked = checks[name](value)
+        if name != "chip":  # the caller's own value travels on: `diagnose` decides the ChipSpec
+            out[name] = checked
+    return out
 
 
 def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = (), config=None,
@@ -188,9 +208,10 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     from tpudiag.parsers.capture import HostUrl, as_location
     from tpudiag.rules import run_rules
 
-    path, dumps = arguments.check_path(path), arguments.check_dumps(dumps)  # UsageError for a wrong type/value
-    jobs, progress = arguments.check_jobs(jobs), arguments.check_progress(progress)
-    clock_ghz = arguments.check_clock_ghz(clock_ghz)
+    args = check_diagnose_arguments(dict(path=path, dumps=dumps, config=config, chip=chip, jobs=jobs,
+                                         progress=progress, select=select, ignore=ignore, clock_ghz=clock_ghz,
+                                         scheduler=scheduler, error=error))
+    path, dumps, jobs, progress, clock_ghz = args["path"], args["dumps"], args["jobs"], args["progress"], args["clock_ghz"]
     bundled = path is None
     if path is None:
         path = bundled_capture()
@@ -199,7 +220,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     remote = isinstance(path, HostUrl)  # a URL: no config file beside it, and no compiler dump directory
     chip_spec = arguments.check_chip(chip)
     oom_errors = parse_error_text(error)
-    rules_config = _rules_config(None if remote else path, config, _as_list(select), _as_list(ignore))
+    rules_config = _rules_config(None if remote else path, config, args["select"], args["ignore"])
     inputs = read_inputs(path, dumps, chip_spec, oom_errors=oom_errors, jobs=jobs, progress=progress,
                          scheduler=scheduler)
     if bundled and oom_errors:  # the bundled example is nobody's program: an --error text stands alone
@@ -218,6 +239,10 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     return Diagnosis(inputs=inputs, analysis=analysed.analysis, join=join, findings=report.findings,
                      skipped=tuple(skipped), warnings=report.warnings, report=report, static=analysed.static,
                      rules_run=ran)
+
+
+_DIAGNOSE_ARGUMENTS = ("path", "dumps", "config", "chip", "jobs", "progress", "select", "ignore", "clock_ghz",
+                       "scheduler", "error")
 
 
 def parse_error_text(error: str | None) -> tuple[OomError, ...]:
@@ -332,14 +357,16 @@ def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | st
     mode); the result then says the run is modelled. The result's warnings hold both diagnoses'
     warnings (prefixed `base:` / `new:`), so `diff` shows what `report` shows for the same input.
     """
+    from tpudiag.analysis.diff import NoiseOptions
+
     # Checked before either input is read: a bad argument must not cost a whole diagnosis first.
     arguments.check_path(base, "base")
     arguments.check_path(new, "new")
     base_dumps = arguments.check_dumps(base_dumps, "base_dumps")  # a generator is read once, here
     new_dumps = arguments.check_dumps(new_dumps, "new_dumps")
-    arguments.check_chip(chip)
-    arguments.check_jobs(jobs)
-    arguments.check_clock_ghz(clock_ghz)
+    check_diagnose_arguments(dict(config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz, scheduler=scheduler),
+                             "tpudiag.compare")
+    arguments.check_instance(noise, "noise", NoiseOptions, "a NoiseOptions")
     b = diagnose(base, dumps=base_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,
                  scheduler=scheduler)
     n = diagnose(new, dumps=new_dumps, config=config, chip=chip, jobs=jobs, clock_ghz=clock_ghz,

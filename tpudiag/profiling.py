@@ -159,7 +159,15 @@ class Tracer:
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 1 if self.python_tracer else 0
         self.logdir.mkdir(parents=True, exist_ok=True)
-        _REAL["start_trace"](str(self.logdir), profiler_options=options)
+        try:
+            _REAL["start_trace"](str(self.logdir), profiler_options=options)
+        except RuntimeError as exc:  # jax's "Profile has already been started": one trace at a time
+            if "already" not in str(exc):
+                raise
+            self.finished = True  # this tracer will not trace: its window is given up
+            raise UsageError(f"a trace is already running (jax.profiler: {exc})",
+                             hint="stop the other trace (`jax.profiler.stop_trace()`) first; "
+                                  "traces cannot nest or overlap") from None
         self.started = True
 
     def _end(self) -> None:
@@ -295,12 +303,20 @@ class Profile:
 
     def __init__(self, logdir: Path | str | None = None, steps=None, *, step_var: str | None = None,
                  python_tracer: bool = False, diagnose_kwargs: dict | None = None):
+        from tpudiag import arguments
+        from tpudiag.pipeline import check_diagnose_arguments
+
+        # Every argument checked here, at the call: not after the block has run
+        arguments.check_path(logdir, "logdir")
         self.steps = parse_steps(steps)
         check_step_var(step_var, self.steps)
+        arguments.check_flag(python_tracer, "python_tracer")
+        diagnose_kwargs = check_diagnose_arguments(dict(diagnose_kwargs or {}), "tpudiag.profile (passed on to "
+                                                   "tpudiag.diagnose)")
+        if "path" in diagnose_kwargs:
+            raise UsageError("path is not an argument of tpudiag.profile: the capture it makes is diagnosed")
         self.fresh = logdir is None
-        self.logdir = Path(tempfile.mkdtemp(prefix="tpudiag-profile-")) if logdir is None else Path(logdir)
-        if self.logdir.exists() and not self.logdir.is_dir():
-            raise InputError("exists and is not a directory", path=self.logdir)
+        self.logdir = Path(tempfile.mkdtemp(prefix="tpudiag-profile-")) if logdir is None else _made_logdir(logdir)
         self.run_dir: Path | None = None
         self._tracer = Tracer(self.logdir, self.steps, python_tracer, step_var)
         self._watcher: StepVariable | None = None
@@ -310,6 +326,9 @@ class Profile:
         self._installed: _Installed | None = None
 
     def __enter__(self) -> Profile:
+        if _ACTIVE:
+            raise UsageError(f"a trace is already running: `tpudiag.profile()` into `{_ACTIVE[-1].logdir}` "
+                             "has not ended", hint="end that block first; profiles cannot nest or overlap")
         self._before = run_dirs(self.logdir)
         self._installed = _Installed(self._tracer, _announce)
         try:
@@ -317,6 +336,7 @@ class Profile:
         except BaseException:
             self._installed.restore()
             raise
+        _ACTIVE.append(self)
         if self._tracer.step_var:
             # the code of the block: the frames of the module that entered it
             self._watcher = StepVariable(self._tracer, self._tracer.step_var, threading.get_ident(),
@@ -331,6 +351,8 @@ class Profile:
         try:
             self._tracer.stop()
         finally:
+            if self in _ACTIVE:
+                _ACTIVE.remove(self)
             if self._installed is not None:
                 self._installed.restore()
         self.run_dir = newest_new_run(self.logdir, self._before)
@@ -376,6 +398,8 @@ def profile(logdir: Path | str | None = None, steps=None, *, step_var: str | Non
 def check_step_var(step_var: str | None, steps: StepRange | None) -> None:
     if step_var is None:
         return
+    if not isinstance(step_var, str):
+        raise UsageError(f"step_var must be the name of a variable (a str), got {step_var!r:.40}")
     if not step_var.isidentifier():
         raise UsageError(f"step variable `{step_var}` is not a Python name")
     if steps is None:
@@ -405,6 +429,22 @@ def no_capture_reason(tracer: Tracer | None, inside: str = "the program", status
     if steps is not None and not started:
         return f"no capture was made: {inside} ran steps {seen[0]}..{seen[1]}, none of {steps}"
     return f"no capture was made: {inside} ended before the trace was written"
+
+
+def _made_logdir(logdir: Path | str) -> Path:
+    """`profile()`'s logdir, made now (with its parents): a logdir that cannot be is refused at the call."""
+    path = Path(logdir)
+    if path.exists() and not path.is_dir():
+        raise InputError("exists and is not a directory", path=path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # under a file, unwritable
+        raise InputError(f"cannot be made a logdir: {exc.strerror or exc}", path=path) from None
+    return path
+
+
+# The `tpudiag.profile()` blocks running now (at most one: jax traces one at a time).
+_ACTIVE: list[Profile] = []
 
 
 def _announce(text: str) -> None:

@@ -20,11 +20,12 @@ from tpudiag.analysis.core_balance import core_work, slowest_core
 from tpudiag.analysis.host_transfers import transfer_rates
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.analysis.idle import idle_tables
-from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, per_step_times
+from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, mean_breakdown, per_step_times
+from tpudiag.analysis.programs import program_times
 from tpudiag.model.findings import Finding
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.profile import PeaksSource, Platform, StepKind
-from tpudiag.model.report import (Breakdown, CategoryTime, CompiledJoin, Distribution, HostSummary, Mode, OpRow,
+from tpudiag.model.report import (CategoryTime, CompiledJoin, Distribution, HostSummary, Mode, OpRow,
                                   Report, RuleSkip, Summary)
 
 if TYPE_CHECKING:
@@ -56,7 +57,9 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
         peak_flops_per_s=first.peak_flops_per_s, hbm_bytes_per_s=first.hbm_bytes_per_s,
         peaks_source=first.peaks_source, step_source=", ".join(sorted(sources)),
         step_time=_distribution(combined), host_spread_ps=spread,
-        slowest_host=slowest.host if slowest and len(hosts) > 1 else "", breakdown=_breakdown(analysis.steps),
+        slowest_host=slowest.host if slowest and len(hosts) > 1 else "", breakdown=mean_breakdown(analysis.steps),
+        step_program=", ".join(sorted({s.module for s in analysis.step_sources.values()
+                                       if s.kind is StepKind.XLA_MODULES})),
         modelled=profile.modelled, dumps=dumps, mode=mode,
         host_transfers=transfer_rates(analysis.host_transfers, analysis.steps,
                                       first.chip.host_link_bytes_per_s if first.chip else None),
@@ -69,7 +72,8 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
                   findings=tuple(findings), rules_skipped=rules_skipped,
                   warnings=_warnings(config_warnings, analysis, step_warnings, extra_warnings, join),
                   failures=tuple(f.message for f in profile.failures),
-                  categories=tuple(_category_times(analysis)))
+                  categories=tuple(_category_times(analysis)),
+                  programs=program_times(profile.hosts, analysis.step_sources.values()))
 
 
 def _busy_share(analysis: Analysis) -> float | None:
@@ -113,8 +117,13 @@ def _warnings(config: Sequence[str], analysis: Analysis | None, steps: Sequence[
         if StepKind.NONE in kinds and first.platform is not Platform.CPU:
             out.append("no Steps line and no XLA Modules executions: step time is not available")
         if StepKind.XLA_MODULES in kinds:
-            out.append("no Steps line (an inference capture?): each execution of the busiest module counts as a "
-                       "step")
+            out.append("no Steps line (an inference capture?): each execution of the program that repeats and holds "
+                       "the most device time counts as a step; the other programs are listed beside it")
+        for host, source in analysis.step_sources.items():
+            if source.left_out:
+                prefix = f"{host}: " if len(profile.hosts) > 1 else ""
+                out.append(f"{prefix}{source.left_out} executions of `{source.module}` are not steps: they ran on "
+                           "some of its cores only (a step counts when every core that runs the program ran it)")
         out.extend(steps)
         out.extend(profile.warnings)
         out.extend(over_peak_warnings(over_peak(analysis.ops, first, profile.modelled)))
@@ -135,15 +144,6 @@ def _distribution(values: np.ndarray) -> Distribution | None:
                         p90_ps=float(np.percentile(values, 90)), min_ps=int(values.min()), max_ps=int(values.max()))
 
 
-def _breakdown(steps: pd.DataFrame) -> Breakdown | None:
-    if steps.empty:
-        return None
-    m = steps[["dur_ps", "compute_ps", "collective_ps", "io_ps", "host_transfer_ps", "idle_ps"]].mean()
-    return Breakdown(step_ps=float(m["dur_ps"]), compute_ps=float(m["compute_ps"]),
-                     collective_ps=float(m["collective_ps"]), io_ps=float(m["io_ps"]), idle_ps=float(m["idle_ps"]),
-                     host_transfer_ps=float(m["host_transfer_ps"]))
-
-
 def _host_summaries(analysis: Analysis) -> list[HostSummary]:
     out = []
     per_host = per_step_times(analysis.steps)
@@ -156,7 +156,7 @@ def _host_summaries(analysis: Analysis) -> list[HostSummary]:
         out.append(HostSummary(host=host.host, path=host.path, device_type=host.device.device_type,
                                n_chips=host.device.n_chips, n_cores=host.device.n_cores,
                                n_events=analysis.digests[host.host].n_events,
-                               step_time=_distribution(times), breakdown=_breakdown(hs), slowest_core=slowest,
+                               step_time=_distribution(times), breakdown=mean_breakdown(hs), slowest_core=slowest,
                                step_numbers=tuple(int(n) for n in numbers),
                                step_times_ps=tuple(int(t) for t in times)))
     return out
@@ -172,11 +172,12 @@ def _op_rows(analysis: Analysis, join: JoinResult | None = None) -> list[OpRow]:
             host=r.host, program_id=int(r.program_id), program=r.module, name=r.name, category=r.category,
             occurrences=int(r.occurrences), total_time_ps=int(r.total_time_ps), self_time_ps=int(r.self_time_ps),
             time_share=r.self_time_ps / denom if denom else 0.0, flops=float(r.flops),
-            bytes_accessed=float(r.bytes_accessed), hbm_bytes=float(r.hbm_bytes), flop_rate=float(r.flop_rate),
-            hbm_bw=float(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
+            bytes_accessed=float(r.bytes_accessed), hbm_bytes=float(r.hbm_bytes), flop_rate=_finite(r.flop_rate),
+            hbm_bw=_finite(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
             flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
             bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
-            tf_op=r.tf_op,
+            tf_op=r.tf_op, group_size=int(r.group_size), group_source=str(r.group_source),
+            ici_bytes=float(r.ici_bytes), ici_bw=_finite(r.ici_bw), ici_utilization=_finite(r.ici_utilization),
             **facts))
     return rows
 

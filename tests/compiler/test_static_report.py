@@ -9,7 +9,8 @@ import pytest
 from rich.console import Console
 
 from tpudiag.compiler.driver import compiler_error_line
-from tpudiag.parsers.compile_output import load_compile_output, replica_group_size
+from tpudiag.parsers.compile_output import load_compile_output
+from tpudiag.model.collectives import replica_group_size
 from tpudiag.compiler.static_report import build_static_report
 from tpudiag.render.static_report import render_static_terminal, static_report_dict
 

@@ -122,7 +122,7 @@ def test_tune_a_captured_collective_for_its_topology(tmp_path, capsys):
         main(["lab", "extract", "--op", "all-reduce.4", "-o", str(out)])
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
-        main(["lab", "tune", str(out), "--no-measure", "--max-candidates", "3", "--format", "json"])
+        main(["lab", "tune", str(out), "--no-measure", "--max-candidates", "3", "--format", "json", "--write"])
     assert exc.value.code in (0, None)
     result = json.loads(capsys.readouterr().out)
     assert result["basis"] == "ici-model" and result["topology"] == "v5e:2x2"

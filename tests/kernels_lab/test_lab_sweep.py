@@ -79,7 +79,7 @@ def test_deviceless_sweep_ranks_by_the_compiler_estimates(need_libtpu, tmp_path,
     # The family's first three candidates for 2048^3: 512,2048,512 / 1024^3 (too big for v5e's
     # 16 MiB scoped VMEM) / 1024,512,1024.
     with pytest.raises(SystemExit) as exc:
-        main(["lab", "tune", str(out), "--no-measure", "--max-candidates", "3", "--format", "json"])
+        main(["lab", "tune", str(out), "--no-measure", "--max-candidates", "3", "--format", "json", "--write"])
     assert exc.value.code in (0, None)
     stdout, stderr = capsys.readouterr()
     result = json.loads(stdout)

@@ -8,6 +8,7 @@ captures are not in a bare clone: the tests skip, with the reason, when ../share
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -80,13 +81,19 @@ def test_per_op_numbers_equal_xprof_get_hlo_stats(name, analyses, tmp_path):
         # counts the overlap as nested (docs/xprof-differences.md), so self time differs by up to 0.2 %
         assert op["self_time_ps"] / US == pytest.approx(rec["total_self_time_us"], rel=2e-3), op_name
         assert op["category"] == rec["category"], op_name
-        assert op["hbm_bw"] / GIB == pytest.approx(rec["measured_memory_bw_gbs"], rel=1e-6, abs=1e-6), op_name
+        if math.isnan(op["hbm_bw"]):  # above the plane's peak: no rate shown (docs/xprof-differences.md)
+            assert rec["measured_memory_bw_gbs"] * GIB > analyses(name).profile.hosts[0].device.hbm_bytes_per_s
+        else:
+            assert op["hbm_bw"] / GIB == pytest.approx(rec["measured_memory_bw_gbs"], rel=1e-6, abs=1e-6), op_name
         rate = op["flop_rate"] / 1e9
         if rate > 0 or op["category"] in ("custom fusion", "custom-call"):  # dots and convolutions
             assert rate == pytest.approx(rec["measured_flop_rate"], rel=1e-6, abs=1e-6), op_name
         else:  # elementwise FLOPs: xprof's per-device op profiles, not counted here (documented)
             assert rate == 0.0
-        ours, theirs = BOUND_BY_DIFFERS.get((name, op_name), (rec["bound_by"], rec["bound_by"]))
+        expected = {"Unknown": "latency"}.get(rec["bound_by"], rec["bound_by"])  # documented
+        if op["family"]:
+            expected = "collective"
+        ours, theirs = BOUND_BY_DIFFERS.get((name, op_name), (expected, rec["bound_by"]))
         assert (op["bound_by"], rec["bound_by"]) == (ours, theirs), op_name
 
 

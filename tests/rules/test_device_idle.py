@@ -32,7 +32,11 @@ def test_decode_waits_30_percent_between_executions(tmp_path: Path, snapshot):
     f = findings[0]
     assert f.severity == Severity.HIGH and f.saving.basis == "measured"
     assert f.saving.ps == pytest.approx(sc.DECODE_GAP, rel=0.05)
-    assert "(30.0%, between and inside module executions): host-bound" in f.message
+    # The rule's period (start to next start) and idle (least idle core) are not the header's step
+    # (one execution, the slowest core's) or the breakdown's idle: the message says both inline.
+    assert "of each 970.3 µs from one `jit_decode_step` start to the next (30.0%" in f.message
+    assert "the step time, 679.2 µs, is one execution" in f.message
+    assert "the breakdown's idle, 0 ps, is inside executions, mean over cores): host-bound" in f.message
     assert f.fix == FIXES["host-bound"]
     values = dict(f.evidence[0].values)
     assert values["steps"] == "9"  # the last execution has no next one: its period is unknown

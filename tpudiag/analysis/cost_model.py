@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tpudiag.model.collectives import ring_factor
 from tpudiag.model.compile_output import CompileOutput
 from tpudiag.model.compiled import CompiledProgram, Instruction, leaf_arrays
 from tpudiag.model.hardware import ChipSpec
@@ -75,13 +76,7 @@ class IciModel:
 
     @staticmethod
     def factor(family: str, n: int) -> float:
-        if n <= 1:
-            return 0.0
-        if family == "all-reduce":
-            return 2.0 * (n - 1) / n
-        if family in ("all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all"):
-            return (n - 1) / n
-        return 1.0
+        return ring_factor(family, n)
 
     def collective_ps(self, family: str, payload_bytes: int, n: int) -> int:
         return int(self.latency_ps + self.factor(family, n) * payload_bytes / self.bytes_per_s * PS_PER_S)

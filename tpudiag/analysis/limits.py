@@ -16,6 +16,10 @@ warning, depends on the op and the input:
   times an op below its FLOPs and HBM roofline (`analysis.cost_model`) nor puts a DMA's bytes on a
   short done (`compiler.simulate`); a rate above peak there is a tpudiag bug.
 
+The ops table (`analysis.ops`) holds no such rate: `above_peak` marks them there (NaN), per row,
+and `over_peak` names the same rows for the report's warnings. Collectives are checked against the
+chip's ICI peak too, over the time their transfer took.
+
 Pure: reads the ops table and the device facts.
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from tpudiag.model.hlo_names import async_role
@@ -33,12 +38,21 @@ from tpudiag.model.units import fmt_bandwidth, fmt_pct
 TOLERANCE = 1e-3
 
 
+def above_peak(rates: np.ndarray, peak: float | None) -> np.ndarray:
+    """Which of `rates` (per second) are above `peak` by more than rounding; none without a peak."""
+    rates = np.asarray(rates, dtype=np.float64)
+    if not peak:
+        return np.zeros(rates.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return np.nan_to_num(rates) > peak * (1 + TOLERANCE)
+
+
 @dataclass(frozen=True)
 class OverPeak:
     """One op whose rate is above its core's peak."""
 
     op: str
-    quantity: str  # "FLOP/s" or "HBM bandwidth"
+    quantity: str  # "FLOP/s", "HBM bandwidth" or "ICI bandwidth"
     rate: float  # per second
     peak: float
     cause: str
@@ -63,7 +77,8 @@ _SHOWN = 3  # ops named per warning; the rest are counted
 
 
 def over_peak_warnings(found: list[OverPeak]) -> list[str]:
-    """One warning per quantity and cause, naming the longest-running ops first."""
+    """One warning per quantity and cause, naming the longest-running ops first; the rates are shown
+    as n/a everywhere else."""
     groups: dict[tuple[str, str], list[OverPeak]] = {}
     for o in found:
         groups.setdefault((o.quantity, o.cause), []).append(o)
@@ -73,8 +88,9 @@ def over_peak_warnings(found: list[OverPeak]) -> list[str]:
         peak = (f"{items[0].peak / 1e12:.0f} TFLOP/s" if quantity == "FLOP/s" else fmt_bandwidth(items[0].peak))
         named = ", ".join(o.shown() for o in items[:_SHOWN])
         more = f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
-        out.append(f"{quantity} above the core's peak of {peak}, which no core reaches: {named}{more}; {cause}; "
-                   "rules state no rate or saving for these ops")
+        whose = "chip's ICI" if quantity == "ICI bandwidth" else "core's"
+        out.append(f"{quantity} above the {whose} peak of {peak}, which none reaches: {named}{more}; {cause}; "
+                   "shown as n/a, and rules state no rate or saving for these ops")
     return out
 
 
@@ -82,6 +98,9 @@ MODEL_CAUSE = "a modelled op is never timed below its roofline, so this is a tpu
 
 
 def _cause(name: str, quantity: str, device: DeviceInfo, modelled: bool) -> str:
+    if quantity == "ICI bandwidth":
+        return ("likely the payload or replica group modelled for it is not what moved (without `replica_groups` "
+                "in the HLO text every chip of the host is assumed), or the trace's time is not the transfer's")
     if modelled:
         return MODEL_CAUSE
     if async_role(name) is not None or name.split(".")[0].endswith(("-done", "-start")):
@@ -96,28 +115,33 @@ def _cause(name: str, quantity: str, device: DeviceInfo, modelled: bool) -> str:
 
 
 def over_peak(ops: pd.DataFrame, device: DeviceInfo, modelled: bool = False) -> list[OverPeak]:
-    """Ops whose FLOP rate or HBM bandwidth, summed over their occurrences, exceeds the core's peak;
-    `modelled`: the times are tpudiag's model, not a measurement (the cause then differs)."""
+    """Ops with a row (host, program, op) whose FLOP rate or HBM bandwidth over its total time, or
+    whose ICI bandwidth over its transfer time, exceeds the peak: the rows `analysis.ops` shows as
+    n/a. One per op and quantity, its fastest row's rate; `modelled`: the times are tpudiag's model,
+    not a measurement (the cause then differs)."""
     if ops.empty:
         return []
-    # Collectives move their bytes over ICI as much as HBM, and their trace bytes are not an HBM
-    # rate; only their FLOPs are checked.
-    collective = ops["family"].astype(str) != "" if "family" in ops.columns else pd.Series(False, index=ops.index)
-    ops = ops.assign(hbm_bytes=ops["hbm_bytes"].where(~collective, 0))
-    grouped = (ops.assign(name=ops["name"].astype(str))
-               .groupby("name", sort=True)[["flops", "hbm_bytes", "total_time_ps"]].sum())
-    grouped = grouped[grouped["total_time_ps"] > 0]
-    seconds = grouped["total_time_ps"] / 1e12
+    seconds = ops["total_time_ps"].to_numpy(dtype=np.float64) / 1e12
+    checks = [("FLOP/s", ops["flops"].to_numpy(dtype=np.float64), seconds, device.peak_flops_per_s),
+              ("HBM bandwidth", ops["hbm_bytes"].to_numpy(dtype=np.float64), seconds, device.hbm_bytes_per_s)]
+    if "ici_bytes" in ops.columns and device.chip is not None:
+        checks.append(("ICI bandwidth", ops["ici_bytes"].to_numpy(dtype=np.float64),
+                       ops["ici_time_ps"].to_numpy(dtype=np.float64) / 1e12, device.chip.ici_bytes_per_s))
+    names = ops["name"].astype(str).to_numpy()
+    times = ops["total_time_ps"].to_numpy(dtype=np.int64)
     out = []
-    for quantity, column, peak in (("FLOP/s", "flops", device.peak_flops_per_s),
-                                   ("HBM bandwidth", "hbm_bytes", device.hbm_bytes_per_s)):
+    for quantity, amount, secs, peak in checks:
         if not peak:
             continue
-        rate = grouped[column] / seconds
-        for name, value in rate[rate > peak * (1 + TOLERANCE)].items():
-            cause = _cause(str(name), quantity, device, modelled)
-            out.append(OverPeak(str(name), quantity, float(value), float(peak), cause,
-                                int(grouped.at[name, "total_time_ps"])))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.where(secs > 0, amount / secs, 0.0)
+        found: dict[str, tuple[float, int]] = {}
+        for i in np.flatnonzero(above_peak(rate, peak)):
+            fastest, time_ps = found.get(names[i], (0.0, 0))
+            found[names[i]] = (max(fastest, float(rate[i])), time_ps + int(times[i]))
+        for name in sorted(found):
+            cause = _cause(name, quantity, device, modelled)
+            out.append(OverPeak(name, quantity, found[name][0], float(peak), cause, found[name][1]))
     return out
 
 

@@ -2,7 +2,16 @@
 
 XProf (`xprof/convert/op_metrics_to_record.h`): FLOP rate = total FLOPs / total (not self) time;
 bytes and FLOPs are per occurrence times occurrences; totals are summed over cores (core-seconds);
-`bound_by` is the argmax of the measured utilizations, `Unknown` when all are zero.
+`bound_by` is the argmax of the measured utilizations, `Unknown` when all are zero. tpudiag differs
+where XProf's answer is not a fact (docs/xprof-differences.md):
+
+- a rate above the core's peak (`analysis.limits`) is no rate: it is NaN here, so no table, cell or
+  JSON value shows it, and the report warns once;
+- a collective is bound by `collective`, with the bytes each device sends over ICI (its payload and
+  ring algorithm, `model.collectives`) over the time the transfer took (the async window for a
+  start/done pair) and their share of the chip's ICI peak;
+- an op with no measured utilization (no FLOPs, no bytes) reaches no roof: `latency`, never
+  `Unknown`.
 """
 
 from __future__ import annotations
@@ -10,13 +19,26 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from enum import StrEnum
+
 from tpudiag.analysis.custom_calls import with_derived_costs
+from tpudiag.analysis.limits import above_peak
 from tpudiag.model import schemas
-from tpudiag.model.hlo_names import collective_family
+from tpudiag.model.collectives import Traffic, traffic
+from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
 from tpudiag.model.profile import HostTrace
 
 PS_PER_S = 1e12
 _KEYS = ["program_id", "name"]
+
+
+class BoundBy(StrEnum):
+    """What binds an op; the value is what every output prints."""
+
+    COMPUTE = "Compute"  # FLOP utilization is the larger (XProf's spelling)
+    HBM = "HBM"  # HBM bandwidth utilization is the larger
+    COLLECTIVE = "collective"  # a collective: judged by its ICI bandwidth, not by a roof of the core
+    LATENCY = "latency"  # no measured utilization: it reaches no roof
 
 
 def aggregate_ops(host: HostTrace) -> pd.DataFrame:
@@ -40,20 +62,29 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
     flops = df["flops"].fillna(0.0).to_numpy() * occ
     bytes_accessed = df["bytes_accessed"].fillna(0.0).to_numpy() * occ
     hbm = df["hbm_bytes"].fillna(0.0).to_numpy() * occ
+    peak_flops = host.device.peak_flops_per_s
+    peak_hbm = host.device.hbm_bytes_per_s
     with np.errstate(divide="ignore", invalid="ignore"):
         flop_rate = np.where(total_s > 0, flops / total_s, 0.0)
         hbm_bw = np.where(total_s > 0, hbm / total_s, 0.0)
         intensity = np.where(bytes_accessed > 0, flops / bytes_accessed, np.nan)
-    peak_flops = host.device.peak_flops_per_s
-    peak_hbm = host.device.hbm_bytes_per_s
     flop_util = flop_rate / peak_flops if peak_flops else np.full(len(df), np.nan)
     hbm_util = hbm_bw / peak_hbm if peak_hbm else np.full(len(df), np.nan)
-    bound_by = np.where(
-        np.nan_to_num(flop_util) + np.nan_to_num(hbm_util) <= 0, "Unknown",
-        np.where(np.nan_to_num(flop_util) >= np.nan_to_num(hbm_util), "Compute", "HBM"))
     names = df["name"].to_numpy(dtype=object)
     cats = df["category"].fillna("").astype(str).to_numpy(dtype=object)
-    family = [collective_family(n, c) for n, c in zip(names, cats)]
+    family = np.array([collective_family(n, c) for n, c in zip(names, cats)], dtype=object)
+    # The roof an op is at is the larger utilization as counted (XProf's argmax), one above the peak
+    # included: the op reached that roof as the trace counts it.
+    f, h = np.nan_to_num(flop_util), np.nan_to_num(hbm_util)
+    # A rate above the peak is an artefact (`analysis.limits` warns): it is no rate.
+    for rate, util, peak in ((flop_rate, flop_util, peak_flops), (hbm_bw, hbm_util, peak_hbm)):
+        over = above_peak(rate, peak)
+        rate[over] = np.nan
+        util[over] = np.nan
+    bound_by = np.where(family != "", BoundBy.COLLECTIVE.value,
+                        np.where(f + h <= 0, BoundBy.LATENCY.value,
+                                 np.where(f >= h, BoundBy.COMPUTE.value, BoundBy.HBM.value)))
+    ici = _ici(host, df, family, occ)
     return schemas.OPS.frame({
         "host": np.full(len(df), host.host, dtype=object),
         "program_id": df["program_id"].to_numpy(dtype=np.uint64),
@@ -72,8 +103,55 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
         "flop_utilization": flop_util,
         "hbm_utilization": hbm_util,
         "bound_by": bound_by,
-        "family": np.array(family, dtype=object),
+        "family": family,
         "shape_with_layout": df["shape_with_layout"].fillna("").to_numpy(dtype=object),
         "source": df["source"].fillna("").to_numpy(dtype=object),
         "tf_op": df["tf_op"].fillna("").to_numpy(dtype=object),
+        **ici,
     })
+
+
+def _ici(host: HostTrace, df: pd.DataFrame, family: np.ndarray, occ: np.ndarray) -> dict[str, np.ndarray]:
+    """The OPS columns of a collective's ICI traffic (`group_size` .. `ici_utilization`); zeros and
+    NaN for other ops. Bytes per device are modelled from its HLO text (`model.collectives.traffic`);
+    an async done takes its start's figures. The time is the async window of a start/done pair
+    (both rows get it), else the op's own total time."""
+    n = len(df)
+    group = np.zeros(n, dtype=np.int64)
+    source = np.full(n, "", dtype=object)
+    ici_bytes = np.zeros(n)
+    ici_time = df["total_time_ps"].to_numpy(dtype=np.int64).copy()
+    windows = _window_time(host.async_windows)
+    texts = df["hlo_text"].fillna("").astype(str).to_numpy(dtype=object)
+    shapes = df["shape_with_layout"].fillna("").astype(str).to_numpy(dtype=object)
+    names = df["name"].astype(str).to_numpy(dtype=object)
+    programs = df["program_id"].to_numpy()
+    found: dict[tuple[int, str], Traffic] = {}
+    rows = np.flatnonzero(family != "")
+    for i in rows:
+        found[(programs[i], names[i])] = traffic(str(family[i]), texts[i], shapes[i], host.device.n_chips)
+    starts = {(p, async_pair_key(nm)): t for (p, nm), t in found.items()
+              if (async_role(nm) or ("",))[0] == "start"}
+    for i in rows:
+        key = async_pair_key(names[i])
+        t = found[(programs[i], names[i])]
+        if key is not None and (async_role(names[i]) or ("",))[0] == "done":
+            t = starts.get((programs[i], key), t)
+        group[i], source[i], ici_bytes[i] = t.group_size, t.group_source.value, t.bytes_per_device * occ[i]
+        if key is not None and key in windows:
+            ici_time[i] = windows[key]
+    peak = host.device.chip.ici_bytes_per_s if host.device.chip is not None else None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bw = np.where((ici_time > 0) & (ici_bytes > 0), ici_bytes / (ici_time / PS_PER_S), np.nan)
+    bw = np.where(above_peak(bw, peak), np.nan, bw)
+    return {"group_size": group, "group_source": source, "ici_bytes": ici_bytes, "ici_time_ps": ici_time,
+            "ici_bw": bw, "ici_utilization": bw / peak if peak else np.full(n, np.nan)}
+
+
+def _window_time(windows: pd.DataFrame) -> dict[str, int]:
+    """Async pair key -> summed window time (start to done) over the host's windows."""
+    if windows is None or windows.empty:
+        return {}
+    keys = windows["name"].astype(str).map(async_pair_key)
+    spans = (windows["end_ps"] - windows["start_ps"]).groupby(keys.to_numpy()).sum()
+    return {str(k): int(v) for k, v in spans.items() if k is not None}

@@ -14,6 +14,7 @@ from tpudiag.analysis.host_digest import digest_host, fold_step_tables
 from tpudiag.model import schemas
 from tpudiag.model.profile import (CollectiveClasses, HostDigest, Platform, Profile, StepSource, StepTables,
                                    WindowThresholds)
+from tpudiag.model.report import Breakdown
 
 if TYPE_CHECKING:
     from tpudiag.analysis.join import JoinResult
@@ -110,3 +111,14 @@ def combined_step_times(steps: pd.DataFrame, n_hosts: int) -> tuple[np.ndarray, 
                         "the combined step time uses only the steps every host recorded")
     combined = per_host[per_host["step"].isin(common)].groupby("step")["dur_ps"].max()
     return combined.to_numpy(dtype=np.int64), warnings
+
+
+def mean_breakdown(steps: pd.DataFrame) -> Breakdown | None:
+    """The step breakdown, mean per step and core (`Breakdown`); None without steps. Its step is the
+    mean core's, which the step time (the slowest core's per step) exceeds when cores differ."""
+    if steps.empty:
+        return None
+    m = steps[["dur_ps", "compute_ps", "collective_ps", "io_ps", "host_transfer_ps", "idle_ps"]].mean()
+    return Breakdown(step_ps=float(m["dur_ps"]), compute_ps=float(m["compute_ps"]),
+                     collective_ps=float(m["collective_ps"]), io_ps=float(m["io_ps"]), idle_ps=float(m["idle_ps"]),
+                     host_transfer_ps=float(m["host_transfer_ps"]))

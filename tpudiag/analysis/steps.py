@@ -1,7 +1,8 @@
 """Steps per host and core, their breakdown, and the assignment of op events to steps.
 
 Step boundaries come from the `Steps` line (training) where present, else from executions of the
-module that dominates device time (inference has no Steps line). Per core, when several markers
+program that repeats and holds the most device time (inference has no Steps line), aligned across
+cores (`aligned_executions`). Per core, when several markers
 share a step number, the longest is kept, as XProf does. Busy time is the union of op intervals
 inside the step, so busy + idle = step duration exactly.
 """
@@ -21,23 +22,60 @@ def step_markers(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
     """(device, core, step, start_ps, dur_ps) markers, one per core and step."""
     markers = host.step_markers
     source = StepSource(StepKind.STEPS_LINE)
-    if markers.empty and not host.modules.empty:
-        mods = host.modules
-        per_program = mods.groupby("program_id", observed=True)["dur_ps"].sum()
-        program = per_program.idxmax()
-        chosen = mods[mods["program_id"] == program].sort_values(["core", "start_ps"])
-        markers = pd.DataFrame({
-            "device": chosen["device"].astype(str).to_numpy(),
-            "core": chosen["core"].to_numpy(),
-            "step": chosen.groupby("core").cumcount().to_numpy().astype(np.int64),
-            "start_ps": chosen["start_ps"].to_numpy(),
-            "dur_ps": chosen["dur_ps"].to_numpy(),
-        })
-        source = StepSource(StepKind.XLA_MODULES, str(chosen["module"].iloc[0]))
-    elif markers.empty:
-        return markers, StepSource(StepKind.NONE)
+    if markers.empty:
+        mods = host.modules[~host.modules["device"].astype(str).str.contains("SparseCore", regex=False)]
+        if mods.empty:
+            return markers, StepSource(StepKind.NONE)
+        program, module = step_program(mods)
+        chosen = mods[(mods["program_id"] == program) & (mods["module"].astype(str) == module)]
+        markers, left_out = aligned_executions(chosen)
+        source = StepSource(StepKind.XLA_MODULES, module, program, left_out)
     longest = markers.sort_values("dur_ps", ascending=False).drop_duplicates(["core", "step"])
     return longest.sort_values(["core", "start_ps"]).reset_index(drop=True), source
+
+
+def step_program(mods: pd.DataFrame) -> tuple[int, str]:
+    """The program whose executions are the steps when there is no `Steps` line: of the programs
+    that repeat (two executions or more on a core), the one with the most device time; with none
+    repeating, the one with the most device time. A program is its (id, module name): modules whose
+names carry no id share id 0. Ties go to the lower id, then name.
+
+    One-off programs (an initialising `jit_broadcast_in_dim`, a warm-up collective) are not steps
+    however long they run; each is listed beside the steps (`analysis.programs`).
+    """
+    mods = mods.assign(module=mods["module"].astype(str))
+    keys = ["program_id", "module"]
+    per_core = mods.groupby([*keys, "core"], observed=True).size().groupby(level=[0, 1]).max()
+    time = mods.groupby(keys, observed=True)["dur_ps"].sum()
+    table = pd.DataFrame({"time": time, "repeats": per_core.reindex(time.index) >= 2})
+    pool = table[table["repeats"]] if table["repeats"].any() else table
+    pool = pool.reset_index().sort_values(["time", *keys], ascending=[False, True, True], kind="stable")
+    return int(pool["program_id"].iloc[0]), str(pool["module"].iloc[0])
+
+
+def aligned_executions(chosen: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """(markers, executions left out): one program's executions numbered as steps across cores.
+
+    The core with the most executions is the reference: its k-th execution is step k, and each
+    other core's execution is the step whose reference start is nearest its own (one per step).
+    As XProf intersects step events across cores (`IntersectCombineStepEvents`), a step counts only
+    when every core that runs the program ran it; the other executions are left out and counted.
+    """
+    counts = chosen.groupby("core", observed=True).size().sort_index()
+    ref_core = int(counts.idxmax())
+    ref = np.sort(chosen.loc[chosen["core"] == ref_core, "start_ps"].to_numpy())
+    starts = chosen["start_ps"].to_numpy()
+    right = np.clip(np.searchsorted(ref, starts), 0, len(ref) - 1)
+    left = np.clip(right - 1, 0, None)
+    nearer_left = np.abs(starts - ref[left]) < np.abs(ref[right] - starts)
+    step = np.where(nearer_left, left, right).astype(np.int64)
+    frame = pd.DataFrame({
+        "device": chosen["device"].astype(str).to_numpy(), "core": chosen["core"].to_numpy(), "step": step,
+        "start_ps": starts, "dur_ps": chosen["dur_ps"].to_numpy(), "off": np.abs(starts - ref[step])})
+    frame = frame.sort_values("off", kind="stable").drop_duplicates(["core", "step"])
+    on_every_core = frame.groupby("step")["core"].transform("size") == len(counts)
+    kept = frame[on_every_core].drop(columns="off")
+    return kept, len(chosen) - len(kept)
 
 
 def build_steps(host: HostTrace, host_copy: np.ndarray | None = None) -> tuple[pd.DataFrame, StepSource]:

@@ -220,6 +220,8 @@ def tune(
     = None,
     timeout: Annotated[float, typer.Option(help="Seconds allowed per compile")] = 900.0,
     output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f")] = TerminalOrJson.terminal,
+    write: Annotated[bool, typer.Option("--write", help="Write the best block sizes into repro.py (otherwise "
+                                                        "they are only printed)")] = False,
 ) -> None:
     """Sweep block sizes: compile each for the TPU topology, reject what the compiler refuses, rank."""
     from tpudiag.kernels_lab.family import family_module
@@ -237,7 +239,9 @@ def tune(
         raise typer.Exit(130) from None
     best = result.best
     written = ""
-    if best is not None and scale_down == 1:
+    if best is not None and scale_down == 1 and not write:
+        written = f"best: {best.label}; not written into repro.py (pass --write to write it)"
+    elif best is not None and scale_down == 1:
         fam = family_module(result.family)
         blocks = fam.BlockSizes(**best.blocks)
         basis = (f"Best of {len(result.results)} candidates for {result.topology} by `tpudiag lab tune`: "
@@ -256,6 +260,8 @@ def tune(
             console.print(written, markup=False, highlight=False)
     if written and Format(output_format) is Format.json:
         err.print(written, markup=False, highlight=False)
+        if result.reference_warning:
+            err.print(f"warning: {result.reference_warning}", markup=False, highlight=False)
     if best is None and result.basis == "measured":
         raise UsageError("no candidate ran on the attached TPU", hint="see the status column and its notes")
     if best is None:

@@ -46,6 +46,14 @@ XLA_KEEP_SUFFIXES = (
 _FATAL = re.compile(r"^F\d{4} [\d:.]+\s+\d+\s+(?P<where>[^\]]+)\]\s*(?P<message>.*)$")
 _CHECK = re.compile(r"(Check failed|LLO_CHECK|RESOURCE_EXHAUSTED|INVALID_ARGUMENT|INTERNAL:)")
 DEFAULT_TIMEOUT_S = 900.0
+# Waits past this overflow the platform's timers (poll's milliseconds are a C int: about 24 days), so a
+# longer timeout (`--timeout-s 1e308`) waits this long: no limit in practice.
+MAX_WAIT_S = 1_000_000.0
+
+
+def wait_limit_s(timeout_s: float) -> float:
+    """`timeout_s`, at most MAX_WAIT_S: what a subprocess or queue wait can be given."""
+    return min(timeout_s, MAX_WAIT_S)
 
 
 class CompileError(TpudiagError):
@@ -196,7 +204,7 @@ def compile_program(target: str, topology: Topology, out: Path, static_profile: 
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, env=worker_env(out, profile, extra_flags, xla_flags), capture_output=True, text=True,
-                              timeout=timeout_s, errors="replace")
+                              timeout=wait_limit_s(timeout_s), errors="replace")
     except subprocess.TimeoutExpired as exc:
         raise CompileError(f"the compile did not finish within {timeout_s:.0f} s",
                            hint="a smaller program, or --no-static-profile (it is the slow part)") from exc

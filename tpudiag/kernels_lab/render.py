@@ -21,8 +21,8 @@ def render_sweep(result: SweepResult, console: Console) -> None:
     console.print(f"basis: {result.basis_text}", markup=False, highlight=False)
     lines = []
     if xla.measured_s is not None:
-        lines.append(f"XLA op measured in the capture: {_us(xla.measured_s)} us per occurrence (full problem, "
-                     "on the captured device)")
+        lines.append(f"XLA op {xla.captured_basis} in the capture: {_us(xla.measured_s)} us per occurrence "
+                     "(full problem, on the captured device)")
     if xla.est_cycles is not None:
         at = (f" = {_us(xla.est_s)} us at {result.clock_hz / 1e9:g} GHz, {_us(max(xla.est_s, xla.hbm_floor_s))} us "
               "with the HBM floor" if xla.est_s is not None else "")
@@ -40,6 +40,10 @@ def render_sweep(result: SweepResult, console: Console) -> None:
     lines.append(f"XLA HBM floor: {_us(xla.hbm_floor_s)} us ({xla.hbm_floor_basis} / HBM bandwidth, computed)")
     for line in lines:
         console.print("  " + line, markup=False, highlight=False)
+    if result.left_out:
+        console.print("  the reproduction leaves out: " + "; ".join(result.left_out), markup=False, highlight=False)
+    if result.reference_warning:
+        console.print(f"warning: {result.reference_warning}", markup=False, highlight=False)
 
     timed = result.clock_hz is not None
     measured = any(r.measured_s is not None for r in result.results)

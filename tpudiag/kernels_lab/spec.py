@@ -108,6 +108,14 @@ class OpSpec:
     bytes_accessed: float  # per occurrence, from the capture
     capture: str
     notes: tuple[str, ...] = field(default=())
+    # How the capture timed the op: "measured" (a real capture) or "modelled" (`simulate`, static mode).
+    captured_basis: str = "measured"
+
+    @property
+    def left_out(self) -> tuple[str, ...]:
+        """What the reproduction does not do that the op does (fused collectives and aliased outputs
+        carried untouched, epilogues and relayouts not reproduced), from its basis lines."""
+        return tuple(line for line in self.basis if _LEFT_OUT.search(line))
 
     def to_json(self) -> str:
         """The spec as `spec.json`: a flat object whose `problem` and `run_problem` are the Problem's
@@ -750,6 +758,10 @@ class _OpIndex:
         return self._shapes[program_id]
 
 
+# Basis lines that state something of the op the reproduction leaves out.
+_LEFT_OUT = re.compile(r"untouched|not reproduced|left out|dropped|ignored|no collective|on one chip")
+
+
 def spec_from_diagnosis(diagnosis: Diagnosis, op: str, *, topology: str | None = None,
                         scale_down: int = 1) -> OpSpec:
     """Find `op` in a diagnosis (`tpudiag.diagnose(capture, dumps=...)`: the lab reads captures and
@@ -829,4 +841,5 @@ def _spec(diagnosis: Diagnosis, index: _OpIndex, op: str, *, topology: str | Non
         source=str(row["source"] or ""), basis=tuple(basis), device_type=device.device_type, generation=generation,
         topology=topology, vmem_bytes=target.vmem_bytes, hbm_bytes_per_s=target.hbm_bytes_per_s,
         clock_hz=target.clock_hz, occurrences=occurrences, measured_time_ps=measured, flops=flops,
-        bytes_accessed=nbytes, capture=str(capture), notes=tuple(notes))
+        bytes_accessed=nbytes, capture=str(capture), notes=tuple(notes),
+        captured_basis="modelled" if diagnosis.report.summary.modelled or diagnosis.mode == "static" else "measured")

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tpudiag.compiler.driver import wait_limit_s
 from tpudiag.errors import InputError, UsageError
 from tpudiag.kernels_lab.family import family_module
 from tpudiag.kernels_lab.problems import problem_fields
@@ -106,6 +107,26 @@ class XlaBaseline:
     reference_measured_s: float | None = None  # the reference timed on the attached TPU (--measure)
     hbm_floor_basis: str = "the capture's bytes accessed"
     optimal_s: float | None = None  # XLA's cost model (`cost_analysis()["optimal_seconds"]`, modelled)
+    captured_basis: str = "measured"  # how the capture timed the op: measured, or modelled (`simulate`)
+
+    @property
+    def reference_s(self) -> tuple[float, str] | None:
+        """The standalone reference's time and what it is: measured on a TPU, else the compiler's cycles
+        at the clock, else XLA's cost model; None when there is none."""
+        for value, what in ((self.reference_measured_s, "measured"), (self.est_s, "compiler estimate"),
+                            (self.optimal_s, "XLA's cost model")):
+            if value:
+                return value, what
+        return None
+
+    def reference_gap(self) -> float | None:
+        """Reference time over the captured op's time (None when either is unknown)."""
+        ref = self.reference_s
+        return ref[0] / self.measured_s if ref is not None and self.measured_s else None
+
+
+# A standalone reference this far from the captured op (either way) is not the op: `tune` says so.
+REFERENCE_GAP = 1.5
 
 
 @dataclass(frozen=True)
@@ -123,6 +144,21 @@ class SweepResult:
     results: tuple[CandidateResult, ...]  # ranked: ok first, best first
     xla: XlaBaseline
     jsonl: str
+    left_out: tuple[str, ...] = ()  # what the reproduction does not do that the op does (`OpSpec.left_out`)
+
+    @property
+    def reference_warning(self) -> str | None:
+        """Why the sweep's ranking against XLA may not carry over to the op: the standalone reference
+        differs from the captured op by more than `REFERENCE_GAP` either way."""
+        gap = self.xla.reference_gap()
+        if gap is None or 1 / REFERENCE_GAP <= gap <= REFERENCE_GAP:
+            return None
+        value, what = self.xla.reference_s
+        cause = ("the reproduction leaves out: " + "; ".join(self.left_out) if self.left_out
+                 else "the standalone problem is not the op as it ran (layouts, fusion with its neighbours, or "
+                      "the capture's timing)")
+        return (f"the standalone XLA reference ({value * 1e6:,.1f} us, {what}) is {gap:.1f}x the op "
+                f"{self.xla.captured_basis} in the capture ({self.xla.measured_s * 1e6:,.1f} us): {cause}")
 
     @property
     def best(self) -> CandidateResult | None:
@@ -139,6 +175,7 @@ class SweepResult:
     def to_json(self) -> str:
         data = asdict(self)
         data["best"] = asdict(self.best) if self.best else None
+        data["reference_warning"] = self.reference_warning
         for r, row in zip(self.results, data["results"], strict=True):
             row["grid_steps"] = r.grid_steps
             row["bounded_s"] = r.bounded_s
@@ -171,7 +208,7 @@ class _Worker:
 
     def next(self, timeout_s: float) -> dict | None:
         """The next JSON answer; None when the process ended or the time ran out."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + wait_limit_s(timeout_s)
         while True:
             try:
                 line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -300,7 +337,8 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
         xla_floor = problem.min_hbm_bytes / chip.hbm_bytes_per_s
         floor_basis = "the problem's inputs read and output written once"
     xla_measured = spec.measured_time_ps / 1e12 if spec.measured_time_ps else None
-    xla = _xla_from_record(done["xla"]) if "xla" in done else None
+    xla = (dataclasses.replace(_xla_from_record(done["xla"]), captured_basis=spec.captured_basis)
+           if "xla" in done else None)
     n_total = len(pending) + (xla is None)
     if n_total:
         progress(f"compiling {n_total} configuration(s) of `{spec.op_name}` for {topology}"
@@ -358,7 +396,7 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
             est_s = cycles / clock if (cycles is not None and clock) else None
             if kind == "xla":
                 xla = XlaBaseline(xla_measured, cycles, est_s, xla_floor, status, reason,
-                                  answer.get("measured_s"), floor_basis, answer.get("optimal_s"))
+                                  answer.get("measured_s"), floor_basis, answer.get("optimal_s"), spec.captured_basis)
                 record(xla, "xla")
                 progress(f"[xla] reference: {_cycles_text(cycles)} ({time.perf_counter() - t0:.1f} s)")
                 continue
@@ -377,7 +415,8 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
             shutil.rmtree(dump_dir, ignore_errors=True)
 
     if xla is None:
-        xla = XlaBaseline(xla_measured, None, None, xla_floor, "not compiled", "", None, floor_basis)
+        xla = XlaBaseline(xla_measured, None, None, xla_floor, "not compiled", "", None, floor_basis,
+                          captured_basis=spec.captured_basis)
     if measure:
         basis, text = "measured", "ranked by time measured on the attached TPU (median of 10 runs)"
     elif ici_model is not None:
@@ -397,7 +436,7 @@ def run_sweep(out_dir: Path, *, topology: str | None = None, measure: bool | Non
     ordered = _rank([results[b.label()] for b in candidates if b.label() in results], basis)
     return SweepResult(spec.op_name, spec.family, fields, scale_down, topology, generation, device_kind, clock,
                        basis, text,
-                       tuple(ordered), xla, str(path))
+                       tuple(ordered), xla, str(path), left_out=spec.left_out)
 
 
 def _rank(results: list[CandidateResult], basis: str) -> list[CandidateResult]:

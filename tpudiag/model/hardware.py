@@ -37,6 +37,12 @@ class ChipSpec:
     def ridge_flops_per_byte(self) -> float:
         return self.peak_bf16_flops_per_s / self.hbm_bytes_per_s
 
+    @property
+    def ici_bytes_per_s(self) -> float:
+        """ICI peak of one chip: every link's one-way bandwidth together, the most a chip can send
+        (a ring over one torus axis uses two of its links, both ways)."""
+        return self.ici_bytes_per_s_per_link * self.ici_links
+
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -63,6 +63,8 @@ class StepKind(StrEnum):
 class StepSource:
     kind: StepKind
     module: str = ""  # for XLA_MODULES: the module whose executions are the steps
+    program_id: int = 0  # for XLA_MODULES: its program id
+    left_out: int = 0  # for XLA_MODULES: executions not matched on every core, so not steps
 
 
 @dataclass(frozen=True)

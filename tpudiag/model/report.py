@@ -34,7 +34,9 @@ class Distribution:
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Mean per step and core, in ps; compute + collective + io + host transfers + idle = step."""
+    """Mean per step and core, in ps; compute + collective + io + host transfers + idle = step.
+    `step_ps` is the mean core's step: the step time (`Summary.step_time`, the slowest core's per
+    step) is longer when cores differ, and renderers say so (`step_differs`)."""
 
     step_ps: float
     compute_ps: float
@@ -46,6 +48,10 @@ class Breakdown:
     @property
     def duty_cycle(self) -> float:
         return (self.step_ps - self.idle_ps) / self.step_ps if self.step_ps else 0.0
+
+    def step_differs(self, step_time: Distribution | None) -> bool:
+        """Whether the step time's mean differs from this breakdown's step by more than 0.5 %."""
+        return step_time is not None and abs(step_time.mean_ps - self.step_ps) > 0.005 * step_time.mean_ps
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,7 @@ class Summary:
     compiled: CompiledJoin | None = None  # how trace ops were joined to compiled programs
     mode: Mode = Mode.TRACE
     host_transfers: tuple[HostTransferRate, ...] = ()  # per direction; () without async host copies
+    step_program: str = ""  # the module whose executions are the steps (no `Steps` line); '' otherwise
     # Without steps: the share of the cores' time some op runs, Σ busy / Σ span (each core from its
     # first op to its last, `analysis.idle.capture_windows`); None when the capture has steps.
     busy_share: float | None = None
@@ -171,12 +178,12 @@ class OpRow:
     flops: float
     bytes_accessed: float
     hbm_bytes: float
-    flop_rate: float
-    hbm_bw: float
+    flop_rate: float | None  # None where above the peak (`analysis.limits`: not a physical rate)
+    hbm_bw: float | None  # None where above the peak
     operational_intensity: float | None
     flop_utilization: float | None
     hbm_utilization: float | None
-    bound_by: str
+    bound_by: str  # `analysis.ops.BoundBy`: Compute, HBM, collective or latency
     family: str
     shape_with_layout: str
     source: str  # `file.py:LINE` of the op's metadata; '' when unknown
@@ -187,6 +194,12 @@ class OpRow:
     spill_stores: int | None = None  # VMEM spill stores (LLO dump)
     spill_fills: int | None = None  # VMEM spill fills (LLO dump)
     estimated_cycles: int | None = None  # compiler estimate for one execution; never for remote DMA
+    # Collectives (`analysis.ops`): ICI traffic per device, modelled from payload, group and algorithm.
+    group_size: int = 0  # participants per replica group; 0 for other ops
+    group_source: str = ""  # `model.collectives.GroupSource`: replica_groups, shapes or assumed
+    ici_bytes: float = 0.0  # bytes each device sends over ICI, total over occurrences
+    ici_bw: float | None = None  # ici_bytes over the transfer's time (the async window for a pair)
+    ici_utilization: float | None = None  # ici_bw / the chip's ICI peak
 
 
 @dataclass(frozen=True)
@@ -197,6 +210,21 @@ class CategoryTime:
     n_ops: int
     self_time_ps: int  # core-ps, as OpRow.self_time_ps
     time_share: float  # self time / core-time of the analysed window, all hosts
+
+
+@dataclass(frozen=True)
+class ProgramTime:
+    """One XLA program's executions on the `XLA Modules` lines, over every core of every host
+    (`analysis.programs`): the step program and the others beside it."""
+
+    module: str
+    program_id: int  # unsigned 64-bit (`model.program_ids`)
+    executions: int  # on the core that ran it most
+    cores: int  # cores, over every host, that ran it
+    time_ps: int  # its executions' device time summed over those cores (core-ps)
+    mean_ps: float  # mean execution
+    share: float  # of every program's device time
+    step: bool  # its executions are the steps (no `Steps` line)
 
 
 @dataclass(frozen=True)
@@ -224,3 +252,4 @@ class Report:
     failures: tuple[str, ...] = ()  # host files that could not be analysed
     categories: tuple[CategoryTime, ...] = ()  # sorted by self time, descending
     memory: tuple[ProgramMemory, ...] = ()  # device memory of the compiled programs with a buffer assignment
+    programs: tuple[ProgramTime, ...] = ()  # XLA programs by device time, descending

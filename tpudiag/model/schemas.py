@@ -153,16 +153,27 @@ OPS = TableSchema("ops", (
     Column("flops", "float64", "total FLOPs (per-occurrence FLOPs x occurrences)"),
     Column("bytes_accessed", "float64", "total bytes accessed"),
     Column("hbm_bytes", "float64", "total HBM bytes"),
-    Column("flop_rate", "float64", "FLOP/s = flops / total time (XProf's definition)"),
-    Column("hbm_bw", "float64", "HBM bytes/s = hbm_bytes / total time"),
+    Column("flop_rate", "float64", "FLOP/s = flops / total time (XProf's definition); NaN above the peak "
+                                   "(`analysis.limits`: not a physical rate)"),
+    Column("hbm_bw", "float64", "HBM bytes/s = hbm_bytes / total time; NaN above the peak"),
     Column("operational_intensity", "float64", "flops / bytes_accessed; NaN without bytes"),
     Column("flop_utilization", "float64", "flop_rate / peak FLOP/s of one core; NaN without a peak"),
     Column("hbm_utilization", "float64", "hbm_bw / peak HBM bandwidth of one core; NaN without a peak"),
-    Column("bound_by", "category", "Compute, HBM or Unknown: the larger measured utilization (as XProf)"),
+    Column("bound_by", "category", "what binds the op (`analysis.ops.BoundBy`): Compute or HBM, the larger "
+                                   "utilization (as XProf); collective; latency when it reaches no roof"),
     Column("family", "category", "collective family (all-gather, all-reduce, ...) or '' for non-collectives"),
     Column("shape_with_layout", "string", "result shape with layout"),
     Column("source", "string", "source file:line"),
     Column("tf_op", "string", "JAX name stack"),
+    Column("group_size", "int64", "collectives: participants per replica group (0 for other ops)"),
+    Column("group_source", "category", "collectives: `replica_groups` (the HLO text), `shapes` (the ratio of "
+                                       "result and operand), `assumed` (every chip of the host) or ''"),
+    Column("ici_bytes", "float64", "collectives: bytes each device sends over ICI, total over occurrences, "
+                                   "modelled from the payload and the ring algorithm (`model.collectives`)"),
+    Column("ici_time_ps", "int64", "collectives: time the transfer took, total over occurrences: the async "
+                                   "window (start to done) for an async pair, else the op's total time"),
+    Column("ici_bw", "float64", "ici_bytes / ici_time; NaN where none, or where above the chip's ICI peak"),
+    Column("ici_utilization", "float64", "ici_bw / the chip's ICI peak (every link one way); NaN without one"),
 ))
 
 STEPS = TableSchema("steps", (

@@ -12,7 +12,6 @@ simulator stay independent of the parsers' entry points:
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -21,16 +20,11 @@ from tpudiag.errors import InputError
 from tpudiag.parsers.input_files import read_input_bytes, read_input_text
 from tpudiag.model.compile_output import (HLO_PROTO_FILE, HLO_TEXT_FILE, LLO_DIR, PROFILE_DIR, RESULT_FILE, XLA_DIR,
                                           CompileOutput)
+from tpudiag.model.collectives import replica_group_size
 from tpudiag.model.compiled import CompiledDump, CompiledProgram
 from tpudiag.model.llo import LloDump
 from tpudiag.model.matmuls import cost_estimate, instruction_matmul
 
-# Replica groups as XLA prints them: iota `[groups,size]<=[...]` or explicit `{{0,1},{2,3}}`.
-_GROUPS_IOTA = re.compile(r"replica_groups=\[(?P<dims>[\d,]+)\]<=")
-_GROUPS_LIST = re.compile(r"replica_groups=\{\{(?P<first>[\d,\s]*)\}")
-# Mesh form (newer XLA): `replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_0'}`.
-_GROUPS_MESH = re.compile(r"replica_groups=mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<sel>[^}]*)\}")
-_MESH_AXIS = re.compile(r"'(?P<axis>[^']+)'\s*=\s*(?P<size>\d+)")
 
 
 def matmul_flops(program: CompiledProgram) -> dict[tuple[str, str], float]:
@@ -50,25 +44,6 @@ def matmul_flops(program: CompiledProgram) -> dict[tuple[str, str], float]:
         if mm is not None:
             flops[(computation, inst.name)] = float(mm.flops)
     return flops
-
-
-def replica_group_size(text: str) -> int | None:
-    """Participants per replica group in printed attributes, in any of XLA's forms; None if absent."""
-    mesh = _GROUPS_MESH.search(text)
-    if mesh:
-        axes = {a.group("axis"): int(a.group("size")) for a in _MESH_AXIS.finditer(mesh.group("axes"))}
-        size = 1
-        for axis in re.findall(r"'([^']+)'", mesh.group("sel")) or list(axes):
-            size *= axes.get(axis, 1)
-        return size
-    m = _GROUPS_IOTA.search(text)
-    if m:
-        dims = [int(d) for d in m.group("dims").split(",") if d]
-        return dims[-1] if dims else None
-    m = _GROUPS_LIST.search(text)
-    if m:
-        return len([x for x in m.group("first").split(",") if x.strip()]) or None
-    return None
 
 
 def replica_group_sizes(program: CompiledProgram) -> dict[str, int]:

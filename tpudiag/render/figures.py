@@ -86,7 +86,7 @@ def _step_breakdown(report: Report, path: Path, Figure, Canvas) -> FigureFile | 
 def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
     s = report.summary
     ridge = s.ridge_flops_per_byte
-    ops = [o for o in report.ops if o.operational_intensity and o.flop_rate > 0
+    ops = [o for o in report.ops if o.operational_intensity and o.flop_rate
            and _finite(o.operational_intensity, o.flop_rate)]
     # An infinite or NaN peak (a corrupt capture) has no roofline to draw.
     if ridge is None or not ops or not _finite(ridge, s.peak_flops_per_s, s.hbm_bytes_per_s) or ridge <= 0:

@@ -85,6 +85,7 @@ def report_to_dict(report: Report) -> dict:
         "hbm_bytes_per_s_per_core": s.hbm_bytes_per_s,
         "peaks_source": s.peaks_source,
         "step_source": s.step_source,
+        "step_program": s.step_program,
         "steps_analysed": s.step_time.count if s.step_time else 0,
         "step_time_ps": s.step_time.mean_ps if s.step_time else None,
         "step_time": _distribution(s.step_time),
@@ -110,6 +111,7 @@ def report_to_dict(report: Report) -> dict:
         "hosts": hosts,
         "ops": [],
         "categories": [dataclasses.asdict(c) for c in report.categories],
+        "programs": [dataclasses.asdict(p) for p in report.programs],
         "findings": [finding_to_dict(f) for f in report.findings],
         "rules_run": True,  # always: kept for the JSON contract (earlier builds could lack the rule engine)
         "rules_skipped": [dataclasses.asdict(r) for r in report.rules_skipped],

@@ -122,6 +122,11 @@ def _step_sentence(report: Report) -> str:
     if st is None:
         return f"No training steps were found in this capture ({where}), so there is no step time to break down."
     spread = "" if st.min_ps == st.max_ps else f"; steps ranged from {fmt_time(st.min_ps)} to {fmt_time(st.max_ps)}"
+    if s.step_program:
+        return (f"A step is one execution of {code(s.step_program)}, the program that repeats and holds the most "
+                f"device time; it takes **{fmt_time(st.mean_ps)}** on average on its slowest core (median "
+                f"{fmt_time(st.p50_ps)}, 90th percentile {fmt_time(st.p90_ps)}, over {st.count} steps on {where}"
+                f"{spread}).")
     return (f"Each step takes **{fmt_time(st.mean_ps)}** on average (median {fmt_time(st.p50_ps)}, "
             f"90th percentile {fmt_time(st.p90_ps)}, over {st.count} steps on {where}{spread}).")
 
@@ -191,12 +196,28 @@ def breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) ->
                       ("infeed/outfeed (host transfers)", b.io_ps), *host, ("idle", b.idle_ps)):
         rows.append([label, fmt_time(ps), fmt_pct(ps / b.step_ps if b.step_ps else None)])
     rows.append(["**busy (duty cycle)**", fmt_time(b.step_ps - b.idle_ps), f"**{fmt_pct(b.duty_cycle)}**"])
-    return (["## Where the step time goes", "", "Mean per step and core. Compute, collectives, host transfers "
-             "and idle add up to the step time.", ""]
+    st = report.summary.step_time
+    basis = ("Mean per step and core. Compute, collectives, host transfers and idle add up to the step time."
+             if not b.step_differs(st) else
+             f"Mean per step and core: they add up to the mean core's step, {fmt_time(b.step_ps)}; the step time, "
+             f"{fmt_time(st.mean_ps)}, is each step's slowest core.")
+    return (["## Where the step time goes", "", basis, ""]
             + table(["part of the step", "time", "share"], rows, "lrr")
             + ([""] + [f"- Host transfers, {text(t.line())}" for t in report.summary.host_transfers]
                if report.summary.host_transfers else [])
             + _image(figures, "step-breakdown") + [""])
+
+
+def programs_section(report: Report) -> list[str]:
+    """The XLA programs by device time, when there are several or one of them is the step."""
+    if not report.programs or not (report.summary.step_program or len(report.programs) > 1):
+        return []
+    rows = [[code(p.module), str(p.program_id), str(p.executions), str(p.cores), fmt_time(p.mean_ps),
+             fmt_time(p.time_ps), fmt_pct(p.share), "the step" if p.step else ""] for p in report.programs]
+    return (["## Programs", "", "Every XLA program the device ran (`XLA Modules`): executions on the core that ran "
+             "it most, the cores that ran it, its mean execution, and its device time summed over cores.", ""]
+            + table(["program", "id", "executions", "cores", "mean", "device time", "share", ""], rows,
+                    "llrrrrrl") + [""])
 
 
 def categories_section(report: Report, figures: Mapping[str, tuple[str, str]]) -> list[str]:
@@ -376,6 +397,7 @@ def render_markdown(report: Report, figures: Mapping[str, tuple[str, str]] | Non
     out = [title, ""]
     out += _summary(report)
     out += breakdown_section(report, figures)
+    out += programs_section(report)
     out += categories_section(report, figures)
     out += _ops_section(report, figures, top)
     out += _findings_section(report)

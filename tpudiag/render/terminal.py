@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import Breakdown, Report, skips_by_reason
+from tpudiag.model.report import Breakdown, Distribution, Report, skips_by_reason
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -36,7 +36,8 @@ def _header(report: Report) -> Group:
                           f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"))
     if s.step_time is not None:
         st = s.step_time
-        text = (f"Steps: {st.count} analysed (from {s.step_source}) · step time mean {fmt_time(st.mean_ps)}, "
+        source = f"({escape(one_line(s.step_program))})" if s.step_program else f"analysed (from {s.step_source})"
+        text = (f"Steps: {st.count} {source} · step time mean {fmt_time(st.mean_ps)}, "
                 f"p50 {fmt_time(st.p50_ps)}, p90 {fmt_time(st.p90_ps)}")
         if len(s.hosts) > 1:
             text += f" · spread across hosts {fmt_time(s.host_spread_ps)} (slowest: {one_line(s.slowest_host)})"
@@ -56,8 +57,16 @@ def _header(report: Report) -> Group:
     return Group(*lines)
 
 
-def _breakdown_table(b: Breakdown) -> Table:
-    t = Table(title="Step breakdown (mean per step and core)", title_justify="left", show_edge=False)
+def breakdown_title(b: Breakdown, step_time: Distribution | None) -> str:
+    """The breakdown's basis, with the step time beside it when the two steps differ."""
+    if not b.step_differs(step_time):
+        return "mean per step and core"
+    return (f"mean per step and core: a {fmt_time(b.step_ps)} step; the step time, {fmt_time(step_time.mean_ps)}, "
+            "is each step's slowest core")
+
+
+def _breakdown_table(b: Breakdown, step_time: Distribution | None) -> Table:
+    t = Table(title=f"Step breakdown ({breakdown_title(b, step_time)})", title_justify="left", show_edge=False)
     t.add_column("", no_wrap=True)
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
@@ -68,6 +77,17 @@ def _breakdown_table(b: Breakdown) -> Table:
         frac = ps / b.step_ps if b.step_ps else 0.0
         t.add_row(label, fmt_time(ps), fmt_pct(frac), _bar(frac))
     t.add_row(Text("duty cycle", style="bold"), "", fmt_pct(b.duty_cycle), "")
+    return t
+
+
+def _programs_table(report: Report) -> Table:
+    t = Table(title="Programs (XLA Modules), by device time", title_justify="left", show_edge=False)
+    for col in ("program", "id", "runs", "cores", "mean", "device time", "share", ""):
+        t.add_column(col, justify="left" if col in ("program", "id", "") else "right",
+                     overflow="fold" if col == "program" else "ellipsis", no_wrap=col != "program")
+    for p in report.programs:
+        t.add_row(escape(one_line(p.module)), str(p.program_id), str(p.executions), str(p.cores), fmt_time(p.mean_ps),
+                  fmt_time(p.time_ps), fmt_pct(p.share), "the step" if p.step else "")
     return t
 
 
@@ -181,9 +201,12 @@ def render_terminal(report: Report, console: Console, top: int = 15) -> None:
                       "CPU): there are no device ops to analyse.")
     if s.breakdown is not None:
         console.print()
-        console.print(_breakdown_table(s.breakdown))
+        console.print(_breakdown_table(s.breakdown, s.step_time))
         for t in s.host_transfers:
             console.print(Text(f"  host transfers, {t.line()}"))
+    if report.programs and (s.step_program or len(report.programs) > 1):
+        console.print()
+        console.print(_programs_table(report))
     if len(report.hosts) > 1:
         console.print()
         console.print(_hosts_table(report))

@@ -11,7 +11,9 @@ idle per step is its least idle core's (the time every core is idle at once is a
 Where the host plane (`/host:CPU`) shows what the host was doing during the gaps, names the cause:
 host-bound (Python or dispatch), input-bound (infeed, host-to-device transfers, data loading;
 device infeed ops count here too), synchronisation (device-to-host copies, `block_until_ready`,
-`device_get`) or compilation inside the loop.
+`device_get`) or compilation inside the loop. Where its step (the period) or its idle (the least
+idle core's) is not the header's step time or the breakdown's idle (the mean over cores), the
+message says so inline, with the other figure.
 
 Why it matters
 --------------
@@ -65,6 +67,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpudiag.analysis.idle import CAUSES, HostIdle, host_idle, idle_tables
+from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, mean_breakdown
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import Rule, RuleContext, RuleInput, SeverityScale, Table
@@ -130,9 +133,9 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     of_idle = f" ({fmt_pct(cause_ps / waited)} of it)" if cause != "unexplained" and waited else ""
     on = f"`{worst.host}`" if len(hosts) > 1 else f"the {ctx.analysis.platform.cores_word}"
     period = (f"the {fmt_time(worst.period_ps)} capture" if tables.whole_capture
-              else f"each {fmt_time(worst.period_ps)} step")
+              else period_text(ctx.analysis, worst))
     message = (f"{on} idle {fmt_time(waited)} of {period} ({fmt_pct(share)}, "
-               f"{where}): {_LABEL[shown]}{of_idle}")
+               f"{where}{basis_note(ctx.analysis, worst)}): {_LABEL[shown]}{of_idle}")
     if len(flagged) > 1:
         message += f"; {len(flagged)} of {len(hosts)} hosts idle at least {fmt_pct(options.min_idle_share)}"
     evidence = []
@@ -161,6 +164,38 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                     "with the most; an upper bound")
     return [Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message, saving=saving,
                     fix=FIXES[shown], evidence=tuple(evidence), host=worst.host if len(hosts) == 1 else "")]
+
+
+def period_text(analysis: Analysis, worst: HostIdle) -> str:
+    """`each 970.3 µs step`, or for module executions `each 970.3 µs from one `m` start to the next`."""
+    source = analysis.step_sources.get(worst.host)
+    if source is not None and source.module:
+        return f"each {fmt_time(worst.period_ps)} from one `{source.module}` start to the next"
+    return f"each {fmt_time(worst.period_ps)} step"
+
+
+def basis_note(analysis: Analysis, worst: HostIdle) -> str:
+    """Where this rule's step or idle is not the header's step time or the breakdown's idle, both, inline.
+
+    The rule's step is the period from one step's start to the next (module executions) or the step
+    marker, on `worst`'s host; its idle is that host's least idle core's. The header's step time is
+    the slowest core's per step over every host; the breakdown's idle is the mean over cores.
+    """
+    notes = []
+    times, _ = combined_step_times(analysis.steps, len(analysis.profile.hosts))
+    step = float(times.mean()) if len(times) else 0.0
+    source = analysis.step_sources.get(worst.host)
+    executions = source is not None and bool(source.module)
+    if executions:
+        notes.append(f"the step time, {fmt_time(step)}, is one execution")
+    elif step and abs(step - worst.period_ps) > 0.005 * step:
+        notes.append(f"the step time, {fmt_time(step)}, is the slowest core's over every host")
+    breakdown = mean_breakdown(analysis.steps)
+    idle = worst.idle_ps
+    if breakdown is not None and abs(breakdown.idle_ps - idle) > 0.01 * max(idle, breakdown.idle_ps):
+        where = "inside executions, mean over cores" if executions else "the mean over cores"
+        notes.append(f"idle of the least idle core; the breakdown's idle, {fmt_time(breakdown.idle_ps)}, is {where}")
+    return "".join(f"; {n}" for n in notes)
 
 
 RULE = Rule(code=CODE, name=NAME, severity=Severity.HIGH, inputs=(RuleInput.TRACE,), options_type=Options, check=check,

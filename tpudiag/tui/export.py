@@ -99,6 +99,13 @@ def ops_md(ops: tuple[OpRow, ...], f: OpFilter, sort_label: str, descending: boo
     return document(out)
 
 
+def ici_line(op: OpRow) -> str:
+    """A collective's ICI traffic: bytes per device, the group, achieved bandwidth and share of peak."""
+    group = f"group of {op.group_size}" + (" (assumed: every chip of the host)" if op.group_source == "assumed" else "")
+    return (f"{fmt_bytes(op.ici_bytes / max(op.occurrences, 1))} per device per occurrence (modelled: ring "
+            f"{op.family}, {group}) · {fmt_bandwidth(op.ici_bw)} ({fmt_pct(op.ici_utilization)} of the chip's ICI peak)")
+
+
 def op_detail_md(d: OpDetail) -> str:
     op = d.op
     out = [f"# {code(op.name)} on {code(op.host)} (program {code(op.program)})", ""]
@@ -113,6 +120,8 @@ def op_detail_md(d: OpDetail) -> str:
                f"{fmt_time(op.total_time_ps)}, {op.occurrences} occurrences")
     out.append(f"- FLOP/s {fmt_flops(op.flop_rate)} ({fmt_pct(op.flop_utilization)} of peak), HBM "
                f"{fmt_bandwidth(op.hbm_bw)} ({fmt_pct(op.hbm_utilization)}), bound by {text(op.bound_by)}")
+    if op.family:
+        out.append(f"- ICI: {text(ici_line(op))}")
     out.append(f"- padding {fmt_pct(d.padding)}{text(bytes_note(op), strip=False)}")
     out.append(f"- LLO: {prose(llo_line(d))}")
     for f in d.findings:

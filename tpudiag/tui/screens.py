@@ -53,6 +53,8 @@ class OpDetailScreen(Screen):
                               f"{fmt_pct(op.flop_utilization)} of peak")
         grid.add_row("HBM", f"{op.hbm_bytes:.4g} B  ·  {fmt_bandwidth(op.hbm_bw)}  ·  "
                             f"{fmt_pct(op.hbm_utilization)} of peak")
+        if op.family:
+            grid.add_row("ICI", Text(printable(export.ici_line(op))))
         intensity = "n/a" if op.operational_intensity is None else f"{op.operational_intensity:.4g} FLOP/B"
         grid.add_row("Intensity", Text(f"{intensity}  ·  bound by {printable(op.bound_by)}"))
         grid.add_row("Padding", Text(printable(fmt_pct(d.padding) + export.bytes_note(op))))

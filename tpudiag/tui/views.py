@@ -113,7 +113,8 @@ class OverviewView(VerticalScroll):
         t.append("\n")
         if s.step_time:
             st = s.step_time
-            t.append(f"Steps {st.count} (from {one_line(s.step_source)}) · mean {fmt_time(st.mean_ps)} · "
+            source = one_line(s.step_program) if s.step_program else f"from {one_line(s.step_source)}"
+            t.append(f"Steps {st.count} ({source}) · mean {fmt_time(st.mean_ps)} · "
                      f"p50 {fmt_time(st.p50_ps)} · p90 {fmt_time(st.p90_ps)}")
             if len(s.hosts) > 1:
                 t.append(f" · host spread {fmt_time(s.host_spread_ps)}")
@@ -128,7 +129,9 @@ class OverviewView(VerticalScroll):
             t.append(f"  (compute {fmt_time(b.compute_ps)} · collectives {fmt_time(b.collective_ps)} · "
                      f"infeed/outfeed {fmt_time(b.io_ps)} · "
                      + (f"host transfers {fmt_time(b.host_transfer_ps)} · " if b.host_transfer_ps else "")
-                     + f"idle {fmt_time(b.idle_ps)} of {fmt_time(b.step_ps)})")
+                     + f"idle {fmt_time(b.idle_ps)} of {fmt_time(b.step_ps)}"
+                     + (", the mean core's step; the step time is each step's slowest core" if b.step_differs(s.step_time)
+                        else "") + ")")
         t.append("\n")
         return t
 

@@ -1,0 +1,99 @@
+"""Steps without a `Steps` line (issue 35 §2): the step is the program that repeats and holds the
+most device time, matched across cores; every other program is listed beside it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.programs_capture import HIGH_ID, OTHER_HIGH_ID, US, Execution, write_programs_capture
+from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.parsers.capture import load_capture
+from tpudiag.render.json_format import render_json
+from tpudiag.report_builder import build_report
+from tests.rules.scenarios import run_rules
+from tpudiag.rules.config import RulesConfig
+
+INIT_ID = 11287434908481120160  # jit_broadcast_in_dim's id in the real v6e capture
+
+
+def _report(run):
+    analysis = analyze(load_capture(run))
+    return analysis, build_report(analysis)
+
+
+def _inference(n_chips: int = 2, n_steps: int = 6, gap_ps: int = 1 * US // 1000) -> list[list[Execution]]:
+    """Per chip: a one-off 150 ms initialiser (chip 0 only), 3 warm-up collectives of 15 ms, then
+    `n_steps` 10 ms executions of jit_f back to back (1 ns apart), each chip its own length."""
+    chips = []
+    for c in range(n_chips):
+        ex = [Execution("jit_broadcast_in_dim", INIT_ID, 0, 150_000 * US)] if c == 0 else []
+        ex += [Execution("jit__psum", OTHER_HIGH_ID, 160_000 * US + i * 20_000 * US, 15_000 * US, op="ar")
+               for i in range(3)]
+        t = 250_000 * US
+        for i in range(n_steps):
+            dur = 10_000 * US + (c * 500 * US if i % 2 else 0)  # chip 1's odd steps are 0.5 ms longer
+            ex.append(Execution("jit_f", HIGH_ID, t, dur))
+            t += dur + gap_ps
+        chips.append(ex)
+    return chips
+
+
+def test_the_step_is_the_repeating_program_not_the_longest_one_off(tmp_path):
+    # jit_broadcast_in_dim holds the most device time (150 ms, one execution); jit__psum repeats but
+    # holds 3 x 15 ms per core (90 ms); jit_f repeats and holds 6 x ~10 ms per core (121.5 ms): the
+    # step is jit_f, the repeating program with the most device time.
+    _, report = _report(write_programs_capture(tmp_path, _inference()))
+    s = report.summary
+    assert s.step_program == "jit_f" and s.step_source == "XLA Modules (jit_f)"
+    assert s.step_time.count == 6
+    # Step time is the slowest core's per step: 10 ms on even steps, 10.5 ms (chip 1) on odd ones.
+    assert s.step_time.mean_ps == pytest.approx(10_250 * US)
+    assert s.step_time.p50_ps == pytest.approx(10_250 * US)
+
+
+def test_every_program_is_listed_with_its_own_counts_and_time(tmp_path):
+    _, report = _report(write_programs_capture(tmp_path, _inference()))
+    rows = {p.module: p for p in report.programs}
+    assert [p.module for p in report.programs] == ["jit_broadcast_in_dim", "jit_f", "jit__psum"]
+    assert (rows["jit_f"].executions, rows["jit_f"].cores, rows["jit_f"].step) == (6, 2, True)
+    assert (rows["jit__psum"].executions, rows["jit__psum"].cores, rows["jit__psum"].step) == (3, 2, False)
+    assert (rows["jit_broadcast_in_dim"].executions, rows["jit_broadcast_in_dim"].cores) == (1, 1)
+    assert rows["jit__psum"].time_ps == 6 * 15_000 * US and rows["jit__psum"].mean_ps == 15_000 * US
+    assert rows["jit_f"].program_id == HIGH_ID
+    assert sum(p.share for p in report.programs) == pytest.approx(1.0)
+    doc = json.loads(render_json(report))
+    assert doc["summary"]["step_program"] == "jit_f"
+    assert [(p["module"], p["program_id"], p["executions"], p["step"]) for p in doc["programs"]] == [
+        ("jit_broadcast_in_dim", INIT_ID, 1, False), ("jit_f", HIGH_ID, 6, True), ("jit__psum", OTHER_HIGH_ID, 3, False)]
+
+
+def test_back_to_back_executions_are_not_device_idle(tmp_path):
+    # Regression: the merged step sequence of the real capture gave a false device-idle finding.
+    analysis, _ = _report(write_programs_capture(tmp_path, _inference()))
+    findings, _ = run_rules(analysis, RulesConfig(select=("device-idle",)))
+    assert findings == []
+
+
+def test_executions_are_matched_across_cores_by_start_time(tmp_path):
+    # Chip 1's capture starts late: it misses jit_f's first execution. Matching by position would pair
+    # chip 0's step k with chip 1's step k + 1; matched by start time, step 0 is on chip 0 only and is
+    # left out (a step counts when every core that runs the program ran it), as XProf intersects.
+    chips = _inference()
+    first_f = min(e.start_ps for e in chips[1] if e.module == "jit_f")
+    chips[1] = [e for e in chips[1] if e.start_ps != first_f]
+    analysis, report = _report(write_programs_capture(tmp_path, chips))
+    assert report.summary.step_time.count == 5
+    assert analysis.step_sources["host"].left_out == 1
+    assert any("1 executions of `jit_f` are not steps" in w for w in report.warnings)
+    steps = analysis.steps.pivot(index="step", columns="core", values="start_ps")
+    # Each step's executions start within chip 1's drift (0.5 ms per odd step) of each other, not a
+    # whole 10 ms execution apart as positional pairing would put them.
+    assert ((steps[1] - steps[0]).abs() <= 1_500 * US).all()
+
+
+def test_with_no_program_repeating_the_busiest_is_the_step(tmp_path):
+    chips = [[Execution("jit_a", HIGH_ID, 0, 5 * US), Execution("jit_b", OTHER_HIGH_ID, 10 * US, 7 * US, op="b")]]
+    _, report = _report(write_programs_capture(tmp_path, chips))
+    assert report.summary.step_program == "jit_b" and report.summary.step_time.count == 1
