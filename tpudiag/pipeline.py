@@ -112,6 +112,19 @@ class Diagnosis:
 
         return memory_report(self.input_path, self.compiled, self.compiled.oom_errors, programs=self.report.memory)
 
+    def write_trace(self, path: Path | str):
+        """Write the device timeline of the analysed steps, with the findings marked on their ops, as
+        Chrome trace-event JSON for Perfetto (`tpudiag report --trace-out`; `render.trace_events`).
+        Returns what was written (`TraceSummary`); a UsageError when there is no timeline (compiler
+        dumps of an unknown generation) or `path` is an input or inside one."""
+        from tpudiag.render.trace_events import write_trace
+
+        if self.analysis is None:
+            raise UsageError("no timeline to export: the TPU generation of these dumps is unknown",
+                             hint="pass --chip with the generation they were compiled for")
+        local = "://" not in self.input_path  # a URL has no directory here to protect
+        return write_trace(self.analysis, self.findings, Path(path), [Path(self.input_path)] if local else [])
+
     def findings_frame(self) -> pd.DataFrame:
         """One row per finding: rule, code, severity, message, saving and its basis, fix, ops and
         their sites (`op: file.py:LINE, JAX op name`, `; `-separated)."""

@@ -31,7 +31,7 @@ CASES = {
     ("global", "e"): (("p",), lambda app: isinstance(app.screen, ExportScreen) and app.screen.view == "ops"),
     ("global", "question_mark"): ((), lambda app: isinstance(app.screen, HelpScreen)),
     ("global", "escape"): (("p", "t"), lambda app: app.current_view == "ops" and app.history == ["overview"]),
-    ("global", "k"): ((), lambda app: any(keys.KERNELS_LAB_MESSAGE in str(n.message) for n in app._notifications)),
+    ("global", "k"): ((), lambda app: any("kernels lab" in str(n.message) for n in app._notifications)),
     ("global", "q"): ((), lambda app: app._exit_renderables is not None or not app.is_running),
     ("ops", "s"): (("p",), lambda app: app.query_one("#view-ops").sort_key == "flop_util"),
     ("ops", "r"): (("p",), lambda app: app.query_one("#view-ops").descending is False),
@@ -139,6 +139,15 @@ def test_kernels_lab_on_an_op_names_the_command_to_run(example_session):
         await press(pilot, "p", "enter", "k")
         messages = [str(n.message) for n in pilot.app._notifications]
         assert any(f"tpudiag lab extract {example_session.path} --op fusion.8" in m for m in messages)
+    run(make_app(example_session), scenario)
+
+
+def test_kernels_lab_on_the_ops_tables_row_fills_in_that_op(example_session):
+    async def scenario(pilot):
+        await press(pilot, "p", "k")  # the ops table, cursor on its first row, no detail screen opened
+        messages = [str(n.message) for n in pilot.app._notifications]
+        assert any(f"tpudiag lab extract {example_session.path} --op fusion.8 -o lab/fusion.8" in m for m in messages)
+        assert not any("--op NAME" in m for m in messages)
     run(make_app(example_session), scenario)
 
 

@@ -15,13 +15,13 @@ import pandas as pd
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model import schemas
 from tpudiag.model.hlo_names import IO_CATEGORIES, collective_family
-from tpudiag.model.profile import HostTrace, StepKind, StepSource
+from tpudiag.model.profile import HostTrace, Platform, StepKind, StepSource
 
 
 def step_markers(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
     """(device, core, step, start_ps, dur_ps) markers, one per core and step."""
     markers = host.step_markers
-    source = StepSource(StepKind.STEPS_LINE)
+    source = StepSource(StepKind.ANNOTATIONS if host.device.platform is Platform.CPU else StepKind.STEPS_LINE)
     if markers.empty:
         mods = host.modules[~host.modules["device"].astype(str).str.contains("SparseCore", regex=False)]
         if mods.empty:

@@ -115,7 +115,7 @@ def step_timeline(analysis: Analysis, step: int | None = None) -> StepTimeline |
         host_rows = rows[rows["host"] == host.host].sort_values("core", kind="stable")
         if host_rows.empty:
             continue
-        events, windows = _events_of(host)
+        events, windows = host_events(host)
         for r in host_rows.itertuples(index=False):
             lanes.append(_lane(events, windows, r))
     lanes.sort(key=lambda lane: (host_order[lane.host], lane.core))
@@ -129,8 +129,9 @@ _REREAD_CACHE_HOSTS = 4
 _reread: OrderedDict[str, tuple[pd.DataFrame, pd.DataFrame]] = OrderedDict()
 
 
-def _events_of(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(events, async windows) of `host`, read again from its file when they were dropped."""
+def host_events(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(events, async windows) of `host`, read again from its file when they were dropped (the
+    timeline and the trace-event export, `render.trace_events`, draw events)."""
     if host.events is not None:
         return host.events, host.async_windows
     where = host.source or host.path

@@ -19,7 +19,7 @@ from tpudiag.cli import memory_cmd
 from tpudiag.cli import run_cmd, whatif_cmd
 from tpudiag.cli.console import stderr_console
 from tpudiag.cli.options import SCHEDULER_HELP, Chip, Format
-from tpudiag.errors import TpudiagError
+from tpudiag.errors import TpudiagError, UsageError
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup
 
@@ -62,6 +62,9 @@ def report(
                                                          "FLOPs/bytes roofline)")] = None,
     scheduler: Annotated[str | None, typer.Option(help=SCHEDULER_HELP)] = None,
     error: Annotated[Path | None, typer.Option("--error", help=memory_cmd.ERROR_HELP)] = None,
+    trace_out: Annotated[Path | None, typer.Option("--trace-out", help="Also write the device timeline of the "
+                                                   "analysed steps, the findings marked on their ops, as Chrome "
+                                                   "trace-event JSON for Perfetto (ui.perfetto.dev)")] = None,
 ) -> None:
     """Print where each step's time goes, which ops dominate it, and the rules' findings.
 
@@ -73,7 +76,13 @@ def report(
     threshold = rules_cmd.parse_fail_on(fail_on)
     rules_cmd.check_number_option("--clock-ghz", clock_ghz, positive=True)
     # `-o -` is stdout; never into an input (checked before reading anything)
-    output = resolve_output(output, [path if path is not None else default_capture(), *(dumps or [])])
+    inputs = [path if path is not None else default_capture(), *(dumps or [])]
+    output = resolve_output(output, inputs)
+    if trace_out is not None:
+        if resolve_output(trace_out, inputs) is None:
+            raise UsageError("--trace-out needs a file name, not stdout", hint="e.g. --trace-out trace.json")
+        if output is not None and trace_out.expanduser().resolve() == output.expanduser().resolve():
+            raise UsageError("--trace-out and -o name the same file", path=trace_out)
     error_text = memory_cmd.read_error_text(error)
     err = stderr_console()
     status = err.status("reading") if err.is_terminal else None
@@ -94,6 +103,10 @@ def report(
     from tpudiag.cli.outputs import emit
     from tpudiag.gate import findings_check  # `check`'s findings policy: the same "at or above"
 
+    if trace_out is not None:
+        written = result.write_trace(trace_out)
+        err.print(f"trace: {written.n_ops:,} op slices, {written.n_findings} findings marked, "
+                  f"written to `{markup(str(trace_out))}` (open it at ui.perfetto.dev)", highlight=False, soft_wrap=True)
     emit(result, output_format, output, top=top)
     if threshold is not None and not findings_check(result.findings, threshold).passed:
         raise typer.Exit(1)

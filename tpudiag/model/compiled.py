@@ -198,11 +198,18 @@ class Computation:
 
 @dataclass(frozen=True)
 class AsyncPair:
-    """An async start and its done in one computation, with what the schedule puts between them.
+    """An async start and its done, with what the schedule puts between them.
 
     `scheduled_between` lists what the schedule runs between the two, leaving out the
     instructions that cost nothing (parameters, tuples, get-tuple-elements, bitcasts, constants):
     when it is empty the start and the done are adjacent and nothing overlaps the transfer.
+
+    The done is usually in the start's computation. Where the value crosses a `while` or `call`
+    (a start before a loop whose done is in the body; a start in one iteration whose done is in
+    the next; a start in the body whose done follows the loop), `done_computation` names the
+    done's, and `scheduled_between` holds what runs at least once between them: the start's
+    computation after it (up to the op that carries the value into the done's computation) and
+    the done's computation before it (after the op that carries it out).
     """
 
     computation: str
@@ -214,6 +221,12 @@ class AsyncPair:
     done_position: int
     scheduled_between: tuple[str, ...]
     thread: str = ''  # async_execution_thread of the start, e.g. 'sparsecore' on TPU7x
+    done_computation: str = ''  # the done's computation when not `computation` (see above)
+
+    @property
+    def done_in(self) -> str:
+        """The computation that holds the done."""
+        return self.done_computation or self.computation
 
     @property
     def adjacent(self) -> bool:

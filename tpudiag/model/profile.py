@@ -55,6 +55,7 @@ class StepKind(StrEnum):
     """What a host's steps were read from; the value is what reports print."""
 
     STEPS_LINE = "Steps line"  # the device's `Steps` line
+    ANNOTATIONS = "step annotations"  # a CPU run: jax.profiler.StepTraceAnnotation on `/host:CPU`
     XLA_MODULES = "XLA Modules"  # executions of one module on the `XLA Modules` line
     NONE = "none"  # no steps: the capture counts as one
 

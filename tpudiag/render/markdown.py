@@ -116,7 +116,7 @@ def _step_sentence(report: Report) -> str:
     where = f"{s.n_chips} chip{'s' * (s.n_chips != 1)} of {device}"
     if len(s.hosts) > 1:
         where += f" on {len(s.hosts)} hosts"
-    if s.platform is Platform.CPU:
+    if s.platform is Platform.CPU and not report.ops:
         return ("This is a host-only capture (no TPU or GPU device plane, e.g. `jax.profiler` on a CPU): there are "
                 "no device ops or steps to analyse.")
     if st is None:

@@ -195,7 +195,7 @@ def render_findings(report: Report, console: Console) -> None:
 def render_terminal(report: Report, console: Console, top: int = 15) -> None:
     console.print(_header(report))
     s = report.summary
-    if s.platform is Platform.CPU:
+    if s.platform is Platform.CPU and not report.ops:
         console.print()
         console.print("This capture has no TPU or GPU device plane (a host-only capture, e.g. jax.profiler on a "
                       "CPU): there are no device ops to analyse.")

@@ -236,9 +236,19 @@ class TpudiagApp(App):
         self.push_screen(MemoryScreen(report))
 
     def action_kernels_lab(self) -> None:
-        op = self.screen.detail.op.name if isinstance(self.screen, OpDetailScreen) else None
-        self.notify(f"{keys.KERNELS_LAB_MESSAGE}\n{markup(keys.kernels_lab_hint(str(self.path), op))}", title="kernels lab",
-                    severity="warning")
+        op = self._selected_op()
+        what = f"for `{op}`" if op else "(select an op in the ops table first)"
+        self.notify(markup(f"kernels lab {what}: {keys.kernels_lab_hint(str(self.path), op)}"),
+                    title="kernels lab", severity="information" if op else "warning", timeout=30)
+
+    def _selected_op(self) -> str | None:
+        """The op the user is on: the op detail screen's, or the ops table's cursor row."""
+        if isinstance(self.screen, OpDetailScreen):
+            return self.screen.detail.op.name
+        if self.session is not None and self.current_view == "ops":
+            row = self._view_widget("ops").selected_op()
+            return row.name if row is not None else None
+        return None
 
     def on_ops_view_open_op(self, message: OpsView.OpenOp) -> None:
         self.push_screen(OpDetailScreen(op_detail(self.session.analysis, self.session.report, message.op)))

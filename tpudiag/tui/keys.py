@@ -32,7 +32,7 @@ GLOBAL: tuple[Key, ...] = (
     Key("e", "e", "export", "Export view as markdown", "global", "Export"),
     Key("question_mark", "?", "help", "Help", "global"),
     Key("escape", "esc", "back", "Back", "global"),
-    Key("k", "k", "kernels_lab", "Kernels lab (not wired up yet)", "global", "Lab"),
+    Key("k", "k", "kernels_lab", "Kernels lab: the command for the selected op", "global", "Lab"),
     Key("q", "q", "quit", "Quit", "global"),
 )
 
@@ -62,9 +62,9 @@ DETAIL: tuple[Key, ...] = (
 
 ALL: tuple[Key, ...] = GLOBAL + OPS + FINDINGS + TIMELINE + HOSTS + DETAIL
 
-KERNELS_LAB_MESSAGE = "launching the kernels lab from the TUI is not wired up yet"
-
-
 def kernels_lab_hint(capture: str, op: str | None) -> str:
-    """What to run instead, for the op on screen when there is one."""
-    return f"run `tpudiag lab extract {capture} --op {op or 'NAME'}`"
+    """The lab command for the selected op (a Pallas reproduction of it, checked against XLA, then
+    tuned); with no op selected, the command with NAME to fill in."""
+    target = f"lab/{op}" if op else "lab/NAME"
+    return (f"`tpudiag lab extract {capture} --op {op or 'NAME'} -o {target}`, then "
+            f"`tpudiag lab check {target}` and `tpudiag lab tune {target}`")

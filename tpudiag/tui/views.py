@@ -340,6 +340,11 @@ class OpsView(Vertical):
         if 0 <= event.cursor_row < len(self.shown):
             self.post_message(self.OpenOp(self.shown[event.cursor_row]))
 
+    def selected_op(self) -> OpRow | None:
+        """The op under the table's cursor, if any."""
+        row = self.query_one("#ops-table", DataTable).cursor_row
+        return self.shown[row] if 0 <= row < len(self.shown) else None
+
     def action_cycle_sort(self) -> None:
         i = [c.key for c in SORT_COLUMNS].index(self.sort_key)
         self.sort_key = SORT_COLUMNS[(i + 1) % len(SORT_COLUMNS)].key
