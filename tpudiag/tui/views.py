@@ -239,7 +239,8 @@ class FindingsView(Horizontal):
         t.append("Fix ", style="bold")
         t.append(one_line(f.fix) + "\n\n")
         t.append("Saving ", style="bold")
-        t.append(f"≤ {saving_amount(f.saving)} ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
+        bound = "≤ " if f.saving.ps or f.saving.bytes else ""
+        t.append(f"{bound}{saving_amount(f.saving)} ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
         if f.evidence:
             t.append("Evidence\n", style="bold")
             for ev in f.evidence:
