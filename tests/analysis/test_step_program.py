@@ -123,9 +123,9 @@ def test_alignment_keeps_each_execution_with_its_peers(n_cores, n_steps, data):
     truth = {(r[0], r[1]): r[2] for r in rows}
     markers, left_out = aligned_executions(chosen)
     running = [p for p in present if p]  # a core that never ran the program is not one of its cores
-    common = set.intersection(*running)
+    common = set.intersection(*running) if running else set()
     counts = [len(p) for p in present]
-    first_ref = min(present[counts.index(max(counts))])  # the reference: the lowest core with the most
+    first_ref = min(present[counts.index(max(counts))], default=0)  # the reference: lowest core with the most
     assert len(markers) == len(running) * len(common) and left_out == len(rows) - len(markers)
     for r in markers.itertuples():
         assert truth[(r.core, r.start_ps)] == r.step + first_ref

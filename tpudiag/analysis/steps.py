@@ -63,6 +63,8 @@ def aligned_executions(chosen: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     As XProf intersects step events across cores (`IntersectCombineStepEvents`), a step counts only
     when every core that runs the program ran it; the other executions are left out and counted.
     """
+    if chosen.empty:
+        return chosen[["device", "core", "start_ps", "dur_ps"]].assign(step=np.zeros(0, np.int64)), 0
     counts = chosen.groupby("core", observed=True).size().sort_index()
     ref_core = int(counts.idxmax())
     ref = np.sort(chosen.loc[chosen["core"] == ref_core, "start_ps"].to_numpy())
