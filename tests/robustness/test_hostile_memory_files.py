@@ -101,3 +101,13 @@ def test_side_file_text_parses_or_is_a_value_error(text):
             assert all(0 <= a.size_bytes <= 1 << 50 for a in result)
         elif parse is parse_live_ranges:
             assert 0 <= result[1] <= text.count("\n") + 1
+
+
+@pytest.mark.parametrize("text", ["bf16[" + "9" * 401 + ",8]{1,0}", "f32[" + "9" * 5000 + "]", "f32[8]{" + "9" * 5000 + "}"])
+def test_a_shape_with_an_absurd_dimension_is_a_shape_error(text):
+    # Found by the fuzzing below: the refusal formatted the size as a float (OverflowError), and a
+    # 5,000-digit dimension passed int()'s digit limit (ValueError)
+    from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
+
+    with pytest.raises(ShapeSyntaxError):
+        parse_shape(text)
