@@ -132,3 +132,16 @@ def host_only_capture(tmp_path: Path) -> Path:
     run.mkdir(parents=True)
     (run / trace.name).write_bytes(space.SerializeToString())
     return run
+
+
+def require_libtpu() -> None:
+    """Fail a libtpu test where libtpu is missing (skip it instead with TPUDIAG_ALLOW_NO_LIBTPU=1)."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    if importlib.util.find_spec("libtpu") is None:
+        if os.environ.get("TPUDIAG_ALLOW_NO_LIBTPU") == "1":
+            pytest.skip("libtpu is not installed (TPUDIAG_ALLOW_NO_LIBTPU=1)")
+        pytest.fail("libtpu is not installed: install the tpu extra or set TPUDIAG_ALLOW_NO_LIBTPU=1 to skip")
