@@ -19,7 +19,9 @@ benchmarks/out/ (ignored by git):
 Each tool runs in its own process; memory is the peak of the resident set summed over the process
 and its children, sampled every 50 ms from /proc (see bench_report.py). xprof runs cold on a copy
 of the run directory with `--bypass_cache` (its OpStats cache and CLI cache removed first).
-With `--repeat N` every tool runs N times and the best wall time and the largest peak are kept.
+With `--repeat N` (default 3) the two tools run N times each, in turn, so that a slow moment of the
+machine hits both alike; the table on stdout gives the median wall and CPU time and the largest
+peak of each, side by side (`--json FILE` keeps every figure).
 
 `--host-scaling 1,4,16,64` instead runs `tpudiag report` on 1, 4, 16 and 64 hosts of `pod16`
 (run directories of links to its files; past 16 the files are linked again under other names),
@@ -28,7 +30,7 @@ wall time, peak memory over the process tree and the driver's own peak for each 
 cost grows with the number of hosts.
 
 Usage: python benchmarks/bench_realistic.py [--only train,infer,pod16] [--skip-xprof] [--repeat N]
-       [--tpudiag-args "--jobs 1"] [--host-scaling 1,4,16]
+       [--json FILE] [--tpudiag-args "--jobs 1"] [--host-scaling 1,4,16]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -232,11 +235,38 @@ def host_scaling(counts: list[int], repeat: int) -> dict:
     return out
 
 
+def _summary(runs: list[tuple], driver: bool) -> dict:
+    """Medians over the repeats (wall and CPU), the largest peak; every run's wall time kept."""
+    out = {"wall_s": round(statistics.median(r[0] for r in runs), 2),
+           "cpu_s": round(statistics.median(r[3] for r in runs), 2),
+           "peak_rss_gb": round(max(r[1] for r in runs), 2), "exit": runs[-1][2],
+           "all_wall_s": [round(r[0], 2) for r in runs]}
+    if driver:
+        out["driver_peak_rss_gb"] = round(max(r[4] for r in runs), 2)
+    return out
+
+
+def table(results: dict) -> str:
+    """The side-by-side table the README and docs/speed.md quote: medians over the repeats."""
+    lines = ["| Capture | tpudiag wall | tpudiag CPU | tpudiag peak | xprof wall | xprof CPU | xprof peak | "
+             "xprof / tpudiag (wall, CPU) |", "|---|---|---|---|---|---|---|---|"]
+    for name, row in results.items():
+        if not isinstance(row, dict) or "tpudiag" not in row:
+            continue
+        t, x = row["tpudiag"], row.get("xprof_get_hlo_stats_cold")
+        label = f"{name}: {row['hosts']} host{'s' * (row['hosts'] != 1)}, {row['events'] / 1e6:.2f} M events"
+        theirs = (f"{x['wall_s']:.2f} s | {x['cpu_s']:.2f} s | {x['peak_rss_gb']:.2f} GB | "
+                  f"{row['xprof_over_tpudiag_time']}x, {row['xprof_over_tpudiag_cpu']}x" if x else "- | - | - | -")
+        lines.append(f"| {label} | {t['wall_s']:.2f} s | {t['cpu_s']:.2f} s | {t['peak_rss_gb']:.2f} GB | {theirs} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="train,infer,pod16")
     parser.add_argument("--skip-xprof", action="store_true")
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each tool, taken in turn; medians are shown")
+    parser.add_argument("--json", type=Path, help="also write every figure as JSON to this file")
     parser.add_argument("--tpudiag-args", default="", help="extra arguments for `tpudiag report`")
     parser.add_argument("--host-scaling", default="", help="host counts of pod16 to time, e.g. 1,4,16")
     args = parser.parse_args()
@@ -258,17 +288,14 @@ def main() -> None:
         target = files[0] if len(files) == 1 else run_dir
         cmd = [sys.executable, "-m", "tpudiag", "report", "--format", "json", *args.tpudiag_args.split(),
                str(target)]
-        runs = [measure(cmd, env) for _ in range(args.repeat)]
-        row["tpudiag"] = {"wall_s": round(min(r[0] for r in runs), 2), "cpu_s": round(min(r[3] for r in runs), 2),
-                          "peak_rss_gb": round(max(r[1] for r in runs), 2),
-                          "driver_peak_rss_gb": round(max(r[4] for r in runs), 2), "exit": runs[-1][2],
-                          "all_wall_s": [round(r[0], 2) for r in runs]}
-        if not args.skip_xprof:
-            xruns = [_xprof(run_dir, bindir) for _ in range(args.repeat)]
-            row["xprof_get_hlo_stats_cold"] = {"wall_s": round(min(r[0] for r in xruns), 2),
-                                               "cpu_s": round(min(r[3] for r in xruns), 2),
-                                               "peak_rss_gb": round(max(r[1] for r in xruns), 2),
-                                               "exit": xruns[-1][2]}
+        runs, xruns = [], []
+        for _ in range(args.repeat):  # in turn, so a slow moment of the machine hits both tools alike
+            runs.append(measure(cmd, env))
+            if not args.skip_xprof:
+                xruns.append(_xprof(run_dir, bindir))
+        row["tpudiag"] = _summary(runs, driver=True)
+        if xruns:
+            row["xprof_get_hlo_stats_cold"] = _summary(xruns, driver=False)
             row["xprof_over_tpudiag_time"] = round(row["xprof_get_hlo_stats_cold"]["wall_s"]
                                                    / row["tpudiag"]["wall_s"], 1)
             row["xprof_over_tpudiag_cpu"] = round(row["xprof_get_hlo_stats_cold"]["cpu_s"]
@@ -276,7 +303,11 @@ def main() -> None:
         results[name] = row
         print(json.dumps({name: row}), file=sys.stderr)
     results["loadavg_after"] = os.getloadavg()[0]
-    print(json.dumps(results, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"medians of {args.repeat} runs each, taken in turn; load average {results['loadavg_before']:.1f} before, "
+          f"{results['loadavg_after']:.1f} after\n")
+    print(table(results))
 
 
 if __name__ == "__main__":

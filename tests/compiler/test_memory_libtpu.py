@@ -84,7 +84,8 @@ def test_donation_removes_its_lever_and_lowers_the_peak(compiles):
     for layers in ("fits", "near", "oom"):
         _, plain = _memory(compiles, layers)
         _, donated = _memory(compiles, f"{layers}_donated")
-        assert "donation" in {lv.key for lv in plain.levers}
+        # fits: 3 layers far under the near fraction, so no lever is offered at all
+        assert ("donation" in {lv.key for lv in plain.levers}) == (layers != "fits")
         assert "donation" not in {lv.key for lv in donated.levers}
         assert donated.hbm_peak_bytes < plain.hbm_peak_bytes
 
@@ -105,3 +106,15 @@ def test_oom_dump_says_it_does_not_fit_by_how_much_and_what_first(compiles):
 def test_report_on_the_oom_dump_puts_it_first(compiles):
     d = diagnose(compiles / "oom")  # every rule: the OOM outranks every time saving
     assert d.findings[0].rule == "hbm-pressure" and d.findings[0].blocking
+
+
+def test_donation_saving_matches_the_recompile_with_donation(compiles):
+    """The modelled saving of donation, net of the temporaries that grow back, against the peak
+    drop of the real recompile with `donate_argnums=(0, 1, 2)`: within 10 % (measured: 4.0 GiB
+    modelled, 4.0 GiB dropped, where the outputs alone are 6.25 GiB)."""
+    _, plain = _memory(compiles, "near")
+    _, donated = _memory(compiles, "near_donated")
+    lever = next(lv for lv in plain.levers if lv.key == "donation")
+    drop = plain.hbm_peak_bytes - donated.hbm_peak_bytes
+    assert drop > 0 and abs(lever.saving_bytes - drop) <= 0.1 * drop, (lever.saving_bytes, drop)
+    assert "grow" in lever.explanation  # it names why it is less than the outputs' bytes

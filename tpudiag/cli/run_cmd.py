@@ -141,7 +141,8 @@ def joinable_dumps(xla: Path, llo: Path | None) -> tuple[list[Path], list[str]]:
     if xla.is_dir() and any(f.name.endswith(HLO_SUFFIX) for f in xla.iterdir()):
         dumps.append(xla)
     elif xla.is_dir() and any(xla.glob("*.cpu_after_optimizations.txt")):
-        notes.append(f"the HLO dumps in `{xla}` are the CPU compiler's: not joined (the report reads TPU programs)")
+        notes.append(f"the HLO dumps in `{xla}` are the CPU compiler's: not read; the report joins the same "
+                     "programs from the capture, which embeds them")
     else:
         notes.append(f"no HLO dump was written to `{xla}`")
     if llo is not None and llo.is_dir() and is_dump_directory(llo):

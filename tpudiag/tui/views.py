@@ -56,7 +56,9 @@ def breakdown_bar(report: Report, width: int) -> Text:
     t = Text()
     if b is None or not b.step_ps:
         return t
-    parts = ((COMPUTE, b.compute_ps), (COLLECTIVE, b.collective_ps), (IO, b.io_ps), (IDLE, b.idle_ps))
+    # Host transfers draw as I/O, as the timeline draws them; the line above the bar names them apart.
+    parts = ((COMPUTE, b.compute_ps), (COLLECTIVE, b.collective_ps), (IO, b.io_ps + b.host_transfer_ps),
+             (IDLE, b.idle_ps))
     used = 0
     for i, (kind, ps) in enumerate(parts):
         cells = width - used if i == len(parts) - 1 else round(ps / b.step_ps * width)
@@ -125,7 +127,9 @@ class OverviewView(VerticalScroll):
             t.append("\nDuty cycle ", style="bold")
             t.append(fmt_pct(b.duty_cycle), style="bold")
             t.append(f"  (compute {fmt_time(b.compute_ps)} · collectives {fmt_time(b.collective_ps)} · "
-                     f"infeed/outfeed {fmt_time(b.io_ps)} · idle {fmt_time(b.idle_ps)} of {fmt_time(b.step_ps)}"
+                     f"infeed/outfeed {fmt_time(b.io_ps)} · "
+                     + (f"host transfers {fmt_time(b.host_transfer_ps)} · " if b.host_transfer_ps else "")
+                     + f"idle {fmt_time(b.idle_ps)} of {fmt_time(b.step_ps)}"
                      + (", the mean core's step; the step time is each step's slowest core" if b.step_differs(s.step_time)
                         else "") + ")")
         t.append("\n")
@@ -247,7 +251,8 @@ class FindingsView(Horizontal):
         t.append("Fix ", style="bold")
         t.append(one_line(f.fix) + "\n\n")
         t.append("Saving ", style="bold")
-        t.append(f"≤ {saving_amount(f.saving)} ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
+        bound = "≤ " if f.saving.ps or f.saving.bytes else ""
+        t.append(f"{bound}{saving_amount(f.saving)} ({f.saving.basis}): {one_line(f.saving.explanation)}\n\n")
         if f.evidence:
             t.append("Evidence\n", style="bold")
             for ev in f.evidence:
