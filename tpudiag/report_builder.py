@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.core_balance import core_work, slowest_core
+from tpudiag.analysis.host_transfers import transfer_rates
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.analysis.op_bytes import COLUMNS as BYTE_COLUMNS
 from tpudiag.analysis.idle import idle_tables
@@ -61,6 +62,8 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
         step_program=", ".join(sorted({s.module for s in analysis.step_sources.values()
                                        if s.kind is StepKind.XLA_MODULES})),
         modelled=profile.modelled, dumps=dumps, mode=mode,
+        host_transfers=transfer_rates(analysis.host_transfers, analysis.steps,
+                                      first.chip.host_link_bytes_per_s if first.chip else None),
         compiled=None if join is None else CompiledJoin(
             n_ops=join.n_ops, with_layout=join.hlo_matched, with_llo=join.llo_matched,
             from_dumps=join.dump_matched, sources=join.sources,

@@ -18,7 +18,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from tpudiag.model.compile_output import HLO_TEXT_FILE, RESULT_FILE, CompileOutput
-from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, memory_space_name
+from tpudiag.model.compiled import (MEMORY_SPACE_NAMES, BufferAllocation, BufferValue, CompiledProgram,
+                                    memory_space_name)
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, DEFAULT_SCOPED_VMEM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.llo import LloDump
@@ -418,7 +419,7 @@ def _space(program: CompiledProgram, color: int, allocs: list[BufferAllocation],
             live.append(_buffer(program, value, "temporary", alloc, ranges))
     live.sort(key=lambda b: (-b.size_bytes, b.name))
     return SpaceMemory(
-        space=memory_space_name(color) if color in (0, 1, 2) else f"color {color}", color=color,
+        space=memory_space_name(color) if color in MEMORY_SPACE_NAMES else f"color {color}", color=color,
         peak_bytes=sum(a.size_bytes for a in allocs), argument_bytes=totals["argument"],
         output_bytes=totals["output"], temp_bytes=totals["temporary"], constant_bytes=totals["constant"],
         alias_bytes=alias, reported_total_bytes=reported, live_at_peak=tuple(live), peak_position=peak_at,

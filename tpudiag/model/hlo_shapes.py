@@ -13,10 +13,11 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from tpudiag.model.compiled import memory_spaces_in
+
 _SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>(?:<=)?\d+(?:,(?:<=)?\d+)*)?\]"
                     r"(?P<layout>\{[^{}]*\})?")
 _OPCODE_CALL = re.compile(r"\b[a-z][\w\-]*\(")
-_MEMORY_SPACE = re.compile(r"\{[^{}]*:[^{}]*S\((\d+)\)[^{}]*\}$")
 _OPERAND_NAME = re.compile(r"\s*%(?P<name>[\w.\-]+)")
 
 # Bytes per element for the dtypes rules meet; other dtypes count as 4 (f32-sized), f8 variants as 1.
@@ -48,8 +49,8 @@ class Shape:
     @property
     def memory_space(self) -> int:
         """The layout's memory space `S(n)` (0, HBM, when none is printed)."""
-        m = _MEMORY_SPACE.search(self.text)
-        return int(m.group(1)) if m else 0
+        spaces = memory_spaces_in(self.text)
+        return spaces[0] if spaces else 0
 
 
 def _shape(m: re.Match) -> Shape:

@@ -71,8 +71,9 @@ def _breakdown_table(b: Breakdown, step_time: Distribution | None) -> Table:
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
     t.add_column("", no_wrap=True)
+    host = (("host transfers", b.host_transfer_ps),) if b.host_transfer_ps else ()
     for label, ps in (("compute", b.compute_ps), ("collectives", b.collective_ps), ("infeed/outfeed", b.io_ps),
-                      ("idle", b.idle_ps)):
+                      *host, ("idle", b.idle_ps)):
         frac = ps / b.step_ps if b.step_ps else 0.0
         t.add_row(label, fmt_time(ps), fmt_pct(frac), _bar(frac))
     t.add_row(Text("duty cycle", style="bold"), "", fmt_pct(b.duty_cycle), "")
@@ -263,6 +264,8 @@ def render_terminal(report: Report, console: Console, top: int = 15) -> None:
     if s.breakdown is not None:
         console.print()
         console.print(_breakdown_table(s.breakdown, s.step_time))
+        for t in s.host_transfers:
+            console.print(Text(f"  host transfers, {t.line()}"))
     if report.programs and (s.step_program or len(report.programs) > 1):
         console.print()
         console.print(_programs_table(report))
