@@ -240,6 +240,8 @@ ALLOCATOR_EVENTS = TableSchema("allocator_events", (
     Column("data_type", "int64", "`data_type`: a TensorFlow DataType number (0 = not given)"),
     Column("shape", "category", "`shape`: the tensor's shape, when given"),
     Column("thread", "category", "the /host:CPU line the event is on"),
+    Column("annotation", "category", "the host events enclosing it on its line: the jit function it ran in "
+                                     "(`PjitFunction(loss_fn)`) and the innermost, e.g. `Build buffer allocations`"),
 ))
 
 # Live bytes of JAX's device memory profile by source line (`analysis.live_buffers`).
