@@ -57,10 +57,14 @@ def aligned_executions(chosen: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """(markers, executions left out): one program's executions numbered as steps across cores.
 
     The core with the most executions is the reference: its k-th execution is step k, and each
-    other core's execution is the step whose reference start is nearest its own (one per step).
+    other core's execution is the step whose reference start is nearest its own (one per step),
+    if it is nearer than half the reference's median period (than its longest execution when the
+    reference ran once): an execution with no peer there is no step's.
     As XProf intersects step events across cores (`IntersectCombineStepEvents`), a step counts only
     when every core that runs the program ran it; the other executions are left out and counted.
     """
+    if chosen.empty:
+        return chosen[["device", "core", "start_ps", "dur_ps"]].assign(step=np.zeros(0, np.int64)), 0
     counts = chosen.groupby("core", observed=True).size().sort_index()
     ref_core = int(counts.idxmax())
     ref = np.sort(chosen.loc[chosen["core"] == ref_core, "start_ps"].to_numpy())
@@ -72,6 +76,9 @@ def aligned_executions(chosen: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     frame = pd.DataFrame({
         "device": chosen["device"].astype(str).to_numpy(), "core": chosen["core"].to_numpy(), "step": step,
         "start_ps": starts, "dur_ps": chosen["dur_ps"].to_numpy(), "off": np.abs(starts - ref[step])})
+    durs = chosen["dur_ps"].to_numpy()
+    reach = np.median(np.diff(ref)) / 2 if len(ref) > 1 else (durs.max() if len(durs) else 0)
+    frame = frame[(frame["off"] < reach) | (frame["off"] == 0)]
     frame = frame.sort_values("off", kind="stable").drop_duplicates(["core", "step"])
     on_every_core = frame.groupby("step")["core"].transform("size") == len(counts)
     kept = frame[on_every_core].drop(columns="off")

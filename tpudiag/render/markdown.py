@@ -201,7 +201,8 @@ def breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) ->
     rows = []
     host = (("host transfers (async copies to or from host memory)", b.host_transfer_ps),) if b.host_transfer_ps else ()
     for label, ps in (("compute", b.compute_ps), ("collectives (communication)", b.collective_ps),
-                      ("infeed/outfeed (host transfers)", b.io_ps), *host, ("idle", b.idle_ps)):
+                      ("infeed/outfeed" if host else "infeed/outfeed (host transfers)", b.io_ps), *host,
+                      ("idle", b.idle_ps)):
         rows.append([label, fmt_time(ps), fmt_pct(ps / b.step_ps if b.step_ps else None)])
     rows.append(["**busy (duty cycle)**", fmt_time(b.step_ps - b.idle_ps), f"**{fmt_pct(b.duty_cycle)}**"])
     st = report.summary.step_time
