@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.core_balance import core_work, slowest_core
+from tpudiag.analysis.host_transfers import transfer_rates
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
 from tpudiag.analysis.idle import idle_tables
 from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, mean_breakdown, per_step_times
@@ -60,12 +61,15 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
         step_program=", ".join(sorted({s.module for s in analysis.step_sources.values()
                                        if s.kind is StepKind.XLA_MODULES})),
         modelled=profile.modelled, dumps=dumps, mode=mode,
+        host_transfers=transfer_rates(analysis.host_transfers, analysis.steps,
+                                      first.chip.host_link_bytes_per_s if first.chip else None),
         compiled=None if join is None else CompiledJoin(
             n_ops=join.n_ops, with_layout=join.hlo_matched, with_llo=join.llo_matched,
             from_dumps=join.dump_matched, sources=join.sources,
             with_cycles=int(join.columns["estimated_cycles"].notna().sum())),
         busy_share=_busy_share(analysis))
-    return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis, join)),
+    steps = {h.host: h.step_time.mean_ps for h in hosts if h.step_time is not None}
+    return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis, join, steps)),
                   findings=tuple(findings), rules_skipped=rules_skipped,
                   warnings=_warnings(config_warnings, analysis, step_warnings, extra_warnings, join),
                   failures=tuple(f.message for f in profile.failures),
@@ -159,23 +163,28 @@ def _host_summaries(analysis: Analysis) -> list[HostSummary]:
     return out
 
 
-def _op_rows(analysis: Analysis, join: JoinResult | None = None) -> list[OpRow]:
+def _op_rows(analysis: Analysis, join: JoinResult | None = None,
+             step_ps: dict[str, float] | None = None) -> list[OpRow]:
+    """One row per op, by self time; `step_ps`: each host's mean step, for the per-step figure."""
+    step_ps = step_ps or {}
     ops = analysis.ops.sort_values("self_time_ps", ascending=False, kind="stable")
     rows = []
     compiled = _compiled_facts(join, ops.index)
     for r, facts in zip(ops.itertuples(index=False), compiled):
         denom = analysis.core_time_ps.get(r.host, 0)
+        share = r.self_time_ps / denom if denom else 0.0
+        step = step_ps.get(r.host)
         rows.append(OpRow(
             host=r.host, program_id=int(r.program_id), program=r.module, name=r.name, category=r.category,
             occurrences=int(r.occurrences), total_time_ps=int(r.total_time_ps), self_time_ps=int(r.self_time_ps),
-            time_share=r.self_time_ps / denom if denom else 0.0, flops=float(r.flops),
+            time_share=share, flops=float(r.flops),
             bytes_accessed=float(r.bytes_accessed), hbm_bytes=float(r.hbm_bytes), flop_rate=_finite(r.flop_rate),
             hbm_bw=_finite(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
             flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
             bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
             tf_op=r.tf_op, group_size=int(r.group_size), group_source=str(r.group_source),
             ici_bytes=float(r.ici_bytes), ici_bw=_finite(r.ici_bw), ici_utilization=_finite(r.ici_utilization),
-            **facts))
+            step_self_time_ps=share * step if step else None, **facts))
     return rows
 
 

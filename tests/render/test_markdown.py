@@ -241,8 +241,9 @@ def test_output_into_a_missing_directory_creates_it(tmp_path):
 
 
 def test_a_host_only_capture_gets_a_plain_explanation_and_no_figures(tmp_path):
-    proc = run_cli("report", str(REPO / "examples" / "captures" / "cpu_jax_profiler"), "-f", "md",
-                   "-o", str(tmp_path / "r.md"))
+    from tests.conftest import host_only_capture
+
+    proc = run_cli("report", str(host_only_capture(tmp_path)), "-f", "md", "-o", str(tmp_path / "r.md"))
     assert proc.returncode == 0, proc.stderr
     assert "This is a host-only capture" in (tmp_path / "r.md").read_text()
     assert not list(tmp_path.glob("*.png"))

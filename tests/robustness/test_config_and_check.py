@@ -190,12 +190,22 @@ def test_figures_skip_non_finite_values_and_keep_the_rest(tmp_path):
 # --- check warnings ----------------------------------------------------------------------------
 
 
-def test_check_of_a_cpu_only_capture_warns_that_there_is_nothing_to_gate_on(capsys):
-    code, out, err = run_cli(capsys, "check", CPU_EXAMPLE, "-f", "json")
+def test_check_of_a_cpu_only_capture_warns_that_there_is_nothing_to_gate_on(capsys, tmp_path):
+    from tests.conftest import host_only_capture
+
+    code, out, err = run_cli(capsys, "check", host_only_capture(tmp_path), "-f", "json")
     assert code == 0
     doc = json.loads(out)
     assert any("host-only capture" in w for w in doc["warnings"])
     assert "warning: host-only capture" in err
+
+
+def test_check_of_a_cpu_run_gates_on_its_xla_cpu_ops_and_names_the_rules(capsys):
+    # The CPU example's `ynn_fusion` runs on XLA's CPU threads: a device to gate on, not host-only
+    code, out, err = run_cli(capsys, "check", CPU_EXAMPLE, "--fail-on", "high")
+    assert code == 0 and "host-only" not in err
+    assert "rules run: " in out and "device-idle" in out.split("not run:")[0]
+    assert "padding-waste, spill, vmem-pressure (about TPU hardware" in out.replace("\n", " ")
 
 
 def test_check_of_v6e_against_a_v5e_baseline_says_the_chips_differ(capsys, tmp_path):

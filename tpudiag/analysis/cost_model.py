@@ -248,6 +248,39 @@ def _spills_by_entry_op(program: CompiledProgram, spills: pd.DataFrame | None) -
     return out
 
 
+def entry_partners(program: CompiledProgram) -> dict[str, tuple[str, str]]:
+    """Entry instruction -> (the other end of its async pair at entry level, pair kind).
+
+    Where one end is inside a control-flow op, that op stands for it. A start whose done is in a
+    loop body (a collective started before a scanned loop, awaited in its first iteration) is
+    paired with the loop: the modelled transfer must be over when the loop finishes. A done after
+    the loop whose start is in the body (issued in the last iteration) is paired with the loop and
+    modelled as a wait of no time: the transfer is taken to be hidden by the rest of that
+    iteration, as the compiler scheduled it (modelled, not checked against the body's length)."""
+    comp = program.entry
+    partner: dict[str, tuple[str, str]] = {}
+    nested: list = []
+    for pair in program.async_pairs:
+        if pair.computation == comp and pair.done_in == comp:
+            partner[pair.start] = (pair.done, pair.kind)
+            partner[pair.done] = (pair.start, pair.kind)
+        elif comp in (pair.computation, pair.done_in):
+            nested.append(pair)
+    if nested:
+        owner_of = program.entry_op_of
+        for pair in nested:
+            if pair.computation == comp:  # the done is inside an entry op
+                owner = owner_of.get(pair.done)
+                if owner and pair.start not in partner and owner not in partner:
+                    partner[pair.start] = (owner, pair.kind)
+                    partner[owner] = (pair.start, pair.kind)
+            else:  # the start is inside an entry op
+                owner = owner_of.get(pair.start)
+                if owner and pair.done not in partner:
+                    partner[pair.done] = (owner, pair.kind)
+    return partner
+
+
 def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
                  group_sizes: dict[str, int] | None = None, spills: pd.DataFrame | None = None,
                  matmul_flops: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
@@ -256,11 +289,7 @@ def op_estimates(program: CompiledProgram, model: CostModel, n_devices: int,
     matmul_flops = matmul_flops or {}
     memo: dict[tuple[str, int], float] = {}
     comp = program.entry
-    partner: dict[str, tuple[str, str]] = {}
-    for pair in program.async_pairs:
-        if pair.computation == comp:
-            partner[pair.start] = (pair.done, pair.kind)
-            partner[pair.done] = (pair.start, pair.kind)
+    partner = entry_partners(program)
     spill_by = _spills_by_entry_op(program, spills)
     rows: dict[str, list] = {k: [] for k in OP_ESTIMATE_COLUMNS}
     for inst in program.computation_instructions(comp):

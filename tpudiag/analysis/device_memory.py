@@ -18,7 +18,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from tpudiag.model.compile_output import HLO_TEXT_FILE, RESULT_FILE, CompileOutput
-from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, memory_space_name
+from tpudiag.model.compiled import (MEMORY_SPACE_NAMES, BufferAllocation, BufferValue, CompiledProgram,
+                                    memory_space_name)
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, DEFAULT_SCOPED_VMEM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.llo import LloDump
@@ -418,7 +419,7 @@ def _space(program: CompiledProgram, color: int, allocs: list[BufferAllocation],
             live.append(_buffer(program, value, "temporary", alloc, ranges))
     live.sort(key=lambda b: (-b.size_bytes, b.name))
     return SpaceMemory(
-        space=memory_space_name(color) if color in (0, 1, 2) else f"color {color}", color=color,
+        space=memory_space_name(color) if color in MEMORY_SPACE_NAMES else f"color {color}", color=color,
         peak_bytes=sum(a.size_bytes for a in allocs), argument_bytes=totals["argument"],
         output_bytes=totals["output"], temp_bytes=totals["temporary"], constant_bytes=totals["constant"],
         alias_bytes=alias, reported_total_bytes=reported, live_at_peak=tuple(live), peak_position=peak_at,
@@ -501,15 +502,16 @@ def _levers(program: CompiledProgram, hbm: SpaceMemory, p: ProgramMemory) -> lis
             donated.add(_argument_root(arg.op_name, arg.instruction))
     if pairs:
         gross = sum(o.size_bytes for o, _ in pairs)
-        back = _grows_back(program, hbm)
+        back = _grows_back(program, hbm, {o.name for o, _ in pairs})
         roots = sorted(donated)
         numbers = _argnums(program, roots)
         fix = (f"jax.jit(step, donate_argnums={numbers})" if numbers
                else f"donate the arguments {', '.join(roots)} (`donate_argnums`)")
         how = "the outputs that could reuse a same-shaped argument's buffer"
         if back:
-            how += (f", less {_fmt(back)} of forward activations the compiler rematerialises now to fit (it has "
-                    f"`.remat` instructions) and is modelled to keep once memory is freed")
+            how += (f", less {_fmt(back)} the temporaries' heap is modelled to grow: temporaries that borrow those "
+                    "outputs' buffers before the outputs are written need room of their own, and values the "
+                    "compiler rematerialised to fit (`.remat`) are kept instead")
         levers.append(MemoryLever(
             "donation", f"donate {', '.join(roots)}: {len(pairs)} output{'s' * (len(pairs) != 1)} "
             f"{'have' if len(pairs) != 1 else 'has'} an argument's shape and could reuse it",
@@ -575,29 +577,56 @@ def _levers(program: CompiledProgram, hbm: SpaceMemory, p: ProgramMemory) -> lis
     return [lv for lv in levers if lv.saving_bytes > 0]
 
 
-def _grows_back(program: CompiledProgram, hbm: SpaceMemory) -> int:
-    """Bytes of forward activations the compiler is modelled to keep again once memory is freed.
+def _grows_back(program: CompiledProgram, hbm: SpaceMemory, outputs: set[str]) -> int:
+    """Bytes of temporaries that donating `outputs` (value names) is modelled to add back.
 
-    A program with `.remat` instructions was rematerialised by the compiler to fit: freeing memory
-    (donation) lets it keep every forward activation for the backward pass instead. Measured on the
-    10-layer Adam step on v5e: donation freed 6.25 GiB of outputs but the peak fell by 4.0 GiB, as
-    the temporaries grew from 2 live forward activations to all 10 (2.25 GiB). So: the forward
-    activations' bytes (temporaries under `jvp(`, not `transpose(`, not themselves `.remat`) less
-    those live at the peak now; 0 without `.remat`."""
-    if not any(".remat" in name for (_, name) in program.instructions):
-        return 0
-    live = {b.instruction for b in hbm.live_at_peak if b.kind == "temporary"}
-    total = 0
+    Two effects, both from the buffer assignment and the live ranges:
+    - before it is written, an output's buffer lends its space to temporaries (further values of
+      the output's allocation). Donated, the output lives in its argument's buffer and its own
+      allocation is gone: those temporaries need room in the temporaries' heap;
+    - the compiler rematerialised values to fit (`X.remat` recomputes `X`); with memory freed it
+      keeps `X` until the last use of `X.remat` instead.
+    The growth is the heap's new peak (its temporaries, the borrowed ones and the kept ones,
+    position by position) less its peak now; without live ranges, every borrowed value counts.
+    Measured on the 10-layer Adam step on v5e (jax 0.10.2): donation freed 6.25 GiB of outputs;
+    7 forward activations borrowed from the output buffers at once and 3 rematerialised ones
+    were kept, the heap grew from 0.5 to 2.75 GiB, and the peak fell by 4.0 GiB."""
+    borrowed: dict[str, BufferValue] = {}
     for alloc in program.allocations:
-        if alloc.color != 0 or _kind(alloc) != "temporary":
+        if alloc.color != 0 or _kind(alloc) != "output" or not any(v.name in outputs for v in alloc.values):
             continue
-        for value in alloc.values:
-            name = _INDEX.sub("", value.name)
-            inst = program.find(name)
-            if (inst is not None and ".remat" not in name and name not in live and "jvp(" in inst.op_name
-                    and "transpose(" not in inst.op_name and value.size_bytes >= MIN_LIVE_BYTES):
-                total += value.size_bytes
-    return total
+        borrowed.update({v.name: v for v in alloc.values if v.name not in outputs and v.size_bytes >= MIN_LIVE_BYTES})
+    ranges, timeline = program.live_ranges, hbm.timeline_bytes
+    if not ranges or not timeline:
+        return sum(v.size_bytes for v in borrowed.values())
+    last = len(timeline) - 1
+    spans: dict[str, tuple[int, int, int]] = {}  # value -> (start, end, bytes) added to the heap
+    for name, v in borrowed.items():
+        span = ranges.get(_value_key(v))
+        if span is not None:
+            spans[name] = (span[0], span[1], v.size_bytes)
+    removed = [0] * (len(timeline) + 1)  # rematerialised copies no longer made
+    temps = {v.name: v for a in program.allocations if a.color == 0 and _kind(a) == "temporary" for v in a.values}
+    for name, v in (*temps.items(), *borrowed.items()):
+        if ".remat" not in name:
+            continue
+        original = re.sub(r"\.remat\d*(?=\{|$)", "", name)
+        copy, kept = ranges.get(_value_key(v)), ranges.get(_value_key(replace(v, name=original)))
+        if copy is None or kept is None:
+            continue
+        spans.pop(name, None)
+        if name in temps:
+            removed[copy[0]] += v.size_bytes
+            removed[min(copy[1], last) + 1] -= v.size_bytes
+        start, end, size = spans.get(original, (kept[1] + 1, kept[1], v.size_bytes))
+        spans[original] = (start, max(end, copy[1]), size)
+    delta = [-r for r in removed]
+    for start, end, size in spans.values():
+        if 0 <= start <= last and end >= start:
+            delta[start] += size
+            delta[min(end, last) + 1] -= size
+    extra = list(itertools.accumulate(delta[:-1]))
+    return max(0, max(t + e for t, e in zip(timeline, extra)) - max(timeline))
 
 
 _TILES = re.compile(r"devices=\[(?P<tiles>[\d,]+)\]")

@@ -123,8 +123,10 @@ def _attribute(gs: np.ndarray, ge: np.ndarray, host: HostTrace) -> dict[str, np.
     return out
 
 
-_GAP_COLUMNS = ["host", "core", "step", "start_ps", "end_ps", "idle_ps", "between_ps", *_CAUSE_COLS]
-_STEP_COLUMNS = ["host", "core", "step", "period_ps", "io_ps", "idle_ps", "between_ps", *_CAUSE_COLS]
+# lead_ps: the part of the idle before the window's first op (a step's start, before anything runs:
+# typically the host preparing the step's input)
+_GAP_COLUMNS = ["host", "core", "step", "start_ps", "end_ps", "idle_ps", "between_ps", "lead_ps", *_CAUSE_COLS]
+_STEP_COLUMNS = ["host", "core", "step", "period_ps", "io_ps", "idle_ps", "between_ps", "lead_ps", *_CAUSE_COLS]
 
 
 def host_idle_tables(host: HostTrace, steps: pd.DataFrame, executions: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -144,12 +146,13 @@ def host_idle_tables(host: HostTrace, steps: pd.DataFrame, executions: bool) -> 
             win, gs, ge = _gaps_on_core(ws, we, bs, be)
             exec_end = w["exec_end_ps"].to_numpy()[win]
             between = np.clip(ge - np.maximum(gs, exec_end), 0, None)
+            lead = np.where(gs == ws[win], ge - gs, 0)
             attributed = _attribute(gs, ge, host)
             gap = pd.DataFrame({"host": host.host, "core": int(core), "step": w["step"].to_numpy()[win],
                                 "start_ps": gs, "end_ps": ge, "idle_ps": ge - gs, "between_ps": between,
-                                **attributed})
+                                "lead_ps": lead, **attributed})
             gap_parts.append(gap)
-            per = gap.groupby("step")[["idle_ps", "between_ps", *_CAUSE_COLS]].sum()
+            per = gap.groupby("step")[["idle_ps", "between_ps", "lead_ps", *_CAUSE_COLS]].sum()
             frame = pd.DataFrame({"host": host.host, "core": int(core), "step": w["step"].to_numpy(),
                                   "period_ps": we - ws, "io_ps": w["io_ps"].to_numpy()})
             frame = frame.merge(per, left_on="step", right_index=True, how="left").fillna(0)
@@ -204,6 +207,7 @@ class HostIdle:
     period_ps: float  # mean step period
     idle_ps: float  # mean per step, least idle core
     between_ps: float  # of which between executions
+    lead_ps: float  # of which before the step's first op (mean per step, least idle core)
     io_ps: float  # device infeed/outfeed time per step (mean, most I/O core)
     causes_ps: dict[str, float]  # cause (CAUSES and "unexplained") -> mean ps per step
     worst_step: int
@@ -227,6 +231,7 @@ def host_idle(tables: IdleTables) -> list[HostIdle]:
         worst = int(least["idle_ps"].idxmax())
         out.append(HostIdle(host=str(host), n_steps=len(least), period_ps=float(period.mean()),
                             idle_ps=float(least["idle_ps"].mean()), between_ps=float(least["between_ps"].mean()),
+                            lead_ps=float(least["lead_ps"].mean()),
                             io_ps=float(io.mean()), causes_ps=causes, worst_step=worst,
                             worst_idle_ps=int(least.loc[worst, "idle_ps"])))
     return out

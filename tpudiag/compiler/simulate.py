@@ -51,7 +51,7 @@ def build_timeline(estimates: pd.DataFrame) -> Timeline:
         dur = int(row.duration_ps)
         if row.async_role == "start" and row.partner:
             open_starts[row.name] = (t, t + dur + int(row.window_ps), row.family)
-        elif row.async_role == "done" and row.partner in open_starts:
+        elif row.partner in open_starts:  # its done, or the control-flow op that holds the done
             start_at, ready_at, family = open_starts.pop(row.partner)
             dur = max(dur, ready_at - t)
             windows.append(AsyncWindow(row.partner, start_at, t + dur - start_at, family))
@@ -145,7 +145,10 @@ def simulate_in_memory(output: CompileOutput, clock_ghz: float | None = None, ic
         raise UsageError(f"--steps must be at least 1, not {steps}")
     timeline = build_timeline(estimates)
     module = output.program.module or output.facts.get("module", "jit_program")
-    digest = hashlib.sha256(f"{module}:{output.facts.get('target', '')}".encode()).digest()
+    # A bare dump's `target` is its directory: left out, so the id does not depend on where the
+    # dump sits on disk (nor a golden on the checkout's path).
+    target = "" if output.bare else output.facts.get("target", "")
+    digest = hashlib.sha256(f"{module}:{target}".encode()).digest()
     program_id = int.from_bytes(digest[:8], "little") & 0x7FFFFFFFFFFFFFFF
     per_core = chip.tensorcores_per_chip
     design = CaptureDesign(

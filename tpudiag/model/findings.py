@@ -99,11 +99,13 @@ class Finding:
 
 
 def saving_amount(s: Saving) -> str:
-    """`1.20 ms per step`, or `6.25 GiB of device memory` for a memory finding."""
+    """`1.20 ms per step`, `6.25 GiB of device memory` for a memory finding, or `not estimated`."""
     from tpudiag.model.units import fmt_bytes, fmt_time
 
     if s.bytes and not s.ps:
         return f"{fmt_bytes(s.bytes)} of device memory"
+    if not s.ps:
+        return "not estimated"  # never "0 ps": a saving not estimated is not a saving of nothing
     return f"{fmt_time(s.ps)} per step"
 
 

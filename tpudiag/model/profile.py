@@ -55,6 +55,7 @@ class StepKind(StrEnum):
     """What a host's steps were read from; the value is what reports print."""
 
     STEPS_LINE = "Steps line"  # the device's `Steps` line
+    ANNOTATIONS = "step annotations"  # a CPU run: jax.profiler.StepTraceAnnotation on `/host:CPU`
     XLA_MODULES = "XLA Modules"  # executions of one module on the `XLA Modules` line
     NONE = "none"  # no steps: the capture counts as one
 
@@ -134,6 +135,7 @@ class HostDigest:
     idle_gaps: pd.DataFrame  # analysis.idle: one row per idle interval
     idle_steps: pd.DataFrame  # analysis.idle: per (core, step) period, idle and causes
     executions: bool  # the steps are module executions (no Steps line)
+    host_transfers: pd.DataFrame  # HOST_TRANSFERS: per (core, step, direction) async copies to or from host memory
 
 
 @dataclass

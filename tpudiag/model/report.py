@@ -34,15 +34,16 @@ class Distribution:
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Mean per step and core, in ps; compute + collective + io + idle = step. `step_ps` is the mean
-    core's step: the step time (`Summary.step_time`, the slowest core's per step) is longer when
-    cores differ, and renderers say so (`step_differs`)."""
+    """Mean per step and core, in ps; compute + collective + io + host transfers + idle = step.
+    `step_ps` is the mean core's step: the step time (`Summary.step_time`, the slowest core's per
+    step) is longer when cores differ, and renderers say so (`step_differs`)."""
 
     step_ps: float
     compute_ps: float
     collective_ps: float
     io_ps: float
     idle_ps: float
+    host_transfer_ps: float = 0.0  # async copies to or from host memory (`analysis.host_transfers`)
 
     @property
     def duty_cycle(self) -> float:
@@ -81,6 +82,53 @@ class CompiledJoin:
 
 
 @dataclass(frozen=True)
+class HostTransferRate:
+    """Async copies between host memory and HBM in one direction (`analysis.host_transfers`)."""
+
+    direction: str  # `host to HBM` (prefetch) or `HBM to host` (offload)
+    ops: tuple[str, ...]  # the copy-done ops, most time first
+    transfers_per_step: float  # mean per step and core
+    bytes_per_step: float  # the arrays' logical bytes, mean per step and core
+    wait_ps: float  # time the core spends in the copies' ops, mean per step and core
+    # measured: bytes over the union of the copies' windows, mean over cores; None when there is no
+    # window, or when it exceeds the nominal link (`above_link`): a window that does not hold the
+    # whole transfer, not a speed to show
+    achieved_bytes_per_s: float | None
+    link_bytes_per_s: float | None  # the generation's nominal host link per direction (model.hardware); None: unknown
+    dtypes: tuple[str, ...] = ()  # element types moved
+    above_link: bool = False  # the windows imply more than the nominal link: the rate is not shown
+
+    @property
+    def link_share(self) -> float | None:
+        """Achieved over the nominal link; None when either is unknown."""
+        if not self.achieved_bytes_per_s or not self.link_bytes_per_s:
+            return None
+        return self.achieved_bytes_per_s / self.link_bytes_per_s
+
+    def line(self) -> str:
+        """`host to HBM: 16.0 GB per step (3 copies, f32), waited 575.8 ms, at 27.1 GB/s per core (85% of
+        the host link's nominal 32 GB/s)`: the one text of it, for every renderer."""
+        from tpudiag.model.units import fmt_bandwidth, fmt_pct, fmt_time
+
+        what = f"{self.transfers_per_step:.3g} cop{'y' if round(self.transfers_per_step, 3) == 1 else 'ies'}"
+        if self.dtypes:
+            what += ", " + "/".join(self.dtypes)
+        text = (f"{self.direction}: {self.bytes_per_step / 1e9:.3g} GB per step ({what}), waited "
+                f"{fmt_time(self.wait_ps)}")
+        if self.achieved_bytes_per_s:
+            text += f", at {fmt_bandwidth(self.achieved_bytes_per_s)} per core (measured)"
+        elif self.above_link:
+            text += ", rate n/a (the copies' windows imply more than the nominal link: they do not hold the whole transfer)"
+        if self.link_bytes_per_s:
+            share = self.link_share
+            text += f"; {fmt_pct(share) + ' of ' if share is not None else ''}the host link's nominal " \
+                    f"{fmt_bandwidth(self.link_bytes_per_s)}"
+        else:
+            text += "; the host link's bandwidth for this chip is unknown"
+        return text
+
+
+@dataclass(frozen=True)
 class Summary:
     input_path: str
     run: str
@@ -102,6 +150,7 @@ class Summary:
     dumps: tuple[str, ...] = ()
     compiled: CompiledJoin | None = None  # how trace ops were joined to compiled programs
     mode: Mode = Mode.TRACE
+    host_transfers: tuple[HostTransferRate, ...] = ()  # per direction; () without async host copies
     step_program: str = ""  # the module whose executions are the steps (no `Steps` line); '' otherwise
     # Without steps: the share of the cores' time some op runs, Σ busy / Σ span (each core from its
     # first op to its last, `analysis.idle.capture_windows`); None when the capture has steps.
@@ -151,6 +200,9 @@ class OpRow:
     ici_bytes: float = 0.0  # bytes each device sends over ICI, total over occurrences
     ici_bw: float | None = None  # ici_bytes over the transfer's time (the async window for a pair)
     ici_utilization: float | None = None  # ici_bw / the chip's ICI peak
+    # Self time per step and core: time_share x the host's mean step (None without steps); what the
+    # first screen shows, so no cell is larger than the step.
+    step_self_time_ps: float | None = None
 
 
 @dataclass(frozen=True)

@@ -184,9 +184,10 @@ STEPS = TableSchema("steps", (
     Column("start_ps", "int64", "step start"),
     Column("dur_ps", "int64", "step duration"),
     Column("busy_ps", "int64", "union of op intervals inside the step"),
-    Column("compute_ps", "int64", "busy time in non-collective, non-I/O ops"),
+    Column("compute_ps", "int64", "busy time in ops that are not collectives, I/O or host transfers"),
     Column("collective_ps", "int64", "busy time in collectives (synchronous ones and waits on async done)"),
     Column("io_ps", "int64", "busy time in infeed, outfeed and host send/recv"),
+    Column("host_transfer_ps", "int64", "busy time in async copies to or from host memory (analysis.host_transfers)"),
     Column("idle_ps", "int64", "dur_ps - busy_ps"),
 ))
 
@@ -239,6 +240,8 @@ ALLOCATOR_EVENTS = TableSchema("allocator_events", (
     Column("data_type", "int64", "`data_type`: a TensorFlow DataType number (0 = not given)"),
     Column("shape", "category", "`shape`: the tensor's shape, when given"),
     Column("thread", "category", "the /host:CPU line the event is on"),
+    Column("annotation", "category", "the host events enclosing it on its line: the jit function it ran in "
+                                     "(`PjitFunction(loss_fn)`) and the innermost, e.g. `Build buffer allocations`"),
 ))
 
 # Live bytes of JAX's device memory profile by source line (`analysis.live_buffers`).
@@ -265,6 +268,20 @@ OP_CORES = TableSchema("op_cores", (
     Column("n", "int64", "events of this op on this core"),
     Column("self_ps", "int64", "their summed self time"),
     Column("in_steps_ps", "int64", "of which inside a step of this core (what per-step comparisons read)"),
+))
+
+HOST_TRANSFERS = TableSchema("host_transfers", (
+    Column("host", "category", "host"),
+    Column("device", "category", "plane name"),
+    Column("core", "int32", "core index"),
+    Column("step", "int64", "step of the copy-done; -1 outside every step"),
+    Column("name", "category", "the copy-done op"),
+    Column("direction", "category", "`host to HBM` or `HBM to host` (analysis.host_transfers.Direction)"),
+    Column("dtype", "category", "the array's element type"),
+    Column("bytes", "int64", "the array's logical bytes"),
+    Column("start_ps", "int64", "window start: the copy-start (the copy-done's own start when unpaired)"),
+    Column("end_ps", "int64", "window end: the end of the copy-done"),
+    Column("wait_ps", "int64", "self time of its copy-start and copy-done (the core busy in them)"),
 ))
 
 OP_STEP_SUMS = TableSchema("op_step_sums", (

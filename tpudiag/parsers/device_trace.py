@@ -397,12 +397,15 @@ class _HostBuilder:
 
     # -- op lines ----------------------------------------------------------------------------
 
-    def add_op_line(self, plane, line, device: str, core: int, chip: int, stat_names, sid, gpu: bool) -> None:
+    def add_op_line(self, plane, line, device: str, core: int, chip: int, stat_names, sid, gpu: bool,
+                    xla_only: bool = False) -> None:
+        """One op line; `gpu`: op facts on the events (GPU kernels, XLA's CPU ops); `xla_only`: keep
+        only events with an `hlo_op` (a `/host:CPU` thread, whose other events are TraceMes)."""
         base = self.line_base(line, device)
         if base is None:
             return
         if gpu:
-            mids, starts, durs, metas = self._gpu_line(plane, line, stat_names, sid, base)
+            mids, starts, durs, metas = self._gpu_line(plane, line, stat_names, sid, base, xla_only)
         else:
             mids, starts, durs = _read_line(line, sid.get("device_offset_ps"), sid.get("device_duration_ps"), base)
             mids, starts, durs = self.drop_implausible(mids, starts, durs, line.name)
@@ -448,7 +451,7 @@ class _HostBuilder:
             "depth": depth,
         })
 
-    def _gpu_line(self, plane, line, stat_names, sid, base: int):
+    def _gpu_line(self, plane, line, stat_names, sid, base: int, xla_only: bool = False):
         """GPU kernels: op facts are event stats (hlo_op, hlo_module, program_id).
 
         A kernel with `hlo_op` is an occurrence of that HLO op (one op may launch several kernels,
@@ -478,7 +481,7 @@ class _HostBuilder:
                     pid = as_program_id(st.uint64_value or st.int64_value) or 0
                 elif s in transfer:
                     moves = True
-            if moves and not op:
+            if (moves or xla_only) and not op:
                 keep[i] = False
                 keys.append(-1)
                 continue
@@ -753,6 +756,9 @@ def _device_info(platform: Platform, plane_stats: dict[str, object], n_cores: in
                           hbm_bytes_per_s=gpu.hbm_bytes_per_s if source is PeaksSource.HARDWARE_TABLE else None,
                           peaks_source=source, n_cores=n_cores, n_chips=len(chips) if chips else n_cores,
                           gpu=gpu)
+    if platform is Platform.CPU and n_cores:
+        return DeviceInfo(platform=platform, device_type="CPU (XLA's CPU runtime)", chip=None, peak_flops_per_s=None,
+                          hbm_bytes_per_s=None, peaks_source=PeaksSource.NONE, n_cores=n_cores, n_chips=n_cores)
     device_type = str(plane_stats.get("device_type_string", "") or "")
     chip = chip_for(device_type) if platform is Platform.TPU else None
     peak_tf, peak_hbm = trace_peaks(plane_stats)
@@ -890,6 +896,8 @@ def assemble_host(host: str, path: Path, platform: Platform, refs: list[PlaneRef
     for plane in aux_planes:
         if plane.name == "/host:CPU":
             host_threads = len(plane.lines)
+            if platform is Platform.CPU:
+                _cpu_device(b, plane)
             if axis.host_aligned:
                 cpu_events = host_events(plane, axis, b.warn)
             elif plane.lines:
@@ -903,20 +911,23 @@ def assemble_host(host: str, path: Path, platform: Platform, refs: list[PlaneRef
     for pid, _ in hlo_protos.items():
         b.program_names.setdefault(pid, f"program {pid}")
     n_cores = sum(1 for r in refs if not r.sparse)
+    if platform is Platform.CPU and b.ev_parts:  # XLA's CPU threads, read as one device
+        n_cores, chips = 1, {0}
     device = _device_info(platform, first_stats, n_cores, chips, len(refs) - n_cores)
     if _peaks_damaged(first_stats):
         b.warn(IMPLAUSIBLE_PEAKS)
-    if platform is Platform.CPU:
-        b.warn("no device plane (/device:TPU:N or /device:GPU:N): a host-only capture, e.g. jax.profiler "
-               "on a CPU; there are no device ops to analyse")
+    if platform is Platform.CPU and not b.ev_parts:
+        b.warn("no device plane (/device:TPU:N or /device:GPU:N) and no XLA CPU ops on `/host:CPU`: a "
+               "host-only capture; there are no device ops to analyse")
     if b.partial_overlaps:
         b.warn(f"{b.partial_overlaps} op events partially overlap their predecessor on the same line; "
                "counted as nested for the overlapping part")
     if b.ops_without_ids:
         b.warn(f"{b.ops_without_ids} op metadata lack program_id or symbol_id: tpudiag keeps them, "
                "XProf drops them and counts their time as idle")
-    if platform is Platform.GPU:
+    if platform is not Platform.TPU:
         _with_gpu_costs(b, hlo_protos)
+    if platform is Platform.GPU:
         if device.peaks_source is PeaksSource.NONE:
             b.warn(f"no peak FLOP/s known for {device.device_type or 'this GPU'} (its generation is not in "
                    "tpudiag's GPU table, or the plane records no SM count or clock): utilizations are not shown")
@@ -931,6 +942,46 @@ def assemble_host(host: str, path: Path, platform: Platform, refs: list[PlaneRef
                      modelled=bool(first_stats.get("tpudiag_modelled")), host_events=cpu_events)
 
 
+# The `/host:CPU` plane is the device of a CPU run: XLA's CPU runtime runs each HLO op (a thunk) on
+# its own threads (`tf_XLAEigen/<tid>`, `tf_XLAPjRtCpuClient/<tid>`, or inline on the caller's
+# `python` thread) as an event with `hlo_op`, `hlo_module` and `program_id` stats; the threads
+# are one device (core 0), as a GPU's streams are one GPU.
+CPU_DEVICE = "/host:CPU"
+CPU_OP = "xla cpu op"  # category until the embedded HLO gives XProf's
+
+
+def _cpu_device(b: _HostBuilder, plane) -> None:
+    """XLA's CPU ops and the `StepTraceAnnotation` steps of a `/host:CPU` plane, as device events."""
+    stat_names = {k: md.name for k, md in plane.stat_metadata.items()}
+    sid = {name: k for k, name in stat_names.items()}
+    if "hlo_op" not in sid:
+        return
+    for line in plane.lines:
+        b.add_op_line(plane, line, CPU_DEVICE, 0, 0, stat_names, sid, gpu=True, xla_only=True)
+    for part in b.ev_parts:  # the GPU reader names them kernels: here they are XLA's CPU ops
+        cats, pos = part["category"]
+        part["category"] = (np.array([CPU_OP if c == "gpu kernel" else c for c in cats], dtype=object), pos)
+    for key, meta in list(b.meta_rows.items()):
+        if meta.category == "gpu kernel":
+            b.meta_rows[key] = dataclasses.replace(meta, category=CPU_OP)
+    step_id = sid.get("step_num")
+    if step_id is None:
+        return
+    # jax.profiler.StepTraceAnnotation: a root TraceMe (`_r`) with `step_num`, as XProf's step trace reads it
+    for line in plane.lines:
+        base = b.line_base(line, CPU_DEVICE)
+        if base is None:
+            continue
+        for ev in line.events:
+            for st in ev.stats:
+                if st.metadata_id == step_id:
+                    num = _as_int(st.int64_value or st.uint64_value)
+                    if num is not None and ev.duration_ps > 0 and plausible_spans(
+                            np.array([base + ev.offset_ps]), np.array([ev.duration_ps])).all():
+                        b.step_rows.append((CPU_DEVICE, 0, num, base + ev.offset_ps, ev.duration_ps))
+                    break
+
+
 def _with_gpu_costs(b: _HostBuilder, hlo_protos: dict[int, bytes]) -> None:
     """Give each GPU op (a kernel's `hlo_op`) XProf's category, FLOPs and bytes per occurrence from
     the program the capture embeds (`model.hlo_cost`); its kernel events take the category too."""
@@ -940,7 +991,7 @@ def _with_gpu_costs(b: _HostBuilder, hlo_protos: dict[int, bytes]) -> None:
     programs: dict[int, object] = {}
     unread = 0
     for key, meta in list(b.meta_rows.items()):
-        if meta.category != "gpu kernel" or meta.program_id not in hlo_protos:
+        if meta.category not in ("gpu kernel", CPU_OP) or meta.program_id not in hlo_protos:
             continue
         if meta.program_id not in programs:
             try:

@@ -147,11 +147,11 @@ def finish_program(program: CompiledProgram) -> CompiledProgram:
     # without its wrapped computation): take the start's family and wrapped opcode.
     for pair in program.async_pairs:
         start = program.instructions[(pair.computation, pair.start)]
-        done = program.instructions[(pair.computation, pair.done)]
+        done = program.instructions[(pair.done_in, pair.done)]
         family = pair.family if pair.family and done.collective_family in ("", "collective") else done.collective_family
         wrapped = done.wrapped_opcode or start.wrapped_opcode
         if (family, wrapped) != (done.collective_family, done.wrapped_opcode):
-            program.instructions[(pair.computation, pair.done)] = dataclasses.replace(
+            program.instructions[(pair.done_in, pair.done)] = dataclasses.replace(
                 done, collective_family=family, wrapped_opcode=wrapped)
     return program
 
@@ -182,29 +182,169 @@ def _family(inst: Instruction, continuation: bool, role: str, family_in_body) ->
 
 def _pair_async(program: CompiledProgram) -> list[AsyncPair]:
     pairs: list[AsyncPair] = []
+    lone_dones: list[tuple[str, str]] = []
+    starts_all: dict[tuple[str, str], int] = {}
+    paired: set[tuple[str, str]] = set()
     for comp_name, comp in program.computations.items():
         insts = {n: program.instructions[(comp_name, n)] for n in comp.instructions}
         starts = {n for n, i in insts.items() if i.async_role == "start"}
-        paired: set[str] = set()
+        starts_all.update(((comp_name, n), insts[n].position) for n in starts)
         for name, inst in insts.items():
             if inst.async_role != "done":
                 continue
             start = _find_start(name, insts, starts)
             if start is None:
-                program.warnings.append(
-                    f"`{program.path}`: async done `{name}` in `{comp_name}` has no start it depends on")
+                lone_dones.append((comp_name, name))
                 continue
-            paired.add(start)
+            paired.add((comp_name, start))
             s = insts[start]
             between = tuple(comp.instructions[s.position + 1:inst.position])
-            work = tuple(n for n in between if insts[n].opcode not in FREE_OPCODES)
+            work = tuple(n for n in between if not _bookkeeping(insts[n]))
             pairs.append(AsyncPair(
                 computation=comp_name, start=start, done=name, kind=_pair_kind(s),
                 family=s.collective_family, start_position=s.position, done_position=inst.position,
                 scheduled_between=work, thread=s.async_execution_thread))
-        for start in sorted(starts - paired, key=lambda n: insts[n].position):
-            program.warnings.append(f"`{program.path}`: async start `{start}` in `{comp_name}` has no done")
+    # A done whose start is in another computation, or in the previous iteration of its loop: the
+    # value is followed back through tuples, parameters, `while` and `call` (SparseCore-offloaded
+    # collectives of a scanned layer start before the loop or one iteration ahead).
+    callers = _callers(program)
+    for comp_name, name in lone_dones:
+        found = _starts_across(program, comp_name, name, callers)
+        if not found:
+            program.warnings.append(
+                f"`{program.path}`: async done `{name}` in `{comp_name}` has no start it depends on")
+        for start_comp, start in found:
+            paired.add((start_comp, start))
+            pairs.append(_pair_across(program, start_comp, start, comp_name, name))
+    for comp_name, start in sorted(set(starts_all) - paired, key=lambda k: (k[0], starts_all[k])):
+        program.warnings.append(f"`{program.path}`: async start `{start}` in `{comp_name}` has no done")
     return pairs
+
+
+# Custom calls that only prepare a SparseCore-offloaded async call (its sync flag and token): no
+# work that could hide a transfer.
+_PREPARE_TARGETS = ("PrepareAsyncCallStart", "PrepareAsyncCallDone")
+
+
+def _bookkeeping(inst: Instruction) -> bool:
+    """An instruction that does no work between an async start and its done."""
+    return inst.opcode in FREE_OPCODES or inst.custom_call_target in _PREPARE_TARGETS
+
+
+_TRACE_DEPTH = 64  # hops a value is followed back through tuples, parameters and loops
+
+
+def _callers(program: CompiledProgram) -> dict[str, list[Instruction]]:
+    """Computation -> the control-flow instructions (`while`, `call`) that run it."""
+    out: dict[str, list[Instruction]] = {}
+    for inst in program.instructions.values():
+        if inst.opcode in ("while", "call"):
+            for callee in inst.called_computations:
+                out.setdefault(callee, []).append(inst)
+    return out
+
+
+def _while_body(inst: Instruction) -> str:
+    body = dict(inst.attributes).get("body", "")
+    if body:
+        return body.strip().lstrip("%")
+    return inst.called_computations[-1] if inst.called_computations else ""
+
+
+def _starts_across(program: CompiledProgram, comp: str, done: str,
+                   callers: dict[str, list[Instruction]]) -> list[tuple[str, str]]:
+    """The async starts (computation, name) whose value reaches `done`, across computations."""
+    found: list[tuple[str, str]] = []
+    seen: set[tuple[str, str, tuple[int, ...]]] = set()
+    stack = [(comp, o, (), 0) for o in program.instructions[(comp, done)].operands]
+    while stack:
+        c, name, path, depth = stack.pop()
+        inst = program.instructions.get((c, name))
+        if inst is None or (c, name, path) in seen or depth > _TRACE_DEPTH:
+            continue
+        seen.add((c, name, path))
+        nxt = depth + 1
+        if inst.async_role == "start":
+            if (c, name) not in found:
+                found.append((c, name))
+        elif inst.opcode == "get-tuple-element" and inst.operands:
+            index = _int_attr(inst, "index")
+            if index is not None:
+                stack.append((c, inst.operands[0], (index, *path), nxt))
+        elif inst.opcode == "tuple":
+            if path and path[0] < len(inst.operands):
+                stack.append((c, inst.operands[path[0]], path[1:], nxt))
+        elif inst.opcode == "parameter":
+            for caller in callers.get(c, ()):
+                if caller.opcode == "while" and caller.operands:
+                    stack.append((caller.computation, caller.operands[0], path, nxt))  # the loop's init value
+                    body = program.computations.get(c)
+                    if c == _while_body(caller) and body is not None:  # the previous iteration's
+                        stack.append((c, body.root, path, nxt))
+                elif caller.opcode == "call" and inst.parameter_number is not None \
+                        and inst.parameter_number < len(caller.operands):
+                    stack.append((caller.computation, caller.operands[inst.parameter_number], path, nxt))
+        elif inst.opcode == "while":
+            body = program.computations.get(_while_body(inst))
+            if body is not None:
+                stack.append((body.name, body.root, path, nxt))
+        elif inst.opcode == "call" and inst.called_computations:
+            callee = program.computations.get(inst.called_computations[0])
+            if callee is not None:
+                stack.append((callee.name, callee.root, path, nxt))
+        elif inst.opcode in FREE_OPCODES or inst.is_continuation or inst.opcode == "async-update":
+            stack.extend((c, o, path, nxt) for o in inst.operands)
+    return found
+
+
+def _int_attr(inst: Instruction, key: str) -> int | None:
+    value = dict(inst.attributes).get(key)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _carrier(program: CompiledProgram, outer: str, inner: str) -> Instruction | None:
+    """The instruction of `outer` that runs `inner` (through control flow, at any depth)."""
+    for name in program.computations[outer].instructions:
+        inst = program.instructions[(outer, name)]
+        stack, seen = list(inst.called_computations), set()
+        while stack:
+            comp = stack.pop()
+            if comp == inner:
+                return inst
+            if comp in seen or comp not in program.computations:
+                continue
+            seen.add(comp)
+            stack.extend(c for n in program.computations[comp].instructions
+                         for c in program.instructions[(comp, n)].called_computations)
+    return None
+
+
+def _pair_across(program: CompiledProgram, start_comp: str, start: str, done_comp: str, done: str) -> AsyncPair:
+    """The pair of a start and a done in different computations (or iterations), with what runs
+    at least once between them: the start's computation after it, up to the op that carries the
+    value into the done's computation, and the done's computation before it, after the op that
+    carried the start."""
+    s = program.instructions[(start_comp, start)]
+    d = program.instructions[(done_comp, done)]
+    start_insts = program.computations[start_comp].instructions
+    done_insts = program.computations[done_comp].instructions
+    cut, begin = len(start_insts), 0
+    if start_comp != done_comp:
+        into = _carrier(program, start_comp, done_comp)
+        if into is not None:
+            cut = into.position + 1
+        out_of = _carrier(program, done_comp, start_comp)
+        if out_of is not None:
+            begin = out_of.position + 1
+    between = [(start_comp, n) for n in start_insts[s.position + 1:cut]]
+    between += [(done_comp, n) for n in done_insts[begin:d.position]]
+    work = tuple(dict.fromkeys(n for c, n in between if not _bookkeeping(program.instructions[(c, n)])))
+    return AsyncPair(computation=start_comp, start=start, done=done, kind=_pair_kind(s), family=s.collective_family,
+                     start_position=s.position, done_position=d.position, scheduled_between=work,
+                     thread=s.async_execution_thread, done_computation=done_comp if done_comp != start_comp else "")
 
 
 def _find_start(done: str, insts: dict[str, Instruction], starts: set[str]) -> str | None:

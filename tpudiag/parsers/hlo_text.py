@@ -60,6 +60,9 @@ _REF = re.compile(r"%([^\s,(){}]+)")
 _META_ITEM = re.compile(r'([\w.\-]+)=("(?:[^"\\]|\\.)*"|[^\s},]+)')
 _TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
 _INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
+# The head of an instruction as current XLA prints it (`%` before the name): where a continued line stops.
+_NEXT_INST = re.compile(r"^\s+(?:ROOT\s+)?%[^\s=]+\s*=\s")
+_MAX_CONTINUATION = 10_000  # lines one instruction may continue on
 
 
 def load_hlo_dump(path: Path | str) -> CompiledDump:
@@ -176,8 +179,10 @@ class _ModuleParser:
                     closed = True
                     i += 1
                     break
+                first = i
+                body, i = self._logical_line(i)
                 if body.strip():
-                    inst = self._instruction(body, name, len(comp_insts), i + 1)
+                    inst = self._instruction(body, name, len(comp_insts), first + 1)
                     if inst is not None and inst.name in seen:
                         self.warn(f"line {i + 1}: second instruction named `{inst.name}` in `{name}` skipped")
                     elif inst is not None:
@@ -207,6 +212,27 @@ class _ModuleParser:
             instructions=instructions, entry_layout=kv.get("entry_computation_layout", ""),
             num_partitions=_count(kv.get("num_partitions", "")), replica_count=_count(kv.get("replica_count", "")),
             warnings=[f"`{self.path}`: {w}" for w in self.warnings])
+
+    def _logical_line(self, i: int) -> tuple[str, int]:
+        """The instruction starting at line `i`, with the lines it continues on, and the index of
+        its last line. XLA prints attribute values as they are, so one can span lines (a Pallas
+        kernel's `frontend_attributes={kernel_metadata={` JSON, one key a line): an instruction
+        whose brackets or quotes are still open at the end of a line goes on to the next, up to
+        the next instruction or computation header (`_MAX_CONTINUATION` lines at most)."""
+        line = self.lines[i]
+        if not _INST_HEAD.match(line) or _open_depth(line) == 0:
+            return line, i
+        parts = [line]
+        j = i + 1
+        while j < len(self.lines) and j - i <= _MAX_CONTINUATION:
+            nxt = self.lines[j]
+            if _NEXT_INST.match(nxt) or _COMP_HEADER.match(nxt):
+                break
+            parts.append(nxt)
+            if _open_depth("\n".join(parts)) == 0:
+                return "\n".join(parts), j
+            j += 1
+        return line, i  # never closed: read as the one line, which says what is wrong with it
 
     def _table(self, title: str, i: int) -> int:
         rows: dict[int, str] = {}
@@ -286,7 +312,7 @@ def _parse_instruction(line: str, computation: str, position: int) -> tuple[Inst
         operands = tuple(names)
     called = tuple(ref for key in _CALL_ATTRS if key in attrs for ref in _REF.findall(attrs[key]))
     meta = _parse_braced(attrs.get("metadata", ""))
-    frontend = tuple((k, _unquote(v)) for k, v in _parse_braced(attrs.get("frontend_attributes", "")).items())
+    frontend = _frontend_attributes(attrs.get("frontend_attributes", ""))
     inst = Instruction(
         computation=computation, name=head.group("name"), opcode=opcode, shape_text=shape_text,
         shape=shape, operands=operands, called_computations=called,
@@ -310,6 +336,15 @@ def parse_instruction(line: str, computation: str = "") -> Instruction | None:
         return _parse_instruction("  " + line.strip(), computation, 0)[0]
     except (_LineError, ShapeSyntaxError):
         return None
+
+
+def _frontend_attributes(text: str) -> tuple[tuple[str, str], ...]:
+    """`{a="x",b={...}}` -> (('a', 'x'), ('b', '{...}')): values unquoted, a braced value (a
+    kernel's JSON metadata, which may span lines) kept whole."""
+    text = text.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    return tuple((k, _unquote(v)) for k, v in map(_key_value, _split_top(text)) if k)
 
 
 def _backend_config(raw: str) -> str:
@@ -353,6 +388,28 @@ def _matching(text: str, open_at: int) -> int:
             if not stack:
                 return m.start()
     return -1
+
+
+def _open_depth(text: str) -> int:
+    """How many brackets are still open at the end of `text` (quoted strings skipped); an open
+    quoted string counts as one more."""
+    depth = 0
+    for m in _STRUCTURE.finditer(text):
+        tok = m.group(0)
+        if tok[0] == '"':
+            if len(tok) == 1 or not tok.endswith('"') or _escaped_end(tok):
+                return depth + 1
+        elif tok in "([{":
+            depth += 1
+        elif tok in ")]}":
+            depth = max(0, depth - 1)
+    return depth
+
+
+def _escaped_end(tok: str) -> bool:
+    """Whether the closing quote of a quoted token is escaped (an odd run of backslashes before it)."""
+    run = len(tok) - 1 - len(tok[:-1].rstrip("\\"))
+    return run % 2 == 1
 
 
 def _split_top(text: str) -> list[str]:

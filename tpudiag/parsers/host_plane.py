@@ -25,6 +25,9 @@ def host_events(plane, axis: TimeAxis, warn: Callable[[str], None]) -> pd.DataFr
     A line that cannot be placed on the axis, and an event whose time does not fit in int64, is
     dropped with a warning."""
     names = {mid: (md.display_name or md.name) for mid, md in plane.event_metadata.items()}
+    # A step annotation (jax.profiler.StepTraceAnnotation: `step_num`) spans its whole step: it says
+    # where steps are, not what the host does in them, so it is no cause of idle and is left out.
+    step_stat = next((k for k, md in plane.stat_metadata.items() if md.name == "step_num"), None)
     threads: list[str] = []
     thread_idx = array("q")
     mids = array("q")
@@ -39,6 +42,8 @@ def host_events(plane, axis: TimeAxis, warn: Callable[[str], None]) -> pd.DataFr
             warn(unplaceable(threads[-1], plane.name))
             continue
         for ev in line.events:
+            if step_stat is not None and ev.stats and any(st.metadata_id == step_stat for st in ev.stats):
+                continue
             try:  # the int64 column refuses a time beyond int64, at no cost to the others
                 starts.append(base + ev.offset_ps)
             except OverflowError:

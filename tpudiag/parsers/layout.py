@@ -59,7 +59,8 @@ def array_shape(dtype: str, dims: tuple[int, ...], layout: Layout | None) -> Arr
         raise ShapeSyntaxError(f"unknown element type {dtype!r}")
     padded = padded_bytes(dtype, dims, layout)
     if padded > MAX_ARRAY_BYTES:
-        raise ShapeSyntaxError(f"implausible array size ({padded:.3g} bytes) for {dtype}{list(dims)}"[:200])
+        # no float of the size: one past float range cannot be formatted as one
+        raise ShapeSyntaxError(f"implausible array size (over 64 PiB) for {dtype}{list(dims)}"[:200])
     return ArrayShape(dtype=dtype, dims=dims, layout=layout,
                       logical_bytes=logical_bytes(dtype, dims), padded_bytes=padded)
 
@@ -174,7 +175,8 @@ def _bytes(elements: int, bits: int) -> int:
 def _size(text: str, default: int) -> int:
     """A non-negative ASCII integer, else `default` (`*` tiles, damage)."""
     text = text.strip()
-    return int(text) if text.isascii() and text.isdigit() else default
+    # past 19 digits no size is real (and past 4,300, int() refuses the text)
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 19 else default
 
 
 _DTYPE = re.compile(r"[a-z][a-z0-9]*")
@@ -257,8 +259,8 @@ class _Scanner:
         dims = []
         for part in body.split(","):
             part = part.strip().removeprefix("<=")  # dynamic dim: its bound
-            if not (part.isascii() and part.isdigit()):  # isdigit alone accepts `²`
-                raise ShapeSyntaxError(f"dimension {part!r} is not a size in shape {self.text[:200]!r}")
+            if not (part.isascii() and part.isdigit()) or len(part) > 19:  # isdigit alone accepts `²`
+                raise ShapeSyntaxError(f"dimension {part[:40]!r} is not a size in shape {self.text[:200]!r}")
             dims.append(int(part))
         return tuple(dims)
 
@@ -268,7 +270,10 @@ class _Scanner:
         body = self.text[self.pos:end]
         self.pos = end + 1
         order_text, _, attrs = body.partition(":")
-        order = tuple(int(x) for x in _INT.findall(order_text))  # checked against the dims by array_shape
+        numbers = _INT.findall(order_text)
+        if any(len(x) > 20 for x in numbers):
+            raise ShapeSyntaxError(f"a layout dimension past int64 in shape {self.text[:200]!r}")
+        order = tuple(int(x) for x in numbers)  # checked against the dims by array_shape
         tiles: list[tuple[int, ...]] = []
         bits = 0
         space = 0

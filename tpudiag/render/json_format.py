@@ -104,6 +104,7 @@ def _head(report: Report) -> dict:
         "modelled": s.modelled,
         "dumps": list(s.dumps),
         "compiled_join": None if s.compiled is None else dataclasses.asdict(s.compiled),
+        "host_transfers": [dataclasses.asdict(t) for t in s.host_transfers],
     }
     hosts = [{
         "host": h.host, "path": h.path, "device_type": h.device_type, "n_chips": h.n_chips, "n_cores": h.n_cores,

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import Breakdown, Mode, Report, skips_by_reason
+from tpudiag.model.report import Breakdown, Mode, OpRow, Report, skips_by_reason
 from tpudiag.model.text import one_line, printable
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -116,7 +116,7 @@ def _step_sentence(report: Report) -> str:
     where = f"{s.n_chips} chip{'s' * (s.n_chips != 1)} of {device}"
     if len(s.hosts) > 1:
         where += f" on {len(s.hosts)} hosts"
-    if s.platform is Platform.CPU:
+    if s.platform is Platform.CPU and not report.ops:
         return ("This is a host-only capture (no TPU or GPU device plane, e.g. `jax.profiler` on a CPU): there are "
                 "no device ops or steps to analyse.")
     if st is None:
@@ -135,10 +135,19 @@ def _breakdown_sentence(b: Breakdown) -> str:
     def share(ps: float) -> str:
         return fmt_pct(ps / b.step_ps if b.step_ps else None)
 
-    return (f"The chips spend {share(b.compute_ps)} of a step computing, {share(b.collective_ps)} waiting for "
-            f"communication between chips (collectives), {share(b.io_ps)} on transfers to and from the host, "
-            f"and {share(b.idle_ps)} idle. Idle time usually means the chips are waiting for the host "
-            "(Python overhead, data loading or synchronisation).")
+    host = (f"{share(b.host_transfer_ps)} waiting for async copies to or from host memory (offload, prefetch), "
+            if b.host_transfer_ps else "")
+    sentence = (f"The chips spend {share(b.compute_ps)} of a step computing, {share(b.collective_ps)} waiting for "
+                f"communication between chips (collectives), {share(b.io_ps)} on transfers to and from the host, "
+                f"{host}and {share(b.idle_ps)} idle.")
+    if b.idle_ps > 0:  # the explanation only where there is idle time to explain
+        sentence += (" Idle time usually means the chips are waiting for the host (Python overhead, data loading "
+                     "or synchronisation).")
+    return sentence
+
+
+def _estimated(f: Finding) -> bool:
+    return bool(f.saving.ps or f.saving.bytes)
 
 
 def _saving_amount(f: Finding, step_ps: float | None) -> str:
@@ -176,8 +185,9 @@ def _summary(report: Report) -> list[str]:
     else:
         step = s.step_time.mean_ps if s.step_time else None
         for i, f in enumerate(report.findings[:TOP_PROBLEMS], start=1):
-            out.append(f"{i}. **{prose(f.message)}** Could save up to {_saving_amount(f, step)}, "
-                       f"{text(f.saving.basis)}. What to change: {prose(f.fix)}")
+            saving = (f"Could save up to {_saving_amount(f, step)}, {text(f.saving.basis)}." if _estimated(f)
+                      else "Saving not estimated.")
+            out.append(f"{i}. **{prose(f.message)}** {saving} What to change: {prose(f.fix)}")
         out += ["", "Savings are upper bounds, each estimated on its own. Problems can overlap (fixing one may "
                 "shrink another), so do not add the savings up."]
     out.append("")
@@ -189,8 +199,10 @@ def breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) ->
     if b is None:
         return []
     rows = []
+    host = (("host transfers (async copies to or from host memory)", b.host_transfer_ps),) if b.host_transfer_ps else ()
     for label, ps in (("compute", b.compute_ps), ("collectives (communication)", b.collective_ps),
-                      ("infeed/outfeed (host transfers)", b.io_ps), ("idle", b.idle_ps)):
+                      ("infeed/outfeed" if host else "infeed/outfeed (host transfers)", b.io_ps), *host,
+                      ("idle", b.idle_ps)):
         rows.append([label, fmt_time(ps), fmt_pct(ps / b.step_ps if b.step_ps else None)])
     rows.append(["**busy (duty cycle)**", fmt_time(b.step_ps - b.idle_ps), f"**{fmt_pct(b.duty_cycle)}**"])
     st = report.summary.step_time
@@ -200,6 +212,8 @@ def breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) ->
              f"{fmt_time(st.mean_ps)}, is each step's slowest core.")
     return (["## Where the step time goes", "", basis, ""]
             + table(["part of the step", "time", "share"], rows, "lrr")
+            + ([""] + [f"- Host transfers, {text(t.line())}" for t in report.summary.host_transfers]
+               if report.summary.host_transfers else [])
             + _image(figures, "step-breakdown") + [""])
 
 
@@ -225,22 +239,50 @@ def categories_section(report: Report, figures: Mapping[str, tuple[str, str]]) -
             + _image(figures, "categories") + [""])
 
 
+def _per_step(op: OpRow) -> str:
+    return fmt_time(op.step_self_time_ps if op.step_self_time_ps is not None else op.self_time_ps)
+
+
 def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: int) -> list[str]:
     if not report.ops:
         return []
     multi = len(report.summary.hosts) > 1
-    header = ["#"] + (["host"] if multi else []) + ["op", "category", "self time", "share", "FLOP util",
+    per_step = any(op.step_self_time_ps is not None for op in report.ops)
+    label = "per step" if per_step else "self time"
+    compute = [op for op in report.ops if not op.family]
+    header = ["#"] + (["host"] if multi else []) + ["op", "category", label, "share", "FLOP util",
                                                     "HBM BW util", "bound by", "source"]
     rows = []
-    for i, op in enumerate(report.ops[:top], start=1):
+    for i, op in enumerate(compute[:top], start=1):
         rows.append([str(i)] + ([code(op.host)] if multi else []) + [
-            code(op.name), text(op.category), fmt_time(op.self_time_ps), fmt_pct(op.time_share),
+            code(op.name), text(op.category), _per_step(op), fmt_pct(op.time_share),
             fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization), text(op.bound_by), code(op.source)])
     align = "r" + ("l" if multi else "") + "llrrrrll"
-    intro = (f"The {min(top, len(report.ops))} ops with the most self time, of {len(report.ops)}. "
-             "FLOP util and HBM BW util are the achieved rates over the per-core peaks; an op is "
-             "*bound by* whichever is higher.")
+    when = ("*per step* is the op's self time per step and core (mean)" if per_step
+            else "*self time* is summed over cores and occurrences (no steps)")
+    intro = (f"The {min(top, len(compute))} ops besides collectives with the most self time, of {len(compute)}; "
+             f"{when}, *share* its share of core time (totals in the JSON). FLOP util and HBM BW util are the "
+             "achieved rates over the per-core peaks; an op is *bound by* whichever is higher, *latency* when it "
+             "has neither; n/a is no rate, or one above the peak (see the warnings).")
     out = ["## Top ops", "", intro, ""] + table(header, rows, align)
+    collectives = [op for op in report.ops if op.family]
+    if collectives:
+        rows = []
+        for i, op in enumerate(collectives[:top], start=1):
+            group = f"{op.group_size}{' (assumed)' if op.group_source == 'assumed' else ''}" if op.group_size else "-"
+            rows.append([str(i)] + ([code(op.host)] if multi else []) + [
+                code(op.name), text(op.family), _per_step(op), fmt_pct(op.time_share), group,
+                fmt_bytes(op.ici_bytes / op.occurrences) if op.occurrences else "-", fmt_bandwidth(op.ici_bw),
+                fmt_pct(op.ici_utilization)])
+        out += ["", "### Collectives", "",
+                f"The {min(top, len(collectives))} collectives with the most self time, of {len(collectives)}. "
+                "*bytes/device*: what each device sends over ICI per occurrence, modelled from the payload and "
+                "the ring algorithm of its family; *group*: participants (assumed: every chip of the host, where "
+                "the trace names no replica groups); *ICI BW*: those bytes over the transfer (the async window "
+                "for a start/done pair), against the chip's ICI peak (every link, one way).", ""]
+        out += table(["#"] + (["host"] if multi else []) + ["op", "family", label, "share", "group", "bytes/device",
+                                                            "ICI BW", "of ICI peak"], rows,
+                     "r" + ("l" if multi else "") + "llrrrrrr")
     if "roofline" in figures:
         out += ["", "On the roofline, ops left of the ridge are limited by memory bandwidth, ops right of it by "
                 "compute; the gap between a point and the line is headroom. Ops without FLOPs (collectives, "
@@ -271,8 +313,11 @@ def finding_section(f: Finding, number: str = "") -> list[str]:
         out += [f"- Host: {code(f.host)}"]
     if f.ops:
         out += ["- Ops: " + ", ".join(code(o) for o in f.ops)]
-    out += [f"- Estimated saving: up to {_saving_amount(f, None)} ({text(f.saving.basis)}). "
-            f"{prose(f.saving.explanation)}"]
+    if _estimated(f):
+        out += [f"- Estimated saving: up to {_saving_amount(f, None)} ({text(f.saving.basis)}). "
+                f"{prose(f.saving.explanation)}"]
+    else:
+        out += [f"- Saving: not estimated. {prose(f.saving.explanation)}"]
     out += _evidence(f)
     return out + ["", f"**What to change in your model or config:** {prose(f.fix)}", ""]
 

@@ -13,7 +13,10 @@ JSON contract (stable keys; everything else may grow): `input`, `programs[]` wit
 `live_at_peak[]`: `name`, `instruction`, `kind`, `size_bytes`, `logical_bytes`, `shape`,
 `op_name`, `source_file`, `source_line`), `levers[]` (`key`, `title`, `saving_bytes`,
 `explanation`, `fix`), `vmem_scoped_limit_bytes`, `vmem_limit_source`, `vmem_capacity_bytes`,
-`vmem_ops[]` (`op`, `scoped_bytes`, `source`, `op_name`, `kernel`); `errors[]`; `warnings`. Sizes are integer bytes.
+`vmem_ops[]` (`op`, `scoped_bytes`, `source`, `op_name`, `kernel`), `workload`, `workload_evidence`,
+`near_fraction`, `headroom_bytes`, `capacity_source`, `mesh_devices`; `errors[]` (with `form`,
+`form_text`, the breakdowns and `allocations[]`); `standalone_errors[]` (`error`, `levers[]`,
+`first_lever`); `folded_programs`; `warnings`. Sizes are integer bytes (docs/json.md).
 """
 
 from __future__ import annotations
@@ -100,6 +103,19 @@ def _buffers_table(s: SpaceMemory, top: int) -> Table:
     return t
 
 
+def _compiler_peak_note(p: ProgramMemory) -> str:
+    """Why `memory_analysis()` says more than the HBM buffer assignment, where the VMEM heap explains it:
+    on TPU its peak counts HBM arguments and outputs plus the VMEM temporaries' heap (measured
+    exactly on one-chip v5e compiles: 4 + 4 MiB of HBM and a 6 MiB VMEM heap gave 14 MiB)."""
+    hbm, vmem = p.hbm, p.space("vmem")
+    if p.compiler_peak_bytes is None or hbm is None or vmem is None or p.compiler_peak_bytes <= hbm.peak_bytes:
+        return ""
+    counted = hbm.argument_bytes + hbm.output_bytes + vmem.temp_bytes
+    rest = p.compiler_peak_bytes - counted
+    note = f"; it counts the {fmt_bytes(vmem.temp_bytes)} VMEM heap beside HBM's arguments and outputs"
+    return note + (f", {fmt_bytes(rest)} more unexplained" if rest > 0.01 * p.compiler_peak_bytes else "")
+
+
 def _workload_line(p: ProgramMemory) -> str:
     if not p.workload:
         return ""
@@ -151,7 +167,7 @@ def program_renderables(p: ProgramMemory, top: int = TOP_BUFFERS) -> list[Render
     hbm = p.hbm
     if p.compiler_peak_bytes is not None and hbm is not None:
         out.append(Text(f"  memory_analysis() peak: {fmt_bytes(p.compiler_peak_bytes)} "
-                        f"(buffer assignment: {fmt_bytes(hbm.peak_bytes)})", style="dim"))
+                        f"(buffer assignment: {fmt_bytes(hbm.peak_bytes)}){_compiler_peak_note(p)}", style="dim"))
     if hbm is not None and hbm.groups:
         out.append(Text("\nWhat holds HBM at the peak, by jit argument or JAX op", style="bold"))
         out.append(_groups_table(hbm, top))

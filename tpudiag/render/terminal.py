@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import Breakdown, Distribution, Report, skips_by_reason
+from tpudiag.model.report import Breakdown, Distribution, OpRow, Report, skips_by_reason
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -71,8 +71,9 @@ def _breakdown_table(b: Breakdown, step_time: Distribution | None) -> Table:
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
     t.add_column("", no_wrap=True)
+    host = (("host transfers", b.host_transfer_ps),) if b.host_transfer_ps else ()
     for label, ps in (("compute", b.compute_ps), ("collectives", b.collective_ps), ("infeed/outfeed", b.io_ps),
-                      ("idle", b.idle_ps)):
+                      *host, ("idle", b.idle_ps)):
         frac = ps / b.step_ps if b.step_ps else 0.0
         t.add_row(label, fmt_time(ps), fmt_pct(frac), _bar(frac))
     t.add_row(Text("duty cycle", style="bold"), "", fmt_pct(b.duty_cycle), "")
@@ -105,16 +106,30 @@ def _hosts_table(report: Report) -> Table:
     return t
 
 
+def _per_step(op: OpRow) -> str:
+    return fmt_time(op.step_self_time_ps if op.step_self_time_ps is not None else op.self_time_ps)
+
+
+def _time_label(report: Report) -> str:
+    """What the time columns hold: per step and core where there are steps, else the capture's total."""
+    return "per step" if any(op.step_self_time_ps is not None for op in report.ops) else "self time"
+
+
 def _ops_table(report: Report, top: int) -> Table:
+    """The compute ops (collectives have their own table), time per step and core."""
+    ops = [op for op in report.ops if not op.family]
     multi_host = len(report.summary.hosts) > 1
-    t = Table(title=f"Top ops by self time (of {len(report.ops)})", title_justify="left", show_edge=False)
+    label = _time_label(report)
+    per = "mean per step and core" if label == "per step" else "summed over cores and occurrences"
+    t = Table(title=f"Top ops by self time, {per} (of {len(ops)} ops besides collectives; totals in --format json)",
+              title_justify="left", show_edge=False)
     t.add_column("#", justify="right")
     if multi_host:
         t.add_column("host")
-    for col in ("op", "category", "self time", "share", "occ", "FLOP util", "HBM BW util", "bound by"):
+    for col in ("op", "category", label, "share", "occ", "FLOP util", "HBM BW util", "bound by"):
         t.add_column(col, justify="left" if col in ("op", "category", "bound by") else "right",
                      overflow="fold" if col == "op" else "ellipsis")
-    shown = report.ops[:top]
+    shown = ops[:top]
     # Compiled facts (tpudiag.analysis.join) get columns only when some shown op has them.
     padding = any(op.padded_bytes is not None for op in shown)
     spills = any(op.spill_stores is not None for op in shown)
@@ -126,7 +141,7 @@ def _ops_table(report: Report, top: int) -> Table:
         row = [str(i)]
         if multi_host:
             row.append(escape(op.host))
-        row += [escape(op.name), escape(op.category), fmt_time(op.self_time_ps), fmt_pct(op.time_share),
+        row += [escape(op.name), escape(op.category), _per_step(op), fmt_pct(op.time_share),
                 str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization), escape(op.bound_by)]
         if padding:
             row.append(_padding_cell(op.padded_bytes, op.logical_bytes))
@@ -135,6 +150,45 @@ def _ops_table(report: Report, top: int) -> Table:
         if cycles:
             row.append("-" if op.estimated_cycles is None else f"{op.estimated_cycles:,}")
         t.add_row(*row)
+    legend = ["share: of core time; occ: occurrences over cores and steps; n/a: no rate, or one above the peak "
+              "(see the warnings)"]
+    if padding:
+        legend.append("padded: operand and result bytes in their tiled layouts, ×N: times the logical bytes")
+    if spills:
+        legend.append("spills: VMEM spill stores/fills (LLO)")
+    if cycles:
+        legend.append("cycles: the compiler's estimate for one execution")
+    t.caption = "; ".join(legend)
+    t.caption_justify = "left"
+    return t
+
+
+def _collectives_table(report: Report, top: int) -> Table | None:
+    """Collectives apart: bytes each device sends, the group, achieved ICI bandwidth and its share of peak."""
+    ops = [op for op in report.ops if op.family]
+    if not ops:
+        return None
+    multi_host = len(report.summary.hosts) > 1
+    label = _time_label(report)
+    per = "mean per step and core" if label == "per step" else "summed over cores and occurrences"
+    t = Table(title=f"Collectives, {per} (of {len(ops)})", title_justify="left", show_edge=False)
+    t.add_column("#", justify="right")
+    if multi_host:
+        t.add_column("host")
+    for col in ("op", "family", label, "share", "occ", "group", "bytes/device", "ICI BW", "of ICI peak"):
+        t.add_column(col, justify="left" if col in ("op", "family") else "right",
+                     overflow="fold" if col == "op" else "ellipsis")
+    for i, op in enumerate(ops[:top], start=1):
+        row = [str(i)] + ([escape(op.host)] if multi_host else [])
+        group = f"{op.group_size}{'?' if op.group_source == 'assumed' else ''}" if op.group_size else "-"
+        row += [escape(op.name), escape(op.family), _per_step(op), fmt_pct(op.time_share), str(op.occurrences),
+                group, fmt_bytes(op.ici_bytes / op.occurrences) if op.occurrences else "-",
+                fmt_bandwidth(op.ici_bw), fmt_pct(op.ici_utilization)]
+        t.add_row(*row)
+    t.caption = ("bytes/device: sent over ICI per occurrence, modelled from the payload and the ring algorithm; "
+                 "group: participants (? assumed: every chip of the host); ICI BW over the transfer (the async "
+                 "window for a start/done pair); peak: every ICI link of the chip, one way")
+    t.caption_justify = "left"
     return t
 
 
@@ -194,13 +248,15 @@ def render_findings(report: Report, console: Console) -> None:
 def render_terminal(report: Report, console: Console, top: int = 15) -> None:
     console.print(_header(report))
     s = report.summary
-    if s.platform is Platform.CPU:
+    if s.platform is Platform.CPU and not report.ops:
         console.print()
         console.print("This capture has no TPU or GPU device plane (a host-only capture, e.g. jax.profiler on a "
                       "CPU): there are no device ops to analyse.")
     if s.breakdown is not None:
         console.print()
         console.print(_breakdown_table(s.breakdown, s.step_time))
+        for t in s.host_transfers:
+            console.print(Text(f"  host transfers, {t.line()}"))
     if report.programs and (s.step_program or len(report.programs) > 1):
         console.print()
         console.print(_programs_table(report))
@@ -210,6 +266,10 @@ def render_terminal(report: Report, console: Console, top: int = 15) -> None:
     if report.ops:
         console.print()
         console.print(_ops_table(report, top))
+        collectives = _collectives_table(report, top)
+        if collectives is not None:
+            console.print()
+            console.print(collectives)
     console.print()
     console.print(_findings(report))
     if report.failures:

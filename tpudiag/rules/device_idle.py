@@ -136,6 +136,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
               else period_text(ctx.analysis, worst))
     message = (f"{on} idle {fmt_time(waited)} of {period} ({fmt_pct(share)}, "
                f"{where}{basis_note(ctx.analysis, worst)}): {_LABEL[shown]}{of_idle}")
+    if not tables.whole_capture and not tables.executions and worst.lead_ps >= 0.5 * worst.idle_ps > 0:
+        # Most of it before each step's first op: the host still preparing the step (its input)
+        message += (f"; {fmt_time(worst.lead_ps)} of it at the start of each step, before its first op "
+                    "(the host preparing the step: data loading?)")
     if len(flagged) > 1:
         message += f"; {len(flagged)} of {len(hosts)} hosts idle at least {fmt_pct(options.min_idle_share)}"
     evidence = []
@@ -144,6 +148,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                   ("steps", str(h.n_steps))]
         if tables.executions:
             values.append(("between executions", fmt_time(h.between_ps)))
+        elif not tables.whole_capture and h.lead_ps >= 0.01 * h.idle_ps > 0:  # leftovers are not worth a row
+            values.append(("before the step's first op", fmt_time(h.lead_ps)))
         if h.io_ps:
             values.append(("device infeed/outfeed", fmt_time(h.io_ps)))
         for c in (*CAUSES, "unexplained"):

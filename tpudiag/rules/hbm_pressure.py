@@ -6,13 +6,16 @@ Reads each compiled program's buffer assignment (an XLA dump, `--dumps DIR`, or 
 compile` output) into its memory peak: arguments, outputs, temporaries and constants, the
 buffers live at the moment the temporaries peak, and the chip's usable HBM. It reports a program
 whose peak is at least `near_fraction` of the usable HBM, or that ran out of memory (the dump's
-`*.oom_intermediate_module.txt`, or a `RESOURCE_EXHAUSTED` message given with `--error FILE`).
-It names the largest contributors at the peak and ranks the levers by the bytes each would free:
-donation (`donate_argnums`) of arguments whose updated value the program returns in the same
-shape, rematerialisation of forward activations kept for the backward pass (`jax.checkpoint`),
-sharding the parameters and optimiser state over devices (FSDP), host offload of the f32
-optimiser state, a smaller microbatch, narrower dtypes. VMEM, the other memory a program can run
-out of, is `vmem-pressure` (TPD110).
+`*.oom_intermediate_module.txt`, or a `RESOURCE_EXHAUSTED` text given with `--error FILE` that
+names the program or matches its size). An `--error` text joined to no program is reported on its
+own: its overrun, its largest allocation and the levers its own list supports. It names the
+largest contributors at the peak and the levers whose precondition holds: donation
+(`donate_argnums`) of arguments whose updated value the program returns in the same shape;
+for a training step (it has a backward pass), rematerialisation of forward activations kept for
+it (`jax.checkpoint`), a smaller microbatch, and where optimiser state is recognised, host
+offload or bf16 storage of it; FSDP where parameters are sharded fewer ways than the mesh has
+devices; from an error's list, the padding fix of a padded allocation and the largest
+temporaries by op. VMEM, the other memory a program can run out of, is `vmem-pressure` (TPD110).
 
 Why it matters
 --------------
@@ -27,12 +30,15 @@ Evidence
 The peak split into arguments, outputs, temporaries and aliased bytes; the usable HBM and where
 that figure comes from; the buffers live at the peak grouped by jit argument (`params`, `m`) or
 by the JAX op that makes them, with their size, count and source line; each lever with its
-modelled saving. `tpudiag memory` lists every buffer (size, padding, instruction, op, line).
+modelled saving and the precondition it checked. `tpudiag memory` lists every buffer (size,
+padding, instruction, op, line), says whether the program is a training step or inference, and
+below `near_fraction` says the headroom instead of offering levers.
 
 How to fix
 ----------
-First the lever that is cheapest and enough on its own, in this order: donation, remat, a
-smaller microbatch, narrower dtypes, host offload, FSDP.
+First the cheapest lever that is enough on its own, in this order: a padding or layout change,
+the largest temporaries, donation, remat, a smaller microbatch, narrower dtypes, host offload,
+FSDP. When no lever alone is enough, the view says so: combine them.
 
 Bad: `jax.jit(train_step)` returns new params, m and v beside the old ones: 6.7 GB held twice.
 Good: `jax.jit(train_step, donate_argnums=(0, 1, 2))`: the outputs reuse the argument buffers.
@@ -40,19 +46,27 @@ Good: `jax.jit(train_step, donate_argnums=(0, 1, 2))`: the outputs reuse the arg
 Savings estimate
 ----------------
 Modelled, in bytes of HBM, never in time: donation frees the outputs that could reuse a
-same-shaped argument; remat the forward activations live at the peak; FSDP (1 - 1/4) of the
-state; host offload the f32 state; halving the microbatch half of the temporaries at the peak
-and of the batch arguments; bf16 half of the f32 buffers at the peak. Each is an upper bound
-(donated updates may need temporaries back) and levers overlap: never add them up.
+same-shaped argument, less the temporaries that grow back (those that borrowed the outputs'
+buffers, and values the compiler rematerialised to fit and would keep: on the 10-layer Adam step
+it models 4.0 GiB where the recompile with donation dropped 4.0 GiB, the outputs being 6.25 GiB);
+remat the forward activations live at the peak; FSDP each under-sharded array's bytes times
+(1 - its shards / the mesh's devices); host offload the f32 optimiser state; halving the
+microbatch half of the temporaries at the peak and of the batch arguments; bf16 half of the f32
+optimiser state; from an error's list, its padding and its largest temporaries. Each is an upper
+bound and levers overlap: never add them up.
 
 Known limits
 ------------
-Needs the buffer assignment (`*-buffer-assignment.txt`, written by `--xla_dump_to`; the
-HloProto a capture embeds has none). The live set at the peak needs the live-range dump
+Needs the buffer assignment (`*-buffer-assignment.txt`, written by `--xla_dump_to`, or the
+HloProto a capture embeds when it has one). The live set at the peak needs the live-range dump
 (`*-live-range.txt`); without it every temporary counts as live. The usable HBM is the
 compiler's own figure only when an OOM message gives it; otherwise the v5e figure measured
-from that message, else the chip's public capacity. JAX argument names for `donate_argnums`
-come from the parameters' op names and assume the arguments are flattened in order.
+from that message, else the chip's public capacity. Training is told by ops named
+`transpose(jvp(...))` (JAX's backward pass); optimiser state by argument names (`opt_state`,
+`mu`, `m`, ...) or by a later jit argument repeating the parameters' shapes. FSDP needs the
+`sharding` of the entry parameters (XLA text dumps; not read from HloProtos). JAX argument names
+for `donate_argnums` come from the parameters' op names and assume the arguments are flattened
+in order.
 
 Options
 -------

@@ -52,6 +52,8 @@ FLOP rate is above the peak is not judged (a warning names it: see `tpudiag.anal
 
 Known limits
 ------------
+On a GPU capture the peak is the tensor cores' (`model.hardware`'s GPU table) and no MXU-width
+cause is named (tensor cores have none to pad to): only the roofline and operand dtypes.
 Memory-bound matmuls already at their roofline target get an info finding that refers them to
 `memory-bound`, which models the byte savings. Custom calls (Pallas kernels) without FLOPs in
 the trace are judged with FLOPs from the kernel's declared `cost_estimate` or, for a matmul-shaped
@@ -87,6 +89,7 @@ import pandas as pd
 
 from tpudiag.analysis.custom_calls import derive_costs
 from tpudiag.analysis.limits import over_peak_names
+from tpudiag.model.profile import Platform
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.llo import LloDump
 from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, op_math_from_text
@@ -128,7 +131,7 @@ def _round_up(x: int, m: int) -> int:
 
 
 def diagnose(math: OpMath | None, mxu: int, intensity: float | None, ridge: float | None,
-             recoverable: float) -> tuple[list[str], list[str]]:
+             recoverable: float, unit: str = "MXU") -> tuple[list[str], list[str]]:
     """(reasons, fixes) for a slow matmul op, from its matmul (`model.matmuls`) and roofline position.
 
     Only the main matmul's own dims and operand dtypes are named. A small M (rows) is a batch
@@ -168,7 +171,7 @@ def diagnose(math: OpMath | None, mxu: int, intensity: float | None, ridge: floa
     if pads:
         fixes.append("pad " + ", ".join(pads))
     if "f32" in (mm.lhs_dtype, mm.rhs_dtype):
-        reasons.append(f"f32 operands ({mm.lhs_dtype} x {mm.rhs_dtype}{where}; bf16 runs at full MXU rate)")
+        reasons.append(f"f32 operands ({mm.lhs_dtype} x {mm.rhs_dtype}{where}; bf16 runs at full {unit} rate)")
         fixes.append("cast operands to bf16 with `preferred_element_type=jnp.float32`")
     return reasons, fixes
 
@@ -242,7 +245,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     device = analysis.profile.hosts[0].device
     peak = device.peak_flops_per_s
     ridge = device.ridge_flops_per_byte
-    mxu = device.chip.mxu_dim if device.chip else 128
+    # A GPU's tensor cores have no MXU width to pad to: only roofline and dtype causes are named there
+    tpu = device.platform is Platform.TPU
+    mxu = (device.chip.mxu_dim if device.chip else 128) if tpu else 1
+    unit = "MXU" if tpu else "tensor-core"
     if not peak:
         return []
     total_core_ps = sum(analysis.core_time_ps.values())
@@ -285,7 +291,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         self_per_step = per_step_worst_core(events[events["name"] == r.name], "self_ps", basis)
         saving = self_per_step * fraction
         math = maths.get(r.program_id, r.module, r.name)
-        reasons, fixes = diagnose(math, mxu, intensity, ridge, fraction)
+        reasons, fixes = diagnose(math, mxu, intensity, ridge, fraction, unit)
         if math is None or math.main is None:
             reasons.append("its matmul's dims are not known (the trace's HLO text does not show them: pass the "
                            "XLA dump with `--dumps`)")

@@ -1,0 +1,89 @@
+"""GPUs named from their plane stats, and XLA's cost of GPU ops (`model.hardware`, `model.hlo_cost`).
+
+The figures are worked by hand here; `tests/real/test_gpu_captures.py` checks the same code
+against `xprof get_hlo_stats` on real captures where ../shared has them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tpudiag.model.compiled import ConvDims
+from tpudiag.model.hardware import gpu_device
+from tpudiag.model.hlo_cost import convolution_flops, gpu_category, gpu_op_cost
+from tpudiag.parsers.hlo_text import parse_hlo_text
+
+MI300X = {"device_vendor": "AMD", "clock_rate": 2_100_000, "core_count": 304, "memory_bandwidth": 2_662_400_000_000,
+          "memory_size": 206_141_652_992, "compute_cap_major": 9, "compute_cap_minor": 4}
+V100 = {"clock_rate": 1_530_000, "core_count": 80, "memory_bandwidth": 898_048_000_000,
+        "memory_size": 16_945_512_448, "compute_cap_major": 7, "compute_cap_minor": 0}
+
+
+def test_an_mi300x_is_named_with_its_gfx_and_peak():
+    gpu = gpu_device(MI300X)
+    assert gpu.describe() == "AMD Instinct MI300 (gfx942), 304 CUs at 2.10 GHz, 192 GiB"
+    assert gpu.peak_flops_per_s == pytest.approx(1307.44e12, rel=1e-5)  # xprof's get_device_information
+    assert gpu.hbm_bytes_per_s == 2.6624e12
+
+
+def test_a_v100_without_a_vendor_stat_is_nvidia_volta():
+    gpu = gpu_device(V100)  # older CUPTI captures record no device_vendor
+    assert gpu.describe().startswith("NVIDIA V100 (Volta, compute capability 7.0)")
+    assert gpu.peak_flops_per_s == pytest.approx(125.3e12, rel=1e-3)  # 1,024 FLOPs/SM/cycle x 80 x 1.53 GHz
+
+
+def test_an_unknown_generation_has_no_peak_and_says_what_it_is():
+    gpu = gpu_device({"device_vendor": "Nvidia", "compute_cap_major": 6, "compute_cap_minor": 1, "core_count": 28})
+    assert gpu.peak_flops_per_s is None  # never guessed
+    assert gpu.describe().startswith("NVIDIA compute capability 6.1")
+    assert gpu_device({"device_vendor": "AMD"}).peak_flops_per_s is None  # a plane without capabilities
+
+
+def test_convolution_flops_leave_out_taps_on_padding():
+    # The conv of jax-gpu-conv3d-8gpu: input [1,16,32,60,104] (b f 0 1 2), kernel [5120,16,1,2,2]
+    # (o i 0 1 2), output [1,5120,34,31,53], pad 1_1 on every spatial dim, stride 1x2x2.
+    # Valid (output, tap) pairs per dim: 32 (of 34 x 1), 60 (of 31 x 2), 104 (of 53 x 2).
+    dims = ConvDims(input_batch=0, input_feature=1, input_spatial=(2, 3, 4), kernel_input_feature=1,
+                    kernel_output_feature=0, kernel_spatial=(2, 3, 4), output_batch=0, output_feature=1,
+                    output_spatial=(2, 3, 4), window=(1, 2, 2), stride=(1, 2, 2), padding=((1, 1), (1, 1), (1, 1)))
+    from tpudiag.model.compiled import ArrayShape
+
+    def arr(*d):
+        return ArrayShape("bf16", d, None, 0, 0)
+    flops = convolution_flops(dims, arr(1, 16, 32, 60, 104), arr(5120, 16, 1, 2, 2), arr(1, 5120, 34, 31, 53))
+    assert flops == 2 * 16 * 5120 * 1 * (32 * 60 * 104)  # 32,716,554,240: xprof's per-kernel FLOPs
+
+
+HLO = """\
+HloModule m
+
+%fused_dot (p0: f32[64,128], p1: f32[128,32]) -> f32[64,32] {
+  %p0 = f32[64,128]{1,0} parameter(0)
+  %p1 = f32[128,32]{1,0} parameter(1)
+  ROOT %d = f32[64,32]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_exp (p: f32[64,32]) -> f32[64,32] {
+  %p = f32[64,32]{1,0} parameter(0)
+  ROOT %e = f32[64,32]{1,0} exponential(%p)
+}
+
+ENTRY %main (a: f32[64,128], b: f32[128,32]) -> f32[64,32] {
+  %a = f32[64,128]{1,0} parameter(0)
+  %b = f32[128,32]{1,0} parameter(1)
+  %gemm = f32[64,32]{1,0} fusion(%a, %b), kind=kCustom, calls=%fused_dot
+  %lib = (f32[64,32]{1,0}, s8[1024]{0}) custom-call(%a, %b), custom_call_target="__cublas$gemm"
+  ROOT %ex = f32[64,32]{1,0} fusion(%gemm), kind=kLoop, calls=%fused_exp
+}
+"""
+
+def test_gpu_op_costs_as_xprof_charges_them():
+    program = parse_hlo_text(HLO, "m.txt")
+    gemm, lib, ex = (program.find(n) for n in ("gemm", "lib", "ex"))
+    cost = gpu_op_cost(program, gemm)
+    assert (cost.flops, cost.bytes_accessed, cost.category) == (2 * 64 * 128 * 32, 4 * (64 * 128 + 128 * 32 + 64 * 32),
+                                                                  "custom fusion")
+    assert gpu_op_cost(program, lib) == type(cost)(0.0, 0.0, "custom-call")  # a library call: no cost, as xprof
+    # elementwise FLOPs are not counted (xprof's per-device op profiles); bytes are operands + result
+    assert gpu_op_cost(program, ex) == type(cost)(0.0, 2 * 4 * 64 * 32, "loop fusion")
+    assert gpu_category(ex) == "loop fusion"

@@ -1,0 +1,64 @@
+"""The first screen an engineer reads (issue 27 §5): per step and core, collectives apart with their
+ICI figures, a legend for every compound cell, no sentence without its figure, no saving of 0."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+import tpudiag
+from tests.conftest import REPO
+from tpudiag.model.findings import Finding, Saving, Severity
+from tpudiag.model.report import Breakdown
+from tpudiag.render.markdown import _breakdown_sentence, finding_section
+from tpudiag.render.terminal import render_terminal
+
+EXAMPLE = REPO / "examples" / "models" / "captures" / "transformer_train_v5e"
+
+
+def _terminal(report) -> str:
+    out = io.StringIO()
+    render_terminal(report, Console(file=out, width=200, no_color=True, color_system=None))
+    return out.getvalue()
+
+
+def test_no_per_step_value_is_larger_than_the_step():
+    """`all-gather.45` summed 338.6 µs over cores in a 277.7 µs step; per step and core it cannot."""
+    d = tpudiag.diagnose()  # the bundled example with its dumps
+    steps = {h.host: h.step_time.mean_ps for h in d.report.hosts}
+    assert all(op.step_self_time_ps is not None for op in d.report.ops)
+    assert all(op.step_self_time_ps <= steps[op.host] for op in d.report.ops)
+    screen = _terminal(d.report)
+    assert "mean per step and core" in screen and "totals in --format json" in screen
+
+
+def test_collectives_have_their_own_table_with_bytes_and_ici_share():
+    report = tpudiag.diagnose(EXAMPLE).report
+    screen = _terminal(report)
+    compute, _, collectives = screen.partition("Collectives, mean per step and core")
+    assert collectives, "no collectives table"
+    names = [op.name for op in report.ops if op.family]
+    assert names and not any(f"│ {n} " in compute for n in names)  # not in the compute table
+    for op in report.ops:
+        if op.family:
+            assert op.ici_bytes > 0 and op.ici_utilization is not None and 0 < op.ici_utilization <= 1, op.name
+    assert "bytes/device" in collectives and "of ICI peak" in collectives
+
+
+def test_the_padded_column_has_a_legend():
+    screen = _terminal(tpudiag.diagnose().report)
+    assert "×" in screen and "×N: times the logical bytes" in screen
+
+
+def test_idle_is_explained_only_when_there_is_idle():
+    busy = Breakdown(step_ps=100.0, compute_ps=100.0, collective_ps=0.0, io_ps=0.0, idle_ps=0.0)
+    idle = Breakdown(step_ps=100.0, compute_ps=80.0, collective_ps=0.0, io_ps=0.0, idle_ps=20.0)
+    assert "Idle time usually" not in _breakdown_sentence(busy)
+    assert "Idle time usually" in _breakdown_sentence(idle)
+
+
+def test_a_saving_not_estimated_never_renders_as_zero():
+    f = Finding("spill", "TPD104", Severity.LOW, "`fusion.1` spills", Saving(0, "modelled", "no cycle count"), "retile")
+    text = "\n".join(finding_section(f))
+    assert "Saving: not estimated" in text and "0 ps" not in text and "up to" not in text
