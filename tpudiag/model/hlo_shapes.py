@@ -13,9 +13,12 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from tpudiag.model.compiled import memory_spaces_in
+
 _SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>(?:<=)?\d+(?:,(?:<=)?\d+)*)?\]"
                     r"(?P<layout>\{[^{}]*\})?")
 _OPCODE_CALL = re.compile(r"\b[a-z][\w\-]*\(")
+_OPERAND_NAME = re.compile(r"\s*%(?P<name>[\w.\-]+)")
 
 # Bytes per element for the dtypes rules meet; other dtypes count as 4 (f32-sized), f8 variants as 1.
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
@@ -42,6 +45,12 @@ class Shape:
     @property
     def numel(self) -> int:
         return math.prod(self.dims)
+
+    @property
+    def memory_space(self) -> int:
+        """The layout's memory space `S(n)` (0, HBM, when none is printed)."""
+        spaces = memory_spaces_in(self.text)
+        return spaces[0] if spaces else 0
 
 
 def _shape(m: re.Match) -> Shape:
@@ -98,6 +107,20 @@ def operand_shapes(hlo_text: str) -> list[Shape]:
     """Operand shapes from HLO text `%x = shape opcode(shape %a, shape %b), ...`."""
     parts = _split(hlo_text)
     return parse_shapes(parts[1]) if parts else []
+
+
+def named_operands(hlo_text: str) -> list[tuple[Shape, str]]:
+    """(shape, operand name) of each array operand written `shape %name` in `hlo_text`, in order."""
+    parts = _split(hlo_text)
+    if parts is None:
+        return []
+    args = parts[1]
+    out = []
+    for m in _SHAPE.finditer(args):
+        name = _OPERAND_NAME.match(args, m.end())
+        if name is not None:
+            out.append((_shape(m), name.group("name")))
+    return out
 
 
 def dtype_bytes(dtype: str) -> float:
