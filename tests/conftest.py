@@ -99,15 +99,9 @@ def transformer_lhs_pair(tmp_path_factory):
     """`tpudiag whatif` of the bundled transformer on v5e:2x2 with the latency-hiding scheduler off,
     its compile outputs kept for `diff` (the baseline and `variant-1`): built once per session, as
     the CLI builds it (about 40 s on a quiet 2-core machine). Tests using it are marked `libtpu`."""
-    import importlib.util
-    import os
-
     from tpudiag.whatif import plan_variants, whatif
 
-    if importlib.util.find_spec("libtpu") is None:
-        if os.environ.get("TPUDIAG_ALLOW_NO_LIBTPU") == "1":
-            pytest.skip("libtpu is not installed (TPUDIAG_ALLOW_NO_LIBTPU=1)")
-        pytest.fail("libtpu is not installed: install the tpu extra or set TPUDIAG_ALLOW_NO_LIBTPU=1 to skip")
+    require_libtpu()
     target = f"{REPO / 'examples' / 'models' / 'transformer_train.py'}:train_step"
     variants = plan_variants(["xla_tpu_enable_latency_hiding_scheduler=false"], [])
     return whatif(target, "v5e:2x2", variants, tmp_path_factory.mktemp("lhs-pair"))
@@ -132,3 +126,16 @@ def host_only_capture(tmp_path: Path) -> Path:
     run.mkdir(parents=True)
     (run / trace.name).write_bytes(space.SerializeToString())
     return run
+
+
+def require_libtpu() -> None:
+    """Fail a libtpu test where libtpu is missing (skip it instead with TPUDIAG_ALLOW_NO_LIBTPU=1)."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    if importlib.util.find_spec("libtpu") is None:
+        if os.environ.get("TPUDIAG_ALLOW_NO_LIBTPU") == "1":
+            pytest.skip("libtpu is not installed (TPUDIAG_ALLOW_NO_LIBTPU=1)")
+        pytest.fail("libtpu is not installed: install the tpu extra or set TPUDIAG_ALLOW_NO_LIBTPU=1 to skip")

@@ -113,6 +113,11 @@ def test_v6e_header_names_the_step_program(v6e):
     out = console.export_text()
     assert "Steps: 100 (jit_f) · step time mean 850.19 ms, p50 784.37 ms" in out
     assert "jit__psum" in out and "jit_broadcast_in_dim" in out and "jit_convert_element_type" in out
+    from tpudiag.render.markdown import render_markdown
+
+    md = render_markdown(v6e[1])
+    assert "## Programs" in md and "| `jit_f` | 12190760917235803885 | 100 | 4 |" in md
+    assert "A step is one execution of `jit_f`" in md
 
 
 def test_v6e_jit_f_runs_back_to_back_so_no_device_idle(v6e):

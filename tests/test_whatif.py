@@ -10,7 +10,6 @@ path: an option and the same libtpu flag compile alike, and an unknown option is
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, require_libtpu
 from tpudiag.render.whatif import render_whatif_terminal, whatif_json
 from tpudiag.compiler.driver import compiler_error_line, worker_env
 from tpudiag.compiler.flags import LIBTPU, XLA, FlagRegistry
@@ -160,10 +159,7 @@ def test_the_exposed_collective_fix_names_a_whatif_command_that_parses(generatio
 
 @pytest.fixture(scope="module")
 def libtpu():
-    if importlib.util.find_spec("libtpu") is None:
-        if os.environ.get("TPUDIAG_ALLOW_NO_LIBTPU") == "1":
-            pytest.skip("libtpu is not installed (TPUDIAG_ALLOW_NO_LIBTPU=1)")
-        pytest.fail("libtpu is not installed: install the tpu extra or set TPUDIAG_ALLOW_NO_LIBTPU=1 to skip")
+    require_libtpu()
 
 
 @pytest.fixture(scope="module")
@@ -245,9 +241,7 @@ def test_an_unknown_compiler_option_is_one_error_line(libtpu, tmp_path, capsys):
 
 @pytest.fixture(scope="session")
 def flag_cache(tmp_path_factory):
-    if importlib.util.find_spec("libtpu") is None:
-        pytest.skip("libtpu is not installed") if os.environ.get("TPUDIAG_ALLOW_NO_LIBTPU") == "1" else \
-            pytest.fail("libtpu is not installed: install the tpu extra or set TPUDIAG_ALLOW_NO_LIBTPU=1 to skip")
+    require_libtpu()
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TPUDIAG_CACHE_DIR", str(cache))

@@ -20,7 +20,6 @@ the same way, and checks that the variants' dumps match the baseline's before co
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
     from tpudiag.compiler.flags import FlagRegistry
     from tpudiag.pipeline import Diagnosis
 
-_SETTING = re.compile(r"^(?:--)?([A-Za-z][A-Za-z0-9_]*)=(.*)\Z", re.DOTALL)
 COMPILER_OPTIONS = "compiler_options"  # where an `--option` goes: `lowered.compile(compiler_options=...)`
 BASELINE_DIR = "baseline"
 
@@ -77,17 +75,9 @@ def parse_setting(text: str, kind: str, registry: FlagRegistry | None = None) ->
     """`NAME=VALUE` (a leading `--` allowed) -> Setting, an `xla-flag` routed by `registry` (an
     option goes to compiler_options); UsageError otherwise. One flag only: a value may hold no
     whitespace and no second `--`, and no setting may change the dumps tpudiag compares."""
-    from tpudiag.model.text import one_line
+    from tpudiag.compiler.flags import split_flag
 
-    m = _SETTING.match(text.strip())
-    shown = one_line(text)
-    if m is None or not m.group(2):
-        raise UsageError(f"--{kind} `{shown}`: expected NAME=VALUE",
-                         hint="e.g. --xla-flag xla_tpu_enable_latency_hiding_scheduler=false")
-    name, value = m.group(1), m.group(2)
-    if re.search(r"\s", value) or "--" in value:
-        raise UsageError(f"--{kind} `{shown}`: a value with whitespace or `--` would pass more than one flag",
-                         hint=f"give each flag its own --{kind} NAME=VALUE")
+    name, value = split_flag(text, f"--{kind}")
     if "dump" in name.lower():
         raise UsageError(f"--{kind} `{name}`: tpudiag sets the dumps of every compile itself, the same for the "
                          "baseline and each variant, so that they compare",

@@ -16,7 +16,8 @@ def _steps(work_by_core: dict[int, list[int]], collective_ps: int = 1000, dur_ps
         "core": np.array([c for c, _, _ in rows], dtype=np.int32), "step": np.array([s for _, s, _ in rows]),
         "start_ps": np.zeros(len(rows), dtype=np.int64), "dur_ps": np.full(len(rows), dur_ps, dtype=np.int64),
         "busy_ps": busy, "compute_ps": busy - collective_ps, "collective_ps": np.full(len(rows), collective_ps),
-        "io_ps": np.zeros(len(rows), dtype=np.int64), "idle_ps": dur_ps - busy})
+        "io_ps": np.zeros(len(rows), dtype=np.int64), "host_transfer_ps": np.zeros(len(rows), dtype=np.int64),
+        "idle_ps": dur_ps - busy})
 
 
 def test_the_slowest_core_has_the_most_work_when_steps_are_equal():

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from tests.programs_capture import HIGH_ID, OTHER_HIGH_ID, US, Execution, write_programs_capture
 from tpudiag.analysis.profile_analysis import analyze
@@ -97,3 +99,33 @@ def test_with_no_program_repeating_the_busiest_is_the_step(tmp_path):
     chips = [[Execution("jit_a", HIGH_ID, 0, 5 * US), Execution("jit_b", OTHER_HIGH_ID, 10 * US, 7 * US, op="b")]]
     _, report = _report(write_programs_capture(tmp_path, chips))
     assert report.summary.step_program == "jit_b" and report.summary.step_time.count == 1
+
+
+@settings(max_examples=40, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@given(st.integers(2, 4), st.integers(2, 8), st.data())
+def test_alignment_keeps_each_execution_with_its_peers(n_cores, n_steps, data):
+    """Property: cores whose executions start less than half a period apart (each within +-24 % of
+    it), some missing one at either end of the capture, align execution k with execution k, and
+    only the executions every core ran are steps."""
+    import pandas as pd
+
+    from tpudiag.analysis.steps import aligned_executions
+
+    period = 1_000 * US
+    rows, present = [], []
+    for core in range(n_cores):
+        lo = data.draw(st.integers(0, 1))
+        hi = n_steps - data.draw(st.integers(0, 1))
+        present.append(set(range(lo, hi)))
+        rows += [(core, k * period + data.draw(st.integers(-240 * US, 240 * US)), k) for k in range(lo, hi)]
+    chosen = pd.DataFrame({"device": "d", "core": [r[0] for r in rows], "start_ps": [r[1] for r in rows],
+                           "dur_ps": 500 * US})
+    truth = {(r[0], r[1]): r[2] for r in rows}
+    markers, left_out = aligned_executions(chosen)
+    running = [p for p in present if p]  # a core that never ran the program is not one of its cores
+    common = set.intersection(*running) if running else set()
+    counts = [len(p) for p in present]
+    first_ref = min(present[counts.index(max(counts))], default=0)  # the reference: lowest core with the most
+    assert len(markers) == len(running) * len(common) and left_out == len(rows) - len(markers)
+    for r in markers.itertuples():
+        assert truth[(r.core, r.start_ps)] == r.step + first_ref

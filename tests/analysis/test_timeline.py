@@ -7,8 +7,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import US, small_design
 from tpudiag.analysis.profile_analysis import analyze
-from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, KINDS, OUTSIDE, Gap, Lane, Span, rasterize,
-                                       rasterize_in_flight, step_numbers, step_timeline)
+from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, KINDS, OUTSIDE, Gap, Lane, Span, find_on_timeline,
+                                       name_labels, rasterize, rasterize_in_flight, span_cells, step_numbers,
+                                       step_timeline)
 from tpudiag.parsers.capture import load_capture
 import pytest
 
@@ -87,3 +88,40 @@ def test_no_steps_no_timeline(write_design):
     analysis = analyze(load_capture(write_design(small_design(steps_line=False, modules_line=False))))
     assert step_numbers(analysis) == ()
     assert step_timeline(analysis) is None
+
+
+def _lane_of(spans) -> Lane:
+    return Lane("h", "/device:TPU:0", 0, 0, 1000, 0, 0, 0, 0, 0, 0, tuple(spans), (), ())
+
+
+def test_op_names_are_placed_only_where_they_fit():
+    lane = _lane_of([Span(0, 500, "fusion.1", COMPUTE), Span(500, 30, "copy.2", COMPUTE),
+                     Span(530, 470, "all-reduce.3", COLLECTIVE)])
+    labels = name_labels(lane, 100, 1000)
+    # 50 cells for fusion.1, 3 for copy.2 (too few for 6 letters and a space), 47 for all-reduce.3
+    assert [(label.cell, label.text, label.span) for label in labels] == [(0, "fusion.1", 0), (53, "all-reduce.3", 2)]
+    assert name_labels(lane, 10, 1000) == ()  # 5 cells: no name fits
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 400), st.text(min_size=1, max_size=12)), min_size=1, max_size=12),
+       st.integers(5, 200))
+def test_op_name_labels_never_overlap_and_stay_inside_their_span(ops, width):
+    spans, t = [], 0
+    for dur, name in ops:
+        spans.append(Span(t, dur, name, COMPUTE))
+        t += dur
+    lane = _lane_of(spans)
+    labels = name_labels(lane, width, t)
+    ends = [label.cell + len(label.text) for label in labels]
+    assert all(e < label.cell for e, label in zip(ends, labels[1:]))
+    for label in labels:
+        lo, hi = span_cells(spans[label.span], width, t)
+        assert lo <= label.cell and label.cell + len(label.text) <= hi - 1  # a cell to spare
+
+
+def test_a_findings_op_is_found_on_the_timeline(analysis):
+    first = step_timeline(analysis).lanes[0].spans[1].name
+    place = find_on_timeline(analysis, (first,))
+    assert place is not None and step_timeline(analysis, place.step).lanes[place.lane].spans[place.span].name == first
+    assert find_on_timeline(analysis, ("no-such-op",)) is None

@@ -305,3 +305,42 @@ def test_newest_new_run_ignores_runs_that_were_there(tmp_path):
     assert newest_new_run(tmp_path, before) is None  # no trace file in it: not a run
     (root / "c" / "h.xplane.pb").write_bytes(b"")
     assert newest_new_run(tmp_path, before) == root / "c"
+
+
+def _xla_only_registry(cache: Path) -> None:
+    """A flag cache holding XLA's real flags (read from jaxlib in-process, no compile) and no
+    libtpu flags, so `run --xla-flag` routes without a listing compile."""
+    from importlib import metadata
+
+    from tpudiag.compiler.flags import list_xla_flags
+
+    try:
+        libtpu = metadata.version("libtpu")
+    except metadata.PackageNotFoundError:
+        libtpu = "none"
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / f"flags-jaxlib-{metadata.version('jaxlib')}-libtpu-{libtpu}.json").write_text(
+        json.dumps({"libtpu": [], "xla": sorted(list_xla_flags())}))
+
+
+def test_run_routes_an_xla_flag_and_says_where(tmp_path):
+    # Issue 35 §7: each flag goes where its runtime registers it, and run says which variable.
+    _xla_only_registry(tmp_path / "cache")
+    proc = run_tpudiag(tmp_path, "--xla-flag", "xla_cpu_enable_fast_math=false",
+                       env={"TPUDIAG_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stderr.splitlines() if "XLA_FLAGS +=" in ln)
+    assert line.endswith("--xla_cpu_enable_fast_math=false")
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("xla_tpu_no_such_flag=1", "neither libtpu nor XLA registers this flag"),
+    ("xla_cpu_enable_fast_math=false --xla_dump_to=/elsewhere", "would pass more than one flag"),
+    ("xla_dump_to=/elsewhere", "`run` sets the dumps"),
+])
+def test_run_refuses_a_flag_before_the_program_starts(tmp_path, flag, message):
+    _xla_only_registry(tmp_path / "cache")
+    proc = run_tpudiag(tmp_path, "--xla-flag", flag, script="raise SystemExit('the program ran')",
+                       env={"TPUDIAG_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+    assert "the program ran" not in proc.stderr and "Traceback" not in proc.stderr

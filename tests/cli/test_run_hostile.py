@@ -154,46 +154,56 @@ def test_a_signal_to_tpudiag_reaches_the_program_and_its_status_comes_back(tmp_p
     assert _left_behind(tmp_path) == []
 
 
+# Drives `tpudiag run` on a new terminal, in a fresh interpreter (forking pytest's own process,
+# which may hold jax's threads, is unsafe): types a line, Ctrl-Z, SIGCONT (as `fg`), then Ctrl-C.
+TERMINAL_DRIVER = """\
+import json, os, pty, select, signal, sys, time
+argv, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+pid, fd = pty.fork()
+if pid == 0:  # tpudiag on the new terminal: its session's foreground job
+    os.execve(argv[0], argv, env)
+out, reaped, stopped, status = bytearray(), False, False, None
+
+def read_until(text, timeout_s=30):
+    end = time.monotonic() + timeout_s
+    while text not in out and time.monotonic() < end:
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                out.extend(os.read(fd, 4096))
+            except OSError:
+                return
+
+try:
+    read_until(b"q? ")
+    os.write(fd, b"hello\\n")
+    read_until(b"got hello")
+    os.write(fd, b"\\x1a")  # Ctrl-Z
+    _, st = os.waitpid(pid, os.WUNTRACED)
+    stopped = os.WIFSTOPPED(st)
+    os.kill(pid, signal.SIGCONT)
+    time.sleep(0.5)
+    os.write(fd, b"\\x03")  # Ctrl-C: to the program, which holds the terminal again
+    read_until(b"exited with status")
+    _, st = os.waitpid(pid, 0)
+    reaped, status = True, os.waitstatus_to_exitcode(st)
+finally:
+    if not reaped:  # only a pid still ours
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+print(json.dumps({"out": out.decode(errors="replace"), "stopped": stopped, "status": status}))
+"""
+
+
 def test_on_a_terminal_the_program_reads_it_and_takes_ctrl_c_and_ctrl_z(tmp_path):
     # The program runs in its own process group, so it must hold the terminal to read it; Ctrl-Z
     # stops tpudiag too (the shell sees the job stopped) and SIGCONT (`fg`) resumes both.
-    import pty
-    import select
+    import json
 
-    env = _env(tmp_path)
     code = "import time; print('got', input('q? ')); time.sleep(60)"
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: tpudiag on the new terminal, its session's foreground job
-        os.execve(sys.executable, [sys.executable, "-m", "tpudiag", "run", "--", sys.executable, "-c", code], env)
-    out = bytearray()
-    reaped = False
-
-    def read_until(text: bytes, timeout_s: float = 30) -> None:
-        end = time.monotonic() + timeout_s
-        while text not in out and time.monotonic() < end:
-            if select.select([fd], [], [], 0.1)[0]:
-                try:
-                    out.extend(os.read(fd, 4096))
-                except OSError:
-                    return
-
-    try:
-        read_until(b"q? ")
-        os.write(fd, b"hello\n")
-        read_until(b"got hello")
-        os.write(fd, b"\x1a")  # Ctrl-Z
-        _, status = os.waitpid(pid, os.WUNTRACED)
-        assert os.WIFSTOPPED(status)
-        os.kill(pid, signal.SIGCONT)
-        time.sleep(0.5)
-        os.write(fd, b"\x03")  # Ctrl-C: to the program, which holds the terminal again
-        read_until(b"exited with status")
-        _, status = os.waitpid(pid, 0)
-        reaped = True
-    finally:
-        if not reaped:  # only a pid still ours
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(fd)
-    assert b"got hello" in out, bytes(out)
-    assert os.waitstatus_to_exitcode(status) == 130, bytes(out)
+    argv = [sys.executable, "-m", "tpudiag", "run", "--", sys.executable, "-c", code]
+    proc = subprocess.run([sys.executable, "-c", TERMINAL_DRIVER, json.dumps(argv), json.dumps(_env(tmp_path))],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert "got hello" in result["out"] and result["stopped"], result
+    assert result["status"] == 130, result

@@ -2,7 +2,8 @@
 
 The issue's Adam step (tests/compiler/fixtures/adam_memory.py) in six variants: 3 layers (fits),
 10 layers (14.2 GB: near capacity) and 13 layers (17.00 GiB: the compiler runs out of memory),
-each without and with `donate_argnums=(0, 1, 2)`. One process compiles all six (~50 s of CPU).
+each without and with `donate_argnums=(0, 1, 2)`, and the 10 layers replicated over a v5e 2x2 slice.
+One process compiles all seven (~70 s of CPU).
 The buffer assignment must give `memory_analysis()`'s figures: the peak within 1 %, arguments
 and aliased bytes exactly. Without libtpu these tests fail (TPUDIAG_ALLOW_NO_LIBTPU=1 skips them).
 """
@@ -25,6 +26,8 @@ pytestmark = pytest.mark.libtpu
 SCRIPT = Path(__file__).resolve().parent / "fixtures" / "adam_memory.py"
 VARIANTS = {"fits": (3, False), "fits_donated": (3, True), "near": (10, False), "near_donated": (10, True),
             "oom": (13, False), "oom_donated": (13, True)}
+# The near step again on a v5e 2x2 slice, every array replicated over its 4 chips: what FSDP shards.
+REPLICATED = {"near_rep4": (10, False, 4)}
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +38,7 @@ def compiles(tmp_path_factory) -> Path:
         pytest.fail("libtpu is not installed: install the tpu extra or set TPUDIAG_ALLOW_NO_LIBTPU=1 to skip")
     out = tmp_path_factory.mktemp("adam")
     specs = [f"{name}:{layers}:{int(donate)}" for name, (layers, donate) in VARIANTS.items()]
+    specs += [f"{name}:{layers}:{int(donate)}:{chips}" for name, (layers, donate, chips) in REPLICATED.items()]
     done = subprocess.run([sys.executable, str(SCRIPT), str(out), *specs], capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -118,3 +122,16 @@ def test_donation_saving_matches_the_recompile_with_donation(compiles):
     drop = plain.hbm_peak_bytes - donated.hbm_peak_bytes
     assert drop > 0 and abs(lever.saving_bytes - drop) <= 0.1 * drop, (lever.saving_bytes, drop)
     assert "grow" in lever.explanation  # it names why it is less than the outputs' bytes
+
+
+def test_fsdp_is_offered_where_parameters_are_replicated_over_the_mesh(compiles):
+    """On one chip no mesh to shard over; replicated over a 4-chip slice, FSDP frees 3/4 of the
+    parameters and optimiser state (read from each parameter's `sharding={replicated}` and the
+    module's `num_partitions=4`)."""
+    _, one = _memory(compiles, "near")
+    _, rep = _memory(compiles, "near_rep4")
+    assert "fsdp" not in {lv.key for lv in one.levers}
+    fsdp = next(lv for lv in rep.levers if lv.key == "fsdp")
+    state = sum(b.size_bytes for b in rep.hbm.live_at_peak if b.kind == "argument" and b.op_name != "x")
+    assert rep.mesh_devices == 4 and fsdp.saving_bytes == state * 3 // 4
+    assert "sharded 1 ways on a 4-device mesh" in fsdp.precondition

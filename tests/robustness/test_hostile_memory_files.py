@@ -111,3 +111,52 @@ def test_a_shape_with_an_absurd_dimension_is_a_shape_error(text):
 
     with pytest.raises(ShapeSyntaxError):
         parse_shape(text)
+
+
+# --- `tpudiag memory --pprof` and a capture's allocator events, as a user runs them ---
+
+def _pprof_cases(tmp_path: Path) -> dict[str, bytes]:
+    import gzip
+
+    from tests.parsers.test_pprof import _profile
+
+    big = (1 << 63) - 1
+    return {
+        "totals past int64": _profile({1: 1}, [([1], (1, big), "tpu:0"), ([1], (1, big), "tpu:1")]),
+        "a gzip bomb": gzip.compress(bytes((64 << 20) + 1)),
+    }
+
+
+@pytest.mark.parametrize("case, cause", [("totals past int64", "pass int64"), ("a gzip bomb", "decompression bomb")])
+def test_a_hostile_pprof_is_one_line_naming_it(tmp_path, case, cause):
+    prof = tmp_path / "m.prof"
+    prof.write_bytes(_pprof_cases(tmp_path)[case])
+    out = memory("--pprof", str(prof))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    first = out.stderr.strip().splitlines()[0]
+    assert first.startswith("error:") and str(prof) in first and cause in first
+
+
+def test_a_unicode_digit_device_and_a_long_location_read_from_the_command_line(tmp_path):
+    from tests.parsers.test_pprof import _profile
+
+    prof = tmp_path / "m.prof"
+    n = 2000  # one location of n lines named n times: n * n frames before the fix
+    prof.write_bytes(_profile({1: n}, [([1] * n, (1, 64), "tpu:\u00b2"), ([1], (2, 128), "tpu:1")]))
+    out = memory("--pprof", str(prof), "--format", "json")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    live = json.loads(out.stdout)["live_buffers"]
+    assert live["total_bytes"] == 192 and {d["device"] for d in live["devices"]} == {"tpu:\u00b2", "tpu:1"}
+
+
+def test_allocator_figures_past_any_memory_are_dropped_not_printed_wrapped(tmp_path):
+    from tests.parsers.test_allocator_events import _one_stat_events
+
+    run = tmp_path / "logdir" / "plugins" / "profile" / "r"
+    run.mkdir(parents=True)
+    _one_stat_events(run / "h.xplane.pb", [4096, (1 << 63) - 1, -5, 8192])
+    out = memory(str(tmp_path / "logdir"))
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    text = out.stdout + out.stderr
+    assert "2 allocator events dropped" in " ".join(text.split())
+    assert not re.search(r"-\d[\d.]* ?(B|KiB|MiB|GiB)\b|-\d[\d.]* ?%", text)  # no negative figure anywhere

@@ -393,6 +393,43 @@ def straggler_cores(slow: tuple[int, int] | None = (0, 3), extra_ps: int = CORE_
     return out
 
 
+# -- host transfers ----------------------------------------------------------------------------------
+
+OFFLOAD_DIMS = "128,1024,256"  # 32 Mi elements: 128 MiB in f32, 64 MiB in bf16
+OFFLOAD_BYTES_F32 = 128 << 20
+
+
+def host_offload(dtype: str = "f32", wait_ps: int = 5000 * US, compute_ps: int = 2000 * US) -> CaptureDesign:
+    """1 v6e chip, 3 steps of 10 ms: each prefetches one array from host memory (`S(5)`) into HBM
+    (`copy-start` at 0, `copy-done` waiting `wait_ps` after `compute_ps` of `fusion.1`) and
+    offloads a quarter-size one back (`copy-start.1` right after, `copy-done.1` 1 µs at 9.9 ms).
+    The prefetch window runs from 0 to `compute_ps + wait_ps`: 128 MiB over 7 ms is 19.2 GB/s with
+    the defaults; the offload's 32 MiB over 2.9 ms is 11.6 GB/s."""
+    hbm = f"{dtype}[{OFFLOAD_DIMS}]{{2,1,0:T(8,128)}}"
+    host = f"{dtype}[{OFFLOAD_DIMS}]{{2,1,0:T(8,128)S(5)}}"
+    small, small_host = (f"{dtype}[32,1024,256]{{2,1,0:T(8,128)}}", f"{dtype}[32,1024,256]{{2,1,0:T(8,128)S(5)}}")
+    ctx = "u32[]{:S(2)}"
+    ops = (OpDef("copy-start", "copy-start", shape=f"({hbm}, {host}, {ctx})",
+                 hlo_text=f"%copy-start = ({hbm}, {host}, {ctx}) copy-start({host} %param)"),
+           OpDef("copy-done", "copy-done", shape=hbm,
+                 hlo_text=f"%copy-done = {hbm} copy-done(({hbm}, {host}, {ctx}) %copy-start)"),
+           OpDef("fusion.1", "loop fusion", bytes_accessed=1e9, shape=hbm),
+           OpDef("copy-start.1", "copy-start", shape=f"({small_host}, {small}, {ctx})"),
+           OpDef("copy-done.1", "copy-done", shape=small_host),
+           # an on-chip prefetch into VMEM (S(1)): an async copy, but not a host transfer
+           OpDef("copy-start.2", "copy-start", shape=f"(f32[8,128]{{1,0:T(8,128)S(1)}}, f32[8,128]{{1,0:T(8,128)}}, {ctx})"),
+           OpDef("copy-done.2", "copy-done", shape="f32[8,128]{1,0:T(8,128)S(1)}"))
+
+    def schedule(chip: int, step: int) -> list[Placed]:
+        t = compute_ps + wait_ps
+        return [Placed("copy-start", 0, US), Placed("fusion.1", US, compute_ps - US),
+                Placed("copy-done", compute_ps, wait_ps), Placed("copy-start.1", t, US),
+                Placed("copy-start.2", t + US, US), Placed("copy-done.2", t + 2 * US, 100 * US),
+                Placed("copy-done.1", 9900 * US, US)]
+
+    return design(ops, schedule, n_chips=1)
+
+
 def analyse_hosts(designs: list[CaptureDesign], root: Path) -> Analysis:
     run = root / "plugins" / "profile" / "run"
     for d in designs:

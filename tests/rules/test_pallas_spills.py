@@ -56,7 +56,7 @@ def test_static_report_puts_the_kernel_spills_on_the_op_that_runs_it():
     assert "not in the trace" not in spill.message and spill.saving.ps > 0
 
 
-def _trace(tmp_path: Path, nested: bool) -> Path:
+def _trace(tmp_path: Path, nested: bool, program_id: int = 99) -> Path:
     """A v5e capture of the fixture's module: the `while` of 3 layers, with (nested) or without the
     loop body's ops on the XLA Ops line, as captures of either kind show them."""
     body = (OpDef("convolution_tanh_fusion.2", "convolution fusion", flops=2.0 * 2048 * 128 * 128,
@@ -73,7 +73,7 @@ def _trace(tmp_path: Path, nested: bool) -> Path:
         return placed + [Placed("reduce_sum.7", 300 * US, 10 * US)]
 
     design = CaptureDesign(hostname="host0", device_type="TPU v5 lite", peak_tflops=197.0, peak_hbm_gbs=819.0,
-                           module="jit_step", program_id=99, ops=entry + (body if nested else ()), n_chips=1,
+                           module="jit_step", program_id=program_id, ops=entry + (body if nested else ()), n_chips=1,
                            n_steps=3, step_ps=400 * US, schedule=schedule)
     run = tmp_path / "logdir" / "plugins" / "profile" / "run"
     write_capture(design, run)
@@ -99,6 +99,16 @@ def test_joined_to_a_trace_of_entry_ops_the_loop_gets_the_kernel_spills(tmp_path
     [spill] = [f for f in d.findings if f.rule == "spill"]
     assert spill.ops == (KERNEL, "while")
     assert "(inside `while`" in spill.message and ", which takes 300.0 µs per step in the trace)" in spill.message
+
+
+def test_regression_a_program_id_above_int64_joins_the_dump(tmp_path):
+    # Issue 35: an id >= 2^63 (jit_f's in the real v6e capture) was read as 0, the ops lost their
+    # module name and the dump matched none of them.
+    d = tpudiag.diagnose(_trace(tmp_path, nested=True, program_id=12190760917235803885), dumps=[FIXTURE])
+    rows = {o.name: o for o in d.report.ops}
+    assert rows[KERNEL].program == "jit_step" and rows[KERNEL].program_id == 12190760917235803885
+    assert (rows[KERNEL].spill_stores, rows[KERNEL].spill_fills) == (691, 800)
+    assert not any("matched none" in w for w in d.warnings), d.warnings
 
 
 @pytest.mark.parametrize("nested", [True, False])

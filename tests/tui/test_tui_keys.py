@@ -45,6 +45,14 @@ CASES = {
     ("timeline", "left"): (("t", "right"), lambda app: _step(app) == 10),
     ("timeline", "right_square_bracket"): (("t",), lambda app: _step(app) == 11),
     ("timeline", "right"): (("t", "right"), lambda app: _step(app) == 12),
+    ("timeline", "d"): (("t",), lambda app: _selected(app) == (0, 0)),
+    ("timeline", "a"): (("t", "d", "d", "d"), lambda app: _selected(app) == (0, 1)),
+    ("timeline", "s"): (("t", "d"), lambda app: _selected(app)[0] == 1),
+    ("timeline", "w"): (("t", "d", "s", "s"), lambda app: _selected(app)[0] == 1),
+    ("timeline", "enter"): (("t", "d", "d"), lambda app: isinstance(app.screen, OpDetailScreen)
+                            and app.screen.detail.op.name == _lane_op(app, 0, 1)),
+    ("findings", "l"): (("f", "up"), lambda app: app.current_view == "timeline" and _selected(app) is not None
+                        and _lane_op(app, *_selected(app)) == "fusion.8"),
     ("hosts", "enter"): (("h",), lambda app: app.current_view == "timeline" and _step(app) == 10),
     ("op detail", "escape"): (("p", "enter"), lambda app: not isinstance(app.screen, OpDetailScreen)
                               and app.current_view == "ops"),
@@ -53,6 +61,14 @@ CASES = {
 
 def _step(app):
     return app.query_one("#view-timeline").timeline.step
+
+
+def _selected(app):
+    return app.query_one("#timeline-chart").selected
+
+
+def _lane_op(app, lane: int, span: int) -> str:
+    return app.query_one("#view-timeline").timeline.lanes[lane].spans[span].name
 
 
 def documented():

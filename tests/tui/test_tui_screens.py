@@ -19,6 +19,9 @@ EXAMPLE_JOURNEYS = {
             (("slash", *"all-reduce", "enter"), "example_ops_search_all_reduce")],
     "timeline_hosts_help": [(("t",), "example_timeline"), (("right_square_bracket",), "example_timeline_next_step"),
                             (("h",), "example_hosts_single"), (("question_mark",), "example_help")],
+    # a finding's op on the timeline, selected; then the next op, and its detail
+    "timeline_selection": [(("f", "l"), "example_timeline_finding_op"), (("d",), "example_timeline_next_op"),
+                           (("enter",), "example_op_detail_from_timeline")],
 }
 TWO_HOST_JOURNEY = [((), "two_host_overview"), (("p",), "two_host_ops"), (("t",), "two_host_timeline"),
                     (("h",), "two_host_hosts")]

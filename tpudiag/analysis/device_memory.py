@@ -17,14 +17,16 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
-from tpudiag.model.compile_output import HLO_TEXT_FILE, RESULT_FILE, CompileOutput
-from tpudiag.model.compiled import BufferAllocation, BufferValue, CompiledProgram, memory_space_name
+from tpudiag.model.compile_output import HLO_TEXT_FILE, CompileOutput
+from tpudiag.model.compiled import (MEMORY_SPACE_NAMES, BufferAllocation, BufferValue, CompiledProgram,
+                                    memory_space_name)
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, DEFAULT_SCOPED_VMEM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.llo import LloDump
 from tpudiag.model.memory import (INFERENCE, TRAINING, MemoryBuffer, MemoryGroup, MemoryLever, MemoryReport,
                                   OomAnalysis, OomError, ProgramMemory, SpaceMemory, VmemUse)
-from tpudiag.parsers.layout import ShapeSyntaxError, padded_dims, parse_shape
+from tpudiag.model.hlo_shapes import padded_dims
+from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
 from tpudiag.parsers.oom_error import OomSizeError, parse_oom_error
 
 # The order in which levers are tried first: cost to the user, cheapest first (a layout or a
@@ -327,26 +329,19 @@ def _vmem_use(program: CompiledProgram | None, op: str, size: int, source: str) 
 def _compiled_text(hlo: HloInput, output: CompileOutput | None) -> CompiledProgram | None:
     """The `compiled.hlo.txt` of a `tpudiag compile` output, beside its XLA dump (`output`'s program
     when that output was read already); None when absent."""
-    from tpudiag.errors import InputError
-    from tpudiag.parsers.hlo_text import load_hlo_text
+    from tpudiag.parsers.compile_output import compiled_text_beside
 
-    path = Path(hlo.origin).parent / HLO_TEXT_FILE
     if output is not None:
-        return output.program if Path(output.program.path) == path else None
-    try:
-        return load_hlo_text(path) if path.is_file() else None
-    except InputError:
-        return None
+        return output.program if Path(output.program.path) == Path(hlo.origin).parent / HLO_TEXT_FILE else None
+    return compiled_text_beside(Path(hlo.origin))
 
 
 def _compile_facts(hlo: HloInput, output: CompileOutput | None) -> dict:
     """The `result.json` of the `tpudiag compile` output this program's dump is in (`output`'s when
     that was read already), when it is this program's; {} otherwise (an XLA dump of its own, or damaged)."""
-    result = Path(hlo.origin).parent / RESULT_FILE
-    try:
-        facts = output.facts if output is not None else json.loads(result.read_text()) if result.is_file() else {}
-    except (OSError, ValueError):
-        return {}
+    from tpudiag.parsers.compile_output import result_beside
+
+    facts = output.facts if output is not None else result_beside(Path(hlo.origin))
     return facts if isinstance(facts, dict) and facts.get("module") == hlo.program.module else {}
 
 
@@ -418,7 +413,7 @@ def _space(program: CompiledProgram, color: int, allocs: list[BufferAllocation],
             live.append(_buffer(program, value, "temporary", alloc, ranges))
     live.sort(key=lambda b: (-b.size_bytes, b.name))
     return SpaceMemory(
-        space=memory_space_name(color) if color in (0, 1, 2) else f"color {color}", color=color,
+        space=memory_space_name(color) if color in MEMORY_SPACE_NAMES else f"color {color}", color=color,
         peak_bytes=sum(a.size_bytes for a in allocs), argument_bytes=totals["argument"],
         output_bytes=totals["output"], temp_bytes=totals["temporary"], constant_bytes=totals["constant"],
         alias_bytes=alias, reported_total_bytes=reported, live_at_peak=tuple(live), peak_position=peak_at,

@@ -332,7 +332,7 @@ class Diff:
     new_run: str
     options: NoiseOptions
     step_time: Change | None
-    breakdown: tuple[NamedChange, ...]  # compute, collectives, infeed/outfeed, idle
+    breakdown: tuple[NamedChange, ...]  # compute, collectives, infeed/outfeed, host transfers (when any), idle
     collectives: tuple[NamedChange, ...]  # per collective family, sorted by |delta|
     ops: tuple[OpChange, ...]  # matched ops, sorted by |delta|, largest first
     appeared: tuple[OpPresence, ...]  # only in the new run, by time
@@ -833,8 +833,10 @@ def diff_analyses(base: Analysis, new: Analysis, base_findings: Sequence[Finding
 
     breakdown = []
     if per_step:
+        host = ((("host transfers", "host_transfer_ps"),)
+                if base.steps["host_transfer_ps"].any() or new.steps["host_transfer_ps"].any() else ())
         for label, col in (("compute", "compute_ps"), ("collectives", "collective_ps"), ("infeed/outfeed", "io_ps"),
-                           ("idle", "idle_ps")):
+                           *host, ("idle", "idle_ps")):
             breakdown.append(NamedChange(label, compare_steps(
                 _per_step_mean_over_cores(base, col), _per_step_mean_over_cores(new, col), "mean", options, min_abs)))
 

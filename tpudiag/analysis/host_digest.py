@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.collective_windows import host_windows, summarize_windows
+from tpudiag.analysis.host_transfers import host_copies, host_copy_mask, transfer_table
 from tpudiag.analysis.idle import capture_windows, host_idle_tables
 from tpudiag.analysis.ops import aggregate_ops
 from tpudiag.analysis.steps import build_steps
@@ -29,7 +30,8 @@ def digest_host(host: HostTrace) -> HostDigest:
     """The digest of one host with its events (it labels each event with its step, in place)."""
     if host.events is None:
         raise ValueError(f"host {host.host}: no events to digest")
-    steps, source = build_steps(host)
+    copies = host_copies(host.op_metadata)
+    steps, source = build_steps(host, host_copy_mask(host.events, copies))
     executions = source.kind is StepKind.XLA_MODULES
     # Without steps, idle is measured over each core's span of the capture (`idle.capture_windows`)
     windows = steps if not steps.empty else capture_windows(host.events)
@@ -40,7 +42,8 @@ def digest_host(host: HostTrace) -> HostDigest:
                       core_span_ps=core_spans(host.events, steps), n_events=len(host.events), op_cores=op_cores,
                       op_means=op_means(op_step_worst, host.host), collectives=collectives,
                       per_step=StepTables(op_step_worst, op_step_sums, collective_op_steps),
-                      idle_gaps=gaps, idle_steps=idle_steps, executions=executions)
+                      idle_gaps=gaps, idle_steps=idle_steps, executions=executions,
+                      host_transfers=transfer_table(host.events, copies, host.host))
 
 
 def op_means(op_step_worst: pd.DataFrame, host: str) -> pd.DataFrame:

@@ -131,13 +131,13 @@ def _live_at_peak(ev: pd.DataFrame, steps: np.ndarray, peak_step: int, peak_time
     if peak_stack > 0:
         rows.append(ActiveAllocation(peak_stack, peak_stack, 1, "stack", "stack", 0, "", attributed=False))
     rows.sort(key=lambda a: (-a.allocation_bytes, -a.requested_bytes, a.op, a.region_type, a.data_type_name,
-                            a.shape))
+                            a.shape, a.annotation))
     merged: list[ActiveAllocation] = []
     for row in rows:
         if merged and _alike(merged[-1], row):
             last = merged.pop()
             row = ActiveAllocation(last.allocation_bytes, last.requested_bytes, last.occurrences + 1, last.op,
-                                   last.region_type, last.data_type, last.shape, last.attributed)
+                                   last.region_type, last.data_type, last.shape, last.attributed, last.annotation)
         merged.append(row)
     return tuple(merged)
 
@@ -145,12 +145,13 @@ def _live_at_peak(ev: pd.DataFrame, steps: np.ndarray, peak_step: int, peak_time
 def _allocation(ev: pd.DataFrame, i: int) -> ActiveAllocation:
     return ActiveAllocation(int(ev["allocation_bytes"].iat[i]), int(ev["requested_bytes"].iat[i]), 1,
                             str(ev["op"].iat[i]), str(ev["region_type"].iat[i]), int(ev["data_type"].iat[i]),
-                            str(ev["shape"].iat[i]))
+                            str(ev["shape"].iat[i]), annotation=str(ev["annotation"].iat[i]))
 
 
 def _alike(a: ActiveAllocation, b: ActiveAllocation) -> bool:
-    return (a.allocation_bytes, a.requested_bytes, a.op, a.region_type, a.data_type, a.shape, a.attributed) == \
-        (b.allocation_bytes, b.requested_bytes, b.op, b.region_type, b.data_type, b.shape, b.attributed)
+    return (a.allocation_bytes, a.requested_bytes, a.op, a.region_type, a.data_type, a.shape, a.attributed,
+            a.annotation) == (b.allocation_bytes, b.requested_bytes, b.op, b.region_type, b.data_type, b.shape,
+                              b.attributed, b.annotation)
 
 
 def sampled(timeline: pd.DataFrame, max_points: int = XPROF_MAX_SNAPSHOTS) -> pd.DataFrame:

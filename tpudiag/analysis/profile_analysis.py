@@ -31,6 +31,7 @@ class Analysis:
     ops: pd.DataFrame  # schemas.OPS, every host
     step_sources: dict[str, StepSource]
     core_time_ps: dict[str, int]  # per host: sum over cores of each core's span
+    host_transfers: pd.DataFrame  # schemas.HOST_TRANSFERS, every host (`analysis.host_transfers`)
     # Compiled facts per op (`tpudiag.analysis.join`), indexed like `ops`; set by the caller that
     # has the dumps, before the rules run, so rules may read them too. None when not joined.
     join: JoinResult | None = None
@@ -87,7 +88,9 @@ def analyze(profile: Profile, per_step: StepTables | None = None) -> Analysis:
                     steps=_stacked([d.steps for d in digests.values()], digests, schemas.STEPS),
                     ops=_stacked([d.ops for d in digests.values()], digests, schemas.OPS),
                     step_sources={h: d.step_source for h, d in digests.items()},
-                    core_time_ps={h: d.core_span_ps for h, d in digests.items()})
+                    core_time_ps={h: d.core_span_ps for h, d in digests.items()},
+                    host_transfers=_stacked([d.host_transfers for d in digests.values()], digests,
+                                            schemas.HOST_TRANSFERS))
 
 
 def per_step_times(steps: pd.DataFrame) -> pd.DataFrame:
@@ -115,6 +118,7 @@ def mean_breakdown(steps: pd.DataFrame) -> Breakdown | None:
     mean core's, which the step time (the slowest core's per step) exceeds when cores differ."""
     if steps.empty:
         return None
-    m = steps[["dur_ps", "compute_ps", "collective_ps", "io_ps", "idle_ps"]].mean()
+    m = steps[["dur_ps", "compute_ps", "collective_ps", "io_ps", "host_transfer_ps", "idle_ps"]].mean()
     return Breakdown(step_ps=float(m["dur_ps"]), compute_ps=float(m["compute_ps"]),
-                     collective_ps=float(m["collective_ps"]), io_ps=float(m["io_ps"]), idle_ps=float(m["idle_ps"]))
+                     collective_ps=float(m["collective_ps"]), io_ps=float(m["io_ps"]), idle_ps=float(m["idle_ps"]),
+                     host_transfer_ps=float(m["host_transfer_ps"]))

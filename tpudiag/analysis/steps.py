@@ -57,10 +57,14 @@ def aligned_executions(chosen: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """(markers, executions left out): one program's executions numbered as steps across cores.
 
     The core with the most executions is the reference: its k-th execution is step k, and each
-    other core's execution is the step whose reference start is nearest its own (one per step).
+    other core's execution is the step whose reference start is nearest its own (one per step),
+    if it is nearer than half the reference's median period (than its longest execution when the
+    reference ran once): an execution with no peer there is no step's.
     As XProf intersects step events across cores (`IntersectCombineStepEvents`), a step counts only
     when every core that runs the program ran it; the other executions are left out and counted.
     """
+    if chosen.empty:
+        return chosen[["device", "core", "start_ps", "dur_ps"]].assign(step=np.zeros(0, np.int64)), 0
     counts = chosen.groupby("core", observed=True).size().sort_index()
     ref_core = int(counts.idxmax())
     ref = np.sort(chosen.loc[chosen["core"] == ref_core, "start_ps"].to_numpy())
@@ -72,18 +76,23 @@ def aligned_executions(chosen: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     frame = pd.DataFrame({
         "device": chosen["device"].astype(str).to_numpy(), "core": chosen["core"].to_numpy(), "step": step,
         "start_ps": starts, "dur_ps": chosen["dur_ps"].to_numpy(), "off": np.abs(starts - ref[step])})
+    durs = chosen["dur_ps"].to_numpy()
+    reach = np.median(np.diff(ref)) / 2 if len(ref) > 1 else (durs.max() if len(durs) else 0)
+    frame = frame[(frame["off"] < reach) | (frame["off"] == 0)]
     frame = frame.sort_values("off", kind="stable").drop_duplicates(["core", "step"])
     on_every_core = frame.groupby("step")["core"].transform("size") == len(counts)
     kept = frame[on_every_core].drop(columns="off")
     return kept, len(chosen) - len(kept)
 
 
-def build_steps(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
-    """The steps table of one host, and label each event with its step (in place)."""
+def build_steps(host: HostTrace, host_copy: np.ndarray | None = None) -> tuple[pd.DataFrame, StepSource]:
+    """The steps table of one host, and label each event with its step (in place). `host_copy`
+    marks the events that are async copies to or from host memory (`analysis.host_transfers`)."""
     markers, source = step_markers(host)
     if markers.empty:
         return schemas.STEPS.empty(), source
     events = host.events
+    is_host_copy = host_copy if host_copy is not None else np.zeros(len(events), dtype=bool)
     step_col = np.full(len(events), -1, dtype=np.int64)
     is_collective = _collective_events(events)
     io_cats = np.array([str(c).lower() in IO_CATEGORIES for c in events["category"].cat.categories], dtype=bool)
@@ -110,8 +119,11 @@ def build_steps(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
         coll = covered(s_start, s_end, *merge(start[coll_idx], end[coll_idx]))
         io_idx = on_core[is_io[on_core]]
         io = covered(s_start, s_end, *merge(start[io_idx], end[io_idx]))
+        hc_idx = on_core[is_host_copy[on_core]]
+        hc = covered(s_start, s_end, *merge(start[hc_idx], end[hc_idx]))
         coll = np.minimum(coll, busy)
         io = np.minimum(io, busy - coll)
+        hc = np.minimum(hc, busy - coll - io)
         dur = s_end - s_start
         rows.append(pd.DataFrame({
             "device": m["device"].astype(str).to_numpy(),
@@ -120,9 +132,10 @@ def build_steps(host: HostTrace) -> tuple[pd.DataFrame, StepSource]:
             "start_ps": s_start,
             "dur_ps": dur,
             "busy_ps": busy,
-            "compute_ps": busy - coll - io,
+            "compute_ps": busy - coll - io - hc,
             "collective_ps": coll,
             "io_ps": io,
+            "host_transfer_ps": hc,
             "idle_ps": dur - busy,
         }))
     events["step"] = step_col

@@ -239,3 +239,63 @@ def rasterize_in_flight(lane: Lane, width: int, span_ps: int) -> tuple[bool, ...
     s, e = merge(np.array([f.offset_ps for f in lane.in_flight], dtype=np.int64),
                  np.array([f.offset_ps + f.dur_ps for f in lane.in_flight], dtype=np.int64))
     return tuple(bool(c > 0) for c in covered(edges[:-1], edges[1:], s, e))
+
+
+@dataclass(frozen=True)
+class NameLabel:
+    """An op's name where it fits on a lane drawn `width` cells wide: from `cell`, `text`."""
+
+    cell: int
+    text: str
+    span: int  # index of the span in `Lane.spans`
+
+
+def span_cells(span: Span, width: int, span_ps: int) -> tuple[int, int]:
+    """The cells [first, last) a span covers when [0, span_ps) is drawn `width` cells wide; at
+    least one cell."""
+    if span_ps <= 0 or width <= 0:
+        return 0, 0
+    lo = int(span.offset_ps * width // span_ps)
+    hi = int(-((-(span.offset_ps + span.dur_ps) * width) // span_ps))  # ceil
+    lo = min(max(lo, 0), width - 1)
+    return lo, max(lo + 1, min(hi, width))
+
+
+def name_labels(lane: Lane, width: int, span_ps: int, shown=lambda name: name) -> tuple[NameLabel, ...]:
+    """The ops whose name (as `shown` writes it) fits inside the cells their span covers, with one
+    cell to spare, left to right, never overlapping (a name starts a cell after the previous one
+    ends). Pure: the TUI places them under the lane."""
+    out: list[NameLabel] = []
+    free_from = 0
+    for i, s in enumerate(lane.spans):
+        lo, hi = span_cells(s, width, span_ps)
+        text = shown(s.name)
+        start = max(lo, free_from)  # after the previous name and its space
+        if hi - start >= len(text) + 1:
+            out.append(NameLabel(start, text, i))
+            free_from = start + len(text) + 1
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class OpPlace:
+    """Where an op runs on the timeline: the step, the lane's index in its `StepTimeline`, the span's in the lane."""
+
+    step: int
+    lane: int
+    span: int
+
+
+def find_on_timeline(analysis: Analysis, ops: tuple[str, ...], host: str = "", max_steps: int = 8) -> OpPlace | None:
+    """The first occurrence of any of `ops` (on `host` when given) in the first `max_steps` steps:
+    the lanes of one step are drawn from the events, so the search stops early."""
+    wanted = set(ops)
+    for step in step_numbers(analysis)[:max_steps]:
+        timeline = step_timeline(analysis, step)
+        for li, lane in enumerate(timeline.lanes):
+            if host and lane.host != host:
+                continue
+            for si, span in enumerate(lane.spans):
+                if span.name in wanted:
+                    return OpPlace(step, li, si)
+    return None

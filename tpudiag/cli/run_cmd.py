@@ -122,6 +122,24 @@ def child_env(config: dict, boot_dir: Path, dumps: Path, tpu: bool,
     return env, Path(xla), Path(llo) if llo else None
 
 
+def route_flags(texts) -> list[tuple[str, str]]:
+    """(variable, `--NAME=VALUE`) for each `--xla-flag`: LIBTPU_INIT_ARGS when libtpu registers
+    NAME, XLA_FLAGS when XLA does (`compiler.flags`); a UsageError for a flag that is not one flag,
+    names neither registers or sets the dumps, which `run` owns (set XLA_FLAGS yourself for those)."""
+    from tpudiag.compiler.flags import flag_registry, split_flag
+    from tpudiag.errors import UsageError
+
+    parsed = [split_flag(t) for t in texts]
+    for name, _ in parsed:
+        if "dump" in name.lower():
+            raise UsageError(f"--xla-flag `{name}`: `run` sets the dumps it joins to the report itself",
+                             hint="to dump elsewhere, set it in XLA_FLAGS or LIBTPU_INIT_ARGS: run keeps yours")
+    if not parsed:
+        return []
+    registry = flag_registry()
+    return [(registry.route(name).value, f"--{name}={value}") for name, value in parsed]
+
+
 def added_flags(env: dict[str, str]) -> list[str]:
     """What tpudiag appended to each flag variable of the child, as `VAR += FLAGS`: each flag where
     its runtime registers it (`--xla_dump_to`: XLA's DebugOptions; `--xla_jf_*`: libtpu's)."""
@@ -302,12 +320,16 @@ def run_command(
                                                       "for loops without step annotations")] = None,
     python_tracer: Annotated[bool, typer.Option(help="Also trace Python function calls (large captures)")]
     = False,
+    xla_flag: Annotated[list[str] | None, typer.Option("--xla-flag", help="NAME=VALUE: a compiler flag for the "
+                        "program, appended to LIBTPU_INIT_ARGS or XLA_FLAGS, whichever registers it (repeatable)")]
+    = None,
 ) -> None:
     from tpudiag.errors import TpudiagError, UsageError
     from tpudiag.profiling import check_step_var, newest_new_run, no_capture_reason, parse_steps, run_dirs
 
     if not command:
         raise UsageError("no program to run", hint="put it after `--`: `tpudiag run -- python train.py`")
+    routed = route_flags(xla_flag or ())  # usage errors before the program runs
     window = parse_steps(steps)
     check_step_var(step_var, window)
     if logdir is not None:
@@ -329,6 +351,8 @@ def run_command(
         config = {"logdir": str(logdir), "steps": [window.first, window.last] if window else None,
                   "status": str(status_file), "python_tracer": python_tracer, "step_var": step_var}
         env, xla, llo = child_env(config, boot, work / "dumps", tpu_host(), gpu_host())
+        for var, flag in routed:
+            env[var] = f"{env.get(var, '')} {flag}".strip()
         where = f"trace in `{logdir}`, dumps in `{xla}`" + (f" and `{llo}`" if llo else "")
         _say(where)
         for line in added_flags(env):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,25 @@ mesh = Mesh(np.array(list(topo.devices)[:1]), ("x",))
 arg = jax.ShapeDtypeStruct((8, 128), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec()))
 jax.jit(lambda x: x + 1).lower(arg).compile()
 """
+
+
+_FLAG = re.compile(r"^(?:--)?([A-Za-z][A-Za-z0-9_]*)=(.*)\Z", re.DOTALL)
+
+
+def split_flag(text: str, what: str = "--xla-flag") -> tuple[str, str]:
+    """`NAME=VALUE` (a leading `--` allowed) -> (NAME, VALUE); a UsageError unless it is one flag:
+    a VALUE with whitespace or a second `--` would put more flags in the variable."""
+    from tpudiag.model.text import one_line
+
+    m = _FLAG.match(text.strip())
+    if m is None or not m.group(2):
+        raise UsageError(f"{what} `{one_line(text)}`: expected NAME=VALUE",
+                         hint="e.g. --xla-flag xla_tpu_enable_latency_hiding_scheduler=false")
+    name, value = m.group(1), m.group(2)
+    if re.search(r"\s", value) or "--" in value:
+        raise UsageError(f"{what} `{one_line(text)}`: a value with whitespace or `--` would pass more than one flag",
+                         hint=f"give each flag its own {what} NAME=VALUE")
+    return name, value
 
 
 class Destination(str, Enum):
@@ -87,11 +107,16 @@ class FlagRegistry:
 
 
 def _versions() -> tuple[str, str]:
+    """jaxlib's version and libtpu's ('' when libtpu is not installed: it then registers nothing)."""
     try:
-        return metadata.version("jaxlib"), metadata.version("libtpu")
-    except metadata.PackageNotFoundError as exc:
-        raise FlagListError(f"cannot list compiler flags: {exc.name} is not installed",
-                            hint="deviceless TPU compiles need jax with libtpu: `pip install -e \".[tpu]\"`") from None
+        jaxlib = metadata.version("jaxlib")
+    except metadata.PackageNotFoundError:
+        raise FlagListError("cannot list compiler flags: jaxlib is not installed",
+                            hint="install jax: XLA's flags are listed from jaxlib") from None
+    try:
+        return jaxlib, metadata.version("libtpu")
+    except metadata.PackageNotFoundError:
+        return jaxlib, ""
 
 
 def cache_dir() -> Path:
@@ -105,15 +130,15 @@ def cache_dir() -> Path:
 def flag_registry(*, refresh: bool = False) -> FlagRegistry:
     """Both registries of the installed jaxlib and libtpu, from the cache or listed now (and cached)."""
     jaxlib, libtpu = _versions()
-    versions = f"jaxlib {jaxlib}, libtpu {libtpu}"
-    path = cache_dir() / f"flags-jaxlib-{jaxlib}-libtpu-{libtpu}.json"
+    versions = f"jaxlib {jaxlib}, " + (f"libtpu {libtpu}" if libtpu else "no libtpu installed")
+    path = cache_dir() / f"flags-jaxlib-{jaxlib}-libtpu-{libtpu or 'none'}.json"
     if not refresh:
         try:
             cached = json.loads(path.read_text(encoding="utf-8"))
             return FlagRegistry(frozenset(cached["libtpu"]), frozenset(cached["xla"]), versions)
         except (OSError, ValueError, KeyError, TypeError):
             pass  # absent or damaged: list again
-    registry = FlagRegistry(list_libtpu_flags(), list_xla_flags(), versions)
+    registry = FlagRegistry(list_libtpu_flags() if libtpu else frozenset(), list_xla_flags(), versions)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -52,6 +52,7 @@ class ActiveAllocation:
     data_type: int
     shape: str
     attributed: bool = True  # False: the UNATTRIBUTED remainder, or the stack reservation
+    annotation: str = ""  # the host events enclosing the allocation (`PjitFunction(f) › Build buffer allocations`)
 
     @property
     def data_type_name(self) -> str:

@@ -12,19 +12,30 @@ the tuple's own index table.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from tpudiag.model.schemas import Column, TableSchema
 
-# Layout memory spaces (`S(n)` in shape text, LayoutProto.memory_space). 0-2 as XLA's own
-# memory-usage report names them on v5e/v6e (`default`, `vmem (color=1)`, `smem (color=2)`);
-# other numbers keep their raw form because their meaning varies by generation.
-MEMORY_SPACE_NAMES = {0: "hbm", 1: "vmem", 2: "smem"}
+# Layout memory spaces (`S(n)` in shape text, LayoutProto.memory_space): the one map from a
+# number to what it is. 0-2 as XLA's own memory-usage report names them on v5e/v6e (`default`,
+# `vmem (color=1)`, `smem (color=2)`); 5 is host memory (XLA's `Layout::kHostMemorySpace`, what
+# memory kinds `pinned_host`/`unpinned_host` compile to: offloaded and prefetched arrays); other
+# numbers keep their raw form because their meaning varies by generation.
+HOST_MEMORY_SPACE = 5
+MEMORY_SPACE_NAMES = {0: "hbm", 1: "vmem", 2: "smem", HOST_MEMORY_SPACE: "host"}
+_MEMORY_SPACE = re.compile(r"S\((\d+)\)(?=[^{}]*\})")  # inside a layout's braces: `{1,0:T(8,128)S(5)}`
 
 
 def memory_space_name(space: int) -> str:
     return MEMORY_SPACE_NAMES.get(space, f"S({space})")
+
+
+def memory_spaces_in(text: str) -> tuple[int, ...]:
+    """The `S(n)` memory space of each layout in HLO shape text, in order (a layout without one is
+    not listed: it is HBM); `(f32[8]{0:S(5)}, f32[8]{0})` -> (5,)."""
+    return tuple(int(m.group(1)) for m in _MEMORY_SPACE.finditer(text or ""))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,12 @@ class ChipSpec:
     ici_bytes_per_s_per_link: float  # one direction
     ici_links: int
     trace_names: tuple[str, ...]  # lower-case substrings seen in device_type_string / device_kind
+    # The host link (PCIe), nominal bytes/s per chip and direction; None where no public figure
+    # gives it. jax-ml/scaling-book, "How to Think About TPUs" (tpus.md): "PCIe bandwidth for TPU v4
+    # is 16GB / second each way"; "typically around 1.5e10 bytes / second per chip" (v5e, v5p);
+    # "Trillium (TPU v6e) has 32GB/s, about 2x higher than v5". Nominal: what a transfer achieves is
+    # lower, and reports say "nominal" beside it.
+    host_link_bytes_per_s: float | None = None
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -42,12 +48,14 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 CHIPS: tuple[ChipSpec, ...] = (
-    ChipSpec("v4", 275e12, 1200e9, 32 * GIB, 2, 4, 128, 16 * MIB, 1.05e9, 45e9, 6, ("tpu v4",)),
+    ChipSpec("v4", 275e12, 1200e9, 32 * GIB, 2, 4, 128, 16 * MIB, 1.05e9, 45e9, 6, ("tpu v4",),
+             host_link_bytes_per_s=16e9),
     ChipSpec("v5e", 197e12, 819e9, 16 * GIB, 1, 4, 128, 128 * MIB, 1.5e9, 45e9, 4,
-             ("tpu v5 lite", "tpu v5e", "tpu v5litepod")),
-    ChipSpec("v5p", 459e12, 2765e9, 95 * GIB, 1, 4, 128, 64 * MIB, 1.75e9, 90e9, 6, ("tpu v5p", "tpu v5")),
+             ("tpu v5 lite", "tpu v5e", "tpu v5litepod"), host_link_bytes_per_s=15e9),
+    ChipSpec("v5p", 459e12, 2765e9, 95 * GIB, 1, 4, 128, 64 * MIB, 1.75e9, 90e9, 6, ("tpu v5p", "tpu v5"),
+             host_link_bytes_per_s=15e9),
     ChipSpec("v6e", 918e12, 1640e9, 32 * GIB, 1, 2, 256, 128 * MIB, None, 90e9, 4,
-             ("tpu v6 lite", "tpu v6e", "trillium")),
+             ("tpu v6 lite", "tpu v6e", "trillium"), host_link_bytes_per_s=32e9),
     ChipSpec("TPU7x", 2307e12, 7370e9, 192 * GIB, 2, 2, 256, 64 * MIB, None, 200e9, 6,
              ("tpu7x", "tpu v7x", "tpu v7", "ironwood")),
 )

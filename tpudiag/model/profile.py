@@ -135,6 +135,7 @@ class HostDigest:
     idle_gaps: pd.DataFrame  # analysis.idle: one row per idle interval
     idle_steps: pd.DataFrame  # analysis.idle: per (core, step) period, idle and causes
     executions: bool  # the steps are module executions (no Steps line)
+    host_transfers: pd.DataFrame  # HOST_TRANSFERS: per (core, step, direction) async copies to or from host memory
 
 
 @dataclass

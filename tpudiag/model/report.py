@@ -34,15 +34,16 @@ class Distribution:
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Mean per step and core, in ps; compute + collective + io + idle = step. `step_ps` is the mean
-    core's step: the step time (`Summary.step_time`, the slowest core's per step) is longer when
-    cores differ, and renderers say so (`step_differs`)."""
+    """Mean per step and core, in ps; compute + collective + io + host transfers + idle = step.
+    `step_ps` is the mean core's step: the step time (`Summary.step_time`, the slowest core's per
+    step) is longer when cores differ, and renderers say so (`step_differs`)."""
 
     step_ps: float
     compute_ps: float
     collective_ps: float
     io_ps: float
     idle_ps: float
+    host_transfer_ps: float = 0.0  # async copies to or from host memory (`analysis.host_transfers`)
 
     @property
     def duty_cycle(self) -> float:
@@ -81,6 +82,53 @@ class CompiledJoin:
 
 
 @dataclass(frozen=True)
+class HostTransferRate:
+    """Async copies between host memory and HBM in one direction (`analysis.host_transfers`)."""
+
+    direction: str  # `host to HBM` (prefetch) or `HBM to host` (offload)
+    ops: tuple[str, ...]  # the copy-done ops, most time first
+    transfers_per_step: float  # mean per step and core
+    bytes_per_step: float  # the arrays' logical bytes, mean per step and core
+    wait_ps: float  # time the core spends in the copies' ops, mean per step and core
+    # measured: bytes over the union of the copies' windows, mean over cores; None when there is no
+    # window, or when it exceeds the nominal link (`above_link`): a window that does not hold the
+    # whole transfer, not a speed to show
+    achieved_bytes_per_s: float | None
+    link_bytes_per_s: float | None  # the generation's nominal host link per direction (model.hardware); None: unknown
+    dtypes: tuple[str, ...] = ()  # element types moved
+    above_link: bool = False  # the windows imply more than the nominal link: the rate is not shown
+
+    @property
+    def link_share(self) -> float | None:
+        """Achieved over the nominal link; None when either is unknown."""
+        if not self.achieved_bytes_per_s or not self.link_bytes_per_s:
+            return None
+        return self.achieved_bytes_per_s / self.link_bytes_per_s
+
+    def line(self) -> str:
+        """`host to HBM: 16.0 GB per step (3 copies, f32), waited 575.8 ms, at 27.1 GB/s per core (85% of
+        the host link's nominal 32 GB/s)`: the one text of it, for every renderer."""
+        from tpudiag.model.units import fmt_bandwidth, fmt_pct, fmt_time
+
+        what = f"{self.transfers_per_step:.3g} cop{'y' if round(self.transfers_per_step, 3) == 1 else 'ies'}"
+        if self.dtypes:
+            what += ", " + "/".join(self.dtypes)
+        text = (f"{self.direction}: {self.bytes_per_step / 1e9:.3g} GB per step ({what}), waited "
+                f"{fmt_time(self.wait_ps)}")
+        if self.achieved_bytes_per_s:
+            text += f", at {fmt_bandwidth(self.achieved_bytes_per_s)} per core (measured)"
+        elif self.above_link:
+            text += ", rate n/a (the copies' windows imply more than the nominal link: they do not hold the whole transfer)"
+        if self.link_bytes_per_s:
+            share = self.link_share
+            text += f"; {fmt_pct(share) + ' of ' if share is not None else ''}the host link's nominal " \
+                    f"{fmt_bandwidth(self.link_bytes_per_s)}"
+        else:
+            text += "; the host link's bandwidth for this chip is unknown"
+        return text
+
+
+@dataclass(frozen=True)
 class Summary:
     input_path: str
     run: str
@@ -102,6 +150,7 @@ class Summary:
     dumps: tuple[str, ...] = ()
     compiled: CompiledJoin | None = None  # how trace ops were joined to compiled programs
     mode: Mode = Mode.TRACE
+    host_transfers: tuple[HostTransferRate, ...] = ()  # per direction; () without async host copies
     step_program: str = ""  # the module whose executions are the steps (no `Steps` line); '' otherwise
     # Without steps: the share of the cores' time some op runs, Σ busy / Σ span (each core from its
     # first op to its last, `analysis.idle.capture_windows`); None when the capture has steps.
@@ -115,7 +164,7 @@ class Summary:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a pod's report holds tens of thousands of rows
 class OpRow:
     host: str
     program_id: int
@@ -134,7 +183,7 @@ class OpRow:
     operational_intensity: float | None
     flop_utilization: float | None
     hbm_utilization: float | None
-    bound_by: str  # `analysis.ops.BoundBy`: Compute, HBM, collective or latency
+    bound_by: str  # `analysis.ops.BoundBy`: Compute, HBM, collective, host link or latency
     family: str
     shape_with_layout: str
     source: str  # `file.py:LINE` of the op's metadata; '' when unknown
@@ -154,6 +203,24 @@ class OpRow:
     # Self time per step and core: time_share x the host's mean step (None without steps); what the
     # first screen shows, so no cell is larger than the step.
     step_self_time_ps: float | None = None
+    # Bytes by memory space, totals over occurrences, modelled from the HLO text's layouts
+    # (`analysis.op_bytes`); hbm_bytes above is XLA's cost analysis as the trace records it.
+    hbm_read_bytes: float = 0.0
+    hbm_write_bytes: float = 0.0
+    vmem_read_bytes: float = 0.0
+    vmem_write_bytes: float = 0.0
+    host_read_bytes: float = 0.0
+    host_write_bytes: float = 0.0
+    copied_hbm_bytes: float = 0.0  # operand bytes async copies or slices brought into VMEM from HBM
+    moves: str = ""  # async copy or slice starts: `hbm->vmem`, `host->hbm`, ...
+    hbm_intensity: float | None = None  # flops / (hbm_bytes + copied_hbm_bytes)
+    bound_basis: str = ""  # `analysis.ops.BoundBasis`: how bound_by was decided
+
+    @property
+    def bound_shown(self) -> str:
+        """`bound by` as tables show it: a `*` where the bytes its copies brought decided it (the
+        tables' legend says so)."""
+        return self.bound_by + ("*" if self.bound_basis == "intensity with copied bytes" else "")
 
 
 @dataclass(frozen=True)

@@ -159,8 +159,10 @@ OPS = TableSchema("ops", (
     Column("operational_intensity", "float64", "flops / bytes_accessed; NaN without bytes"),
     Column("flop_utilization", "float64", "flop_rate / peak FLOP/s of one core; NaN without a peak"),
     Column("hbm_utilization", "float64", "hbm_bw / peak HBM bandwidth of one core; NaN without a peak"),
-    Column("bound_by", "category", "what binds the op (`analysis.ops.BoundBy`): Compute or HBM, the larger "
-                                   "utilization (as XProf); collective; latency when it reaches no roof"),
+    Column("bound_by", "category", "what binds the op (`analysis.ops.BoundBy`): Compute or HBM (the larger "
+                                   "utilization, as XProf, or hbm_intensity against the ridge where copies "
+                                   "brought its operands); collective; host link; latency when it reaches no "
+                                   "roof"),
     Column("family", "category", "collective family (all-gather, all-reduce, ...) or '' for non-collectives"),
     Column("shape_with_layout", "string", "result shape with layout"),
     Column("source", "string", "source file:line"),
@@ -174,6 +176,19 @@ OPS = TableSchema("ops", (
                                    "window (start to done) for an async pair, else the op's total time"),
     Column("ici_bw", "float64", "ici_bytes / ici_time; NaN where none, or where above the chip's ICI peak"),
     Column("ici_utilization", "float64", "ici_bw / the chip's ICI peak (every link one way); NaN without one"),
+    Column("hbm_read_bytes", "float64", "bytes of operands in HBM, total, modelled from the HLO text's layouts "
+                                        "(`analysis.op_bytes`); async copy pairs count on their start"),
+    Column("hbm_write_bytes", "float64", "bytes of results in HBM, total, modelled"),
+    Column("vmem_read_bytes", "float64", "bytes of operands in VMEM (`S(1)`), total, modelled"),
+    Column("vmem_write_bytes", "float64", "bytes of results in VMEM, total, modelled"),
+    Column("host_read_bytes", "float64", "bytes of operands in host memory (`S(5)`), total, modelled"),
+    Column("host_write_bytes", "float64", "bytes of results in host memory, total, modelled"),
+    Column("copied_hbm_bytes", "float64", "operand bytes an async copy or slice brought into VMEM from HBM, "
+                                          "total, modelled: what the op's HBM roofline counts beside hbm_bytes"),
+    Column("moves", "string", "async copy and slice starts: source->destination space (`hbm->vmem`, "
+                              "`host->hbm`), else ''"),
+    Column("hbm_intensity", "float64", "flops / (hbm_bytes + copied_hbm_bytes); NaN without FLOPs or HBM bytes"),
+    Column("bound_basis", "category", "how bound_by was decided (`analysis.ops.BoundBasis`)"),
 ))
 
 STEPS = TableSchema("steps", (
@@ -184,9 +199,10 @@ STEPS = TableSchema("steps", (
     Column("start_ps", "int64", "step start"),
     Column("dur_ps", "int64", "step duration"),
     Column("busy_ps", "int64", "union of op intervals inside the step"),
-    Column("compute_ps", "int64", "busy time in non-collective, non-I/O ops"),
+    Column("compute_ps", "int64", "busy time in ops that are not collectives, I/O or host transfers"),
     Column("collective_ps", "int64", "busy time in collectives (synchronous ones and waits on async done)"),
     Column("io_ps", "int64", "busy time in infeed, outfeed and host send/recv"),
+    Column("host_transfer_ps", "int64", "busy time in async copies to or from host memory (analysis.host_transfers)"),
     Column("idle_ps", "int64", "dur_ps - busy_ps"),
 ))
 
@@ -239,6 +255,8 @@ ALLOCATOR_EVENTS = TableSchema("allocator_events", (
     Column("data_type", "int64", "`data_type`: a TensorFlow DataType number (0 = not given)"),
     Column("shape", "category", "`shape`: the tensor's shape, when given"),
     Column("thread", "category", "the /host:CPU line the event is on"),
+    Column("annotation", "category", "the host events enclosing it on its line: the jit function it ran in "
+                                     "(`PjitFunction(loss_fn)`) and the innermost, e.g. `Build buffer allocations`"),
 ))
 
 # Live bytes of JAX's device memory profile by source line (`analysis.live_buffers`).
@@ -265,6 +283,20 @@ OP_CORES = TableSchema("op_cores", (
     Column("n", "int64", "events of this op on this core"),
     Column("self_ps", "int64", "their summed self time"),
     Column("in_steps_ps", "int64", "of which inside a step of this core (what per-step comparisons read)"),
+))
+
+HOST_TRANSFERS = TableSchema("host_transfers", (
+    Column("host", "category", "host"),
+    Column("device", "category", "plane name"),
+    Column("core", "int32", "core index"),
+    Column("step", "int64", "step of the copy-done; -1 outside every step"),
+    Column("name", "category", "the copy-done op"),
+    Column("direction", "category", "`host to HBM` or `HBM to host` (analysis.host_transfers.Direction)"),
+    Column("dtype", "category", "the array's element type"),
+    Column("bytes", "int64", "the array's logical bytes"),
+    Column("start_ps", "int64", "window start: the copy-start (the copy-done's own start when unpaired)"),
+    Column("end_ps", "int64", "window end: the end of the copy-done"),
+    Column("wait_ps", "int64", "self time of its copy-start and copy-done (the core busy in them)"),
 ))
 
 OP_STEP_SUMS = TableSchema("op_step_sums", (

@@ -19,6 +19,7 @@ loaded 2-core machine, where protobuf objects took 6.5 s), else through protobuf
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -79,7 +80,7 @@ def _read(path: Path | HostUrl) -> HostAllocatorEvents:
 # 0 for other kinds), `StrOrRefValue` (a string, or the name of the stat metadata a ref names;
 # "" for other kinds) and `DoubleValue`. `_ID` is an integer memory id, kept as its decimal text.
 _INT, _TEXT, _ID, _ID_TEXT, _DOUBLE = range(5)
-_COLUMNS = [c for c in schemas.ALLOCATOR_EVENTS.names if c not in ("allocation", "time_ps", "thread")]
+_COLUMNS = [c for c in schemas.ALLOCATOR_EVENTS.names if c not in ("allocation", "time_ps", "thread", "annotation")]
 _TEXT_COLUMNS = (*_STR_STATS.values(), "allocator")
 _DEFAULTS = [{"step_id": -1, "fragmentation": 0.0}.get(c, "" if c in _TEXT_COLUMNS else 0) for c in _COLUMNS]
 _DTYPES = [object if c in _TEXT_COLUMNS else (np.float64 if c == "fragmentation" else np.int64) for c in _COLUMNS]
@@ -129,6 +130,7 @@ def _host_plane_events(plane_bytes, path, axis: TimeAxis) -> tuple[pd.DataFrame,
             part = _line_from_protobuf(line, p)
         if not len(part["allocation"]):
             continue
+        part["annotation"] = _annotations(line, plane.event_metadata, p, part["offsets"])
         base = axis.base_ps(line.timestamp_ns)
         if base is None:
             warnings.append(unplaceable(line.name, HOST_PLANE))
@@ -155,6 +157,46 @@ def _host_plane_events(plane_bytes, path, axis: TimeAxis) -> tuple[pd.DataFrame,
         return schemas.ALLOCATOR_EVENTS.empty(), warnings
     return schemas.ALLOCATOR_EVENTS.frame({c: np.concatenate([part[c] for part in parts])
                                            for c in schemas.ALLOCATOR_EVENTS.names}), warnings
+
+
+# The enclosing event that names the program an allocation was made for (JAX: `PjitFunction(f)`).
+_PROGRAM_EVENT = re.compile(r"^(PjitFunction\(|jit_|pjit)")
+
+
+def _annotations(line, event_metadata, p: _Plane, offsets: np.ndarray) -> np.ndarray:
+    """Per allocator event of `line` (at `offsets`), the host events enclosing it on the same line:
+    the jit function it ran in and the innermost (`PjitFunction(loss_fn) › Build buffer
+    allocations`); '' where none encloses it. One sweep over the line's events in time order."""
+    decoded = event_wire.decode_line(line, None, None, None, 0) if isinstance(line, event_wire.RawLine) else None
+    if decoded is not None:
+        mids, starts, durs = decoded[0], decoded[1], decoded[2]
+    else:
+        evs = list(line.events)
+        mids = np.fromiter((e.metadata_id for e in evs), dtype=np.int64, count=len(evs))
+        starts = np.fromiter((e.offset_ps for e in evs), dtype=np.int64, count=len(evs))
+        durs = np.fromiter((e.duration_ps for e in evs), dtype=np.int64, count=len(evs))
+    keep = (durs > 0) & ~np.isin(mids, p.wanted)
+    mids, starts, ends = mids[keep], starts[keep], starts[keep] + durs[keep]
+    order = np.argsort(starts, kind="stable")
+    names = {int(m): event_metadata[int(m)].name if int(m) in event_metadata else "" for m in np.unique(mids)}
+    out = np.full(len(offsets), "", dtype=object)
+    stack: list[tuple[int, str]] = []  # (end, name) of the events open at the sweep's time
+    i = 0
+    for k in np.argsort(offsets, kind="stable").tolist():
+        t = int(offsets[k])
+        while i < len(order) and starts[order[i]] <= t:
+            j = int(order[i])
+            i += 1
+            while stack and stack[-1][0] < starts[j]:
+                stack.pop()
+            stack.append((int(ends[j]), names[int(mids[j])]))
+        while stack and stack[-1][0] < t:
+            stack.pop()
+        if stack:
+            program = next((name for end, name in stack if end >= t and _PROGRAM_EVENT.match(name)), "")
+            inner = stack[-1][1]
+            out[k] = f"{program} › {inner}" if program and program != inner else inner
+    return out
 
 
 def _line_part(line, columns: list, allocation, offsets) -> dict:

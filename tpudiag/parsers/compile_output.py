@@ -121,6 +121,29 @@ def compile_output_of(path: Path, facts: dict, dump: CompiledDump | None, llo: L
                          hlo_proto=proto, warnings=warnings)
 
 
+def compiled_text_beside(xla_dump: Path) -> CompiledProgram | None:
+    """The `compiled.hlo.txt` beside the XLA dump `xla_dump` (a `tpudiag compile` output's `xla/`),
+    parsed; None when absent or unreadable."""
+    from tpudiag.parsers.hlo_text import load_hlo_text
+
+    path = Path(xla_dump).parent / HLO_TEXT_FILE
+    try:
+        return load_hlo_text(path) if path.is_file() else None
+    except InputError:
+        return None
+
+
+def result_beside(xla_dump: Path) -> dict:
+    """The `result.json` beside the XLA dump `xla_dump` (a `tpudiag compile` output's), whatever its
+    status; {} when absent or unreadable."""
+    path = Path(xla_dump).parent / RESULT_FILE
+    try:
+        facts = json.loads(read_input_text(path)) if path.is_file() else {}
+    except (InputError, ValueError, RecursionError):
+        return {}
+    return facts if isinstance(facts, dict) else {}
+
+
 def compile_facts(path: Path) -> dict:
     """The `result.json` of a successful `tpudiag compile`; InputError otherwise."""
     if not path.is_dir():

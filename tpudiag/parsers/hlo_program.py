@@ -199,7 +199,7 @@ def _pair_async(program: CompiledProgram) -> list[AsyncPair]:
             paired.add((comp_name, start))
             s = insts[start]
             between = tuple(comp.instructions[s.position + 1:inst.position])
-            work = tuple(n for n in between if insts[n].opcode not in FREE_OPCODES)
+            work = tuple(n for n in between if not _bookkeeping(insts[n]))
             pairs.append(AsyncPair(
                 computation=comp_name, start=start, done=name, kind=_pair_kind(s),
                 family=s.collective_family, start_position=s.position, done_position=inst.position,
@@ -219,6 +219,16 @@ def _pair_async(program: CompiledProgram) -> list[AsyncPair]:
     for comp_name, start in sorted(set(starts_all) - paired, key=lambda k: (k[0], starts_all[k])):
         program.warnings.append(f"`{program.path}`: async start `{start}` in `{comp_name}` has no done")
     return pairs
+
+
+# Custom calls that only prepare a SparseCore-offloaded async call (its sync flag and token): no
+# work that could hide a transfer.
+_PREPARE_TARGETS = ("PrepareAsyncCallStart", "PrepareAsyncCallDone")
+
+
+def _bookkeeping(inst: Instruction) -> bool:
+    """An instruction that does no work between an async start and its done."""
+    return inst.opcode in FREE_OPCODES or inst.custom_call_target in _PREPARE_TARGETS
 
 
 _TRACE_DEPTH = 64  # hops a value is followed back through tuples, parameters and loops
@@ -331,7 +341,7 @@ def _pair_across(program: CompiledProgram, start_comp: str, start: str, done_com
             begin = out_of.position + 1
     between = [(start_comp, n) for n in start_insts[s.position + 1:cut]]
     between += [(done_comp, n) for n in done_insts[begin:d.position]]
-    work = tuple(dict.fromkeys(n for c, n in between if program.instructions[(c, n)].opcode not in FREE_OPCODES))
+    work = tuple(dict.fromkeys(n for c, n in between if not _bookkeeping(program.instructions[(c, n)])))
     return AsyncPair(computation=start_comp, start=start, done=done, kind=_pair_kind(s), family=s.collective_family,
                      start_position=s.position, done_position=d.position, scheduled_between=work,
                      thread=s.async_execution_thread, done_computation=done_comp if done_comp != start_comp else "")

@@ -64,7 +64,9 @@ def _step_breakdown(report: Report, path: Path, Figure, Canvas) -> FigureFile | 
     if b is None or not b.step_ps or not _finite(b.step_ps, b.compute_ps, b.collective_ps, b.io_ps, b.idle_ps):
         return None
     parts = [("compute", b.compute_ps, "#4C72B0"), ("collectives", b.collective_ps, "#DD8452"),
-             ("infeed/outfeed", b.io_ps, "#8172B3"), ("idle", b.idle_ps, "#BBBBBB")]
+             ("infeed/outfeed", b.io_ps, "#8172B3"),
+             *((("host transfers", b.host_transfer_ps, "#55A868"),) if b.host_transfer_ps else ()),
+             ("idle", b.idle_ps, "#BBBBBB")]
     fig = Figure(layout="constrained", figsize=(7.5, 2.4))
     ax = fig.add_subplot()
     left = 0.0

@@ -135,9 +135,11 @@ def _breakdown_sentence(b: Breakdown) -> str:
     def share(ps: float) -> str:
         return fmt_pct(ps / b.step_ps if b.step_ps else None)
 
+    host = (f"{share(b.host_transfer_ps)} waiting for async copies to or from host memory (offload, prefetch), "
+            if b.host_transfer_ps else "")
     sentence = (f"The chips spend {share(b.compute_ps)} of a step computing, {share(b.collective_ps)} waiting for "
                 f"communication between chips (collectives), {share(b.io_ps)} on transfers to and from the host, "
-                f"and {share(b.idle_ps)} idle.")
+                f"{host}and {share(b.idle_ps)} idle.")
     if b.idle_ps > 0:  # the explanation only where there is idle time to explain
         sentence += (" Idle time usually means the chips are waiting for the host (Python overhead, data loading "
                      "or synchronisation).")
@@ -197,8 +199,10 @@ def breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) ->
     if b is None:
         return []
     rows = []
+    host = (("host transfers (async copies to or from host memory)", b.host_transfer_ps),) if b.host_transfer_ps else ()
     for label, ps in (("compute", b.compute_ps), ("collectives (communication)", b.collective_ps),
-                      ("infeed/outfeed (host transfers)", b.io_ps), ("idle", b.idle_ps)):
+                      ("infeed/outfeed" if host else "infeed/outfeed (host transfers)", b.io_ps), *host,
+                      ("idle", b.idle_ps)):
         rows.append([label, fmt_time(ps), fmt_pct(ps / b.step_ps if b.step_ps else None)])
     rows.append(["**busy (duty cycle)**", fmt_time(b.step_ps - b.idle_ps), f"**{fmt_pct(b.duty_cycle)}**"])
     st = report.summary.step_time
@@ -208,6 +212,8 @@ def breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) ->
              f"{fmt_time(st.mean_ps)}, is each step's slowest core.")
     return (["## Where the step time goes", "", basis, ""]
             + table(["part of the step", "time", "share"], rows, "lrr")
+            + ([""] + [f"- Host transfers, {text(t.line())}" for t in report.summary.host_transfers]
+               if report.summary.host_transfers else [])
             + _image(figures, "step-breakdown") + [""])
 
 
@@ -245,19 +251,22 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     label = "per step" if per_step else "self time"
     compute = [op for op in report.ops if not op.family]
     header = ["#"] + (["host"] if multi else []) + ["op", "category", label, "share", "FLOP util",
-                                                    "HBM BW util", "bound by", "source"]
+                                                    "HBM BW util", "FLOP/B", "bound by", "source"]
     rows = []
     for i, op in enumerate(compute[:top], start=1):
         rows.append([str(i)] + ([code(op.host)] if multi else []) + [
             code(op.name), text(op.category), _per_step(op), fmt_pct(op.time_share),
-            fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization), text(op.bound_by), code(op.source)])
-    align = "r" + ("l" if multi else "") + "llrrrrll"
+            fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
+            "-" if op.hbm_intensity is None else f"{op.hbm_intensity:,.3g}", text(op.bound_shown), code(op.source)])
+    align = "r" + ("l" if multi else "") + "llrrrrrll"
     when = ("*per step* is the op's self time per step and core (mean)" if per_step
             else "*self time* is summed over cores and occurrences (no steps)")
     intro = (f"The {min(top, len(compute))} ops besides collectives with the most self time, of {len(compute)}; "
              f"{when}, *share* its share of core time (totals in the JSON). FLOP util and HBM BW util are the "
              "achieved rates over the per-core peaks; an op is *bound by* whichever is higher, *latency* when it "
-             "has neither; n/a is no rate, or one above the peak (see the warnings).")
+             "has neither; n/a is no rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
+             "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
+             "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
     out = ["## Top ops", "", intro, ""] + table(header, rows, align)
     collectives = [op for op in report.ops if op.family]
     if collectives:

@@ -84,7 +84,8 @@ def _at_peak_table(a: AllocatorTimeline, console: Console, top: int) -> None:
     for name, _ in details:
         t.add_column(name, overflow="fold")
     for r in rows:
-        what = "allocation" if r.attributed else r.op
+        # the op where the producer names it (a detail column), else the enclosing host events
+        what = (r.annotation or "allocation") if r.attributed else r.op
         t.add_row(fmt_bytes(r.total_bytes), _share(r.total_bytes, a.peak_bytes), str(r.occurrences),
                   fmt_bytes(r.allocation_bytes), markup(what),
                   *[markup(get(r) or "-") if r.attributed else "" for _, get in details])
@@ -109,7 +110,7 @@ def _allocator_dict(a: AllocatorTimeline, max_points: int) -> dict:
         "at_peak": [{"total_bytes": r.total_bytes, "allocation_bytes": r.allocation_bytes,
                      "requested_bytes": r.requested_bytes, "occurrences": r.occurrences, "op": r.op,
                      "region_type": r.region_type, "data_type": r.data_type_name, "shape": r.shape,
-                     "attributed": r.attributed} for r in a.at_peak],
+                     "attributed": r.attributed, "annotation": r.annotation} for r in a.at_peak],
     }
 
 

@@ -184,32 +184,41 @@ def _metadata(pid: int, host: str, devices: list[str], tid_of: dict[str, int]) -
 
 def _write_ops(emit, pid: int, events: pd.DataFrame, tid_of: dict[str, int], origin: int,
                sites: dict[tuple[int, str], str]) -> int:
+    """One slice per event. What repeats per (program, op, category, line) - its name, category and
+    site - is formatted once; per event only the numbers are."""
     if events.empty:
         return 0
-    names = events["name"].astype(str).to_numpy()
-    cats = events["category"].astype(str).to_numpy()
-    dev = events["device"].astype(str).to_numpy()
-    programs = events["program_id"].to_numpy()
+    # integer codes per column (the table's categories; program ids factorized), one key per combination
+    columns = [pd.factorize(events["program_id"].to_numpy())] + [
+        _codes(events[c]) for c in ("name", "category", "device")]
+    key = np.zeros(len(events), dtype=np.int64)
+    for codes_c, uniques_c in columns:
+        key = key * max(1, len(uniques_c)) + codes_c.astype(np.int64)
+    first, codes = np.unique(key, return_index=True, return_inverse=True)[1:]
+    heads, tails = [], []
+    for i in first:
+        program, name, category, device = (uniques_c[codes_c[i]] for codes_c, uniques_c in columns)
+        site = sites.get((int(program), str(name)), "")
+        heads.append(f'{{"ph":"X","pid":{pid},"tid":{tid_of[str(device)]},"ts":')
+        tails.append(f'{"," + site if site else ""}}},"name":{_q(str(name))},"cat":{_q(str(category))}}}')
     steps = events["step"].to_numpy() if "step" in events else np.full(len(events), -1)
-    ts, dur, self_us = _us(events["start_ps"].to_numpy() - origin), _us(events["dur_ps"].to_numpy()), \
-        _us(events["self_ps"].to_numpy())
-    quoted: dict[str, str] = {}
-
-    def q(text: str) -> str:
-        v = quoted.get(text)
-        if v is None:
-            v = quoted[text] = _q(text)
-        return v
-
+    ts, dur = _us(events["start_ps"].to_numpy() - origin), _us(events["dur_ps"].to_numpy())
+    self_us = _us(events["self_ps"].to_numpy())
     for lo in range(0, len(events), _CHUNK):
-        lines = []
-        for i in range(lo, min(lo + _CHUNK, len(events))):
-            site = sites.get((int(programs[i]), names[i]), "")
-            lines.append(f'{{"ph":"X","pid":{pid},"tid":{tid_of[dev[i]]},"ts":{ts[i]:.6f},"dur":{dur[i]:.6f},'
-                         f'"name":{q(names[i])},"cat":{q(cats[i])},"args":{{"step":{int(steps[i])},'
-                         f'"self_us":{self_us[i]:.6f}{"," + site if site else ""}}}}}')
-        emit(lines)
+        hi = min(lo + _CHUNK, len(events))
+        emit([f'{heads[c]}{t:.6f},"dur":{d:.6f},"args":{{"step":{st},"self_us":{su:.6f}{tails[c]}'
+              for c, t, d, st, su in zip(codes[lo:hi].ravel().tolist(), ts[lo:hi].tolist(), dur[lo:hi].tolist(),
+                                         steps[lo:hi].tolist(), self_us[lo:hi].tolist())])
     return len(events)
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, values) of a column, from its categories when it has them (no string per row)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        if not (codes < 0).any():  # a missing value has no category: spelled out below instead
+            return codes, np.asarray(column.cat.categories)
+    return pd.factorize(column.astype(str).to_numpy())
 
 
 def _write_windows(emit, pid: int, windows: pd.DataFrame, steps: pd.DataFrame, tid_of: dict[str, int],

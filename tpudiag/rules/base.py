@@ -198,6 +198,22 @@ class SeverityScale:
 
 
 @dataclass(frozen=True)
+class LagBand:
+    """The noise band of the straggler rules, as options: a lag counts when it exceeds both
+    `min_lag_fraction` of the reference and `noise_sigmas` standard deviations of the step times.
+    Each straggler rule's `Options` extends it (and documents both)."""
+
+    min_lag_fraction: float = 0.03
+    noise_sigmas: float = 3.0
+
+    def __post_init__(self):
+        if not 0.0 <= self.min_lag_fraction < 10.0:
+            raise ValueError(f"min_lag_fraction must be in [0, 10), got {self.min_lag_fraction}")
+        if self.noise_sigmas < 0:
+            raise ValueError(f"noise_sigmas must be at least 0, got {self.noise_sigmas}")
+
+
+@dataclass(frozen=True)
 class StepBasis:
     """How per-step savings are computed: the number of steps and the mean step time."""
 

@@ -59,25 +59,20 @@ from tpudiag.analysis.core_balance import CoreWork, core_work, op_extras, slow_c
 from tpudiag.model import schemas
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import Rule, RuleContext, RuleInput, SeverityScale, Table
+from tpudiag.rules.base import LagBand, Rule, RuleContext, RuleInput, SeverityScale, Table
 
 CODE = "TPD111"
 NAME = "straggler-core"
 
 
 @dataclass(frozen=True)
-class Options:
-    min_lag_fraction: float = 0.03
-    noise_sigmas: float = 3.0
+class Options(LagBand):
     max_ops_shown: int = 5
     high_share: float = 0.15
     medium_share: float = 0.03
 
     def __post_init__(self):
-        if not 0.0 <= self.min_lag_fraction < 10.0:
-            raise ValueError(f"min_lag_fraction must be in [0, 10), got {self.min_lag_fraction}")
-        if self.noise_sigmas < 0:
-            raise ValueError(f"noise_sigmas must be at least 0, got {self.noise_sigmas}")
+        super().__post_init__()
         if self.max_ops_shown < 1:
             raise ValueError(f"max_ops_shown must be at least 1, got {self.max_ops_shown}")
 

@@ -64,26 +64,21 @@ from tpudiag.analysis.core_balance import core_work, slow_cores
 from tpudiag.analysis.host_compare import find_straggler, host_stats, op_time_per_step
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import Rule, RuleContext, RuleInput, SeverityScale, Table
+from tpudiag.rules.base import LagBand, Rule, RuleContext, RuleInput, SeverityScale, Table
 
 CODE = "TPD107"
 NAME = "straggler-host"
 
 
 @dataclass(frozen=True)
-class Options:
-    min_lag_fraction: float = 0.03
-    noise_sigmas: float = 3.0
+class Options(LagBand):
     min_op_ratio: float = 1.2
     max_ops_shown: int = 3
     high_share: float = 0.15
     medium_share: float = 0.03
 
     def __post_init__(self):
-        if not 0.0 <= self.min_lag_fraction < 10.0:
-            raise ValueError(f"min_lag_fraction must be in [0, 10), got {self.min_lag_fraction}")
-        if self.noise_sigmas < 0:
-            raise ValueError(f"noise_sigmas must be at least 0, got {self.noise_sigmas}")
+        super().__post_init__()
         if self.min_op_ratio < 1.0:
             raise ValueError(f"min_op_ratio must be at least 1, got {self.min_op_ratio}")
 

@@ -253,7 +253,14 @@ class TpudiagApp(App):
     def on_ops_view_open_op(self, message: OpsView.OpenOp) -> None:
         self.push_screen(OpDetailScreen(op_detail(self.session.analysis, self.session.report, message.op)))
 
-    def on_findings_view_open_op(self, message: FindingsView.OpenOp) -> None:
+    async def on_findings_view_show_on_timeline(self, message: FindingsView.ShowOnTimeline) -> None:
+        await self.action_view("timeline")
+        self._view_widget("timeline").show_ops(message.ops, message.host)
+
+    def on_timeline_view_open_op(self, message: TimelineView.OpenOp) -> None:
+        self.on_findings_view_open_op(message)
+
+    def on_findings_view_open_op(self, message: FindingsView.OpenOp | TimelineView.OpenOp) -> None:
         op = find_op(self.session.report, message.name, message.host)
         if op is None:
             self.notify(f"`{markup(message.name)}` is not in the ops table", severity="warning")

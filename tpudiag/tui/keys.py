@@ -45,11 +45,17 @@ OPS: tuple[Key, ...] = (
 
 FINDINGS: tuple[Key, ...] = (
     Key("enter", "enter", "open_cited", "Open the cited op", "findings", "Cited op"),
+    Key("l", "l", "show_on_timeline", "Show its ops on the timeline", "findings", "On timeline"),
 )
 
 TIMELINE: tuple[Key, ...] = (
     Key("left_square_bracket,left", "[ ←", "step(-1)", "Previous step", "timeline", "Prev step"),
     Key("right_square_bracket,right", "] →", "step(1)", "Next step", "timeline"),
+    Key("d", "d", "select_op(1)", "Select the next op on the lane", "timeline", "Next op"),
+    Key("a", "a", "select_op(-1)", "Select the previous op on the lane", "timeline", "Prev op"),
+    Key("s", "s", "select_lane(1)", "Select the lane below", "timeline", "Lane down"),
+    Key("w", "w", "select_lane(-1)", "Select the lane above", "timeline", "Lane up"),
+    Key("enter", "enter", "open_selected", "Op detail of the selected op", "timeline", "Op detail"),
 )
 
 HOSTS: tuple[Key, ...] = (

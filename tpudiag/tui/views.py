@@ -15,8 +15,8 @@ from textual.widgets import DataTable, Input, ListItem, ListView, Label, Select,
 from tpudiag.analysis.drilldown import (SORT_COLUMNS, OpFilter, facets, filter_ops, find_op, sort_column,
                                         sort_ops)
 from tpudiag.analysis.stragglers import host_step_matrix
-from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, IO, StepTimeline, rasterize, rasterize_in_flight,
-                                       step_timeline)
+from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, IO, OpPlace, StepTimeline, find_on_timeline,
+                                       name_labels, rasterize, rasterize_in_flight, span_cells, step_timeline)
 from tpudiag.errors import TpudiagError
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.report import OpRow, Report
@@ -56,7 +56,9 @@ def breakdown_bar(report: Report, width: int) -> Text:
     t = Text()
     if b is None or not b.step_ps:
         return t
-    parts = ((COMPUTE, b.compute_ps), (COLLECTIVE, b.collective_ps), (IO, b.io_ps), (IDLE, b.idle_ps))
+    # Host transfers draw as I/O, as the timeline draws them; the line above the bar names them apart.
+    parts = ((COMPUTE, b.compute_ps), (COLLECTIVE, b.collective_ps), (IO, b.io_ps + b.host_transfer_ps),
+             (IDLE, b.idle_ps))
     used = 0
     for i, (kind, ps) in enumerate(parts):
         cells = width - used if i == len(parts) - 1 else round(ps / b.step_ps * width)
@@ -125,9 +127,10 @@ class OverviewView(VerticalScroll):
             t.append("\nDuty cycle ", style="bold")
             t.append(fmt_pct(b.duty_cycle), style="bold")
             t.append(f"  (compute {fmt_time(b.compute_ps)} · collectives {fmt_time(b.collective_ps)} · "
-                     f"infeed/outfeed {fmt_time(b.io_ps)} · idle {fmt_time(b.idle_ps)} of {fmt_time(b.step_ps)}"
-                     + (", the mean core's step; the step time is each step's slowest core" if b.step_differs(s.step_time)
-                        else "") + ")")
+                     f"infeed/outfeed {fmt_time(b.io_ps)} · "
+                     + (f"host transfers {fmt_time(b.host_transfer_ps)} · " if b.host_transfer_ps else "")
+                     + f"idle {fmt_time(b.idle_ps)} of {fmt_time(b.step_ps)}"
+                     + (" per core; the step time is the slowest core's" if b.step_differs(s.step_time) else "") + ")")
         t.append("\n")
         return t
 
@@ -169,6 +172,11 @@ class FindingsView(Horizontal):
         def __init__(self, name: str, host: str) -> None:
             super().__init__()
             self.name, self.host = name, host
+
+    class ShowOnTimeline(Message):
+        def __init__(self, ops: tuple[str, ...], host: str) -> None:
+            super().__init__()
+            self.ops, self.host = ops, host
 
     def __init__(self, session: Session, **kw) -> None:
         super().__init__(**kw)
@@ -214,6 +222,13 @@ class FindingsView(Horizontal):
     @on(ListView.Selected, "#findings-list")
     def _selected(self, event: ListView.Selected) -> None:
         self.action_open_cited()
+
+    def action_show_on_timeline(self) -> None:
+        f = self.selected
+        if f is None or not f.ops:
+            self.app.notify("this finding cites no op", severity="warning")
+            return
+        self.post_message(self.ShowOnTimeline(f.ops, f.host))
 
     def action_open_cited(self) -> None:
         f = self.selected
@@ -399,16 +414,18 @@ LABEL_WIDTH = 18
 
 
 class LaneChart(Widget):
-    """Per-core lanes of one step at the widget's width: op kinds, and async collectives in flight."""
+    """Per-core lanes of one step at the widget's width: op kinds, the names of the ops that fit,
+    and async collectives in flight; the selected op (`selected`: lane and span) in reverse video."""
 
     DEFAULT_CSS = "LaneChart { height: auto; }"
 
     def __init__(self, timeline: StepTimeline, **kw) -> None:
         super().__init__(**kw)
         self.timeline = timeline
+        self.selected: tuple[int, int] | None = None  # (lane, span)
 
     def get_content_height(self, container, viewport, width: int) -> int:
-        return 2 + 2 * len(self.timeline.lanes)
+        return 2 + 3 * len(self.timeline.lanes)
 
     def render(self) -> Text:
         t = self.timeline
@@ -416,12 +433,18 @@ class LaneChart(Widget):
         out = Text()
         scale = f"0{' ' * (width - len(fmt_time(t.span_ps)) - 1)}{fmt_time(t.span_ps)}"
         out.append(" " * LABEL_WIDTH + " " + scale + "\n", style="dim")
-        for lane in t.lanes:
+        for li, lane in enumerate(t.lanes):
             out.append(printable(lane.label)[:LABEL_WIDTH].ljust(LABEL_WIDTH) + " ")
-            for kind in rasterize(lane, width, t.span_ps):
+            chosen = (span_cells(lane.spans[self.selected[1]], width, t.span_ps)
+                      if self.selected is not None and self.selected[0] == li else (0, 0))
+            for cell, kind in enumerate(rasterize(lane, width, t.span_ps)):
                 glyph, style = GLYPH[kind]
-                out.append(glyph, style=style)
+                out.append(glyph, style=f"{style} reverse" if chosen[0] <= cell < chosen[1] else style)
             out.append("\n")
+            names = [" "] * width
+            for label in name_labels(lane, width, t.span_ps, printable):
+                names[label.cell:label.cell + len(label.text)] = list(label.text)
+            out.append(" " * (LABEL_WIDTH + 1) + "".join(names) + "\n", style="cyan")
             flight = rasterize_in_flight(lane, width, t.span_ps)
             out.append("  async".ljust(LABEL_WIDTH) + " ", style="dim")
             out.append("".join(IN_FLIGHT[0] if f else " " for f in flight), style=IN_FLIGHT[1])
@@ -433,6 +456,11 @@ class LaneChart(Widget):
 class TimelineView(VerticalScroll):
     BINDINGS = _bindings(keys.TIMELINE)
     can_focus = True
+
+    class OpenOp(Message):
+        def __init__(self, name: str, host: str) -> None:
+            super().__init__()
+            self.name, self.host = name, host
 
     def __init__(self, session: Session, **kw) -> None:
         super().__init__(**kw)
@@ -454,6 +482,7 @@ class TimelineView(VerticalScroll):
         if self.timeline is None:
             return
         yield LaneChart(self.timeline, id="timeline-chart")
+        yield Static(id="timeline-selected")
         yield DataTable(id="timeline-lanes", cursor_type="row", show_cursor=False)
 
     def on_mount(self) -> None:
@@ -471,15 +500,86 @@ class TimelineView(VerticalScroll):
             return
         self.show_step(step)
 
-    def show_step(self, step: int) -> None:
+    def show_step(self, step: int, select: tuple[int, int] | None = None) -> None:
         timeline = self._timeline(step)
         if timeline is None:
             self.app.notify(escape(self.error), severity="error")
             return
         self.timeline = timeline
-        self.query_one(LaneChart).timeline = self.timeline
-        self.query_one(LaneChart).refresh(layout=True)
+        chart = self.query_one(LaneChart)
+        chart.timeline, chart.selected = self.timeline, select
+        chart.refresh(layout=True)
         self._draw()
+
+    def show_place(self, place: OpPlace) -> None:
+        """Open the step of `place` with its op selected (a finding's op, `FindingsView`)."""
+        self.show_step(place.step, (place.lane, place.span))
+
+    def show_ops(self, ops: tuple[str, ...], host: str) -> None:
+        place = find_on_timeline(self.session.analysis, ops, host)
+        if place is None:
+            self.app.notify(f"`{escape(', '.join(ops))}` does not run in the first steps' top-level ops",
+                            severity="warning")
+            return
+        self.show_place(place)
+
+    def _selected(self):
+        chart = self.query(LaneChart)
+        if not chart or chart.first().selected is None or self.timeline is None:
+            return None
+        li, si = chart.first().selected
+        return self.timeline.lanes[li], self.timeline.lanes[li].spans[si]
+
+    def action_select_op(self, delta: int) -> None:
+        if self.timeline is None or not self.query(LaneChart):
+            return
+        chart = self.query_one(LaneChart)
+        li, si = chart.selected if chart.selected is not None else (0, -1 if delta > 0 else 0)
+        spans = self.timeline.lanes[li].spans
+        if not spans:
+            return
+        chart.selected = (li, min(max(si + delta, 0), len(spans) - 1))
+        chart.refresh()
+        self._draw_selected()
+
+    def action_select_lane(self, delta: int) -> None:
+        if self.timeline is None or not self.query(LaneChart):
+            return
+        chart = self.query_one(LaneChart)
+        lanes = self.timeline.lanes
+        if chart.selected is None:
+            chart.selected = (0, 0) if lanes and lanes[0].spans else None
+        else:
+            li = min(max(chart.selected[0] + delta, 0), len(lanes) - 1)
+            old = self.timeline.lanes[chart.selected[0]].spans[chart.selected[1]]
+            spans = lanes[li].spans
+            # the op on the new lane running at the same offset, else the nearest before it
+            si = max((i for i, s in enumerate(spans) if s.offset_ps <= old.offset_ps), default=0)
+            chart.selected = (li, si) if spans else chart.selected
+        chart.refresh()
+        self._draw_selected()
+
+    def action_open_selected(self) -> None:
+        chosen = self._selected()
+        if chosen is None:
+            self.app.notify("select an op first: a / d along a lane, w / s between lanes", severity="warning")
+            return
+        lane, span = chosen
+        self.post_message(self.OpenOp(span.name, lane.host))
+
+    def _draw_selected(self) -> None:
+        line = self.query("#timeline-selected")
+        if not line:
+            return
+        chosen = self._selected()
+        if chosen is None:
+            line.first().update(Text("a / d: select an op along a lane, w / s: between lanes, enter: its detail",
+                                     style="dim"))
+            return
+        lane, span = chosen
+        line.first().update(Text.assemble(("selected ", "dim"), (printable(span.name), "bold cyan"),
+                                           f" on {printable(lane.label)}: {span.kind}, +{fmt_time(span.offset_ps)} "
+                                           f"for {fmt_time(span.dur_ps)}  ·  enter: op detail"))
 
     def _draw(self) -> None:
         title = self.query_one("#timeline-title", Static)
@@ -488,6 +588,7 @@ class TimelineView(VerticalScroll):
             title.update(Text(f"error: {printable(self.error)}", style="bold red") if self.error
                          else "no steps in this capture: nothing to draw")
             return
+        self._draw_selected()
         pos = t.steps.index(t.step) + 1
         title.update(Text.assemble(("Step ", "bold"), (str(t.step), "bold"),
                                    f"  ({pos} of {len(t.steps)}: [ previous, ] next)  ·  "
