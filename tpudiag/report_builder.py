@@ -19,6 +19,7 @@ import pandas as pd
 from tpudiag.analysis.core_balance import core_work, slowest_core
 from tpudiag.analysis.host_transfers import transfer_rates
 from tpudiag.analysis.limits import over_peak, over_peak_warnings
+from tpudiag.analysis.op_bytes import COLUMNS as BYTE_COLUMNS
 from tpudiag.analysis.idle import idle_tables
 from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, mean_breakdown, per_step_times
 from tpudiag.analysis.programs import program_times
@@ -184,7 +185,9 @@ def _op_rows(analysis: Analysis, join: JoinResult | None = None,
             bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
             tf_op=r.tf_op, group_size=int(r.group_size), group_source=str(r.group_source),
             ici_bytes=float(r.ici_bytes), ici_bw=_finite(r.ici_bw), ici_utilization=_finite(r.ici_utilization),
-            step_self_time_ps=share * step if step else None, **facts))
+            step_self_time_ps=share * step if step else None,
+            **{c: float(getattr(r, c)) for c in BYTE_COLUMNS}, moves=str(r.moves),
+            hbm_intensity=_finite(r.hbm_intensity), bound_basis=str(r.bound_basis), **facts))
     return rows
 
 

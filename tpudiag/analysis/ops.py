@@ -23,6 +23,8 @@ from enum import StrEnum
 
 from tpudiag.analysis.custom_calls import with_derived_costs
 from tpudiag.analysis.limits import above_peak
+from tpudiag.analysis.op_bytes import COLUMNS as BYTE_COLUMNS
+from tpudiag.analysis.op_bytes import op_bytes
 from tpudiag.model import schemas
 from tpudiag.model.collectives import Traffic, traffic
 from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
@@ -38,7 +40,17 @@ class BoundBy(StrEnum):
     COMPUTE = "Compute"  # FLOP utilization is the larger (XProf's spelling)
     HBM = "HBM"  # HBM bandwidth utilization is the larger
     COLLECTIVE = "collective"  # a collective: judged by its ICI bandwidth, not by a roof of the core
+    HOST_LINK = "host link"  # an async copy to or from host memory (`S(5)`): the host link binds it
     LATENCY = "latency"  # no measured utilization: it reaches no roof
+
+
+class BoundBasis(StrEnum):
+    """How `bound_by` was decided; the value is what the JSON says."""
+
+    UTILIZATION = "utilization"  # the larger measured utilization, as XProf
+    COPIED_BYTES = "intensity with copied bytes"  # FLOPs over its own HBM bytes plus what its copies brought
+    MEMORY_SPACE = "memory space"  # collectives and host copies: what they move over
+    NONE = "none"  # no utilization: latency
 
 
 def aggregate_ops(host: HostTrace) -> pd.DataFrame:
@@ -85,6 +97,21 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
                         np.where(f + h <= 0, BoundBy.LATENCY.value,
                                  np.where(f >= h, BoundBy.COMPUTE.value, BoundBy.HBM.value)))
     ici = _ici(host, df, family, occ)
+    spaces = _spaces(meta, df, occ)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        roof_bytes = hbm + spaces["copied_hbm_bytes"]
+        hbm_intensity = np.where((roof_bytes > 0) & (flops > 0), flops / roof_bytes, np.nan)
+    basis = np.where(family != "", BoundBasis.MEMORY_SPACE.value,
+                     np.where(bound_by == BoundBy.LATENCY.value, BoundBasis.NONE.value, BoundBasis.UTILIZATION.value))
+    ridge = host.device.ridge_flops_per_byte
+    copied = (family == "") & (spaces["copied_hbm_bytes"] > 0) & (flops > 0)
+    if ridge:
+        bound_by = np.where(copied, np.where(hbm_intensity < ridge, BoundBy.HBM.value, BoundBy.COMPUTE.value),
+                            bound_by)
+        basis = np.where(copied, BoundBasis.COPIED_BYTES.value, basis)
+    host_copy = _host_copies(df, spaces["moves"])
+    bound_by = np.where(host_copy, BoundBy.HOST_LINK.value, bound_by)
+    basis = np.where(host_copy, BoundBasis.MEMORY_SPACE.value, basis)
     return schemas.OPS.frame({
         "host": np.full(len(df), host.host, dtype=object),
         "program_id": df["program_id"].to_numpy(dtype=np.uint64),
@@ -108,7 +135,30 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
         "source": df["source"].fillna("").to_numpy(dtype=object),
         "tf_op": df["tf_op"].fillna("").to_numpy(dtype=object),
         **ici,
+        **spaces,
+        "hbm_intensity": hbm_intensity,
+        "bound_basis": basis,
     })
+
+
+def _spaces(meta: pd.DataFrame, df: pd.DataFrame, occ: np.ndarray) -> dict[str, np.ndarray]:
+    """The OPS columns of bytes by memory space (`analysis.op_bytes`), totals over occurrences."""
+    per = op_bytes(meta)
+    merged = df[_KEYS].merge(per, on=_KEYS, how="left")
+    out: dict[str, np.ndarray] = {c: merged[c].fillna(0.0).to_numpy(dtype=np.float64) * occ for c in BYTE_COLUMNS}
+    out["moves"] = merged["moves"].fillna("").astype(str).to_numpy(dtype=object)
+    return out
+
+
+def _host_copies(df: pd.DataFrame, moves: np.ndarray) -> np.ndarray:
+    """Rows of async copies (start and done) that move to or from host memory."""
+    names = df["name"].astype(str).to_numpy(dtype=object)
+    programs = df["program_id"].to_numpy()
+    host = np.array(["host" in m for m in moves], dtype=bool)
+    keys = {(programs[i], async_pair_key(names[i])) for i in np.flatnonzero(host)}
+    if not keys:
+        return host
+    return host | np.array([(p, async_pair_key(n)) in keys for p, n in zip(programs, names)], dtype=bool)
 
 
 def _ici(host: HostTrace, df: pd.DataFrame, family: np.ndarray, occ: np.ndarray) -> dict[str, np.ndarray]:

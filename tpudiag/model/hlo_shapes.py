@@ -13,9 +13,12 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from tpudiag.model.compiled import ArrayShape, memory_spaces_in
+
 _SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>(?:<=)?\d+(?:,(?:<=)?\d+)*)?\]"
                     r"(?P<layout>\{[^{}]*\})?")
 _OPCODE_CALL = re.compile(r"\b[a-z][\w\-]*\(")
+_OPERAND_NAME = re.compile(r"\s*%(?P<name>[\w.\-]+)")
 
 # Bytes per element for the dtypes rules meet; other dtypes count as 4 (f32-sized), f8 variants as 1.
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
@@ -42,6 +45,12 @@ class Shape:
     @property
     def numel(self) -> int:
         return math.prod(self.dims)
+
+    @property
+    def memory_space(self) -> int:
+        """The layout's memory space `S(n)` (0, HBM, when none is printed)."""
+        spaces = memory_spaces_in(self.text)
+        return spaces[0] if spaces else 0
 
 
 def _shape(m: re.Match) -> Shape:
@@ -100,9 +109,58 @@ def operand_shapes(hlo_text: str) -> list[Shape]:
     return parse_shapes(parts[1]) if parts else []
 
 
+def named_operands(hlo_text: str) -> list[tuple[Shape, str]]:
+    """(shape, operand name) of each array operand written `shape %name` in `hlo_text`, in order."""
+    parts = _split(hlo_text)
+    if parts is None:
+        return []
+    args = parts[1]
+    out = []
+    for m in _SHAPE.finditer(args):
+        name = _OPERAND_NAME.match(args, m.end())
+        if name is not None:
+            out.append((_shape(m), name.group("name")))
+    return out
+
+
 def dtype_bytes(dtype: str) -> float:
     return 1.0 if dtype.startswith("f8") else float(_DTYPE_BYTES.get(dtype, 4))
 
 
 def shape_bytes(s: Shape) -> float:
     return math.prod(s.dims) * dtype_bytes(s.dtype)
+
+
+def padded_dims(array: ArrayShape) -> list[tuple[int, int, int]]:
+    """(dim index, logical size, padded size) for each dim the layout's first tile pads.
+
+    [] without a tiled layout, or with one that gives no dim order (nothing to name).
+    """
+    layout = array.layout
+    if layout is None or not array.dims or not layout.tiles or len(layout.minor_to_major) != len(array.dims):
+        return []
+    dims = array.dims
+    tile = layout.tiles[0]
+    physical = list(reversed(layout.minor_to_major))  # major to minor
+    out = []
+    for t, dim_index in zip(reversed(tile), reversed(physical)):
+        size = dims[dim_index]
+        padded = -(-size // t) * t if t > 0 else size
+        if padded != size:
+            out.append((dim_index, size, padded))
+    return sorted(out)
+
+
+def fix_for(dims: list[tuple[int, int, int]]) -> str:
+    """One line: pad dims that nearly fill their tile; re-layout dims that fill less than half of it."""
+    pad = [(i, s, p) for i, s, p in dims if 2 * s >= p]
+    small = [(i, s, p) for i, s, p in dims if 2 * s < p]
+    parts = []
+    if pad:
+        parts.append("pad to tile multiples (" + ", ".join(f"dim {i}: {s} → {p}" for i, s, p in pad)
+                     + ") and mask or slice the extra elements")
+    if small:
+        parts.append(", ".join(f"dim {i} ({s} of a {p}-wide tile)" for i, s, p in small)
+                     + " is too small to pad: make a larger dim the minor one (transpose, or reshape to fold it "
+                     "into a neighbour)")
+    return "; ".join(parts) or "choose sizes that are multiples of the layout's tile and mask the extra elements"

@@ -164,7 +164,7 @@ class Summary:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a pod's report holds tens of thousands of rows
 class OpRow:
     host: str
     program_id: int
@@ -183,7 +183,7 @@ class OpRow:
     operational_intensity: float | None
     flop_utilization: float | None
     hbm_utilization: float | None
-    bound_by: str  # `analysis.ops.BoundBy`: Compute, HBM, collective or latency
+    bound_by: str  # `analysis.ops.BoundBy`: Compute, HBM, collective, host link or latency
     family: str
     shape_with_layout: str
     source: str  # `file.py:LINE` of the op's metadata; '' when unknown
@@ -203,6 +203,24 @@ class OpRow:
     # Self time per step and core: time_share x the host's mean step (None without steps); what the
     # first screen shows, so no cell is larger than the step.
     step_self_time_ps: float | None = None
+    # Bytes by memory space, totals over occurrences, modelled from the HLO text's layouts
+    # (`analysis.op_bytes`); hbm_bytes above is XLA's cost analysis as the trace records it.
+    hbm_read_bytes: float = 0.0
+    hbm_write_bytes: float = 0.0
+    vmem_read_bytes: float = 0.0
+    vmem_write_bytes: float = 0.0
+    host_read_bytes: float = 0.0
+    host_write_bytes: float = 0.0
+    copied_hbm_bytes: float = 0.0  # operand bytes async copies or slices brought into VMEM from HBM
+    moves: str = ""  # async copy or slice starts: `hbm->vmem`, `host->hbm`, ...
+    hbm_intensity: float | None = None  # flops / (hbm_bytes + copied_hbm_bytes)
+    bound_basis: str = ""  # `analysis.ops.BoundBasis`: how bound_by was decided
+
+    @property
+    def bound_shown(self) -> str:
+        """`bound by` as tables show it: a `*` where the bytes its copies brought decided it (the
+        tables' legend says so)."""
+        return self.bound_by + ("*" if self.bound_basis == "intensity with copied bytes" else "")
 
 
 @dataclass(frozen=True)

@@ -159,8 +159,10 @@ OPS = TableSchema("ops", (
     Column("operational_intensity", "float64", "flops / bytes_accessed; NaN without bytes"),
     Column("flop_utilization", "float64", "flop_rate / peak FLOP/s of one core; NaN without a peak"),
     Column("hbm_utilization", "float64", "hbm_bw / peak HBM bandwidth of one core; NaN without a peak"),
-    Column("bound_by", "category", "what binds the op (`analysis.ops.BoundBy`): Compute or HBM, the larger "
-                                   "utilization (as XProf); collective; latency when it reaches no roof"),
+    Column("bound_by", "category", "what binds the op (`analysis.ops.BoundBy`): Compute or HBM (the larger "
+                                   "utilization, as XProf, or hbm_intensity against the ridge where copies "
+                                   "brought its operands); collective; host link; latency when it reaches no "
+                                   "roof"),
     Column("family", "category", "collective family (all-gather, all-reduce, ...) or '' for non-collectives"),
     Column("shape_with_layout", "string", "result shape with layout"),
     Column("source", "string", "source file:line"),
@@ -174,6 +176,19 @@ OPS = TableSchema("ops", (
                                    "window (start to done) for an async pair, else the op's total time"),
     Column("ici_bw", "float64", "ici_bytes / ici_time; NaN where none, or where above the chip's ICI peak"),
     Column("ici_utilization", "float64", "ici_bw / the chip's ICI peak (every link one way); NaN without one"),
+    Column("hbm_read_bytes", "float64", "bytes of operands in HBM, total, modelled from the HLO text's layouts "
+                                        "(`analysis.op_bytes`); async copy pairs count on their start"),
+    Column("hbm_write_bytes", "float64", "bytes of results in HBM, total, modelled"),
+    Column("vmem_read_bytes", "float64", "bytes of operands in VMEM (`S(1)`), total, modelled"),
+    Column("vmem_write_bytes", "float64", "bytes of results in VMEM, total, modelled"),
+    Column("host_read_bytes", "float64", "bytes of operands in host memory (`S(5)`), total, modelled"),
+    Column("host_write_bytes", "float64", "bytes of results in host memory, total, modelled"),
+    Column("copied_hbm_bytes", "float64", "operand bytes an async copy or slice brought into VMEM from HBM, "
+                                          "total, modelled: what the op's HBM roofline counts beside hbm_bytes"),
+    Column("moves", "string", "async copy and slice starts: source->destination space (`hbm->vmem`, "
+                              "`host->hbm`), else ''"),
+    Column("hbm_intensity", "float64", "flops / (hbm_bytes + copied_hbm_bytes); NaN without FLOPs or HBM bytes"),
+    Column("bound_basis", "category", "how bound_by was decided (`analysis.ops.BoundBasis`)"),
 ))
 
 STEPS = TableSchema("steps", (

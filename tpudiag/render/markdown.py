@@ -251,19 +251,22 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     label = "per step" if per_step else "self time"
     compute = [op for op in report.ops if not op.family]
     header = ["#"] + (["host"] if multi else []) + ["op", "category", label, "share", "FLOP util",
-                                                    "HBM BW util", "bound by", "source"]
+                                                    "HBM BW util", "FLOP/B", "bound by", "source"]
     rows = []
     for i, op in enumerate(compute[:top], start=1):
         rows.append([str(i)] + ([code(op.host)] if multi else []) + [
             code(op.name), text(op.category), _per_step(op), fmt_pct(op.time_share),
-            fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization), text(op.bound_by), code(op.source)])
-    align = "r" + ("l" if multi else "") + "llrrrrll"
+            fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
+            "-" if op.hbm_intensity is None else f"{op.hbm_intensity:,.3g}", text(op.bound_shown), code(op.source)])
+    align = "r" + ("l" if multi else "") + "llrrrrrll"
     when = ("*per step* is the op's self time per step and core (mean)" if per_step
             else "*self time* is summed over cores and occurrences (no steps)")
     intro = (f"The {min(top, len(compute))} ops besides collectives with the most self time, of {len(compute)}; "
              f"{when}, *share* its share of core time (totals in the JSON). FLOP util and HBM BW util are the "
              "achieved rates over the per-core peaks; an op is *bound by* whichever is higher, *latency* when it "
-             "has neither; n/a is no rate, or one above the peak (see the warnings).")
+             "has neither; n/a is no rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
+             "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
+             "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
     out = ["## Top ops", "", intro, ""] + table(header, rows, align)
     collectives = [op for op in report.ops if op.family]
     if collectives:

@@ -126,7 +126,7 @@ def _ops_table(report: Report, top: int) -> Table:
     t.add_column("#", justify="right")
     if multi_host:
         t.add_column("host")
-    for col in ("op", "category", label, "share", "occ", "FLOP util", "HBM BW util", "bound by"):
+    for col in ("op", "category", label, "share", "occ", "FLOP util", "HBM BW util", "FLOP/B", "bound by"):
         t.add_column(col, justify="left" if col in ("op", "category", "bound by") else "right",
                      overflow="fold" if col == "op" else "ellipsis")
     shown = ops[:top]
@@ -142,7 +142,8 @@ def _ops_table(report: Report, top: int) -> Table:
         if multi_host:
             row.append(escape(op.host))
         row += [escape(op.name), escape(op.category), _per_step(op), fmt_pct(op.time_share),
-                str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization), escape(op.bound_by)]
+                str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
+                _intensity(op), escape(op.bound_shown)]
         if padding:
             row.append(_padding_cell(op.padded_bytes, op.logical_bytes))
         if spills:
@@ -151,7 +152,11 @@ def _ops_table(report: Report, top: int) -> Table:
             row.append("-" if op.estimated_cycles is None else f"{op.estimated_cycles:,}")
         t.add_row(*row)
     legend = ["share: of core time; occ: occurrences over cores and steps; n/a: no rate, or one above the peak "
-              "(see the warnings)"]
+              "(see the warnings); FLOP/B: FLOPs per HBM byte"]
+    if any(op.bound_shown.endswith("*") for op in shown):
+        ridge = report.summary.ridge_flops_per_byte
+        legend.append("*: the bytes async copies brought into VMEM for it counted as its HBM bytes (modelled from "
+                      f"the layouts), bound by FLOP/B against the ridge ({ridge:,.0f} FLOP/B)" if ridge else "")
     if padding:
         legend.append("padded: operand and result bytes in their tiled layouts, ×N: times the logical bytes")
     if spills:
@@ -161,6 +166,10 @@ def _ops_table(report: Report, top: int) -> Table:
     t.caption = "; ".join(legend)
     t.caption_justify = "left"
     return t
+
+
+def _intensity(op: OpRow) -> str:
+    return "-" if op.hbm_intensity is None else f"{op.hbm_intensity:,.3g}"
 
 
 def _collectives_table(report: Report, top: int) -> Table | None:

@@ -106,6 +106,21 @@ def ici_line(op: OpRow) -> str:
             f"{op.family}, {group}) · {fmt_bandwidth(op.ici_bw)} ({fmt_pct(op.ici_utilization)} of the chip's ICI peak)")
 
 
+def spaces_line(op: OpRow) -> str:
+    """Bytes by memory space (modelled from the layouts), per occurrence, and how bound_by was decided."""
+    n = max(op.occurrences, 1)
+    parts = [f"{label} {fmt_bytes(r / n)} read, {fmt_bytes(w / n)} written"
+             for label, r, w in (("HBM", op.hbm_read_bytes, op.hbm_write_bytes),
+                                 ("VMEM", op.vmem_read_bytes, op.vmem_write_bytes),
+                                 ("host", op.host_read_bytes, op.host_write_bytes)) if r or w]
+    if op.copied_hbm_bytes:
+        parts.append(f"{fmt_bytes(op.copied_hbm_bytes / n)} brought from HBM by async copies")
+    if op.moves:
+        parts.append(f"moves {op.moves}")
+    return ("; ".join(parts) or "none in the HLO text") + f" per occurrence (modelled) · bound by {op.bound_by} " \
+        f"({op.bound_basis or 'utilization'})"
+
+
 def op_detail_md(d: OpDetail) -> str:
     op = d.op
     out = [f"# {code(op.name)} on {code(op.host)} (program {code(op.program)})", ""]
@@ -120,6 +135,7 @@ def op_detail_md(d: OpDetail) -> str:
                f"{fmt_time(op.total_time_ps)}, {op.occurrences} occurrences")
     out.append(f"- FLOP/s {fmt_flops(op.flop_rate)} ({fmt_pct(op.flop_utilization)} of peak), HBM "
                f"{fmt_bandwidth(op.hbm_bw)} ({fmt_pct(op.hbm_utilization)}), bound by {text(op.bound_by)}")
+    out.append(f"- bytes by memory space: {text(spaces_line(op))}")
     if op.family:
         out.append(f"- ICI: {text(ici_line(op))}")
     out.append(f"- padding {fmt_pct(d.padding)}{text(bytes_note(op), strip=False)}")

@@ -53,6 +53,7 @@ class OpDetailScreen(Screen):
                               f"{fmt_pct(op.flop_utilization)} of peak")
         grid.add_row("HBM", f"{op.hbm_bytes:.4g} B  ·  {fmt_bandwidth(op.hbm_bw)}  ·  "
                             f"{fmt_pct(op.hbm_utilization)} of peak")
+        grid.add_row("Spaces", Text(printable(export.spaces_line(op))))
         if op.family:
             grid.add_row("ICI", Text(printable(export.ici_line(op))))
         intensity = "n/a" if op.operational_intensity is None else f"{op.operational_intensity:.4g} FLOP/B"

@@ -1,0 +1,66 @@
+"""Bytes by memory space from an op's layouts, and the bytes async copies bring it (issue 27 §1-2)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import tpudiag
+from tests.conftest import REPO
+from tpudiag.analysis.op_bytes import op_bytes
+
+DECODE = REPO / "examples" / "models" / "captures" / "llm_decode_v5e"
+
+
+def _meta(texts: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({"program_id": [1] * len(texts), "name": list(texts), "hlo_text": list(texts.values())})
+
+
+PREFETCH = {
+    "copy-start": "%copy-start = (bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)}, bf16[8192,1024]{1,0:T(8,128)(2,1)}, "
+                  "u32[]{:S(2)}) copy-start(bf16[8192,1024]{1,0:T(8,128)(2,1)} %param.1)",
+    "copy-done": "%copy-done = bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)} copy-done((bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)}, "
+                 "bf16[8192,1024]{1,0:T(8,128)(2,1)}, u32[]{:S(2)}) %copy-start)",
+    "fusion.18": "%fusion.18 = (f32[4]{0:T(128)S(1)}, bf16[4,1024]{1,0:T(4,128)(2,1)S(1)}) fusion(bf16[4,8192]"
+                 "{1,0:T(4,128)(2,1)} %param, bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)} %copy-done)",
+    "fusion.9": "%fusion.9 = bf16[4,1024]{1,0:T(4,128)(2,1)S(1)} fusion(bf16[4,1024]{1,0:T(4,128)(2,1)S(1)} %fusion.18)",
+}
+WEIGHTS = 8192 * 1024 * 2
+
+
+def test_bytes_by_space_and_what_the_prefetch_brought():
+    got = op_bytes(_meta(PREFETCH)).set_index("name")
+    start, done, matmul = got.loc["copy-start"], got.loc["copy-done"], got.loc["fusion.18"]
+    assert start["moves"] == "hbm->vmem"
+    assert (start["hbm_read_bytes"], start["vmem_write_bytes"]) == (WEIGHTS, WEIGHTS)
+    assert done[["hbm_read_bytes", "vmem_write_bytes", "copied_hbm_bytes"]].sum() == 0  # the pair counts once
+    assert matmul["hbm_read_bytes"] == 4 * 8192 * 2 and matmul["vmem_read_bytes"] == WEIGHTS
+    assert matmul["vmem_write_bytes"] == 4 * 4 + 4 * 1024 * 2
+    assert matmul["copied_hbm_bytes"] == WEIGHTS  # the weights its copy brought from HBM
+    assert got.loc["fusion.9", "copied_hbm_bytes"] == 0  # VMEM made on chip, no copy
+
+
+def test_host_offload_copies_say_where_they_move():
+    texts = {"copy-start.2": "%copy-start.2 = (f32[1024]{0:T(1024)}, f32[1024]{0:T(1024)S(5)}, u32[]{:S(2)}) "
+                             "copy-start(f32[1024]{0:T(1024)S(5)} %param.3)"}
+    got = op_bytes(_meta(texts)).set_index("name").loc["copy-start.2"]
+    assert got["moves"] == "host->hbm" and got["host_read_bytes"] == 4096 and got["hbm_write_bytes"] == 4096
+
+
+@pytest.fixture(scope="module")
+def decode():
+    return tpudiag.diagnose(DECODE)
+
+
+@pytest.mark.parametrize("name", ["fusion.18", "add_reduce_fusion"])
+def test_decode_matmuls_are_hbm_bound_counting_their_weights(decode, name):
+    """M = 4 matmuls over weights their copies (`copy-done`, slices joined by a custom call) bring into
+    VMEM: XLA's cost analysis gives them 0.8 MB and 6 KB of HBM bytes (1,024 and 65,536 FLOP/B);
+    counting the weights, about 4 FLOP/B, far left of v5e's ridge (241): HBM-bound."""
+    op = decode.analysis.ops.set_index("name").loc[name]
+    assert op["copied_hbm_bytes"] > 1e8 and op["hbm_intensity"] <= 10
+    assert (op["bound_by"], op["bound_basis"]) == ("HBM", "intensity with copied bytes")
+
+
+def test_no_decode_op_is_bound_by_unknown(decode):
+    assert "Unknown" not in set(decode.analysis.ops["bound_by"].astype(str))
