@@ -91,7 +91,7 @@ class Diagnosis:
         from tpudiag.model.report import OpRow
 
         cols = [f.name for f in OpRow.__dataclass_fields__.values()]
-        return pd.DataFrame([vars(o) for o in self.report.ops], columns=cols)
+        return pd.DataFrame([[getattr(o, c) for c in cols] for o in self.report.ops], columns=cols)
 
     def steps_frame(self) -> pd.DataFrame:
         """One row per (host, core, step): start, duration and the breakdown (`schemas.STEPS`)."""

@@ -164,7 +164,7 @@ class Summary:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a pod's report holds tens of thousands of rows
 class OpRow:
     host: str
     program_id: int

@@ -66,6 +66,14 @@ def finding_to_dict(f: Finding) -> dict:
 
 
 def report_to_dict(report: Report) -> dict:
+    """The whole report as plain values (the ops table included)."""
+    doc = _head(report)
+    doc["ops"] = [_flat_row(o) for o in report.ops]
+    return doc
+
+
+def _head(report: Report) -> dict:
+    """Everything but the op rows, whose place `ops` holds empty."""
     s = report.summary
     summary = {
         "input": s.input_path,
@@ -118,16 +126,20 @@ def report_to_dict(report: Report) -> dict:
         "warnings": list(report.warnings),
         "failed_hosts": list(report.failures),
     })
-    doc["ops"] = [_flat_row(o) for o in report.ops]
     return doc
 
 
 def render_json(report: Report) -> str:
     """The report as indented JSON, each op row on one line: json's C encoder writes those, where
-    indenting them takes its pure-Python one (seconds on a pod's tens of thousands of rows)."""
-    doc = report_to_dict(report)
-    ops = doc["ops"]
+    indenting them takes its pure-Python one (seconds on a pod's tens of thousands of rows).
+
+    The rows are encoded one at a time, never all held as dicts: a pod's report has tens of thousands,
+    and the driver's memory must not grow with them more than their text does."""
+    doc = _head(report)
     marker = f"tpudiag-ops-{secrets.token_hex(16)}"  # no trace string can be this value
     doc["ops"] = marker
-    rows = ",\n".join("    " + json.dumps(row) for row in ops)
-    return json.dumps(doc, indent=2).replace(json.dumps(marker), f"[\n{rows}\n  ]" if ops else "[]", 1)
+    before, after = json.dumps(doc, indent=2).split(json.dumps(marker), 1)
+    if not report.ops:
+        return before + "[]" + after
+    rows = ",\n".join("    " + json.dumps(_flat_row(o)) for o in report.ops)
+    return "".join((before, "[\n", rows, "\n  ]", after))
