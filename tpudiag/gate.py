@@ -80,7 +80,8 @@ def findings_check(findings: tuple[Finding, ...], threshold: Severity, ran: tupl
         return Check("findings", True, f"no finding at or above {label} ({len(findings)} findings in all{covered})")
     worst = bad[0]
     return Check("findings", False, f"{len(bad)} finding{'s' * (len(bad) != 1)} at or above {label}; "
-                                    f"first: [{worst.severity.label()}] {worst.rule}: {worst.message}")
+                                    f"first: [{worst.severity.label()}] {worst.rule}: {worst.message}"
+                                    + (f" ({rules_text(ran, skipped)})" if ran is not None else ""))
 
 
 def regression_check(change: Change, max_regression_pct: float) -> Check:

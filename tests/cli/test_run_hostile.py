@@ -119,6 +119,29 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def test_a_stopped_program_still_ends_on_a_forwarded_signal(tmp_path):
+    # A stopped program acts on a signal only once continued: tpudiag sends SIGCONT after it.
+    script = tmp_path / "waiter.py"
+    script.write_text(WAITER)
+    pids = tmp_path / "pids"
+    proc = subprocess.Popen([sys.executable, "-m", "tpudiag", "run", "--", sys.executable, str(script), str(pids)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path),
+                            cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        program, _ = map(int, pids.read_text().split())
+        os.kill(program, signal.SIGSTOP)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+
+
 @pytest.mark.parametrize("sig, trap, status", [
     (signal.SIGTERM, False, 128 + signal.SIGTERM),
     (signal.SIGHUP, False, 128 + signal.SIGHUP),
@@ -207,3 +230,64 @@ def test_on_a_terminal_the_program_reads_it_and_takes_ctrl_c_and_ctrl_z(tmp_path
     result = json.loads(proc.stdout)
     assert "got hello" in result["out"] and result["stopped"], result
     assert result["status"] == 130, result
+
+
+# A shell's background job on a terminal: `tpudiag run` started in a process group that does not
+# hold the terminal; the program's read of it stops the program, tpudiag stops too (the shell sees
+# the job stopped), and `fg` (the terminal handed to tpudiag's group, SIGCONT) lets it finish.
+BACKGROUND_JOB = """\
+import json, os, pty, select, sys, time
+argv, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+shell = r'''
+import os, signal, subprocess, sys, json
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+p = subprocess.Popen(json.loads(sys.argv[1]), process_group=0)
+_, st = os.waitpid(p.pid, os.WUNTRACED)
+print("job stopped:", os.WIFSTOPPED(st), flush=True)
+os.tcsetpgrp(0, p.pid)
+os.killpg(p.pid, signal.SIGCONT)
+_, st = os.waitpid(p.pid, 0)
+os.tcsetpgrp(0, os.getpgrp())
+print("job ended:", os.waitstatus_to_exitcode(st), "END", flush=True)
+'''
+pid, fd = pty.fork()
+if pid == 0:
+    os.execve(sys.executable, [sys.executable, "-c", shell, json.dumps(argv)], env)
+out = bytearray()
+
+def read_until(text, timeout_s=30):
+    end = time.monotonic() + timeout_s
+    while text not in out and time.monotonic() < end:
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                out.extend(os.read(fd, 4096))
+            except OSError:
+                return
+
+try:
+    read_until(b"job stopped")
+    time.sleep(0.5)
+    os.write(fd, b"hello\\n")
+    read_until(b" END")
+finally:
+    end = time.monotonic() + 10
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.monotonic() > end:  # hung: its session gets the hangup, which tpudiag forwards
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.05)
+print(json.dumps(out.decode(errors="replace")))
+"""
+
+
+def test_a_background_job_that_reads_the_terminal_stops_and_goes_on_with_fg(tmp_path):
+    import json
+
+    argv = [sys.executable, "-m", "tpudiag", "run", "--", sys.executable, "-c", "print('got', input('q? '))"]
+    proc = subprocess.run([sys.executable, "-c", BACKGROUND_JOB, json.dumps(argv), json.dumps(_env(tmp_path))],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "job stopped: True" in out and "got hello" in out, out
+    assert "job ended: 2" in out, out  # it succeeded, but never imported jax: no capture

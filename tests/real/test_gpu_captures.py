@@ -146,3 +146,13 @@ def test_tensorflow_v100_kernels_and_idle(analyses):
     breakdown = build_report(analysis).summary.breakdown
     share = breakdown.idle_ps / breakdown.step_ps
     assert 0.25 <= share <= 0.31, share
+
+
+def test_check_on_a_gpu_capture_says_which_rules_ran():
+    from tpudiag.gate import gate
+
+    verdict = gate(capture("tf-gpu-v100-multiworker-bert"))
+    (findings,) = [c for c in verdict.checks if c.name == "findings"]
+    assert "rules run: " in findings.detail and "device-idle" in findings.detail.split("not run:")[0]
+    assert "padding-waste, spill, vmem-pressure (about TPU hardware" in findings.detail
+    assert any("could not run" in w and "padding-waste" in w for w in verdict.warnings)

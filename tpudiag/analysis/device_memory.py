@@ -25,7 +25,8 @@ from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.llo import LloDump
 from tpudiag.model.memory import (INFERENCE, TRAINING, MemoryBuffer, MemoryGroup, MemoryLever, MemoryReport,
                                   OomAnalysis, OomError, ProgramMemory, SpaceMemory, VmemUse)
-from tpudiag.parsers.layout import ShapeSyntaxError, padded_dims, parse_shape
+from tpudiag.model.hlo_shapes import padded_dims
+from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
 from tpudiag.parsers.oom_error import OomSizeError, parse_oom_error
 
 # The order in which levers are tried first: cost to the user, cheapest first (a layout or a

@@ -183,32 +183,34 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _terminal() -> int | None:
-    """tpudiag's controlling terminal on stdin when tpudiag is its foreground job, else None."""
+    """tpudiag's stdin when it is a terminal (its job's foreground or not), else None."""
     try:
         fd = sys.stdin.fileno()
-        return fd if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp() else None
+        return fd if os.isatty(fd) else None
     except (OSError, ValueError, AttributeError):
         return None
 
 
-def _hand_terminal(fd: int | None, pgid: int) -> None:
-    """Make `pgid` the terminal's foreground group (SIGTTOU ignored: the caller may be in the background)."""
+def _hand_terminal(fd: int | None, to_pgid: int, from_pgid: int) -> None:
+    """Make `to_pgid` the terminal's foreground group if `from_pgid` holds it now (a job in the
+    background takes nothing); SIGTTOU ignored, as the caller may itself be in the background."""
     if fd is None:
         return
     previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
     try:
-        os.tcsetpgrp(fd, pgid)
+        if os.tcgetpgrp(fd) == from_pgid:
+            os.tcsetpgrp(fd, to_pgid)
     except OSError:
         pass  # the terminal went away (a hangup): nothing to hand over
     finally:
         signal.signal(signal.SIGTTOU, previous)
 
 
-def _child_setup(terminal: int | None, pdeathsig) -> None:
+def _child_setup(terminal: int | None, parent_pgid: int, pdeathsig) -> None:
     """In the child, before exec: a process group of its own, holding the terminal (as a shell does
     for its job, so that reading it does not stop the program), and SIGTERM if tpudiag is killed outright."""
     os.setpgid(0, 0)
-    _hand_terminal(terminal, os.getpgrp())
+    _hand_terminal(terminal, os.getpgrp(), parent_pgid)
     if pdeathsig is not None:
         pdeathsig(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
@@ -237,17 +239,19 @@ def _start_problem(command: list[str], exc: OSError | subprocess.SubprocessError
 
 
 def _wait(proc: subprocess.Popen, terminal: int | None) -> int:
-    """The program's exit status. When it stops while it holds the terminal (Ctrl-Z), tpudiag takes
-    the terminal back and stops too, so the shell sees the job stopped; on `fg` both go on."""
+    """The program's exit status. On a terminal, when the program stops (Ctrl-Z, or reading the
+    terminal from a background job), tpudiag takes the terminal back and stops too, so the shell
+    sees the job stopped; on `fg` the program gets the terminal again and both go on."""
+    ours = os.getpgrp()
     while True:
         try:
             _, status = os.waitpid(proc.pid, os.WUNTRACED if terminal is not None else 0)
         except ChildProcessError:
             return proc.returncode if proc.returncode is not None else 0
         if os.WIFSTOPPED(status):
-            _hand_terminal(terminal, os.getpgrp())
+            _hand_terminal(terminal, ours, proc.pid)
             os.kill(os.getpid(), signal.SIGSTOP)
-            _hand_terminal(terminal, proc.pid)  # resumed (`fg`): the program holds the terminal again
+            _hand_terminal(terminal, proc.pid, ours)  # resumed in the foreground (`fg`): the program's again
             os.killpg(proc.pid, signal.SIGCONT)
             continue
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -275,6 +279,7 @@ def _run_child(command: list[str], env: dict[str, str], stdout_to_stderr: bool =
             return
         try:
             os.killpg(proc.pid, signum)
+            os.killpg(proc.pid, signal.SIGCONT)  # a stopped program acts on it only once continued
         except ProcessLookupError:
             pass  # already gone: the wait collects its status
 
@@ -282,21 +287,21 @@ def _run_child(command: list[str], env: dict[str, str], stdout_to_stderr: bool =
     for sig in FORWARDED_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             previous[sig] = signal.signal(sig, forward)
-    terminal = _terminal()
+    terminal, ours = _terminal(), os.getpgrp()
     pdeathsig = _pdeathsig()
     try:
         try:
             proc = subprocess.Popen(command, env=env, stdout=sys.stderr.fileno() if stdout_to_stderr else None,
-                                    preexec_fn=lambda: _child_setup(terminal, pdeathsig))
+                                    preexec_fn=lambda: _child_setup(terminal, ours, pdeathsig))
         except (OSError, subprocess.SubprocessError) as exc:  # missing, not executable, a directory,
             raise _start_problem(command, exc) from None         # not a program (ENOEXEC), ...
-        _hand_terminal(terminal, proc.pid)  # the child did too: whichever runs first, no read stops it
+        _hand_terminal(terminal, proc.pid, ours)  # the child did too: whichever runs first, no read stops it
         for sig in pending:
             forward(sig, None)
         try:
             returncode = _wait(proc, terminal)
         finally:
-            _hand_terminal(terminal, os.getpgrp())
+            _hand_terminal(terminal, ours, proc.pid)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

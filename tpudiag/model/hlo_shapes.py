@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from tpudiag.model.compiled import memory_spaces_in
+from tpudiag.model.compiled import ArrayShape, memory_spaces_in
 
 _SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>(?:<=)?\d+(?:,(?:<=)?\d+)*)?\]"
                     r"(?P<layout>\{[^{}]*\})?")
@@ -129,3 +129,38 @@ def dtype_bytes(dtype: str) -> float:
 
 def shape_bytes(s: Shape) -> float:
     return math.prod(s.dims) * dtype_bytes(s.dtype)
+
+
+def padded_dims(array: ArrayShape) -> list[tuple[int, int, int]]:
+    """(dim index, logical size, padded size) for each dim the layout's first tile pads.
+
+    [] without a tiled layout, or with one that gives no dim order (nothing to name).
+    """
+    layout = array.layout
+    if layout is None or not array.dims or not layout.tiles or len(layout.minor_to_major) != len(array.dims):
+        return []
+    dims = array.dims
+    tile = layout.tiles[0]
+    physical = list(reversed(layout.minor_to_major))  # major to minor
+    out = []
+    for t, dim_index in zip(reversed(tile), reversed(physical)):
+        size = dims[dim_index]
+        padded = -(-size // t) * t if t > 0 else size
+        if padded != size:
+            out.append((dim_index, size, padded))
+    return sorted(out)
+
+
+def fix_for(dims: list[tuple[int, int, int]]) -> str:
+    """One line: pad dims that nearly fill their tile; re-layout dims that fill less than half of it."""
+    pad = [(i, s, p) for i, s, p in dims if 2 * s >= p]
+    small = [(i, s, p) for i, s, p in dims if 2 * s < p]
+    parts = []
+    if pad:
+        parts.append("pad to tile multiples (" + ", ".join(f"dim {i}: {s} → {p}" for i, s, p in pad)
+                     + ") and mask or slice the extra elements")
+    if small:
+        parts.append(", ".join(f"dim {i} ({s} of a {p}-wide tile)" for i, s, p in small)
+                     + " is too small to pad: make a larger dim the minor one (transpose, or reshape to fold it "
+                     "into a neighbour)")
+    return "; ".join(parts) or "choose sizes that are multiples of the layout's tile and mask the extra elements"

@@ -108,41 +108,6 @@ def physical_dims(dims: tuple[int, ...], layout: Layout) -> tuple[int, ...]:
     return tuple(dims[i] for i in reversed(layout.minor_to_major))
 
 
-def padded_dims(array: ArrayShape) -> list[tuple[int, int, int]]:
-    """(dim index, logical size, padded size) for each dim the layout's first tile pads.
-
-    [] without a tiled layout, or with one that gives no dim order (nothing to name).
-    """
-    layout = array.layout
-    if layout is None or not array.dims or not layout.tiles or len(layout.minor_to_major) != len(array.dims):
-        return []
-    dims = array.dims
-    tile = layout.tiles[0]
-    physical = list(reversed(layout.minor_to_major))  # major to minor
-    out = []
-    for t, dim_index in zip(reversed(tile), reversed(physical)):
-        size = dims[dim_index]
-        padded = -(-size // t) * t if t > 0 else size
-        if padded != size:
-            out.append((dim_index, size, padded))
-    return sorted(out)
-
-
-def fix_for(dims: list[tuple[int, int, int]]) -> str:
-    """One line: pad dims that nearly fill their tile; re-layout dims that fill less than half of it."""
-    pad = [(i, s, p) for i, s, p in dims if 2 * s >= p]
-    small = [(i, s, p) for i, s, p in dims if 2 * s < p]
-    parts = []
-    if pad:
-        parts.append("pad to tile multiples (" + ", ".join(f"dim {i}: {s} → {p}" for i, s, p in pad)
-                     + ") and mask or slice the extra elements")
-    if small:
-        parts.append(", ".join(f"dim {i} ({s} of a {p}-wide tile)" for i, s, p in small)
-                     + " is too small to pad: make a larger dim the minor one (transpose, or reshape to fold it "
-                     "into a neighbour)")
-    return "; ".join(parts) or "choose sizes that are multiples of the layout's tile and mask the extra elements"
-
-
 def shape_text(shape: Shape) -> str:
     """Render a shape the way XLA prints it (used for shapes that come from protos)."""
     if isinstance(shape, TupleShape):

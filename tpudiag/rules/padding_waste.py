@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from tpudiag.model.compiled import Shape, leaf_arrays, memory_space_name
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_pct
-from tpudiag.parsers.layout import fix_for, padded_dims
+from tpudiag.model.hlo_shapes import fix_for, padded_dims
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, per_step_worst_core,
                                 step_basis)
 
