@@ -74,10 +74,20 @@ def test_usage_error_exit_2():
     assert "Traceback" not in proc.stderr
 
 
-def test_cpu_only_capture_says_so_plainly():
-    proc = run("report", str(CPU_EXAMPLE))
+def test_cpu_only_capture_says_so_plainly(tmp_path):
+    from tests.conftest import host_only_capture
+
+    proc = run("report", str(host_only_capture(tmp_path)))
     assert proc.returncode == 0, proc.stderr
     assert "no TPU or GPU device plane" in proc.stdout
+
+
+def test_a_cpu_run_reads_its_xla_cpu_ops_as_a_device():
+    # The CPU example ran one jitted op (`ynn_fusion`, 3 times) on XLA's CPU threads
+    proc = run("report", str(CPU_EXAMPLE))
+    assert proc.returncode == 0, proc.stderr
+    assert "Device: CPU (XLA's CPU runtime)" in proc.stdout and "ynn_fusion" in proc.stdout
+    assert "no TPU or GPU device plane" not in proc.stdout
 
 
 def test_no_color_means_no_escape_codes():

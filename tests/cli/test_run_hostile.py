@@ -177,6 +177,18 @@ def test_a_signal_to_tpudiag_reaches_the_program_and_its_status_comes_back(tmp_p
     assert _left_behind(tmp_path) == []
 
 
+# What both terminal drivers do with the terminal's output: collect it until `text` shows.
+READ_UNTIL = """
+def read_until(text, timeout_s=30):
+    end = time.monotonic() + timeout_s
+    while text not in out and time.monotonic() < end:
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                out.extend(os.read(fd, 4096))
+            except OSError:
+                return
+"""
+
 # Drives `tpudiag run` on a new terminal, in a fresh interpreter (forking pytest's own process,
 # which may hold jax's threads, is unsafe): types a line, Ctrl-Z, SIGCONT (as `fg`), then Ctrl-C.
 TERMINAL_DRIVER = """\
@@ -186,16 +198,7 @@ pid, fd = pty.fork()
 if pid == 0:  # tpudiag on the new terminal: its session's foreground job
     os.execve(argv[0], argv, env)
 out, reaped, stopped, status = bytearray(), False, False, None
-
-def read_until(text, timeout_s=30):
-    end = time.monotonic() + timeout_s
-    while text not in out and time.monotonic() < end:
-        if select.select([fd], [], [], 0.1)[0]:
-            try:
-                out.extend(os.read(fd, 4096))
-            except OSError:
-                return
-
+{read_until}
 try:
     read_until(b"q? ")
     os.write(fd, b"hello\\n")
@@ -214,7 +217,7 @@ finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
 print(json.dumps({"out": out.decode(errors="replace"), "stopped": stopped, "status": status}))
-"""
+""".replace("{read_until}", READ_UNTIL)
 
 
 def test_on_a_terminal_the_program_reads_it_and_takes_ctrl_c_and_ctrl_z(tmp_path):
@@ -254,16 +257,7 @@ pid, fd = pty.fork()
 if pid == 0:
     os.execve(sys.executable, [sys.executable, "-c", shell, json.dumps(argv)], env)
 out = bytearray()
-
-def read_until(text, timeout_s=30):
-    end = time.monotonic() + timeout_s
-    while text not in out and time.monotonic() < end:
-        if select.select([fd], [], [], 0.1)[0]:
-            try:
-                out.extend(os.read(fd, 4096))
-            except OSError:
-                return
-
+{read_until}
 try:
     read_until(b"job stopped")
     time.sleep(0.5)
@@ -278,7 +272,7 @@ finally:
             break
         time.sleep(0.05)
 print(json.dumps(out.decode(errors="replace")))
-"""
+""".replace("{read_until}", READ_UNTIL)
 
 
 def test_a_background_job_that_reads_the_terminal_stops_and_goes_on_with_fg(tmp_path):

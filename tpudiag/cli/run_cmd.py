@@ -252,7 +252,10 @@ def _wait(proc: subprocess.Popen, terminal: int | None) -> int:
             _hand_terminal(terminal, ours, proc.pid)
             os.kill(os.getpid(), signal.SIGSTOP)
             _hand_terminal(terminal, proc.pid, ours)  # resumed in the foreground (`fg`): the program's again
-            os.killpg(proc.pid, signal.SIGCONT)
+            try:
+                os.killpg(proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # killed while stopped: the next wait collects its status
             continue
         proc.returncode = os.waitstatus_to_exitcode(status)
         return proc.returncode

@@ -11,6 +11,13 @@ faster by retiling: only moving fewer bytes helps. For each op it models the lev
 weights (int8 or fp8) for matmuls, more rows per weight read (batch), and for other ops fusing
 with the producer or consumer so the output does not round-trip through HBM.
 
+Per step too: with the compiled program (the capture's embedded HLO or `--dumps`), the step's HBM
+floor is the time to read its entry parameters in HBM once (weights and KV cache: what a decode
+step must read whatever it computes) at peak bandwidth. A step whose FLOPs per floor byte are below
+the ridge is bandwidth-bound by nature; when it takes much longer than its floor, a finding gives
+the step against the floor (their ratio is the model bandwidth utilisation of LLM serving) with
+the levers that apply: near its floor only fewer bytes help; far from it, the time goes elsewhere.
+
 Why it matters
 --------------
 A decode step whose weight matmuls run at 85 % of HBM bandwidth and 5 % of peak FLOP/s is as fast
@@ -19,6 +26,7 @@ time is bought back only by reading fewer bytes per useful FLOP.
 
 Evidence
 --------
+Per step: its time, the floor, the bytes read once and the share of HBM bandwidth they imply.
 Per op: share of device time, HBM bytes per step, achieved bandwidth and its share of peak,
 operational intensity against the ridge, the weight operand for matmuls, and each lever's
 modelled saving.
@@ -35,6 +43,9 @@ earlier so independent work hides it, or copy fewer bytes.
 
 Bad: `bf16[32,8192] x bf16[8192,8192]` per token at 85 % of HBM bandwidth (OI 32 FLOP/B).
 Good: the same matmul with int8 weights (half the bytes) or a batch of 256 rows (OI 240 FLOP/B).
+A decode step of 90 µs whose 8 MiB of weights and KV cache take 10 µs at peak: batch more requests
+per step, quantise the weights or the KV cache, fuse what round-trips through HBM, and keep the
+weights resident in VMEM where they fit instead of copying them in every step.
 
 Savings estimate
 ----------------
@@ -43,6 +54,8 @@ bytes-per-element) / HBM bytes; fusing saves self time x output bytes / HBM byte
 avoided; the consumer's read is not counted). The finding's saving is the better lever per op,
 summed, per step on the core where each op takes longest. Batch is given as time per row, not as a
 step saving (the step does more work). Overlaps with low-mxu-utilization for the same matmuls.
+The step finding's saving, modelled: near its floor, half the floor (int8/fp8 for bf16 bytes);
+far from it, the step minus its floor, an upper bound.
 
 Known limits
 ------------
@@ -52,7 +65,10 @@ the peak (an async copy whose bytes the trace counts on its done, or a peak from
 generation) counts as on the roof, but its rate is not stated (a warning names it and the likely
 cause) and no saving is built on it. HBM bytes come from the trace's
 `memory_access_breakdown` (all bytes accessed without one). An op limited by VMEM or CMEM
-bandwidth is not judged.
+bandwidth is not judged. The floor counts entry parameters in HBM (logical bytes, each read
+once): arrays the step reads twice, or writes, make the true floor higher; parameters it does not
+read (an unused argument) make it lower, and a step shorter than its floor gets no finding (it does
+not read them all, or its time is an underestimate, as a compiler estimate can be).
 
 Options
 -------
@@ -64,6 +80,10 @@ Options
 - `high_share` (0.15): saving, as a fraction of the step, from which a finding is high severity
   (XProf's overview calls a step highly bound from 15 %, moderately from 3 %).
 - `medium_share` (0.03): saving fraction from which a finding is medium severity.
+- `floor_share` (0.5): a bandwidth-bound step whose HBM floor is at least this share of it is near
+  its floor (only fewer bytes help: the saving is int8/fp8's half of the floor); below, it is far
+  from it (the saving is the step minus its floor).
+- `min_floor_share` (0.1): judge a step's floor only when it is at least this share of the step.
 """
 
 from __future__ import annotations
@@ -72,6 +92,7 @@ import math
 from dataclasses import dataclass
 
 from tpudiag.analysis.limits import over_peak_names
+from tpudiag.model.compiled import leaf_arrays
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.hlo_names import async_role
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
@@ -91,6 +112,8 @@ class Options:
     max_ops_shown: int = 5
     high_share: float = 0.15
     medium_share: float = 0.03
+    floor_share: float = 0.5
+    min_floor_share: float = 0.1
 
     def __post_init__(self):
         if not 0.0 < self.near_roof <= 1.0:
@@ -134,7 +157,108 @@ def batch_note(result: list[Shape], operands: list[Shape], hbm_bytes: float) -> 
     return f"{2 * rows} rows instead of {rows}: time per row x{per_row:.2f} (modelled)"
 
 
+@dataclass(frozen=True)
+class StepFloor:
+    """A step against the time to read its HBM parameters once at peak bandwidth."""
+
+    module: str
+    step_ps: float
+    floor_ps: float
+    bytes_read: int  # entry parameters in HBM, logical bytes
+    flops: float  # per step and core
+    copied_bytes: float  # per step and core: what async copies brought into VMEM from HBM
+    peak_bw: float
+
+    @property
+    def share(self) -> float:
+        return self.floor_ps / self.step_ps
+
+    def message(self) -> str:
+        return (f"each step of `{self.module}` is bandwidth-bound: it takes {fmt_time(self.step_ps)} against its "
+                f"HBM floor of "
+                f"{fmt_time(self.floor_ps)} ({fmt_bytes(self.bytes_read)} of parameters and state read once at "
+                f"{fmt_bandwidth(self.peak_bw)}): it uses {fmt_pct(self.share)} of HBM bandwidth over the step "
+                f"(model bandwidth utilisation), at {self.flops / self.bytes_read:.1f} FLOP per byte read")
+
+    def quantities(self) -> tuple[Quantity, ...]:
+        return (Quantity(self.module, "step time ps", self.step_ps), Quantity(self.module, "HBM floor ps", self.floor_ps),
+                Quantity(self.module, "bytes read once", float(self.bytes_read)),
+                Quantity(self.module, "HBM bandwidth utilization", self.share))
+
+
+def _step_program(ctx: RuleContext):
+    """The compiled program the steps run: the one named like the step's module, else the only one."""
+    programs = ctx.compiled.programs
+    modules = {s.module for s in ctx.analysis.step_sources.values() if s.module}
+    named = [p for p in programs if p.module in modules]
+    if named:
+        return named[0]
+    return programs[0] if len(programs) == 1 else None
+
+
+def step_floor(ctx: RuleContext, basis) -> StepFloor | None:
+    """The step against its HBM floor, where a compiled program and steps are known."""
+    analysis = ctx.analysis
+    device = analysis.profile.hosts[0].device
+    program = _step_program(ctx) if ctx.compiled.programs else None
+    if program is None or not device.hbm_bytes_per_s or basis.whole_capture or not basis.step_ps:
+        return None
+    read = sum(a.logical_bytes for p in program.entry_parameters() if p.shape is not None
+               for a in leaf_arrays(p.shape) if a.memory_space == 0)
+    if read <= 0:
+        return None
+    n_cores = sum(h.device.n_cores for h in analysis.profile.hosts) or 1
+    per = basis.n_steps * n_cores
+    ops = analysis.ops
+    copied = float(ops["copied_hbm_bytes"].sum()) / per if "copied_hbm_bytes" in ops.columns else 0.0
+    return StepFloor(program.module, basis.step_ps, read / device.hbm_bytes_per_s * 1e12, read,
+                     float(ops["flops"].sum()) / per, copied, device.hbm_bytes_per_s)
+
+
+def _floor_finding(ctx: RuleContext, options: Options, floor: StepFloor, ridge: float | None) -> Finding | None:
+    """A bandwidth-bound step far from its floor, with the levers whose precondition holds."""
+    if ridge is None or floor.flops / floor.bytes_read >= ridge or floor.share < options.min_floor_share:
+        return None
+    if floor.share > 1:  # faster than reading its parameters once: it does not read them all, or its time
+        return None      # is an underestimate (a compiler estimate); no rate above the peak is stated
+    near = floor.share >= options.floor_share
+    fixes = ["batch more requests per step (the weights are read once per step whatever the batch)",
+             "quantise the weights or the KV cache (int8/fp8: half the bytes of bf16)"]
+    if not near:
+        fixes.append("fuse ops whose intermediates round-trip through HBM")
+    chip = ctx.chip
+    if floor.copied_bytes > 0 and chip is not None and floor.bytes_read <= chip.vmem_bytes:
+        fixes.append(f"keep the weights resident: run several steps in one program (a `lax.fori_loop`), so what it "
+                     f"copies into VMEM ({fmt_bytes(floor.copied_bytes)} per step; its {fmt_bytes(floor.bytes_read)} "
+                     f"of parameters fit in {fmt_bytes(chip.vmem_bytes)}) crosses HBM once for all of them, not "
+                     "once per step (VMEM holds nothing between program runs)")
+    # Near its floor only fewer bytes help: int8/fp8 halve bf16's bytes read once. Far from it, the
+    # step could at most fall to its floor.
+    saving_ps = floor.floor_ps / 2 if near else floor.step_ps - floor.floor_ps
+    why = ("int8/fp8 weights and cache: half the floor's bf16 bytes read once per step" if near
+           else "the step at its HBM floor: its parameters in HBM read once at peak bandwidth")
+    scale = SeverityScale(options.high_share, options.medium_share)
+    evidence = Evidence(floor.module, (("step", fmt_time(floor.step_ps)), ("HBM floor", fmt_time(floor.floor_ps)),
+                                       ("read once", fmt_bytes(floor.bytes_read)),
+                                       ("bandwidth used", fmt_pct(floor.share)),
+                                       ("FLOP per byte read", f"{floor.flops / floor.bytes_read:.1f}"),
+                                       ("copied into VMEM/step", fmt_bytes(floor.copied_bytes))))
+    return Finding(rule=NAME, code=CODE, severity=scale.of(saving_ps / floor.step_ps, RULE.severity),
+                   message=floor.message(),
+                   saving=Saving(int(round(saving_ps)), Basis.MODELLED, why),
+                   fix="; ".join(fixes), evidence=(evidence,),
+                   host=ctx.analysis.profile.hosts[0].host if len(ctx.analysis.profile.hosts) == 1 else "",
+                   quantities=floor.quantities())
+
+
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
+    floor = step_floor(ctx, step_basis(ctx.analysis))
+    found = _floor_finding(ctx, options, floor, ctx.analysis.profile.hosts[0].device.ridge_flops_per_byte) \
+        if floor is not None else None
+    return ([found] if found is not None else []) + _roof_ops(ctx, options)
+
+
+def _roof_ops(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     ops = analysis.ops
     device = analysis.profile.hosts[0].device
