@@ -207,7 +207,8 @@ def check(
 
 @lab_app.command("tune")
 def tune(
-    directory: Annotated[Path, typer.Argument(help="A reproduction directory from `tpudiag lab extract`")],
+    directory: Annotated[Path, typer.Argument(help="A reproduction directory from `tpudiag lab extract`, or "
+                                                   "MODULE:FN, your own kernel function (with --param)")],
     topology: Annotated[str | None, typer.Option(help="TPU topology to compile for (default: spec.json's, "
                                                       "from the capture's device)")] = None,
     max_candidates: Annotated[int | None, typer.Option("--max-candidates", help="Sweep only the first N "
@@ -222,8 +223,27 @@ def tune(
     output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f")] = TerminalOrJson.terminal,
     write: Annotated[bool, typer.Option("--write", help="Write the best block sizes into repro.py (otherwise "
                                                         "they are only printed)")] = False,
+    param: Annotated[list[str] | None, typer.Option("--param", help="MODULE:FN only: NAME=V1,V2,... keyword "
+                                                                    "arguments of FN to sweep (repeatable; "
+                                                                    "candidates are their cartesian product)")]
+    = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="MODULE:FN only: compiles at a time (default: "
+                                                                  "the machine's cores)")] = None,
+    cache: Annotated[Path | None, typer.Option("--cache-dir", help="MODULE:FN only: where compiles are cached "
+                                                                   "(default: ~/.cache/tpudiag/lab-tune, "
+                                                                   "TPUDIAG_CACHE_DIR)")] = None,
 ) -> None:
-    """Sweep block sizes: compile each for the TPU topology, reject what the compiler refuses, rank."""
+    """Sweep block sizes: compile each for the TPU topology, reject what the compiler refuses, rank.
+
+    `tpudiag lab tune MODULE:FN --param bm=256,512 --param bk=256,512` tunes your own kernel function
+    instead: each candidate's parameters are passed to FN as keyword arguments, FN is compiled on the
+    module's `example_args(mesh)` (as `tpudiag compile` does) and ranked by the compiler's cycles."""
+    if param or (":" in str(directory) and not directory.is_dir()):
+        if write or max_candidates is not None or scale_down != 1 or measure:
+            raise UsageError("--write, --max-candidates, --scale-down and --measure are for reproduction "
+                             "directories, not MODULE:FN")
+        _tune_kernel(str(directory), param or [], topology, jobs, cache, timeout, output_format)
+        return
     from tpudiag.kernels_lab.family import family_module
     from tpudiag.kernels_lab.reproduce import set_blocks
     from tpudiag.kernels_lab.sweep import run_sweep
@@ -268,6 +288,27 @@ def tune(
         raise UsageError("no candidate compiled with an estimate to rank",
                          hint="see the status column; try another topology (static estimates exist for "
                               "v5e, v5p and v6e)")
+
+
+def _tune_kernel(target: str, param: list[str], topology: str | None, jobs: int | None, cache: Path | None,
+                 timeout: float, output_format: TerminalOrJson) -> None:
+    """`lab tune MODULE:FN --param ...`: compile each parameter set deviceless, rank by estimated cycles."""
+    from tpudiag.kernels_lab.kernel_tune import DEFAULT_TOPOLOGY, parse_params, tune_kernel
+
+    console, err = _consoles()
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {jobs}")
+    result = tune_kernel(target, parse_params(param), topology=topology or DEFAULT_TOPOLOGY, jobs=jobs,
+                         cache=cache, timeout_s=timeout,
+                         progress=lambda line: err.print(line, markup=False, highlight=False))
+    if Format(output_format) is Format.json:
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        from tpudiag.kernels_lab.render import render_kernel_tune
+
+        render_kernel_tune(result, console)
+    if result.best is None:
+        raise UsageError("no candidate compiled with an estimate to rank", hint="see the status column")
 
 
 def _best_text(best) -> str:

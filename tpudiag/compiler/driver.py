@@ -189,8 +189,11 @@ def trim_llo_dump(llo_dir: Path) -> None:
 
 def compile_program(target: str, topology: Topology, out: Path, static_profile: bool | None = None,
                     extra_flags: tuple[str, ...] = (), timeout_s: float = DEFAULT_TIMEOUT_S,
-                    xla_flags: tuple[str, ...] = (), compiler_options: dict | None = None) -> CompileRun:
+                    xla_flags: tuple[str, ...] = (), compiler_options: dict | None = None,
+                    params: dict | None = None) -> CompileRun:
     """Compile `target` (MODULE:FUNCTION) for `topology` into `out`; raise TpudiagError on failure.
+
+    params: keyword arguments bound to the function before it is jitted (`lab tune MODULE:FN --param`).
 
     extra_flags go to LIBTPU_INIT_ARGS, xla_flags to XLA_FLAGS, compiler_options to
     `lowered.compile(compiler_options=...)` (per-compile overrides of XLA and libtpu options).
@@ -199,7 +202,8 @@ def compile_program(target: str, topology: Topology, out: Path, static_profile: 
     out = out.resolve()
     _prepare(out)
     request = {"target": target, "topology": topology.name, "out": str(out),
-               "single_chip": topology.single_chip, "compiler_options": dict(compiler_options or {})}
+               "single_chip": topology.single_chip, "compiler_options": dict(compiler_options or {}),
+               "params": dict(params or {})}
     cmd = [sys.executable, "-m", "tpudiag.compiler.worker", json.dumps(request)]
     t0 = time.perf_counter()
     try:

@@ -10,6 +10,7 @@ raised (exit 4). A fatal abort leaves no result: the driver reads the compiler's
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -116,13 +117,16 @@ def run(request: dict) -> int:
         _write(out, {"status": "input_error", "message": f"building the mesh failed: {_first_line(exc)}",
                      "hint": "mesh_shape(n_devices) must return an ordered {axis: size} dict"})
         return EXIT_INPUT_ERROR
-    jitted = fn if hasattr(fn, "lower") else jax.jit(fn, **jit_kwargs)
+    params = request.get("params") or {}
+    if params:  # `lab tune MODULE:FN --param k=v`: one candidate's keyword arguments, bound before jit
+        fn = functools.partial(fn, **params)
+    jitted = fn if hasattr(fn, "lower") and not params else jax.jit(fn, **jit_kwargs)
     t0 = time.perf_counter()
     try:
         with jax.set_mesh(mesh):  # the context mesh, for shard_map(mesh=None) and bare PartitionSpecs
             lowered = jitted.lower(*args)
     except Exception as exc:  # tracing the user's function failed: their error, one line
-        _write(out, {"status": "input_error",
+        _write(out, {"status": "input_error", "stage": "lower", "detail": str(exc)[:20000],
                      "message": f"tracing `{spec.function}` failed: {type(exc).__name__}: {_first_line(exc)}",
                      "hint": "check that example_args(mesh) matches the function's signature"})
         return EXIT_INPUT_ERROR
@@ -145,6 +149,7 @@ def run(request: dict) -> int:
     payload = {
         "status": "ok",
         "target": request["target"],
+        "params": params,
         "topology": request["topology"],
         "module": module_name,
         "device_kind": devices[0].device_kind,

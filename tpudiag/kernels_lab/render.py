@@ -5,7 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from tpudiag.kernels_lab.kernel_tune import KernelTuneResult
 from tpudiag.kernels_lab.sweep import SweepResult
+from tpudiag.render.console import markup
 
 
 def _us(seconds: float | None) -> str:
@@ -88,3 +90,45 @@ def render_sweep(result: SweepResult, console: Console) -> None:
                   "steps = grid steps", markup=False,
                   highlight=False, style="dim")
     console.print(f"results: `{result.jsonl}`", markup=False, highlight=False)
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.2f}"
+
+
+def render_kernel_tune(result: KernelTuneResult, console: Console) -> None:
+    """`lab tune MODULE:FN`: the ranked candidates, every figure the compiler's model."""
+    console.print(f"`{result.target}` on {result.topology} ({result.generation}), {len(result.candidates)} "
+                  f"candidate(s), {result.jobs} compile(s) at a time", markup=False, highlight=False)
+    console.print(f"basis: {result.basis}", markup=False, highlight=False)
+    names = list(result.candidates[0].params) if result.candidates else []
+    timed = result.clock_hz is not None
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table.add_column("#", justify="right")
+    for name in names:
+        table.add_column(name, justify="right", no_wrap=True)
+    headers = ["est. cycles (modelled)"] + (["est. us (modelled)"] if timed else []) + [
+        "spills st/ld (modelled)", "VMEM MiB / limit (modelled)", "status"]
+    for h in headers:
+        table.add_column(h, justify="left" if h == "status" else "right", no_wrap=h != "status", overflow="fold")
+    rank = 0
+    for c in result.candidates:
+        ok = c.status == "ok" and c.est_cycles is not None
+        rank += ok
+        cycles = f"{c.est_cycles:,}" if c.est_cycles is not None else "-"
+        us = [f"{c.est_cycles / result.clock_hz * 1e6:,.1f}" if c.est_cycles is not None else "-"] if timed else []
+        spills = "-" if c.spill_stores is None and c.spill_fills is None else \
+            f"{c.spill_stores or 0}/{c.spill_fills or 0}"
+        fits = {True: "", False: " over"}.get(c.vmem_fits, "")
+        vmem = f"{_mib(c.vmem_bytes)} / {_mib(c.vmem_limit_bytes)}{fits}"
+        status = c.status + (" (cached)" if c.cached else "") + (f": {c.reason}" if c.reason else "")
+        table.add_row(str(rank) if ok else "-", *(markup(str(c.params.get(n, ""))) for n in names), cycles, *us,
+                      spills, vmem, markup(status))
+    console.print(table)
+    best = result.best
+    if best is not None:
+        shown = " ".join(f"{k}={v}" for k, v in best.params.items())
+        console.print(f"best (modelled): {shown}, {best.est_cycles:,} estimated cycles", markup=False,
+                      highlight=False)
+        console.print(f"reproduce: `{result.command(best.params)}`", markup=False, highlight=False)
+        console.print(f"its dumps: `{best.dump}` (cache: `{result.cache_dir}`)", markup=False, highlight=False)
