@@ -62,3 +62,24 @@ def test_a_saving_not_estimated_never_renders_as_zero():
     f = Finding("spill", "TPD104", Severity.LOW, "`fusion.1` spills", Saving(0, "modelled", "no cycle count"), "retile")
     text = "\n".join(finding_section(f))
     assert "Saving: not estimated" in text and "0 ps" not in text and "up to" not in text
+
+
+def test_roofline_labels_never_overlap_and_the_title_says_what_is_drawn():
+    """The bundled transformer's roofline numbered `subtract_convert_fusion.1` over `fusion.198`;
+    numbers now sit where no other label is, and the key lists every numbered op."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from tpudiag.render.figures import roofline_figure, roofline_points
+
+    report = tpudiag.diagnose().report
+    fig, labels = roofline_figure(report, Figure, lambda f: FigureCanvasAgg(f).get_renderer())
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    assert len(boxes) >= 3
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    title = fig.axes[0].get_title()
+    drawn = {p.bound_by for p in roofline_points(report)}
+    assert all(b in title for b in drawn) and "HBM and compute roofs" in title
+    # No point sits at the 786,432 FLOP/B XLA's HBM bytes give fusion.210 (its data is in VMEM).
+    assert all(p.intensity < 1e5 for p in roofline_points(report))

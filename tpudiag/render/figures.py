@@ -83,48 +83,126 @@ def _step_breakdown(report: Report, path: Path, Figure, Canvas) -> FigureFile | 
                       "Stacked bar: compute, collectives, infeed/outfeed and idle time per step")
 
 
-def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
+BOUND_COLORS = {"Compute": "#4C72B0", "HBM": "#DD8452"}  # others (latency, host link): grey
+OTHER_COLOR = "#8C8C8C"
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """One op as the roofline draws it: its intensity at the level it is drawn against."""
+
+    number: int
+    name: str
+    intensity: float  # FLOP per byte at `level`
+    flop_rate: float
+    level: str  # "HBM" (its HBM bytes and what its copies brought) or "VMEM" (no HBM bytes: its VMEM bytes)
+    bound_by: str
+    self_time_ps: int
+
+
+def roofline_points(report: Report) -> list[RooflinePoint]:
+    """The ops the roofline draws, by self time: at FLOPs per HBM byte (copies' bytes counted), else,
+    for an op whose bytes are all in VMEM, at FLOPs per VMEM byte. An op with no bytes at a level
+    gets no intensity there; an op with no FLOP rate (none, or one above the peak) is not drawn."""
+    out = []
+    for o in report.ops:
+        if not o.flop_rate or o.family or not _finite(o.flop_rate):
+            continue
+        vmem = o.vmem_read_bytes + o.vmem_write_bytes
+        if o.hbm_intensity is not None and _finite(o.hbm_intensity):
+            x, level = o.hbm_intensity, "HBM"
+        elif vmem > 0 and o.flops > 0:
+            x, level = o.flops / vmem, "VMEM"
+        else:
+            continue
+        out.append(RooflinePoint(len(out) + 1, o.name, x, o.flop_rate, level, o.bound_by, o.self_time_ps))
+    return out
+
+
+def _overlaps(box, placed) -> bool:
+    return any(box.overlaps(other) for other in placed)
+
+
+def roofline_figure(report: Report, Figure, renderer_of):
+    """The roofline figure and the texts it labels points with (`renderer_of(fig)` gives a renderer,
+    to place labels without overlap); None when there is nothing to draw."""
     s = report.summary
     ridge = s.ridge_flops_per_byte
-    ops = [o for o in report.ops if o.operational_intensity and o.flop_rate
-           and _finite(o.operational_intensity, o.flop_rate)]
+    points = roofline_points(report)
     # An infinite or NaN peak (a corrupt capture) has no roofline to draw.
-    if ridge is None or not ops or not _finite(ridge, s.peak_flops_per_s, s.hbm_bytes_per_s) or ridge <= 0:
+    if ridge is None or not points or not _finite(ridge, s.peak_flops_per_s, s.hbm_bytes_per_s) or ridge <= 0:
         return None
-    fig = Figure(layout="constrained", figsize=(7.5, 4.8))
-    ax = fig.add_subplot()
-    xs = [o.operational_intensity for o in ops]
+    shown = points[:ROOFLINE_LABELS]
+    fig = Figure(layout="constrained", figsize=(7.5, 4.8 + 0.2 * len(shown)))
+    ax, key = fig.subplots(2, 1, height_ratios=[4.8, 0.4 + 0.2 * len(shown)])
+    xs = [p.intensity for p in points]
     lo, hi = min(xs + [ridge]) / 10, max(xs + [ridge]) * 10
-    n = 64
-    grid = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
-    ax.plot(grid, [min(s.peak_flops_per_s, x * s.hbm_bytes_per_s) for x in grid], color="black", lw=1.5,
-            label="roofline (one core)")
+    grid = [lo * (hi / lo) ** (i / 63) for i in range(64)]
+    ax.plot([x for x in grid if x <= ridge] + [ridge], [x * s.hbm_bytes_per_s for x in grid if x <= ridge]
+            + [s.peak_flops_per_s], color="#DD8452", lw=1.5, label="HBM roof (peak bandwidth x FLOP/B)")
+    ax.plot([ridge] + [x for x in grid if x > ridge], [s.peak_flops_per_s] * (1 + sum(x > ridge for x in grid)),
+            color="#4C72B0", lw=1.5, label="compute roof (peak FLOP/s)")
     ax.axvline(ridge, color="grey", ls="--", lw=1)
     ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, 0), xycoords=("data", "axes fraction"),
                 textcoords="offset points", xytext=(4, 6), fontsize=8, color="grey")
-    total = sum(o.self_time_ps for o in ops) or 1
-    sizes = [20 + 600 * o.self_time_ps / total for o in ops]
-    colors = ["#4C72B0" if o.bound_by == "Compute" else "#DD8452" for o in ops]
-    ax.scatter(xs, [o.flop_rate for o in ops], s=sizes, c=colors, alpha=0.7, edgecolors="black", linewidths=0.5)
-    # Labels in a staggered column below-left of their points, with leader lines, so clustered ops stay legible.
-    for i, o in enumerate(ops[:ROOFLINE_LABELS]):
-        ax.annotate(_plain(o.name), (o.operational_intensity, o.flop_rate), textcoords="offset points",
-                    xytext=(-90, -18 - 13 * i), fontsize=7, ha="right",
-                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"})
+    total = sum(p.self_time_ps for p in points) or 1
+    for level, marker in (("HBM", "o"), ("VMEM", "s")):
+        at = [p for p in points if p.level == level]
+        if at:
+            ax.scatter([p.intensity for p in at], [p.flop_rate for p in at],
+                       s=[20 + 600 * p.self_time_ps / total for p in at], marker=marker,
+                       c=[BOUND_COLORS.get(p.bound_by, OTHER_COLOR) for p in at], alpha=0.7,
+                       edgecolors="black", linewidths=0.5)
     ax.set_xscale("log")
     ax.set_yscale("log")
     # At least two decades on each axis, so only the major ticks (powers of ten) are labelled.
-    ax.set_ylim(min(min(o.flop_rate for o in ops) / 3, s.peak_flops_per_s / 100), s.peak_flops_per_s * 2)
-    ax.set_xlabel("operational intensity (FLOP per byte accessed)")
+    ax.set_ylim(min(min(p.flop_rate for p in points) / 3, s.peak_flops_per_s / 100), s.peak_flops_per_s * 2)
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("FLOP per byte (HBM: its HBM bytes and what its copies brought; squares: VMEM bytes)")
     ax.set_ylabel("achieved FLOP/s per core")
-    ax.set_title("Per-op roofline (marker area ~ self time; blue: compute-bound, orange: HBM-bound)",
-                 fontsize=9)
-    ax.legend(loc="upper left", fontsize=8)
+    vmem = any(p.level == "VMEM" for p in points)
+    colours = sorted({p.bound_by for p in points}, key=lambda b: (b not in BOUND_COLORS, b))
+    named = ", ".join(f"{'blue' if b == 'Compute' else 'orange' if b == 'HBM' else 'grey'}: {b}" for b in colours)
+    ax.set_title(f"Per-op roofline: HBM and compute roofs (colour = bound by; {named})"
+                 + ("; squares: ops whose bytes are all in VMEM, no VMEM roof (its bandwidth is not public)"
+                    if vmem else ""), fontsize=8, wrap=True)
+    ax.legend(loc="upper left", fontsize=7)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    # Number the largest points; each number goes where it overlaps no other label, else it is left
+    # out (the key below still lists the op, and says so).
+    renderer = renderer_of(fig)
+    placed, labels, unplaced = [], [], set()
+    for p in shown:
+        for dx, dy in ((6, 6), (6, -12), (-14, 6), (-14, -12), (10, 0), (-18, 0), (0, 12), (0, -16)):
+            t = ax.annotate(str(p.number), (p.intensity, p.flop_rate), textcoords="offset points", xytext=(dx, dy),
+                            fontsize=8, fontweight="bold")
+            box = t.get_window_extent(renderer)
+            if not _overlaps(box, placed):
+                placed.append(box)
+                labels.append(t)
+                break
+            t.remove()
+        else:
+            unplaced.add(p.number)
+    key.axis("off")
+    rows = [[str(p.number) + (" (unlabelled: crowded)" if p.number in unplaced else ""), _plain(p.name),
+             p.bound_by, f"{p.intensity:,.3g} FLOP/B ({p.level})"] for p in shown]
+    table = key.table(cellText=rows, colLabels=["#", "op", "bound by", "intensity"], loc="center", cellLoc="left",
+                      colLoc="left", edges="horizontal")
+    table.auto_set_font_size(False)
+    table.set_fontsize(7)
+    return fig, labels
+
+
+def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
+    made = roofline_figure(report, Figure, lambda fig: Canvas(fig).get_renderer())
+    if made is None:
+        return None
+    fig, _ = made
     _save(fig, Canvas, path)
     return FigureFile("roofline", "Per-op roofline", path,
-                      "Log-log scatter of each op's operational intensity against achieved FLOP/s, under the "
-                      "chip's roofline with the ridge point marked")
+                      "Log-log scatter of each op's FLOPs per byte against achieved FLOP/s, under the chip's HBM and "
+                      "compute roofs with the ridge marked; the largest ops numbered, with a key below")
 
 
 def _categories(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:

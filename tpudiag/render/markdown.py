@@ -288,7 +288,10 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
                      "r" + ("l" if multi else "") + "llrrrrrr")
     if "roofline" in figures:
         out += ["", "On the roofline, ops left of the ridge are limited by memory bandwidth, ops right of it by "
-                "compute; the gap between a point and the line is headroom. Ops without FLOPs (collectives, "
+                "compute; the gap between a point and its roof is headroom. Each op sits at its FLOPs per HBM "
+                "byte, counting what its copies brought into VMEM; an op whose bytes are all in VMEM is a square "
+                "at its FLOPs per VMEM byte (no VMEM roof: its bandwidth is not public). Colour is what binds the "
+                "op; the largest ops are numbered, with a key under the plot. Ops without FLOPs (collectives, "
                 "copies) are not drawn."]
         out += _image(figures, "roofline")
     elif figures:
