@@ -106,3 +106,27 @@ def test_json_from_the_cache(tuned, capsys):
     assert best["params"] == result.best.params
     assert best["command"] == (f"tpudiag lab tune {TARGET} --topology v5e:1x1 --param bm={best['params']['bm']} "
                                "--param bk=512")
+
+
+def test_table_labels_every_figure_modelled_and_notes_each_reason_once():
+    from rich.console import Console
+
+    from tpudiag.kernels_lab.kernel_tune import KernelCandidate, KernelTuneResult
+    from tpudiag.kernels_lab.render import render_kernel_tune
+
+    limit = 16 * 2**20
+    why = "scoped VMEM OOM (CompileTimeScopedVmemOom): 18.36 MiB needed, limit 16.00 MiB"
+    result = KernelTuneResult("k.py:f", "v5e:1x1", "v5e", 1.5e9, "ranked by estimated cycles: modelled", (
+        KernelCandidate({"bm": 256}, "ok", "", 1500, 0, 0, 2**20, limit),
+        KernelCandidate({"bm": 128}, "ok", "", 3000, 2, 5, 2**19, limit, cached=True),
+        KernelCandidate({"bm": 1024}, "rejected", why, vmem_limit_bytes=limit),
+        KernelCandidate({"bm": 2048}, "rejected", why, vmem_limit_bytes=limit)), "/c", 2)
+    console = Console(width=200, record=True)
+    render_kernel_tune(result, console)
+    text = console.export_text()
+    rows = [line.split() for line in text.splitlines() if line.split()[:1] in (["1"], ["2"], ["-"])]
+    assert [r[:3] for r in rows[:2]] == [["1", "256", "1,500"], ["2", "128", "3,000"]]
+    assert "1.0" in rows[0] and "2/5" in rows[1] and "(cached)" in rows[1]
+    assert all("[1]" in r for r in rows[2:]) and text.count(why) == 1
+    assert text.count("(modelled)") >= 4
+    assert "reproduce: `tpudiag lab tune k.py:f --topology v5e:1x1 --param bm=256`" in text

@@ -308,6 +308,11 @@ def _tune_kernel(target: str, param: list[str], topology: str | None, jobs: int 
 
         render_kernel_tune(result, console)
     if result.best is None:
+        reasons = {c.reason for c in result.candidates}
+        if len(reasons) == 1 and "partitioned" in next(iter(reasons)):
+            raise UsageError(f"no candidate compiled on {result.topology}: the kernel gets the example arguments "
+                             "sharded over its devices", hint="tune it on one chip (e.g. --topology v5e:1x1), or "
+                             "tune a function that wraps the kernel in jax.shard_map")
         raise UsageError("no candidate compiled with an estimate to rank", hint="see the status column")
 
 

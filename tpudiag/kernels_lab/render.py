@@ -110,8 +110,9 @@ def render_kernel_tune(result: KernelTuneResult, console: Console) -> None:
     headers = ["est. cycles (modelled)"] + (["est. us (modelled)"] if timed else []) + [
         "spills st/ld (modelled)", "VMEM MiB / limit (modelled)", "status"]
     for h in headers:
-        table.add_column(h, justify="left" if h == "status" else "right", no_wrap=h != "status", overflow="fold")
+        table.add_column(h, justify="left" if h == "status" else "right", no_wrap=True)
     rank = 0
+    notes: list[str] = []
     for c in result.candidates:
         ok = c.status == "ok" and c.est_cycles is not None
         rank += ok
@@ -121,10 +122,17 @@ def render_kernel_tune(result: KernelTuneResult, console: Console) -> None:
             f"{c.spill_stores or 0}/{c.spill_fills or 0}"
         fits = {True: "", False: " over"}.get(c.vmem_fits, "")
         vmem = f"{_mib(c.vmem_bytes)} / {_mib(c.vmem_limit_bytes)}{fits}"
-        status = c.status + (" (cached)" if c.cached else "") + (f": {c.reason}" if c.reason else "")
+        status = c.status
+        if c.reason:  # one numbered note under the table per distinct reason, as the sweep's table does
+            if c.reason not in notes:
+                notes.append(c.reason)
+            status += f" [{notes.index(c.reason) + 1}]"
+        status += " (cached)" if c.cached else ""
         table.add_row(str(rank) if ok else "-", *(markup(str(c.params.get(n, ""))) for n in names), cycles, *us,
-                      spills, vmem, markup(status))
+                      spills, vmem, status)
     console.print(table)
+    for i, note in enumerate(notes, start=1):
+        console.print(f"[{i}] {note}", markup=False, highlight=False)
     best = result.best
     if best is not None:
         shown = " ".join(f"{k}={v}" for k, v in best.params.items())
