@@ -23,7 +23,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_params_are_a_cartesian_product_of_typed_values():
-    params = parse_params(["bm=128,256", "bk=512", "mode=fast"])
+    params = parse_params(["bm=128,256,128", "bk=512", "mode=fast"])
     assert params == {"bm": [128, 256], "bk": [512], "mode": ["fast"]}
     assert candidates_of(params) == [{"bm": 128, "bk": 512, "mode": "fast"}, {"bm": 256, "bk": 512, "mode": "fast"}]
     for bad in (["bm"], ["bm="], ["1x=2"]):
@@ -130,3 +130,14 @@ def test_table_labels_every_figure_modelled_and_notes_each_reason_once():
     assert all("[1]" in r for r in rows[2:]) and text.count(why) == 1
     assert text.count("(modelled)") >= 4
     assert "reproduce: `tpudiag lab tune k.py:f --topology v5e:1x1 --param bm=256`" in text
+
+
+@pytest.mark.libtpu
+def test_a_topology_libtpu_rejects_is_one_error_not_a_refused_candidate(capsys, tmp_path):
+    from tests.conftest import require_libtpu
+
+    require_libtpu()
+    code, out, err = run_cli(capsys, "lab", "tune", TARGET, "--param", "bm=128,256", "--topology", "v5e:1",
+                             "--cache-dir", str(tmp_path))
+    assert code == 2 and "libtpu rejected topology v5e:1" in err and "v5e:1x1" in err
+    assert not list(tmp_path.rglob("candidate.json"))  # nothing cached: the candidates were never judged

@@ -313,6 +313,9 @@ def _tune_kernel(target: str, param: list[str], topology: str | None, jobs: int 
             raise UsageError(f"no candidate compiled on {result.topology}: the kernel gets the example arguments "
                              "sharded over its devices", hint="tune it on one chip (e.g. --topology v5e:1x1), or "
                              "tune a function that wraps the kernel in jax.shard_map")
+        if len(reasons) == 1 and len(result.candidates) > 1:
+            raise UsageError(f"every candidate was refused for the same reason: {next(iter(reasons))}",
+                             hint="check that FN takes each --param as a keyword argument, and its example_args")
         raise UsageError("no candidate compiled with an estimate to rank", hint="see the status column")
 
 

@@ -137,7 +137,8 @@ def _compile_error(topology: Topology, result: dict) -> CompileError:
                             hint="deviceless TPU compiles need jax with libtpu: `pip install -e \".[tpu]\"`")
     if result.get("stage") == "topology":
         return CompileError(f"libtpu rejected topology {topology.name}: {message}",
-                            hint="grids that compile: v5e:2x2, v5e:4x4, v6e:2x2, v5p:2x2x1, v4:2x2x1, TPU7x:2x2x1")
+                            hint="grids that compile: v5e:1x1, v5e:2x2, v5e:4x4, v6e:2x2, v5p:2x2x1, v4:2x2x1, "
+                                 "TPU7x:2x2x1")
     budget = parse_vmem_oom(result.get("detail", "") or message)
     if budget is None:
         return CompileError(f"compiling for {topology.name} failed: {message}")

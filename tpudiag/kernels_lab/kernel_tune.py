@@ -116,7 +116,8 @@ def parse_params(texts: list[str]) -> dict[str, list]:
             raise UsageError(f"--param {text!r} is not NAME=V1,V2,...", hint="e.g. --param block_m=128,256,512")
         if name in out:
             raise UsageError(f"--param {name} is given twice")
-        out[name] = [_value(v.strip()) for v in values.split(",") if v.strip()]
+        parsed = [_value(v.strip()) for v in values.split(",") if v.strip()]
+        out[name] = list(dict.fromkeys(parsed))  # a value listed twice is one candidate (and one cache entry)
     return out
 
 
@@ -202,8 +203,9 @@ def _compile_one(target: str, topology: Topology, params: dict, out: Path, timeo
                               timeout_s=timeout_s, params=params)
     except (CompileError, InputError) as exc:
         result = _result(out)
-        if isinstance(exc, InputError) and result.get("stage") != "lower":
-            raise  # the module itself is broken (import, example_args, mesh): no candidate can compile
+        if (isinstance(exc, InputError) and result.get("stage") != "lower") or result.get("stage") in ("import",
+                                                                                                     "topology"):
+            raise  # the module (import, example_args, mesh), jax or the topology is at fault: no candidate compiles
         # lowering's message names the exception; a compile's detail holds the VMEM budget of an OOM
         detail = (result.get("detail") if result.get("stage") == "compile" else result.get("message")) or exc.message
         aborted = isinstance(exc, CompileError) and not result  # a crash or a timeout leaves no result.json
