@@ -82,3 +82,17 @@ def test_decode_step_is_given_against_its_hbm_floor(decode):
 def test_a_compute_bound_training_step_gets_no_floor_finding():
     d = tpudiag.diagnose()  # the bundled transformer training step with its dumps
     assert not [f for f in d.findings if "HBM floor" in f.message]
+
+
+@pytest.mark.parametrize("model", sorted(p.name for p in (REPO / "examples" / "models" / "captures").iterdir()))
+def test_modelled_hbm_bytes_hold_against_the_layouts(model):
+    """Issue 27 §6: the simulator's per-op HBM bytes are what the compiled program's layouts put in
+    HBM: never below the logical bytes of the op's operands and results in HBM (above them only by
+    tile padding), none for an op whose data is all in VMEM. Async pairs and collectives are left out
+    (their bytes are the transfer's)."""
+    ops = tpudiag.diagnose(REPO / "examples" / "models" / "captures" / model).analysis.ops
+    ops = ops[(ops["family"] == "") & (ops["moves"] == "") & ~ops["name"].astype(str).str.contains("-done|-start")]
+    trace = ops["hbm_bytes"] / ops["occurrences"]
+    layouts = (ops["hbm_read_bytes"] + ops["hbm_write_bytes"]) / ops["occurrences"]
+    assert len(ops) and (trace >= layouts - 1).all()
+    assert ((layouts > 0) == (trace > 0)).all()
