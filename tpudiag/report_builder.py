@@ -185,6 +185,7 @@ def _op_rows(analysis: Analysis, join: JoinResult | None = None,
             bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
             tf_op=r.tf_op, group_size=int(r.group_size), group_source=str(r.group_source),
             ici_bytes=float(r.ici_bytes), ici_bw=_finite(r.ici_bw), ici_utilization=_finite(r.ici_utilization),
+            ici_latency_bound=bool(r.ici_latency_bound),
             step_self_time_ps=share * step if step else None,
             **{c: float(getattr(r, c)) for c in BYTE_COLUMNS}, moves=str(r.moves),
             hbm_intensity=_finite(r.hbm_intensity), bound_basis=str(r.bound_basis), **facts))

@@ -39,3 +39,12 @@ def test_a_result_shape_alone_assumes_every_chip_and_says_so():
     t = traffic("reduce-scatter", "%rs = f32[1024,16384]{1,0} fusion()", "", default_group=4)
     assert (t.group_size, t.group_source) == (4, GroupSource.ASSUMED)
     assert t.payload_bytes == 4 * 1024 * 16384 * 4  # the scattered result is a quarter of the payload
+
+
+def test_a_small_collective_far_below_peak_is_latency_bound():
+    from tpudiag.model.collectives import latency_bound
+    # 12 KiB per device at 180 GB/s would take 68 ns; it took 2.1 µs: latency-bound.
+    assert latency_bound(12 * 1024, 2_100_000, 180e9)
+    # 96 MiB at 162 GB/s: bandwidth, not latency.
+    assert not latency_bound(96 * 2**20, 620_000_000, 360e9)
+    assert not latency_bound(12 * 1024, 2_100_000, None)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tpudiag.model.collectives import ring_factor
+from tpudiag.model.collectives import ICI_LATENCY_PS, ring_factor
 from tpudiag.model.compile_output import CompileOutput
 from tpudiag.model.compiled import CompiledProgram, Instruction, leaf_arrays
 from tpudiag.model.hardware import ChipSpec
@@ -101,7 +101,7 @@ class CostModel:
             peak_flops_per_s=chip.peak_bf16_flops_per_s / chip.tensorcores_per_chip,
             ici=IciModel(bytes_per_s=ici_bytes_per_s if ici_bytes_per_s is not None
                          else 2 * chip.ici_bytes_per_s_per_link,
-                         latency_ps=ici_latency_ps if ici_latency_ps is not None else 2_000_000))
+                         latency_ps=ici_latency_ps if ici_latency_ps is not None else ICI_LATENCY_PS))
 
     @staticmethod
     def for_flags(chip: ChipSpec, clock_ghz: float | None, ici_gbps: float | None,

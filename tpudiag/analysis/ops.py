@@ -26,7 +26,7 @@ from tpudiag.analysis.limits import above_peak
 from tpudiag.analysis.op_bytes import COLUMNS as BYTE_COLUMNS
 from tpudiag.analysis.op_bytes import op_bytes
 from tpudiag.model import schemas
-from tpudiag.model.collectives import Traffic, traffic
+from tpudiag.model.collectives import Traffic, latency_bound, traffic
 from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
 from tpudiag.model.profile import HostTrace
 
@@ -194,8 +194,11 @@ def _ici(host: HostTrace, df: pd.DataFrame, family: np.ndarray, occ: np.ndarray)
     with np.errstate(divide="ignore", invalid="ignore"):
         bw = np.where((ici_time > 0) & (ici_bytes > 0), ici_bytes / (ici_time / PS_PER_S), np.nan)
     bw = np.where(above_peak(bw, peak), np.nan, bw)
+    occurrences = np.maximum(occ, 1)
+    latency = np.array([bool(family[i]) and latency_bound(ici_bytes[i] / occurrences[i], ici_time[i] / occurrences[i],
+                                                          peak) for i in range(n)], dtype=bool)
     return {"group_size": group, "group_source": source, "ici_bytes": ici_bytes, "ici_time_ps": ici_time,
-            "ici_bw": bw, "ici_utilization": bw / peak if peak else np.full(n, np.nan)}
+            "ici_bw": bw, "ici_utilization": bw / peak if peak else np.full(n, np.nan), "ici_latency_bound": latency}
 
 
 def _window_time(windows: pd.DataFrame) -> dict[str, int]:

@@ -110,3 +110,18 @@ def traffic(family: str, hlo_text: str, result_text: str, default_group: int) ->
     if not operand and family == "reduce-scatter":  # only the scattered result is known
         payload = result * group
     return Traffic(family, group, source, payload, ring_factor(family, group) * payload)
+
+
+# A collective's fixed cost (synchronisation, DMA setup, hops) before bandwidth matters: the cost
+# model's default ICI latency (`analysis.cost_model.CostModel.for_chip`).
+ICI_LATENCY_PS = 2_000_000
+LATENCY_BOUND_UTILIZATION = 0.1  # below this share of the ICI peak, a small collective is latency-bound
+
+
+def latency_bound(bytes_per_device: float, time_ps: float, peak_bytes_per_s: float | None) -> bool:
+    """Whether a collective is latency-bound: its bytes would cross ICI in less than the fixed latency
+    at peak, and it achieved under a tenth of the peak over its time."""
+    if not peak_bytes_per_s or time_ps <= 0:
+        return False
+    at_peak_ps = bytes_per_device / peak_bytes_per_s * 1e12
+    return at_peak_ps < ICI_LATENCY_PS and at_peak_ps < LATENCY_BOUND_UTILIZATION * time_ps

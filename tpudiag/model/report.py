@@ -200,6 +200,7 @@ class OpRow:
     ici_bytes: float = 0.0  # bytes each device sends over ICI, total over occurrences
     ici_bw: float | None = None  # ici_bytes over the transfer's time (the async window for a pair)
     ici_utilization: float | None = None  # ici_bw / the chip's ICI peak
+    ici_latency_bound: bool = False  # far below the ICI peak at a size the fixed latency dominates
     # Self time per step and core: time_share x the host's mean step (None without steps); what the
     # first screen shows, so no cell is larger than the step.
     step_self_time_ps: float | None = None

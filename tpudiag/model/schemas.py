@@ -176,6 +176,8 @@ OPS = TableSchema("ops", (
                                    "window (start to done) for an async pair, else the op's total time"),
     Column("ici_bw", "float64", "ici_bytes / ici_time; NaN where none, or where above the chip's ICI peak"),
     Column("ici_utilization", "float64", "ici_bw / the chip's ICI peak (every link one way); NaN without one"),
+    Column("ici_latency_bound", "bool", "collectives: its bytes would cross ICI at peak in less than the fixed "
+                                        "latency and it achieved under 10 % of the peak (`model.collectives`)"),
     Column("hbm_read_bytes", "float64", "bytes of operands in HBM, total, modelled from the HLO text's layouts "
                                         "(`analysis.op_bytes`); async copy pairs count on their start"),
     Column("hbm_write_bytes", "float64", "bytes of results in HBM, total, modelled"),

@@ -276,13 +276,15 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
             rows.append([str(i)] + ([code(op.host)] if multi else []) + [
                 code(op.name), text(op.family), _per_step(op), fmt_pct(op.time_share), group,
                 fmt_bytes(op.ici_bytes / op.occurrences) if op.occurrences else "-", fmt_bandwidth(op.ici_bw),
-                fmt_pct(op.ici_utilization)])
+                fmt_pct(op.ici_utilization) + (" (latency-bound)" if op.ici_latency_bound else "")])
         out += ["", "### Collectives", "",
                 f"The {min(top, len(collectives))} collectives with the most self time, of {len(collectives)}. "
                 "*bytes/device*: what each device sends over ICI per occurrence, modelled from the payload and "
                 "the ring algorithm of its family; *group*: participants (assumed: every chip of the host, where "
                 "the trace names no replica groups); *ICI BW*: those bytes over the transfer (the async window "
-                "for a start/done pair), against the chip's ICI peak (every link, one way).", ""]
+                "for a start/done pair), against the chip's ICI peak (every link, one way); *latency-bound*: its "
+                "bytes would cross at peak in under the 2 µs fixed latency and it reached under 10 % of peak, so "
+                "fewer and larger collectives help, not bandwidth.", ""]
         out += table(["#"] + (["host"] if multi else []) + ["op", "family", label, "share", "group", "bytes/device",
                                                             "ICI BW", "of ICI peak"], rows,
                      "r" + ("l" if multi else "") + "llrrrrrr")

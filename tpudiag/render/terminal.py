@@ -192,11 +192,13 @@ def _collectives_table(report: Report, top: int) -> Table | None:
         group = f"{op.group_size}{'?' if op.group_source == 'assumed' else ''}" if op.group_size else "-"
         row += [escape(op.name), escape(op.family), _per_step(op), fmt_pct(op.time_share), str(op.occurrences),
                 group, fmt_bytes(op.ici_bytes / op.occurrences) if op.occurrences else "-",
-                fmt_bandwidth(op.ici_bw), fmt_pct(op.ici_utilization)]
+                fmt_bandwidth(op.ici_bw), fmt_pct(op.ici_utilization) + (" latency" if op.ici_latency_bound else "")]
         t.add_row(*row)
     t.caption = ("bytes/device: sent over ICI per occurrence, modelled from the payload and the ring algorithm; "
                  "group: participants (? assumed: every chip of the host); ICI BW over the transfer (the async "
-                 "window for a start/done pair); peak: every ICI link of the chip, one way")
+                 "window for a start/done pair); peak: every ICI link of the chip, one way; latency: its bytes would cross "
+                 "at peak in under the 2 µs fixed latency and it reached under 10 % of peak: latency-bound, fewer "
+                 "and larger collectives help, not bandwidth")
     t.caption_justify = "left"
     return t
 
