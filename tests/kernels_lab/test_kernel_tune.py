@@ -141,3 +141,16 @@ def test_a_topology_libtpu_rejects_is_one_error_not_a_refused_candidate(capsys, 
                              "--cache-dir", str(tmp_path))
     assert code == 2 and "libtpu rejected topology v5e:1" in err and "v5e:1x1" in err
     assert not list(tmp_path.rglob("candidate.json"))  # nothing cached: the candidates were never judged
+
+
+@pytest.mark.libtpu
+def test_a_timed_out_compile_is_aborted_and_not_cached(capsys, tmp_path):
+    from tests.conftest import require_libtpu
+
+    require_libtpu()
+    code, out, err = run_cli(capsys, "lab", "tune", TARGET, "--param", "bm=128", "--topology", "v5e:1x1",
+                             "--cache-dir", str(tmp_path), "--timeout", "0.5", "--format", "json")
+    assert code == 2 and "Traceback" not in err
+    (cand,) = json.loads(out)["candidates"]
+    assert cand["status"] == "aborted" and "did not finish within" in cand["reason"]
+    assert not list(tmp_path.rglob("candidate.json"))

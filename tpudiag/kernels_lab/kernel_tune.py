@@ -12,7 +12,8 @@ Compiles run in parallel, at most one per core, and are cached on disk under
 `<cache>/lab-tune/<key>/` (`TPUDIAG_CACHE_DIR`, else `$XDG_CACHE_HOME/tpudiag`, else
 `~/.cache/tpudiag`), keyed by the module file's bytes, the function, the parameters, the topology,
 the compiler flags and the versions of tpudiag, jaxlib and libtpu. Each key's directory holds the
-compile's dumps and `candidate.json`, the candidate's outcome (a refusal is cached too).
+compile's dumps and `candidate.json`, the candidate's outcome (a refusal is cached too; a compiler
+crash or timeout is not: the next run tries it again).
 """
 
 from __future__ import annotations
@@ -264,7 +265,8 @@ def tune_kernel(target: str, params: dict[str, list], *, topology: str = DEFAULT
     def work(item: tuple[int, dict, Path]) -> tuple[int, KernelCandidate]:
         i, p, out = item
         c = _compile_one(target, topo, p, out, timeout_s)
-        (out / CANDIDATE_FILE).write_text(json.dumps(asdict(c), indent=1) + "\n")
+        if c.status != "aborted":  # a crash or a timeout (which --timeout changes) is tried again next time
+            (out / CANDIDATE_FILE).write_text(json.dumps(asdict(c), indent=1) + "\n")
         shown = f"{c.est_cycles:,} cycles" if c.est_cycles is not None else f"{c.status}: {c.reason}"
         progress(f"  {_label(p)}: {shown}")
         return i, c
