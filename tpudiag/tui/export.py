@@ -78,13 +78,14 @@ def findings_md(report: Report, selected: Finding | None, explanation: str = "")
 
 
 # The sortable measures first, so a narrow terminal cuts the descriptive columns, not the numbers.
-OP_HEADER = ["op", "self time", "share", "FLOP util", "HBM BW", "padding", "spills", "host", "category", "program"]
+OP_HEADER = ["op", "per step", "share", "FLOP util", "HBM BW", "padding", "spills", "host", "category", "program"]
 
 
 def op_cells(op: OpRow) -> list[str]:
     """The ops table's cells, shared by the TUI table and the markdown export."""
     sp = spills(op)
-    return [op.name, fmt_time(op.self_time_ps), fmt_pct(op.time_share), fmt_pct(op.flop_utilization),
+    per_step = op.step_self_time_ps if op.step_self_time_ps is not None else op.self_time_ps
+    return [op.name, fmt_time(per_step), fmt_pct(op.time_share), fmt_pct(op.flop_utilization),
             fmt_bandwidth(op.hbm_bw) if op.hbm_bytes else "n/a", fmt_pct(op_padding(op)),
             "n/a" if sp is None else str(sp), op.host, op.category, op.program]
 
