@@ -18,7 +18,10 @@ start and the done.
 Evidence
 --------
 Per family and per op: hidden/partial/exposed counts, covered fraction and exposed time per
-step; the two worst steps. Windows whose names carry a double numeric suffix
+step; per op also the bytes each device sends over ICI (modelled from payload, group and ring
+algorithm), its group, the achieved ICI bandwidth and its share of the chip's ICI peak, and
+whether it is latency-bound (its bytes would cross at peak in under the fixed latency); the two
+worst steps. Windows whose names carry a double numeric suffix
 (`all-gather-start.1.0`) are counted: XProf's `analyze_async_overlap` does not recognise them as
 async ops and reports them as hidden. With the compiled HLO (`--dumps DIR` of an XLA dump, or
 the program a capture embeds), each op also says what the schedule does: "adjacent in the
@@ -85,7 +88,7 @@ from tpudiag.analysis.host_compare import find_straggler, host_stats
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.hardware import chip_for, smallest_topology
 from tpudiag.model.profile import CollectiveClasses, WindowThresholds
-from tpudiag.model.units import fmt_pct, fmt_time
+from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, StepBasis, Table, per_step_worst_core,
                                 per_step_worst_core_by, step_basis)
 from tpudiag.rules.straggler_host import Options as StragglerOptions
@@ -217,8 +220,30 @@ def _class_counts(frame: pd.DataFrame) -> str:
     return f"{int(frame['n_hidden'].sum())}/{int(frame['n_partial'].sum())}/{int(frame['n_exposed'].sum())}"
 
 
+def _ici_facts(ops: pd.DataFrame) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Per collective op: what it sends over ICI (`analysis.ops`), as evidence values."""
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    if ops.empty or "ici_bytes" not in ops.columns:
+        return out
+    for r in ops[ops["family"].astype(str) != ""].itertuples(index=False):
+        name = str(r.name)
+        if name in out or not r.occurrences:
+            continue
+        group = f"{r.group_size}" + (" (assumed)" if r.group_source == "assumed" else "")
+        bw = None if pd.isna(r.ici_bw) else float(r.ici_bw)
+        share = None if pd.isna(r.ici_utilization) else float(r.ici_utilization)
+        values = [("bytes/device", fmt_bytes(r.ici_bytes / r.occurrences)), ("group", group),
+                  ("ICI", f"{fmt_bandwidth(bw)} ({fmt_pct(share)} of ICI peak)")]
+        if r.ici_latency_bound:
+            values.append(("latency-bound", "yes: its bytes cross in under the fixed latency at peak; fewer, larger "
+                                            "collectives help, not bandwidth"))
+        out[name] = tuple(values)
+    return out
+
+
 def _evidence(coll: CollectiveClasses, op_steps: pd.DataFrame, basis: StepBasis, options: Options,
-              facts: ScheduleFacts | None) -> tuple[Evidence, ...]:
+              facts: ScheduleFacts | None, ici: dict[str, tuple[tuple[str, str], ...]] | None = None
+              ) -> tuple[Evidence, ...]:
     rows = []
     frame = coll.ops
     fam_labels, fam_exposed = per_step_worst_core_by(coll.steps, "exposed_ps", basis, "family")
@@ -239,6 +264,7 @@ def _evidence(coll: CollectiveClasses, op_steps: pd.DataFrame, basis: StepBasis,
                   ("hidden/partial/exposed", _class_counts(g)),
                   ("covered", fmt_pct(float(g["covered_ps"].sum() / g["span_ps"].sum()))),
                   ("exposed/step", fmt_time(exposed))]
+        values.extend((ici or {}).get(name, ()))
         if g["double_suffix"].any():
             values.append(("double suffix", "yes (XProf: hidden)"))
         reason = facts.reason(name, str(g["kind"].iloc[0])) if facts is not None else ""
@@ -332,7 +358,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message,
             saving=Saving(int(round(exposed)), Basis.MEASURED, explanation),
             fix=_fix(kind, families, g, generation),
-            evidence=_evidence(coll, op_steps[op_steps["kind"] == kind], basis, options, facts),
+            evidence=_evidence(coll, op_steps[op_steps["kind"] == kind], basis, options, facts,
+                               _ici_facts(analysis.ops)),
             host=hosts[0].host if len(hosts) == 1 else "", ops=top_ops))
     return findings
 
