@@ -887,6 +887,7 @@ def assemble_host(host: str, path: Path, platform: Platform, refs: list[PlaneRef
                   aux_planes, axis: TimeAxis) -> HostTrace:
     """The host's tables from its parsed device planes and its host planes."""
     b = _HostBuilder(host, str(path))
+    b.axis = axis  # XLA's CPU ops are placed on the host's axis like any device line
     host_threads = 0
     hlo_protos: dict[int, bytes] = {}
     cpu_events = None
