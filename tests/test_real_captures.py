@@ -9,6 +9,7 @@ four programs, and a device-idle finding was false.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -150,8 +151,9 @@ def test_v6e_no_program_id_is_negative_or_dropped(v6e):
 
 
 def test_v6e_memory_view_prints_no_negative_program_id():
+    # Wide, so that a long checkout path cannot wrap "program N" over two lines.
     proc = subprocess.run([sys.executable, "-m", "tpudiag", "memory", str(V6E)], capture_output=True, text=True,
-                          timeout=300, cwd=REPO)
+                          timeout=300, cwd=REPO, env={**os.environ, "COLUMNS": "1000", "NO_COLOR": "1"})
     assert proc.returncode == 0, proc.stderr
     ids = [int(m) for m in re.findall(r"program (-?\d+)", proc.stdout)]
     assert ids and all(i > 0 for i in ids)
