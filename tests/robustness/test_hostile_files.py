@@ -44,8 +44,7 @@ def run_python(code: str, timeout_s: float = 60, mem_bytes: int | None = None) -
 
 
 def run_cli(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1",
-           "COLUMNS": "1000"}  # a long tmp path (pytest-xdist's popen-gwN) must not wrap a line in two
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True,
                           timeout=timeout_s, env=env)
 
