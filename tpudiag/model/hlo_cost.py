@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpudiag.model.compiled import ArrayShape, CompiledProgram, ConvDims, Instruction, leaf_arrays
-from tpudiag.model.matmuls import op_math
+from tpudiag.model.matmuls import op_math, real_taps
 
 _CONV_TARGET = "__cudnn$conv"  # cuDNN and MIOpen convolution custom calls: __cudnn$convForward, ...
 _MAX_DEPTH = 8
@@ -57,14 +57,8 @@ def _operand_bytes(program: CompiledProgram, inst: Instruction) -> int:
 def _taps(in_size: int, window: int, out_size: int, stride: int, pad_low: int, lhs_dilation: int,
           rhs_dilation: int) -> int:
     """(output position, kernel tap) pairs of one spatial dim that read real input, not padding."""
-    last = (in_size - 1) * lhs_dilation
-    count = 0
-    for o in range(out_size):
-        for t in range(window):
-            p = o * stride + t * rhs_dilation - pad_low
-            if 0 <= p <= last and p % lhs_dilation == 0:
-                count += 1
-    return count
+    return sum(len(real_taps(o, in_size, window, stride, pad_low, lhs_dilation, rhs_dilation))
+               for o in range(out_size))
 
 
 def convolution_flops(dims: ConvDims, lhs: ArrayShape, rhs: ArrayShape, out: ArrayShape) -> float:

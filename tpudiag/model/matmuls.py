@@ -253,6 +253,19 @@ def _dot(at: _Where, dims: DotDims, lhs: ArrayShape | Shape, rhs: ArrayShape | S
         op_name=at.op_name)
 
 
+def real_taps(o: int, in_size: int, window: int, stride: int, pad_low: int, lhs_dilation: int,
+              rhs_dilation: int) -> list[int]:
+    """The kernel taps of output position `o` (one spatial dim) that read a real input element.
+
+    Tap t reads position o x stride + t x rhs_dilation - pad_low of the lhs-dilated input, which is
+    real when it falls on one of its `in_size` elements (every `lhs_dilation`-th position), else
+    padding or a dilation hole. `_window_taps` and `model.hlo_cost`'s FLOP count both read taps so.
+    """
+    last = (in_size - 1) * lhs_dilation
+    return [t for t in range(window)
+            if 0 <= (p := o * stride + t * rhs_dilation - pad_low) <= last and p % lhs_dilation == 0]
+
+
 def _window_taps(in_size: int, window: int, out_size: int, stride: int, pad_low: int, lhs_dilation: int,
                  rhs_dilation: int) -> tuple[int, bool]:
     """(the most taps any output position sees land on real input, whether each output position sees
@@ -266,10 +279,7 @@ def _window_taps(in_size: int, window: int, out_size: int, stride: int, pad_low:
     """
     if out_size * window > _MAX_WINDOW_CELLS:  # too large to enumerate: every tap counts
         return window, False
-    taps = [[t for t in range(window)
-             if 0 <= (p := o * stride + t * rhs_dilation - pad_low) <= (in_size - 1) * lhs_dilation
-             and p % lhs_dilation == 0]
-            for o in range(out_size)]
+    taps = [real_taps(o, in_size, window, stride, pad_low, lhs_dilation, rhs_dilation) for o in range(out_size)]
     one_each = out_size > 1 and all(len(ts) == 1 for ts in taps) and len({ts[0] for ts in taps}) == out_size
     return max((len(ts) for ts in taps), default=0), one_each
 
