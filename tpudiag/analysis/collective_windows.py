@@ -43,7 +43,7 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
     Events are walked in (device, start, depth) order, where a parent comes right before its
     first child: an event has a child when the next one on its device is deeper. The parent of
     an event at depth d is the last earlier event at depth d - 1 on its device, found level by
-    level with one searchsorted each, so the cost is per level, not per event.
+    level with one running maximum each, so the cost is per level, not per event.
     """
     n = len(start)
     has_child = np.zeros(n, dtype=bool)
@@ -53,20 +53,19 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
     order = lexsort_order((depth, start, device_codes))
     dev, dep = device_codes[order], depth[order]
     has_child[order[:-1]] = (dev[:-1] == dev[1:]) & (dep[1:] > dep[:-1])
-    # Key = (device, position) in one int64 so a searchsorted stays on the event's own device.
     pos = np.arange(n, dtype=np.int64)
-    key = dev.astype(np.int64) * (n + 1) + pos
     coll_or_inside = is_coll[order].copy()  # a collective, or nested in one
     for level in range(1, int(dep.max()) + 1):
-        parents = np.flatnonzero(dep == level - 1)
         children = np.flatnonzero(dep == level)
-        if not len(parents) or not len(children):
+        if not len(children):
             continue
-        at = np.searchsorted(key[parents], key[children], side="right") - 1
+        # The last event at depth level - 1 before each position (-1: none), one running maximum;
+        # it is the parent when it is on the child's own device.
+        at = np.maximum.accumulate(np.where(dep == level - 1, pos, -1))[children]
         ok = at >= 0
-        ok[ok] = dev[parents[at[ok]]] == dev[children[ok]]
+        ok[ok] = dev[at[ok]] == dev[children[ok]]
         inside = np.zeros(len(children), dtype=bool)
-        inside[ok] = coll_or_inside[parents[at[ok]]]
+        inside[ok] = coll_or_inside[at[ok]]
         in_coll[order[children]] = inside
         coll_or_inside[children] |= inside
     return has_child, in_coll
@@ -147,7 +146,7 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
         on = device_codes == code
         core = int(cores[on][0])
         ms, me = merge(start[on & compute], end[on & compute])
-        comp_starts = np.sort(start[on & compute])
+        comp_starts = np.sort(start[on & compute], kind="stable")  # events come in time order: one linear pass
         parts = []  # (name, family, kind, start, end, source): async windows first, then sync collectives
         if len(windows):
             wsel = np.flatnonzero((w_dev_codes == w_device_index.get(device, -2)) & w_keep)
