@@ -18,7 +18,7 @@ import pandas as pd
 
 from tpudiag.analysis.core_balance import core_work, slowest_core
 from tpudiag.analysis.host_transfers import transfer_rates
-from tpudiag.analysis.limits import over_peak, over_peak_warnings
+from tpudiag.analysis.limits import over_peak_warnings
 from tpudiag.analysis.op_bytes import COLUMNS as BYTE_COLUMNS
 from tpudiag.analysis.idle import idle_tables
 from tpudiag.analysis.profile_analysis import Analysis, combined_step_times, mean_breakdown, per_step_times
@@ -128,7 +128,7 @@ def _warnings(config: Sequence[str], analysis: Analysis | None, steps: Sequence[
                            "some of its cores only (a step counts when every core that runs the program ran it)")
         out.extend(steps)
         out.extend(profile.warnings)
-        out.extend(over_peak_warnings(over_peak(analysis.ops, first, profile.modelled)))
+        out.extend(over_peak_warnings(analysis.over_peak))
     out.extend(extra)
     if join is not None:
         out.extend(join.warnings)

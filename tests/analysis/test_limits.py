@@ -41,7 +41,7 @@ def test_no_modelled_op_runs_above_the_peak(name):
         d = tpudiag.diagnose(path)
         assert d.analysis.profile.modelled
         device = d.analysis.profile.hosts[0].device
-        assert over_peak(d.analysis.ops, device, modelled=True) == []
+        assert d.analysis.over_peak == ()
         assert not [w for w in d.warnings if "above the core's peak" in w]
         ops = d.analysis.ops.groupby(d.analysis.ops["name"].astype(str))[["flops", "hbm_bytes", "total_time_ps"]].sum()
         seconds = ops["total_time_ps"] / 1e12
@@ -53,12 +53,15 @@ def test_a_rate_above_peak_in_a_modelled_capture_is_called_a_tpudiag_bug():
     """None of a measured trace's causes apply to our own model: the warning says so, for async ops too."""
     device = DeviceInfo(platform="TPU", device_type="TPU v5 Lite", chip=None, peak_flops_per_s=197e12,
                         hbm_bytes_per_s=819e9, peaks_source="trace", n_cores=1, n_chips=1)
-    ops = pd.DataFrame({"name": ["fusion.57", "copy-done"], "family": ["", ""], "flops": [2e9, 0.0],
-                        "hbm_bytes": [0.0, 1e9], "total_time_ps": [1_000_000, 1_000_000]})
-    modelled = over_peak(ops, device, modelled=True)
+    # 2 GFLOP and 1 GB in 1 µs: 2,000 TFLOP/s and 1 PB/s, rates the ops table nulled (NaN)
+    ops = pd.DataFrame({"host": ["h", "h"], "name": ["fusion.57", "copy-done"], "family": ["", ""],
+                        "flops": [2e9, 0.0], "hbm_bytes": [0.0, 1e9], "total_time_ps": [1_000_000, 1_000_000],
+                        "flop_rate": [float("nan"), 0.0], "hbm_bw": [0.0, float("nan")]})
+    modelled = over_peak(ops, {"h": device}, modelled=True)
     assert {o.op for o in modelled} == {"fusion.57", "copy-done"}
     assert all("tpudiag modelling error" in o.cause for o in modelled)
-    measured = {o.op: o.cause for o in over_peak(ops, device)}
+    measured = {o.op: o.cause for o in over_peak(ops, {"h": device})}
+    assert {o.op: o.rate for o in modelled} == {"fusion.57": 2e15, "copy-done": 1e15}
     assert "async" in measured["copy-done"] and "int8 or fp8" in measured["fusion.57"]
 
 
@@ -140,3 +143,19 @@ def test_real_host_offload_capture_shows_no_rate_above_peak():
     doc = report_to_dict(tpudiag.diagnose(REAL_OFFLOAD).report)
     _shown_rates_within_peak(doc)
     assert any("`copy-start" in w and "shown as n/a" in w for w in doc["warnings"])
+
+
+def test_the_rates_above_peak_are_decided_once_per_diagnosis(tmp_path, monkeypatch):
+    """The ops table nulls a rate above the peak; the analysis reads those marks once
+    (`Analysis.over_peak`), and the warning and the rules read that: one call per diagnosis."""
+    from tpudiag.analysis import profile_analysis
+
+    calls = []
+    monkeypatch.setattr(profile_analysis, "over_peak", lambda *a, **k: calls.append(a) or over_peak(*a, **k))
+    op = OpDef("fusion.9", "convolution fusion", flops=2.0e12, bytes_accessed=1.0e9)
+    d = sc.design((op,), lambda chip, step: [Placed("fusion.9", 0, 1000 * sc.US)], step_ps=1000 * sc.US)
+    diagnosis = tpudiag.diagnose(sc.write_run(d, tmp_path))
+    assert len(calls) == 1
+    assert diagnosis.analysis.over_peak_names == {"fusion.9"}
+    assert diagnosis.analysis.ops["flop_rate"].isna().all()  # the ops table's mark the analysis read
+    assert [w for w in diagnosis.warnings if "`fusion.9` 2000.0 TFLOP/s" in w]
