@@ -4,7 +4,9 @@ Every async collective window (start to done, from the `Async XLA Ops` line or f
 pairs) and every synchronous collective is measured against the union of compute ops on the same
 core. A container op (`while`, `call`, `conditional`: any op with ops nested in it) is not
 compute; its body is, so a layer loop does not hide the collectives inside it. Collectives, and
-ops nested inside a collective, are not compute either.
+ops nested inside a collective, are not compute either. On a GPU the core is the GPU, all its
+streams together, and a collective is the library's kernel (NCCL, RCCL): its own span is its window,
+async (an XLA `*-start` op, on a stream of its own) or not, covered by compute kernels on the others.
 
 `collective_windows` gives one row per window (it needs the host's events);
 `summarize_windows` folds one host's rows into what its digest keeps (a `CollectiveDigest` and a
@@ -20,10 +22,11 @@ import pandas as pd
 
 from tpudiag.model import schemas
 from tpudiag.model.grouping import lexsort_order
-from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
+from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix, library_collective
 from tpudiag.model.intervals import covered, merge
-from tpudiag.model.profile import CollectiveDigest, HostTrace, WindowThresholds
+from tpudiag.model.profile import CollectiveDigest, HostTrace, Platform, WindowThresholds
 
+GPU_KERNEL_SOURCE = "kernel"  # a GPU collective's window: its kernel, on whichever stream ran it
 WINDOW_COLUMNS = ("host", "device", "core", "step", "name", "family", "kind", "start_ps", "span_ps", "covered_ps",
                   "exposed_ps", "overlap_ratio", "klass", "double_suffix", "compute_inside", "source")
 
@@ -130,6 +133,17 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
     # hide every window inside a loop. Its children are what runs, so only leaves cover.
     compute = ~is_async_op & ~is_coll & ~has_child & ~in_coll
     sync_all = is_coll & ~is_async_op & ~in_coll & ~np.isin(fam, [family_ids.get(f, -1) for f in ("send", "recv")])
+    # On a GPU a collective is a kernel (NCCL's, RCCL's), the start op of an async one included: it runs
+    # on its own stream while the compute kernels of the other streams of that GPU may cover it, so the
+    # kernel's own span is the window. Its `done` launches nothing.
+    # A kernel named by its library (no HLO op: TensorFlow's, or launched outside XLA) is on the
+    # library's stream too.
+    gpu = host.device.platform is Platform.GPU
+    gpu_async = np.zeros(len(start), dtype=bool)
+    if gpu:
+        library = np.array([library_collective(n) for n in names], dtype=bool)[name_codes]
+        gpu_async = is_coll & (is_async_op | library) & ~in_coll
+        sync_all &= ~gpu_async
     windows = host.async_windows
     w_names = w_fams = w_srcs = np.empty(0, dtype=object)
     if len(windows):
@@ -145,8 +159,16 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
     vocab = {"name": np.concatenate([w_names, ["nan"], names]).astype(object),
              "family": np.concatenate([w_fams, ["nan"], families]).astype(object),
              "kind": np.array(["async", "sync"], dtype=object),
-             "source": np.concatenate([w_srcs, ["nan", "XLA Ops"]]).astype(object),
+             "source": np.concatenate([w_srcs, ["nan", "XLA Ops", GPU_KERNEL_SOURCE]]).astype(object),
              "device": np.asarray(devices, dtype=object)}
+    xla_ops_source, gpu_kernel_source = len(w_srcs) + 1, len(w_srcs) + 2
+
+    def event_part(rows: np.ndarray, kind: int, source: int) -> tuple:
+        event_names = name_codes[rows].astype(np.int64)
+        event_names[event_names < 0] += len(names)  # read as `names[code]` reads a -1 code
+        return (len(w_names) + 1 + event_names, len(w_fams) + 1 + fam[rows].astype(np.int64), kind,
+                start[rows], end[rows], source)
+
     cols: dict[str, list] = {k: [] for k in ("name", "family", "kind", "start_ps", "end_ps", "source", "covered",
                                              "compute_inside", "device", "core")}
     for code in np.unique(device_codes):
@@ -165,10 +187,10 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
                               0, w_start[wsel], w_end[wsel], _or_nan(w_src_codes[wsel], len(w_srcs))))
         sync = np.flatnonzero(on & sync_all)
         if len(sync):
-            event_names = name_codes[sync].astype(np.int64)
-            event_names[event_names < 0] += len(names)  # read as `names[code]` reads a -1 code
-            parts.append((len(w_names) + 1 + event_names, len(w_fams) + 1 + fam[sync].astype(np.int64), 1,
-                          start[sync], end[sync], len(w_srcs) + 1))
+            parts.append(event_part(sync, 1, gpu_kernel_source if gpu else xla_ops_source))
+        kernels = np.flatnonzero(on & gpu_async)
+        if len(kernels):
+            parts.append(event_part(kernels, 0, gpu_kernel_source))
         if not parts:
             continue
         ws = np.concatenate([p[3] for p in parts])

@@ -23,7 +23,7 @@ from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
 from tpudiag.model.grouping import group_sums, heads
 from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepKind, StepTables
-from tpudiag.parsers.capture import HostUrl, parse_file_or_failure
+from tpudiag.parsers.capture import HostUrl, PlaneReader, parse_file_or_failure
 
 
 def digest_host(host: HostTrace) -> HostDigest:
@@ -183,11 +183,12 @@ def drop_events(host: HostTrace) -> None:
     host.host_events = None
 
 
-def parse_and_digest(location: Path | HostUrl, plane_jobs: int = 1,
-                     keep_events: bool = True) -> HostTrace | HostFailure:
+def parse_and_digest(location: Path | HostUrl, plane_jobs: int = 1, keep_events: bool = True,
+                     also: PlaneReader | None = None) -> HostTrace | HostFailure:
     """Worker task: parse one host file and digest it where it was parsed; with `keep_events` False
-    only the digest and the per-op metadata travel back. Failures stay this host's failure."""
-    result = parse_file_or_failure(location, plane_jobs)
+    only the digest and the per-op metadata travel back (and what `also` read in the same pass).
+    Failures stay this host's failure."""
+    result = parse_file_or_failure(location, plane_jobs, also)
     if isinstance(result, HostFailure):
         return result
     result.digest = digest_host(result)

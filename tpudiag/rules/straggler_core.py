@@ -23,8 +23,10 @@ its time per step there and the other cores' median, the ratio and the extra tim
 
 How to fix
 ----------
-Check the slow chip: its health, clocks and thermal throttling (`tpu-info`), and move the job off a
-degraded chip. The same op slower on one chip of the same program is rarely the program's fault.
+Check the slow chip: its health, clocks and thermal throttling (`tpu-info`; on a GPU `nvidia-smi` or
+`amd-smi`), and move the job off a degraded chip. The same op slower on one chip of the same program
+is rarely the program's fault. When the extra time is in ops only that core runs (a runtime's copy
+kernels on the first GPU, say), it is more work, not a slower chip: spread it or move it out of the step.
 
 Bad: `TPU:3` takes 1.08 ms longer per step than `TPU:0`-`TPU:2`, in every `fusion.*` op.
 Good: every core's work per step is within noise of the others'.
@@ -55,11 +57,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from tpudiag.analysis.core_balance import CoreWork, core_work, op_extras, slow_cores
+from tpudiag.analysis.core_balance import CoreWork, OpExtra, core_work, op_extras, slow_cores
 from tpudiag.model import schemas
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
+from tpudiag.model.profile import DeviceInfo, Platform
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import LagBand, Rule, RuleContext, RuleInput, SeverityScale, Table
+from tpudiag.rules.base import LagBand, Rule, RuleContext, RuleInput, SeverityScale, Table, health_tool
 
 CODE = "TPD111"
 NAME = "straggler-core"
@@ -102,8 +105,13 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         extras = op_extras(op_cores, cores, c, categories)
         shown = extras[:options.max_ops_shown]
         n_peers = len(cores) - 1
-        peers = f"the other {n_peers} core{'s' if n_peers != 1 else ''}" + (" on every host" if multi_host else "")
-        if shown:
+        unit = "GPUs" if analysis.platform is Platform.GPU else "cores"
+        peers = f"the other {n_peers} {unit if n_peers != 1 else unit.removesuffix('s')}" + (
+            " on every host" if multi_host else "")
+        if shown and all(o.peers_ps == 0 for o in shown):
+            listed = ", ".join(f"`{o.name}` +{fmt_time(o.extra_ps)}" for o in shown)
+            why = f"it runs ops the others do not: {listed}"
+        elif shown:
             listed = ", ".join(f"`{o.name}` +{fmt_time(o.extra_ps)}" for o in shown)
             more = f" and {len(extras) - len(shown)} more" if len(extras) > len(shown) else ""
             why = f"its ops take longer there: {listed}{more}"
@@ -124,8 +132,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                       Quantity(c.device, "work per step (ps)", round(c.work_ps)),
                       Quantity(c.device, "others' median work per step (ps)", round(slow.reference_ps)),
                       *(Quantity(o.name, "extra per step (ps)", round(o.extra_ps)) for o in shown))
-        fix = (f"check `{name}`{f' on `{c.host}`' if multi_host else ''}: its health, clocks and thermal "
-               "throttling (`tpu-info`); the same ops run faster on the other cores")
+        fix = _fix(f"`{name}`{f' on `{c.host}`' if multi_host else ''}", shown, analysis.profile.hosts[0].device, unit)
         saving = Saving(int(round(lag)), Basis.MEASURED,
                         f"`{name}`'s work per step beyond the other cores' median (noise band {fmt_time(slow.band_ps)}); "
                         "the others wait for it at the next collective")
@@ -133,6 +140,14 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                            saving=saving, fix=fix, evidence=tuple(evidence), host=c.host,
                            ops=tuple(o.name for o in shown), quantities=quantities))
     return out
+
+
+def _fix(where: str, shown: list[OpExtra], device: DeviceInfo, unit: str) -> str:
+    if shown and all(o.peers_ps == 0 for o in shown):  # ops only it runs: not a slower device, more work
+        return (f"{where} runs work the other {unit} do not ({', '.join(f'`{o.name}`' for o in shown)}): spread "
+                "it over them or move it out of the step")
+    return (f"check {where}: its health, clocks and thermal throttling ({health_tool(device)}); the same ops run "
+            f"faster on the other {unit}")
 
 
 def _others(cores: list[CoreWork], core: CoreWork) -> float:
