@@ -22,6 +22,7 @@ import pandas as pd
 
 from tpudiag.errors import InputError, TpudiagError
 from tpudiag.model.profile import HostFailure, HostTrace, Platform, Profile
+from tpudiag.model.shared_values import SharedValues
 from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, axis_of, device_planes, host_name,
                                           is_read_line, parse_device_plane)
 from tpudiag.parsers import event_wire
@@ -420,10 +421,15 @@ def load_capture(path: Path | str, jobs: int | None = None,
     capture = find_capture(path)
     files = capture.files
     task = functools.partial(per_host, keep_events=len(files) == 1) if per_host else parse_file_or_failure
+    # Several hosts repeat one program's names and strings: the driver holds them once.
+    shared = SharedValues() if len(files) > 1 else None
 
     def arrived(result: HostTrace | HostFailure) -> HostTrace | HostFailure:
-        if on_host is not None and isinstance(result, HostTrace):
-            on_host(result)
+        if isinstance(result, HostTrace):
+            if shared is not None:
+                shared.share(result)
+            if on_host is not None:
+                on_host(result)
         return result
 
     results: list[HostTrace | HostFailure]
