@@ -76,10 +76,11 @@ def all_reduce(start_us: float, dur_us: float, op: str = "all-reduce-start.1") -
 
 def training(n_gpus: int = 2, n_steps: int = 4, step_us: float = 1000.0, gemm_us: float = 600.0,
              ar_us: float = 200.0, ar_at_us: float | None = None, slow_gpu: int | None = None,
-             slow_extra_us: float = 0.0, step_extra_us: tuple[float, ...] = ()) -> GpuCapture:
+             slow_extra_us: float = 0.0, step_extra_us: tuple[float, ...] = (), with_steps: bool = True) -> GpuCapture:
     """`n_steps` steps per GPU: a gemm from each step's start, then an all-reduce at `ar_at_us` into
     the step (after the gemm when None: exposed; inside it: hidden). `slow_gpu`'s gemm takes
-    `slow_extra_us` longer; `step_extra_us[i]` lengthens step i's gemm on every GPU."""
+    `slow_extra_us` longer; `step_extra_us[i]` lengthens step i's gemm on every GPU. Without
+    `with_steps` the GPUs get no `Steps` line (a capture without step markers)."""
     per_gpu: list[tuple[list[Kernel], list[tuple[float, float]]]] = [([], []) for _ in range(n_gpus)]
     t = 0.0
     for i in range(n_steps):  # one step length for every GPU: the slowest one's (a synchronous program)
@@ -91,4 +92,4 @@ def training(n_gpus: int = 2, n_steps: int = 4, step_us: float = 1000.0, gemm_us
             kernels += [gemm(t, g_us[g]), all_reduce(t + at[g], ar_us)]
             steps.append((t, length))
         t += length
-    return GpuCapture(tuple(Gpu(tuple(k), tuple(s)) for k, s in per_gpu))
+    return GpuCapture(tuple(Gpu(tuple(k), tuple(s) if with_steps else ()) for k, s in per_gpu))
