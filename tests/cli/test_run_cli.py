@@ -86,8 +86,11 @@ def test_run_captures_the_bundled_example_whole_and_prints_its_report(tmp_path):
     executed = {name: n for name, n in ops.items() if name in jit_instructions(xla, "train_step")}
     # the train step's fused ops ran once per step (the HLO dump names them)
     assert executed and set(executed.values()) == {5}, ops
-    # the CPU compiler's dumps are not read (the capture embeds the same programs): said
-    assert "CPU compiler's: not read" in proc.stderr
+    # the CPU compiler's dumps join the CPU ops, as a TPU's do: source lines and layouts from them
+    assert f"Compiler dumps: {xla} (XLA)" in proc.stdout
+    joined = re.search(r"Compiled facts joined to (\d+) of (\d+) ops \(layouts (\d+).*from (\S+)\)", proc.stdout)
+    assert joined and int(joined[1]) > 0 and int(joined[3]) > 0 and joined[4] == str(xla), proc.stdout
+    assert "train_loop.py:" in proc.stdout  # an op's source line, from the dumped HLO's metadata
 
 
 def test_run_json_on_stdout_parses_and_the_child_starts_quietly(tmp_path):
@@ -267,7 +270,7 @@ def test_run_says_which_variable_each_of_its_flags_went_to(tmp_path, monkeypatch
     assert added_flags(child_env({}, tmp_path, tmp_path / "dumps", tpu=False)[0]) == []
 
 
-def test_joinable_dumps_reads_tpu_dumps_and_names_cpu_ones(tmp_path):
+def test_joinable_dumps_reads_tpu_and_cpu_dumps(tmp_path):
     tpu = tmp_path / "tpu"
     tpu.mkdir()
     (tpu / "module_0001.jit_step.after_optimizations.txt").write_text("HloModule jit_step\n")
@@ -275,8 +278,7 @@ def test_joinable_dumps_reads_tpu_dumps_and_names_cpu_ones(tmp_path):
     cpu = tmp_path / "cpu"
     cpu.mkdir()
     (cpu / "module_0001.jit_step.cpu_after_optimizations.txt").write_text("HloModule jit_step\n")
-    dumps, notes = joinable_dumps(cpu, None)
-    assert dumps == [] and "CPU compiler's" in notes[0]
+    assert joinable_dumps(cpu, None) == ([cpu], [])  # the CPU compiler's, read as a TPU's
     assert joinable_dumps(tmp_path / "missing", None)[1] == [f"no HLO dump was written to `{tmp_path / 'missing'}`"]
 
 

@@ -139,41 +139,90 @@ def fold_step_tables(parts: list[StepTables]) -> StepTables:
         if both.empty:
             out.append(both)
             continue
-        folded = both.groupby(keys, observed=True, sort=False)[value].agg(how).reset_index()
-        for key in keys:  # categories in name order, so the result does not depend on arrival order
-            if isinstance(folded[key].dtype, pd.CategoricalDtype):
-                folded[key] = folded[key].cat.set_categories(sorted(folded[key].cat.categories))
-        out.append(schema.of_host(folded.sort_values(keys, kind="stable", ignore_index=True)))
+        out.append(_in_key_order(both.groupby(keys, observed=True, sort=False)[value].agg(how).reset_index(),
+                                 schema, keys))
     return StepTables(*out)
 
 
-class StepFold:
-    """Folds hosts' per-step tables as the hosts arrive (`load_capture`'s `on_host`), a few at a
-    time, and frees each host's own: the driver holds one set of them, not one per host."""
+def _in_key_order(folded: pd.DataFrame, schema, keys: list[str]) -> pd.DataFrame:
+    """A folded table as the fold gives it, whatever order its parts came in: categories in name
+    order, rows sorted by their keys."""
+    for key in keys:
+        if isinstance(folded[key].dtype, pd.CategoricalDtype):
+            folded[key] = folded[key].cat.set_categories(sorted(folded[key].cat.categories))
+    return schema.of_host(folded.sort_values(keys, kind="stable", ignore_index=True))
 
-    BATCH = 8  # hosts folded together: fewer regroupings of the running fold, little memory
+
+def _same_keys(a: pd.DataFrame, b: pd.DataFrame, keys: list[str]) -> bool:
+    """Whether two per-step tables hold the same keys in the same rows (hosts of one program mostly do)."""
+    if len(a) != len(b):
+        return False
+    for key in keys:
+        x, y = a[key], b[key]
+        if isinstance(x.dtype, pd.CategoricalDtype):
+            if not (isinstance(y.dtype, pd.CategoricalDtype) and x.cat.categories.equals(y.cat.categories)
+                    and np.array_equal(x.cat.codes.to_numpy(), y.cat.codes.to_numpy())):
+                return False
+        elif x.dtype != y.dtype or not np.array_equal(x.to_numpy(), y.to_numpy()):
+            return False
+    return True
+
+
+_COMBINE = {"max": np.maximum, "sum": np.add}
+
+
+class StepFold:
+    """Folds hosts' per-step tables as the hosts arrive (`load_capture`'s `on_host`) and frees each
+    host's own: the driver holds one set of them, not one per host.
+
+    Each table's keys (one row per step and op, unique) are mostly the same on every host of a
+    pod, row for row: a host with the keys of a fold already held has its values folded into it
+    row by row (one `maximum` or `add` over the value column, about 10 ms for a 2 M-event host's
+    870 k rows, where regrouping took about 0.25 s per host). Hosts with other keys start a fold of
+    their own; a few such folds are regrouped into one (`fold_step_tables`). Either way the result
+    is the same: the fold of every host, rows sorted by their keys.
+    """
+
+    BATCH = 8  # folds of different keys held before they are regrouped into one
 
     def __init__(self) -> None:
-        self._folded: StepTables | None = None
-        self._pending: list[StepTables] = []
+        self._folds: list[StepTables] = []  # each: hosts with the same keys, folded row by row
+        self._several: list[bool] = []  # per fold: it holds several hosts (rows not yet in key order)
 
     def add(self, host: HostTrace) -> None:
         if host.digest is None or host.digest.per_step is None:
             return
-        self._pending.append(host.digest.per_step)
-        host.digest.per_step = None
-        if len(self._pending) >= self.BATCH:
-            self._fold()
+        tables, host.digest.per_step = host.digest.per_step, None
+        for i, fold in enumerate(self._folds):
+            if all(_same_keys(getattr(fold, f), getattr(tables, f), keys) for f, _, keys, _, _ in _FOLDS):
+                self._folds[i] = StepTables(*(_combined(getattr(fold, f), getattr(tables, f), value, how)
+                                              for f, _, _, value, how in _FOLDS))
+                self._several[i] = True
+                return
+        self._folds.append(tables)
+        self._several.append(False)
+        if len(self._folds) > self.BATCH:
+            self._regroup()
 
-    def _fold(self) -> None:
-        parts = ([self._folded] if self._folded is not None else []) + self._pending
-        self._folded = fold_step_tables(parts)
-        self._pending = []
+    def _regroup(self) -> None:
+        self._folds, self._several = [fold_step_tables(self._folds)], [False]
 
     def result(self) -> StepTables:
-        if self._pending or self._folded is None:
-            self._fold()
-        return self._folded
+        if not self._folds:  # no host brought per-step tables
+            return StepTables(*(schema.empty() for _, schema, _, _, _ in _FOLDS))
+        if len(self._folds) > 1:
+            self._regroup()
+        elif self._several[0]:  # one host's tables are its own fold; several hosts' are in key order
+            fold = self._folds[0]
+            self._folds[0] = StepTables(*(_in_key_order(getattr(fold, f), schema, keys) if len(getattr(fold, f))
+                                          else getattr(fold, f) for f, schema, keys, _, _ in _FOLDS))
+            self._several[0] = False
+        return self._folds[0]
+
+
+def _combined(folded: pd.DataFrame, table: pd.DataFrame, value: str, how: str) -> pd.DataFrame:
+    """`folded` with `table`'s values folded in row by row (same keys in the same rows)."""
+    return folded.assign(**{value: _COMBINE[how](folded[value].to_numpy(), table[value].to_numpy())})
 
 
 def drop_events(host: HostTrace) -> None:

@@ -153,14 +153,12 @@ def added_flags(env: dict[str, str]) -> list[str]:
 
 def joinable_dumps(xla: Path, llo: Path | None) -> tuple[list[Path], list[str]]:
     """The dump directories the report can read, and a note for each one it cannot."""
-    from tpudiag.parsers.dump_dir import HLO_SUFFIX, is_dump_directory
+    from tpudiag.parsers.dump_dir import is_dump_directory
+    from tpudiag.parsers.hlo_text import is_hlo_file
 
     dumps, notes = [], []
-    if xla.is_dir() and any(f.name.endswith(HLO_SUFFIX) for f in xla.iterdir()):
+    if xla.is_dir() and any(is_hlo_file(f.name) for f in xla.iterdir()):  # TPU, CPU or GPU compiler's
         dumps.append(xla)
-    elif xla.is_dir() and any(xla.glob("*.cpu_after_optimizations.txt")):
-        notes.append(f"the HLO dumps in `{xla}` are the CPU compiler's: not read; the report joins the same "
-                     "programs from the capture, which embeds them")
     else:
         notes.append(f"no HLO dump was written to `{xla}`")
     if llo is not None and llo.is_dir() and is_dump_directory(llo):
