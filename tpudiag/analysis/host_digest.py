@@ -21,7 +21,7 @@ from tpudiag.analysis.idle import capture_windows, host_idle_tables
 from tpudiag.analysis.ops import aggregate_ops
 from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
-from tpudiag.model.grouping import group_sums, heads
+from tpudiag.model.grouping import first_appearance_groups, group_sums, heads, sums_by_group
 from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepKind, StepTables
 from tpudiag.parsers.capture import HostUrl, PlaneReader, parse_file_or_failure
 
@@ -61,13 +61,20 @@ def core_spans(events: pd.DataFrame, steps: pd.DataFrame) -> int:
     """Sum over cores of (last end - first start) over op events and step markers."""
     if events.empty:
         return 0
-    ends = events["start_ps"] + events["dur_ps"]
-    frame = pd.DataFrame({"core": events["core"], "s": events["start_ps"], "e": ends})
+    core = events["core"].to_numpy()
+    start = events["start_ps"].to_numpy()
+    end = start + events["dur_ps"].to_numpy()
     if not steps.empty:
-        frame = pd.concat([frame, pd.DataFrame({"core": steps["core"], "s": steps["start_ps"],
-                                                "e": steps["start_ps"] + steps["dur_ps"]})])
-    g = frame.groupby("core")
-    return int((g["e"].max() - g["s"].min()).sum())
+        step_start = steps["start_ps"].to_numpy()
+        core = np.concatenate([core, steps["core"].to_numpy()])
+        start = np.concatenate([start, step_start])
+        end = np.concatenate([end, step_start + steps["dur_ps"].to_numpy()])
+    group, first = first_appearance_groups([core - core.min()])
+    last_end = np.full(len(first), np.iinfo(np.int64).min, dtype=np.int64)
+    first_start = np.full(len(first), np.iinfo(np.int64).max, dtype=np.int64)
+    np.maximum.at(last_end, group, end)
+    np.minimum.at(first_start, group, start)
+    return int((last_end - first_start).sum())
 
 
 def op_tables(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -106,20 +113,15 @@ def _op_cores(ev: pd.DataFrame, program: np.ndarray, programs: np.ndarray, in_st
     if not named.all():
         device, name, program = device[named], name[named], program[named]
         self_ps, core, in_steps_ps = self_ps[named], core[named], in_steps_ps[named]
-    n_names = len(ev["name"].cat.categories) + 1
-    group, _ = pd.factorize((device * (len(programs) + 1) + program) * n_names + name)
-    n_groups = int(group.max()) + 1 if len(group) else 0
-    seen = np.maximum.accumulate(group)  # groups are numbered as they first appear
-    first = np.flatnonzero(np.append(True, seen[1:] > seen[:-1])) if len(group) else group
-    self_sum, in_steps_sum = np.zeros(n_groups, dtype=np.int64), np.zeros(n_groups, dtype=np.int64)
-    np.add.at(self_sum, group, self_ps)
-    np.add.at(in_steps_sum, group, in_steps_ps)
+    group, first = first_appearance_groups([device, program, name])
+    n_groups = len(first)
     return pd.DataFrame({
         "device": pd.Categorical.from_codes(device[first], dtype=ev["device"].dtype),
         "program_id": programs[program[first]],
         "name": pd.Categorical.from_codes(name[first], dtype=ev["name"].dtype),
-        "n": np.bincount(group, minlength=n_groups).astype(np.int64), "self_ps": self_sum,
-        "in_steps_ps": in_steps_sum, "core": core[first]})
+        "n": np.bincount(group, minlength=n_groups).astype(np.int64),
+        "self_ps": sums_by_group(group, n_groups, self_ps),
+        "in_steps_ps": sums_by_group(group, n_groups, in_steps_ps), "core": core[first]})
 
 
 # (field, schema, keys, value, how): each per-step table folds over hosts by max or sum per key,
