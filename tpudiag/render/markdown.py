@@ -440,6 +440,19 @@ def _methods(report: Report, figures_note: str) -> list[str]:
     return out + [""]
 
 
+def kernels_section(report: Report) -> list[str]:
+    """The Pallas kernels, one list item per kernel (compiler figures)."""
+    if not report.kernels:
+        return []
+    out = ["## Pallas kernels", "", "Read from each kernel's serialised Mosaic body and the compiler's dumps "
+           "(static figures, not measured).", ""]
+    for k in report.kernels:
+        lines = k.lines()
+        out.append(f"- {code(k.op)}: {text(lines[0])}")
+        out += [f"  - {text(line)}" for line in lines[1:]]
+    return out + [""]
+
+
 def render_markdown(report: Report, figures: Mapping[str, tuple[str, str]] | None = None,
                     figures_note: str = "", top: int = TOP_OPS) -> str:
     """The markdown report. `figures` maps a figure key to (link relative to the report, alt text)."""
@@ -452,6 +465,7 @@ def render_markdown(report: Report, figures: Mapping[str, tuple[str, str]] | Non
     out += programs_section(report)
     out += categories_section(report, figures)
     out += _ops_section(report, figures, top)
+    out += kernels_section(report)
     out += _findings_section(report)
     out += memory_section(report.memory, figures)
     out += _hosts_section(report, figures)

@@ -260,6 +260,18 @@ def render_findings(report: Report, console: Console) -> None:
     console.print(_findings(report))
 
 
+def render_kernels(report: Report, console: Console) -> None:
+    """The Pallas kernels: grid, blocks, VMEM and what the LLO dump says (compiler figures)."""
+    if not report.kernels:
+        return
+    console.print()
+    console.print(Text("Pallas kernels (compiler figures, static)", style="bold"))
+    for k in report.kernels:
+        console.print(Text(f"  `{one_line(k.op)}`"))
+        for line in k.lines():
+            console.print(Text(f"    {one_line(line)}"))
+
+
 def render_terminal(report: Report, console: Console, top: int = 15) -> None:
     console.print(_header(report))
     s = report.summary
@@ -285,6 +297,7 @@ def render_terminal(report: Report, console: Console, top: int = 15) -> None:
         if collectives is not None:
             console.print()
             console.print(collectives)
+    render_kernels(report, console)
     console.print()
     console.print(_findings(report))
     if report.failures:
