@@ -103,6 +103,14 @@ def test_run_json_on_stdout_parses_and_the_child_starts_quietly(tmp_path):
     assert "script done" in proc.stderr and "program's own stdout goes to stderr" in proc.stderr
     if not tpu_host() and not gpu_host():
         assert "TPU accelerator type" not in proc.stderr and "TPU_WORKER_HOSTNAMES" not in proc.stderr
+        # The rules that fire on a CPU run (idle at least: tiny ops between host syncs) speak of no TPU
+        from tests.rules.test_gpu_wording import TPU_ONLY
+
+        assert doc["findings"]
+        for f in doc["findings"]:
+            text = [f["message"], f["fix"], f["saving_explanation"],
+                    *(f"{e['subject']} {k} {v}" for e in f["evidence"] for k, v in e["values"].items())]
+            assert not TPU_ONLY.findall("\n".join(text)), (f["rule"], text)
 
 
 def test_run_steps_window_and_a_failing_program(tmp_path):
@@ -118,6 +126,16 @@ def test_run_steps_window_and_a_failing_program(tmp_path):
     assert steps == [1, 2]  # whole steps 1 and 2, nothing of 0 or 3
     executed = {n for name, n in ops.items() if name in jit_instructions(_named(proc.stderr, "dumps"))}
     assert executed == {2}
+    # JAX's device memory profile, saved as step 2 ended (the window's end), on the CPU: the one live
+    # array is step 2's `x`, f32[64,64] (16 KiB), made at line 11 (`x = matmul(x)...`); step 0
+    # replaced the `jnp.ones` of line 8, which is gone
+    profile = _named(proc.stderr, "JAX's live device buffers as the trace ended are")
+    assert f"--pprof {profile}" in proc.stderr
+    from tpudiag.analysis.live_buffers import live_bytes_of
+
+    by_line = live_bytes_of(profile).by_line
+    mine = by_line[by_line["file"].astype(str).str.endswith("train.py")]
+    assert mine[["line", "buffers", "bytes"]].values.tolist() == [[11, 1, 64 * 64 * 4]], by_line
 
 
 # The same work with no step annotation: only the loop variable says which step runs.
