@@ -103,6 +103,14 @@ def test_run_json_on_stdout_parses_and_the_child_starts_quietly(tmp_path):
     assert "script done" in proc.stderr and "program's own stdout goes to stderr" in proc.stderr
     if not tpu_host() and not gpu_host():
         assert "TPU accelerator type" not in proc.stderr and "TPU_WORKER_HOSTNAMES" not in proc.stderr
+        # The rules that fire on a CPU run (idle at least: tiny ops between host syncs) speak of no TPU
+        from tests.rules.test_gpu_wording import TPU_ONLY
+
+        assert doc["findings"]
+        for f in doc["findings"]:
+            text = [f["message"], f["fix"], f["saving_explanation"],
+                    *(f"{e['subject']} {k} {v}" for e in f["evidence"] for k, v in e["values"].items())]
+            assert not TPU_ONLY.findall("\n".join(text)), (f["rule"], text)
 
 
 def test_run_steps_window_and_a_failing_program(tmp_path):
