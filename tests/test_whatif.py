@@ -317,3 +317,32 @@ def test_a_flag_neither_registers_is_one_line_exit_2(flag_cache, capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2 and "Traceback" not in err
     assert "`xla_tpu_no_such_flag`: neither libtpu nor XLA registers this flag" in err
+
+
+@pytest.mark.libtpu
+def test_compile_routes_its_xla_flags_as_run_and_whatif_do(flag_cache, tmp_path, capsys):
+    """`compile --xla-flag` goes where the flag is registered (here LIBTPU_INIT_ARGS, where XLA_FLAGS
+    would refuse it) and says so; the compile records it among its libtpu flags."""
+    import json
+
+    from tpudiag.cli.app import main
+
+    mlp = f"{REPO / 'tests' / 'compiler' / 'fixtures' / 'mlp_train.py'}:step"
+    with pytest.raises(SystemExit) as info:
+        main(["compile", mlp, "-t", "v5e:2x2", "--xla-flag", "xla_enable_async_all_reduce=true",
+              "--no-static-profile", "-o", str(tmp_path / "out"), "--format", "json"])
+    captured = capsys.readouterr()
+    assert info.value.code == 0, captured.err
+    assert f"--xla_enable_async_all_reduce=true goes to {LIBTPU}" in captured.err
+    facts = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert facts["libtpu_flags"] == ["--xla_enable_async_all_reduce=true"] and facts["xla_flags"] == []
+
+
+def test_compile_refuses_a_dump_flag_it_sets_itself(capsys):
+    from tpudiag.cli.app import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["compile", "x.py:f", "-t", "v5e:2x2", "--xla-flag", "xla_dump_to=/tmp/x"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    assert "`compile` sets the dumps it joins to the report itself" in err

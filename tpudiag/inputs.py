@@ -16,6 +16,8 @@ rules all use that one `ChipChoice`.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -58,11 +60,14 @@ class Inputs:
 
 def read_inputs(path: Path | HostUrl, dumps: Sequence[Path] = (), chip: ChipSpec | None = None, *,
                 oom_errors: tuple[OomError, ...] = (), jobs: int | None = None,
-                progress: Callable[[str], None] | None = None, scheduler=None) -> Inputs:
+                progress: Callable[[str], None] | None = None, scheduler=None,
+                memory_timeline: bool = False) -> Inputs:
     """Read a capture (with its `dumps`) or compiler dumps alone, and decide the chip (`chip` is
     `--chip`, used where the files do not name one). Arguments are checked ones (`tpudiag.arguments`).
 
     jobs, scheduler: where the hosts are parsed (`parsers.capture.load_capture`).
+    memory_timeline: a capture's allocator events are read too, in the same pass over each host
+    file (`HostTrace.memory_timeline`, for `tpudiag memory`).
     """
     from tpudiag.parsers.dump_dir import is_dump_directory, is_hlo_text_file
     from tpudiag.parsers.capture import HostUrl
@@ -72,12 +77,13 @@ def read_inputs(path: Path | HostUrl, dumps: Sequence[Path] = (), chip: ChipSpec
             raise UsageError("`--dumps` joins compiled programs to a trace, and PATH is a compiler dump directory",
                              path=path, hint="pass the capture as PATH and the dumps with --dumps")
         return _read_dumps(path, chip, oom_errors, progress)
-    return _read_capture(path, dumps, chip, oom_errors, jobs, progress, scheduler)
+    return _read_capture(path, dumps, chip, oom_errors, jobs, progress, scheduler, memory_timeline)
 
 
 def _read_capture(path, dumps: Sequence[Path], chip: ChipSpec | None, oom_errors: tuple[OomError, ...],
-                  jobs: int | None, progress, scheduler) -> Inputs:
+                  jobs: int | None, progress, scheduler, memory_timeline: bool = False) -> Inputs:
     from tpudiag.analysis.host_digest import StepFold, parse_and_digest
+    from tpudiag.analysis.memory_timeline import timeline_of_planes
     from tpudiag.parsers.capture import find_capture, load_capture
     from tpudiag.parsers.dask_hosts import check_scheduler
     from tpudiag.parsers.dump_dir import load_dumps
@@ -90,8 +96,8 @@ def _read_capture(path, dumps: Sequence[Path], chip: ChipSpec | None, oom_errors
     # Each host is digested where it is parsed, and its per-step tables are folded into the
     # capture's as it arrives: the driver holds small per-host digests and one fold, no events.
     fold = StepFold()
-    profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler,
-                           per_host=parse_and_digest, on_host=fold.add)
+    task = functools.partial(parse_and_digest, also=timeline_of_planes) if memory_timeline else parse_and_digest
+    profile = load_capture(path, jobs=jobs, progress=progress, scheduler=scheduler, per_host=task, on_host=fold.add)
     compiled, choice = capture_compiled(profile, loaded, chip, oom_errors)
     # The chip's warnings, then what reading `--dumps` set aside, after the capture's own.
     return Inputs(path=str(path), mode=Mode.TRACE, compiled=compiled, chip=choice, capture=profile,

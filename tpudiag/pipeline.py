@@ -32,6 +32,7 @@ from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.errors import InputError, UsageError
 from tpudiag.model.findings import Finding
 from tpudiag.model.allocator import HostMemoryTimeline
+from tpudiag.model.profile import HostFailure
 from tpudiag.inputs import READING, Inputs, read_inputs
 from tpudiag.model.hardware import CHIP_NAMES, ChipChoice, ChipSpec
 from tpudiag.model.inputs import CompiledInputs
@@ -101,10 +102,18 @@ class Diagnosis:
 
     def memory_over_time(self) -> list[HostMemoryTimeline]:
         """Per host file, each allocator's peak, timeline and live set at the peak, where the capture
-        traced its allocator (`tpudiag memory PATH`); [] for compiler dumps. Reads the host planes anew."""
-        from tpudiag.analysis.memory_timeline import capture_memory_timelines
+        traced its allocator (`tpudiag memory PATH`); [] for compiler dumps. Read in the diagnosis's
+        own pass over the host files with `diagnose(..., memory_timeline=True)`, else anew here."""
+        return self.memory_timelines()[0]
 
-        return capture_memory_timelines(self.input_path)[0] if self.mode is Mode.TRACE else []
+    def memory_timelines(self) -> tuple[list[HostMemoryTimeline], list[HostFailure]]:
+        """`memory_over_time()` and the host files whose allocator events could not be read."""
+        from tpudiag.analysis.memory_timeline import capture_memory_timelines, profile_memory_timelines
+
+        if self.mode is not Mode.TRACE or self.analysis is None:
+            return [], []
+        read = profile_memory_timelines(self.analysis.profile.hosts)
+        return read if read is not None else capture_memory_timelines(self.input_path)
 
     def memory(self) -> MemoryReport:
         """The device memory of the compiled programs (`tpudiag memory`): peaks, live buffers, levers."""
@@ -182,6 +191,7 @@ def check_diagnose_arguments(kwargs: dict, where: str = "tpudiag.diagnose") -> d
         "select": lambda v: arguments.check_rule_names(v, "select"),
         "ignore": lambda v: arguments.check_rule_names(v, "ignore"),
         "scheduler": arguments.check_scheduler, "error": arguments.check_error_text,
+        "memory_timeline": lambda v: arguments.check_flag(v, "memory_timeline"),
     }
     for name, value in kwargs.items():
         checked = checks[name](value)
@@ -194,7 +204,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
              chip: str | ChipSpec | None = None, jobs: int | None = None,
              progress: Callable[[str], None] | None = None, select: str | Sequence[str] | None = None,
              ignore: str | Sequence[str] | None = None, clock_ghz: float | None = None,
-             scheduler=None, error: str | None = None) -> Diagnosis:
+             scheduler=None, error: str | None = None, memory_timeline: bool = False) -> Diagnosis:
     """Diagnose a capture, a capture with compiler dumps, or compiler dumps alone.
 
     path: a logdir, run directory or `.xplane.pb`; or a compiler dump directory (static mode);
@@ -213,6 +223,8 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
       the hosts are parsed as tasks on that cluster, whose workers read the files themselves.
     error: the text of a `RESOURCE_EXHAUSTED` error from JAX (`--error FILE`): joined to the
       compiled program, for the `hbm-pressure` rule and the memory view.
+    memory_timeline: a capture's allocator events are read too, in the same pass over each host
+      file, for `Diagnosis.memory_over_time()` (`tpudiag memory PATH`).
 
     Raises the project's errors (`tpudiag.errors`) for unreadable inputs and bad options: an
     argument of the wrong type or value is a `UsageError` naming it (`tpudiag.arguments`).
@@ -223,7 +235,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
 
     args = check_diagnose_arguments(dict(path=path, dumps=dumps, config=config, chip=chip, jobs=jobs,
                                          progress=progress, select=select, ignore=ignore, clock_ghz=clock_ghz,
-                                         scheduler=scheduler, error=error))
+                                         scheduler=scheduler, error=error, memory_timeline=memory_timeline))
     path, dumps, jobs, progress, clock_ghz = args["path"], args["dumps"], args["jobs"], args["progress"], args["clock_ghz"]
     bundled = path is None
     if path is None:
@@ -235,7 +247,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     oom_errors = parse_error_text(error)
     rules_config = _rules_config(None if remote else path, config, args["select"], args["ignore"])
     inputs = read_inputs(path, dumps, chip_spec, oom_errors=oom_errors, jobs=jobs, progress=progress,
-                         scheduler=scheduler)
+                         scheduler=scheduler, memory_timeline=args["memory_timeline"])
     if bundled and oom_errors:  # the bundled example is nobody's program: an --error text stands alone
         inputs = replace(inputs, compiled=replace(inputs.compiled, oom_errors_joinable=False))
     _stage(progress, 1)
@@ -255,7 +267,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
 
 
 _DIAGNOSE_ARGUMENTS = ("path", "dumps", "config", "chip", "jobs", "progress", "select", "ignore", "clock_ghz",
-                       "scheduler", "error")
+                       "scheduler", "error", "memory_timeline")
 
 
 def parse_error_text(error: str | None) -> tuple[OomError, ...]:

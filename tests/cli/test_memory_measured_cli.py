@@ -76,3 +76,42 @@ def test_a_bad_pprof_is_one_line_naming_it(tmp_path, content, cause):
 def test_output_inside_the_capture_is_refused(logdir):
     out = run(str(logdir), "-o", str(logdir / "memory.txt"))
     assert out.returncode == 2 and not (logdir / "memory.txt").exists()
+
+
+def test_each_host_file_is_read_once_for_the_diagnosis_and_the_allocator_timeline(logdir, monkeypatch):
+    """`tpudiag memory PATH` reads the allocator's events in the diagnosis's own pass over each host
+    file (issue 32: it read every host file a second time). Every read of a file goes through
+    `os.open` (`parsers.input_files.read_input_bytes`): the host file is opened once."""
+    from typer.testing import CliRunner
+
+    from tpudiag.cli.app import app
+
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    result = CliRunner().invoke(app, ["memory", str(logdir), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    [host] = json.loads(result.stdout)["memory_over_time"]
+    assert {a["allocator"] for a in host["allocators"]} == {"TPU_0_bfc", "TPU_1_bfc"}  # read in that one pass
+    assert [p for p in opened if p.endswith(".xplane.pb")] == [host["path"]]
+
+
+def test_two_hosts_parsed_in_processes_bring_their_allocator_timelines_back(tmp_path):
+    """In pool processes the allocator timeline travels back with each host's digest, and is what a
+    separate read of the files gives (`capture_memory_timelines`, the reader alone)."""
+    import tpudiag
+
+    run_dir = tmp_path / "logdir" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    for host in ("host0", "host1"):
+        played_capture(run_dir / f"{host}.xplane.pb")
+    d = tpudiag.diagnose(tmp_path / "logdir", jobs=2, memory_timeline=True)
+    together, failures = d.memory_timelines()
+    alone, _ = capture_memory_timelines(tmp_path / "logdir", jobs=1)
+    assert failures == [] and len(together) == 2
+    assert sorted((t.path, a.allocator, a.peak_bytes) for t in together for a in t.allocators) == \
+        sorted((t.path, a.allocator, a.peak_bytes) for t in alone for a in t.allocators)

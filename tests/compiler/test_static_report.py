@@ -32,6 +32,16 @@ def test_clock_and_cycles_on_v5e(mlp_report):
     assert mlp_report.total_cycles == int(ops["estimated_cycles"].fillna(0).sum())
 
 
+def test_a_given_clock_is_called_given_through_the_pipeline():
+    """`report DUMPS --clock-ghz 1.2` on v5e: the note must not call the user's 1.2 GHz the public one."""
+    import tpudiag
+
+    given = tpudiag.diagnose(FIXTURES / "v5e_mlp_compile", clock_ghz=1.2).static
+    assert given.clock_hz == 1.2e9 and given.clock_note == "1.2 GHz (given with --clock-ghz)"
+    default = tpudiag.diagnose(FIXTURES / "v5e_mlp_compile").static
+    assert default.clock_note == "1.5 GHz (implied by public v5e peaks)"
+
+
 def test_collective_schedule_on_v5e(mlp_report):
     steps = {c.name: c for c in mlp_report.collectives}
     ag = steps["async-collective-start"]  # v5e: async all-gather with continuations between

@@ -58,3 +58,20 @@ def test_static_profile_support_and_clock_follow_the_measurements():
                                           (1, {"data": 1, "model": 1}), (3, {"data": 3, "model": 1})])
 def test_default_mesh_uses_every_device(n, shape):
     assert default_mesh_shape(n) == shape
+
+
+@pytest.mark.parametrize(("name", "spelled", "dims"), [
+    ("v5e:1", "v5e:1x1", (1, 1)), ("v6e:1", "v6e:1x1", (1, 1)), ("v5p:1", "v5p:1x1x1", (1, 1, 1)),
+    ("tpu7x:1", "tpu7x:1x1x1", (1, 1, 1)),
+])
+def test_one_chip_is_spelled_as_the_grid_libtpu_accepts(name, spelled, dims):
+    # libtpu 0.10.2 rejects `v5e:1` ("Invalid topology layout for a single slice: 1") and accepts
+    # `v5e:1x1` (checked with jax.experimental.topologies.get_topology_desc).
+    topo = parse_topology(name)
+    assert (topo.name, topo.dims, topo.single_chip) == (spelled, dims, True)
+
+
+def test_a_bare_count_of_several_chips_asks_for_a_grid():
+    with pytest.raises(UsageError, match="a chip count, not a grid") as info:
+        parse_topology("v5e:4")
+    assert "v5e:2x2" in info.value.hint

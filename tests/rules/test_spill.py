@@ -55,6 +55,7 @@ def test_spilling_ops_are_reported(analysis, snapshot):
     assert [f.ops for f in findings] == [("fusion.12",)]
     f = findings[0]
     assert "spills 107 vector registers and fills 523" in f.message
+    assert "per step in the trace" in f.message  # a measured timeline
     assert f.saving.basis == "compiler estimate"
     assert f.saving.ps == pytest.approx(sc.F32_MM_PS * 630 / 2100, abs=2)
     snapshot("spill", render_findings(findings))
@@ -87,3 +88,12 @@ def test_llo_dump_without_a_trace_still_reports_spills():
     assert findings[0].saving.ps == 0 and findings[0].saving.basis == "compiler estimate"
     assert "not in the trace" in findings[0].message
     assert [s.rule for s in skipped] == ["padding-waste"]
+
+
+def test_a_modelled_timeline_says_modelled_not_in_the_trace(analysis):
+    """Static mode and `simulate` captures lay ops on a modelled timeline: their times are estimates."""
+    from dataclasses import replace
+
+    modelled = replace(analysis, profile=replace(analysis.profile, modelled=True))
+    findings, _ = _run(modelled, llo_table([("fusion.12", 107, 523, 2100)]))
+    assert "per step modelled)" in findings[0].message and "in the trace" not in findings[0].message

@@ -89,6 +89,7 @@ class CostModel:
     ici: IciModel
     min_op_ps: int = 10_000  # 10 ns: every scheduled op takes at least this long
     peak_flops_per_s: float | None = None  # per core; None: no FLOPs floor on op times
+    clock_given: bool = False  # the clock is the user's (--clock-ghz), not the chip's public one
 
     @staticmethod
     def for_chip(chip: ChipSpec, clock_hz: float | None = None, ici_bytes_per_s: float | None = None,
@@ -96,7 +97,7 @@ class CostModel:
         """Defaults: the chip's public clock, per-core bf16 peak and HBM bandwidth; ICI = both
         directions of one link (2 x the per-link one-way figure), 2 µs latency."""
         return CostModel(
-            clock_hz=clock_hz if clock_hz is not None else chip.clock_hz,
+            clock_hz=clock_hz if clock_hz is not None else chip.clock_hz, clock_given=clock_hz is not None,
             hbm_bytes_per_s=chip.hbm_bytes_per_s / chip.tensorcores_per_chip,
             peak_flops_per_s=chip.peak_bf16_flops_per_s / chip.tensorcores_per_chip,
             ici=IciModel(bytes_per_s=ici_bytes_per_s if ici_bytes_per_s is not None

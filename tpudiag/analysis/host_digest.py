@@ -23,7 +23,7 @@ from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
 from tpudiag.model.grouping import group_sums, heads
 from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepKind, StepTables
-from tpudiag.parsers.capture import HostUrl, parse_file_or_failure
+from tpudiag.parsers.capture import HostUrl, PlaneReader, parse_file_or_failure
 
 
 def digest_host(host: HostTrace) -> HostDigest:
@@ -78,17 +78,12 @@ def op_tables(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     if ev.empty:
         return schemas.OP_CORES.empty(), schemas.OP_STEP_SUMS.empty(), schemas.OP_STEP_WORST.empty()
     self_ps = ev["self_ps"].to_numpy()
-    cores = (pd.DataFrame({"device": ev["device"], "program_id": ev["program_id"], "name": ev["name"],
-                           "core": ev["core"], "self_ps": self_ps,
-                           "in_steps_ps": np.where(ev["step"].to_numpy() >= 0, self_ps, 0)})
-             .groupby(["device", "program_id", "name"], observed=True, sort=False)
-             .agg(n=("self_ps", "size"), self_ps=("self_ps", "sum"), in_steps_ps=("in_steps_ps", "sum"),
-                  core=("core", "first")).reset_index())
-    # Per-step tables from integer codes (one sort each): millions of events on a training host.
     step = ev["step"].to_numpy().astype(np.int64) + 1  # -1 (outside every step) becomes code 0
+    program, programs = pd.factorize(ev["program_id"].to_numpy())
+    cores = _op_cores(ev, program, programs, np.where(step > 0, self_ps, 0))
+    # Per-step tables from integer codes (one sort each): millions of events on a training host.
     names = ev["name"].cat.categories
     name = ev["name"].cat.codes.to_numpy()
-    program, programs = pd.factorize(ev["program_id"].to_numpy())
     (s, p, nm), sums = group_sums([step, program, name], self_ps)
     (s2, nm2, _), per_core = group_sums([step, name, ev["core"].to_numpy()], self_ps)
     first = heads([s2, nm2])  # the worst core of each (step, op): max over its run of cores
@@ -99,6 +94,32 @@ def op_tables(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
             schemas.OP_STEP_WORST.of_host(pd.DataFrame({
                 "step": s2[first] - 1, "name": pd.Categorical.from_codes(nm2[first], categories=names),
                 "self_ps": np.maximum.reduceat(per_core, first)})))
+
+
+def _op_cores(ev: pd.DataFrame, program: np.ndarray, programs: np.ndarray, in_steps_ps: np.ndarray) -> pd.DataFrame:
+    """Count, self time and self time inside steps per (device, program, op), with the op's first
+    core, groups in order of first appearance (pandas' `groupby(sort=False)`), from integer codes."""
+    device = ev["device"].cat.codes.to_numpy().astype(np.int64)
+    name = ev["name"].cat.codes.to_numpy().astype(np.int64)
+    self_ps, core = ev["self_ps"].to_numpy(), ev["core"].to_numpy()
+    named = (device >= 0) & (name >= 0)  # a missing key leaves its event out, as groupby drops it
+    if not named.all():
+        device, name, program = device[named], name[named], program[named]
+        self_ps, core, in_steps_ps = self_ps[named], core[named], in_steps_ps[named]
+    n_names = len(ev["name"].cat.categories) + 1
+    group, _ = pd.factorize((device * (len(programs) + 1) + program) * n_names + name)
+    n_groups = int(group.max()) + 1 if len(group) else 0
+    seen = np.maximum.accumulate(group)  # groups are numbered as they first appear
+    first = np.flatnonzero(np.append(True, seen[1:] > seen[:-1])) if len(group) else group
+    self_sum, in_steps_sum = np.zeros(n_groups, dtype=np.int64), np.zeros(n_groups, dtype=np.int64)
+    np.add.at(self_sum, group, self_ps)
+    np.add.at(in_steps_sum, group, in_steps_ps)
+    return pd.DataFrame({
+        "device": pd.Categorical.from_codes(device[first], dtype=ev["device"].dtype),
+        "program_id": programs[program[first]],
+        "name": pd.Categorical.from_codes(name[first], dtype=ev["name"].dtype),
+        "n": np.bincount(group, minlength=n_groups).astype(np.int64), "self_ps": self_sum,
+        "in_steps_ps": in_steps_sum, "core": core[first]})
 
 
 # (field, schema, keys, value, how): each per-step table folds over hosts by max or sum per key,
@@ -162,11 +183,12 @@ def drop_events(host: HostTrace) -> None:
     host.host_events = None
 
 
-def parse_and_digest(location: Path | HostUrl, plane_jobs: int = 1,
-                     keep_events: bool = True) -> HostTrace | HostFailure:
+def parse_and_digest(location: Path | HostUrl, plane_jobs: int = 1, keep_events: bool = True,
+                     also: PlaneReader | None = None) -> HostTrace | HostFailure:
     """Worker task: parse one host file and digest it where it was parsed; with `keep_events` False
-    only the digest and the per-op metadata travel back. Failures stay this host's failure."""
-    result = parse_file_or_failure(location, plane_jobs)
+    only the digest and the per-op metadata travel back (and what `also` read in the same pass).
+    Failures stay this host's failure."""
+    result = parse_file_or_failure(location, plane_jobs, also)
     if isinstance(result, HostFailure):
         return result
     result.digest = digest_host(result)

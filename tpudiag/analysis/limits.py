@@ -16,8 +16,10 @@ warning, depends on the op and the input:
   times an op below its FLOPs and HBM roofline (`analysis.cost_model`) nor puts a DMA's bytes on a
   short done (`compiler.simulate`); a rate above peak there is a tpudiag bug.
 
-The ops table (`analysis.ops`) holds no such rate: `above_peak` marks them there (NaN), per row,
-and `over_peak` names the same rows for the report's warnings. Collectives are checked against the
+The ops table (`analysis.ops`) holds no such rate: `above_peak` decides it there, per row at its
+host's peak, and the rate is NaN. `over_peak` reads those marks once per analysis
+(`Analysis.over_peak`), naming the ops for the report's warnings and for the rules, which state no
+rate or saving for them. Collectives are checked against the
 chip's ICI peak too, over the time their transfer took.
 
 Pure: reads the ops table and the device facts.
@@ -25,6 +27,7 @@ Pure: reads the ops table and the device facts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,7 +79,7 @@ ASYNC_CAUSE = ("likely async ops whose transfer runs from start to done while th
 _SHOWN = 3  # ops named per warning; the rest are counted
 
 
-def over_peak_warnings(found: list[OverPeak]) -> list[str]:
+def over_peak_warnings(found: Sequence[OverPeak]) -> list[str]:
     """One warning per quantity and cause, naming the longest-running ops first; the rates are shown
     as n/a everywhere else."""
     groups: dict[tuple[str, str], list[OverPeak]] = {}
@@ -86,7 +89,9 @@ def over_peak_warnings(found: list[OverPeak]) -> list[str]:
     for (quantity, cause), items in groups.items():
         items.sort(key=lambda o: (-o.time_ps, o.op))
         peak = (f"{items[0].peak / 1e12:.0f} TFLOP/s" if quantity == "FLOP/s" else fmt_bandwidth(items[0].peak))
-        named = ", ".join(o.shown() for o in items[:_SHOWN])
+        # An async op's rate as timed (bytes over a µs-long start or done) says nothing about the
+        # hardware, and can be millions of percent of the peak: only its name is worth showing.
+        named = ", ".join(f"`{o.op}`" if o.is_async else o.shown() for o in items[:_SHOWN])
         more = f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
         whose = "chip's ICI" if quantity == "ICI bandwidth" else "core's"
         out.append(f"{quantity} above the {whose} peak of {peak}, which none reaches: {named}{more}; {cause}; "
@@ -114,37 +119,38 @@ def _cause(name: str, quantity: str, device: DeviceInfo, modelled: bool) -> str:
     return f"likely its bytes are not all HBM traffic (on-chip memory counted as HBM), or {peak}"
 
 
-def over_peak(ops: pd.DataFrame, device: DeviceInfo, modelled: bool = False) -> list[OverPeak]:
-    """Ops with a row (host, program, op) whose FLOP rate or HBM bandwidth over its total time, or
-    whose ICI bandwidth over its transfer time, exceeds the peak: the rows `analysis.ops` shows as
-    n/a. One per op and quantity, its fastest row's rate; `modelled`: the times are tpudiag's model,
-    not a measurement (the cause then differs)."""
+def over_peak(ops: pd.DataFrame, devices: Mapping[str, DeviceInfo], modelled: bool = False) -> tuple[OverPeak, ...]:
+    """The ops whose rate the ops table nulled (`analysis.ops` decides, per row, with `above_peak`
+    at its host's peak): a FLOP rate or HBM bandwidth over its total time, or an ICI bandwidth over
+    its transfer time, that is NaN where the amount and the time are not zero. One per op and
+    quantity, its fastest row's rate (recomputed here to be named in the warning, never shown as a
+    rate); `devices`: each host's device, by host name; `modelled`: the times are tpudiag's model,
+    not a measurement (the cause then differs). Made once per analysis (`Analysis.over_peak`)."""
     if ops.empty:
-        return []
-    seconds = ops["total_time_ps"].to_numpy(dtype=np.float64) / 1e12
-    checks = [("FLOP/s", ops["flops"].to_numpy(dtype=np.float64), seconds, device.peak_flops_per_s),
-              ("HBM bandwidth", ops["hbm_bytes"].to_numpy(dtype=np.float64), seconds, device.hbm_bytes_per_s)]
-    if "ici_bytes" in ops.columns and device.chip is not None:
-        checks.append(("ICI bandwidth", ops["ici_bytes"].to_numpy(dtype=np.float64),
-                       ops["ici_time_ps"].to_numpy(dtype=np.float64) / 1e12, device.chip.ici_bytes_per_s))
+        return ()
+    hosts = ops["host"].astype(str).to_numpy()
+    total = ops["total_time_ps"].to_numpy(dtype=np.float64)
+    checks = [("FLOP/s", "flops", "flop_rate", total, lambda d: d.peak_flops_per_s),
+              ("HBM bandwidth", "hbm_bytes", "hbm_bw", total, lambda d: d.hbm_bytes_per_s)]
+    if "ici_bw" in ops.columns:
+        checks.append(("ICI bandwidth", "ici_bytes", "ici_bw", ops["ici_time_ps"].to_numpy(dtype=np.float64),
+                       lambda d: d.chip.ici_bytes_per_s if d.chip is not None else None))
     names = ops["name"].astype(str).to_numpy()
     times = ops["total_time_ps"].to_numpy(dtype=np.int64)
     out = []
-    for quantity, amount, secs, peak in checks:
-        if not peak:
-            continue
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rate = np.where(secs > 0, amount / secs, 0.0)
-        found: dict[str, tuple[float, int]] = {}
-        for i in np.flatnonzero(above_peak(rate, peak)):
-            fastest, time_ps = found.get(names[i], (0.0, 0))
-            found[names[i]] = (max(fastest, float(rate[i])), time_ps + int(times[i]))
+    for quantity, amount_column, rate_column, time_ps, peak_of in checks:
+        amount = ops[amount_column].to_numpy(dtype=np.float64)
+        nulled = np.isnan(ops[rate_column].to_numpy(dtype=np.float64)) & (amount > 0) & (time_ps > 0)
+        found: dict[str, tuple[float, int, str]] = {}  # op -> fastest rate, total time, its host
+        for i in np.flatnonzero(nulled):
+            rate = float(amount[i] / (time_ps[i] / 1e12))
+            fastest, total_ps, host = found.get(names[i], (-1.0, 0, ""))
+            if rate > fastest:
+                fastest, host = rate, hosts[i]
+            found[names[i]] = (fastest, total_ps + int(times[i]), host)
         for name in sorted(found):
-            cause = _cause(name, quantity, device, modelled)
-            out.append(OverPeak(name, quantity, found[name][0], float(peak), cause, found[name][1]))
-    return out
-
-
-def over_peak_names(ops: pd.DataFrame, device: DeviceInfo) -> frozenset[str]:
-    """Names of the ops no rule may state a rate for (`over_peak`)."""
-    return frozenset(o.op for o in over_peak(ops, device))
+            rate, total_ps, host = found[name]
+            device = devices[host]
+            out.append(OverPeak(name, quantity, rate, float(peak_of(device)), _cause(name, quantity, device, modelled),
+                                total_ps))
+    return tuple(out)

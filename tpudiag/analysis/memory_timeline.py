@@ -28,7 +28,7 @@ from tpudiag.errors import InputError
 from tpudiag.model.allocator import (UNATTRIBUTED, ActiveAllocation, AllocatorTimeline, HostAllocatorEvents,
                                      HostMemoryTimeline)
 from tpudiag.model.profile import HostFailure
-from tpudiag.parsers.allocator_events import read_allocator_events
+from tpudiag.parsers.allocator_events import allocator_events_of_planes, read_allocator_events
 from tpudiag.parsers.capture import find_capture, process_pool
 
 XPROF_MAX_SNAPSHOTS = 1000  # XProf samples its timeline graph down to this many points
@@ -55,6 +55,28 @@ def _host_or_failure(path) -> HostMemoryTimeline | HostFailure:
         return host_memory_timeline(read_allocator_events(path))
     except InputError as exc:
         return HostFailure(str(path), exc.one_line())
+
+
+def timeline_of_planes(planes: list, roles, path, host: str) -> HostMemoryTimeline | HostFailure:
+    """The allocator's timeline of a host file its parse has split into planes: read in the same
+    pass as the diagnosis (`parsers.capture.PlaneReader`; `tpudiag memory PATH`), summarised where
+    the host is parsed, so only the timeline travels. A plane that cannot be read is this host's
+    failure here, and the diagnosis goes on."""
+    try:
+        return host_memory_timeline(allocator_events_of_planes(planes, roles, path, host))
+    except InputError as exc:
+        if exc.path is None:
+            exc = InputError(exc.message, path=path, hint=exc.hint)
+        return HostFailure(str(path), exc.one_line())
+
+
+def profile_memory_timelines(hosts: list) -> tuple[list[HostMemoryTimeline], list[HostFailure]] | None:
+    """The allocator timelines the parse read beside the diagnosis (`timeline_of_planes`), in the
+    hosts' order; None where it was not asked to."""
+    read = [h.memory_timeline for h in hosts]
+    if not read or any(r is None for r in read):
+        return None
+    return ([r for r in read if isinstance(r, HostMemoryTimeline)], [r for r in read if isinstance(r, HostFailure)])
 
 
 def host_memory_timeline(host: HostAllocatorEvents) -> HostMemoryTimeline:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from tpudiag.analysis.collective_windows import class_counts
 from tpudiag.analysis.host_digest import digest_host, fold_step_tables
+from tpudiag.analysis.limits import OverPeak, over_peak
 from tpudiag.model import schemas
 from tpudiag.model.profile import (CollectiveClasses, HostDigest, Platform, Profile, StepSource, StepTables,
                                    WindowThresholds)
@@ -32,6 +33,9 @@ class Analysis:
     step_sources: dict[str, StepSource]
     core_time_ps: dict[str, int]  # per host: sum over cores of each core's span
     host_transfers: pd.DataFrame  # schemas.HOST_TRANSFERS, every host (`analysis.host_transfers`)
+    # The ops whose rates the ops table nulled as above their core's peak (`analysis.limits`), read
+    # once here: the report warns about them, and no rule states a rate or a saving for them.
+    over_peak: tuple[OverPeak, ...] = ()
     # Compiled facts per op (`tpudiag.analysis.join`), indexed like `ops`; set by the caller that
     # has the dumps, before the rules run, so rules may read them too. None when not joined.
     join: JoinResult | None = None
@@ -39,6 +43,11 @@ class Analysis:
     @property
     def platform(self) -> Platform:
         return self.profile.hosts[0].device.platform
+
+    @property
+    def over_peak_names(self) -> frozenset[str]:
+        """Names of the ops no rule may state a rate for (`over_peak`)."""
+        return frozenset(o.op for o in self.over_peak)
 
     @property
     def n_events(self) -> int:
@@ -84,13 +93,15 @@ def analyze(profile: Profile, per_step: StepTables | None = None) -> Analysis:
         for d in digests.values():
             d.per_step = None  # held once, in the fold
     profile.step_fold = per_step
+    ops = _stacked([d.ops for d in digests.values()], digests, schemas.OPS)
     return Analysis(profile, digests, per_step,
                     steps=_stacked([d.steps for d in digests.values()], digests, schemas.STEPS),
-                    ops=_stacked([d.ops for d in digests.values()], digests, schemas.OPS),
+                    ops=ops,
                     step_sources={h: d.step_source for h, d in digests.items()},
                     core_time_ps={h: d.core_span_ps for h, d in digests.items()},
                     host_transfers=_stacked([d.host_transfers for d in digests.values()], digests,
-                                            schemas.HOST_TRANSFERS))
+                                            schemas.HOST_TRANSFERS),
+                    over_peak=over_peak(ops, {h.host: h.device for h in profile.hosts}, profile.modelled))
 
 
 def per_step_times(steps: pd.DataFrame) -> pd.DataFrame:

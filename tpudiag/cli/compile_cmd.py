@@ -71,14 +71,19 @@ def compile_command(
     clock_ghz: Annotated[float | None, typer.Option(help="Clock for cycles -> time (default: v5e 1.5, "
                                                          "v5p 1.75; v6e/TPU7x unknown)")] = None,
     libtpu_flag: Annotated[list[str] | None, typer.Option("--libtpu-flag", help="Extra LIBTPU_INIT_ARGS flag "
-                                                          "(repeatable), e.g. --xla_tpu_enable_async_collective_fusion=true")] = None,
+                                                          "(repeatable), passed as given, e.g. "
+                                                          "--xla_tpu_enable_async_collective_fusion=true")] = None,
+    xla_flag: Annotated[list[str] | None, typer.Option("--xla-flag", help="NAME=VALUE: a compiler flag, passed in "
+                        "LIBTPU_INIT_ARGS or XLA_FLAGS, whichever registers it (repeatable)")] = None,
     top: Annotated[int, typer.Option(help="Ops to list")] = 20,
     timeout_s: Annotated[float, typer.Option(help="Give up on the compile after this many seconds")] = 900.0,
 ) -> None:
     from tpudiag.cli.console import stderr_console
     from tpudiag.cli.outputs import emit
     from tpudiag.cli.rules_cmd import check_number_option
+    from tpudiag.cli.run_cmd import route_flags
     from tpudiag.compiler.driver import compile_program
+    from tpudiag.compiler.flags import LIBTPU, XLA
     from tpudiag.errors import UsageError
     from tpudiag.pipeline import diagnose
     from tpudiag.render.console import markup
@@ -90,16 +95,21 @@ def compile_command(
     for flag in flags:
         if not flag.startswith("--"):
             raise UsageError(f"libtpu flag {flag!r} must start with `--`")
+    routed = route_flags(xla_flag or (), "compile")  # a mistyped name fails here, before minutes of compiling
+    flags += tuple(flag for var, flag in routed if var == LIBTPU)
+    xla_flags = tuple(flag for var, flag in routed if var == XLA)
     out_dir = out if out is not None else Path("tpudiag-compile") / f"{_safe(spec.function)}_{_safe(topo.name)}"
     if static_profile and not topo.static_profile_supported:
         stderr_console().print(f"warning: the static LLO profile aborts the compiler on {topo.generation} for "
                                "most programs; trying anyway", highlight=False)
     err = stderr_console()
+    for var, flag in routed:
+        err.print(markup(f"{flag} goes to {var}"), highlight=False)
     if err.is_terminal:
         with err.status(markup(f"compiling {target} for {topo.name}")):
-            run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s)
+            run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s, xla_flags)
     else:
-        run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s)
+        run = compile_program(target, topo, out_dir, static_profile, flags, timeout_s, xla_flags)
     # The compile output is diagnosed like any compiler dump (`tpudiag report DIR`): the static
     # report's tables, then the rules' findings on its modelled timeline.
     emit(diagnose(run.out, clock_ghz=clock_ghz), output_format.value, None, top=top)

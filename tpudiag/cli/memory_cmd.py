@@ -71,6 +71,7 @@ def memory(
     output = resolve_output(output, [*shown, *(dumps or []), *([pprof] if pprof else [])])
     text = read_error_text(error)
     report = None
+    timelines = None  # the allocator's, read in the diagnosis's own pass over a capture PATH
     if error_alone:
         from tpudiag.analysis.device_memory import error_report
         from tpudiag.pipeline import parse_error_text
@@ -78,10 +79,12 @@ def memory(
         report = error_report(str(error), parse_error_text(text))
     elif compiled_view:
         result = diagnose(path, dumps=dumps or (), chip=chip.value if chip else None, error=text,
-                          select="hbm-pressure")
+                          select="hbm-pressure", memory_timeline=path is not None)
         report = result.memory()
+        if path is not None:
+            timelines = result.memory_timelines()
     # After diagnose: a capture it cannot read at all is its one error line, not also a warning here.
-    measured = measured_memory(path, pprof)
+    measured = measured_memory(timelines, pprof)
     if report is not None:
         from tpudiag.analysis.device_memory import with_allocator_capacity
 

@@ -1,8 +1,9 @@
 """The measured half of `tpudiag memory`: the allocator's timeline when PATH is a capture that
 traced its allocator, and JAX's live buffers by source line from `--pprof FILE`.
 
-Both are read only here, on request: the allocator's events from each host file's `/host:CPU`
-plane alone, the pprof file whole. A host file that cannot be read is a warning; the others go on.
+Both are read only on request: the allocator's events from each host file's `/host:CPU` plane, in
+the diagnosis's own pass over the file (`diagnose(..., memory_timeline=True)`), the pprof file
+whole, here. A host file whose allocator events cannot be read is a warning; the others go on.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from tpudiag.errors import InputError
 from tpudiag.model.text import one_line
 
 if TYPE_CHECKING:  # typing only: `tpudiag --help` loads this module, and these load pandas
@@ -33,27 +33,16 @@ class MeasuredMemory:
     live: LiveBytes | None  # from --pprof
 
 
-def is_capture(path: Path | None) -> bool:
-    """Whether PATH names a capture (a `.xplane.pb`, a run directory or a logdir), not compiler dumps."""
-    from tpudiag.parsers.capture import find_capture
-
-    if path is None:
-        return False
-    try:
-        find_capture(path)
-    except InputError:
-        return False
-    return True
-
-
-def measured_memory(path: Path | None, pprof: Path | None) -> MeasuredMemory:
+def measured_memory(timelines: tuple[list[HostMemoryTimeline], list[HostFailure]] | None,
+                    pprof: Path | None) -> MeasuredMemory:
+    """`timelines`: the allocator's timelines the diagnosis read with the capture, and the host
+    files whose allocator events could not be read (each a warning on stderr); None without a capture."""
     from tpudiag.analysis.live_buffers import live_bytes_of
-    from tpudiag.analysis.memory_timeline import capture_memory_timelines
 
-    timelines, failures = capture_memory_timelines(path) if is_capture(path) else ([], [])
+    found, failures = timelines if timelines is not None else ([], [])
     for failure in failures:
         sys.stderr.write(f"warning: {one_line(failure.message)}\n")
-    return MeasuredMemory(tuple(timelines), tuple(failures), None if pprof is None else live_bytes_of(pprof))
+    return MeasuredMemory(tuple(found), tuple(failures), None if pprof is None else live_bytes_of(pprof))
 
 
 def render_measured_terminal(m: MeasuredMemory, console: Console, top: int) -> None:

@@ -122,17 +122,17 @@ def child_env(config: dict, boot_dir: Path, dumps: Path, tpu: bool,
     return env, Path(xla), Path(llo) if llo else None
 
 
-def route_flags(texts) -> list[tuple[str, str]]:
+def route_flags(texts, command: str = "run") -> list[tuple[str, str]]:
     """(variable, `--NAME=VALUE`) for each `--xla-flag`: LIBTPU_INIT_ARGS when libtpu registers
     NAME, XLA_FLAGS when XLA does (`compiler.flags`); a UsageError for a flag that is not one flag,
-    names neither registers or sets the dumps, which `run` owns (set XLA_FLAGS yourself for those)."""
+    names neither registers or sets the dumps, which `command` owns (set XLA_FLAGS yourself for those)."""
     from tpudiag.compiler.flags import flag_registry, split_flag
     from tpudiag.errors import UsageError
 
     parsed = [split_flag(t) for t in texts]
     for name, _ in parsed:
         if "dump" in name.lower():
-            raise UsageError(f"--xla-flag `{name}`: `run` sets the dumps it joins to the report itself",
+            raise UsageError(f"--xla-flag `{name}`: `{command}` sets the dumps it joins to the report itself",
                              hint="to dump elsewhere, set it in XLA_FLAGS or LIBTPU_INIT_ARGS: run keeps yours")
     if not parsed:
         return []

@@ -150,7 +150,7 @@ def build_static_report(output: CompileOutput, clock_ghz: float | None = None, t
         device_kind=facts.get("device_kind", ""), n_devices=n, mesh=dict(facts.get("mesh", {})),
         module=output.program.module, compile_s=facts.get("compile_s"), wall_s=facts.get("wall_s"),
         dump_bytes=facts.get("dump_bytes"), static_profile=bool(facts.get("static_profile")),
-        clock_hz=model.clock_hz, clock_note=clock_note(generation, model.clock_hz, clock_ghz is not None),
+        clock_hz=model.clock_hz, clock_note=clock_note(generation, model.clock_hz, model.clock_given),
         model=model, ops=ops, collectives=_collectives(output, ops), padding=_padding(output, top_padding),
         total_cycles=total_cycles, total_compute_ps=total_compute,
         ops_without_cycles=int(cycles.isna().sum()), memory=memory, warnings=tuple(output.warnings))

@@ -26,6 +26,9 @@ _GENERATIONS = {"v4": "v4", "v5e": "v5e", "v5p": "v5p", "v6e": "v6e", "tpu7x": "
 # for anything beyond tiny programs; it works on these.
 STATIC_PROFILE_GENERATIONS = frozenset({"v5e", "v5p", "v6e"})
 
+# Dimensions of a chip grid as libtpu spells it: the generations with a 3D torus take three.
+_GRID_RANK = {"v4": 3, "v5e": 2, "v5p": 3, "v6e": 2, "TPU7x": 3}
+
 # Devices per chip as JAX sees them: v4 and TPU7x expose each TensorCore as a device.
 _DEVICES_PER_CHIP = {"v4": 2, "v5e": 1, "v5p": 1, "v6e": 1, "TPU7x": 2}
 
@@ -88,6 +91,15 @@ def parse_topology(name: str) -> Topology:
     dims = tuple(int(p) for p in parts)
     if any(d <= 0 for d in dims):
         raise UsageError(f"chip grid {dims_text!r} in topology {name!r} has a zero dimension")
+    rank = _GRID_RANK[generation]
+    if len(dims) == 1 and rank > 1:
+        # libtpu rejects a bare chip count ("Invalid topology layout for a single slice: 1"). One
+        # chip has one grid; any other count has several, so only that one is spelled out here.
+        if dims != (1,):
+            raise UsageError(f"topology {name!r} gives a chip count, not a grid: {generation} takes "
+                             f"{rank} dimensions", hint=f"e.g. {generation}:{'x'.join(['2'] * rank)}")
+        dims = (1,) * rank
+        text = f"{prefix}:{'x'.join(['1'] * rank)}{twist}"
     return Topology(name=text, generation=generation, dims=dims, twist=twist)
 
 

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 import pandas as pd
 
+from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import ChipSpec, GpuDevice, VmemBandwidth
 
 
@@ -163,6 +164,9 @@ class HostTrace:
     host_clock_apart: bool = False
     digest: HostDigest | None = None  # set by `analysis.host_digest`; events may then be dropped
     source: str = ""  # where to read the file again (absolute path or URL); `path` is as the user gave it
+    # The allocator's timeline read in the same pass, when asked (`tpudiag memory`,
+    # `analysis.memory_timeline.timeline_of_planes`), or why it could not be read; None: not asked
+    memory_timeline: HostMemoryTimeline | HostFailure | None = None
 
 
 @dataclass(frozen=True)

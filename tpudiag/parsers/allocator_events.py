@@ -30,7 +30,7 @@ from tpudiag.model import schemas
 from tpudiag.model.allocator import HostAllocatorEvents
 from tpudiag.model.units import MAX_PLAUSIBLE_BYTES, MAX_PLAUSIBLE_TEXT
 from tpudiag.parsers import event_wire
-from tpudiag.parsers.capture import HostUrl, plane_roles, read_location_bytes, split_lines, split_planes
+from tpudiag.parsers.capture import HostUrl, PlaneRoles, plane_roles, read_location_bytes, split_lines, split_planes
 from tpudiag.parsers.time_axis import TimeAxis, unplaceable
 from tpudiag.parsers.xspace import check_trace_bytes
 
@@ -68,7 +68,14 @@ def _read(path: Path | HostUrl) -> HostAllocatorEvents:
     data = [read_location_bytes(path)]
     check_trace_bytes(data[0], path)
     planes, host = split_planes(data.pop(), path)
-    roles = plane_roles(planes, path)  # the host's time axis, as `tpudiag report` places its events
+    return allocator_events_of_planes(planes, plane_roles(planes, path), path, host)
+
+
+def allocator_events_of_planes(planes: list, roles: PlaneRoles, path: Path | HostUrl,
+                               host: str) -> HostAllocatorEvents:
+    """The allocator events of a host file already split into planes, on the host's time axis
+    (`roles.axis`, as `tpudiag report` places host events): what the parse of the file reads in
+    the same pass when `tpudiag memory` asks (`parsers.capture.PlaneReader`)."""
     at = next((i for i, name in enumerate(roles.names) if name == HOST_PLANE), None)
     if at is None:
         return HostAllocatorEvents(host=host, path=str(path), events=schemas.ALLOCATOR_EVENTS.empty())

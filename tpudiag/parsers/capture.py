@@ -22,6 +22,7 @@ import pandas as pd
 
 from tpudiag.errors import InputError, TpudiagError
 from tpudiag.model.profile import HostFailure, HostTrace, Platform, Profile
+from tpudiag.model.shared_values import SharedValues
 from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, axis_of, device_planes, host_name,
                                           is_read_line, parse_device_plane)
 from tpudiag.parsers import event_wire
@@ -182,17 +183,25 @@ def _host_boundary(path: Path | HostUrl | str):
         raise InputError(_TOO_DEEP, path=path) from exc
 
 
-def _parse_file(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace:
+# More of a host file read in the pass that parses it: called with the file's planes, their roles
+# (`PlaneRoles`: names and the host's time axis), the path and the host's name; what it returns is
+# the HostTrace's `memory_timeline`. `tpudiag memory` reads the allocator's events so
+# (`analysis.memory_timeline.timeline_of_planes`), not in a second read of the file. Top-level and
+# picklable: it runs where the host is parsed (a pool process, a Dask worker).
+PlaneReader = Callable[[list, "PlaneRoles", "Path | HostUrl", str], object]
+
+
+def _parse_file(path: Path | HostUrl, plane_jobs: int = 1, also: PlaneReader | None = None) -> HostTrace:
     """One host file (a local path or a URL) to its HostTrace, or InputError naming the file and the cause."""
     with _host_boundary(path):
-        return _parse_file_unchecked(path, plane_jobs)
+        return _parse_file_unchecked(path, plane_jobs, also)
 
 
-def _parse_file_unchecked(path: Path | HostUrl, plane_jobs: int) -> HostTrace:
+def _parse_file_unchecked(path: Path | HostUrl, plane_jobs: int, also: PlaneReader | None = None) -> HostTrace:
     data = [read_location_bytes(path)]  # in a list, so that `_parse_planes` can drop the only reference
     check_trace_bytes(data[0], path)
     big = len(data[0]) >= PARALLEL_PLANES_MIN_BYTES
-    return _parse_planes(path, data, plane_jobs if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and big else 1)
+    return _parse_planes(path, data, plane_jobs if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and big else 1, also)
 
 
 def _plane_job(job: tuple[bytes, PlaneRef, str, TimeAxis]):
@@ -210,7 +219,7 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, TimeAxis]):
         return _TOO_DEEP
 
 
-def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTrace:
+def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int, also: PlaneReader | None = None) -> HostTrace:
     """Parse a host file (`data`, its bytes, which this takes over) plane by plane, the device
     planes in `jobs` worker processes when above 1.
 
@@ -220,12 +229,14 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
     the file plus the plane being parsed. Strict only where it must be: a plane tpudiag does not
     read is not parsed; a plane it reads but cannot decode in full is dropped with a warning
     naming it (a partly read device plane would show its missing ops as idle time); the host
-    fails only when it has device planes and none of them can be read.
+    fails only when it has device planes and none of them can be read. `also` reads more of the
+    planes in this pass (`PlaneReader`).
     """
     planes, name = split_planes(data.pop(), path)
     if not planes:
         raise InputError("XSpace has no planes: not a trace, or an empty capture", path=path)
     roles = plane_roles(planes, path)
+    extra = also(planes, roles, path, name) if also is not None else None
     refs = roles.refs
     jobs_in = [(planes[r.index], r, roles.platform, roles.axis) for r in refs]
     for r in refs:
@@ -255,6 +266,7 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int) -> HostTra
         except InputError as exc:
             warnings.append(f"plane `{roles.names[i]}` could not be read and was skipped ({exc.message})")
     host = assemble_host(name, path, roles.platform, [r for r, _ in read], [p for _, p in read], aux, roles.axis)
+    host.memory_timeline = extra
     for w in warnings:
         if w not in host.warnings:
             host.warnings.append(w)
@@ -377,11 +389,12 @@ def plane_roles(planes: list[bytes | memoryview], path) -> PlaneRoles:
     return PlaneRoles(platform, refs, names, axis, tuple(warnings))
 
 
-def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1) -> HostTrace | HostFailure:
+def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
+                          also: PlaneReader | None = None) -> HostTrace | HostFailure:
     """The worker boundary (a pool process or a Dask task): any project error becomes this host's
-    failure, so the others go on. The parsed host has its events."""
+    failure, so the others go on. The parsed host has its events (and what `also` read)."""
     try:
-        return _parse_file(path, plane_jobs)
+        return _parse_file(path, plane_jobs, also)
     except TpudiagError as exc:
         if exc.path is None:
             exc = InputError(exc.message, path=path, hint=exc.hint)
@@ -408,10 +421,15 @@ def load_capture(path: Path | str, jobs: int | None = None,
     capture = find_capture(path)
     files = capture.files
     task = functools.partial(per_host, keep_events=len(files) == 1) if per_host else parse_file_or_failure
+    # Several hosts repeat one program's names and strings: the driver holds them once.
+    shared = SharedValues() if len(files) > 1 else None
 
     def arrived(result: HostTrace | HostFailure) -> HostTrace | HostFailure:
-        if on_host is not None and isinstance(result, HostTrace):
-            on_host(result)
+        if isinstance(result, HostTrace):
+            if shared is not None:
+                shared.share(result)
+            if on_host is not None:
+                on_host(result)
         return result
 
     results: list[HostTrace | HostFailure]

@@ -225,7 +225,7 @@ EVIDENCE_ROWS = 4
 def _saving_line(f: Finding) -> str:
     explanation = one_line(f.saving.explanation)
     if f.saving.ps > 0:
-        return f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}: {explanation})"
+        return f"   saving ≤ {saving_amount(f.saving)} ({f.saving.basis}: {explanation})"
     if f.saving.bytes > 0:
         return f"   saving ≤ {saving_amount(f.saving)} ({f.saving.basis}: {explanation})"
     return f"   saving: not estimated ({explanation})"

@@ -88,7 +88,6 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.analysis.custom_calls import derive_costs
-from tpudiag.analysis.limits import over_peak_names
 from tpudiag.model.profile import Platform
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.llo import LloDump
@@ -255,7 +254,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     cats = ops["category"].astype(str)
     names = ops["name"].astype(str)
     derived = derived_sources(analysis)
-    unphysical = over_peak_names(ops, device)  # a warning says why; no saving is built on them
+    unphysical = analysis.over_peak_names  # a warning says why; no saving is built on them
     mask = np.array([(is_matmul(n, c) or n in derived) and n not in unphysical for n, c in zip(names, cats)],
                     dtype=bool) & (ops["flops"].to_numpy() > 0)
     cand = ops[mask]

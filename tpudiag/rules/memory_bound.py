@@ -91,7 +91,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tpudiag.analysis.limits import over_peak_names
 from tpudiag.model.compiled import leaf_arrays
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.hlo_names import async_role
@@ -271,7 +270,7 @@ def _roof_ops(ctx: RuleContext, options: Options) -> list[Finding]:
     # Collectives move bytes over ICI, not only HBM: exposed-collective judges them. An op above the
     # peak bandwidth as timed (an async copy's done) is on the roof, but its rate is not physical (a
     # warning says why): it is not stated, and no saving is built on it.
-    unphysical = over_peak_names(ops, device)
+    unphysical = analysis.over_peak_names
     ops = ops[ops["family"].astype(str) == ""]
     grouped = (ops.assign(name=ops["name"].astype(str), category=ops["category"].astype(str))
                .groupby("name", sort=False)

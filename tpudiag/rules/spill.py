@@ -128,11 +128,13 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     findings = []
     for saving, self_per_step, rec, fraction in candidates[:options.max_findings]:
         step_share = saving / basis.step_ps if basis.step_ps else 0.0
-        in_trace = f"{fmt_time(self_per_step)} per step in the trace" if self_per_step else "not in the trace"
+        # A modelled timeline (static mode, `simulate`) is not a trace: its times are estimates.
+        where = "modelled" if timed and analysis.profile.modelled else "in the trace"
+        in_trace = f"{fmt_time(self_per_step)} per step {where}" if self_per_step else f"not {where}"
         owner = inside.get(rec.op)
         if owner:
-            in_trace = f"inside `{owner}`, " + (f"which takes {fmt_time(self_per_step)} per step in the trace"
-                                                 if self_per_step else "not in the trace")
+            in_trace = f"inside `{owner}`, " + (f"which takes {fmt_time(self_per_step)} per step {where}"
+                                                 if self_per_step else f"not {where}")
         message = f"`{rec.op}` spills {rec.spills} vector registers and fills {rec.fills} ({in_trace})"
         if rec.bundles:
             message += f"; {fmt_pct(fraction)} of its {rec.bundles} bundles"

@@ -1,0 +1,113 @@
+"""What a Pallas (Mosaic TPU) kernel is, as its serialised body states it: grid, blocks, semantics.
+
+A `tpu_custom_call`'s backend_config carries the kernel as MLIR bytecode
+(`custom_call_config.body`, base64): one `func.func` whose attributes give the grid
+(`iteration_bounds`), each operand's and output's block (`window_params[i].window_bounds`, else
+the whole array), the dimension semantics of each grid axis (`parallel`, `arbitrary`), the scratch
+operands and the scalar-prefetch count. `tpudiag.parsers.mosaic` reads it with the MLIR bindings
+jaxlib ships; nothing here is guessed from the HLO around the call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tpudiag.model.units import element_bytes
+
+
+@dataclass(frozen=True)
+class KernelBlock:
+    """One operand, output or scratch buffer of a kernel, as one grid step sees it."""
+
+    role: str  # 'input', 'output' or 'scratch'
+    index: int  # position among the kernel's inputs, outputs or scratch buffers
+    shape: tuple[int, ...]  # the block (window_bounds), or the whole array when it has no window
+    dtype: str  # HLO spelling: bf16, f32, s32, pred, ...; `semaphore` for semaphores
+    memory_space: str  # vmem, smem, any (left in HBM, copied by the kernel itself), semaphore_mem, ...
+    windowed: bool  # a BlockSpec window the pipeline copies in per step; False: the whole array
+
+    @property
+    def nbytes(self) -> int | None:
+        """Bytes of one block; None for a dtype without a known size (semaphores)."""
+        size = element_bytes(self.dtype)
+        return None if size is None else int(math.prod(self.shape) * size)
+
+    @property
+    def shape_text(self) -> str:
+        return "x".join(map(str, self.shape)) or "scalar"
+
+
+@dataclass(frozen=True)
+class MosaicKernel:
+    """One Mosaic TPU kernel: the facts its serialised body states."""
+
+    name: str  # the kernel function's symbol (`_kernel`)
+    grid: tuple[int, ...]  # iteration bounds, outermost first
+    dimension_semantics: tuple[str, ...]  # per grid axis: parallel, arbitrary (core_parallel, ...)
+    blocks: tuple[KernelBlock, ...]  # inputs, then outputs, then scratch
+    scalar_prefetch: int = 0
+    source_file: str = ""  # the kernel body's file, from the body's locations; '' when it has none
+    first_line: int = 0  # the body's first and last source lines; 0 when unknown
+    last_line: int = 0
+    matmul_ops: int = 0  # MXU matmuls (`tpu.matmul`) in the body
+
+    @property
+    def matmul_blocks(self) -> tuple[int, int, int] | None:
+        """(block_m, block_k, block_n) when the body multiplies on the MXU and its two 2-D input
+        blocks and one 2-D output block compose as [bm, bk] x [bk, bn] -> [bm, bn]; None otherwise."""
+        ins, outs = [b.shape for b in self.of("input")], [b.shape for b in self.of("output")]
+        if self.matmul_ops < 1 or len(ins) != 2 or len(outs) != 1 or not all(len(s) == 2 for s in (*ins, *outs)):
+            return None
+        (bm, bk), (bk2, bn), out = ins[0], ins[1], outs[0]
+        return (bm, bk, bn) if bk == bk2 and out == (bm, bn) else None
+
+    def of(self, role: str) -> tuple[KernelBlock, ...]:
+        return tuple(b for b in self.blocks if b.role == role)
+
+    @property
+    def grid_text(self) -> str:
+        return "(" + ",".join(map(str, self.grid)) + ")"
+
+    @property
+    def steps(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def source_text(self) -> str:
+        """`file:first-last`, or '' when the body carries no location."""
+        if not self.source_file:
+            return ""
+        lines = f"{self.first_line}" if self.last_line in (0, self.first_line) else f"{self.first_line}-{self.last_line}"
+        return f"{self.source_file}:{lines}"
+
+    def blocks_text(self) -> str:
+        """`in 512x512 bf16, 512x512 bf16; out 512x512 bf16; scratch 512x512 f32 vmem`."""
+        parts = []
+        for role, label in (("input", "in"), ("output", "out"), ("scratch", "scratch")):
+            blocks = self.of(role)
+            if blocks:
+                shown = ", ".join(f"{b.shape_text} {b.dtype}" + ("" if b.windowed or role == "scratch" else " whole")
+                                  + (f" {b.memory_space}" if role == "scratch" else "") for b in blocks)
+                parts.append(f"{label} {shown}")
+        return "; ".join(parts)
+
+    def semantics_text(self) -> str:
+        return ",".join(self.dimension_semantics)
+
+    def describe(self) -> str:
+        """One line: `` `_kernel` grid (4,4,4) parallel,parallel,arbitrary; blocks bm x bk x bn 512x512x512;
+        in 512x512 bf16, ...``."""
+        mm = self.matmul_blocks
+        blocks = f"blocks bm x bk x bn {'x'.join(map(str, mm))}; " if mm is not None else ""
+        semantics = f" {self.semantics_text()}" if self.dimension_semantics else ""
+        return f"`{self.name}` grid {self.grid_text}{semantics}; {blocks}{self.blocks_text()}"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "grid": list(self.grid), "dimension_semantics": list(self.dimension_semantics),
+                "scalar_prefetch": self.scalar_prefetch, "source_file": self.source_file,
+                "first_line": self.first_line, "last_line": self.last_line, "matmul_ops": self.matmul_ops,
+                "matmul_blocks": list(self.matmul_blocks) if self.matmul_blocks else None,
+                "blocks": [{"role": b.role, "index": b.index, "shape": list(b.shape), "dtype": b.dtype,
+                            "memory_space": b.memory_space, "windowed": b.windowed, "bytes": b.nbytes}
+                           for b in self.blocks]}
