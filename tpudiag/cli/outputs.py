@@ -269,10 +269,14 @@ CATALOG = Writer(_catalog_terminal, _catalog_json)
 
 
 def _writer(result: object) -> Writer:
-    """The writer of `result`'s kind. Imports are lazy: `tpudiag --help` loads none of the pipeline."""
+    """The writer of `result`'s kind. Imports are lazy: `tpudiag --help` loads none of the pipeline,
+    and `tpudiag report` none of `diff`, `check` and `whatif` (a diagnosis is asked about first)."""
+    from tpudiag.pipeline import Diagnosis
+
+    if isinstance(result, Diagnosis):
+        return DIAGNOSIS
     from tpudiag.analysis.diff import Diff as AnalysisDiff
     from tpudiag.gate import Verdict
-    from tpudiag.pipeline import Diagnosis
     from tpudiag.whatif import WhatIf
 
     for kind, writer in ((Diagnosis, DIAGNOSIS), (AnalysisDiff, DIFF), (Verdict, VERDICT),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 
 def group_sums(keys: list[np.ndarray], values: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
@@ -63,6 +64,31 @@ def _dense_sums(packed: np.ndarray, values: np.ndarray, radix: list[int], dtypes
         rest, k = np.divmod(rest, r)
         out.append(k.astype(dtype))
     return out[::-1], totals[present]
+
+
+def first_appearance_groups(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each row, first row of each group) of the distinct tuples of `keys` (non-negative
+    integer codes), groups numbered in the order they first appear, as pandas' `groupby(sort=False)`
+    numbers them: one hash pass over the packed codes instead of a groupby."""
+    n = len(keys[0]) if keys else 0
+    if not n:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    packed = keys[0].astype(np.int64)
+    for k in keys[1:]:
+        radix = int(k.max()) + 1
+        if (int(packed.max()) + 1) * radix >= 2 ** 62:  # renumber densely first (codes under n)
+            packed = pd.factorize(packed)[0].astype(np.int64)
+        packed = packed * radix + k.astype(np.int64)
+    group, _ = pd.factorize(packed)
+    seen = np.maximum.accumulate(group)  # a group's first row is where the running maximum grows
+    return group, np.flatnonzero(np.append(True, seen[1:] > seen[:-1]))
+
+
+def sums_by_group(group: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
+    """Exact sums of `values` per group id (`first_appearance_groups`), integers added as integers."""
+    out = np.zeros(n_groups, dtype=values.dtype)
+    np.add.at(out, group, values)
+    return out
 
 
 def heads(keys: list[np.ndarray]) -> np.ndarray:

@@ -81,6 +81,11 @@ class MosaicKernel:
         lines = f"{self.first_line}" if self.last_line in (0, self.first_line) else f"{self.first_line}-{self.last_line}"
         return f"{self.source_file}:{lines}"
 
+    @property
+    def source_name(self) -> str:
+        """`pallas_matmul.py:27-35`: `source_text` with the file's name only, as reports print sources."""
+        return self.source_text.rsplit("/", 1)[-1]
+
     def blocks_text(self) -> str:
         """`in 512x512 bf16, 512x512 bf16; out 512x512 bf16; scratch 512x512 f32 vmem`."""
         parts = []
@@ -111,3 +116,64 @@ class MosaicKernel:
                 "blocks": [{"role": b.role, "index": b.index, "shape": list(b.shape), "dtype": b.dtype,
                             "memory_space": b.memory_space, "windowed": b.windowed, "bytes": b.nbytes}
                            for b in self.blocks]}
+
+
+@dataclass(frozen=True)
+class UnitShare:
+    """One unit's use in a kernel's static bundles, as the LLO bundle profile counts it: the share of
+    the unit's slots its bundles issue (loop bodies once); an indexed unit (MXU_i, XLU_i) is the mean
+    over its instances of the sum over its ops (`matmul`, `matmul_packed`, ... are one slot's modes)."""
+
+    unit: str  # `MXU matmul`, `XLU`, or the profile's own name: VECTOR_ALU, VECTOR_LOAD_AND_MISC, ...
+    fraction: float
+
+
+@dataclass(frozen=True)
+class KernelView:
+    """A Pallas kernel of the report: its facts, its VMEM against the scoped limit, and what the
+    LLO dump says of its bundles (None where the input has no LLO dump). Every figure is the
+    compiler's (static), none measured."""
+
+    op: str
+    program: str
+    kernel: MosaicKernel
+    call_site: str = ""  # `file.py:LINE` of the `pallas_call` (the custom call's metadata)
+    vmem_used_bytes: int | None = None  # `used_scoped_memory_configs` (VMEM) of the compiled call
+    vmem_limit_bytes: int | None = None  # the scoped VMEM limit (`ProgramMemory.vmem_scoped_limit_bytes`)
+    vmem_limit_source: str = ""  # `default for v5e, measured` or `compiler error`
+    estimated_cycles: int | None = None
+    bundles: int | None = None  # static bundles (the bundle profile's counter lines' denominator)
+    units: tuple[UnitShare, ...] = ()
+    spill_stores: int | None = None
+    spill_fills: int | None = None
+
+    def lines(self) -> list[str]:
+        """What the terminal and markdown print under the kernel's op name."""
+        k = self.kernel
+        out = [k.describe()]
+        where = [w for w in (f"body {k.source_name}" if k.source_file else "",
+                             f"called at {self.call_site}" if self.call_site else "") if w]
+        if where:
+            out.append(", ".join(where))
+        if self.vmem_used_bytes is not None:
+            limit = (f" of the {self.vmem_limit_bytes / 2**20:.0f} MiB scoped limit ({self.vmem_limit_source}; "
+                     f"{self.vmem_used_bytes / self.vmem_limit_bytes:.0%})" if self.vmem_limit_bytes else "")
+            out.append(f"scoped VMEM {self.vmem_used_bytes / 2**20:.2f} MiB{limit} (compiler)")
+        llo = []
+        if self.bundles is not None:
+            llo.append(f"{self.bundles:,} static bundles")
+        if self.units:
+            llo.append("slots used: " + ", ".join(f"{u.unit} {u.fraction:.0%}" for u in self.units))
+        if self.spill_stores is not None:
+            llo.append(f"spills {self.spill_stores}, fills {self.spill_fills}")
+        if llo:
+            out.append("; ".join(llo) + " (LLO static profile)")
+        return out
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "program": self.program, "kernel": self.kernel.to_json(), "call_site": self.call_site,
+                "vmem_used_bytes": self.vmem_used_bytes, "vmem_limit_bytes": self.vmem_limit_bytes,
+                "vmem_limit_source": self.vmem_limit_source,
+                "estimated_cycles": self.estimated_cycles, "bundles": self.bundles,
+                "units": [{"unit": u.unit, "fraction": u.fraction} for u in self.units],
+                "spill_stores": self.spill_stores, "spill_fills": self.spill_fills}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import overload
 
+from tpudiag.model.kernels import KernelView
 from tpudiag.model.findings import Finding
 from tpudiag.model.memory import ProgramMemory
 from tpudiag.model.profile import PeaksSource, Platform
@@ -335,3 +336,4 @@ class Report:
     categories: tuple[CategoryTime, ...] = ()  # sorted by self time, descending
     memory: tuple[ProgramMemory, ...] = ()  # device memory of the compiled programs with a buffer assignment
     programs: tuple[ProgramTime, ...] = ()  # XLA programs by device time, descending
+    kernels: tuple[KernelView, ...] = ()  # Pallas kernels of the compiled programs (`analysis.kernels`)

@@ -124,6 +124,7 @@ def _head(report: Report) -> dict:
         "ops": [],
         "categories": [dataclasses.asdict(c) for c in report.categories],
         "programs": [dataclasses.asdict(p) for p in report.programs],
+        "kernels": [k.to_json() for k in report.kernels],
         "findings": [finding_to_dict(f) for f in report.findings],
         "rules_run": True,  # always: kept for the JSON contract (earlier builds could lack the rule engine)
         "rules_skipped": [dataclasses.asdict(r) for r in report.rules_skipped],

@@ -118,11 +118,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         unit = "GPUs" if analysis.platform is Platform.GPU else "cores"
         peers = f"the other {n_peers} {unit if n_peers != 1 else unit.removesuffix('s')}" + (
             " on every host" if multi_host else "")
+        listed = ", ".join(f"`{o.name}` +{fmt_time(o.extra_ps)}" for o in shown)
         if shown and all(o.peers_ps == 0 for o in shown):
-            listed = ", ".join(f"`{o.name}` +{fmt_time(o.extra_ps)}" for o in shown)
             why = f"it runs ops the others do not: {listed}"
         elif shown:
-            listed = ", ".join(f"`{o.name}` +{fmt_time(o.extra_ps)}" for o in shown)
             more = f" and {len(extras) - len(shown)} more" if len(extras) > len(shown) else ""
             why = f"its ops take longer there: {listed}{more}"
         else:

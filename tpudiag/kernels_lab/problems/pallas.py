@@ -61,5 +61,5 @@ class Problem:
     def describe(self) -> str:
         """`Pallas `_kernel` (pallas_matmul.py:27-35) grid (4,4,4) parallel,parallel,arbitrary; blocks ...`."""
         k = self.kernel
-        where = f" ({k.source_file.rsplit('/', 1)[-1]}:{k.source_text.rsplit(':', 1)[-1]})" if k.source_file else ""
+        where = f" ({k.source_name})" if k.source_file else ""
         return f"Pallas {k.describe().replace(f'`{k.name}`', f'`{k.name}`{where}', 1)}"
