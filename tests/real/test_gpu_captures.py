@@ -183,3 +183,15 @@ def test_conv3d_gpu0_works_more_in_kernels_only_it_runs():
     assert q[("__amd_rocclr_copyBuffer.kd", "extra per step (ps)")] == pytest.approx(563_521_000, abs=1_000)
     assert "runs work the other GPUs do not" in f.fix and f.saving.ps == 0
     assert "no collective in the capture" in f.message
+
+
+def test_v100_idle_share_is_over_the_step_the_header_gives():
+    """With a Steps line the rule's period is the step's (21.31 ms, its longest GPU's, as in the
+    header), and the finding's share and its step row agree (5.04 ms idle: 23.7 %)."""
+    from tpudiag.pipeline import diagnose
+
+    d = diagnose(capture("tf-gpu-v100-multiworker-bert"))
+    [idle] = [f for f in d.findings if f.rule == "device-idle"]
+    assert "of each 21.31 ms step (23.7%" in idle.message
+    [step] = [e for e in idle.evidence if e.subject == "step 0"]
+    assert dict(step.values)["share"] == "23.7%"

@@ -105,6 +105,12 @@ def heads(keys: list[np.ndarray]) -> np.ndarray:
 def lexsort_order(keys: tuple[np.ndarray, ...]) -> np.ndarray:
     """`np.lexsort(keys)` (the last key primary), in one linear pass when the rows already are in
     that order, as trace events mostly are (time order per line): the sort is then the identity."""
+    order = reordering(keys)
+    return np.arange(len(keys[0]) if keys else 0) if order is None else order
+
+
+def reordering(keys: tuple[np.ndarray, ...]) -> np.ndarray | None:
+    """`lexsort_order(keys)`, or None when it is the identity: the rows need no reordering."""
     n = len(keys[0]) if keys else 0
     if n > 1:
         later = np.zeros(n - 1, dtype=bool)  # row i+1 sorts strictly after row i on a key seen so far
@@ -115,4 +121,11 @@ def lexsort_order(keys: tuple[np.ndarray, ...]) -> np.ndarray:
             tied &= b == a
             if not (later | tied).all():
                 return np.lexsort(keys)
-    return np.arange(n)
+    return None
+
+
+def dense_unique(values: np.ndarray) -> np.ndarray:
+    """`np.unique(values)` of small non-negative integers (ids, codes) by counting, not sorting."""
+    if len(values) and values.dtype.kind in "iu" and values.min() >= 0 and values.max() <= 4 * len(values) + 1024:
+        return np.flatnonzero(np.bincount(values)).astype(values.dtype)
+    return np.unique(values)

@@ -119,6 +119,49 @@ class MosaicKernel:
 
 
 @dataclass(frozen=True)
+class BlockHalving:
+    """Halving one block dim of a matmul kernel, and the vector tiles of one grid step it halves:
+    A (bm x bk), B (bk x bn) in the input dtype and the f32 product (bm x bn)."""
+
+    dim: str  # block_m, block_k or block_n
+    before: int
+    after: int
+    tiles: tuple[str, ...]  # the tiles it halves, e.g. ("B 512x512 bf16", "the f32 product 512x512")
+    tiles_bytes: int  # those tiles' bytes before
+    step_bytes: int  # every tile of a step, before
+
+    def text(self) -> str:
+        return (f"{self.dim} {self.before} -> {self.after} halves {' and '.join(self.tiles)} "
+                f"({self.tiles_bytes / 2**20:.2f} -> {self.tiles_bytes / 2**21:.2f} MiB of the step's "
+                f"{self.step_bytes / 2**20:.2f} MiB of vector values)")
+
+
+def halving(kernel: MosaicKernel) -> BlockHalving | None:
+    """The block dim of a matmul kernel whose halving shrinks one step's vector tiles most, where
+    half of it stays a multiple of 128 (the lane width); None for another kernel or no such dim."""
+    mm = kernel.matmul_blocks
+    ins = kernel.of("input")
+    size = element_bytes(ins[0].dtype) if ins else None
+    if mm is None or size is None:
+        return None
+    bm, bk, bn = mm
+    a, b, acc = bm * bk * size, bk * bn * size, bm * bn * 4
+    dtype = ins[0].dtype
+    tiles = {"block_m": (bm, (f"A {bm}x{bk} {dtype}", a), (f"the f32 product {bm}x{bn}", acc)),
+             "block_k": (bk, (f"A {bm}x{bk} {dtype}", a), (f"B {bk}x{bn} {dtype}", b)),
+             "block_n": (bn, (f"B {bk}x{bn} {dtype}", b), (f"the f32 product {bm}x{bn}", acc))}
+    best = None
+    for dim in ("block_n", "block_m", "block_k"):  # ties: the output's dims first (the product is f32)
+        value, *parts = tiles[dim]
+        if value % 256:
+            continue
+        freed = int(sum(n for _, n in parts))
+        if best is None or freed > best.tiles_bytes:
+            best = BlockHalving(dim, value, value // 2, tuple(t for t, _ in parts), freed, int(a + b + acc))
+    return best
+
+
+@dataclass(frozen=True)
 class UnitShare:
     """One unit's use in a kernel's static bundles, as the LLO bundle profile counts it: the share of
     the unit's slots its bundles issue (loop bodies once); an indexed unit (MXU_i, XLU_i) is the mean
