@@ -21,7 +21,9 @@ and its children, sampled every 50 ms from /proc (see bench_report.py). xprof ru
 of the run directory with `--bypass_cache` (its OpStats cache and CLI cache removed first).
 With `--repeat N` (default 3) the two tools run N times each, in turn, so that a slow moment of the
 machine hits both alike; the table on stdout gives the median wall and CPU time and the largest
-peak of each, side by side (`--json FILE` keeps every figure).
+peak of each, side by side (`--json FILE` keeps every figure). Below it, issue 34's checks on one
+host of `train` print as PASS / FAIL lines (SKIP without xprof): at most 1.5 s and 600 MiB, and at
+least 10x faster than xprof in wall time, from the same run's medians.
 
 `--host-scaling 1,4,16,64` instead runs `tpudiag report` on 1, 4, 16 and 64 hosts of `pod16`
 (run directories of links to its files; past 16 the files are linked again under other names),
@@ -246,6 +248,38 @@ def _summary(runs: list[tuple], driver: bool) -> dict:
     return out
 
 
+# Issue 34's checks on one host of the training capture, from one run of this benchmark (medians).
+ONE_HOST_MAX_WALL_S = 1.5
+ONE_HOST_MAX_PEAK_MIB = 600
+ONE_HOST_MIN_XPROF_RATIO = 10.0
+
+
+def one_host_checks(runs: list[tuple], xruns: list[tuple]) -> list[dict]:
+    """Pass/fail of the one-host checks from the unrounded figures: median wall time, the largest
+    peak (MiB of the process tree) and xprof's median wall over tpudiag's (None: xprof not run)."""
+    wall = statistics.median(r[0] for r in runs)
+    peak_mib = max(r[1] for r in runs) * 1e6 / 1024  # measure() gives kB / 1e6
+    out = [{"check": f"tpudiag wall time at most {ONE_HOST_MAX_WALL_S} s", "value": f"{wall:.2f} s",
+            "pass": wall <= ONE_HOST_MAX_WALL_S},
+           {"check": f"tpudiag peak memory at most {ONE_HOST_MAX_PEAK_MIB} MiB", "value": f"{peak_mib:.0f} MiB",
+            "pass": peak_mib <= ONE_HOST_MAX_PEAK_MIB}]
+    ratio = statistics.median(r[0] for r in xruns) / wall if xruns else None
+    out.append({"check": f"at least {ONE_HOST_MIN_XPROF_RATIO:.0f}x faster than xprof in wall time",
+                "value": f"{ratio:.1f}x" if ratio is not None else "xprof not run",
+                "pass": None if ratio is None else ratio >= ONE_HOST_MIN_XPROF_RATIO})
+    return out
+
+
+def check_lines(results: dict) -> str:
+    """One line per check: PASS, FAIL or SKIP, what was checked and the measured value."""
+    lines = []
+    for name, row in results.items():
+        for c in row.get("checks", []) if isinstance(row, dict) else []:
+            verdict = "SKIP" if c["pass"] is None else "PASS" if c["pass"] else "FAIL"
+            lines.append(f"{verdict} {name} (one host): {c['check']}: {c['value']}")
+    return "\n".join(lines)
+
+
 def table(results: dict) -> str:
     """The side-by-side table the README and docs/speed.md quote: medians over the repeats."""
     lines = ["| Capture | tpudiag wall | tpudiag CPU | tpudiag peak | xprof wall | xprof CPU | xprof peak | "
@@ -300,6 +334,8 @@ def main() -> None:
                                                    / row["tpudiag"]["wall_s"], 1)
             row["xprof_over_tpudiag_cpu"] = round(row["xprof_get_hlo_stats_cold"]["cpu_s"]
                                                   / row["tpudiag"]["cpu_s"], 1)
+        if len(files) == 1 and name == "train":
+            row["checks"] = one_host_checks(runs, xruns)
         results[name] = row
         print(json.dumps({name: row}), file=sys.stderr)
     results["loadavg_after"] = os.getloadavg()[0]
@@ -308,6 +344,9 @@ def main() -> None:
     print(f"medians of {args.repeat} runs each, taken in turn; load average {results['loadavg_before']:.1f} before, "
           f"{results['loadavg_after']:.1f} after\n")
     print(table(results))
+    checks = check_lines(results)
+    if checks:
+        print(f"\nissue 34 checks (load average {results['loadavg_after']:.1f}):\n{checks}")
 
 
 if __name__ == "__main__":

@@ -359,6 +359,7 @@ def _report(inputs: Inputs, analysed: Analysed, join: JoinResult | None, finding
             memory: tuple, config_warnings: Sequence[str]) -> Report:
     """The report stage: every warning joins the report's one list here (`report_builder`)."""
     from tpudiag.analysis.device_memory import join_warnings
+    from tpudiag.analysis.kernels import pallas_kernels
 
     extra = (*analysed.warnings, *join_warnings(inputs.compiled.oom_errors, memory,
                                                 inputs.compiled.oom_errors_joinable))
@@ -369,7 +370,7 @@ def _report(inputs: Inputs, analysed: Analysed, join: JoinResult | None, finding
         report = build_report(analysed.analysis, tuple(findings), rules_skipped=skipped, dumps=inputs.compiled.labels,
                               join=join, extra_warnings=extra, config_warnings=config_warnings,
                               mode=inputs.mode)
-    return replace(report, memory=memory)
+    return replace(report, memory=memory, kernels=pallas_kernels(inputs.compiled, memory))
 
 
 def compare(base: Path | str, new: Path | str, *, base_dumps: Iterable[Path | str] = (),

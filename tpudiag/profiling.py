@@ -100,8 +100,9 @@ class Tracer:
     """
 
     def __init__(self, logdir: Path, steps: StepRange | None = None, python_tracer: bool = False,
-                 step_var: str | None = None):
+                 step_var: str | None = None, pprof: Path | None = None):
         self.logdir = Path(logdir)
+        self.pprof = pprof  # where JAX's device memory profile goes as the trace ends (`tpudiag run`)
         self.steps = steps
         self.step_var = step_var  # a step-number variable also drives the window (`StepVariable`)
         self.python_tracer = python_tracer
@@ -173,7 +174,21 @@ class Tracer:
     def _end(self) -> None:
         if self.started and not self.finished:
             self.finished = True
+            self._save_memory_profile()
             _REAL["stop_trace"]()
+
+    def _save_memory_profile(self) -> None:
+        """JAX's live device buffers as the traced window ends (`jax.profiler.save_device_memory_profile`,
+        a pprof file): what `tpudiag memory --pprof` attributes to source lines. Works on every backend,
+        the CPU's included."""
+        if self.pprof is None:
+            return
+        import jax
+
+        try:
+            jax.profiler.save_device_memory_profile(str(self.pprof))
+        except Exception as exc:  # the runtime's own failure (any backend's error type): the trace must still stop
+            _announce(f"no device memory profile ({type(exc).__name__}: {exc})")
 
 
 # jax.profiler's own start/stop, kept before `_Installed` wraps them.
@@ -495,7 +510,8 @@ def bootstrap_child() -> None:
     try:
         config = json.loads(raw)
         tracer = Tracer(Path(config["logdir"]), StepRange(*config["steps"]) if config.get("steps") else None,
-                        bool(config.get("python_tracer")), config.get("step_var"))
+                        bool(config.get("python_tracer")), config.get("step_var"),
+                        Path(config["pprof"]) if config.get("pprof") else None)
         status_path = Path(config["status"])
     except (ValueError, KeyError, TypeError) as exc:
         _announce(f"ignoring a malformed {CHILD_ENV} ({exc}): not tracing")

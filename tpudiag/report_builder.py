@@ -27,7 +27,7 @@ from tpudiag.model.findings import Finding
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.profile import PeaksSource, Platform, StepKind
 from tpudiag.model.report import (CategoryTime, CompiledJoin, Distribution, HostSummary, Mode, OpRow,
-                                  Report, RuleSkip, Summary)
+                                  OpRows, Report, RuleSkip, Summary)
 
 if TYPE_CHECKING:
     from tpudiag.analysis.join import JoinResult
@@ -70,7 +70,7 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
             with_cycles=int(join.columns["estimated_cycles"].notna().sum())),
         busy_share=_busy_share(analysis))
     steps = {h.host: h.step_time.mean_ps for h in hosts if h.step_time is not None}
-    return Report(summary=summary, hosts=tuple(hosts), ops=tuple(_op_rows(analysis, join, steps)),
+    return Report(summary=summary, hosts=tuple(hosts), ops=_op_rows(analysis, join, steps),
                   findings=tuple(findings), rules_skipped=rules_skipped,
                   warnings=_warnings(config_warnings, analysis, step_warnings, extra_warnings, join),
                   failures=tuple(f.message for f in profile.failures),
@@ -165,31 +165,42 @@ def _host_summaries(analysis: Analysis) -> list[HostSummary]:
 
 
 def _op_rows(analysis: Analysis, join: JoinResult | None = None,
-             step_ps: dict[str, float] | None = None) -> list[OpRow]:
-    """One row per op, by self time; `step_ps`: each host's mean step, for the per-step figure."""
-    step_ps = step_ps or {}
-    ops = analysis.ops.sort_values("self_time_ps", ascending=False, kind="stable")
-    rows = []
-    compiled = _compiled_facts(join, ops.index)
-    for r, facts in zip(ops.itertuples(index=False), compiled):
-        denom = analysis.core_time_ps.get(r.host, 0)
-        share = r.self_time_ps / denom if denom else 0.0
-        step = step_ps.get(r.host)
-        rows.append(OpRow(
-            host=r.host, program_id=int(r.program_id), program=r.module, name=r.name, category=r.category,
-            occurrences=int(r.occurrences), total_time_ps=int(r.total_time_ps), self_time_ps=int(r.self_time_ps),
-            time_share=share, flops=float(r.flops),
-            bytes_accessed=float(r.bytes_accessed), hbm_bytes=float(r.hbm_bytes), flop_rate=_finite(r.flop_rate),
-            hbm_bw=_finite(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
-            flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
-            bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
-            tf_op=r.tf_op, group_size=int(r.group_size), group_source=str(r.group_source),
-            ici_bytes=float(r.ici_bytes), ici_bw=_finite(r.ici_bw), ici_utilization=_finite(r.ici_utilization),
-            ici_latency_bound=bool(r.ici_latency_bound),
-            step_self_time_ps=share * step if step else None,
-            **{c: float(getattr(r, c)) for c in BYTE_COLUMNS}, moves=str(r.moves),
-            hbm_intensity=_finite(r.hbm_intensity), bound_basis=str(r.bound_basis), **facts))
-    return rows
+             step_ps: dict[str, float] | None = None) -> OpRows:
+    """One row per op, by self time; `step_ps`: each host's mean step, for the per-step figure.
+    The rows are made from `analysis.ops` when read (`OpRows`), so the report holds no copy of them."""
+    step_ps = dict(step_ps or {})
+    core_time_ps = dict(analysis.core_time_ps)
+    ops = analysis.ops
+    # The positions in self-time order (descending; ties keep their order), not a sorted copy.
+    order = np.argsort(-ops["self_time_ps"].to_numpy(dtype=np.int64), kind="stable")
+
+    def make(start: int, stop: int) -> list[OpRow]:
+        block = ops.iloc[order[start:stop]]
+        return [_op_row(r, core_time_ps, step_ps, facts)
+                for r, facts in zip(block.itertuples(index=False), _compiled_facts(join, block.index))]
+
+    return OpRows(len(ops), make)
+
+
+def _op_row(r, core_time_ps: dict[str, int], step_ps: dict[str, float], facts: dict) -> OpRow:
+    """The report's row of one op (a row of `analysis.ops`)."""
+    denom = core_time_ps.get(r.host, 0)
+    share = r.self_time_ps / denom if denom else 0.0
+    step = step_ps.get(r.host)
+    return OpRow(
+        host=r.host, program_id=int(r.program_id), program=r.module, name=r.name, category=r.category,
+        occurrences=int(r.occurrences), total_time_ps=int(r.total_time_ps), self_time_ps=int(r.self_time_ps),
+        time_share=share, flops=float(r.flops),
+        bytes_accessed=float(r.bytes_accessed), hbm_bytes=float(r.hbm_bytes), flop_rate=_finite(r.flop_rate),
+        hbm_bw=_finite(r.hbm_bw), operational_intensity=_finite(r.operational_intensity),
+        flop_utilization=_finite(r.flop_utilization), hbm_utilization=_finite(r.hbm_utilization),
+        bound_by=r.bound_by, family=r.family, shape_with_layout=r.shape_with_layout, source=r.source,
+        tf_op=r.tf_op, group_size=int(r.group_size), group_source=str(r.group_source),
+        ici_bytes=float(r.ici_bytes), ici_bw=_finite(r.ici_bw), ici_utilization=_finite(r.ici_utilization),
+        ici_latency_bound=bool(r.ici_latency_bound),
+        step_self_time_ps=share * step if step else None,
+        **{c: float(getattr(r, c)) for c in BYTE_COLUMNS}, moves=str(r.moves),
+        hbm_intensity=_finite(r.hbm_intensity), bound_basis=str(r.bound_basis), **facts)
 
 
 _JOINED_FIELDS = ("logical_bytes", "padded_bytes", "spill_stores", "spill_fills", "estimated_cycles")

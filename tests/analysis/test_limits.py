@@ -29,7 +29,8 @@ def test_a_measured_copy_done_above_the_hbm_peak_is_a_warning_naming_async_not_a
     assert f.ops == ("copy-done",) and "no rate is stated" in f.message and f.saving.ps == 0
     assert dict(f.evidence[0].values)["bandwidth"] == "above the peak as timed (see the warnings)"
     (w,) = [w for w in diagnosis.warnings if w.startswith("HBM bandwidth above the core's peak")]
-    assert "`copy-done` 1.68 TB/s (102.3%)" in w and "likely async ops" in w
+    assert "`copy-done`" in w and "likely async ops" in w
+    assert "TB/s" not in w.split("which none reaches:")[1]  # an async op's rate as timed is not shown
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (MODELS / "captures").iterdir()))
@@ -121,7 +122,7 @@ def test_train_v6e_4chip_async_gathers_show_no_hbm_rate_and_say_why_once():
         assert ops[name]["hbm_bw"] is None and ops[name]["hbm_utilization"] is None
         assert ops[name]["bound_by"] == "collective"
     (w,) = [w for w in doc["warnings"] if w.startswith("HBM bandwidth above")]
-    assert "`all-gather-done.1` 8.39 TB/s (511.5%)" in w and "shown as n/a" in w
+    assert "`all-gather-done.1`" in w and "shown as n/a" in w and "511.5%" not in w
     # bf16[4096,12288] gathered over the 4 chips (no replica_groups in the text: assumed): each
     # device receives 3/4 of 96 MiB per occurrence, over its ~1.5 ms window.
     gather = ops["all-gather-start.1"]
@@ -142,7 +143,8 @@ def test_real_host_offload_capture_shows_no_rate_above_peak():
     from tpudiag.render.json_format import report_to_dict
     doc = report_to_dict(tpudiag.diagnose(REAL_OFFLOAD).report)
     _shown_rates_within_peak(doc)
-    assert any("`copy-start" in w and "shown as n/a" in w for w in doc["warnings"])
+    (w,) = [w for w in doc["warnings"] if "`copy-start" in w]
+    assert "shown as n/a" in w and "%" not in w.split("which none reaches:")[1]  # no 54,626,898 %
 
 
 def test_the_rates_above_peak_are_decided_once_per_diagnosis(tmp_path, monkeypatch):

@@ -139,3 +139,17 @@ def test_regression_collective_named_by_category_only_counts_as_collective_time(
     a = analyze(load_capture(run))
     assert (a.steps["collective_ps"] == 40 * US).all()
     assert a.ops.set_index("name").loc["fusion", "family"] == "reduce-scatter"
+
+
+@pytest.mark.parametrize(("ar_at_us", "exposed_us"), [(100, 0), (500, 100), (None, 200)])
+def test_gpu_step_counts_only_the_collective_time_compute_does_not_cover(tmp_path, ar_at_us, exposed_us):
+    from tests import gpu_captures as gc
+    from tests.rules.scenarios import analyse_path
+
+    # Each 1 ms step: a 600 µs gemm on the compute stream from the step's start, a 200 µs all-reduce
+    # on the NCCL stream from `ar_at_us` (None: after the gemm). What the gemm covers is hidden:
+    # compute stays 600 µs, collectives are the rest, and busy + idle is the step.
+    steps = analyse_path(gc.write(gc.training(ar_at_us=ar_at_us), tmp_path)).steps
+    assert (steps["compute_ps"] == 600 * US).all() and (steps["collective_ps"] == exposed_us * US).all()
+    assert (steps["busy_ps"] + steps["idle_ps"] == steps["dur_ps"]).all()
+    assert (steps["compute_ps"] + steps["collective_ps"] == steps["busy_ps"]).all()

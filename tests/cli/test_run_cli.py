@@ -86,8 +86,11 @@ def test_run_captures_the_bundled_example_whole_and_prints_its_report(tmp_path):
     executed = {name: n for name, n in ops.items() if name in jit_instructions(xla, "train_step")}
     # the train step's fused ops ran once per step (the HLO dump names them)
     assert executed and set(executed.values()) == {5}, ops
-    # the CPU compiler's dumps are not read (the capture embeds the same programs): said
-    assert "CPU compiler's: not read" in proc.stderr
+    # the CPU compiler's dumps join the CPU ops, as a TPU's do: source lines and layouts from them
+    assert f"Compiler dumps: {xla} (XLA)" in proc.stdout
+    joined = re.search(r"Compiled facts joined to (\d+) of (\d+) ops \(layouts (\d+).*from (\S+)\)", proc.stdout)
+    assert joined and int(joined[1]) > 0 and int(joined[3]) > 0 and joined[4] == str(xla), proc.stdout
+    assert "train_loop.py:" in proc.stdout  # an op's source line, from the dumped HLO's metadata
 
 
 def test_run_json_on_stdout_parses_and_the_child_starts_quietly(tmp_path):
@@ -100,6 +103,14 @@ def test_run_json_on_stdout_parses_and_the_child_starts_quietly(tmp_path):
     assert "script done" in proc.stderr and "program's own stdout goes to stderr" in proc.stderr
     if not tpu_host() and not gpu_host():
         assert "TPU accelerator type" not in proc.stderr and "TPU_WORKER_HOSTNAMES" not in proc.stderr
+        # The rules that fire on a CPU run (idle at least: tiny ops between host syncs) speak of no TPU
+        from tests.rules.test_gpu_wording import TPU_ONLY
+
+        assert doc["findings"]
+        for f in doc["findings"]:
+            text = [f["message"], f["fix"], f["saving_explanation"],
+                    *(f"{e['subject']} {k} {v}" for e in f["evidence"] for k, v in e["values"].items())]
+            assert not TPU_ONLY.findall("\n".join(text)), (f["rule"], text)
 
 
 def test_run_steps_window_and_a_failing_program(tmp_path):
@@ -115,6 +126,16 @@ def test_run_steps_window_and_a_failing_program(tmp_path):
     assert steps == [1, 2]  # whole steps 1 and 2, nothing of 0 or 3
     executed = {n for name, n in ops.items() if name in jit_instructions(_named(proc.stderr, "dumps"))}
     assert executed == {2}
+    # JAX's device memory profile, saved as step 2 ended (the window's end), on the CPU: the one live
+    # array is step 2's `x`, f32[64,64] (16 KiB), made at line 11 (`x = matmul(x)...`); step 0
+    # replaced the `jnp.ones` of line 8, which is gone
+    profile = _named(proc.stderr, "JAX's live device buffers as the trace ended are")
+    assert f"--pprof {profile}" in proc.stderr
+    from tpudiag.analysis.live_buffers import live_bytes_of
+
+    by_line = live_bytes_of(profile).by_line
+    mine = by_line[by_line["file"].astype(str).str.endswith("train.py")]
+    assert mine[["line", "buffers", "bytes"]].values.tolist() == [[11, 1, 64 * 64 * 4]], by_line
 
 
 # The same work with no step annotation: only the loop variable says which step runs.
@@ -267,7 +288,7 @@ def test_run_says_which_variable_each_of_its_flags_went_to(tmp_path, monkeypatch
     assert added_flags(child_env({}, tmp_path, tmp_path / "dumps", tpu=False)[0]) == []
 
 
-def test_joinable_dumps_reads_tpu_dumps_and_names_cpu_ones(tmp_path):
+def test_joinable_dumps_reads_tpu_and_cpu_dumps(tmp_path):
     tpu = tmp_path / "tpu"
     tpu.mkdir()
     (tpu / "module_0001.jit_step.after_optimizations.txt").write_text("HloModule jit_step\n")
@@ -275,8 +296,7 @@ def test_joinable_dumps_reads_tpu_dumps_and_names_cpu_ones(tmp_path):
     cpu = tmp_path / "cpu"
     cpu.mkdir()
     (cpu / "module_0001.jit_step.cpu_after_optimizations.txt").write_text("HloModule jit_step\n")
-    dumps, notes = joinable_dumps(cpu, None)
-    assert dumps == [] and "CPU compiler's" in notes[0]
+    assert joinable_dumps(cpu, None) == ([cpu], [])  # the CPU compiler's, read as a TPU's
     assert joinable_dumps(tmp_path / "missing", None)[1] == [f"no HLO dump was written to `{tmp_path / 'missing'}`"]
 
 

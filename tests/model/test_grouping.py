@@ -64,3 +64,26 @@ def test_lexsort_order_equals_numpy(case):
     else:
         keys = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     np.testing.assert_array_equal(lexsort_order(keys), np.lexsort(keys))
+
+
+@pytest.mark.parametrize("case", ["few", "many", "wide", "empty"])
+def test_first_appearance_groups_number_as_pandas_groupby_unsorted(case):
+    from tpudiag.model.grouping import first_appearance_groups, sums_by_group
+
+    rng = np.random.default_rng(11)
+    n = 0 if case == "empty" else 4_000
+    if case == "few":  # devices x programs x ops of a host: few distinct tuples
+        keys = [rng.integers(0, 2, n), rng.integers(0, 3, n), rng.integers(0, 50, n).astype(np.int16)]
+    elif case == "many":
+        keys = [rng.integers(0, 10**4, n), rng.integers(0, 10**4, n)]
+    else:  # radices whose product passes int64: the codes are renumbered before packing
+        keys = [rng.integers(0, 2**40, n), rng.integers(0, 2**40, n), rng.integers(0, 2**20, n)]
+    values = rng.integers(0, 2**50, n)
+    group, first = first_appearance_groups(keys)
+    frame = pd.DataFrame({f"k{i}": k for i, k in enumerate(keys)} | {"v": values})
+    grouped = frame.groupby([f"k{i}" for i in range(len(keys))], sort=False)
+    np.testing.assert_array_equal(group, grouped.ngroup().to_numpy())
+    want = grouped["v"].agg(["sum", "size"]).reset_index()
+    for i, k in enumerate(keys):  # each group's first row holds its keys, groups in pandas' order
+        np.testing.assert_array_equal(k[first], want[f"k{i}"].to_numpy())
+    np.testing.assert_array_equal(sums_by_group(group, len(first), values), want["sum"].to_numpy())

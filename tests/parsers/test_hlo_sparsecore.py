@@ -38,7 +38,8 @@ def _pairs(program) -> set[tuple]:
 def test_a_start_and_its_done_in_different_computations_pair():
     dump = load_hlo_dump(LOOP)
     (program,) = dump.programs
-    assert program.warnings == [] and dump.warnings == []
+    # the fixture's Pallas call keeps 9 bytes of its kernel body (trimmed): that kernel is not shown
+    assert [w for w in program.warnings if "Pallas kernel" not in w] == [] and dump.warnings == []
     entry = program.entry
     assert _pairs(program) == {
         # before the loop -> its first iteration

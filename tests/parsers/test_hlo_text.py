@@ -481,3 +481,18 @@ ENTRY %main (p: f32[8]) -> f32[8] {
     assert any("`cd`" in w and "no start" in w for w in program.warnings)
     assert any("`cs`" in w and "no done" in w for w in program.warnings)
     assert all(w.startswith("`pairs.txt`") for w in program.warnings)
+
+
+@pytest.mark.parametrize("tag", ["cpu_", "sm_9.0_gpu_"])
+def test_cpu_and_gpu_compilers_dump_names_are_read_with_their_side_files(tmp_path, tag):
+    # XLA's CPU compiler writes `<module>.cpu_after_optimizations.txt` and `…cpu_after_optimizations-
+    # buffer-assignment.txt`, its GPU compiler `…sm_9.0_gpu_after_optimizations…`: the same files as a
+    # TPU dump under another stage tag. The v5e dump renamed so must read exactly as the original.
+    source = DUMPS / "v5e_mlp_train"
+    for path in source.iterdir():
+        shutil.copy(path, tmp_path / path.name.replace(".after_optimizations", f".{tag}after_optimizations"))
+    (renamed,) = load_hlo_dump(tmp_path).programs
+    original = _program("v5e_mlp_train")
+    assert renamed.allocations == original.allocations and renamed.allocations
+    assert renamed.memory_spaces == original.memory_spaces and renamed.total_bytes_used == original.total_bytes_used
+    assert renamed.target == original.target  # `<module>.target_arguments.txt` carries no tag

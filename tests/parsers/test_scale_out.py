@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import small_design
-from tpudiag.parsers.capture import HostUrl, as_location, find_capture, load_capture
+from tpudiag.parsers.capture import HostUrl, as_location, find_capture, largest_first, load_capture
 from tpudiag.pipeline import diagnose
 from tpudiag.render.json_format import render_json
 from tpudiag.writers.tpu_design import write_capture
@@ -158,3 +158,21 @@ def test_report_cli_reads_a_memory_url(tmp_path: Path, memory_fs):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [h["host"] for h in data["hosts"]] == ["host0", "host1", "host2"]
+
+
+def test_the_largest_hosts_are_handed_out_first(tmp_path: Path):
+    # A big host started last keeps one worker busy while the others have nothing left: the pool
+    # and the cluster get the hosts largest first (a URL, whose size is not asked, last).
+    files = []
+    for name, size in (("a", 10), ("b", 30), ("c", 20)):
+        (tmp_path / f"{name}.xplane.pb").write_bytes(b"x" * size)
+        files.append(tmp_path / f"{name}.xplane.pb")
+    files += [HostUrl("memory://run/d.xplane.pb"), tmp_path / "missing.xplane.pb"]
+    assert largest_first(tuple(files)) == [1, 2, 0, 3, 4]
+
+
+def test_the_pool_gives_the_hosts_in_file_order(pod_logdir: Path):
+    # Hosts arrive in the order they finish (largest first), and are reported in file order.
+    assert _report(pod_logdir, jobs=2) == _report(pod_logdir, jobs=1)
+    profile = load_capture(pod_logdir, jobs=2)
+    assert [h.host for h in profile.hosts] == ["host0", "host1", "host2"]

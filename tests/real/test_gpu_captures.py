@@ -123,6 +123,12 @@ def test_conv3d_reports_device_idle(tmp_path):
     d = diagnose(capture("jax-gpu-conv3d-8gpu"))
     idle = [f for f in d.findings if f.rule == "device-idle"]
     assert idle and "GPUs idle" in idle[0].message and "no steps" in idle[0].message
+    # Each GPU's own first-to-last-op window, by hand (the union of each GPU plane's `Stream #N(Kernel)`
+    # events, read with protobuf alone): GPU 7, the least idle,
+    # spans 90.56 ms with 87.06 ms uncovered (96.1 %); every GPU is 96-97 % idle. The share must be
+    # over that GPU's window, not over GPU 0's longer 138.47 ms (which gave a false 62.9 %).
+    assert "87.06 ms of 90.56 ms (96.1%" in idle[0].message
+    assert idle[0].saving.per == "capture" and idle[0].saving.ps == 87_060_894_000
     # TPU-only rules collapse into one reason, not a line each
     reasons = {s.reason for s in d.skipped if s.rule in ("padding-waste", "spill", "vmem-pressure")}
     assert len(reasons) == 1 and "TPU hardware" in reasons.pop()
@@ -156,3 +162,36 @@ def test_check_on_a_gpu_capture_says_which_rules_ran():
     assert "rules run: " in findings.detail and "device-idle" in findings.detail.split("not run:")[0]
     assert "padding-waste, spill, vmem-pressure (about TPU hardware" in findings.detail
     assert any("could not run" in w and "padding-waste" in w for w in verdict.warnings)
+
+
+def test_conv3d_gpu0_works_more_in_kernels_only_it_runs():
+    from tpudiag.pipeline import diagnose
+
+    # By hand: summing the event durations of each `/device:GPU:N` plane's `Stream #…(Kernel)` lines in
+    # tw003.xplane.pb (the proto read directly, no tpudiag code) gives GPU 0 4,000.165 µs over 4
+    # streams and GPUs 1-7 3,345.845 / 3,524.285 / 3,403.364 / 3,493.365 / 3,464.884 / 3,403.004 /
+    # 3,502.165 µs (median 3,464.884): GPU 0 works 535.281 µs more. Its extra kernels are ones no
+    # other GPU runs: 35 `__amd_rocclr_copyBuffer.kd` (563.521 µs), `Im3d2Col.kd` (16.08 µs),
+    # `input_transpose_fusion_1.kd` (6.8 µs); the shared ops take as long as elsewhere. The capture
+    # has no steps and no collective: no GPU waits for GPU 0, so nothing is saved.
+    d = diagnose(capture("jax-gpu-conv3d-8gpu"), jobs=1)
+    (f,) = [f for f in d.findings if f.rule == "straggler-core"]
+    q = {(x.subject, x.name): x.value for x in f.quantities}
+    assert q[("/device:GPU:0", "extra work per step (ps)")] == pytest.approx(535_281_000, abs=1_000)
+    assert q[("/device:GPU:0", "others' median work per step (ps)")] == pytest.approx(3_464_884_000, abs=1_000)
+    assert f.ops == ("__amd_rocclr_copyBuffer.kd", "Im3d2Col.kd", "input_transpose_fusion_1.kd")
+    assert q[("__amd_rocclr_copyBuffer.kd", "extra per step (ps)")] == pytest.approx(563_521_000, abs=1_000)
+    assert "runs work the other GPUs do not" in f.fix and f.saving.ps == 0
+    assert "no collective in the capture" in f.message
+
+
+def test_v100_idle_share_is_over_the_step_the_header_gives():
+    """With a Steps line the rule's period is the step's (21.31 ms, its longest GPU's, as in the
+    header), and the finding's share and its step row agree (5.04 ms idle: 23.7 %)."""
+    from tpudiag.pipeline import diagnose
+
+    d = diagnose(capture("tf-gpu-v100-multiworker-bert"))
+    [idle] = [f for f in d.findings if f.rule == "device-idle"]
+    assert "of each 21.31 ms step (23.7%" in idle.message
+    [step] = [e for e in idle.evidence if e.subject == "step 0"]
+    assert dict(step.values)["share"] == "23.7%"

@@ -41,3 +41,15 @@ def test_no_ops_is_an_empty_list():
     report = dataclasses.replace(diagnose().report, ops=())
     assert '"ops": []' in render_json(report)
     assert json.loads(render_json(report))["ops"] == []
+
+
+def test_the_json_pieces_are_the_document_one_op_row_each():
+    # A pod's report is written as it is made (`cli.outputs.emit`): the document's head, then one
+    # piece per op row, never the rows all held at once.
+    from tpudiag.render.json_format import json_pieces, render_json
+
+    report = diagnose().report  # the bundled example
+    pieces = list(json_pieces(report))
+    assert "".join(pieces) == render_json(report)
+    assert len(pieces) >= len(report.ops) > 1
+    assert json.loads(render_json(report))["ops"][0]["name"] == report.ops[0].name

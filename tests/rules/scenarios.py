@@ -42,7 +42,12 @@ def write_run(d: CaptureDesign, root: Path) -> Path:
 
 
 def analyse(d: CaptureDesign, root: Path) -> Analysis:
-    return analyze(load_capture(write_run(d, root), jobs=1))
+    return analyse_path(write_run(d, root))
+
+
+def analyse_path(path: Path) -> Analysis:
+    """A capture written some other way (`tests.gpu_captures`), analysed as `analyse` does."""
+    return analyze(load_capture(path, jobs=1))
 
 
 def run_rules(analysis: Analysis | None, config: rules.RulesConfig | None = None,

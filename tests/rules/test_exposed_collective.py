@@ -312,3 +312,39 @@ def test_window_invariants(tmp_path_factory, gaps, inside, done):
     assert (w["covered_ps"] == inside * US).all()
     for f in _run(analysis, min_exposed_fraction=0.0):
         assert 0 < f.saving.ps <= sc.STEP
+
+
+# -- GPU captures: NCCL/RCCL kernels against compute kernels on the GPU's other streams ------------
+
+def test_gpu_collective_kernel_exposed_after_the_gemm(tmp_path: Path):
+    from tests import gpu_captures as gc
+
+    # 4 steps of 1 ms on 2 GPUs: a 600 µs gemm on the compute stream, then a 200 µs all-reduce on the
+    # NCCL stream with nothing on any other stream: 200 µs exposed per step, 8 kernels exposed.
+    analysis = sc.analyse_path(gc.write(gc.training(), tmp_path))
+    (f,) = _run(analysis)
+    assert f.saving.ps == 200 * US
+    assert f.message.startswith("async NCCL collective kernels leave 200.0 µs per step exposed (20.0%")
+    assert "8 kernels: 8 exposed, 0 partial, 0 hidden by compute on other streams" in f.message
+    assert "--xla_gpu_enable_latency_hiding_scheduler=true" in f.fix and "xla_tpu" not in f.fix
+    windows = collective_windows(analysis)
+    assert set(windows["source"]) == {"kernel"} and set(windows["kind"]) == {"async"}
+    assert windows["span_ps"].tolist() == [200 * US] * 8
+
+
+def test_gpu_collective_kernel_hidden_by_a_gemm_on_another_stream(tmp_path: Path):
+    from tests import gpu_captures as gc
+
+    # The same all-reduce 100 µs into the 600 µs gemm: covered whole by the compute stream.
+    analysis = sc.analyse_path(gc.write(gc.training(ar_at_us=100), tmp_path))
+    assert _run(analysis) == []
+    windows = collective_windows(analysis)
+    assert (windows["klass"] == "hidden").all() and (windows["exposed_ps"] == 0).all()
+
+
+def test_gpu_collective_kernel_half_covered_is_partial(tmp_path: Path):
+    from tests import gpu_captures as gc
+
+    # Started 100 µs before the 600 µs gemm ends: 100 of its 200 µs covered, 100 µs exposed per step.
+    (f,) = _run(sc.analyse_path(gc.write(gc.training(ar_at_us=500, step_us=1000), tmp_path)))
+    assert f.saving.ps == 100 * US and "0 exposed, 8 partial, 0 hidden" in f.message

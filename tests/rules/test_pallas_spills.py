@@ -142,3 +142,33 @@ def test_the_llo_compile_of_the_xla_dumps_module_is_read_not_the_newest(tmp_path
     assert [f.ops for f in d.findings if f.rule == "spill"] == [(KERNEL, "while")]
     trace = tpudiag.diagnose(_trace(tmp_path, nested=True), dumps=[root])
     assert {o.name: o.spill_stores for o in trace.report.ops}[KERNEL] == 691
+
+
+def test_a_pallas_kernel_s_spill_finding_names_its_blocks_and_what_halving_one_frees():
+    """The committed v5e dump: 87 spills, 257 fills in `shard_map.19`, a 512x512x512 bf16 matmul kernel.
+    One step's vector tiles: A 512x512 bf16 (0.5 MiB), B 512x512 bf16 (0.5 MiB), the f32 product (1 MiB)."""
+    pytest.importorskip("jaxlib.mlir.ir", reason="reading a Mosaic body needs jaxlib's MLIR bindings (tpu extra)")
+    import tpudiag
+    from tests.conftest import REPO
+
+    report = tpudiag.diagnose(REPO / "examples" / "models" / "dumps" / "pallas_matmul_v5e").report
+    (finding,) = [f for f in report.findings if f.rule == "spill"]
+    assert "Pallas `_kernel` blocks bm x bk x bn 512x512x512" in finding.message
+    assert finding.fix.startswith("smaller blocks: block_n 512 -> 256 halves B 512x512 bf16 and the f32 product")
+    assert "(1.50 -> 0.75 MiB of the step's 2.00 MiB" in finding.fix and "--param bn=256,512" in finding.fix
+
+
+def test_halving_only_where_half_stays_lane_aligned_and_the_kernel_is_a_matmul():
+    from tpudiag.model.kernels import KernelBlock, MosaicKernel, halving
+
+    def kernel(bm, bk, bn, matmuls=1):
+        blocks = (KernelBlock("input", 0, (bm, bk), "bf16", "vmem", True),
+                  KernelBlock("input", 1, (bk, bn), "bf16", "vmem", True),
+                  KernelBlock("output", 0, (bm, bn), "bf16", "vmem", True))
+        return MosaicKernel("k", (1, 1, 1), ("parallel",) * 3, blocks, matmul_ops=matmuls)
+
+    assert halving(kernel(128, 128, 128)) is None  # 64 is not a multiple of the 128 lanes
+    assert halving(kernel(512, 512, 512, matmuls=0)) is None  # no MXU matmul in the body: not a matmul kernel
+    half = halving(kernel(128, 2048, 128))  # only block_k halves to a multiple of 128
+    assert (half.dim, half.before, half.after) == ("block_k", 2048, 1024)
+    assert half.tiles_bytes == 2 * 128 * 2048 * 2 and half.step_bytes == 2 * 128 * 2048 * 2 + 128 * 128 * 4

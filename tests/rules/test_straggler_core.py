@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,29 @@ def test_the_bundled_example_names_tpu3_and_its_fusions():
 def test_options_validate():
     with pytest.raises(ValueError, match="max_ops_shown"):
         Options(max_ops_shown=0)
+
+
+def test_gpus_without_steps_compare_their_work_over_the_capture(tmp_path: Path):
+    from tests import gpu_captures as gc
+
+    # 4 GPUs, 4 iterations, no step markers; GPU 1's gemm takes 100 µs longer each time (700 vs 600
+    # µs): 400 µs more work over the capture, and the all-reduces make the others wait for it.
+    capture = gc.training(n_gpus=4, ar_at_us=100, slow_gpu=1, slow_extra_us=100, with_steps=False)
+    (f,) = _run(sc.analyse_path(gc.write(capture, tmp_path)))
+    assert f.message.startswith("`GPU:1` works 2.80 ms over the capture, 400.0 µs")
+    assert "more than the other 3 GPUs (median 2.40 ms): its ops take longer there: `gemm_fusion_dot.1` +400.0 µs" \
+        in f.message
+    assert f.saving.ps == 400 * US and "the others wait for it at the next collective" in f.saving.explanation
+    assert "nvidia-smi" in f.fix
+
+
+def test_gpus_without_collectives_save_nothing(tmp_path: Path):
+    from tests import gpu_captures as gc
+
+    # The same GPUs with the all-reduces taken out: nothing synchronises them, so none waits.
+    capture = gc.training(n_gpus=4, ar_at_us=100, slow_gpu=1, slow_extra_us=100, with_steps=False)
+    capture = dataclasses.replace(capture, gpus=tuple(
+        dataclasses.replace(g, kernels=tuple(k for k in g.kernels if k.stream != gc.NCCL)) for g in capture.gpus))
+    (f,) = _run(sc.analyse_path(gc.write(capture, tmp_path)))
+    assert f.saving.ps == 0 and "no collective makes the others wait" in f.saving.explanation
+    assert f.message.endswith("no collective in the capture, so no other GPU waits for it")

@@ -4,7 +4,9 @@ Every async collective window (start to done, from the `Async XLA Ops` line or f
 pairs) and every synchronous collective is measured against the union of compute ops on the same
 core. A container op (`while`, `call`, `conditional`: any op with ops nested in it) is not
 compute; its body is, so a layer loop does not hide the collectives inside it. Collectives, and
-ops nested inside a collective, are not compute either.
+ops nested inside a collective, are not compute either. On a GPU the core is the GPU, all its
+streams together, and a collective is the library's kernel (NCCL, RCCL): its own span is its window,
+async (an XLA `*-start` op, on a stream of its own) or not, covered by compute kernels on the others.
 
 `collective_windows` gives one row per window (it needs the host's events);
 `summarize_windows` folds one host's rows into what its digest keeps (a `CollectiveDigest` and a
@@ -20,10 +22,11 @@ import pandas as pd
 
 from tpudiag.model import schemas
 from tpudiag.model.grouping import lexsort_order
-from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix
+from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix, library_collective
 from tpudiag.model.intervals import covered, merge
-from tpudiag.model.profile import CollectiveDigest, HostTrace, WindowThresholds
+from tpudiag.model.profile import CollectiveDigest, HostTrace, Platform, WindowThresholds
 
+GPU_KERNEL_SOURCE = "kernel"  # a GPU collective's window: its kernel, on whichever stream ran it
 WINDOW_COLUMNS = ("host", "device", "core", "step", "name", "family", "kind", "start_ps", "span_ps", "covered_ps",
                   "exposed_ps", "overlap_ratio", "klass", "double_suffix", "compute_inside", "source")
 
@@ -43,7 +46,7 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
     Events are walked in (device, start, depth) order, where a parent comes right before its
     first child: an event has a child when the next one on its device is deeper. The parent of
     an event at depth d is the last earlier event at depth d - 1 on its device, found level by
-    level with one searchsorted each, so the cost is per level, not per event.
+    level with one running maximum each, so the cost is per level, not per event.
     """
     n = len(start)
     has_child = np.zeros(n, dtype=bool)
@@ -53,20 +56,19 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
     order = lexsort_order((depth, start, device_codes))
     dev, dep = device_codes[order], depth[order]
     has_child[order[:-1]] = (dev[:-1] == dev[1:]) & (dep[1:] > dep[:-1])
-    # Key = (device, position) in one int64 so a searchsorted stays on the event's own device.
     pos = np.arange(n, dtype=np.int64)
-    key = dev.astype(np.int64) * (n + 1) + pos
     coll_or_inside = is_coll[order].copy()  # a collective, or nested in one
     for level in range(1, int(dep.max()) + 1):
-        parents = np.flatnonzero(dep == level - 1)
         children = np.flatnonzero(dep == level)
-        if not len(parents) or not len(children):
+        if not len(children):
             continue
-        at = np.searchsorted(key[parents], key[children], side="right") - 1
+        # The last event at depth level - 1 before each position (-1: none), one running maximum;
+        # it is the parent when it is on the child's own device.
+        at = np.maximum.accumulate(np.where(dep == level - 1, pos, -1))[children]
         ok = at >= 0
-        ok[ok] = dev[parents[at[ok]]] == dev[children[ok]]
+        ok[ok] = dev[at[ok]] == dev[children[ok]]
         inside = np.zeros(len(children), dtype=bool)
-        inside[ok] = coll_or_inside[parents[at[ok]]]
+        inside[ok] = coll_or_inside[at[ok]]
         in_coll[order[children]] = inside
         coll_or_inside[children] |= inside
     return has_child, in_coll
@@ -91,6 +93,8 @@ def collective_windows(analysis, thresholds: WindowThresholds | None = None) -> 
     if not frames:
         return pd.DataFrame({c: [] for c in WINDOW_COLUMNS})
     out = pd.concat(frames, ignore_index=True)
+    for column in ("name", "family", "kind", "source", "device"):  # strings, as the rows read them
+        out[column] = out[column].astype(object)
     out["klass"] = classify(out["overlap_ratio"].to_numpy(), thresholds)
     return out[list(WINDOW_COLUMNS)].sort_values(["host", "device", "start_ps"], kind="stable").reset_index(drop=True)
 
@@ -129,7 +133,19 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
     # hide every window inside a loop. Its children are what runs, so only leaves cover.
     compute = ~is_async_op & ~is_coll & ~has_child & ~in_coll
     sync_all = is_coll & ~is_async_op & ~in_coll & ~np.isin(fam, [family_ids.get(f, -1) for f in ("send", "recv")])
+    # On a GPU a collective is a kernel (NCCL's, RCCL's), the start op of an async one included: it runs
+    # on its own stream while the compute kernels of the other streams of that GPU may cover it, so the
+    # kernel's own span is the window. Its `done` launches nothing.
+    # A kernel named by its library (no HLO op: TensorFlow's, or launched outside XLA) is on the
+    # library's stream too.
+    gpu = host.device.platform is Platform.GPU
+    gpu_async = np.zeros(len(start), dtype=bool)
+    if gpu:
+        library = np.array([library_collective(n) for n in names], dtype=bool)[name_codes]
+        gpu_async = is_coll & (is_async_op | library) & ~in_coll
+        sync_all &= ~gpu_async
     windows = host.async_windows
+    w_names = w_fams = w_srcs = np.empty(0, dtype=object)
     if len(windows):
         w_dev_codes, w_devices = _category_strings(windows["device"])
         w_name_codes, w_names = _category_strings(windows["name"])
@@ -138,6 +154,21 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
         w_keep = ~np.isin(np.append(w_fams, "nan"), ["copy", "other"])[w_fam_codes]  # code -1 reads "nan"
         w_start, w_end = windows["start_ps"].to_numpy(), windows["end_ps"].to_numpy()
         w_device_index = {d: i for i, d in enumerate(w_devices)}
+    # Strings as codes into one vocabulary per column: the windows' categories, "nan" for a missing
+    # one, then the events' (names, families) or constants. Categories are made once, at the end.
+    vocab = {"name": np.concatenate([w_names, ["nan"], names]).astype(object),
+             "family": np.concatenate([w_fams, ["nan"], families]).astype(object),
+             "kind": np.array(["async", "sync"], dtype=object),
+             "source": np.concatenate([w_srcs, ["nan", "XLA Ops", GPU_KERNEL_SOURCE]]).astype(object),
+             "device": np.asarray(devices, dtype=object)}
+    xla_ops_source, gpu_kernel_source = len(w_srcs) + 1, len(w_srcs) + 2
+
+    def event_part(rows: np.ndarray, kind: int, source: int) -> tuple:
+        event_names = name_codes[rows].astype(np.int64)
+        event_names[event_names < 0] += len(names)  # read as `names[code]` reads a -1 code
+        return (len(w_names) + 1 + event_names, len(w_fams) + 1 + fam[rows].astype(np.int64), kind,
+                start[rows], end[rows], source)
+
     cols: dict[str, list] = {k: [] for k in ("name", "family", "kind", "start_ps", "end_ps", "source", "covered",
                                              "compute_inside", "device", "core")}
     for code in np.unique(device_codes):
@@ -147,17 +178,19 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
         on = device_codes == code
         core = int(cores[on][0])
         ms, me = merge(start[on & compute], end[on & compute])
-        comp_starts = np.sort(start[on & compute])
-        parts = []  # (name, family, kind, start, end, source): async windows first, then sync collectives
+        comp_starts = np.sort(start[on & compute], kind="stable")  # events come in time order: one linear pass
+        parts = []  # (name, family, kind, start, end, source) codes: async windows first, then sync collectives
         if len(windows):
             wsel = np.flatnonzero((w_dev_codes == w_device_index.get(device, -2)) & w_keep)
             if len(wsel):
-                parts.append((np.append(w_names, "nan")[w_name_codes[wsel]],
-                              np.append(w_fams, "nan")[w_fam_codes[wsel]], "async", w_start[wsel], w_end[wsel],
-                              np.append(w_srcs, "nan")[w_src_codes[wsel]]))
+                parts.append((_or_nan(w_name_codes[wsel], len(w_names)), _or_nan(w_fam_codes[wsel], len(w_fams)),
+                              0, w_start[wsel], w_end[wsel], _or_nan(w_src_codes[wsel], len(w_srcs))))
         sync = np.flatnonzero(on & sync_all)
         if len(sync):
-            parts.append((names[name_codes[sync]], families[fam[sync]], "sync", start[sync], end[sync], "XLA Ops"))
+            parts.append(event_part(sync, 1, gpu_kernel_source if gpu else xla_ops_source))
+        kernels = np.flatnonzero(on & gpu_async)
+        if len(kernels):
+            parts.append(event_part(kernels, 0, gpu_kernel_source))
         if not parts:
             continue
         ws = np.concatenate([p[3] for p in parts])
@@ -166,15 +199,15 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
         ws, we = ws[keep], we[keep]
         n = len(ws)
         for key, i in (("name", 0), ("family", 1), ("kind", 2), ("source", 5)):
-            cols[key].append(np.concatenate([np.asarray(p[i], dtype=object) if not isinstance(p[i], str)
-                                             else np.full(len(p[3]), p[i], dtype=object) for p in parts])[keep])
+            cols[key].append(np.concatenate([np.asarray(p[i], dtype=np.int64) if np.ndim(p[i])
+                                             else np.full(len(p[3]), p[i], dtype=np.int64) for p in parts])[keep])
         cols["start_ps"].append(ws)
         cols["end_ps"].append(we)
         cols["covered"].append(covered(ws, we, ms, me))
         # Any compute op starting strictly inside the window: none means start and done are adjacent.
         cols["compute_inside"].append((np.searchsorted(comp_starts, we, side="left")
                                        - np.searchsorted(comp_starts, ws, side="right")) > 0)
-        cols["device"].append(np.full(n, device, dtype=object))
+        cols["device"].append(np.full(n, code, dtype=np.int64))
         cols["core"].append(np.full(n, core, dtype=np.int64))
     if not cols["start_ps"]:
         return None
@@ -182,19 +215,36 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
     cov = np.concatenate(cols["covered"])
     span = we - ws
     ratio = cov / span
-    name = np.concatenate(cols["name"])
-    name_ids, distinct = pd.factorize(name)
-    double_suffix = np.array([has_double_suffix(n) for n in distinct], dtype=bool)[name_ids]
+    coded = {k: _coded(np.concatenate(cols[k]), vocab[k]) for k in vocab}
+    name = coded["name"]
+    double_suffix = np.array([has_double_suffix(n) for n in name.categories], dtype=bool)[name.codes]
     core = np.concatenate(cols["core"])
     return pd.DataFrame({
-        "name": name, "family": np.concatenate(cols["family"]), "kind": np.concatenate(cols["kind"]),
-        "start_ps": ws, "end_ps": we, "source": np.concatenate(cols["source"]), "span_ps": span,
+        "name": name, "family": coded["family"], "kind": coded["kind"],
+        "start_ps": ws, "end_ps": we, "source": coded["source"], "span_ps": span,
         "covered_ps": cov, "exposed_ps": span - cov, "overlap_ratio": ratio,
         "double_suffix": double_suffix,
         "compute_inside": np.concatenate(cols["compute_inside"]),
-        "host": host.host, "device": np.concatenate(cols["device"]), "core": core,
+        "host": host.host, "device": coded["device"], "core": core,
         "step": _assign_steps(steps, host.host, core, ws),
     })
+
+
+def _or_nan(codes: np.ndarray, nan: int) -> np.ndarray:
+    """Category codes with -1 (a missing value) as `nan`, the vocabulary's "nan" after the categories."""
+    return np.where(codes < 0, nan, codes).astype(np.int64)
+
+
+def _coded(codes: np.ndarray, vocab: np.ndarray) -> pd.Categorical:
+    """`pd.Categorical(vocab[codes])` without a string per row: the strings used, sorted, as its
+    categories (a vocabulary may hold one string twice)."""
+    present = np.flatnonzero(np.bincount(codes, minlength=len(vocab)))
+    strings = [str(v) for v in vocab[present]]
+    categories = sorted(set(strings))
+    position = {c: i for i, c in enumerate(categories)}
+    remap = np.full(len(vocab), -1, dtype=np.int32)
+    remap[present] = [position[v] for v in strings]
+    return pd.Categorical.from_codes(remap[codes], categories=categories)
 
 
 def _assign_steps(steps: pd.DataFrame, host: str, core: np.ndarray, start_ps: np.ndarray) -> np.ndarray:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tpudiag.model.hlo_names import collective_family
+
 
 @dataclass(frozen=True)
 class CoreWork:
@@ -46,6 +48,21 @@ def core_work(steps: pd.DataFrame) -> list[CoreWork]:
                             work_ps=float(work.mean()), std_ps=float(work.std()) if len(work) > 1 else 0.0,
                             step_ps=float(g["dur"].mean())))
     return out
+
+
+def capture_core_work(op_cores: pd.DataFrame, step_ps: float) -> list[CoreWork]:
+    """Without steps: per (host, core) its work over the whole capture, counted as one step: the
+    self time of its ops that are not collectives (`schemas.OP_CORES`, every host's). `step_ps`:
+    the capture's mean span per core, what a lag is a share of."""
+    if op_cores.empty:
+        return []
+    names = op_cores["name"].astype(str)
+    work = np.where([collective_family(n) == "" for n in names], op_cores["self_ps"].to_numpy(np.float64), 0.0)
+    frame = pd.DataFrame({"host": op_cores["host"].astype(str), "device": op_cores["device"].astype(str),
+                          "core": op_cores["core"].to_numpy(), "work": work})
+    return [CoreWork(host=str(host), device=str(g["device"].iloc[0]), core=int(core), n_steps=1,
+                     work_ps=float(g["work"].sum()), std_ps=0.0, step_ps=step_ps)
+            for (host, core), g in frame.groupby(["host", "core"], sort=True)]
 
 
 def slowest_core(cores: Sequence[CoreWork]) -> CoreWork | None:
@@ -106,16 +123,17 @@ class OpExtra:
 
 
 def op_extras(op_cores: pd.DataFrame, cores: Sequence[CoreWork], slow: CoreWork,
-              categories: dict[str, str] | None = None) -> list[OpExtra]:
+              categories: dict[str, str] | None = None, whole_capture: bool = False) -> list[OpExtra]:
     """The ops that take longer per step on `slow` than the median over the other `cores`, largest
-    extra first, from `schemas.OP_CORES` (every host's, stacked): self time inside steps per core,
-    summed over programs, divided by that core's steps."""
+    extra first, from `schemas.OP_CORES` (every host's, stacked): self time inside steps per core
+    (`whole_capture`: in the whole capture, one step), summed over programs, divided by that core's
+    steps."""
     if op_cores.empty:
         return []
     steps = {(c.host, c.core): c.n_steps for c in cores}
     frame = pd.DataFrame({"host": op_cores["host"].astype(str), "core": op_cores["core"].to_numpy(),
                           "name": op_cores["name"].astype(str),
-                          "ps": op_cores["in_steps_ps"].to_numpy(np.float64)})
+                          "ps": op_cores["self_ps" if whole_capture else "in_steps_ps"].to_numpy(np.float64)})
     per = frame.groupby(["host", "core", "name"], sort=False)["ps"].sum().unstack("name", fill_value=0.0)
     n = np.array([steps.get((h, int(c)), 0) for h, c in per.index], dtype=np.float64)
     keep = n > 0

@@ -308,16 +308,24 @@ def _vmem_from_hlo(program: CompiledProgram | None) -> list[VmemUse]:
         return []
     out = []
     for inst in program.instructions.values():
-        if "used_scoped_memory_configs" not in inst.backend_config:
-            continue
-        try:
-            configs = json.loads(inst.backend_config).get("used_scoped_memory_configs") or []
-            size = sum(int(c.get("size", 0)) for c in configs if str(c.get("memory_space")) == "1")
-        except (ValueError, AttributeError, TypeError):
-            continue  # a backend config that is not the JSON expected: no figure for this op
-        if size > 0:
+        size = used_scoped_vmem_bytes(inst.backend_config)
+        if size:
             out.append(_vmem_use(program, inst.name, size, "HLO backend_config"))
     return out
+
+
+def used_scoped_vmem_bytes(backend_config: str) -> int | None:
+    """The VMEM (memory space 1) of a compiled op's `used_scoped_memory_configs`; None when its
+    backend_config states none (or is not the JSON expected)."""
+    if "used_scoped_memory_configs" not in backend_config:
+        return None
+    try:
+        configs = json.loads(backend_config).get("used_scoped_memory_configs") or []
+        if not configs:  # `[]` before the backend ran (an XLA dump's after-optimizations HLO): not stated
+            return None
+        return sum(int(c.get("size", 0)) for c in configs if str(c.get("memory_space")) == "1")
+    except (ValueError, AttributeError, TypeError):
+        return None
 
 
 def _vmem_use(program: CompiledProgram | None, op: str, size: int, source: str) -> VmemUse:

@@ -222,9 +222,17 @@ def host_idle(tables: IdleTables) -> list[HostIdle]:
     out = []
     steps = tables.steps
     for host, hs in steps.groupby("host", sort=False, observed=True):
-        # Per step, the core with the least idle stands for the host (its cores run in lockstep).
-        least = hs.loc[hs.groupby("step")["idle_ps"].idxmin()].set_index("step")
-        period = hs.groupby("step")["period_ps"].max()
+        # Per step, the core with the least idle stands for the host (its cores run in lockstep). The
+        # period is the step's (its longest core's), as the header's step time is; but the cores of a
+        # step-less capture (GPUs above all) each have a window of their own, and one core's idle over
+        # another's longer window would understate the share: there, the least idle core's own.
+        if tables.whole_capture:
+            share = hs["idle_ps"] / hs["period_ps"].where(hs["period_ps"] > 0)
+            least = hs.loc[share.fillna(0.0).groupby(hs["step"]).idxmin()].set_index("step")
+            period = least["period_ps"]
+        else:
+            least = hs.loc[hs.groupby("step")["idle_ps"].idxmin()].set_index("step")
+            period = hs.groupby("step")["period_ps"].max()
         io = hs.groupby("step")["io_ps"].max()
         causes = {c: float(least[cause_column(c)].mean()) for c in CAUSES}
         causes["unexplained"] = float(least["unexplained_ps"].mean())

@@ -89,7 +89,9 @@ def over_peak_warnings(found: Sequence[OverPeak]) -> list[str]:
     for (quantity, cause), items in groups.items():
         items.sort(key=lambda o: (-o.time_ps, o.op))
         peak = (f"{items[0].peak / 1e12:.0f} TFLOP/s" if quantity == "FLOP/s" else fmt_bandwidth(items[0].peak))
-        named = ", ".join(o.shown() for o in items[:_SHOWN])
+        # An async op's rate as timed (bytes over a µs-long start or done) says nothing about the
+        # hardware, and can be millions of percent of the peak: only its name is worth showing.
+        named = ", ".join(f"`{o.op}`" if o.is_async else o.shown() for o in items[:_SHOWN])
         more = f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
         whose = "chip's ICI" if quantity == "ICI bandwidth" else "core's"
         out.append(f"{quantity} above the {whose} peak of {peak}, which none reaches: {named}{more}; {cause}; "

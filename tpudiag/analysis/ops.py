@@ -27,6 +27,7 @@ from tpudiag.analysis.op_bytes import COLUMNS as BYTE_COLUMNS
 from tpudiag.analysis.op_bytes import op_bytes
 from tpudiag.model import schemas
 from tpudiag.model.collectives import Traffic, latency_bound, traffic
+from tpudiag.model.grouping import first_appearance_groups, group_sums, sums_by_group
 from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
 from tpudiag.model.profile import HostTrace
 
@@ -58,11 +59,7 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
     ev = host.events
     if ev.empty:
         return schemas.OPS.empty()
-    grouped = (ev.groupby(_KEYS, observed=True, sort=False)
-               .agg(occurrences=("dur_ps", "size"), total_time_ps=("dur_ps", "sum"), self_time_ps=("self_ps", "sum"),
-                    module=("module", "first"))
-               .reset_index())
-    grouped["name"] = grouped["name"].astype(str)
+    grouped = _per_op(ev)
     # Custom calls (Pallas kernels) carry no FLOPs in the trace: derive them where the HLO tells.
     meta, _ = with_derived_costs(host.op_metadata)
     meta = meta.copy()
@@ -141,6 +138,30 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
     })
 
 
+def _per_op(ev: pd.DataFrame) -> pd.DataFrame:
+    """Occurrences, total and self time and the module per (program, op), in order of first
+    appearance (pandas' `groupby(sort=False)`), from integer codes: millions of events on a host."""
+    name = ev["name"].cat.codes.to_numpy()
+    module = ev["module"].cat.codes.to_numpy()
+    if (name < 0).any() or (module < 0).any():  # a missing name or module: pandas' rules for them
+        grouped = (ev.groupby(_KEYS, observed=True, sort=False)
+                   .agg(occurrences=("dur_ps", "size"), total_time_ps=("dur_ps", "sum"),
+                        self_time_ps=("self_ps", "sum"), module=("module", "first"))
+                   .reset_index())
+        grouped["name"] = grouped["name"].astype(str)
+        return grouped
+    program, programs = pd.factorize(ev["program_id"].to_numpy())
+    group, first = first_appearance_groups([program, name])
+    n = len(first)
+    names = np.asarray(ev["name"].cat.categories.astype(str), dtype=object)
+    return pd.DataFrame({
+        "program_id": programs[program[first]], "name": names[name[first]],
+        "occurrences": np.bincount(group, minlength=n).astype(np.int64),
+        "total_time_ps": sums_by_group(group, n, ev["dur_ps"].to_numpy()),
+        "self_time_ps": sums_by_group(group, n, ev["self_ps"].to_numpy()),
+        "module": pd.Categorical.from_codes(module[first], dtype=ev["module"].dtype)})
+
+
 def _spaces(meta: pd.DataFrame, df: pd.DataFrame, occ: np.ndarray) -> dict[str, np.ndarray]:
     """The OPS columns of bytes by memory space (`analysis.op_bytes`), totals over occurrences."""
     per = op_bytes(meta)
@@ -205,6 +226,16 @@ def _window_time(windows: pd.DataFrame) -> dict[str, int]:
     """Async pair key -> summed window time (start to done) over the host's windows."""
     if windows is None or windows.empty:
         return {}
-    keys = windows["name"].astype(str).map(async_pair_key)
-    spans = (windows["end_ps"] - windows["start_ps"]).groupby(keys.to_numpy()).sum()
-    return {str(k): int(v) for k, v in spans.items() if k is not None}
+    # One key per distinct name (a host has ~100 k windows of a few hundred names), summed by code.
+    names = windows["name"]
+    names = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype(str).astype("category")
+    codes = names.cat.codes.to_numpy()
+    spans = (windows["end_ps"].to_numpy(dtype=np.int64) - windows["start_ps"].to_numpy(dtype=np.int64))
+    named = codes >= 0
+    (seen,), sums = group_sums([codes[named].astype(np.int64)], spans[named])
+    out: dict[str, int] = {}
+    for code, total in zip(seen.tolist(), sums.tolist()):
+        key = async_pair_key(str(names.cat.categories[code]))
+        if key is not None:
+            out[key] = out.get(key, 0) + total
+    return out

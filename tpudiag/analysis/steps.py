@@ -104,6 +104,7 @@ def build_steps(host: HostTrace, host_copy: np.ndarray | None = None) -> tuple[p
     depth = events["depth"].to_numpy()
     sparse_devices = np.array(["SparseCore" in str(d) for d in events["device"].cat.categories], dtype=bool)
     sparse = sparse_devices[events["device"].cat.codes.to_numpy()] if len(events) else np.zeros(0, bool)
+    gpu = host.device.platform is Platform.GPU
     for core, m in markers.groupby("core", sort=True):
         on_core = np.flatnonzero((core_arr == core) & ~sparse)
         s_start = m["start_ps"].to_numpy()
@@ -121,6 +122,13 @@ def build_steps(host: HostTrace, host_copy: np.ndarray | None = None) -> tuple[p
         io = covered(s_start, s_end, *merge(start[io_idx], end[io_idx]))
         hc_idx = on_core[is_host_copy[on_core]]
         hc = covered(s_start, s_end, *merge(start[hc_idx], end[hc_idx]))
+        if gpu:
+            # A GPU's collective kernel runs on its library's stream beside compute kernels on the
+            # others: the part they cover is hidden, not time the GPU spends in the collective. (On a
+            # TPU top-level ops are one line's: a container such as `while` spans the collectives in
+            # it and is no compute, `analysis.collective_windows`.)
+            comp_idx = top[~is_collective[top] & ~is_io[top] & ~is_host_copy[top]]
+            coll = np.minimum(coll, busy - covered(s_start, s_end, *merge(start[comp_idx], end[comp_idx])))
         coll = np.minimum(coll, busy)
         io = np.minimum(io, busy - coll)
         hc = np.minimum(hc, busy - coll - io)

@@ -95,6 +95,10 @@ def ops(
         table.add_row(markup(r.op_name), markup(r.category), f"{100 * r.time_share:.1f}", r.family or "-",
                       markup(detail))
     console.print(table)
+    for r in rows:
+        if r.left_out:
+            console.print(f"`{markup(r.op_name)}`'s reproduction leaves out: " + markup("; ".join(r.left_out)),
+                          highlight=False)
     missing = [f for f in cov.collective_families if f not in cov.collective_families_reproducible]
     console.print(f"reproducible: {100 * cov.compute_share:.1f} % of compute time, {100 * cov.collective_share:.1f} % "
                   f"of collective time (self time, first host); collective families "

@@ -13,9 +13,10 @@ by absolute path and named on stderr and in the report's Methods section.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,7 +63,9 @@ class Writer:
     """How one kind of result is written in each format it has; None: not in that format."""
 
     terminal: Callable[[Any, Console, int], None] | None = None
-    json: Callable[[Any], str] | None = None  # the document without its final newline
+    # The document without its final newline: a text, or a text in pieces (a pod's report, written
+    # as it is made: `render.json_format.json_pieces`)
+    json: Callable[[Any], str | Iterator[str]] | None = None
     markdown: Callable[[Any, Path | None, int], Markdown] | None = None
 
     def formats(self) -> tuple[Format, ...]:
@@ -84,7 +87,8 @@ def emit(result: object, fmt: Format | str, output: Path | None, top: int = 15) 
         write_output(output, doc.body)
         note = doc.note
     elif fmt is Format.json:
-        write_output(output, writer.json(result) + "\n")
+        body = writer.json(result)
+        write_output(output, body + "\n" if isinstance(body, str) else itertools.chain(body, ("\n",)))
     elif output is None:
         from tpudiag.cli.console import stdout_console
 
@@ -129,10 +133,10 @@ def _report_terminal(report: Report, console: Console, top: int) -> None:
     render_terminal(report, console, top=top)
 
 
-def _report_json(report: Report) -> str:
-    from tpudiag.render.json_format import render_json
+def _report_json(report: Report) -> Iterator[str]:
+    from tpudiag.render.json_format import json_pieces
 
-    return render_json(report)
+    return json_pieces(report)
 
 
 def _report_markdown(report: Report, output: Path | None, top: int) -> Markdown:
@@ -153,7 +157,7 @@ def _diagnosis_terminal(result, console: Console, top: int) -> None:
     render_static_diagnosis_terminal(result.report, result.static, console, top=top)
 
 
-def _diagnosis_json(result) -> str:
+def _diagnosis_json(result) -> str | Iterator[str]:
     if result.mode is not Mode.STATIC:
         return _report_json(result.report)
     from tpudiag.render.static_report import render_static_diagnosis_json
@@ -265,10 +269,14 @@ CATALOG = Writer(_catalog_terminal, _catalog_json)
 
 
 def _writer(result: object) -> Writer:
-    """The writer of `result`'s kind. Imports are lazy: `tpudiag --help` loads none of the pipeline."""
+    """The writer of `result`'s kind. Imports are lazy: `tpudiag --help` loads none of the pipeline,
+    and `tpudiag report` none of `diff`, `check` and `whatif` (a diagnosis is asked about first)."""
+    from tpudiag.pipeline import Diagnosis
+
+    if isinstance(result, Diagnosis):
+        return DIAGNOSIS
     from tpudiag.analysis.diff import Diff as AnalysisDiff
     from tpudiag.gate import Verdict
-    from tpudiag.pipeline import Diagnosis
     from tpudiag.whatif import WhatIf
 
     for kind, writer in ((Diagnosis, DIAGNOSIS), (AnalysisDiff, DIFF), (Verdict, VERDICT),

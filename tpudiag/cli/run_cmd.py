@@ -37,13 +37,16 @@ program runs unmodified: tpudiag starts jax.profiler in it when it imports jax, 
 whole run, or with --steps N..M only those steps of its jax.profiler.StepTraceAnnotation
 (step_num, else their order) or, with --step-var NAME, of a loop variable of the script. Then the report of the new capture is printed, with the HLO
 (and, on a TPU host, LLO) dumps joined. The trace and dumps go to a fresh temporary directory
-named on stderr, or the trace to --logdir. With --format json and no -o (the report on stdout), the
+named on stderr, or the trace to --logdir; so does JAX's device memory profile, taken as the trace
+ends (`tpudiag memory --pprof` reads it). With --format json and no -o (the report on stdout), the
 program's own stdout goes to stderr, so stdout is the JSON alone. Without a TPU or GPU, the program
 runs with JAX_PLATFORMS=cpu unless set. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to tpudiag go to
 the program, and tpudiag waits for it. Exit status: the program's (the report is printed anyway
 when a capture exists), 126 or 127 when it cannot be started, or 2 when it succeeded but left no
 capture (its temporary directory is then removed).
 """
+
+MEMORY_PROFILE = "memory.prof"  # jax.profiler.save_device_memory_profile, as the traced window ends
 
 SITECUSTOMIZE = '''\
 # Written by `tpudiag run`: trace this program with jax.profiler (tpudiag.profiling.bootstrap_child).
@@ -153,14 +156,12 @@ def added_flags(env: dict[str, str]) -> list[str]:
 
 def joinable_dumps(xla: Path, llo: Path | None) -> tuple[list[Path], list[str]]:
     """The dump directories the report can read, and a note for each one it cannot."""
-    from tpudiag.parsers.dump_dir import HLO_SUFFIX, is_dump_directory
+    from tpudiag.parsers.dump_dir import is_dump_directory
+    from tpudiag.parsers.hlo_text import is_hlo_file
 
     dumps, notes = [], []
-    if xla.is_dir() and any(f.name.endswith(HLO_SUFFIX) for f in xla.iterdir()):
+    if xla.is_dir() and any(is_hlo_file(f.name) for f in xla.iterdir()):  # TPU, CPU or GPU compiler's
         dumps.append(xla)
-    elif xla.is_dir() and any(xla.glob("*.cpu_after_optimizations.txt")):
-        notes.append(f"the HLO dumps in `{xla}` are the CPU compiler's: not read; the report joins the same "
-                     "programs from the capture, which embeds them")
     else:
         notes.append(f"no HLO dump was written to `{xla}`")
     if llo is not None and llo.is_dir() and is_dump_directory(llo):
@@ -357,7 +358,8 @@ def run_command(
         (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(root=str(Path(__file__).resolve().parents[2])))
         status_file = work / "child-status.json"
         config = {"logdir": str(logdir), "steps": [window.first, window.last] if window else None,
-                  "status": str(status_file), "python_tracer": python_tracer, "step_var": step_var}
+                  "status": str(status_file), "python_tracer": python_tracer, "step_var": step_var,
+                  "pprof": str(work / MEMORY_PROFILE)}
         env, xla, llo = child_env(config, boot, work / "dumps", tpu_host(), gpu_host())
         for var, flag in routed:
             env[var] = f"{env.get(var, '')} {flag}".strip()
@@ -382,6 +384,11 @@ def run_command(
     dumps, notes = joinable_dumps(xla, llo)
     for note in notes:
         _say(note)
+    profile = work / MEMORY_PROFILE
+    if profile.is_file():
+        xla_dumps = "".join(f" --dumps {shlex.quote(str(d))}" for d in dumps if d == xla)
+        _say(f"JAX's live device buffers as the trace ended are in `{profile}`; by source line, beside the "
+             f"compiled peak: `tpudiag memory {shlex.quote(str(run))}{xla_dumps} --pprof {shlex.quote(str(profile))}`")
     _say(f"the program exited with status {returncode}; report of `{run}`")
     [report] = _REPORT
     try:

@@ -8,7 +8,9 @@ for collectives, HBM time for copies), so the ops the compiler scheduled between
 done overlap the transfer and only the rest is exposed. A copy's bytes cross HBM during its window,
 so its start and done carry only what moves during their own time (`_op_defs`).
 Sync collectives take their whole ICI time on the timeline. The capture is labelled modelled
-(plane stat `tpudiag_modelled` = 1, read back as `Profile.modelled`).
+(plane stat `tpudiag_modelled` = 1, read back as `Profile.modelled`). The HloProto it embeds is the
+runtime's (`module.pb`), its Pallas custom calls given back the kernel body the XLA dump kept
+(`_with_kernel_bodies`), so a kernel's grid and blocks read from the capture alone.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from google.protobuf.message import DecodeError
 
 from tpudiag.model.compile_output import CompileOutput
 from tpudiag.analysis.cost_model import PS_PER_S, CostModel, ProgramEstimate, estimate_program
 from tpudiag.errors import UsageError
+from tpudiag.proto import HloModuleProto
 from tpudiag.writers.tpu_design import AsyncWindow, CaptureDesign, OpDef, Placed, build_capture
 
 MODELLED_STAT = "tpudiag_modelled"
@@ -63,10 +67,33 @@ def build_timeline(estimates: pd.DataFrame) -> Timeline:
     return Timeline(tuple(placed), tuple(windows), t, ops)
 
 
-def _hlo_proto(module_proto: bytes | None) -> bytes | None:
+def _with_kernel_bodies(module_proto: bytes, program) -> bytes:
+    """`module_proto` whose Pallas custom calls carry the backend_config `program` has for them
+    (with the kernel body the compile output's XLA dump kept, `parsers.compile_output.with_kernel_bodies`):
+    the runtime's proto lost the body in the backend, and a modelled capture keeps it so that the
+    lab and the report can show the kernel's grid and blocks from the capture alone."""
+    configs = {name: inst.backend_config for name, inst in ((i.name, i) for i in program.instructions.values())
+               if name in program.kernels}
+    if not configs:
+        return module_proto
+    module = HloModuleProto()
+    try:
+        module.ParseFromString(module_proto)
+    except DecodeError:
+        return module_proto  # the capture embeds the proto as it is; its reader says what is wrong
+    for computation in module.computations:
+        for inst in computation.instructions:
+            if inst.name in configs:
+                inst.backend_config = configs[inst.name].encode()
+    return module.SerializeToString()
+
+
+def _hlo_proto(module_proto: bytes | None, program=None) -> bytes | None:
     """An `xla.HloProto` (field 1 = the HloModuleProto), as `/host:metadata` holds it."""
     if not module_proto:
         return None
+    if program is not None:
+        module_proto = _with_kernel_bodies(module_proto, program)
     n, varint = len(module_proto), bytearray()
     while True:
         byte = n & 0x7F
@@ -157,7 +184,7 @@ def simulate_in_memory(output: CompileOutput, clock_ghz: float | None = None, ic
         module=module, program_id=program_id, ops=_op_defs(output, timeline.ops, model.hbm_bytes_per_s),
         n_chips=n_devices,
         n_steps=steps, step_ps=max(timeline.step_ps, 1), schedule=lambda chip_i, step: timeline.placed,
-        hlo_proto=_hlo_proto(output.hlo_proto), extra_plane_stats={MODELLED_STAT: 1},
+        hlo_proto=_hlo_proto(output.hlo_proto, output.program), extra_plane_stats={MODELLED_STAT: 1},
         async_windows=lambda chip_i, step: timeline.windows, cores_per_chip=per_core)
     return Simulated(HOST_NAME, build_capture(design).serialize(), timeline, model)
 

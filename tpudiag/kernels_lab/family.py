@@ -15,8 +15,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from tpudiag.errors import InputError
-from tpudiag.kernels_lab.problems import FAMILIES
+from tpudiag.errors import InputError, UsageError
+from tpudiag.kernels_lab.problems import KERNEL_FAMILIES
 
 
 @runtime_checkable
@@ -58,6 +58,10 @@ class KernelFamily(Protocol):
 
 def family_module(name: str) -> KernelFamily:
     """The family's module, imported on demand (it imports jax)."""
-    if name not in FAMILIES:
-        raise InputError(f"unknown kernel family {name!r}; expected one of {', '.join(FAMILIES)}")
+    if name == "pallas":
+        raise UsageError("the op is a Pallas kernel of your own: the lab has no kernel of its own for it",
+                         hint="tune its block sizes by compiling your function: `tpudiag lab tune MODULE:FN "
+                              "--param block_m=128,256,512 ...`")
+    if name not in KERNEL_FAMILIES:
+        raise InputError(f"unknown kernel family {name!r}; expected one of {', '.join(KERNEL_FAMILIES)}")
     return importlib.import_module(f"tpudiag.kernels_lab.{name}")

@@ -36,8 +36,9 @@ from tpudiag.errors import InputError, UsageError
 from tpudiag.kernels_lab import op_text
 from tpudiag.kernels_lab.problems import AnyProblem, collective, problem_fields, problem_from_fields
 from tpudiag.model.hardware import CHIPS, chip_for, smallest_topology
-from tpudiag.model.hlo_shapes import Shape, parse_array
-from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, op_math_from_text
+from tpudiag.model.hlo_shapes import Shape, parse_array, parse_shapes
+from tpudiag.model.kernels import MosaicKernel
+from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, cost_estimate, op_math_from_text
 from tpudiag.kernels_lab.collective_spec import KINDS as COLLECTIVE_KINDS
 from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, mesh_axes, replica_groups
 from tpudiag.model.compiled import CompiledProgram, Instruction
@@ -218,14 +219,16 @@ def _epilogue(called: tuple[Instruction, ...]) -> tuple[str, bool, list[str]]:
 def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf_op: str, flops: float,
           bytes_accessed: float, body: str = "", operands: list[ArrayText] | None = None,
           operands_from: str = "", chips: int = 0, op_math: OpMath | None = None,
-          instructions: tuple[Instruction | None, tuple[Instruction, ...]] | None = None
-          ) -> tuple[str, dict, list[str]]:
+          instructions: tuple[Instruction | None, tuple[Instruction, ...]] | None = None,
+          kernel: MosaicKernel | None = None, backend_config: str = "") -> tuple[str, dict, list[str]]:
     """(family, problem fields, basis) for one op, or NotReproducible with the reason. `operands`
     (resolved by the caller) default to the shapes printed in `hlo_text` or the body's parameters;
     `chips` (the capture's chip count) is a collective's ring size when nothing else gives it;
     `op_math` is the op's matmul model (`model.matmuls`), whose K wins when its M and N are the output's;
     `instructions` (the op's instruction and its called computation's, from the program) default to
-    `hlo_text` and `body` read by the dump parser."""
+    `hlo_text` and `body` read by the dump parser; `kernel` is a Pallas custom call's kernel as its
+    serialised body states it (`CompiledProgram.kernels`), `backend_config` its custom call's (the
+    program's, where the capture's op text has none)."""
     if operands is None:
         found = op_text.from_text(hlo_text, lambda _name: "", body)
         operands, operands_from = list(found.operands), found.operands_from
@@ -242,6 +245,12 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         raise NotReproducible(f"`{name}` is a while loop; its body's ops are reproducible one by one, "
                               "the loop is not")
     if "custom-call" in cat or _opcodes(inst) == {"custom-call"}:
+        if kernel is not None:
+            config = backend_config or (inst.backend_config if inst is not None else "")
+            return _infer_pallas(name, kernel, config, operands, operands_from, shape_with_layout or hlo_text)
+        if inst is not None and inst.custom_call_target == "tpu_custom_call" or "tpu_custom_call" in hlo_text:
+            raise NotReproducible(f"`{name}` is a Pallas kernel whose serialised body is not in the capture "
+                                  "(a runtime's program drops it): pass the XLA dump of its compile with --dump")
         raise NotReproducible(f"`{name}` is a custom call (already a hand-written kernel)")
     shape_text = (shape_with_layout or hlo_text.split("=", 1)[-1]).strip()
     if shape_text.startswith("("):
@@ -363,6 +372,24 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
                                    out_dtype=out_dtype, activation=_epilogue(called)[0]), basis
 
     raise NotReproducible(f"`{name}` has category `{category}`, which no kernel family covers yet")
+
+
+def _infer_pallas(name: str, kernel: MosaicKernel, backend_config: str, operands: list[ArrayText],
+                  operands_from: str, shape_text: str) -> tuple[str, dict, list[str]]:
+    """The pallas family: the user's own kernel, with the grid and blocks its body states."""
+    declared = cost_estimate(backend_config)
+    outs = [str(a) for a in parse_shapes(shape_text)] if shape_text else []
+    basis = [f"family pallas: `{name}` is a Mosaic TPU custom call; its grid {kernel.grid_text}, blocks and "
+             "dimension semantics are read from its serialised kernel (MLIR, `custom_call_config.body`)",
+             f"operands from {operands_from or 'none known'}"]
+    if kernel.source_file:
+        basis.append(f"kernel `{kernel.name}` at {kernel.source_text} (the body's source locations)")
+    basis.append(f"FLOPs and bytes as the kernel declares them (`pl.CostEstimate`): {declared[0]:.4g} FLOPs, "
+                 f"{declared[1]:.4g} bytes" if declared is not None else
+                 "the kernel declares no `pl.CostEstimate`: its FLOPs and bytes are unknown to XLA")
+    return "pallas", dict(kernel=kernel, operands=tuple(str(a) for a in operands), outputs=tuple(outs),
+                          declared_flops=int(declared[0]) if declared else 0,
+                          declared_bytes=int(declared[1]) if declared else 0), basis
 
 
 def _non_minor_reduce(inst: Instruction | None, called: tuple[Instruction, ...]
@@ -655,6 +682,7 @@ class SurveyRow:
     family: str  # '' when not reproducible
     problem: AnyProblem | None  # None when not reproducible
     reason: str  # why not, when family is ''
+    left_out: tuple[str, ...] = ()  # what the reproduction leaves out of the op (`OpSpec.left_out`)
 
 
 def survey(diagnosis: Diagnosis, top: int | None = None) -> list[SurveyRow]:
@@ -668,11 +696,11 @@ def survey(diagnosis: Diagnosis, top: int | None = None) -> list[SurveyRow]:
     for _, r in ops.head(top if top is not None else len(ops)).iterrows():
         try:
             spec = _spec(diagnosis, index, str(r["name"]), topology=None, scale_down=1)
-            family, problem, reason = spec.family, spec.problem, ""
+            family, problem, reason, left_out = spec.family, spec.problem, "", spec.left_out
         except UsageError as exc:
-            family, problem, reason = "", None, exc.one_line()
+            family, problem, reason, left_out = "", None, exc.one_line(), ()
         rows.append(SurveyRow(str(r["name"]), str(r["category"]), int(r["self_time_ps"]),
-                              float(r["self_time_ps"]) / total, family, problem, reason))
+                              float(r["self_time_ps"]) / total, family, problem, reason, left_out))
     return rows
 
 
@@ -811,7 +839,10 @@ def _spec(diagnosis: Diagnosis, index: _OpIndex, op: str, *, topology: str | Non
                                   operands_from=text.operands_from,
                                   chips=host.device.n_chips * len(analysis.profile.hosts),
                                   op_math=found or op_math_from_text(op, text.line),
-                                  instructions=(text.instruction, text.called))
+                                  instructions=(text.instruction, text.called),
+                                  kernel=program.kernels.get(op) if program is not None else None,
+                                  backend_config=(program.find(op).backend_config
+                                                  if program is not None and program.find(op) is not None else ""))
     try:
         problem = problem_from_fields(family, fields)
     except ValueError as exc:

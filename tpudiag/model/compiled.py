@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from tpudiag.model.kernels import MosaicKernel
 from tpudiag.model.schemas import Column, TableSchema
 
 # Layout memory spaces (`S(n)` in shape text, LayoutProto.memory_space): the one map from a
@@ -299,6 +300,9 @@ class CompiledProgram:
     # The module's `num_partitions` and `replica_count` (its `HloModule` line); 1 where not stated.
     num_partitions: int = 1
     replica_count: int = 1
+    # Pallas (Mosaic TPU) kernels read from their custom calls' serialised bodies, by instruction name
+    # (`parsers.mosaic`); empty where the program kept no body (a runtime's, a capture's own HloProto).
+    kernels: dict[str, MosaicKernel] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     _by_name: dict[str, Instruction] | None = field(default=None, repr=False, compare=False)
 

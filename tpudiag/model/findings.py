@@ -40,9 +40,12 @@ class Saving:
     basis: Basis  # a `Basis` value given as a string is converted; any other string is a ValueError
     explanation: str
     bytes: int = 0  # memory findings: device memory a fix could free (an upper bound), not time
+    per: str = "step"  # what `ps` is per: "step", or "capture" where the capture has no steps
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "basis", Basis(self.basis))
+        if self.per not in ("step", "capture"):
+            raise ValueError(f"Saving.per must be 'step' or 'capture', got {self.per!r}")
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ def saving_amount(s: Saving) -> str:
         return f"{fmt_bytes(s.bytes)} of device memory"
     if not s.ps:
         return "not estimated"  # never "0 ps": a saving not estimated is not a saving of nothing
-    return f"{fmt_time(s.ps)} per step"
+    return f"{fmt_time(s.ps)} {'per step' if s.per == 'step' else 'over the capture'}"
 
 
 def rank_key(f: Finding) -> tuple:

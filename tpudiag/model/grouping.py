@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 
 def group_sums(keys: list[np.ndarray], values: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
@@ -65,6 +66,31 @@ def _dense_sums(packed: np.ndarray, values: np.ndarray, radix: list[int], dtypes
     return out[::-1], totals[present]
 
 
+def first_appearance_groups(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each row, first row of each group) of the distinct tuples of `keys` (non-negative
+    integer codes), groups numbered in the order they first appear, as pandas' `groupby(sort=False)`
+    numbers them: one hash pass over the packed codes instead of a groupby."""
+    n = len(keys[0]) if keys else 0
+    if not n:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    packed = keys[0].astype(np.int64)
+    for k in keys[1:]:
+        radix = int(k.max()) + 1
+        if (int(packed.max()) + 1) * radix >= 2 ** 62:  # renumber densely first (codes under n)
+            packed = pd.factorize(packed)[0].astype(np.int64)
+        packed = packed * radix + k.astype(np.int64)
+    group, _ = pd.factorize(packed)
+    seen = np.maximum.accumulate(group)  # a group's first row is where the running maximum grows
+    return group, np.flatnonzero(np.append(True, seen[1:] > seen[:-1]))
+
+
+def sums_by_group(group: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
+    """Exact sums of `values` per group id (`first_appearance_groups`), integers added as integers."""
+    out = np.zeros(n_groups, dtype=values.dtype)
+    np.add.at(out, group, values)
+    return out
+
+
 def heads(keys: list[np.ndarray]) -> np.ndarray:
     """Indices where the tuple of (sorted) `keys` changes: the first row of each run."""
     n = len(keys[0]) if keys else 0
@@ -79,6 +105,12 @@ def heads(keys: list[np.ndarray]) -> np.ndarray:
 def lexsort_order(keys: tuple[np.ndarray, ...]) -> np.ndarray:
     """`np.lexsort(keys)` (the last key primary), in one linear pass when the rows already are in
     that order, as trace events mostly are (time order per line): the sort is then the identity."""
+    order = reordering(keys)
+    return np.arange(len(keys[0]) if keys else 0) if order is None else order
+
+
+def reordering(keys: tuple[np.ndarray, ...]) -> np.ndarray | None:
+    """`lexsort_order(keys)`, or None when it is the identity: the rows need no reordering."""
     n = len(keys[0]) if keys else 0
     if n > 1:
         later = np.zeros(n - 1, dtype=bool)  # row i+1 sorts strictly after row i on a key seen so far
@@ -89,4 +121,11 @@ def lexsort_order(keys: tuple[np.ndarray, ...]) -> np.ndarray:
             tied &= b == a
             if not (later | tied).all():
                 return np.lexsort(keys)
-    return np.arange(n)
+    return None
+
+
+def dense_unique(values: np.ndarray) -> np.ndarray:
+    """`np.unique(values)` of small non-negative integers (ids, codes) by counting, not sorting."""
+    if len(values) and values.dtype.kind in "iu" and values.min() >= 0 and values.max() <= 4 * len(values) + 1024:
+        return np.flatnonzero(np.bincount(values)).astype(values.dtype)
+    return np.unique(values)

@@ -29,6 +29,14 @@ _FAMILY_PATTERNS = (
     ("recv", re.compile(r"^recv(?:-start|-done)?(?:\.\d+)*$")),
 )
 
+# A collective library's kernel that no HLO op names (TensorFlow's, or one launched outside XLA):
+# NCCL's `ncclDevKernel_AllReduce_Sum_f32_RING_LL` (older `ncclKernel_AllReduce_RING_LL_Sum_float`),
+# RCCL's, which keeps NCCL's names, or its `ncclDevKernel_Generic`. The operation is CamelCase after
+# the prefix; one the name does not say (`Generic`, `SendRecv`, a plain `Reduce`) is a `collective`.
+_LIBRARY_KERNEL = re.compile(r"\b[nr]ccl(?:Dev)?Kernel_?(?P<op>[A-Za-z]*)")
+_LIBRARY_FAMILIES = (("ReduceScatter", "reduce-scatter"), ("AllGather", "all-gather"), ("AllReduce", "all-reduce"),
+                     ("AllToAll", "all-to-all"), ("Broadcast", "collective-broadcast"))
+
 IO_CATEGORIES = frozenset({
     "infeed", "outfeed", "host send", "host send-done", "host recv", "host recv-done",
 })
@@ -54,11 +62,21 @@ def collective_family(name: str, category: str = "") -> str:
     for family, pattern in _FAMILY_PATTERNS:
         if pattern.search(name):
             return family
+    library = _LIBRARY_KERNEL.search(name)
+    if library is not None:
+        op = library.group("op")
+        return next((family for word, family in _LIBRARY_FAMILIES if op.startswith(word)), "collective")
     cat = category.lower()
     for family, pattern in _FAMILY_PATTERNS[:7]:
         if pattern.search(cat):
             return family
     return ""
+
+
+def library_collective(name: str) -> bool:
+    """Whether a GPU kernel is a collective library's own (NCCL, RCCL), named by its kernel: it runs on
+    the library's stream, beside compute."""
+    return _LIBRARY_KERNEL.search(name) is not None
 
 
 @lru_cache(maxsize=_NAME_CACHE)

@@ -14,16 +14,12 @@ import re
 from dataclasses import dataclass, field
 
 from tpudiag.model.compiled import ArrayShape, memory_spaces_in
+from tpudiag.model.units import element_bytes
 
 _SHAPE = re.compile(r"\b(?P<dtype>pred|bf16|f8e\w+|[fsuc]\d+)\[(?P<dims>(?:<=)?\d+(?:,(?:<=)?\d+)*)?\]"
                     r"(?P<layout>\{[^{}]*\})?")
 _OPCODE_CALL = re.compile(r"\b[a-z][\w\-]*\(")
 _OPERAND_NAME = re.compile(r"\s*%(?P<name>[\w.\-]+)")
-
-# Bytes per element for the dtypes rules meet; other dtypes count as 4 (f32-sized), f8 variants as 1.
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
-                "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8}
-
 
 @dataclass(frozen=True)
 class Shape:
@@ -124,7 +120,9 @@ def named_operands(hlo_text: str) -> list[tuple[Shape, str]]:
 
 
 def dtype_bytes(dtype: str) -> float:
-    return 1.0 if dtype.startswith("f8") else float(_DTYPE_BYTES.get(dtype, 4))
+    """Bytes per element; a dtype the table does not know counts as 4 (f32-sized)."""
+    size = element_bytes(dtype)
+    return 4.0 if size is None else float(size)
 
 
 def shape_bytes(s: Shape) -> float:

@@ -106,10 +106,9 @@ def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     new_run = np.empty(len(s), dtype=bool)
     new_run[0] = True
     new_run[1:] = s[1:] > e[:-1]
-    run_id = np.cumsum(new_run) - 1
-    run_end = np.zeros(int(new_run.sum()), dtype=np.int64)
-    np.maximum.at(run_end, run_id, e)
-    return s[new_run], run_end
+    # `e` never decreases, so a run's end is the running maximum at its last interval.
+    last = np.append(np.flatnonzero(new_run)[1:] - 1, len(s) - 1)
+    return s[new_run], e[last]
 
 
 def covered(win_start: np.ndarray, win_end: np.ndarray, m_start: np.ndarray, m_end: np.ndarray) -> np.ndarray:

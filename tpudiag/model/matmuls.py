@@ -42,7 +42,7 @@ _MAX_DEPTH = 8  # nesting of fusions inside fusions; deeper is a damaged program
 _MAX_WINDOW_CELLS = 1 << 16  # output positions x taps of one spatial dim enumerated to count real taps
 
 _COST = re.compile(r'cost_estimate\\?"?\s*:\s*\{(?P<body>[^}]*)\}')
-_FIELD = r'{}\\?"?\s*:\s*(?P<v>[0-9.eE+]+)'
+_FIELD = r'{}\\?"?\s*:\s*\\?"?(?P<v>[0-9.eE+]+)'  # a number, or one JSON quotes (int64 as proto JSON writes it)
 
 
 @dataclass(frozen=True)

@@ -52,3 +52,41 @@ def path_component(value: object, max_len: int = 80) -> str:
     """
     s = re.sub(r"[^A-Za-z0-9._-]+", "_", str(value)).strip("._") or "op"
     return s[:max_len]
+
+
+def short_kernel_name(name: str, limit: int = 60) -> str:
+    """A long C++ kernel name (a GPU kernel's demangled signature) as a table cell can hold it:
+    `void ns::Kernel<T, U>(int, float*)` -> `ns::Kernel<…>(…)`. The return type goes, every top-level
+    template argument list and the parameter list become `…`, and what is still longer than `limit`
+    is cut with `…`. Names up to `limit` characters are returned as they are."""
+    if len(name) <= limit:
+        return name
+    text = name[5:] if name.startswith("void ") else name
+    out, depth = [], 0
+    for ch in text:
+        if ch in "<(":
+            if depth == 0:
+                out.append(ch + "…")
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(ch)
+        elif depth == 0:
+            out.append(ch)
+    short = "".join(out).strip()
+    return short if len(short) <= limit else short[:limit - 1] + "…"
+
+
+def short_names(names: list[str], limit: int = 60) -> list[str]:
+    """`short_kernel_name` of each, told apart where two long names shorten alike (` [2]`, ` [3]`, in
+    order), so that a table never shows two rows under one name."""
+    out, seen = [], {}
+    for name in names:
+        short = short_kernel_name(name, limit)
+        if short != name:
+            seen[short] = seen.get(short, 0) + 1
+            if seen[short] > 1:
+                short = f"{short} [{seen[short]}]"
+        out.append(short)
+    return out

@@ -66,3 +66,13 @@ def number_problem(value: float, positive: bool = False) -> str | None:
     if value < 0 or (positive and value == 0):
         return f"must be {'>' if positive else '>='} 0, got {value:g}"
     return None
+
+
+# Bytes per element for the dtypes rules meet; other dtypes count as 4 (f32-sized), f8 variants as 1.
+DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
+               "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8}
+
+
+def element_bytes(dtype: str) -> float | None:
+    """Bytes per element of an HLO dtype the table knows (f8 variants 1); None for any other."""
+    return 1 if dtype.startswith("f8") else DTYPE_BYTES.get(dtype)

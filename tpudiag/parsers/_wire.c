@@ -282,10 +282,12 @@ static int read_event(const uint8_t *b, Pos pos, Pos end, const Params *p, Colum
     Stat first, second, st;
     memset(&first, 0, sizeof first);
     memset(&second, 0, sizeof second);
-    out->kinds[i] = 0;
-    out->hashes[i] = 0;
-    out->key_starts[i] = 0;
-    out->key_lengths[i] = 0;
+    if (p->has_key) { /* without a key the key columns may be empty: they are not written */
+        out->kinds[i] = 0;
+        out->hashes[i] = 0;
+        out->key_starts[i] = 0;
+        out->key_lengths[i] = 0;
+    }
     while ((r = next_stat(b, &pos, end, &h, &st)) > 0) {
         /* A uint64 past int64 on a timespan stat: protobuf's path raises, so let it. */
         if (p->timed && (st.metadata_id == p->off_id || st.metadata_id == p->dur_id) && st.kind == 3
@@ -481,8 +483,8 @@ static PyObject *decode_events(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Py_buffer *cols[] = {&bm, &bs, &bd, &bk, &bh, &bks, &bkl};
     if (column(&bm, n, 8, "mids") || column(&bs, n, 8, "starts") || column(&bd, n, 8, "durs")
-        || column(&bk, n, 1, "kinds") || column(&bh, n, 8, "hashes") || column(&bks, n, 8, "key_starts")
-        || column(&bkl, n, 8, "key_lengths"))
+        || (p.has_key && (column(&bk, n, 1, "kinds") || column(&bh, n, 8, "hashes")
+                          || column(&bks, n, 8, "key_starts") || column(&bkl, n, 8, "key_lengths"))))
         goto done;
     EventsJob job = {{bm.buf, bs.buf, bd.buf, bks.buf, bkl.buf, bk.buf, bh.buf}, p};
     result = run_on_events(&data, n, events_job, &job);
@@ -675,7 +677,8 @@ static PyMethodDef methods[] = {
      "scan_line(xline_bytes) -> (number of events, name, timestamp_ns), or None when its framing is not plain"},
     {"decode_events", decode_events, METH_VARARGS,
      "decode_events(xline_bytes, n, mids, starts, durs, kinds, hashes, key_starts, key_lengths, timed, off_id, "
-     "dur_id, has_key, key_id, base_ps) -> True when every event was read into the writable columns"},
+     "dur_id, has_key, key_id, base_ps) -> True when every event was read into the writable columns (the four "
+     "key columns unread and of any length without has_key)"},
     {"decode_stats", decode_stats, METH_VARARGS,
      "decode_stats(xline_bytes, n, stat_ids, mids, offsets, values, lengths, kinds, seqs) -> True when every "
      "event's metadata id, offset and the given stats were read into the writable columns"},
@@ -695,5 +698,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_wire", "XLine event
 
 PyMODINIT_FUNC PyInit__wire(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* decode_events leaves the key columns alone without a key (they may be empty): a module built
+     * before says nothing, and is given full columns. */
+    if (m != NULL && PyModule_AddIntConstant(m, "KEYLESS_COLUMNS", 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

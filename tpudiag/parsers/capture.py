@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from contextlib import contextmanager
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import pandas as pd
 
 from tpudiag.errors import InputError, TpudiagError
 from tpudiag.model.profile import HostFailure, HostTrace, Platform, Profile
+from tpudiag.model.shared_values import SharedValues
 from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, axis_of, device_planes, host_name,
                                           is_read_line, parse_device_plane)
 from tpudiag.parsers import event_wire
@@ -420,10 +421,15 @@ def load_capture(path: Path | str, jobs: int | None = None,
     capture = find_capture(path)
     files = capture.files
     task = functools.partial(per_host, keep_events=len(files) == 1) if per_host else parse_file_or_failure
+    # Several hosts repeat one program's names and strings: the driver holds them once.
+    shared = SharedValues() if len(files) > 1 else None
 
     def arrived(result: HostTrace | HostFailure) -> HostTrace | HostFailure:
-        if on_host is not None and isinstance(result, HostTrace):
-            on_host(result)
+        if isinstance(result, HostTrace):
+            if shared is not None:
+                shared.share(result)
+            if on_host is not None:
+                on_host(result)
         return result
 
     results: list[HostTrace | HostFailure]
@@ -433,7 +439,10 @@ def load_capture(path: Path | str, jobs: int | None = None,
             progress(f"parsing {len(files)} hosts on the Dask cluster")
         from tpudiag.parsers.dask_hosts import map_on_dask
 
-        results = map_on_dask(task, files, scheduler, arrived)
+        order = largest_first(files)  # submitted first, started first
+        results = [None] * len(files)
+        for i, result in zip(order, map_on_dask(task, tuple(files[i] for i in order), scheduler, arrived)):
+            results[i] = result
     elif workers <= 1 or len(files) == 1:
         results = []
         for f in files:
@@ -444,8 +453,7 @@ def load_capture(path: Path | str, jobs: int | None = None,
     else:
         if progress:
             progress(f"parsing {len(files)} hosts in {workers} processes")
-        with _pool(workers) as pool:
-            results = [arrived(r) for r in pool.map(functools.partial(task, plane_jobs=1), files)]
+        results = _on_pool(functools.partial(task, plane_jobs=1), files, workers, arrived)
     for f, r in zip(files, results):
         if isinstance(r, HostTrace):  # resolved here, in the caller's working directory
             r.source = str(f) if isinstance(f, HostUrl) else str(Path(f).resolve())
@@ -460,6 +468,32 @@ def load_capture(path: Path | str, jobs: int | None = None,
                          path=capture.input_path)
     return Profile(input_path=str(capture.input_path), run=capture.run, hosts=hosts, failures=failures,
                    warnings=notes, modelled=any(h.modelled for h in hosts))
+
+
+def largest_first(files: tuple[Path | HostUrl, ...]) -> list[int]:
+    """The positions of `files`, largest file first (a URL, whose size is not asked, last): the
+    order hosts are handed to the workers, so that no big host starts last while the other
+    workers have nothing left to do."""
+    def size(f: Path | HostUrl) -> int:
+        try:
+            return -1 if isinstance(f, HostUrl) else Path(f).stat().st_size
+        except OSError:
+            return -1  # read, and reported, by its task
+    sizes = [size(f) for f in files]
+    return sorted(range(len(files)), key=lambda i: -sizes[i])
+
+
+def _on_pool(task: Callable, files: tuple[Path | HostUrl, ...], workers: int,
+             arrived: Callable[[HostTrace | HostFailure], HostTrace | HostFailure]) -> list[HostTrace | HostFailure]:
+    """`task` of every host file in `workers` local processes, the largest files first; `arrived`
+    is called with each result as it finishes (not in file order: a slow host holds up no other's
+    fold, and the workers are never idle while hosts are left); results in the order of `files`."""
+    results: list[HostTrace | HostFailure | None] = [None] * len(files)
+    with _pool(workers) as pool:
+        futures = {pool.submit(task, files[i]): i for i in largest_first(files)}
+        for future in as_completed(futures):
+            results[futures[future]] = arrived(future.result())
+    return results
 
 
 def profile_from_xspace(data: bytes, path: str, run: str) -> Profile:

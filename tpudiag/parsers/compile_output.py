@@ -11,6 +11,7 @@ simulator stay independent of the parsers' entry points:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -107,6 +108,7 @@ def compile_output_of(path: Path, facts: dict, dump: CompiledDump | None, llo: L
             program.total_bytes_used = base.total_bytes_used
             program.memory_spaces = base.memory_spaces
             program.target = base.target
+            program = with_kernel_bodies(program, base)
     elif dump is not None and dump.programs:
         program = dump.programs[-1]
     else:
@@ -119,6 +121,30 @@ def compile_output_of(path: Path, facts: dict, dump: CompiledDump | None, llo: L
     return CompileOutput(path=path, facts=facts, program=program, spills=llo_spills(llo),
                          group_sizes=replica_group_sizes(program), matmul_flops=matmul_flops(program),
                          hlo_proto=proto, warnings=warnings)
+
+
+def with_kernel_bodies(program: CompiledProgram, dumped: CompiledProgram) -> CompiledProgram:
+    """`program` (`compiled.as_text()`, whose Pallas custom calls lost their kernel body in the
+    backend) with each such call's body taken from the same call in the XLA dump (`dumped`, written
+    before the backend ran): its backend_config merged (`parsers.mosaic.merged_config`) and its kernel
+    read. The program is changed in place and returned."""
+    from tpudiag.parsers import mosaic
+    from tpudiag.parsers.hlo_program import read_kernels
+
+    changed = False
+    for key, inst in program.instructions.items():
+        if inst.custom_call_target != mosaic.KERNEL_TARGET or mosaic.body_of(inst.backend_config) is not None:
+            continue
+        before = dumped.find(inst.name)
+        if before is None or before.custom_call_target != mosaic.KERNEL_TARGET:
+            continue
+        merged = mosaic.merged_config(inst.backend_config, before.backend_config)
+        if merged != inst.backend_config:
+            program.instructions[key] = dataclasses.replace(inst, backend_config=merged)
+            changed = True
+    if changed:
+        program.kernels = read_kernels(program)
+    return program
 
 
 def compiled_text_beside(xla_dump: Path) -> CompiledProgram | None:

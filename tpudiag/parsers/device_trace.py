@@ -21,7 +21,7 @@ import pandas as pd
 
 from tpudiag.model.intervals import nest
 from tpudiag.model import schemas
-from tpudiag.model.grouping import lexsort_order
+from tpudiag.model.grouping import dense_unique, reordering
 from tpudiag.model.hardware import chip_for, gpu_device
 from tpudiag.model.hlo_cost import gpu_op_cost
 from tpudiag.model.hlo_names import async_role, pair_async, window_family
@@ -343,6 +343,16 @@ def _event_stat_column(line, stat_id: int | None) -> list:
     return out
 
 
+def _positions(ids: np.ndarray, mids: np.ndarray) -> np.ndarray:
+    """`np.searchsorted(ids, mids)` for sorted, distinct `ids` holding every value of `mids`: through
+    a table indexed by id when the ids are small non-negative integers (metadata ids are)."""
+    if len(ids) and ids[0] >= 0 and ids[-1] <= 4 * len(mids) + 1024:
+        table = np.zeros(int(ids[-1]) + 1, dtype=np.intp)
+        table[ids] = np.arange(len(ids))
+        return table[mids]
+    return np.searchsorted(ids, mids)
+
+
 class _HostBuilder:
     """Accumulates per-plane arrays, then builds the host's tables once."""
 
@@ -412,22 +422,23 @@ class _HostBuilder:
             metas = {}
             bad: list[str] = []
             names_key = tuple(sorted(stat_names.items()))
-            for mid in np.unique(mids).tolist():
+            for mid in dense_unique(mids).tolist():
                 md = plane.event_metadata.get(mid)
                 metas[mid] = _cached_op_meta(md, stat_names, names_key, bad) if md is not None else _OpMeta(
                     f"<metadata {mid}>", 0, 0, "", 0, 0, 0, 0, "", "", "", "")
             self.warn_bad_values(bad)
         if len(mids) == 0:
             return
-        order = lexsort_order((-durs, starts))
-        mids, starts, durs = mids[order], starts[order], durs[order]
+        order = reordering((-durs, starts))
+        if order is not None:  # a line's events mostly come in this order already
+            mids, starts, durs = mids[order], starts[order], durs[order]
         self_ps, depth, partial = event_wire.nest(starts, durs) or nest(starts, durs)
         self.partial_overlaps += partial
         ids = np.fromiter(metas.keys(), dtype=np.int64, count=len(metas))
         id_order = np.argsort(ids)
         ids = ids[id_order]
         meta_list = [metas[int(i)] for i in ids]
-        pos = np.searchsorted(ids, mids)
+        pos = _positions(ids, mids)
         names = np.array([m.name for m in meta_list], dtype=object)
         cats = np.array([m.category for m in meta_list], dtype=object)
         pids = np.array([m.program_id for m in meta_list], dtype=np.uint64)
@@ -439,6 +450,7 @@ class _HostBuilder:
                 self.ops_without_ids += 1
         self.ev_parts.append({
             "meta_keys": [(m.program_id, m.name) for m in meta_list],  # per category code, for `with_gpu_costs`
+            "programs": pids,  # per category code: the program column is programs[codes]
             "device": (device, len(mids)),
             "core": np.full(len(mids), core, dtype=np.int32),
             "chip": np.full(len(mids), chip, dtype=np.int32),
@@ -615,15 +627,19 @@ class _HostBuilder:
         if not self.ev_parts:
             return schemas.EVENTS.empty()
         parts = self.ev_parts
-        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k not in _CODED and k != "meta_keys"}
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k not in _CODED + _PER_META}
+        # Programs and their modules per line's distinct ops (its codes), not per event.
+        codes = [p["name"][1] for p in parts]
+        programs = np.unique(np.concatenate([p["programs"][np.bincount(c, minlength=len(p["programs"])) > 0]
+                                             for p, c in zip(parts, codes)]))
+        program_modules = pd.Categorical([self.program_names.get(int(p), "") for p in programs])
+        cols["module"] = program_modules[np.concatenate([np.searchsorted(programs, p["programs"])[c]
+                                                         for p, c in zip(parts, codes)])]
         for key in _CODED:
             cols[key] = _categorical([p[key] for p in parts])
         self.ev_parts = []
         n = len(cols["start_ps"])
         cols["host"] = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[self.host])
-        programs = np.unique(cols["program_id"])
-        program_modules = pd.Categorical([self.program_names.get(int(p), "") for p in programs])
-        cols["module"] = program_modules[np.searchsorted(programs, cols["program_id"])]
         cols["step"] = np.full(n, -1, dtype=np.int64)
         return schemas.EVENTS.frame(cols)
 
@@ -685,6 +701,7 @@ class _HostBuilder:
 
 
 _CODED = ("device", "name", "category")
+_PER_META = ("meta_keys", "programs")  # a part's lists per category code, not per event
 
 
 def _categorical(pieces: list[tuple]) -> pd.Categorical:

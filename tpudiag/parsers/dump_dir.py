@@ -35,7 +35,6 @@ from tpudiag.model.llo import LloDump
 from tpudiag.parsers.compile_output import compile_facts, compile_output_of, llo_spills, matmul_flops, replica_group_sizes
 from tpudiag.parsers.input_files import read_input_text
 
-HLO_SUFFIX = ".after_optimizations.txt"
 TRACE_SUFFIX = ".xplane.pb"
 
 # target_arguments.txt `version` (and `variant`) -> generation, as seen in v5e, v6e and TPU7x dumps.
@@ -108,6 +107,7 @@ def _find_dumps(root: Path) -> dict[str, list[Path]] | None:
     """Directories under `root` (itself included) holding each kind of dump file, shallowest first
     (then by name); None when one of them holds a trace. Symbolic links to directories are not
     followed, and at most `MAX_DIRS` directories are listed."""
+    from tpudiag.parsers.hlo_text import is_hlo_file
     from tpudiag.parsers.llo.files import STATIC_PROFILE_SUFFIX, classify
 
     kinds: dict[str, list[Path]] = {"xla": [], "llo": [], "static": []}
@@ -125,7 +125,7 @@ def _find_dumps(root: Path) -> dict[str, list[Path]] | None:
             if (d / "plugins" / "profile").is_dir() or any(p.name.endswith(TRACE_SUFFIX) for p in entries):
                 return None
             files = [p for p in entries if not p.is_dir()]
-            if any(p.name.endswith(HLO_SUFFIX) for p in files):
+            if any(is_hlo_file(p.name) for p in files):
                 kinds["xla"].append(d)
             if any(classify(p) is not None for p in files):
                 kinds["llo"].append(d)

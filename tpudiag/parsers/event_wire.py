@@ -92,7 +92,8 @@ class RawLine:
 
 def decode_line(line: RawLine, off_id: int | None, dur_id: int | None, key_id: int | None, base_ps: int):
     """(metadata ids, starts, durations, key kinds, key hashes, key starts, key lengths) of the
-    events of `line`, or None where only protobuf may read them.
+    events of `line`, or None where only protobuf may read them. Without `key_id` the key columns
+    are empty.
 
     Starts are `base_ps` plus the event's offset, or its `device_offset_ps` stat (`off_id`) when
     both timespan stats (`off_id`, `dur_id`) exist in the plane. Key kind 1 marks an event whose first `key_id` stat is a non-empty
@@ -102,8 +103,10 @@ def decode_line(line: RawLine, off_id: int | None, dur_id: int | None, key_id: i
     ids = [-1 if i is None else i for i in (off_id, dur_id, key_id)]
     if n < 0 or not available() or not all(_INT64_MIN <= i <= _INT64_MAX for i in (*ids, base_ps)):
         return None
-    cols = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8),
-            np.empty(n, np.uint64), np.empty(n, np.int64), np.empty(n, np.int64))
+    # Without a key the module reads no key columns (one built before that needs them whole).
+    k = n if key_id is not None or not getattr(_wire, "KEYLESS_COLUMNS", 0) else 0
+    cols = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(k, np.int8),
+            np.empty(k, np.uint64), np.empty(k, np.int64), np.empty(k, np.int64))
     timed = off_id is not None and dur_id is not None
     if not _wire.decode_events(line.data, n, *cols, timed, ids[0], ids[1], key_id is not None, ids[2], base_ps):
         return None
@@ -137,6 +140,9 @@ def intern_keys(data: bytes, mids: np.ndarray, kinds: np.ndarray, hashes: np.nda
     an event's string (kind 1) or else its metadata id. None when two different strings share a
     hash (the caller then takes the reference path)."""
     n = len(mids)
+    if len(kinds) != n:  # read without a key (empty key columns): every event is keyed by its metadata id
+        kinds, hashes = np.zeros(n, np.int8), np.zeros(n, np.uint64)
+        starts = lengths = np.zeros(n, np.int64)
     value = np.where(kinds == 1, hashes, mids.view(np.uint64))
     order = np.lexsort((value, kinds))  # stable: the first of each group is its first appearance
     sorted_kinds, sorted_values = kinds[order], value[order]

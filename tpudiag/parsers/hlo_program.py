@@ -26,6 +26,8 @@ from tpudiag.model.compiled import (
     memory_space_name,
 )
 from tpudiag.model.hlo_names import async_role as name_async_role
+from tpudiag.model.kernels import MosaicKernel
+from tpudiag.parsers import mosaic
 from tpudiag.model.hlo_names import collective_family
 from tpudiag.model.units import MAX_PLAUSIBLE_BYTES, MAX_PLAUSIBLE_TEXT
 
@@ -110,6 +112,27 @@ def _async_role(inst: Instruction) -> str:
     return ""
 
 
+def read_kernels(program: CompiledProgram) -> dict[str, MosaicKernel]:
+    """The program's Pallas kernels whose custom calls keep their body (`parsers.mosaic`), by
+    instruction name; one warning on the program per kernel that cannot be read, and one when
+    jaxlib is absent."""
+    kernels: dict[str, MosaicKernel] = {}
+    for inst in program.instructions.values():
+        if inst.opcode != "custom-call" or inst.custom_call_target != mosaic.KERNEL_TARGET:
+            continue
+        body = mosaic.body_of(inst.backend_config)
+        if body is None:
+            continue
+        try:
+            kernels[inst.name] = mosaic.read_kernel(body, len(inst.operands))
+        except mosaic.MlirMissing:
+            program.warnings.append(mosaic.MLIR_MISSING)
+            return {}
+        except mosaic.KernelUnreadable as exc:
+            program.warnings.append(f"`{inst.name}`: its Pallas kernel is not shown: {exc}")
+    return kernels
+
+
 def finish_program(program: CompiledProgram) -> CompiledProgram:
     """Fill the derived fields of every instruction and the async pairs, in place; return it."""
     by_comp: dict[str, list[Instruction]] = {}
@@ -143,6 +166,7 @@ def finish_program(program: CompiledProgram) -> CompiledProgram:
             inst, estimated_cycles=cycles, cycles_source=source, is_continuation=continuation,
             async_role=role, collective_family=_family(inst, continuation, role, family_in_body))
     program.async_pairs = tuple(_pair_async(program))
+    program.kernels = read_kernels(program)
     # A done often names nothing but its start (v5e: `async-collective-done`, an async-done
     # without its wrapped computation): take the start's family and wrapped opcode.
     for pair in program.async_pairs:

@@ -37,10 +37,16 @@ from tpudiag.parsers.input_files import read_input_text
 from tpudiag.parsers.layout import ShapeSyntaxError, parse_shape
 
 HLO_SUFFIX = ".after_optimizations.txt"
-BUFFER_SUFFIX = ".after_optimizations-buffer-assignment.txt"
-VALUES_SUFFIX = ".after_optimizations-buffer-assignment-values.txt"
-USAGE_SUFFIX = ".after_optimizations-memory-usage-report.txt"
-LIVE_RANGE_SUFFIX = ".after_optimizations-live-range.txt"
+# The optimised module of a dump is `<prefix>.after_optimizations.txt` on a TPU; XLA's CPU compiler
+# tags the stage `cpu_` (`<prefix>.cpu_after_optimizations.txt`), its GPU compiler the target
+# (`<prefix>.sm_9.0_gpu_after_optimizations.txt`). Side files carry the same tag: the stem (the
+# name less `after_optimizations.txt`) plus the side file's own ending.
+_HLO_FILE = re.compile(r"^(?P<prefix>.+?)\.(?:cpu_|sm_\d+\.\d+_gpu_|gfx\w+?_gpu_)?after_optimizations\.txt$")
+_STAGE = "after_optimizations.txt"
+BUFFER_SUFFIX = "after_optimizations-buffer-assignment.txt"
+VALUES_SUFFIX = "after_optimizations-buffer-assignment-values.txt"
+USAGE_SUFFIX = "after_optimizations-memory-usage-report.txt"
+LIVE_RANGE_SUFFIX = "after_optimizations-live-range.txt"
 OOM_SUFFIX = ".oom_intermediate_module.txt"  # written when the compile ran out of memory
 TARGET_SUFFIX = ".target_arguments.txt"
 
@@ -65,6 +71,17 @@ _NEXT_INST = re.compile(r"^\s+(?:ROOT\s+)?%[^\s=]+\s*=\s")
 _MAX_CONTINUATION = 10_000  # lines one instruction may continue on
 
 
+def is_hlo_file(name: str) -> bool:
+    """Whether a file name is a dump's optimised module (TPU, CPU or GPU compiler)."""
+    return _HLO_FILE.match(name) is not None
+
+
+def _module_prefix(name: str) -> str:
+    """`module_0001.jit_f` of an optimised module's file name (`is_hlo_file`)."""
+    m = _HLO_FILE.match(name)
+    return m.group("prefix") if m else name
+
+
 def load_hlo_dump(path: Path | str) -> CompiledDump:
     """Every optimised module in a `--xla_dump_to` directory (or one HLO text file).
 
@@ -76,8 +93,8 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
         raise InputError("no such file or directory", path=root)
     if root.is_file():
         program = load_hlo_text(root)
-        if root.name.endswith(HLO_SUFFIX):  # one module picked out of a dump: its side files still apply
-            _attach_side_files(program, root.parent, root.name[: -len(HLO_SUFFIX)])
+        if is_hlo_file(root.name):  # one module picked out of a dump: its side files still apply
+            _attach_side_files(program, root.parent, root.name)
         return CompiledDump(path=str(root), programs=[program])
     try:
         entries = sorted(root.iterdir())
@@ -85,7 +102,7 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
         raise InputError(f"cannot list directory ({exc.strerror or exc})", path=root) from exc
     # Not only regular files: a FIFO or device named like a dump is reported (and skipped) by
     # load_hlo_text's regular-file check rather than silently ignored.
-    hlo_files = [p for p in entries if not p.is_dir() and p.name.endswith(HLO_SUFFIX)]
+    hlo_files = [p for p in entries if not p.is_dir() and is_hlo_file(p.name)]
     if not hlo_files:
         raise InputError(f"no `*{HLO_SUFFIX}` files: not an XLA dump directory", path=root,
                          hint="compile with XLA_FLAGS=--xla_dump_to=DIR and pass that DIR")
@@ -93,14 +110,13 @@ def load_hlo_dump(path: Path | str) -> CompiledDump:
     dump = CompiledDump(path=str(root), programs=[])
     errors: list[InputError] = []
     for hlo in hlo_files:
-        prefix = hlo.name[: -len(HLO_SUFFIX)]
         try:
             program = load_hlo_text(hlo)
         except InputError as exc:
             errors.append(exc)
             dump.warnings.append(f"skipped {exc.one_line()}")
             continue
-        _attach_side_files(program, root, prefix, targets)
+        _attach_side_files(program, root, hlo.name, targets)
         dump.programs.append(program)
     if not dump.programs:
         raise errors[0]
@@ -464,14 +480,17 @@ def _int(value, default: int | None = 0):
         return default
 
 
-def _attach_side_files(program: CompiledProgram, root: Path, prefix: str,
+def _attach_side_files(program: CompiledProgram, root: Path, hlo_name: str,
                        targets: dict[str, Path] | None = None) -> None:
-    """Buffer assignment, memory usage and target of the module `prefix` in dump directory `root`
-    (`targets`: the directory's target files by prefix; None lists them, for one file given alone)."""
-    _attach(program, root / (prefix + BUFFER_SUFFIX), _set_allocations, "buffer assignment")
-    _attach(program, root / (prefix + VALUES_SUFFIX), _parse_total_bytes, "buffer values", limit=4096)
-    _attach(program, root / (prefix + USAGE_SUFFIX), _set_memory_spaces, "memory-usage report")
-    _attach(program, root / (prefix + LIVE_RANGE_SUFFIX), _set_live_ranges, "live ranges")
+    """Buffer assignment, memory usage and target of the module file `hlo_name` in dump directory
+    `root` (`targets`: the directory's target files by module prefix; None lists them, for one file
+    given alone)."""
+    stem = hlo_name[: -len(_STAGE)]  # `module_0001.jit_f.` or, from XLA's CPU compiler, `….cpu_`
+    prefix = _module_prefix(hlo_name)
+    _attach(program, root / (stem + BUFFER_SUFFIX), _set_allocations, "buffer assignment")
+    _attach(program, root / (stem + VALUES_SUFFIX), _parse_total_bytes, "buffer values", limit=4096)
+    _attach(program, root / (stem + USAGE_SUFFIX), _set_memory_spaces, "memory-usage report")
+    _attach(program, root / (stem + LIVE_RANGE_SUFFIX), _set_live_ranges, "live ranges")
     program.oom_recorded = (root / (prefix + OOM_SUFFIX)).is_file()
     if targets is None:
         try:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import secrets
+from collections.abc import Iterator
 
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding
@@ -120,6 +121,7 @@ def _head(report: Report) -> dict:
         "ops": [],
         "categories": [dataclasses.asdict(c) for c in report.categories],
         "programs": [dataclasses.asdict(p) for p in report.programs],
+        "kernels": [k.to_json() for k in report.kernels],
         "findings": [finding_to_dict(f) for f in report.findings],
         "rules_run": True,  # always: kept for the JSON contract (earlier builds could lack the rule engine)
         "rules_skipped": [dataclasses.asdict(r) for r in report.rules_skipped],
@@ -130,16 +132,28 @@ def _head(report: Report) -> dict:
 
 
 def render_json(report: Report) -> str:
-    """The report as indented JSON, each op row on one line: json's C encoder writes those, where
-    indenting them takes its pure-Python one (seconds on a pod's tens of thousands of rows).
+    """The report as indented JSON, each op row on one line (`json_pieces`, joined)."""
+    return "".join(json_pieces(report))
 
-    The rows are encoded one at a time, never all held as dicts: a pod's report has tens of thousands,
-    and the driver's memory must not grow with them more than their text does."""
+
+def json_pieces(report: Report) -> Iterator[str]:
+    """The report's JSON document in pieces, each op row on one line: json's C encoder writes those,
+    where indenting them takes its pure-Python one (seconds on a pod's tens of thousands of rows).
+
+    The rows are encoded one at a time and handed on as they are made, never all held as dicts or
+    as one text: a pod's report has tens of thousands (about 0.6 MB of JSON per host), and the
+    driver's memory must not grow with the number of hosts for them (`cli.outputs.emit` writes the
+    pieces as they come)."""
     doc = _head(report)
     marker = f"tpudiag-ops-{secrets.token_hex(16)}"  # no trace string can be this value
     doc["ops"] = marker
     before, after = json.dumps(doc, indent=2).split(json.dumps(marker), 1)
+    yield before
     if not report.ops:
-        return before + "[]" + after
-    rows = ",\n".join("    " + json.dumps(_flat_row(o)) for o in report.ops)
-    return "".join((before, "[\n", rows, "\n  ]", after))
+        yield "[]"
+    else:
+        yield "[\n"
+        for i, o in enumerate(report.ops):
+            yield ("    " if not i else ",\n    ") + json.dumps(_flat_row(o))
+        yield "\n  ]"
+    yield after

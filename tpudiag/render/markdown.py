@@ -18,7 +18,7 @@ from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
 from tpudiag.model.report import Breakdown, Mode, OpRow, Report, skips_by_reason
-from tpudiag.model.text import one_line, printable
+from tpudiag.model.text import one_line, printable, short_kernel_name, short_names
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 
@@ -175,7 +175,7 @@ def _summary(report: Report) -> list[str]:
         out.append("- Most chip time goes to " + "; ".join(parts) + ".")
     if report.ops:
         op = report.ops[0]
-        out.append(f"- The single most expensive operation is {code(op.name)} ({text(op.category)}), with "
+        out.append(f"- The single most expensive operation is {code(short_kernel_name(op.name))} ({text(op.category)}), with "
                    f"{fmt_pct(op.time_share)} of chip time.")
     out.append("")
     out.append("### Top problems")
@@ -253,9 +253,10 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     header = ["#"] + (["host"] if multi else []) + ["op", "category", label, "share", "FLOP util",
                                                     "HBM BW util", "FLOP/B", "bound by", "source"]
     rows = []
-    for i, op in enumerate(compute[:top], start=1):
+    names = short_names([op.name for op in compute[:top]])
+    for i, (op, name) in enumerate(zip(compute[:top], names), start=1):
         rows.append([str(i)] + ([code(op.host)] if multi else []) + [
-            code(op.name), text(op.category), _per_step(op), fmt_pct(op.time_share),
+            code(name), text(op.category), _per_step(op), fmt_pct(op.time_share),
             fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
             "-" if op.hbm_intensity is None else f"{op.hbm_intensity:,.3g}", text(op.bound_shown), code(op.source)])
     align = "r" + ("l" if multi else "") + "llrrrrrll"
@@ -267,6 +268,9 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
              "has neither; n/a is no rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
              "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
              "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
+    if names != [op.name for op in compute[:top]]:
+        intro += (" Long kernel names are shortened (template and call arguments as …, [N] tells alike ones "
+                  "apart); the JSON has them in full.")
     out = ["## Top ops", "", intro, ""] + table(header, rows, align)
     collectives = [op for op in report.ops if op.family]
     if collectives:
@@ -436,6 +440,19 @@ def _methods(report: Report, figures_note: str) -> list[str]:
     return out + [""]
 
 
+def kernels_section(report: Report) -> list[str]:
+    """The Pallas kernels, one list item per kernel (compiler figures)."""
+    if not report.kernels:
+        return []
+    out = ["## Pallas kernels", "", "Read from each kernel's serialised Mosaic body and the compiler's dumps "
+           "(static figures, not measured).", ""]
+    for k in report.kernels:
+        lines = k.lines()
+        out.append(f"- {code(k.op)}: {text(lines[0])}")
+        out += [f"  - {text(line)}" for line in lines[1:]]
+    return out + [""]
+
+
 def render_markdown(report: Report, figures: Mapping[str, tuple[str, str]] | None = None,
                     figures_note: str = "", top: int = TOP_OPS) -> str:
     """The markdown report. `figures` maps a figure key to (link relative to the report, alt text)."""
@@ -448,6 +465,7 @@ def render_markdown(report: Report, figures: Mapping[str, tuple[str, str]] | Non
     out += programs_section(report)
     out += categories_section(report, figures)
     out += _ops_section(report, figures, top)
+    out += kernels_section(report)
     out += _findings_section(report)
     out += memory_section(report.memory, figures)
     out += _hosts_section(report, figures)

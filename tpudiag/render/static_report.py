@@ -171,13 +171,14 @@ def render_static_diagnosis_terminal(report: Report, static: StaticReport | None
     """The static report's tables, then the rules' findings and every warning."""
     from rich.text import Text
 
-    from tpudiag.render.terminal import render_findings
+    from tpudiag.render.terminal import render_findings, render_kernels
 
     if static is not None:
         render_static_terminal(static, console, top=top)
     else:
         console.print(Text(f"tpudiag report  {report.summary.input_path}  (compiler dumps, no modelled timeline)",
                            style="bold"))
+    render_kernels(report, console)
     console.print()
     render_findings(report, console)
     shown = set(static.warnings[:5]) if static is not None else set()  # the static tables printed these

@@ -9,7 +9,7 @@ from rich.text import Text
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
 from tpudiag.model.report import Breakdown, Distribution, OpRow, Report, skips_by_reason
-from tpudiag.model.text import one_line
+from tpudiag.model.text import one_line, short_names
 from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 
@@ -137,11 +137,12 @@ def _ops_table(report: Report, top: int) -> Table:
     for col, wanted in (("padded", padding), ("spills", spills), ("cycles", cycles)):
         if wanted:
             t.add_column(col, justify="right")
-    for i, op in enumerate(shown, start=1):
+    names = short_names([op.name for op in shown])
+    for i, (op, name) in enumerate(zip(shown, names), start=1):
         row = [str(i)]
         if multi_host:
             row.append(escape(op.host))
-        row += [escape(op.name), escape(op.category), _per_step(op), fmt_pct(op.time_share),
+        row += [escape(name), escape(op.category), _per_step(op), fmt_pct(op.time_share),
                 str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
                 _intensity(op), escape(op.bound_shown)]
         if padding:
@@ -153,6 +154,9 @@ def _ops_table(report: Report, top: int) -> Table:
         t.add_row(*row)
     legend = ["share: of core time; occ: occurrences over cores and steps; n/a: no rate, or one above the peak "
               "(see the warnings); FLOP/B: FLOPs per HBM byte"]
+    if names != [op.name for op in shown]:
+        legend.append("op: long kernel names shortened (template and call arguments as …, [N] tells alike ones "
+                      "apart); full names in --format json")
     if any(op.bound_shown.endswith("*") for op in shown):
         ridge = report.summary.ridge_flops_per_byte
         legend.append("*: the bytes async copies brought into VMEM for it counted as its HBM bytes (modelled from "
@@ -217,7 +221,7 @@ EVIDENCE_ROWS = 4
 def _saving_line(f: Finding) -> str:
     explanation = one_line(f.saving.explanation)
     if f.saving.ps > 0:
-        return f"   saving ≤ {fmt_time(f.saving.ps)} per step ({f.saving.basis}: {explanation})"
+        return f"   saving ≤ {saving_amount(f.saving)} ({f.saving.basis}: {explanation})"
     if f.saving.bytes > 0:
         return f"   saving ≤ {saving_amount(f.saving)} ({f.saving.basis}: {explanation})"
     return f"   saving: not estimated ({explanation})"
@@ -256,6 +260,18 @@ def render_findings(report: Report, console: Console) -> None:
     console.print(_findings(report))
 
 
+def render_kernels(report: Report, console: Console) -> None:
+    """The Pallas kernels: grid, blocks, VMEM and what the LLO dump says (compiler figures)."""
+    if not report.kernels:
+        return
+    console.print()
+    console.print(Text("Pallas kernels (compiler figures, static)", style="bold"))
+    for k in report.kernels:
+        console.print(Text(f"  `{one_line(k.op)}`"))
+        for line in k.lines():
+            console.print(Text(f"    {one_line(line)}"))
+
+
 def render_terminal(report: Report, console: Console, top: int = 15) -> None:
     console.print(_header(report))
     s = report.summary
@@ -281,6 +297,7 @@ def render_terminal(report: Report, console: Console, top: int = 15) -> None:
         if collectives is not None:
             console.print()
             console.print(collectives)
+    render_kernels(report, console)
     console.print()
     console.print(_findings(report))
     if report.failures:

@@ -26,6 +26,7 @@ from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.findings import Finding, Severity
 from tpudiag.model.grouping import group_sums
 from tpudiag.model.memory import ProgramMemory
+from tpudiag.model.profile import DeviceInfo, Platform
 from tpudiag.model.units import number_problem
 
 DOC_SECTIONS = ("What it does", "Why it matters", "Evidence", "How to fix", "Savings estimate", "Known limits",
@@ -313,3 +314,12 @@ def op_events(analysis: Analysis, names) -> pd.DataFrame:
                          "step": table["step"].to_numpy()[wanted],
                          "name": categories[codes[wanted]],
                          "self_ps": table["self_ps"].to_numpy()[wanted]})
+
+
+def health_tool(device: DeviceInfo) -> str:
+    """The command that shows a device's health and clocks: `tpu-info`, `nvidia-smi`, `amd-smi`."""
+    if device.platform is Platform.GPU:
+        vendor = device.gpu.vendor if device.gpu is not None else ""
+        return {"AMD": "`amd-smi metric`", "NVIDIA": "`nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE`"}.get(
+            vendor, "`nvidia-smi` or `amd-smi`")
+    return "`tpu-info`" if device.platform is Platform.TPU else "the machine's monitoring"

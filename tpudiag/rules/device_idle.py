@@ -132,7 +132,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     cause_ps = worst.causes_ps.get(cause, 0.0) + (worst.io_ps if cause == "input" else 0.0)
     of_idle = f" ({fmt_pct(cause_ps / waited)} of it)" if cause != "unexplained" and waited else ""
     on = f"`{worst.host}`" if len(hosts) > 1 else f"the {ctx.analysis.platform.cores_word}"
-    period = (f"the {fmt_time(worst.period_ps)} capture" if tables.whole_capture
+    period = (fmt_time(worst.period_ps) if tables.whole_capture  # the least idle core's own window
               else period_text(ctx.analysis, worst))
     message = (f"{on} idle {fmt_time(waited)} of {period} ({fmt_pct(share)}, "
                f"{where}{basis_note(ctx.analysis, worst)}): {_LABEL[shown]}{of_idle}")
@@ -144,7 +144,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         message += f"; {len(flagged)} of {len(hosts)} hosts idle at least {fmt_pct(options.min_idle_share)}"
     evidence = []
     for h in sorted(flagged, key=lambda h: (-(h.idle_ps + h.io_ps), h.host)):
-        values = [("idle per step", fmt_time(h.idle_ps)), ("share", fmt_pct(h.idle_ps / h.period_ps)),
+        values = [("idle in the capture" if tables.whole_capture else "idle per step", fmt_time(h.idle_ps)),
+                  ("share", fmt_pct(h.idle_ps / h.period_ps)),
                   ("steps", str(h.n_steps))]
         if tables.executions:
             values.append(("between executions", fmt_time(h.between_ps)))
@@ -167,7 +168,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         evidence.append(Evidence(f"step {step}", (("idle", fmt_time(idle)), ("share", fmt_pct(idle / period)))))
     saving = Saving(int(round(waited)), Basis.MEASURED,
                     f"idle {'in the capture' if tables.whole_capture else 'per step'} on `{worst.host}`, the host "
-                    "with the most; an upper bound")
+                    "with the most; an upper bound", per="capture" if tables.whole_capture else "step")
     return [Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message, saving=saving,
                     fix=FIXES[shown], evidence=tuple(evidence), host=worst.host if len(hosts) == 1 else "")]
 

@@ -6,7 +6,9 @@ Measures, for every async collective window (start to done, from the `Async XLA 
 from start/done pairs) and every synchronous collective, the time not covered by compute ops on
 the same core, and reports it per collective family, per op and per step. Each window is
 classified with XProf's thresholds: hidden when at least `hidden_threshold` of it is covered,
-exposed when at most `exposed_threshold` is, partial otherwise.
+exposed when at most `exposed_threshold` is, partial otherwise. On a GPU a collective is its
+library's kernel (NCCL, RCCL; an XLA `*-start` op's, or one named by its kernel): the kernel's span
+is the window, and compute kernels on the GPU's other streams cover it.
 
 Why it matters
 --------------
@@ -20,7 +22,8 @@ Evidence
 Per family and per op: hidden/partial/exposed counts, covered fraction and exposed time per
 step; per op also the bytes each device sends over ICI (modelled from payload, group and ring
 algorithm), its group, the achieved ICI bandwidth and its share of the chip's ICI peak, and
-whether it is latency-bound (its bytes would cross at peak in under the fixed latency); the two
+whether it is latency-bound (its bytes would cross at peak in under the fixed latency; on a GPU
+only the bytes and the group, no link figures); the two
 worst steps. Windows whose names carry a double numeric suffix
 (`all-gather-start.1.0`) are counted: XProf's `analyze_async_overlap` does not recognise them as
 async ops and reports them as hidden. With the compiled HLO (`--dumps DIR` of an XLA dump, or
@@ -42,6 +45,11 @@ fusions) stay synchronous even on v5e, where all-gathers are async by default: m
 async windows with no compute inside: give the scheduler independent work to place between
 start and done (start the collective earlier, prefetch the next layer's weights, split it).
 
+On a GPU: XLA runs async collectives on their own stream, and its latency-hiding scheduler
+places compute beside them (`XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true`;
+`JAX_ENABLE_PGLE=yes` gives it measured costs); one it finds nothing to place beside runs on the
+compute stream, exposed. `--xla_gpu_disable_async_collectives` makes them synchronous.
+
 Bad: `all-gather-start.3` immediately followed by `all-gather-done.3`, 1.2 ms per step.
 Good: the same all-gather overlapping the previous layer's matmul, 0.05 ms exposed.
 
@@ -53,7 +61,8 @@ averaged over steps. An upper bound: hiding a collective can stretch the compute
 
 Known limits
 ------------
-Coverage counts compute ops on the same core only (not SparseCore or DMA engines) and excludes
+Coverage counts compute ops on the same core (a GPU: any of its streams) only (not SparseCore
+or DMA engines, nor a GPU's memory copies) and excludes
 other collectives, unlike XProf, which counts every non-async op. Deliberately unlike XProf's
 `analyze_async_overlap`, a container op (`while`, `call`, `conditional`: any op with ops nested
 in it) is not compute: its body is. XProf counts the enclosing `while` as covering every window
@@ -87,7 +96,8 @@ import pandas as pd
 from tpudiag.analysis.host_compare import find_straggler, host_stats
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.hardware import chip_for, smallest_topology
-from tpudiag.model.profile import CollectiveClasses, WindowThresholds
+from tpudiag.model.hlo_names import library_collective
+from tpudiag.model.profile import CollectiveClasses, Platform, WindowThresholds
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, StepBasis, Table, per_step_worst_core,
                                 per_step_worst_core_by, step_basis)
@@ -168,6 +178,13 @@ def _generation(analysis) -> str:
     return chip.generation if chip else ""
 
 
+def _library(analysis) -> str:
+    """The collective library a GPU's kernels come from: RCCL on AMD, NCCL on NVIDIA."""
+    gpu = analysis.profile.hosts[0].device.gpu
+    vendor = gpu.vendor if gpu is not None else ""
+    return {"AMD": "RCCL", "NVIDIA": "NCCL"}.get(vendor, "NCCL/RCCL")
+
+
 def _names(names: list[str], limit: int = 3) -> str:
     shown = ", ".join(f"`{n}`" for n in names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
@@ -183,8 +200,39 @@ def whatif_hint(generation: str) -> str:
 
 REDUCING = ("all-reduce", "reduce-scatter")  # synchronous at entry level even on v5e (async all-gathers)
 
+# XLA's GPU scheduler moves async collectives so they overlap compute kernels (NVIDIA JAX-Toolbox's
+# and JAX's GPU performance tips); an async collective it finds nothing to place beside runs on the
+# compute stream (openxla/xla#14397). Profile-guided latency estimation feeds it measured costs.
+GPU_SCHEDULER_FLAG = "XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true"
+GPU_PGLE = "JAX_ENABLE_PGLE=yes"
+SHRINK = ("shrink them (bf16 gradients, fewer and larger buckets) or reduce less often (accumulate over "
+          "microbatches)")
 
-def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
+
+def _gpu_fix(kind: str, families: str, frame: pd.DataFrame) -> str:
+    """The fix on a GPU: XLA's GPU scheduler and flags, no TPU flag or generation."""
+    if kind == "sync":
+        reducing = [f for f in REDUCING if f in set(frame["family"])]
+        fix = (f"let XLA run the {families} collectives asynchronously, on a stream of their own beside compute: "
+               "compile with "
+               f"`{GPU_SCHEDULER_FLAG}` and without `--xla_gpu_disable_async_collectives`")
+        return fix + (f"; {' and '.join(f + 's' for f in reducing)}: {SHRINK}" if reducing else "")
+    adjacent = int(frame["n_adjacent"].sum())
+    if all(library_collective(str(n)) for n in frame["name"].unique()):  # launched outside XLA: no XLA flag helps
+        return (f"start the {families} earlier, while compute kernels still run on the other streams (e.g. "
+                "reduce gradients in buckets as the backward pass produces them)")
+    if adjacent:
+        return (f"no compute kernel starts on another stream during {adjacent} of the collective kernels left "
+                "exposed: give XLA's scheduler measured costs and room to overlap them "
+                f"(`{GPU_SCHEDULER_FLAG}`, `{GPU_PGLE}`), or start the {families} earlier")
+    return f"start the {families} earlier or split it so more compute kernels overlap it (`{GPU_SCHEDULER_FLAG}`)"
+
+
+def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str, platform: Platform = Platform.TPU) -> str:
+    if platform is Platform.GPU:
+        return _gpu_fix(kind, families, frame)
+    if kind == "sync" and platform is not Platform.TPU:
+        return f"overlap the {families} with independent compute or make them smaller: {SHRINK}"
     if kind == "sync":
         present = set(frame["family"])
         parts = []
@@ -205,8 +253,7 @@ def _fix(kind: str, families: str, frame: pd.DataFrame, generation: str) -> str:
         reducing = [f for f in REDUCING if f in present]
         if reducing:
             parts.append(f"{' and '.join(f + 's' for f in reducing)} stay synchronous at entry level even on v5e, "
-                         "where all-gathers are async: shrink them (bf16 gradients, fewer and larger buckets) or "
-                         "reduce less often (accumulate over microbatches)")
+                         f"where all-gathers are async: {SHRINK}")
         return "; ".join(parts)
     adjacent = int(frame["n_adjacent"].sum())
     if adjacent:
@@ -220,8 +267,9 @@ def _class_counts(frame: pd.DataFrame) -> str:
     return f"{int(frame['n_hidden'].sum())}/{int(frame['n_partial'].sum())}/{int(frame['n_exposed'].sum())}"
 
 
-def _ici_facts(ops: pd.DataFrame) -> dict[str, tuple[tuple[str, str], ...]]:
-    """Per collective op: what it sends over ICI (`analysis.ops`), as evidence values."""
+def _ici_facts(ops: pd.DataFrame, tpu: bool = True) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Per collective op: what it sends over ICI (`analysis.ops`), as evidence values. Off a TPU there
+    is no ICI: the modelled bytes per device and the group stay, when the bytes are known."""
     out: dict[str, tuple[tuple[str, str], ...]] = {}
     if ops.empty or "ici_bytes" not in ops.columns:
         return out
@@ -230,6 +278,10 @@ def _ici_facts(ops: pd.DataFrame) -> dict[str, tuple[tuple[str, str], ...]]:
         if name in out or not r.occurrences:
             continue
         group = f"{r.group_size}" + (" (assumed)" if r.group_source == "assumed" else "")
+        if not tpu:
+            if r.ici_bytes > 0:
+                out[name] = (("bytes/device", fmt_bytes(r.ici_bytes / r.occurrences)), ("group", group))
+            continue
         bw = None if pd.isna(r.ici_bw) else float(r.ici_bw)
         share = None if pd.isna(r.ici_utilization) else float(r.ici_utilization)
         values = [("bytes/device", fmt_bytes(r.ici_bytes / r.occurrences)), ("group", group),
@@ -299,6 +351,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     basis = step_basis(analysis)
     scale = SeverityScale(options.high_share, options.medium_share)
     generation = _generation(analysis)
+    platform = analysis.platform
     facts = schedule_facts(compiled_programs(ctx))
     hosts = analysis.profile.hosts
     findings = []
@@ -333,6 +386,11 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                             + (f" (the default on {generation})" if generation in SYNC_BY_DEFAULT else ""))
             elif generation in SYNC_BY_DEFAULT:
                 message += f"; XLA leaves collectives synchronous on {generation} by default"
+        elif platform is Platform.GPU:  # each window is a library kernel, covered by other streams' kernels
+            message = (f"async {_library(analysis)} collective kernels leave {fmt_time(exposed)}{per} exposed "
+                       f"({fmt_pct(share)} of {step_text}): {by_family}; {int(g['n'].sum())} kernels: "
+                       f"{int(g['n_exposed'].sum())} exposed, {int(g['n_partial'].sum())} partial, "
+                       f"{int(g['n_hidden'].sum())} hidden by compute on other streams")
         else:
             message = (f"async collective windows leave {fmt_time(exposed)}{per} exposed ({fmt_pct(share)} of "
                        f"{step_text}): {by_family}; {int(g['n'].sum())} windows: {int(g['n_exposed'].sum())} "
@@ -357,9 +415,9 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message,
             saving=Saving(int(round(exposed)), Basis.MEASURED, explanation),
-            fix=_fix(kind, families, g, generation),
+            fix=_fix(kind, families, g, generation, platform),
             evidence=_evidence(coll, op_steps[op_steps["kind"] == kind], basis, options, facts,
-                               _ici_facts(analysis.ops)),
+                               _ici_facts(analysis.ops, tpu=platform is Platform.TPU)),
             host=hosts[0].host if len(hosts) == 1 else "", ops=top_ops))
     return findings
 

@@ -22,6 +22,12 @@ How to fix
 Reduce the live vector state: smaller Pallas block sizes, fewer values kept live across a loop,
 splitting a fusion whose intermediates do not fit in the 64 vector registers.
 
+On a Pallas matmul kernel whose serialised body is at hand (`parsers.mosaic`), the finding names its
+blocks (bm x bk x bn) and the fix names the block dim whose halving shrinks one grid step's vector
+tiles most (A bm x bk, B bk x bn, the f32 product bm x bn), keeping it a multiple of 128, with the
+`lab tune MODULE:FN --param` command that compiles both deviceless: fewer live bytes do not promise
+fewer spills (the compiler decides), so the fix says what halves and how to check.
+
 Bad: a Pallas kernel with 1024-row f32 blocks kept live: 82 spills.
 Good: the same kernel with 256-row blocks: 0 spills.
 
@@ -54,6 +60,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
+from tpudiag.model.kernels import halving
 from tpudiag.model.llo import LloDump
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, StepBasis, Table, op_events,
@@ -125,6 +132,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         fraction = min(1.0, (rec.spills + rec.fills) / rec.bundles) if rec.bundles else 0.0
         candidates.append((self_per_step * fraction, self_per_step, rec, fraction))
     candidates.sort(key=lambda c: (-c[0], -c[1], -(c[2].spills + c[2].fills), c[2].op))
+    kernels = {name: k for p in ctx.compiled.programs for name, k in p.kernels.items()}
     findings = []
     for saving, self_per_step, rec, fraction in candidates[:options.max_findings]:
         step_share = saving / basis.step_ps if basis.step_ps else 0.0
@@ -148,10 +156,19 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         if owner:
             values.append(("runs inside", owner))
         values.append(("self time/step", fmt_time(self_per_step)))
+        fix = "reduce live vector state: smaller block sizes or fewer values live across the loop"
+        kernel = kernels.get(rec.op)
+        if kernel is not None:
+            values.append(("kernel", kernel.describe()))
+            half = halving(kernel)
+            if half is not None:
+                message += f"; Pallas `{kernel.name}` blocks bm x bk x bn {'x'.join(map(str, kernel.matmul_blocks))}"
+                fix = (f"smaller blocks: {half.text()}; compare candidates deviceless with `tpudiag lab tune "
+                       f"MODULE:FN --param {half.dim.replace('block_', 'b')}={half.after},{half.before}`")
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity) if rec.bundles else Severity.LOW,
             message=message, saving=Saving(int(round(saving)), Basis.COMPILER_ESTIMATE, explanation),
-            fix="reduce live vector state: smaller block sizes or fewer values live across the loop",
+            fix=fix,
             evidence=(Evidence(rec.op, tuple(values)),),
             host=analysis.profile.hosts[0].host if timed and len(analysis.profile.hosts) == 1 else "",
             ops=(rec.op, owner) if owner else (rec.op,)))

@@ -63,8 +63,9 @@ from dataclasses import dataclass
 from tpudiag.analysis.core_balance import core_work, slow_cores
 from tpudiag.analysis.host_compare import find_straggler, host_stats, op_time_per_step
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
+from tpudiag.model.profile import Platform
 from tpudiag.model.units import fmt_pct, fmt_time
-from tpudiag.rules.base import LagBand, Rule, RuleContext, RuleInput, SeverityScale, Table
+from tpudiag.rules.base import LagBand, Rule, RuleContext, RuleInput, SeverityScale, Table, health_tool
 
 CODE = "TPD107"
 NAME = "straggler-host"
@@ -133,8 +134,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             ("waiting in collectives/step", fmt_time(waiting)),
             ("attributed to", f"{slow.host} (not their own problem)"))))
     if causes:
-        fix = (f"find why `{causes[0][1]}` is slower on `{slow.host}`: check that host's chips (health, clocks, "
-               "throttling) and that it runs the same compiled program")
+        device = analysis.profile.hosts[0].device
+        units = "GPUs" if device.platform is Platform.GPU else "chips"
+        fix = (f"find why `{causes[0][1]}` is slower on `{slow.host}`: check that host's {units} (health, clocks, "
+               f"throttling: {health_tool(device)}) and that it runs the same compiled program")
     elif idle_extra > 0 or io_extra > 0:
         fix = f"look at `{slow.host}`'s input pipeline and host load: it feeds its devices late"
     else:

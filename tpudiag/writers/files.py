@@ -134,14 +134,19 @@ def write_text(path: Path, body: str) -> None:
         fh.write(body)
 
 
-def write_output(output: Path | None, body: str) -> None:
-    """`body` to stdout when `output` is None, else to the file, atomically."""
+def write_output(output: Path | None, body: str | Iterable[str]) -> None:
+    """`body` (a text, or a text in pieces written as they come) to stdout when `output` is None,
+    else to the file, atomically."""
+    pieces = (body,) if isinstance(body, str) else body
     if output is None:
         import sys
 
-        sys.stdout.write(body)
+        for piece in pieces:
+            sys.stdout.write(piece)
     else:
-        write_text(output, body)
+        with atomic_open(output) as fh:
+            for piece in pieces:
+                fh.write(piece)
 
 
 def check_new_logdir(logdir: Path, own_run: str) -> None:

@@ -11,19 +11,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from tpudiag.kernels_lab.problems import collective, datamove, elementwise, matmul, multi_output, reduction, transpose
+from tpudiag.kernels_lab.problems import (collective, datamove, elementwise, matmul, multi_output, pallas, reduction,
+                                         transpose)
 from tpudiag.kernels_lab.tiling import BlockSizeError
 
 # Family name -> its Problem class; the names `spec.json` and `repro.py` use.
 PROBLEMS: dict[str, type] = {
     "matmul": matmul.Problem, "reduction": reduction.Problem, "elementwise": elementwise.Problem,
     "transpose": transpose.Problem, "multi_output": multi_output.Problem, "datamove": datamove.Problem,
-    "collective": collective.Problem,
+    "collective": collective.Problem, "pallas": pallas.Problem,
 }
+# Families the lab reproduces with a kernel of its own (`kernels_lab.<family>`); `pallas` is the
+# user's own kernel, tuned through their function (`lab tune MODULE:FN`).
+KERNEL_FAMILIES = tuple(f for f in PROBLEMS if f != "pallas")
 FAMILIES = tuple(PROBLEMS)
 
 AnyProblem = (matmul.Problem | reduction.Problem | elementwise.Problem | transpose.Problem | multi_output.Problem
-              | datamove.Problem | collective.Problem)
+              | datamove.Problem | collective.Problem | pallas.Problem)
 
 
 class KernelProblem(Protocol):

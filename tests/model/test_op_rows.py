@@ -1,0 +1,39 @@
+"""`OpRows`, the report's op rows made when read, reads like the tuple of rows it replaced."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tpudiag.model.report import OpRow, OpRows
+
+
+def _row(i: int) -> OpRow:
+    values = {f.name: 0 for f in dataclasses.fields(OpRow) if f.default is dataclasses.MISSING}
+    return OpRow(**{**values, "host": "h", "name": f"fusion.{i}", "category": "", "program": "", "bound_by": "",
+                    "family": "", "shape_with_layout": "", "source": "", "tf_op": "", "self_time_ps": 100 - i})
+
+
+def _rows(n: int, calls: list | None = None) -> OpRows:
+    def make(start: int, stop: int) -> list[OpRow]:
+        if calls is not None:
+            calls.append((start, stop))
+        return [_row(i) for i in range(start, stop)]
+    return OpRows(n, make)
+
+
+def test_rows_read_like_a_tuple(monkeypatch):
+    monkeypatch.setattr(OpRows, "BLOCK", 3)
+    calls: list = []
+    rows, expected = _rows(7, calls), tuple(_row(i) for i in range(7))
+    assert len(rows) == 7 and bool(rows) and not _rows(0)
+    assert list(rows) == list(expected)
+    assert calls == [(0, 3), (3, 6), (6, 7)]  # made a block at a time, in order
+    assert rows[0] == expected[0] and rows[-1] == expected[-1] and rows[4] == expected[4]
+    assert rows[2:5] == expected[2:5] and rows[::2] == expected[::2] and rows[5:2] == ()
+    assert rows == expected and expected == rows and rows != expected[:-1] and rows == _rows(7)
+    assert hash(rows) == hash(expected)
+    for bad in (7, -8):
+        with pytest.raises(IndexError):
+            rows[bad]
