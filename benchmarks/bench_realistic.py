@@ -15,6 +15,9 @@ benchmarks/out/ (ignored by git):
   between them and no `Steps` line; copy-start/done pairs (host offload) paired from names.
   About 500 k events.
 - `pod16`: 16 hosts of 4 v6e chips each, ~250 k events per host (the training step, shorter).
+- `train16`: 16 hosts of `train` (symbolic links to its one file, so no disk is spent; the report
+  renames the repeated hostname): about 31 M events, 1.3 GB, the pod of issue 34's check. xprof is
+  not run on it (its copy would take 1.3 GB of disk and minutes).
 
 Each tool runs in its own process; memory is the peak of the resident set summed over the process
 and its children, sampled every 50 ms from /proc (see bench_report.py). xprof runs cold on a copy
@@ -23,7 +26,9 @@ With `--repeat N` (default 3) the two tools run N times each, in turn, so that a
 machine hits both alike; the table on stdout gives the median wall and CPU time and the largest
 peak of each, side by side (`--json FILE` keeps every figure). Below it, issue 34's checks on one
 host of `train` print as PASS / FAIL lines (SKIP without xprof): at most 1.5 s and 600 MiB, and at
-least 10x faster than xprof in wall time, from the same run's medians.
+least 10x faster than xprof in wall time, from the same run's medians; and on `train16`, at most
+12 s (median wall) with no process above 1.5 GB (the largest peak of any one process: the driver
+or a pool worker).
 
 `--host-scaling 1,4,16,64` instead runs `tpudiag report` on 1, 4, 16 and 64 hosts of `pod16`
 (run directories of links to its files; past 16 the files are linked again under other names),
@@ -31,7 +36,7 @@ with `--jobs 1` (one process: the driver is all there is) and with the default p
 wall time, peak memory over the process tree and the driver's own peak for each count: how the
 cost grows with the number of hosts.
 
-Usage: python benchmarks/bench_realistic.py [--only train,infer,pod16] [--skip-xprof] [--repeat N]
+Usage: python benchmarks/bench_realistic.py [--only train,infer,pod16,train16] [--skip-xprof] [--repeat N]
        [--json FILE] [--tpudiag-args "--jobs 1"] [--host-scaling 1,4,16]
 """
 
@@ -134,9 +139,10 @@ def infer_design(hostname: str, n_chips: int, n_steps: int) -> CaptureDesign:
                          step_gap_ps=150 * US)  # the host prepares the next request: the chip is idle
 
 
-def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int, float, float]:
+def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int, float, float, float]:
     """(wall s, peak RSS GB over the process tree, exit code, CPU s of the process tree, peak RSS GB
-    of the command's own process: the driver, which gathers every host's results).
+    of the command's own process: the driver, which gathers every host's results; the largest peak
+    RSS GB of any one process of the tree: the driver or a pool worker).
 
     On a shared machine the wall time moves with the other users' load; the CPU time (user +
     system) much less, so both are printed. Pool workers are grandchildren (a forkserver's), so
@@ -147,12 +153,13 @@ def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int,
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, **(env or {})})
-    peak = driver = 0
+    peak = driver = largest = 0
     cpu_ticks: dict[int, int] = {}
     while proc.poll() is None:
         tree = process_tree(proc.pid)  # one /proc walk gives both: the sum's peak and each pid's CPU
         peak = max(peak, sum(rss for rss, _ in tree.values()))
         driver = max(driver, tree.get(proc.pid, (0, 0))[0])
+        largest = max([largest, *(rss for rss, _ in tree.values())])
         for pid, (_, ticks) in tree.items():
             cpu_ticks[pid] = max(cpu_ticks.get(pid, 0), ticks)
         time.sleep(0.05)
@@ -161,7 +168,7 @@ def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int,
     direct = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     hz = os.sysconf("SC_CLK_TCK")
     others = sum(t for pid, t in cpu_ticks.items() if pid != proc.pid) / hz
-    return wall, peak / 1e6, proc.returncode, direct + others, driver / 1e6
+    return wall, peak / 1e6, proc.returncode, direct + others, driver / 1e6, largest / 1e6
 
 
 def _events(path: Path) -> int:
@@ -187,12 +194,27 @@ def _generate(name: str, designs) -> Path:
     return run_dir
 
 
+def _linked(name: str, source: Path, hosts: int) -> Path:
+    """OUT/name/plugins/profile/run holding `hosts` symbolic links to the one host file of `source`."""
+    [host] = sorted(source.glob("*.xplane.pb"))
+    events = json.loads((source / ".complete").read_text())["events"]
+    run_dir = OUT / name / "plugins" / "profile" / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    for i in range(hosts):
+        (run_dir / f"host{i:02d}.xplane.pb").symlink_to(host.resolve())
+    (run_dir / ".complete").write_text(json.dumps({"events": events * hosts}))
+    return run_dir
+
+
 CAPTURES = {
     "train": lambda: _generate("train_2m", [train_design("train-host0", 2, 1_670)]),
     "infer": lambda: _generate("infer_500k", [infer_design("infer-host0", 2, 2_000)]),
     "pod16": lambda: _generate("pod16_250k", [train_design(f"pod-host{h:02d}", 4, 106, first_chip=4 * h)
                                               for h in range(16)]),
+    "train16": lambda: _linked("train16_2m", CAPTURES["train"](), 16),
 }
+NO_XPROF = {"train16"}  # 16 copies of 82 MB for xprof: 1.3 GB of disk and minutes, for no check
 
 
 def _xprof(run_dir: Path, bindir: Path) -> tuple[float, float, int, float]:
@@ -245,13 +267,17 @@ def _summary(runs: list[tuple], driver: bool) -> dict:
            "all_wall_s": [round(r[0], 2) for r in runs]}
     if driver:
         out["driver_peak_rss_gb"] = round(max(r[4] for r in runs), 2)
+        out["largest_process_rss_gb"] = round(max(r[5] for r in runs), 2)
     return out
 
 
-# Issue 34's checks on one host of the training capture, from one run of this benchmark (medians).
+# Issue 34's checks on one host of the training capture, and on 16 of them, from one run of this
+# benchmark (medians).
 ONE_HOST_MAX_WALL_S = 1.5
 ONE_HOST_MAX_PEAK_MIB = 600
 ONE_HOST_MIN_XPROF_RATIO = 10.0
+POD_MAX_WALL_S = 12.0
+POD_MAX_PROCESS_GB = 1.5
 
 
 def one_host_checks(runs: list[tuple], xruns: list[tuple]) -> list[dict]:
@@ -270,13 +296,23 @@ def one_host_checks(runs: list[tuple], xruns: list[tuple]) -> list[dict]:
     return out
 
 
+def pod_checks(runs: list[tuple]) -> list[dict]:
+    """Pass/fail of the 16-host checks: the median wall time and the largest peak of any one process."""
+    wall = statistics.median(r[0] for r in runs)
+    largest = max(r[5] for r in runs)
+    return [{"check": f"tpudiag wall time at most {POD_MAX_WALL_S:.0f} s", "value": f"{wall:.2f} s",
+             "pass": wall <= POD_MAX_WALL_S, "scope": "16 hosts"},
+            {"check": f"no process above {POD_MAX_PROCESS_GB} GB", "value": f"{largest:.2f} GB at most",
+             "pass": largest <= POD_MAX_PROCESS_GB, "scope": "16 hosts"}]
+
+
 def check_lines(results: dict) -> str:
     """One line per check: PASS, FAIL or SKIP, what was checked and the measured value."""
     lines = []
     for name, row in results.items():
         for c in row.get("checks", []) if isinstance(row, dict) else []:
             verdict = "SKIP" if c["pass"] is None else "PASS" if c["pass"] else "FAIL"
-            lines.append(f"{verdict} {name} (one host): {c['check']}: {c['value']}")
+            lines.append(f"{verdict} {name} ({c.get('scope', 'one host')}): {c['check']}: {c['value']}")
     return "\n".join(lines)
 
 
@@ -297,7 +333,7 @@ def table(results: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="train,infer,pod16")
+    parser.add_argument("--only", default="train,infer,pod16,train16")
     parser.add_argument("--skip-xprof", action="store_true")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each tool, taken in turn; medians are shown")
     parser.add_argument("--json", type=Path, help="also write every figure as JSON to this file")
@@ -325,7 +361,7 @@ def main() -> None:
         runs, xruns = [], []
         for _ in range(args.repeat):  # in turn, so a slow moment of the machine hits both tools alike
             runs.append(measure(cmd, env))
-            if not args.skip_xprof:
+            if not args.skip_xprof and name not in NO_XPROF:
                 xruns.append(_xprof(run_dir, bindir))
         row["tpudiag"] = _summary(runs, driver=True)
         if xruns:
@@ -336,6 +372,8 @@ def main() -> None:
                                                   / row["tpudiag"]["cpu_s"], 1)
         if len(files) == 1 and name == "train":
             row["checks"] = one_host_checks(runs, xruns)
+        if name == "train16":
+            row["checks"] = pod_checks(runs)
         results[name] = row
         print(json.dumps({name: row}), file=sys.stderr)
     results["loadavg_after"] = os.getloadavg()[0]
