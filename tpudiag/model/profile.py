@@ -23,6 +23,11 @@ class Platform(StrEnum):
         """What rules call the units that run ops: `TensorCores`, `GPUs`, `XLA CPU threads`."""
         return {"TPU": "TensorCores", "GPU": "GPUs", "CPU": "XLA CPU threads"}[self.value]
 
+    @property
+    def core_word(self) -> str:
+        """What a finding calls one unit in passing (`each core's`, `the other 3 GPUs`): a GPU is a GPU."""
+        return "GPU" if self is Platform.GPU else "core"
+
 
 class PeaksSource(StrEnum):
     """Where a host's peak FLOP/s and HBM bandwidth come from; the value is what reports print."""

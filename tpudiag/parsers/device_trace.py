@@ -641,7 +641,7 @@ class _HostBuilder:
         n = len(cols["start_ps"])
         cols["host"] = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[self.host])
         cols["step"] = np.full(n, -1, dtype=np.int64)
-        return schemas.EVENTS.frame(cols)
+        return schemas.EVENTS.frame(cols, owned=True)  # every column made just above
 
     def op_metadata(self) -> pd.DataFrame:
         rows = list(self.meta_rows.values())
