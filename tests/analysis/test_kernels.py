@@ -53,3 +53,15 @@ def test_every_renderer_shows_the_kernel():
     md = render_markdown(report)
     assert "## Pallas kernels" in md and "grid (4,4,4)" in md and "2,741 static bundles" in md
     assert "scoped VMEM 4.34 MiB of the 16 MiB scoped limit" in md
+
+
+def test_the_op_detail_carries_the_kernel():
+    """The TUI's op detail (and its markdown export) shows the kernel of the op it opens."""
+    from tpudiag.analysis.drilldown import find_op, op_detail
+    from tpudiag.tui.export import op_detail_md
+
+    d = tpudiag.diagnose(MODELS / "captures" / "pallas_matmul_v5e")
+    detail = op_detail(d.analysis, d.report, find_op(d.report, "shard_map.19"))
+    assert detail.kernel is not None and detail.kernel.kernel.grid == (4, 4, 4)
+    md = op_detail_md(detail)
+    assert "- Pallas kernel:" in md and "grid (4,4,4)" in md and "scoped VMEM 4.34 MiB" in md

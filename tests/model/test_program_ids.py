@@ -32,3 +32,9 @@ def test_signed_and_unsigned_readings_round_trip(pid):
 @pytest.mark.parametrize("value", [1 << 64, -(1 << 63) - 1, "²", "1e3", True, float("nan"), 1.5, b"7", None])
 def test_what_is_not_an_id(value):
     assert as_program_id(value) is None
+
+
+@pytest.mark.parametrize(("value", "pid"), [(4242.0, 4242), (np.float64(0.0), 0), (np.float32(7.0), 7)])
+def test_a_whole_double_is_the_id_it_holds(value, pid):
+    # A double-valued stat holds a small id exactly (mutmut: the float branch was never taken).
+    assert as_program_id(value) == pid

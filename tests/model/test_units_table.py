@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time, number_problem
+from tpudiag.model.units import (MAX_PLAUSIBLE_BYTES, MAX_PLAUSIBLE_TEXT, fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct,
+                                 fmt_time, number_problem)
 
 
 @pytest.mark.parametrize(("ps", "text"), [
@@ -89,3 +90,9 @@ def test_fmt_bytes(x, text):
 ])
 def test_number_problem(value, positive, problem):
     assert number_problem(value, positive) == problem
+
+
+def test_the_plausible_byte_limit_is_one_pebibyte_and_says_so():
+    # A byte count past 2^50 (1,125,899,906,842,624 B) is damage; messages name the limit in words.
+    assert MAX_PLAUSIBLE_BYTES == 1_125_899_906_842_624
+    assert MAX_PLAUSIBLE_TEXT == "1 PiB"

@@ -484,3 +484,24 @@ def looped_collectives_schedule(chip: int, step: int) -> list[Placed]:
 
 def looped_collectives(**overrides) -> CaptureDesign:
     return design(COLLECTIVE_OPS + (LOOP_OP,), looped_collectives_schedule, **overrides)
+
+
+# -- step-time-variance: a first step that compiles --------------------------------------------
+
+COMPILE_PS = 40_000 * US
+
+
+def first_step_compiles(compile_ps: int = COMPILE_PS, **overrides) -> CaptureDesign:
+    """10 steps of 10 ms of `fusion.70`; the first also waits `compile_ps` for the host, which spends
+    it in `backend_compile` (jit's first call): 50 ms against 10 ms."""
+    def schedule(chip: int, step: int) -> list[Placed]:
+        return [Placed("fusion.70", compile_ps if step == 1 else 0, STEP)]
+
+    def length(chip: int, step: int) -> int:
+        return STEP + (compile_ps if step == 1 else 0)
+
+    def host(step: int) -> list[HostSpan]:
+        return [HostSpan("main/1", "backend_compile", 0, compile_ps)] if step == 1 else []
+
+    return design((TRAIN_STEP_OP,), schedule, **{"n_steps": 10, "step_ps_for": length, "n_chips": 1,
+                                                  "host_spans": host, **overrides})

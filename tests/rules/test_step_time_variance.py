@@ -54,3 +54,23 @@ def test_period_needs_three_evenly_spaced_outliers():
 def test_options_validate():
     with pytest.raises(ValueError, match="outlier_factor"):
         Options(outlier_factor=1.0)
+
+
+def test_a_first_step_that_compiles_is_not_called_periodic_host_work(tmp_path: Path):
+    # Regression (a CPU `tpudiag run`): the jit's first call compiled in step 1 and the fix said
+    # "move periodic host work (logging, metrics, refills) off the step", whose precondition fails.
+    # By design: step 1 takes 50 ms, 40 ms of them idle while the host is in `backend_compile`.
+    (f,) = _run(sc.analyse(sc.first_step_compiles(), tmp_path))
+    assert "1 of 10 steps take 50.00 ms" in f.message
+    assert "+40.00 ms idle (40.00 ms of it compiling)" in f.message
+    assert f.fix.startswith("the slow steps compile") and "periodic" not in f.fix
+
+
+def test_idle_without_compilation_keeps_the_periodic_host_work_fix(tmp_path: Path):
+    # Near miss: the same 40 ms wait with the host in a span that is not compilation.
+    design = sc.first_step_compiles()
+    hosted = sc.design(design.ops, design.schedule, n_steps=10, step_ps_for=design.step_ps_for, n_chips=1,
+                       host_spans=lambda step: [sc.HostSpan("main/1", "save_metrics", 0, sc.COMPILE_PS)]
+                       if step == 1 else [])
+    (f,) = _run(sc.analyse(hosted, tmp_path))
+    assert "compiling" not in f.message and "periodic host work" in f.fix

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.model import schemas
-from tpudiag.model.grouping import lexsort_order
+from tpudiag.model.grouping import dense_unique, reordering
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix, library_collective
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model.profile import CollectiveDigest, HostTrace, Platform, WindowThresholds
@@ -53,11 +53,15 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
     in_coll = np.zeros(n, dtype=bool)
     if n == 0 or depth.max(initial=0) == 0:
         return has_child, in_coll
-    order = lexsort_order((depth, start, device_codes))
-    dev, dep = device_codes[order], depth[order]
-    has_child[order[:-1]] = (dev[:-1] == dev[1:]) & (dep[1:] > dep[:-1])
+    order = reordering((depth, start, device_codes))  # None: already in that order, as events mostly are
+    dev, dep = (device_codes, depth) if order is None else (device_codes[order], depth[order])
+    child_next = (dev[:-1] == dev[1:]) & (dep[1:] > dep[:-1])
+    if order is None:
+        has_child[:-1] = child_next
+    else:
+        has_child[order[:-1]] = child_next
     pos = np.arange(n, dtype=np.int64)
-    coll_or_inside = is_coll[order].copy()  # a collective, or nested in one
+    coll_or_inside = is_coll.copy() if order is None else is_coll[order]  # a collective, or nested in one
     for level in range(1, int(dep.max()) + 1):
         children = np.flatnonzero(dep == level)
         if not len(children):
@@ -69,7 +73,7 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
         ok[ok] = dev[at[ok]] == dev[children[ok]]
         inside = np.zeros(len(children), dtype=bool)
         inside[ok] = coll_or_inside[at[ok]]
-        in_coll[order[children]] = inside
+        in_coll[children if order is None else order[children]] = inside
         coll_or_inside[children] |= inside
     return has_child, in_coll
 
@@ -171,14 +175,16 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
 
     cols: dict[str, list] = {k: [] for k in ("name", "family", "kind", "start_ps", "end_ps", "source", "covered",
                                              "compute_inside", "device", "core")}
-    for code in np.unique(device_codes):
+    for code in dense_unique(device_codes):
         if code < 0:
             continue
         device = devices[code]
         on = device_codes == code
         core = int(cores[on][0])
-        ms, me = merge(start[on & compute], end[on & compute])
-        comp_starts = np.sort(start[on & compute], kind="stable")  # events come in time order: one linear pass
+        covering = on & compute
+        comp_starts, comp_ends = start[covering], end[covering]
+        ms, me = merge(comp_starts, comp_ends)
+        comp_starts = np.sort(comp_starts, kind="stable")  # events come in time order: one linear pass
         parts = []  # (name, family, kind, start, end, source) codes: async windows first, then sync collectives
         if len(windows):
             wsel = np.flatnonzero((w_dev_codes == w_device_index.get(device, -2)) & w_keep)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from tpudiag.analysis.profile_analysis import Analysis
+from tpudiag.model.kernels import KernelView
 from tpudiag.model.findings import Finding
 from tpudiag.model.report import OpRow, Report
 from tpudiag.parsers.layout import parse_shape
@@ -154,6 +155,7 @@ class OpDetail:
     per_core: tuple[CoreCount, ...]
     findings: tuple[Finding, ...]  # findings that cite this op (on its host, or on every host)
     llo_available: bool  # whether LLO dumps were given for this capture
+    kernel: KernelView | None = None  # the op's Pallas kernel (`Report.kernels`), when it is one
 
 
 def findings_citing(report: Report, op: OpRow) -> tuple[Finding, ...]:
@@ -177,7 +179,8 @@ def op_detail(analysis: Analysis, report: Report, op: OpRow) -> OpDetail:
             per_core = [CoreCount(str(d), int(r.n), int(r.self_ps)) for d, r in g.iterrows()]
     return OpDetail(op=op, hlo_text=hlo_text, tf_op=tf_op, padding=op_padding(op),
                     spills=spills(op), per_core=tuple(per_core), findings=findings_citing(report, op),
-                    llo_available=bool(report.summary.dumps))
+                    llo_available=bool(report.summary.dumps),
+                    kernel=next((k for k in report.kernels if k.op == op.name and k.program == op.program), None))
 
 
 def find_op(report: Report, name: str, host: str = "") -> OpRow | None:

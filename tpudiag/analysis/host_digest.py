@@ -95,12 +95,12 @@ def op_tables(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     (s2, nm2, _), per_core = group_sums([step, name, ev["core"].to_numpy()], self_ps)
     first = heads([s2, nm2])  # the worst core of each (step, op): max over its run of cores
     return (schemas.OP_CORES.of_host(cores, host.host),
-            schemas.OP_STEP_SUMS.of_host(pd.DataFrame({
+            schemas.OP_STEP_SUMS.frame({
                 "step": s - 1, "program_id": programs[p], "name": pd.Categorical.from_codes(nm, categories=names),
-                "self_ps": sums})),
-            schemas.OP_STEP_WORST.of_host(pd.DataFrame({
+                "self_ps": sums}, owned=True),
+            schemas.OP_STEP_WORST.frame({
                 "step": s2[first] - 1, "name": pd.Categorical.from_codes(nm2[first], categories=names),
-                "self_ps": np.maximum.reduceat(per_core, first)})))
+                "self_ps": np.maximum.reduceat(per_core, first)}, owned=True))
 
 
 def _op_cores(ev: pd.DataFrame, program: np.ndarray, programs: np.ndarray, in_steps_ps: np.ndarray) -> pd.DataFrame:

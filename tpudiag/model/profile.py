@@ -8,7 +8,7 @@ from enum import StrEnum
 import pandas as pd
 
 from tpudiag.model.allocator import HostMemoryTimeline
-from tpudiag.model.hardware import ChipSpec, GpuDevice
+from tpudiag.model.hardware import ChipSpec, GpuDevice, VmemBandwidth
 
 
 class Platform(StrEnum):
@@ -22,6 +22,11 @@ class Platform(StrEnum):
     def cores_word(self) -> str:
         """What rules call the units that run ops: `TensorCores`, `GPUs`, `XLA CPU threads`."""
         return {"TPU": "TensorCores", "GPU": "GPUs", "CPU": "XLA CPU threads"}[self.value]
+
+    @property
+    def core_word(self) -> str:
+        """What a finding calls one unit in passing (`each core's`, `the other 3 GPUs`): a GPU is a GPU."""
+        return "GPU" if self is Platform.GPU else "core"
 
 
 class PeaksSource(StrEnum):
@@ -44,6 +49,8 @@ class DeviceInfo:
     n_chips: int
     n_sparse_cores: int = 0
     gpu: GpuDevice | None = None  # a GPU plane's capabilities (`model.hardware.gpu_device`)
+    # Peak VMEM bandwidth per core: the plane's own stats, else the chip's table entry; None unknown
+    vmem: VmemBandwidth | None = None
 
     @property
     def ridge_flops_per_byte(self) -> float | None:

@@ -29,10 +29,14 @@ class TableSchema:
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
 
-    def frame(self, data: dict[str, object] | None = None, length: int | None = None) -> pd.DataFrame:
+    def frame(self, data: dict[str, object] | None = None, length: int | None = None,
+              owned: bool = False) -> pd.DataFrame:
         """A DataFrame with exactly this schema's columns, cast to their dtypes.
 
         Missing columns are an error, not a default: a parser that forgets one is a bug.
+        `owned`: the columns are new arrays that nothing else holds or writes, so the frame keeps
+        them as they are instead of copying those of one dtype into one block (pandas' default):
+        on millions of events that copy is a large part of building the table.
         """
         data = data or {}
         missing = [c.name for c in self.columns if c.name not in data]
@@ -42,6 +46,11 @@ class TableSchema:
         for c in self.columns:
             value = data.get(c.name, np.empty(0, dtype=object if c.dtype in ("category", "string") else c.dtype))
             cols[c.name] = _cast(value, c.dtype)
+        if owned and _from_blocks is not None and _blockable(cols):
+            n = len(next(iter(cols.values()))) if cols else 0
+            return _from_blocks([(v.reshape(1, -1) if isinstance(v, np.ndarray) else v, np.array([i]))
+                                 for i, v in enumerate(cols.values())],
+                                index=pd.RangeIndex(n), columns=pd.Index(self.names))
         return pd.DataFrame(cols, columns=self.names)
 
     def empty(self) -> pd.DataFrame:
@@ -85,6 +94,21 @@ class TableSchema:
                  if not _dtype_ok(df[c.name].dtype, c.dtype)]
         if wrong:
             raise ValueError(f"{self.name} table has mistyped columns: {', '.join(wrong)}")
+
+
+try:  # pandas >= 3: a frame from its blocks as given, without consolidating them
+    from pandas.api.internals import create_dataframe_from_blocks as _from_blocks
+except ImportError:
+    _from_blocks = None
+
+
+def _blockable(cols: dict[str, object]) -> bool:
+    """Columns a frame may keep as its blocks: numeric numpy arrays and categoricals of one length
+    (an object array would be inferred as strings by the constructor, and not here)."""
+    lengths = {len(v) for v in cols.values()}
+    return len(lengths) == 1 and all(
+        isinstance(v, pd.Categorical) or (isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "biuf")
+        for v in cols.values())
 
 
 def _categorical(column: pd.Series) -> pd.Categorical:
@@ -159,10 +183,9 @@ OPS = TableSchema("ops", (
     Column("operational_intensity", "float64", "flops / bytes_accessed; NaN without bytes"),
     Column("flop_utilization", "float64", "flop_rate / peak FLOP/s of one core; NaN without a peak"),
     Column("hbm_utilization", "float64", "hbm_bw / peak HBM bandwidth of one core; NaN without a peak"),
-    Column("bound_by", "category", "what binds the op (`analysis.ops.BoundBy`): Compute or HBM (the larger "
-                                   "utilization, as XProf, or hbm_intensity against the ridge where copies "
-                                   "brought its operands); collective; host link; latency when it reaches no "
-                                   "roof"),
+    Column("bound_by", "category", "what binds the op (`analysis.ops.BoundBy`): Compute, HBM or VMEM (the "
+                                   "largest utilization, as XProf; HBM's counts what copies brought into VMEM "
+                                   "for it); collective; host link; latency when it reaches no roof"),
     Column("family", "category", "collective family (all-gather, all-reduce, ...) or '' for non-collectives"),
     Column("shape_with_layout", "string", "result shape with layout"),
     Column("source", "string", "source file:line"),
@@ -190,6 +213,11 @@ OPS = TableSchema("ops", (
     Column("moves", "string", "async copy and slice starts: source->destination space (`hbm->vmem`, "
                               "`host->hbm`), else ''"),
     Column("hbm_intensity", "float64", "flops / (hbm_bytes + copied_hbm_bytes); NaN without FLOPs or HBM bytes"),
+    Column("vmem_utilization", "float64", "the larger of VMEM read and write bandwidth utilization: its VMEM bytes "
+                                          "(modelled) over its total time, over the peak (`DeviceInfo.vmem`); NaN "
+                                          "without VMEM bytes or a peak, or above the peak"),
+    Column("vmem_intensity", "float64", "flops / VMEM bytes of the direction (read or write) whose utilization is "
+                                        "the larger; NaN without FLOPs, VMEM bytes or a VMEM peak"),
     Column("bound_basis", "category", "how bound_by was decided (`analysis.ops.BoundBasis`)"),
 ))
 

@@ -265,8 +265,10 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
             else "*self time* is summed over cores and occurrences (no steps)")
     intro = (f"The {len(compute)} ops besides collectives with the most self time, of {shown.n_compute}; "
              f"{when}, *share* its share of core time (totals in the JSON). FLOP util and HBM BW util are the "
-             "achieved rates over the per-core peaks; an op is *bound by* whichever is higher, *latency* when it "
-             "has neither; n/a is no rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
+             "achieved rates over the per-core peaks; an op is *bound by* the level (compute, HBM, VMEM) whose "
+             "utilization is the highest, *latency* when it has none; VMEM's counts its bytes in VMEM (`S(1)`, "
+             "modelled from the layouts) against the VMEM peak in the methods, where one is known. n/a is no "
+             "rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
              "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
              "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
     if names != [op.name for op in compute]:
@@ -295,11 +297,13 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
                      "r" + ("l" if multi else "") + "llrrrrrr")
     if "roofline" in figures:
         out += ["", "On the roofline, ops left of the ridge are limited by memory bandwidth, ops right of it by "
-                "compute; the gap between a point and its roof is headroom. Each op sits at its FLOPs per HBM "
-                "byte, counting what its copies brought into VMEM; an op whose bytes are all in VMEM is a square "
-                "at its FLOPs per VMEM byte (no VMEM roof: its bandwidth is not public). Colour is what binds the "
-                "op; the largest ops are numbered, with a key under the plot. Ops without FLOPs (collectives, "
-                "copies) are not drawn."]
+                "compute; the gap between a point and its roof is headroom. There is a roof per memory level: "
+                "HBM, and VMEM where a source gives the chip's VMEM bandwidth (the trace's own peaks, else the "
+                "table in the methods). Each op is drawn at its FLOPs per HBM byte (circles, counting what its "
+                "copies brought into VMEM) and per VMEM byte (squares, modelled from the layouts), filled at "
+                "the level that binds it and hollow at the other; an op with no bytes at a level has no point "
+                "there. Colour is what binds the op; the largest ops are numbered, with a key under the plot. "
+                "Ops without FLOPs (collectives, copies) are not drawn."]
         out += _image(figures, "roofline")
     elif figures:
         out += ["", "No roofline figure: no op here records both FLOPs and bytes accessed, or the chip's peaks "
@@ -430,6 +434,7 @@ def _methods(report: Report, figures_note: str) -> list[str]:
         out.append(f"- Hardware peaks per core ({text(s.peaks_source)}): {fmt_flops(s.peak_flops_per_s)}, "
                    f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
                    + (f"; roofline ridge at {ridge:.0f} FLOP/byte" if ridge else "")
+                   + (f"; {text(s.vmem.describe(fmt_bandwidth))}" if s.vmem is not None else "")
                    + (f"; generation {text(s.generation)}" if s.generation else ""))
     else:
         out.append("- Hardware peaks: none known for this device, so utilizations are not available.")

@@ -33,7 +33,8 @@ def _header(report: Report) -> Group:
                       f"{s.n_chips} chips · {s.n_cores} cores"))
     if s.peak_flops_per_s:
         lines.append(Text(f"Peaks per core ({s.peaks_source}): {fmt_flops(s.peak_flops_per_s)}, "
-                          f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"))
+                          f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
+                          + (f", {s.vmem.describe(fmt_bandwidth)}" if s.vmem is not None else "")))
     if s.step_time is not None:
         st = s.step_time
         source = f"({escape(one_line(s.step_program))})" if s.step_program else f"analysed (from {s.step_source})"
@@ -125,10 +126,12 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
     t.add_column("#", justify="right")
     if multi_host:
         t.add_column("host")
-    for col in ("op", "category", label, "share", "occ", "FLOP util", "HBM BW util", "FLOP/B", "bound by"):
+    shown = ops.compute
+    vmem = any(op.bound_by == "VMEM" for op in shown)  # its own column only where it binds a shown op
+    for col in ("op", "category", label, "share", "occ", "FLOP util", "HBM BW util",
+                *(("VMEM util",) if vmem else ()), "FLOP/B", "bound by"):
         t.add_column(col, justify="left" if col in ("op", "category", "bound by") else "right",
                      overflow="fold" if col == "op" else "ellipsis")
-    shown = ops.compute
     # Compiled facts (tpudiag.analysis.join) get columns only when some shown op has them.
     padding = any(op.padded_bytes is not None for op in shown)
     spills = any(op.spill_stores is not None for op in shown)
@@ -143,6 +146,7 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
             row.append(escape(op.host))
         row += [escape(name), escape(op.category), _per_step(op), fmt_pct(op.time_share),
                 str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
+                *((("-" if op.vmem_utilization is None else fmt_pct(op.vmem_utilization)),) if vmem else ()),
                 _intensity(op), escape(op.bound_shown)]
         if padding:
             row.append(_padding_cell(op.padded_bytes, op.logical_bytes))
@@ -159,7 +163,11 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
     if any(op.bound_shown.endswith("*") for op in shown):
         ridge = report.summary.ridge_flops_per_byte
         legend.append("*: the bytes async copies brought into VMEM for it counted as its HBM bytes (modelled from "
-                      f"the layouts), bound by FLOP/B against the ridge ({ridge:,.0f} FLOP/B)" if ridge else "")
+                      f"the layouts): with FLOPs, bound by FLOP/B against the ridge ({ridge:,.0f} FLOP/B)"
+                      if ridge else "")
+    if vmem:
+        legend.append("VMEM util: its bytes in VMEM (modelled from the layouts) over its time, against the "
+                      "VMEM peak in the header")
     if padding:
         legend.append("padded: operand and result bytes in their tiled layouts, ×N: times the logical bytes")
     if spills:

@@ -245,9 +245,16 @@ def per_step_worst_core(frame: pd.DataFrame, value: str, basis: StepBasis) -> fl
     return float(per_step_worst_core_by(frame, value, basis, None)[1][0])
 
 
-def _codes(values: np.ndarray) -> np.ndarray:
-    """Dense int64 codes of any array (strings, categoricals, ints), equal values sharing a code."""
-    return pd.factorize(values, sort=False)[0].astype(np.int64)
+def _factorized(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """`pd.factorize(column.to_numpy(), sort=False)` as (int64 codes, labels as objects); a
+    categorical without missing values through its integer codes, not a string per row."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        if not (codes < 0).any():
+            group, seen = pd.factorize(codes, sort=False)
+            return group.astype(np.int64), np.asarray(column.cat.categories, dtype=object)[seen]
+    group, labels = pd.factorize(column.to_numpy(), sort=False)
+    return group.astype(np.int64), np.asarray(labels, dtype=object)
 
 
 def per_step_worst_core_by(frame: pd.DataFrame, value: str, basis: StepBasis,
@@ -260,13 +267,12 @@ def per_step_worst_core_by(frame: pd.DataFrame, value: str, basis: StepBasis,
     """
     n = len(frame)
     if by is not None:
-        group, labels = pd.factorize(frame[by].to_numpy(), sort=False)
-        group, labels = group.astype(np.int64), np.asarray(labels, dtype=object)
+        group, labels = _factorized(frame[by])
     else:
         group, labels = np.zeros(n, dtype=np.int64), np.array([None], dtype=object)
     vals = frame[value].to_numpy()
     vals = vals.astype(np.int64) if vals.dtype.kind in "iub" else vals.astype(np.float64)
-    host = _codes(frame["host"].to_numpy())
+    host = _factorized(frame["host"])[0]
     core = frame["core"].to_numpy().astype(np.int64)
     out = np.zeros(len(labels), dtype=np.float64)
     if basis.whole_capture:

@@ -126,7 +126,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     waited = worst.idle_ps + worst.io_ps
     share = waited / worst.period_ps
     if tables.whole_capture:
-        where = "over the capture: no steps, so each core's first to last op"
+        where = f"over the capture: no steps, so each {ctx.analysis.platform.core_word}'s first to last op"
     else:
         where = "between and inside module executions" if tables.executions else "inside steps"
     cause_ps = worst.causes_ps.get(cause, 0.0) + (worst.io_ps if cause == "input" else 0.0)
@@ -189,6 +189,7 @@ def basis_note(analysis: Analysis, worst: HostIdle) -> str:
     the slowest core's per step over every host; the breakdown's idle is the mean over cores.
     """
     notes = []
+    unit = analysis.platform.core_word
     times, _ = combined_step_times(analysis.steps, len(analysis.profile.hosts))
     step = float(times.mean()) if len(times) else 0.0
     source = analysis.step_sources.get(worst.host)
@@ -196,12 +197,12 @@ def basis_note(analysis: Analysis, worst: HostIdle) -> str:
     if executions:
         notes.append(f"the step time, {fmt_time(step)}, is one execution")
     elif step and abs(step - worst.period_ps) > 0.005 * step:
-        notes.append(f"the step time, {fmt_time(step)}, is the slowest core's over every host")
+        notes.append(f"the step time, {fmt_time(step)}, is the slowest {unit}'s over every host")
     breakdown = mean_breakdown(analysis.steps)
     idle = worst.idle_ps
     if breakdown is not None and abs(breakdown.idle_ps - idle) > 0.01 * max(idle, breakdown.idle_ps):
-        where = "inside executions, mean over cores" if executions else "the mean over cores"
-        notes.append(f"idle of the least idle core; the breakdown's idle, {fmt_time(breakdown.idle_ps)}, is {where}")
+        where = f"inside executions, mean over {unit}s" if executions else f"the mean over {unit}s"
+        notes.append(f"idle of the least idle {unit}; the breakdown's idle, {fmt_time(breakdown.idle_ps)}, is {where}")
     return "".join(f"; {n}" for n in notes)
 
 

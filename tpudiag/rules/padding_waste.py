@@ -107,7 +107,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                .agg(category=("category", "first"), self_time_ps=("self_time_ps", "sum"),
                     shape=("shape_with_layout", "first"))
                .reset_index())
-    events = op_events(analysis, grouped["name"])
+    events = None  # the per-step rows of the tiled ops, read once a candidate needs them
     candidates = []
     for r in grouped.itertuples(index=False):
         share = r.self_time_ps / total_core_ps if total_core_ps else 0.0
@@ -123,6 +123,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         waste = (padded - logical) / padded
         if waste < options.min_padding_fraction or padded - logical < options.min_padding_bytes:
             continue
+        if events is None:
+            events = op_events(analysis, grouped["name"])
         saving = per_step_worst_core(events[events["name"] == r.name], "self_ps", basis) * waste
         dims = [d for a in leaf_arrays(shape) for d in padded_dims(a)]
         candidates.append((saving, r, share, logical, padded, waste, dims, _memory_space(shape)))

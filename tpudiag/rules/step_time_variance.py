@@ -23,6 +23,8 @@ How to fix
 ----------
 An op only in the slow steps (a copy or outfeed for a checkpoint, an evaluation program): make it
 asynchronous (`orbax` async checkpointing, evaluation on separate hardware) or less frequent.
+Compilation in the slow steps (the host compiling while the device waits: a jit's first call, a
+new shape or static argument): leave warm-up out of the measured steps and keep shapes fixed.
 More idle in the slow steps: the host does periodic work (logging, metrics `device_get`,
 data-loader refills) while the device waits; move it off the step's critical path. Collectives
 longer in the slow steps: look for network contention or a straggling host then.
@@ -59,6 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tpudiag.analysis.idle import cause_column, idle_tables
 from tpudiag.analysis.profile_analysis import per_step_times
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
 from tpudiag.model.units import fmt_time
@@ -103,6 +106,19 @@ def _op_time_by_step(analysis) -> pd.DataFrame:
     return inside[["step", "name", "self_ps"]].reset_index(drop=True)
 
 
+def _compile_excess(analysis, out_steps: list[int]) -> float:
+    """Mean device idle per outlier step that the host spent compiling, less the other steps' (the
+    worst core per step; `analysis.idle`'s causes from the host plane; 0 without one)."""
+    per_step = idle_tables(analysis.digests).steps
+    if per_step.empty:
+        return 0.0
+    comp = per_step.groupby("step")[cause_column("compilation")].max()
+    inside = comp.index.isin(out_steps)
+    out = float(comp[inside].mean()) if inside.any() else 0.0
+    norm = float(comp[~inside].mean()) if (~inside).any() else 0.0
+    return max(out - norm, 0.0)
+
+
 def check(ctx: RuleContext, options: Options) -> list[Finding]:
     analysis = ctx.analysis
     per_host = per_step_times(analysis.steps)
@@ -141,8 +157,10 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         only = name not in norm_mean.index or norm_mean.get(name, 0) == 0
         what.append(f"`{name}` {'only there' if only else 'longer'} (+{fmt_time(extra)})")
     gap = float(outliers.mean()) - base
+    compiling = _compile_excess(analysis, out_steps)  # a part of the idle
     if idle_out - idle_norm > 0.05 * gap:
-        what.append(f"+{fmt_time(idle_out - idle_norm)} idle")
+        what.append(f"+{fmt_time(idle_out - idle_norm)} idle"
+                    + (f" ({fmt_time(compiling)} of it compiling)" if compiling > 0.05 * gap else ""))
     if coll_out - coll_norm > 0.05 * gap:
         what.append(f"+{fmt_time(coll_out - coll_norm)} in collectives")
     listed = ", ".join(map(str, out_steps[:6])) + (", …" if len(out_steps) > 6 else "")
@@ -160,7 +178,11 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         evidence.append(Evidence(str(name), (("outlier steps", fmt_time(float(out_mean.get(name, 0.0)))),
                                              ("other steps", fmt_time(float(norm_mean.get(name, 0.0)))),
                                              ("extra", fmt_time(float(extra))))))
-    if any("only there" in w for w in what):
+    if compiling > 0.5 * gap:  # the slow steps compile: no periodic work to move
+        fix = ("the slow steps compile (a jit's first call, or a new shape or static argument): leave warm-up "
+               "out of the measured steps (`tpudiag run --steps N..M` past it) and keep shapes fixed so no later "
+               "step recompiles")
+    elif any("only there" in w for w in what):
         fix = "the slow steps run extra work: make it asynchronous (async checkpointing, eval elsewhere) or rarer"
     elif idle_out - idle_norm > 0.05 * gap:
         fix = "the device waits in the slow steps: move periodic host work (logging, metrics, refills) off the step"

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from tpudiag.analysis.core_balance import CoreWork, OpExtra, capture_core_work, core_work, op_extras, slow_cores
 from tpudiag.model import schemas
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
-from tpudiag.model.profile import DeviceInfo, Platform
+from tpudiag.model.profile import DeviceInfo
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import LagBand, Rule, RuleContext, RuleInput, SeverityScale, Table, health_tool, step_basis
 
@@ -115,7 +115,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         extras = op_extras(op_cores, cores, c, categories, whole_capture=whole)
         shown = extras[:options.max_ops_shown]
         n_peers = len(cores) - 1
-        unit = "GPUs" if analysis.platform is Platform.GPU else "cores"
+        unit = analysis.platform.core_word + "s"
         peers = f"the other {n_peers} {unit if n_peers != 1 else unit.removesuffix('s')}" + (
             " on every host" if multi_host else "")
         listed = ", ".join(f"`{o.name}` +{fmt_time(o.extra_ps)}" for o in shown)

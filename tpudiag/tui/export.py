@@ -141,6 +141,10 @@ def op_detail_md(d: OpDetail) -> str:
         out.append(f"- ICI: {text(ici_line(op))}")
     out.append(f"- padding {fmt_pct(d.padding)}{text(bytes_note(op), strip=False)}")
     out.append(f"- LLO: {prose(llo_line(d))}")
+    if d.kernel is not None:
+        lines = d.kernel.lines()
+        out.append(f"- Pallas kernel: {text(lines[0])}")
+        out += [f"  - {text(line)}" for line in lines[1:]]
     for f in d.findings:
         out.append(f"- finding {text(f.code)} {text(f.rule)}: {prose(f.message)}")
     return document(out)

@@ -60,6 +60,8 @@ class OpDetailScreen(Screen):
         grid.add_row("Intensity", Text(f"{intensity}  ·  bound by {printable(op.bound_by)}"))
         grid.add_row("Padding", Text(printable(fmt_pct(d.padding) + export.bytes_note(op))))
         grid.add_row("LLO", Text(printable(export.llo_line(d))))
+        if d.kernel is not None:
+            grid.add_row("Pallas kernel", Text(printable("\n".join(d.kernel.lines()), keep_newlines=True)))
         if d.per_core:
             grid.add_row("", "")
             grid.add_row("Per core", Text(printable("  ".join(f"{c.device.removeprefix('/device:')}: {c.occurrences}× "
