@@ -325,6 +325,37 @@ class OpRows(Sequence[OpRow]):
 
 
 @dataclass(frozen=True)
+class OpsShown:
+    """What the terminal and markdown reports show of the op rows, read in one pass (a pod's rows
+    are made as they are read: `OpRows`): the first `top` ops besides collectives and the first
+    `top` collectives, by self time, with how many of each there are."""
+
+    compute: tuple[OpRow, ...]
+    n_compute: int
+    collectives: tuple[OpRow, ...]
+    n_collectives: int
+    per_step: bool  # some op has a per-step time (the capture has steps)
+
+    @classmethod
+    def of(cls, ops: Sequence[OpRow], top: int) -> OpsShown:
+        compute: list[OpRow] = []
+        collectives: list[OpRow] = []
+        n_compute = n_collectives = 0
+        per_step = False
+        for op in ops:
+            per_step = per_step or op.step_self_time_ps is not None
+            if op.family:
+                n_collectives += 1
+                if len(collectives) < top:
+                    collectives.append(op)
+            else:
+                n_compute += 1
+                if len(compute) < top:
+                    compute.append(op)
+        return cls(tuple(compute), n_compute, tuple(collectives), n_collectives, per_step)
+
+
+@dataclass(frozen=True)
 class Report:
     summary: Summary
     hosts: tuple[HostSummary, ...]

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import Breakdown, Distribution, OpRow, Report, skips_by_reason
+from tpudiag.model.report import Breakdown, Distribution, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line, short_names
 from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -111,23 +111,22 @@ def _per_step(op: OpRow) -> str:
     return fmt_time(op.step_self_time_ps if op.step_self_time_ps is not None else op.self_time_ps)
 
 
-def _time_label(report: Report) -> str:
+def _time_label(shown: OpsShown) -> str:
     """What the time columns hold: per step and core where there are steps, else the capture's total."""
-    return "per step" if any(op.step_self_time_ps is not None for op in report.ops) else "self time"
+    return "per step" if shown.per_step else "self time"
 
 
-def _ops_table(report: Report, top: int) -> Table:
+def _ops_table(report: Report, ops: OpsShown) -> Table:
     """The compute ops (collectives have their own table), time per step and core."""
-    ops = [op for op in report.ops if not op.family]
     multi_host = len(report.summary.hosts) > 1
-    label = _time_label(report)
+    label = _time_label(ops)
     per = "mean per step and core" if label == "per step" else "summed over cores and occurrences"
-    t = Table(title=f"Top ops by self time, {per} (of {len(ops)} ops besides collectives; totals in --format json)",
+    t = Table(title=f"Top ops by self time, {per} (of {ops.n_compute} ops besides collectives; totals in --format json)",
               title_justify="left", show_edge=False)
     t.add_column("#", justify="right")
     if multi_host:
         t.add_column("host")
-    shown = ops[:top]
+    shown = ops.compute
     vmem = any(op.bound_by == "VMEM" for op in shown)  # its own column only where it binds a shown op
     for col in ("op", "category", label, "share", "occ", "FLOP util", "HBM BW util",
                 *(("VMEM util",) if vmem else ()), "FLOP/B", "bound by"):
@@ -184,22 +183,21 @@ def _intensity(op: OpRow) -> str:
     return "-" if op.hbm_intensity is None else f"{op.hbm_intensity:,.3g}"
 
 
-def _collectives_table(report: Report, top: int) -> Table | None:
+def _collectives_table(report: Report, ops: OpsShown) -> Table | None:
     """Collectives apart: bytes each device sends, the group, achieved ICI bandwidth and its share of peak."""
-    ops = [op for op in report.ops if op.family]
-    if not ops:
+    if not ops.n_collectives:
         return None
     multi_host = len(report.summary.hosts) > 1
-    label = _time_label(report)
+    label = _time_label(ops)
     per = "mean per step and core" if label == "per step" else "summed over cores and occurrences"
-    t = Table(title=f"Collectives, {per} (of {len(ops)})", title_justify="left", show_edge=False)
+    t = Table(title=f"Collectives, {per} (of {ops.n_collectives})", title_justify="left", show_edge=False)
     t.add_column("#", justify="right")
     if multi_host:
         t.add_column("host")
     for col in ("op", "family", label, "share", "occ", "group", "bytes/device", "ICI BW", "of ICI peak"):
         t.add_column(col, justify="left" if col in ("op", "family") else "right",
                      overflow="fold" if col == "op" else "ellipsis")
-    for i, op in enumerate(ops[:top], start=1):
+    for i, op in enumerate(ops.collectives, start=1):
         row = [str(i)] + ([escape(op.host)] if multi_host else [])
         group = f"{op.group_size}{'?' if op.group_source == 'assumed' else ''}" if op.group_size else "-"
         row += [escape(op.name), escape(op.family), _per_step(op), fmt_pct(op.time_share), str(op.occurrences),
@@ -300,8 +298,9 @@ def render_terminal(report: Report, console: Console, top: int = 15) -> None:
         console.print(_hosts_table(report))
     if report.ops:
         console.print()
-        console.print(_ops_table(report, top))
-        collectives = _collectives_table(report, top)
+        shown = OpsShown.of(report.ops, top)  # one pass over a pod's rows
+        console.print(_ops_table(report, shown))
+        collectives = _collectives_table(report, shown)
         if collectives is not None:
             console.print()
             console.print(collectives)
