@@ -52,16 +52,20 @@ def test_an_async_collective_made_synchronous_shows_as_exposed(lhs_diff):
     assert all(o.exposure.base.label in ("hidden", "partly hidden") for o in moved)
 
 
-def test_the_spill_findings_on_renamed_fusions_are_unchanged(transformer_lhs_pair, lhs_diff):
+def test_the_spill_findings_on_renamed_fusions_pair_up(transformer_lhs_pair, lhs_diff):
     spills = {p.base.ops: p for p in lhs_diff.findings_persisting if p.base.rule == "spill"}
     for base, new in ((("fusion.203",), ("subtract_convert_fusion.2",)),
                       (("fusion.198",), ("subtract_convert_fusion.3",))):
-        assert spills[base].new.ops == new and spills[base].how == "renamed ops" and not spills[base].changed
+        # paired as one finding on renamed ops (not one gone, one new); its saving (self time x (spills +
+        # fills) / bundles, the bundles from the bundle profile) follows the op's modelled time, which the
+        # scheduler change moves, so it may change
+        assert spills[base].new.ops == new and spills[base].how == "renamed ops"
     appeared = {f.ops for f in lhs_diff.findings_appeared}
     assert not appeared & {("subtract_convert_fusion.2",), ("subtract_convert_fusion.3",)}
     variant = whatif_json(transformer_lhs_pair)["variants"][0]
-    unchanged = {(tuple(u["base_ops"]), tuple(u["variant_ops"])) for u in variant["findings_unchanged"]}
-    assert (("fusion.203",), ("subtract_convert_fusion.2",)) in unchanged
+    paired = {(tuple(u["base_ops"]), tuple(u["variant_ops"]))
+              for key in ("findings_unchanged", "findings_changed") for u in variant[key]}
+    assert (("fusion.203",), ("subtract_convert_fusion.2",)) in paired
 
 
 def test_diff_of_the_kept_compile_outputs_explains_the_change(transformer_lhs_pair):

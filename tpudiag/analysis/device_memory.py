@@ -22,7 +22,7 @@ from tpudiag.model.compiled import (MEMORY_SPACE_NAMES, BufferAllocation, Buffer
                                     memory_space_name)
 from tpudiag.model.hardware import COMPILER_USABLE_HBM_BYTES, DEFAULT_SCOPED_VMEM_BYTES, ChipSpec
 from tpudiag.model.inputs import CompiledInputs, HloInput
-from tpudiag.model.llo import LloDump
+from tpudiag.model.llo import LloDump, scoped_vmem_per_op
 from tpudiag.model.memory import (INFERENCE, TRAINING, MemoryBuffer, MemoryGroup, MemoryLever, MemoryReport,
                                   OomAnalysis, OomError, ProgramMemory, SpaceMemory, VmemUse)
 from tpudiag.model.hlo_shapes import padded_dims
@@ -289,16 +289,12 @@ def _vmem(hlo: HloInput, chip: ChipSpec | None, errors: tuple[OomError, ...], ll
 
 
 def vmem_from_llo(program: CompiledProgram | None, dumps: list[LloDump]) -> list[VmemUse]:
-    """Per HLO op, its largest SCOPED block in the LLO VMEM report (the program's own entry,
-    `<top-inlining-caller>`, is the whole program, not one op)."""
+    """Per HLO op, its largest SCOPED block in the LLO VMEM report (`model.llo.ScopedVmem.largest_bytes`:
+    what the scoped limit is checked against; the LLO ops table sums them)."""
     out: dict[str, int] = {}
     for dump in dumps:
-        table = dump.vmem_allocations
-        if table.empty:
-            continue
-        scoped = table[(table["block_type"] == "SCOPED") & (table["hlo"] != "<top-inlining-caller>")]
-        for op, size in scoped.groupby("hlo", observed=True)["block_bytes"].max().items():
-            out[str(op)] = max(out.get(str(op), 0), int(size))
+        for op, scoped in scoped_vmem_per_op(dump.vmem_allocations).items():
+            out[op] = max(out.get(op, 0), scoped.largest_bytes)
     return [_vmem_use(program, op, size, "LLO VMEM report") for op, size in out.items() if size > 0]
 
 

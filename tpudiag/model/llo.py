@@ -129,6 +129,34 @@ VMEM_ALLOCATIONS = LloTableSchema("llo_vmem_allocations", (
     Column("is_spill", "bool", "tag is SPILL"),
 ))
 
+TOP_INLINING_CALLER = "<top-inlining-caller>"  # the VMEM report's entry for the whole program, not one op
+
+
+@dataclass(frozen=True)
+class ScopedVmem:
+    """An op's SCOPED blocks in the LLO VMEM report, read two ways for two consumers.
+
+    `largest_bytes`: its largest block, what libtpu checks against the scoped limit (one allocation:
+    `Scoped allocation with size X and limit Y`), so what the memory view (`analysis.device_memory`)
+    and the report compare with the limit. `total_bytes`: the sum of its distinct blocks, all the
+    scoped VMEM its code holds, what the LLO ops table's `vmem_scoped_bytes` and `lab tune`'s VMEM
+    total carry. They differ only for an op with several SCOPED blocks.
+    """
+
+    largest_bytes: int
+    total_bytes: int
+
+
+def scoped_vmem_per_op(vmem_allocations: pd.DataFrame) -> dict[str, ScopedVmem]:
+    """Per HLO op (the program's own entry left out), its SCOPED blocks (`ScopedVmem`)."""
+    if vmem_allocations.empty:
+        return {}
+    table = vmem_allocations[(vmem_allocations["block_type"] == "SCOPED")
+                             & (vmem_allocations["hlo"] != TOP_INLINING_CALLER)].drop_duplicates(["hlo", "block"])
+    sizes = table.groupby("hlo", observed=True)["block_bytes"].agg(["max", "sum"])
+    return {str(op): ScopedVmem(int(r["max"]), int(r["sum"])) for op, r in sizes.iterrows()}
+
+
 OPS = LloTableSchema("llo_ops", (
     Column("name", "category", "HLO instruction name; joins the trace's op name"),
     Column("llo_program", "category", "the op's own LLO program when its files were dumped, else '' "
@@ -150,7 +178,7 @@ OPS = LloTableSchema("llo_ops", (
     Column("smem_spill_fills", "Int64", "SMEM spill fills (sld)"),
     Column("spill_slots", "Int64", "spill slots declared in post-ra"),
     Column("vmem_spill_bytes", "Int64", "VMEM report SPILL bytes (slots x 4 KiB)"),
-    Column("vmem_scoped_bytes", "Int64", "VMEM report SCOPED block bytes"),
+    Column("vmem_scoped_bytes", "Int64", "VMEM report SCOPED blocks, summed (`ScopedVmem.total_bytes`)"),
     Column("vmem_temporary_bytes", "Int64", "VMEM report HLO_TEMPORARY block bytes"),
     Column("bundles", "Int64", "static bundles of the op's own LLO program (schedule analysis, else "
                                "per-bundle utilization rows)"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tpudiag.model.hlo_names import collective_family
-from tpudiag.model.llo import OPS, BundleUtilization, RegisterPressure, ScheduleAnalysis
+from tpudiag.model.llo import OPS, BundleUtilization, RegisterPressure, ScheduleAnalysis, scoped_vmem_per_op
 from tpudiag.parsers.llo.static_profile import REMOTE
 
 TOP_LEVEL = "TLP"
@@ -76,10 +76,12 @@ def build_ops(*, programs: set[str], bundle_profile: pd.DataFrame, static_profil
                    .to_dict() if not schedule.empty else {})
     vmem = {}
     if not vmem_allocations.empty:
+        scoped = scoped_vmem_per_op(vmem_allocations)
         for hlo, group in vmem_allocations.groupby("hlo", observed=True):
             blocks = group.drop_duplicates(["block"])
+            own = scoped.get(str(hlo))
             vmem[str(hlo)] = (int(group.loc[group["is_spill"], "size_bytes"].sum()),
-                              int(blocks.loc[blocks["block_type"] == "SCOPED", "block_bytes"].sum()),
+                              own.total_bytes if own is not None else 0,
                               int(blocks.loc[blocks["block_type"] == "HLO_TEMPORARY", "block_bytes"].sum()))
     util = {u.program: u for u in utilization}
     sched = {s.program: s for s in schedules}
