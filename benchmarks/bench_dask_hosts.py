@@ -21,23 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_realistic import OUT, ROOT, _generate, measure, train_design  # noqa: E402
-
-
-def pod(hosts: int, source: Path) -> Path:
-    """A run directory of `hosts` links to the one source host file."""
-    run_dir = OUT / "dask_pod" / str(hosts) / "plugins" / "profile" / "run"
-    shutil.rmtree(run_dir.parent.parent.parent, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    for i in range(hosts):
-        (run_dir / f"host{i:04d}.xplane.pb").symlink_to(source)
-    return run_dir
+from bench_realistic import ROOT, _generate, _linked, measure, train_design  # noqa: E402
 
 
 def main() -> None:
@@ -50,13 +39,12 @@ def main() -> None:
     from distributed import LocalCluster
 
     source_dir = _generate(f"dask_host_{args.steps}", [train_design("pod-host", 2, args.steps)])
-    [source] = sorted(source_dir.glob("*.xplane.pb"))
     events = json.loads((source_dir / ".complete").read_text())["events"]
     env = {"PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": ""}
     results: dict = {"events_per_host": events, "workers": args.workers, "loadavg_before": os.getloadavg()[0]}
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         for hosts in [int(h) for h in args.hosts.split(",")]:
-            run_dir = pod(hosts, source)
+            run_dir = _linked(f"dask_pod_{hosts}", source_dir, hosts)  # H links to the one host file
             cmd = [sys.executable, "-m", "tpudiag", "report", "--format", "json", "--scheduler",
                    cluster.scheduler_address, str(run_dir)]
             t0 = time.perf_counter()

@@ -68,7 +68,7 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
             n_ops=join.n_ops, with_layout=join.hlo_matched, with_llo=join.llo_matched,
             from_dumps=join.dump_matched, sources=join.sources,
             with_cycles=int(join.columns["estimated_cycles"].notna().sum())),
-        busy_share=_busy_share(analysis))
+        busy_share=_busy_share(analysis), vmem=first.vmem)
     steps = {h.host: h.step_time.mean_ps for h in hosts if h.step_time is not None}
     return Report(summary=summary, hosts=tuple(hosts), ops=_op_rows(analysis, join, steps),
                   findings=tuple(findings), rules_skipped=rules_skipped,
@@ -200,7 +200,8 @@ def _op_row(r, core_time_ps: dict[str, int], step_ps: dict[str, float], facts: d
         ici_latency_bound=bool(r.ici_latency_bound),
         step_self_time_ps=share * step if step else None,
         **{c: float(getattr(r, c)) for c in BYTE_COLUMNS}, moves=str(r.moves),
-        hbm_intensity=_finite(r.hbm_intensity), bound_basis=str(r.bound_basis), **facts)
+        hbm_intensity=_finite(r.hbm_intensity), vmem_utilization=_finite(r.vmem_utilization),
+        vmem_intensity=_finite(r.vmem_intensity), bound_basis=str(r.bound_basis), **facts)
 
 
 _JOINED_FIELDS = ("logical_bytes", "padded_bytes", "spill_stores", "spill_fills", "estimated_cycles")

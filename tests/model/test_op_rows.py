@@ -37,3 +37,21 @@ def test_rows_read_like_a_tuple(monkeypatch):
     for bad in (7, -8):
         with pytest.raises(IndexError):
             rows[bad]
+
+
+def test_what_is_shown_is_read_in_one_pass():
+    # The terminal and markdown reports read a pod's rows once (each read makes them again).
+    from tpudiag.model.report import OpsShown
+
+    calls: list = []
+    rows = [*_rows(5, calls)]
+    rows[1] = dataclasses.replace(rows[1], family="all-reduce")
+    rows[3] = dataclasses.replace(rows[3], family="all-gather", step_self_time_ps=1.0)
+    calls.clear()
+    lazy = OpRows(5, lambda start, stop: calls.append((start, stop)) or rows[start:stop])
+    shown = OpsShown.of(lazy, top=2)
+    assert len(calls) == 1
+    assert [o.name for o in shown.compute] == ["fusion.0", "fusion.2"] and shown.n_compute == 3
+    assert [o.name for o in shown.collectives] == ["fusion.1", "fusion.3"] and shown.n_collectives == 2
+    assert shown.per_step
+    assert not OpsShown.of(rows[:1], top=2).per_step

@@ -19,13 +19,11 @@ from tpudiag.model.kernels import KernelView, UnitShare
 from tpudiag.model.memory import ProgramMemory
 
 # Bundle-profile units shown, in order: (shown name, the profile's units, their ops). Indexed units
-# (MXU_i, XLU_i) are given by prefix. The counter lines (`VMEM_SPILL_COUNT`, ...) have one slot per
-# bundle: their denominator is the static bundle count.
+# (MXU_i, XLU_i) are given by prefix. The bundle count is the LLO op row's (`parsers.llo.ops`).
 _UNITS = (("MXU matmul", ("MXU_",), "matmul"), ("XLU", ("XLU_",), "all"), ("VECTOR_ALU", ("VECTOR_ALU",), ""),
           ("VECTOR_LOAD", ("VECTOR_LOAD_AND_MISC",), ""),
           ("VECTOR_STORE", ("VECTOR_STORE", "VECTOR_STORE_AND_MISC"), ""),
           ("VECTOR_EUP", ("VECTOR_EUP",), ""), ("SCALAR_ALU", ("SCALAR_ALU",), ""))
-_BUNDLE_COUNTER = "VMEM_SPILL_COUNT"
 
 
 def pallas_kernels(compiled: CompiledInputs, memory: Sequence[ProgramMemory] = ()) -> tuple[KernelView, ...]:
@@ -53,7 +51,7 @@ def pallas_kernels(compiled: CompiledInputs, memory: Sequence[ProgramMemory] = (
                 # dump's HLO is written before the backend estimates it)
                 estimated_cycles=(inst.estimated_cycles if inst is not None and inst.estimated_cycles is not None
                                   else _int(row, "estimated_cycles")),
-                bundles=_bundles(profile), units=_units(profile),
+                bundles=_int(row, "bundles"), units=_units(profile),
                 spill_stores=_int(row, "spill_stores"), spill_fills=_int(row, "spill_fills")))
     return tuple(out)
 
@@ -68,13 +66,6 @@ def _llo(compiled: CompiledInputs, op: str) -> tuple[pd.DataFrame, dict | None]:
         if not rows.empty or not profile.empty:
             return (top if not top.empty else profile), (rows.iloc[0].to_dict() if not rows.empty else None)
     return pd.DataFrame(), None
-
-
-def _bundles(profile: pd.DataFrame) -> int | None:
-    if profile.empty:
-        return None
-    counter = profile[profile["unit"].astype(str) == _BUNDLE_COUNTER]
-    return int(counter["capacity"].iloc[0]) if not counter.empty else None
 
 
 def _units(profile: pd.DataFrame) -> tuple[UnitShare, ...]:

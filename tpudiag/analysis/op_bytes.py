@@ -10,16 +10,23 @@ each read or written once):
   (`S(5)`, pinned host memory on TPU); sync flags and semaphores (`S(2)`, `S(4)`) are not data;
 - for an async copy or slice start (`copy-start`, `slice-start`), the spaces it moves between;
 - `copied_hbm_bytes`: operands in VMEM that an async copy or slice brought there from HBM (the
-  operand is the copy's `-done`, or an op the trace records whose operands all are): the bytes the
-  op's roofline has to count, since XLA's cost analysis counts them on the copy, not on the op that
-  reads them. Prefetches XLA hides behind other work still had to cross HBM once per step.
+  operand is the copy's `-done`, or an op the trace records whose operands all are, or an element
+  of a tuple such an op makes: the KV cache a decode step updates in place, `dynamic-update-slice`
+  in a tuple fusion over the cache's `copy-done`, and its attention fusions read through a
+  `get-tuple-element`): the bytes the op's roofline has to count, since XLA's cost analysis counts
+  them on the copy, not on the op that reads them. Prefetches XLA hides behind other work still had
+  to cross HBM once per step. A tuple element takes the origin of the producer's operands of its
+  dtype and dims (an in-place update's result is its operand's buffer), when there are some and
+  they all agree.
 
-Pure: reads the op metadata table.
+Pure: reads the op metadata table, and the `get-tuple-element`s of the program (`tuples`), which
+the trace does not record.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -58,16 +65,34 @@ def _opcode(text: str, name: str) -> str:
 
 
 class _Program:
-    """The HLO texts the trace records for one program, by instruction name."""
+    """The HLO texts the trace records for one program, by instruction name, and (asked for only
+    where a name is not among them) its tuple elements: name -> (producer, index)."""
 
-    def __init__(self, texts: dict[str, str]):
+    def __init__(self, texts: dict[str, str], tuples: Callable[[], dict[str, tuple[str, int]]]):
         self.texts = texts
+        self._tuples = tuples
+        self._elements: dict[str, tuple[str, int]] | None = None
+
+    def _element(self, name: str) -> tuple[str, int] | None:
+        if self._elements is None:
+            self._elements = self._tuples()
+        return self._elements.get(name)
 
     def brought_from_hbm(self, name: str, depth: int = 0) -> bool:
         """Whether the value `name` reached VMEM through an async copy or slice from HBM."""
-        text = self.texts.get(name)
-        if text is None or depth > _MAX_DEPTH:
+        if depth > _MAX_DEPTH:
             return False
+        text = self.texts.get(name)
+        if text is None:
+            element = self._element(name)
+            producer = self.texts.get(element[0]) if element is not None else None
+            if producer is None:
+                return False
+            results = result_shapes(producer)
+            if element[1] >= len(results):
+                return False
+            same = [n for s, n in named_operands(producer) if s == results[element[1]]]
+            return bool(same) and all(self.brought_from_hbm(n, depth + 1) for n in same)
         opcode = _opcode(text, name)
         operands = named_operands(text)
         if opcode in _ASYNC_DONES:  # its operand is the start's tuple: `copy-done((...) %copy-start)`
@@ -80,9 +105,11 @@ class _Program:
         return all(self.brought_from_hbm(n, depth + 1) for _, n in operands)
 
 
-def op_bytes(meta: pd.DataFrame) -> pd.DataFrame:
+def op_bytes(meta: pd.DataFrame,
+             tuples: Callable[[int], dict[str, tuple[str, int]]] | None = None) -> pd.DataFrame:
     """Per (program_id, name) of the op metadata: `COLUMNS` per occurrence, and `moves` (`hbm->vmem`,
-    `host->hbm`, ...) for an async copy or slice start, else ''."""
+    `host->hbm`, ...) for an async copy or slice start, else ''. `tuples(program_id)`: the program's
+    `get-tuple-element`s (`parsers.hlo_proto.tuple_elements`), asked for only when needed."""
     rows: dict[str, list] = {c: [] for c in ("program_id", "name", *COLUMNS, "moves")}
     if meta.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64" if c in COLUMNS else object) for c in rows})
@@ -92,7 +119,8 @@ def op_bytes(meta: pd.DataFrame) -> pd.DataFrame:
     by_program: dict[int, _Program] = {}
     for p in np.unique(programs):
         at = programs == p
-        by_program[p] = _Program(dict(zip(names[at], texts[at])))
+        by_program[p] = _Program(dict(zip(names[at], texts[at])),
+                                 (lambda p=p: tuples(int(p))) if tuples is not None else dict)
     for program, name, text in zip(programs, names, texts):
         operands = named_operands(text)
         results = result_shapes(text)

@@ -11,7 +11,15 @@ where XProf's answer is not a fact (docs/xprof-differences.md):
   ring algorithm, `model.collectives`) over the time the transfer took (the async window for a
   start/done pair) and their share of the chip's ICI peak;
 - an op with no measured utilization (no FLOPs, no bytes) reaches no roof: `latency`, never
-  `Unknown`.
+  `Unknown`;
+- the roofline has a level per memory (issue 27 §2): compute (FLOPs over the peak), HBM (its HBM
+  bytes; for an op whose operands async copies brought into VMEM, those bytes too) and VMEM (bytes of
+  operands and results in VMEM, `S(1)`, modelled from the layouts, over the read and write peaks the
+  trace or the chip's table gives, `DeviceInfo.vmem`). The level with the largest utilization binds:
+  the one whose roof is lowest at the op's intensity there. An op with no bytes at a level has no
+  utilization or intensity there; without a VMEM peak there is no VMEM level, and VMEM's modelled
+  bytes decide only from 10 % of its peak (`VMEM_BINDS_AT`; XProf, with VMEM bytes the hardware
+  counted, takes any share).
 """
 
 from __future__ import annotations
@@ -30,8 +38,10 @@ from tpudiag.model.collectives import Traffic, latency_bound, traffic
 from tpudiag.model.grouping import first_appearance_groups, group_sums, sums_by_group
 from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
 from tpudiag.model.profile import HostTrace
+from tpudiag.parsers.hlo_proto import tuple_elements
 
 PS_PER_S = 1e12
+VMEM_BINDS_AT = 0.1  # share of the VMEM peak below which VMEM does not decide bound_by
 _KEYS = ["program_id", "name"]
 
 
@@ -40,6 +50,7 @@ class BoundBy(StrEnum):
 
     COMPUTE = "Compute"  # FLOP utilization is the larger (XProf's spelling)
     HBM = "HBM"  # HBM bandwidth utilization is the larger
+    VMEM = "VMEM"  # VMEM bandwidth utilization (read or write) is the largest
     COLLECTIVE = "collective"  # a collective: judged by its ICI bandwidth, not by a roof of the core
     HOST_LINK = "host link"  # an async copy to or from host memory (`S(5)`): the host link binds it
     LATENCY = "latency"  # no measured utilization: it reaches no roof
@@ -50,6 +61,7 @@ class BoundBasis(StrEnum):
 
     UTILIZATION = "utilization"  # the larger measured utilization, as XProf
     COPIED_BYTES = "intensity with copied bytes"  # FLOPs over its own HBM bytes plus what its copies brought
+    VMEM_BYTES = "VMEM bytes from the layouts"  # VMEM's utilization, of bytes modelled from the layouts, is the largest
     MEMORY_SPACE = "memory space"  # collectives and host copies: what they move over
     NONE = "none"  # no utilization: latency
 
@@ -90,22 +102,33 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
         over = above_peak(rate, peak)
         rate[over] = np.nan
         util[over] = np.nan
-    bound_by = np.where(family != "", BoundBy.COLLECTIVE.value,
-                        np.where(f + h <= 0, BoundBy.LATENCY.value,
-                                 np.where(f >= h, BoundBy.COMPUTE.value, BoundBy.HBM.value)))
     ici = _ici(host, df, family, occ)
-    spaces = _spaces(meta, df, occ)
+    spaces = _spaces(meta, df, occ, host.hlo_protos)
     with np.errstate(divide="ignore", invalid="ignore"):
         roof_bytes = hbm + spaces["copied_hbm_bytes"]
         hbm_intensity = np.where((roof_bytes > 0) & (flops > 0), flops / roof_bytes, np.nan)
+    # (an async copy's or slice's start moves its bytes over its window: not judged on its own time)
+    copied = (family == "") & (spaces["copied_hbm_bytes"] > 0) & (spaces["moves"] == "") & bool(peak_hbm)
+    if peak_hbm:
+        # The HBM level of an op its copies fed counts what they brought (the roof it would reach
+        # had it read them itself); with FLOPs, that is its FLOP/B against the ridge.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            h = np.where(copied, np.where(total_s > 0, roof_bytes / total_s, 0.0) / peak_hbm, h)
+    vmem = _vmem_level(host, spaces, flops, total_s)
+    # VMEM's bytes are modelled (each array in VMEM read or written once): they bind an op only at
+    # a real share of the peak, not at the fractions of a percent most small fusions reach.
+    # An async copy's or slice's start moves its bytes over the window, not in its own time.
+    v = np.where((vmem["vmem_raw_utilization"] >= VMEM_BINDS_AT) & (spaces["moves"] == ""),
+                 vmem["vmem_raw_utilization"], 0.0)
+    bound_by = np.where(family != "", BoundBy.COLLECTIVE.value,
+                        np.where(f + h + v <= 0, BoundBy.LATENCY.value,
+                                 np.where((f >= h) & (f >= v), BoundBy.COMPUTE.value,
+                                          np.where(h >= v, BoundBy.HBM.value, BoundBy.VMEM.value))))
     basis = np.where(family != "", BoundBasis.MEMORY_SPACE.value,
-                     np.where(bound_by == BoundBy.LATENCY.value, BoundBasis.NONE.value, BoundBasis.UTILIZATION.value))
-    ridge = host.device.ridge_flops_per_byte
-    copied = (family == "") & (spaces["copied_hbm_bytes"] > 0) & (flops > 0)
-    if ridge:
-        bound_by = np.where(copied, np.where(hbm_intensity < ridge, BoundBy.HBM.value, BoundBy.COMPUTE.value),
-                            bound_by)
-        basis = np.where(copied, BoundBasis.COPIED_BYTES.value, basis)
+                     np.where(bound_by == BoundBy.LATENCY.value, BoundBasis.NONE.value,
+                              np.where(bound_by == BoundBy.VMEM.value, BoundBasis.VMEM_BYTES.value,
+                                       np.where(copied, BoundBasis.COPIED_BYTES.value,
+                                                BoundBasis.UTILIZATION.value))))
     host_copy = _host_copies(df, spaces["moves"])
     bound_by = np.where(host_copy, BoundBy.HOST_LINK.value, bound_by)
     basis = np.where(host_copy, BoundBasis.MEMORY_SPACE.value, basis)
@@ -134,8 +157,33 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
         **ici,
         **spaces,
         "hbm_intensity": hbm_intensity,
+        "vmem_utilization": vmem["vmem_utilization"],
+        "vmem_intensity": vmem["vmem_intensity"],
         "bound_basis": basis,
     })
+
+
+def _vmem_level(host: HostTrace, spaces: dict[str, np.ndarray], flops: np.ndarray,
+                total_s: np.ndarray) -> dict[str, np.ndarray]:
+    """The VMEM level of the roofline: per op, the larger of its read and write utilizations
+    (bytes in VMEM over the op's time, over the peak of that direction), and its FLOPs per VMEM
+    byte in that direction. `vmem_raw_utilization` (0 where none) decides bound_by, one above the
+    peak included, as for the other levels; the `vmem_utilization` column is NaN there (bytes
+    modelled from the layouts that would cross faster than the peak are no rate) and without a peak."""
+    n = len(flops)
+    peak = host.device.vmem
+    nan = np.full(n, np.nan)
+    if peak is None or not peak.read_bytes_per_s or not peak.write_bytes_per_s:
+        return {"vmem_raw_utilization": np.zeros(n), "vmem_utilization": nan, "vmem_intensity": nan}
+    read, write = spaces["vmem_read_bytes"], spaces["vmem_write_bytes"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util_read = np.where(total_s > 0, read / total_s, 0.0) / peak.read_bytes_per_s
+        util_write = np.where(total_s > 0, write / total_s, 0.0) / peak.write_bytes_per_s
+        binding = np.where(util_write > util_read, write, read)
+        intensity = np.where((binding > 0) & (flops > 0), flops / binding, np.nan)
+    raw = np.maximum(util_read, util_write)
+    return {"vmem_raw_utilization": raw, "vmem_utilization": np.where((raw > 0) & (raw <= 1), raw, np.nan),
+            "vmem_intensity": intensity}
 
 
 def _per_op(ev: pd.DataFrame) -> pd.DataFrame:
@@ -162,9 +210,11 @@ def _per_op(ev: pd.DataFrame) -> pd.DataFrame:
         "module": pd.Categorical.from_codes(module[first], dtype=ev["module"].dtype)})
 
 
-def _spaces(meta: pd.DataFrame, df: pd.DataFrame, occ: np.ndarray) -> dict[str, np.ndarray]:
-    """The OPS columns of bytes by memory space (`analysis.op_bytes`), totals over occurrences."""
-    per = op_bytes(meta)
+def _spaces(meta: pd.DataFrame, df: pd.DataFrame, occ: np.ndarray,
+            protos: dict[int, bytes]) -> dict[str, np.ndarray]:
+    """The OPS columns of bytes by memory space (`analysis.op_bytes`), totals over occurrences;
+    `protos`, the programs the capture embeds, give the tuple elements the trace does not record."""
+    per = op_bytes(meta, lambda pid: tuple_elements(protos[pid]) if pid in protos else {})
     merged = df[_KEYS].merge(per, on=_KEYS, how="left")
     out: dict[str, np.ndarray] = {c: merged[c].fillna(0.0).to_numpy(dtype=np.float64) * occ for c in BYTE_COLUMNS}
     out["moves"] = merged["moves"].fillna("").astype(str).to_numpy(dtype=object)

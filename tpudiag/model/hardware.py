@@ -13,6 +13,37 @@ from enum import Enum
 
 
 @dataclass(frozen=True)
+class VmemBandwidth:
+    """Peak VMEM bandwidth of one TensorCore, bytes/s per direction, and where the figure comes from.
+
+    No Google document gives it. A trace's own `peak_vmem_rd_bw_gigabytes_per_second` and
+    `peak_vmem_wr_bw_gigabytes_per_second` plane stats (what libtpu's profiler stamps, and XProf's
+    roofline draws) take precedence; the table below holds what a source outside the trace says.
+    """
+
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    source: str  # how reports cite it
+
+    def describe(self, fmt) -> str:
+        """`VMEM 18 TB/s (approximate: ...)` for report headers; `fmt` formats a bandwidth."""
+        same = self.read_bytes_per_s == self.write_bytes_per_s
+        rates = (fmt(self.read_bytes_per_s) if same else
+                 f"{fmt(self.read_bytes_per_s)} read, {fmt(self.write_bytes_per_s)} write")
+        return f"VMEM {rates} ({self.source})"
+
+
+# v5e: jax-ml/scaling-book, "How to Think About TPUs" (tpus.md): VMEM "has much higher bandwidth to
+# the MXU", about 22x HBM's on v5e; one approximate figure, applied to reads and to writes alike.
+# v6e: what libtpu's profiler stamped on the device plane of a real v6e capture
+# (`shared/data/real-captures/tpu-v6e-hostoffload-inference`: `peak_vmem_rd_bw_gigabytes_per_second`
+# 23296.0, `peak_vmem_wr_bw_gigabytes_per_second` 16128.0, beside HBM 1638.0). Other generations: none
+# known, so no VMEM roof is drawn for them unless their trace records one.
+V5E_VMEM = VmemBandwidth(22 * 819e9, 22 * 819e9, "approximate: about 22x HBM (jax-ml/scaling-book)")
+V6E_VMEM = VmemBandwidth(23296e9, 16128e9, "as libtpu's profiler records it on v6e")
+
+
+@dataclass(frozen=True)
 class ChipSpec:
     generation: str  # canonical name: v4, v5e, v5p, v6e, TPU7x
     peak_bf16_flops_per_s: float  # per chip
@@ -32,6 +63,7 @@ class ChipSpec:
     # "Trillium (TPU v6e) has 32GB/s, about 2x higher than v5". Nominal: what a transfer achieves is
     # lower, and reports say "nominal" beside it.
     host_link_bytes_per_s: float | None = None
+    vmem_bandwidth: VmemBandwidth | None = None  # per TensorCore; None where no source gives it
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -51,11 +83,11 @@ CHIPS: tuple[ChipSpec, ...] = (
     ChipSpec("v4", 275e12, 1200e9, 32 * GIB, 2, 4, 128, 16 * MIB, 1.05e9, 45e9, 6, ("tpu v4",),
              host_link_bytes_per_s=16e9),
     ChipSpec("v5e", 197e12, 819e9, 16 * GIB, 1, 4, 128, 128 * MIB, 1.5e9, 45e9, 4,
-             ("tpu v5 lite", "tpu v5e", "tpu v5litepod"), host_link_bytes_per_s=15e9),
+             ("tpu v5 lite", "tpu v5e", "tpu v5litepod"), host_link_bytes_per_s=15e9, vmem_bandwidth=V5E_VMEM),
     ChipSpec("v5p", 459e12, 2765e9, 95 * GIB, 1, 4, 128, 64 * MIB, 1.75e9, 90e9, 6, ("tpu v5p", "tpu v5"),
              host_link_bytes_per_s=15e9),
     ChipSpec("v6e", 918e12, 1640e9, 32 * GIB, 1, 2, 256, 128 * MIB, None, 90e9, 4,
-             ("tpu v6 lite", "tpu v6e", "trillium"), host_link_bytes_per_s=32e9),
+             ("tpu v6 lite", "tpu v6e", "trillium"), host_link_bytes_per_s=32e9, vmem_bandwidth=V6E_VMEM),
     ChipSpec("TPU7x", 2307e12, 7370e9, 192 * GIB, 2, 2, 256, 64 * MIB, None, 200e9, 6,
              ("tpu7x", "tpu v7x", "tpu v7", "ironwood")),
 )

@@ -8,7 +8,7 @@ from enum import StrEnum
 import pandas as pd
 
 from tpudiag.model.allocator import HostMemoryTimeline
-from tpudiag.model.hardware import ChipSpec, GpuDevice
+from tpudiag.model.hardware import ChipSpec, GpuDevice, VmemBandwidth
 
 
 class Platform(StrEnum):
@@ -49,6 +49,8 @@ class DeviceInfo:
     n_chips: int
     n_sparse_cores: int = 0
     gpu: GpuDevice | None = None  # a GPU plane's capabilities (`model.hardware.gpu_device`)
+    # Peak VMEM bandwidth per core: the plane's own stats, else the chip's table entry; None unknown
+    vmem: VmemBandwidth | None = None
 
     @property
     def ridge_flops_per_byte(self) -> float | None:

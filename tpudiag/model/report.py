@@ -14,6 +14,7 @@ from tpudiag.model.kernels import KernelView
 from tpudiag.model.findings import Finding
 from tpudiag.model.memory import ProgramMemory
 from tpudiag.model.profile import PeaksSource, Platform
+from tpudiag.model.hardware import VmemBandwidth
 
 
 class Mode(StrEnum):
@@ -158,6 +159,7 @@ class Summary:
     # Without steps: the share of the cores' time some op runs, Σ busy / Σ span (each core from its
     # first op to its last, `analysis.idle.capture_windows`); None when the capture has steps.
     busy_share: float | None = None
+    vmem: VmemBandwidth | None = None  # peak VMEM bandwidth per core and its source; None: no VMEM roof
 
     @property
     def ridge_flops_per_byte(self) -> float | None:
@@ -186,7 +188,7 @@ class OpRow:
     operational_intensity: float | None
     flop_utilization: float | None
     hbm_utilization: float | None
-    bound_by: str  # `analysis.ops.BoundBy`: Compute, HBM, collective, host link or latency
+    bound_by: str  # `analysis.ops.BoundBy`: Compute, HBM, VMEM, collective, host link or latency
     family: str
     shape_with_layout: str
     source: str  # `file.py:LINE` of the op's metadata; '' when unknown
@@ -218,6 +220,8 @@ class OpRow:
     copied_hbm_bytes: float = 0.0  # operand bytes async copies or slices brought into VMEM from HBM
     moves: str = ""  # async copy or slice starts: `hbm->vmem`, `host->hbm`, ...
     hbm_intensity: float | None = None  # flops / (hbm_bytes + copied_hbm_bytes)
+    vmem_utilization: float | None = None  # VMEM bandwidth utilization, the larger of read and write
+    vmem_intensity: float | None = None  # flops / VMEM bytes of that direction
     bound_basis: str = ""  # `analysis.ops.BoundBasis`: how bound_by was decided
 
     @property
@@ -318,6 +322,37 @@ class OpRows(Sequence[OpRow]):
 
     def __repr__(self) -> str:
         return f"OpRows({self._n} rows)"
+
+
+@dataclass(frozen=True)
+class OpsShown:
+    """What the terminal and markdown reports show of the op rows, read in one pass (a pod's rows
+    are made as they are read: `OpRows`): the first `top` ops besides collectives and the first
+    `top` collectives, by self time, with how many of each there are."""
+
+    compute: tuple[OpRow, ...]
+    n_compute: int
+    collectives: tuple[OpRow, ...]
+    n_collectives: int
+    per_step: bool  # some op has a per-step time (the capture has steps)
+
+    @classmethod
+    def of(cls, ops: Sequence[OpRow], top: int) -> OpsShown:
+        compute: list[OpRow] = []
+        collectives: list[OpRow] = []
+        n_compute = n_collectives = 0
+        per_step = False
+        for op in ops:
+            per_step = per_step or op.step_self_time_ps is not None
+            if op.family:
+                n_collectives += 1
+                if len(collectives) < top:
+                    collectives.append(op)
+            else:
+                n_compute += 1
+                if len(compute) < top:
+                    compute.append(op)
+        return cls(tuple(compute), n_compute, tuple(collectives), n_collectives, per_step)
 
 
 @dataclass(frozen=True)

@@ -183,10 +183,9 @@ OPS = TableSchema("ops", (
     Column("operational_intensity", "float64", "flops / bytes_accessed; NaN without bytes"),
     Column("flop_utilization", "float64", "flop_rate / peak FLOP/s of one core; NaN without a peak"),
     Column("hbm_utilization", "float64", "hbm_bw / peak HBM bandwidth of one core; NaN without a peak"),
-    Column("bound_by", "category", "what binds the op (`analysis.ops.BoundBy`): Compute or HBM (the larger "
-                                   "utilization, as XProf, or hbm_intensity against the ridge where copies "
-                                   "brought its operands); collective; host link; latency when it reaches no "
-                                   "roof"),
+    Column("bound_by", "category", "what binds the op (`analysis.ops.BoundBy`): Compute, HBM or VMEM (the "
+                                   "largest utilization, as XProf; HBM's counts what copies brought into VMEM "
+                                   "for it); collective; host link; latency when it reaches no roof"),
     Column("family", "category", "collective family (all-gather, all-reduce, ...) or '' for non-collectives"),
     Column("shape_with_layout", "string", "result shape with layout"),
     Column("source", "string", "source file:line"),
@@ -214,6 +213,11 @@ OPS = TableSchema("ops", (
     Column("moves", "string", "async copy and slice starts: source->destination space (`hbm->vmem`, "
                               "`host->hbm`), else ''"),
     Column("hbm_intensity", "float64", "flops / (hbm_bytes + copied_hbm_bytes); NaN without FLOPs or HBM bytes"),
+    Column("vmem_utilization", "float64", "the larger of VMEM read and write bandwidth utilization: its VMEM bytes "
+                                          "(modelled) over its total time, over the peak (`DeviceInfo.vmem`); NaN "
+                                          "without VMEM bytes or a peak, or above the peak"),
+    Column("vmem_intensity", "float64", "flops / VMEM bytes of the direction (read or write) whose utilization is "
+                                        "the larger; NaN without FLOPs, VMEM bytes or a VMEM peak"),
     Column("bound_basis", "category", "how bound_by was decided (`analysis.ops.BoundBasis`)"),
 ))
 

@@ -22,7 +22,7 @@ import pandas as pd
 from tpudiag.model.intervals import nest
 from tpudiag.model import schemas
 from tpudiag.model.grouping import dense_unique, reordering
-from tpudiag.model.hardware import chip_for, gpu_device
+from tpudiag.model.hardware import VmemBandwidth, chip_for, gpu_device
 from tpudiag.model.hlo_cost import gpu_op_cost
 from tpudiag.model.hlo_names import async_role, pair_async, window_family
 from tpudiag.model.profile import DeviceInfo, HostTrace, PeaksSource, Platform
@@ -789,7 +789,20 @@ def _device_info(platform: Platform, plane_stats: dict[str, object], n_cores: in
         peak_flops, hbm_bw, source = None, None, PeaksSource.NONE
     return DeviceInfo(platform=platform, device_type=device_type, chip=chip, peak_flops_per_s=peak_flops,
                       hbm_bytes_per_s=hbm_bw, peaks_source=source, n_cores=n_cores,
-                      n_chips=len(chips) if chips else n_cores, n_sparse_cores=n_sparse)
+                      n_chips=len(chips) if chips else n_cores, n_sparse_cores=n_sparse,
+                      vmem=trace_vmem(plane_stats) or (chip.vmem_bandwidth if chip is not None else None))
+
+
+TRACE_VMEM_SOURCE = "from the trace"
+
+
+def trace_vmem(plane_stats: dict[str, object]) -> VmemBandwidth | None:
+    """Peak VMEM read and write bandwidth per core from the plane's stats (libtpu stamps them, in the
+    same unit as its HBM peak); None unless both are there and plausible."""
+    values = [_as_float(plane_stats.get(f"peak_vmem_{d}_bw_gigabytes_per_second", 0.0)) for d in ("rd", "wr")]
+    if any(v is None or not 0 < v <= MAX_PEAK_HBM_GB_PER_S * 10 for v in values):
+        return None
+    return VmemBandwidth(values[0] * 1e9, values[1] * 1e9, TRACE_VMEM_SOURCE)
 
 
 def host_name(space, path: Path) -> str:

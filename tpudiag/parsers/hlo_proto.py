@@ -69,6 +69,25 @@ def parse_hlo_proto(data: bytes, path: str = "<proto>", program_id: int | None =
         raise InputError("a number beyond int64 in the HLO proto (damaged)", path=path) from exc
 
 
+def tuple_elements(data: bytes) -> dict[str, tuple[str, int]]:
+    """Every `get-tuple-element` of the program, by name: (the tuple's producer, the index). A
+    capture's trace records the producer but never the element; `analysis.op_bytes` follows a VMEM
+    operand through it. Damaged bytes give {} (the program is parsed, with its warning, elsewhere)."""
+    wrapper = HloProto()
+    try:
+        wrapper.ParseFromString(data)
+        module = wrapper.hlo_module if wrapper.hlo_module.computations else HloModuleProto.FromString(data)
+    except (DecodeError, ValueError, RuntimeError, TypeError):
+        return {}
+    out: dict[str, tuple[str, int]] = {}
+    for comp in module.computations:
+        names = {inst.id: inst.name for inst in comp.instructions}
+        for inst in comp.instructions:
+            if inst.opcode == "get-tuple-element" and inst.operand_ids and inst.operand_ids[0] in names:
+                out[inst.name] = (names[inst.operand_ids[0]], int(inst.tuple_index))
+    return out
+
+
 def capture_hlo_inputs(profile) -> tuple[HloInput, ...]:
     """Every program the capture's hosts embed, parsed once per program id: the hosts of one SPMD
     run carry the same programs, and parsing is the costly part. A damaged copy is left out with a

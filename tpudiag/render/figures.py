@@ -83,44 +83,92 @@ def _step_breakdown(report: Report, path: Path, Figure, Canvas) -> FigureFile | 
                       "Stacked bar: compute, collectives, infeed/outfeed and idle time per step")
 
 
-BOUND_COLORS = {"Compute": "#4C72B0", "HBM": "#DD8452"}  # others (latency, host link): grey
+BOUND_COLORS = {"Compute": "#4C72B0", "HBM": "#DD8452", "VMEM": "#55A868"}  # others (latency, host link): grey
+COLOR_NAMES = {"Compute": "blue", "HBM": "orange", "VMEM": "green"}
 OTHER_COLOR = "#8C8C8C"
+LEVEL_MARKERS = {"HBM": "o", "VMEM": "s"}
 
 
 @dataclass(frozen=True)
 class RooflinePoint:
-    """One op as the roofline draws it: its intensity at the level it is drawn against."""
+    """One op as the roofline draws it: at its intensity at the memory level that binds it (the
+    level whose roof is lowest there), and at its other levels as hollow points."""
 
     number: int
     name: str
     intensity: float  # FLOP per byte at `level`
     flop_rate: float
-    level: str  # "HBM" (its HBM bytes and what its copies brought) or "VMEM" (no HBM bytes: its VMEM bytes)
+    level: str  # "HBM" (its HBM bytes and what its copies brought) or "VMEM" (its VMEM bytes)
     bound_by: str
     self_time_ps: int
+    others: tuple[tuple[str, float], ...] = ()  # (level, intensity) of its other memory levels
+
+
+def _vmem_roof(o, vmem) -> float | None:
+    """Bytes/s of the VMEM roof the op is judged against: the direction (read or write) its bytes
+    take longest in, as `analysis.ops` decides it; None without a VMEM peak."""
+    if vmem is None:
+        return None
+    write = o.vmem_write_bytes / vmem.write_bytes_per_s > o.vmem_read_bytes / vmem.read_bytes_per_s
+    return vmem.write_bytes_per_s if write else vmem.read_bytes_per_s
 
 
 def roofline_points(report: Report) -> list[RooflinePoint]:
-    """The ops the roofline draws, by self time: at FLOPs per HBM byte (copies' bytes counted), else,
-    for an op whose bytes are all in VMEM, at FLOPs per VMEM byte. An op with no bytes at a level
+    """The ops the roofline draws, by self time, at each memory level where they have an intensity
+    (FLOPs per HBM byte, copies' bytes counted; FLOPs per VMEM byte). The filled point is at the
+    level that binds: the op's `bound_by` when that is a memory, else the level whose roof is lowest
+    at its intensity (with no VMEM peak, HBM where it has HBM bytes). An op with no bytes at a level
     gets no intensity there; an op with no FLOP rate (none, or one above the peak) is not drawn."""
+    s = report.summary
     out = []
     for o in report.ops:
         if not o.flop_rate or o.family or not _finite(o.flop_rate):
             continue
-        vmem = o.vmem_read_bytes + o.vmem_write_bytes
+        levels: dict[str, float] = {}
         if o.hbm_intensity is not None and _finite(o.hbm_intensity):
-            x, level = o.hbm_intensity, "HBM"
-        elif vmem > 0 and o.flops > 0:
-            x, level = o.flops / vmem, "VMEM"
-        else:
+            levels["HBM"] = o.hbm_intensity
+        vmem_x = o.vmem_intensity
+        if vmem_x is None and s.vmem is None and o.flops > 0 and o.vmem_read_bytes + o.vmem_write_bytes > 0:
+            vmem_x = o.flops / (o.vmem_read_bytes + o.vmem_write_bytes)  # no VMEM roof: drawn, judged by none
+        if vmem_x is not None and _finite(vmem_x):
+            levels["VMEM"] = vmem_x
+        if not levels:
             continue
-        out.append(RooflinePoint(len(out) + 1, o.name, x, o.flop_rate, level, o.bound_by, o.self_time_ps))
+        if o.bound_by in levels:
+            level = o.bound_by
+        else:
+            roofs = {"HBM": s.hbm_bytes_per_s, "VMEM": _vmem_roof(o, s.vmem)}
+            known = {k: x * roofs[k] for k, x in levels.items() if roofs[k]}
+            level = min(known, key=known.get) if known else next(iter(levels))
+        others = tuple((k, x) for k, x in levels.items() if k != level)
+        out.append(RooflinePoint(len(out) + 1, o.name, levels[level], o.flop_rate, level, o.bound_by,
+                                 o.self_time_ps, others))
     return out
 
 
 def _overlaps(box, placed) -> bool:
     return any(box.overlaps(other) for other in placed)
+
+
+def _draw_roof(ax, grid, bw: float, peak: float, **style) -> None:
+    """A memory roof: bandwidth x FLOP/B up to where it meets the compute roof."""
+    ridge = peak / bw
+    xs = [x for x in grid if x <= ridge] + [ridge]
+    ax.plot(xs, [x * bw for x in xs], **style)
+
+
+def roofline_title(points: list[RooflinePoint], vmem) -> str:
+    """What the figure draws, said once: its roofs, what the colours and markers mean."""
+    roofs = ["HBM", *(["VMEM"] if vmem is not None else []), "compute"]
+    colours = sorted({p.bound_by for p in points}, key=lambda b: (b not in BOUND_COLORS, b))
+    named = ", ".join(f"{COLOR_NAMES.get(b, 'grey')}: {b}" for b in colours)
+    at = sorted({p.level for p in points} | {k for p in points for k, _ in p.others}, key=list(LEVEL_MARKERS).index)
+    markers = ", ".join(f"{'circles' if k == 'HBM' else 'squares'}: FLOP per {k} byte" for k in at)
+    hollow = any(p.others for p in points)
+    return (f"Per-op roofline: {', '.join(roofs[:-1])} and {roofs[-1]} roofs (colour = bound by; {named}); "
+            f"{markers}" + ("; filled: the level that binds, hollow: the op's other level" if hollow else "")
+            + ("; no VMEM roof (no source gives this chip's VMEM bandwidth)"
+               if vmem is None and "VMEM" in at else ""))
 
 
 def roofline_figure(report: Report, Figure, renderer_of):
@@ -132,40 +180,50 @@ def roofline_figure(report: Report, Figure, renderer_of):
     # An infinite or NaN peak (a corrupt capture) has no roofline to draw.
     if ridge is None or not points or not _finite(ridge, s.peak_flops_per_s, s.hbm_bytes_per_s) or ridge <= 0:
         return None
+    vmem = s.vmem if s.vmem is not None and _finite(s.vmem.read_bytes_per_s, s.vmem.write_bytes_per_s) else None
     shown = points[:ROOFLINE_LABELS]
     fig = Figure(layout="constrained", figsize=(7.5, 4.8 + 0.2 * len(shown)))
     ax, key = fig.subplots(2, 1, height_ratios=[4.8, 0.4 + 0.2 * len(shown)])
-    xs = [p.intensity for p in points]
-    lo, hi = min(xs + [ridge]) / 10, max(xs + [ridge]) * 10
+    xs = [p.intensity for p in points] + [x for p in points for _, x in p.others]
+    ridges = [ridge] + ([s.peak_flops_per_s / vmem.read_bytes_per_s] if vmem else [])
+    lo, hi = min(xs + ridges) / 10, max(xs + ridges) * 10
     grid = [lo * (hi / lo) ** (i / 63) for i in range(64)]
-    ax.plot([x for x in grid if x <= ridge] + [ridge], [x * s.hbm_bytes_per_s for x in grid if x <= ridge]
-            + [s.peak_flops_per_s], color="#DD8452", lw=1.5, label="HBM roof (peak bandwidth x FLOP/B)")
-    ax.plot([ridge] + [x for x in grid if x > ridge], [s.peak_flops_per_s] * (1 + sum(x > ridge for x in grid)),
-            color="#4C72B0", lw=1.5, label="compute roof (peak FLOP/s)")
+    _draw_roof(ax, grid, s.hbm_bytes_per_s, s.peak_flops_per_s, color=BOUND_COLORS["HBM"], lw=1.5,
+               label="HBM roof (peak bandwidth x FLOP/B)")
+    if vmem is not None:
+        both = vmem.read_bytes_per_s == vmem.write_bytes_per_s
+        _draw_roof(ax, grid, vmem.read_bytes_per_s, s.peak_flops_per_s, color=BOUND_COLORS["VMEM"], lw=1.5,
+                   label=f"VMEM {'' if both else 'read '}roof ({_plain(vmem.source)})")
+        if not both:
+            _draw_roof(ax, grid, vmem.write_bytes_per_s, s.peak_flops_per_s, color=BOUND_COLORS["VMEM"], lw=1.2,
+                       ls=":", label="VMEM write roof")
+    ax.plot([min(ridges), hi], [s.peak_flops_per_s] * 2, color=BOUND_COLORS["Compute"], lw=1.5,
+            label="compute roof (peak FLOP/s)")
     ax.axvline(ridge, color="grey", ls="--", lw=1)
-    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, 0), xycoords=("data", "axes fraction"),
+    ax.annotate(f"HBM ridge {ridge:.0f} FLOP/B", (ridge, 0), xycoords=("data", "axes fraction"),
                 textcoords="offset points", xytext=(4, 6), fontsize=8, color="grey")
     total = sum(p.self_time_ps for p in points) or 1
-    for level, marker in (("HBM", "o"), ("VMEM", "s")):
+    for level, marker in LEVEL_MARKERS.items():
         at = [p for p in points if p.level == level]
         if at:
             ax.scatter([p.intensity for p in at], [p.flop_rate for p in at],
                        s=[20 + 600 * p.self_time_ps / total for p in at], marker=marker,
                        c=[BOUND_COLORS.get(p.bound_by, OTHER_COLOR) for p in at], alpha=0.7,
                        edgecolors="black", linewidths=0.5)
+        other = [(p, x) for p in points for k, x in p.others if k == level]
+        if other:
+            ax.scatter([x for _, x in other], [p.flop_rate for p, _ in other], s=18, marker=marker,
+                       facecolors="none", edgecolors=[BOUND_COLORS.get(p.bound_by, OTHER_COLOR) for p, _ in other],
+                       linewidths=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     # At least two decades on each axis, so only the major ticks (powers of ten) are labelled.
     ax.set_ylim(min(min(p.flop_rate for p in points) / 3, s.peak_flops_per_s / 100), s.peak_flops_per_s * 2)
     ax.set_xlim(lo, hi)
-    ax.set_xlabel("FLOP per byte (HBM: its HBM bytes and what its copies brought; squares: VMEM bytes)")
+    ax.set_xlabel("FLOP per byte at each memory level (HBM: its HBM bytes and what its copies brought; "
+                  "VMEM: modelled from the layouts)", fontsize=8)
     ax.set_ylabel("achieved FLOP/s per core")
-    vmem = any(p.level == "VMEM" for p in points)
-    colours = sorted({p.bound_by for p in points}, key=lambda b: (b not in BOUND_COLORS, b))
-    named = ", ".join(f"{'blue' if b == 'Compute' else 'orange' if b == 'HBM' else 'grey'}: {b}" for b in colours)
-    ax.set_title(f"Per-op roofline: HBM and compute roofs (colour = bound by; {named})"
-                 + ("; squares: ops whose bytes are all in VMEM, no VMEM roof (its bandwidth is not public)"
-                    if vmem else ""), fontsize=8, wrap=True)
+    ax.set_title(roofline_title(points, vmem), fontsize=8, wrap=True)
     ax.legend(loc="upper left", fontsize=7)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     # Number the largest points; each number goes where it overlaps no other label, else it is left
@@ -201,8 +259,9 @@ def _roofline(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:
     fig, _ = made
     _save(fig, Canvas, path)
     return FigureFile("roofline", "Per-op roofline", path,
-                      "Log-log scatter of each op's FLOPs per byte against achieved FLOP/s, under the chip's HBM and "
-                      "compute roofs with the ridge marked; the largest ops numbered, with a key below")
+                      "Log-log scatter of each op's FLOPs per byte at each memory level against achieved FLOP/s, "
+                      "under the chip's HBM, VMEM (where its bandwidth is known) and compute roofs, with the HBM "
+                      "ridge marked; the largest ops numbered, with a key below")
 
 
 def _categories(report: Report, path: Path, Figure, Canvas) -> FigureFile | None:

@@ -93,6 +93,9 @@ def _head(report: Report) -> dict:
         "peak_flops_per_s_per_core": s.peak_flops_per_s,
         "hbm_bytes_per_s_per_core": s.hbm_bytes_per_s,
         "peaks_source": s.peaks_source,
+        "vmem_read_bytes_per_s": s.vmem.read_bytes_per_s if s.vmem else None,  # per core; null: no VMEM roof
+        "vmem_write_bytes_per_s": s.vmem.write_bytes_per_s if s.vmem else None,
+        "vmem_source": s.vmem.source if s.vmem else "",
         "step_source": s.step_source,
         "step_program": s.step_program,
         "steps_analysed": s.step_time.count if s.step_time else 0,

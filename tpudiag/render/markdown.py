@@ -17,7 +17,7 @@ from urllib.parse import quote
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import Breakdown, Mode, OpRow, Report, skips_by_reason
+from tpudiag.model.report import Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line, printable, short_kernel_name, short_names
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -247,14 +247,15 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     if not report.ops:
         return []
     multi = len(report.summary.hosts) > 1
-    per_step = any(op.step_self_time_ps is not None for op in report.ops)
+    shown = OpsShown.of(report.ops, top)  # one pass over a pod's rows
+    per_step = shown.per_step
     label = "per step" if per_step else "self time"
-    compute = [op for op in report.ops if not op.family]
+    compute = shown.compute
     header = ["#"] + (["host"] if multi else []) + ["op", "category", label, "share", "FLOP util",
                                                     "HBM BW util", "FLOP/B", "bound by", "source"]
     rows = []
-    names = short_names([op.name for op in compute[:top]])
-    for i, (op, name) in enumerate(zip(compute[:top], names), start=1):
+    names = short_names([op.name for op in compute])
+    for i, (op, name) in enumerate(zip(compute, names), start=1):
         rows.append([str(i)] + ([code(op.host)] if multi else []) + [
             code(name), text(op.category), _per_step(op), fmt_pct(op.time_share),
             fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
@@ -262,27 +263,29 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     align = "r" + ("l" if multi else "") + "llrrrrrll"
     when = ("*per step* is the op's self time per step and core (mean)" if per_step
             else "*self time* is summed over cores and occurrences (no steps)")
-    intro = (f"The {min(top, len(compute))} ops besides collectives with the most self time, of {len(compute)}; "
+    intro = (f"The {len(compute)} ops besides collectives with the most self time, of {shown.n_compute}; "
              f"{when}, *share* its share of core time (totals in the JSON). FLOP util and HBM BW util are the "
-             "achieved rates over the per-core peaks; an op is *bound by* whichever is higher, *latency* when it "
-             "has neither; n/a is no rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
+             "achieved rates over the per-core peaks; an op is *bound by* the level (compute, HBM, VMEM) whose "
+             "utilization is the highest, *latency* when it has none; VMEM's counts its bytes in VMEM (`S(1)`, "
+             "modelled from the layouts) against the VMEM peak in the methods, where one is known. n/a is no "
+             "rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
              "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
              "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
-    if names != [op.name for op in compute[:top]]:
+    if names != [op.name for op in compute]:
         intro += (" Long kernel names are shortened (template and call arguments as …, [N] tells alike ones "
                   "apart); the JSON has them in full.")
     out = ["## Top ops", "", intro, ""] + table(header, rows, align)
-    collectives = [op for op in report.ops if op.family]
+    collectives = shown.collectives
     if collectives:
         rows = []
-        for i, op in enumerate(collectives[:top], start=1):
+        for i, op in enumerate(collectives, start=1):
             group = f"{op.group_size}{' (assumed)' if op.group_source == 'assumed' else ''}" if op.group_size else "-"
             rows.append([str(i)] + ([code(op.host)] if multi else []) + [
                 code(op.name), text(op.family), _per_step(op), fmt_pct(op.time_share), group,
                 fmt_bytes(op.ici_bytes / op.occurrences) if op.occurrences else "-", fmt_bandwidth(op.ici_bw),
                 fmt_pct(op.ici_utilization) + (" (latency-bound)" if op.ici_latency_bound else "")])
         out += ["", "### Collectives", "",
-                f"The {min(top, len(collectives))} collectives with the most self time, of {len(collectives)}. "
+                f"The {len(collectives)} collectives with the most self time, of {shown.n_collectives}. "
                 "*bytes/device*: what each device sends over ICI per occurrence, modelled from the payload and "
                 "the ring algorithm of its family; *group*: participants (assumed: every chip of the host, where "
                 "the trace names no replica groups); *ICI BW*: those bytes over the transfer (the async window "
@@ -294,11 +297,13 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
                      "r" + ("l" if multi else "") + "llrrrrrr")
     if "roofline" in figures:
         out += ["", "On the roofline, ops left of the ridge are limited by memory bandwidth, ops right of it by "
-                "compute; the gap between a point and its roof is headroom. Each op sits at its FLOPs per HBM "
-                "byte, counting what its copies brought into VMEM; an op whose bytes are all in VMEM is a square "
-                "at its FLOPs per VMEM byte (no VMEM roof: its bandwidth is not public). Colour is what binds the "
-                "op; the largest ops are numbered, with a key under the plot. Ops without FLOPs (collectives, "
-                "copies) are not drawn."]
+                "compute; the gap between a point and its roof is headroom. There is a roof per memory level: "
+                "HBM, and VMEM where a source gives the chip's VMEM bandwidth (the trace's own peaks, else the "
+                "table in the methods). Each op is drawn at its FLOPs per HBM byte (circles, counting what its "
+                "copies brought into VMEM) and per VMEM byte (squares, modelled from the layouts), filled at "
+                "the level that binds it and hollow at the other; an op with no bytes at a level has no point "
+                "there. Colour is what binds the op; the largest ops are numbered, with a key under the plot. "
+                "Ops without FLOPs (collectives, copies) are not drawn."]
         out += _image(figures, "roofline")
     elif figures:
         out += ["", "No roofline figure: no op here records both FLOPs and bytes accessed, or the chip's peaks "
@@ -429,6 +434,7 @@ def _methods(report: Report, figures_note: str) -> list[str]:
         out.append(f"- Hardware peaks per core ({text(s.peaks_source)}): {fmt_flops(s.peak_flops_per_s)}, "
                    f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
                    + (f"; roofline ridge at {ridge:.0f} FLOP/byte" if ridge else "")
+                   + (f"; {text(s.vmem.describe(fmt_bandwidth))}" if s.vmem is not None else "")
                    + (f"; generation {text(s.generation)}" if s.generation else ""))
     else:
         out.append("- Hardware peaks: none known for this device, so utilizations are not available.")

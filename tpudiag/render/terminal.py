@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import Breakdown, Distribution, OpRow, Report, skips_by_reason
+from tpudiag.model.report import Breakdown, Distribution, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line, short_names
 from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -33,7 +33,8 @@ def _header(report: Report) -> Group:
                       f"{s.n_chips} chips · {s.n_cores} cores"))
     if s.peak_flops_per_s:
         lines.append(Text(f"Peaks per core ({s.peaks_source}): {fmt_flops(s.peak_flops_per_s)}, "
-                          f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"))
+                          f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
+                          + (f", {s.vmem.describe(fmt_bandwidth)}" if s.vmem is not None else "")))
     if s.step_time is not None:
         st = s.step_time
         source = f"({escape(one_line(s.step_program))})" if s.step_program else f"analysed (from {s.step_source})"
@@ -110,26 +111,27 @@ def _per_step(op: OpRow) -> str:
     return fmt_time(op.step_self_time_ps if op.step_self_time_ps is not None else op.self_time_ps)
 
 
-def _time_label(report: Report) -> str:
+def _time_label(shown: OpsShown) -> str:
     """What the time columns hold: per step and core where there are steps, else the capture's total."""
-    return "per step" if any(op.step_self_time_ps is not None for op in report.ops) else "self time"
+    return "per step" if shown.per_step else "self time"
 
 
-def _ops_table(report: Report, top: int) -> Table:
+def _ops_table(report: Report, ops: OpsShown) -> Table:
     """The compute ops (collectives have their own table), time per step and core."""
-    ops = [op for op in report.ops if not op.family]
     multi_host = len(report.summary.hosts) > 1
-    label = _time_label(report)
+    label = _time_label(ops)
     per = "mean per step and core" if label == "per step" else "summed over cores and occurrences"
-    t = Table(title=f"Top ops by self time, {per} (of {len(ops)} ops besides collectives; totals in --format json)",
+    t = Table(title=f"Top ops by self time, {per} (of {ops.n_compute} ops besides collectives; totals in --format json)",
               title_justify="left", show_edge=False)
     t.add_column("#", justify="right")
     if multi_host:
         t.add_column("host")
-    for col in ("op", "category", label, "share", "occ", "FLOP util", "HBM BW util", "FLOP/B", "bound by"):
+    shown = ops.compute
+    vmem = any(op.bound_by == "VMEM" for op in shown)  # its own column only where it binds a shown op
+    for col in ("op", "category", label, "share", "occ", "FLOP util", "HBM BW util",
+                *(("VMEM util",) if vmem else ()), "FLOP/B", "bound by"):
         t.add_column(col, justify="left" if col in ("op", "category", "bound by") else "right",
                      overflow="fold" if col == "op" else "ellipsis")
-    shown = ops[:top]
     # Compiled facts (tpudiag.analysis.join) get columns only when some shown op has them.
     padding = any(op.padded_bytes is not None for op in shown)
     spills = any(op.spill_stores is not None for op in shown)
@@ -144,6 +146,7 @@ def _ops_table(report: Report, top: int) -> Table:
             row.append(escape(op.host))
         row += [escape(name), escape(op.category), _per_step(op), fmt_pct(op.time_share),
                 str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
+                *((("-" if op.vmem_utilization is None else fmt_pct(op.vmem_utilization)),) if vmem else ()),
                 _intensity(op), escape(op.bound_shown)]
         if padding:
             row.append(_padding_cell(op.padded_bytes, op.logical_bytes))
@@ -160,7 +163,11 @@ def _ops_table(report: Report, top: int) -> Table:
     if any(op.bound_shown.endswith("*") for op in shown):
         ridge = report.summary.ridge_flops_per_byte
         legend.append("*: the bytes async copies brought into VMEM for it counted as its HBM bytes (modelled from "
-                      f"the layouts), bound by FLOP/B against the ridge ({ridge:,.0f} FLOP/B)" if ridge else "")
+                      f"the layouts): with FLOPs, bound by FLOP/B against the ridge ({ridge:,.0f} FLOP/B)"
+                      if ridge else "")
+    if vmem:
+        legend.append("VMEM util: its bytes in VMEM (modelled from the layouts) over its time, against the "
+                      "VMEM peak in the header")
     if padding:
         legend.append("padded: operand and result bytes in their tiled layouts, ×N: times the logical bytes")
     if spills:
@@ -176,22 +183,21 @@ def _intensity(op: OpRow) -> str:
     return "-" if op.hbm_intensity is None else f"{op.hbm_intensity:,.3g}"
 
 
-def _collectives_table(report: Report, top: int) -> Table | None:
+def _collectives_table(report: Report, ops: OpsShown) -> Table | None:
     """Collectives apart: bytes each device sends, the group, achieved ICI bandwidth and its share of peak."""
-    ops = [op for op in report.ops if op.family]
-    if not ops:
+    if not ops.n_collectives:
         return None
     multi_host = len(report.summary.hosts) > 1
-    label = _time_label(report)
+    label = _time_label(ops)
     per = "mean per step and core" if label == "per step" else "summed over cores and occurrences"
-    t = Table(title=f"Collectives, {per} (of {len(ops)})", title_justify="left", show_edge=False)
+    t = Table(title=f"Collectives, {per} (of {ops.n_collectives})", title_justify="left", show_edge=False)
     t.add_column("#", justify="right")
     if multi_host:
         t.add_column("host")
     for col in ("op", "family", label, "share", "occ", "group", "bytes/device", "ICI BW", "of ICI peak"):
         t.add_column(col, justify="left" if col in ("op", "family") else "right",
                      overflow="fold" if col == "op" else "ellipsis")
-    for i, op in enumerate(ops[:top], start=1):
+    for i, op in enumerate(ops.collectives, start=1):
         row = [str(i)] + ([escape(op.host)] if multi_host else [])
         group = f"{op.group_size}{'?' if op.group_source == 'assumed' else ''}" if op.group_size else "-"
         row += [escape(op.name), escape(op.family), _per_step(op), fmt_pct(op.time_share), str(op.occurrences),
@@ -292,8 +298,9 @@ def render_terminal(report: Report, console: Console, top: int = 15) -> None:
         console.print(_hosts_table(report))
     if report.ops:
         console.print()
-        console.print(_ops_table(report, top))
-        collectives = _collectives_table(report, top)
+        shown = OpsShown.of(report.ops, top)  # one pass over a pod's rows
+        console.print(_ops_table(report, shown))
+        collectives = _collectives_table(report, shown)
         if collectives is not None:
             console.print()
             console.print(collectives)

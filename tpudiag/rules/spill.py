@@ -34,7 +34,8 @@ Good: the same kernel with 256-row blocks: 0 spills.
 Savings estimate
 ----------------
 Compiler estimate: self time per step x (spills + fills) / bundles, when the dump gives the
-op's bundle count; otherwise not estimated (0). An upper bound: a spill can share its bundle
+op's bundle count (its program's schedule analysis, else the bundle profile: the static bundles of
+the op in the top-level program, which a misc-only dump has too); otherwise not estimated (0). An upper bound: a spill can share its bundle
 with other work.
 
 Known limits

@@ -6,7 +6,7 @@ worker thread and shows `progress`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tpudiag.analysis.profile_analysis import Analysis
@@ -61,8 +61,10 @@ def load_session(path: Path, progress: Callable[[int, str], None] | None = None,
     find_capture(path)  # fail fast with the precise input error
     on_progress(STAGES[0])
     result = diagnose(path, dumps=dumps, progress=on_progress)
+    # The views sort and filter the op rows at each key: made once here, not at each read (`OpRows`).
+    report = replace(result.report, ops=tuple(result.report.ops))
     return Session(path=path, trace_dir=trace_dir_of(path), profile=result.analysis.profile,
-                   analysis=result.analysis, report=result.report, diagnosis=result, dumps=tuple(dumps))
+                   analysis=result.analysis, report=report, diagnosis=result, dumps=tuple(dumps))
 
 
 def rule_explanation(rule: str) -> str:

@@ -3,7 +3,8 @@
 Sources, in order of preference, and why:
 - spill counts: the TLP bundle profile (cheap, every generation, per HLO op), else the spill
   instructions found in the op's own `final_bundles`;
-- bundles: the op's own program's schedule analysis, else its per-bundle-utilization row count;
+- bundles: the op's own program's schedule analysis, else its per-bundle-utilization row count, else
+  the denominator of its bundle-profile counter line (one slot per bundle);
 - cycles: the static LLO profile; its 0 for remote-DMA ops is not an estimate, so it becomes NA.
 """
 
@@ -29,10 +30,15 @@ def _joinable(name: str) -> bool:
     return bool(name) and not name.startswith("<")
 
 
-def _profile_sums(profile: pd.DataFrame) -> tuple[dict, dict]:
-    """Per HLO: {unit: count} for counter units and the mean MXU matmul fraction."""
+# A counter line of the bundle profile: one slot per bundle, so its denominator is the op's static bundles.
+BUNDLE_COUNTER = "VMEM_SPILL_COUNT"
+
+
+def _profile_sums(profile: pd.DataFrame) -> tuple[dict, dict, dict]:
+    """Per HLO: {unit: count} for counter units, the mean MXU matmul fraction, and its static bundles
+    (the denominator of its `BUNDLE_COUNTER` line)."""
     if profile.empty:
-        return {}, {}
+        return {}, {}, {}
     # Prefer the top-level program's profile: it lists every op once.
     top = profile[profile["program"] == TOP_LEVEL]
     rows = top if not top.empty else profile
@@ -45,7 +51,9 @@ def _profile_sums(profile: pd.DataFrame) -> tuple[dict, dict]:
         per_op = per_op[per_op["capacity"] > 0]
         per_unit = (per_op["count"] / per_op["capacity"]).groupby(level=["hlo", "unit"]).sum()
         fractions = per_unit.groupby(level="hlo").mean().to_dict()
-    return counters, fractions
+    counter = rows[rows["unit"].astype(str) == BUNDLE_COUNTER]
+    bundles = {str(h): int(c) for h, c in counter.groupby("hlo", observed=True)["capacity"].max().items() if c > 0}
+    return counters, fractions, bundles
 
 
 def build_ops(*, programs: set[str], bundle_profile: pd.DataFrame, static_profile: pd.DataFrame,
@@ -54,7 +62,7 @@ def build_ops(*, programs: set[str], bundle_profile: pd.DataFrame, static_profil
               has_vmem_report: bool, utilization: tuple[BundleUtilization, ...],
               schedules: tuple[ScheduleAnalysis, ...],
               register_pressure: tuple[RegisterPressure, ...]) -> pd.DataFrame:
-    counters, mxu_fractions = _profile_sums(bundle_profile)
+    counters, mxu_fractions, profile_bundles = _profile_sums(bundle_profile)
     opcodes: dict[str, str] = {}
     calls: dict[str, str] = {}
     for name, opcode, called in zip(bundle_profile["hlo"].astype(str), bundle_profile["opcode"].astype(str),
@@ -123,7 +131,7 @@ def build_ops(*, programs: set[str], bundle_profile: pd.DataFrame, static_profil
         cols["vmem_spill_bytes"].append(v[0] if v else absent)
         cols["vmem_scoped_bytes"].append(v[1] if v else absent)
         cols["vmem_temporary_bytes"].append(v[2] if v else absent)
-        cols["bundles"].append(s.total_bundles if s else (u.bundles if u else None))
+        cols["bundles"].append(s.total_bundles if s else (u.bundles if u else profile_bundles.get(name)))
         cols["tlp_bundles"].append(float(tlp_bundles.get(name, float("nan"))))
         busy = u.mxu_busy_fraction if u else None
         cols["mxu_busy_fraction"].append(float("nan") if busy is None else busy)
