@@ -70,7 +70,7 @@ MUTATIONS = (
              "tpudiag/analysis/cost_model.py",
              "    return sum(a.padded_bytes for a in arrays if a.memory_space == 0)",
              "    return sum(a.padded_bytes for a in arrays)",
-             "tests/compiler/test_cost_model_memory_spaces.py"),
+             "tests/analysis/test_cost_model_memory_spaces.py"),
     Mutation("gigabytes-as-gibibytes", "GB/s divided by 2^30 (caught only by chance before the literal table)",
              "tpudiag/model/units.py",
              '    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)):',

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,48 @@ def write_design(tmp_path: Path):
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+# The slowest property tests run a bounded number of examples by default, so that the README's
+# test command fits in 10 minutes on two cores; under CI (`CI` set) or `TPUDIAG_FULL_EXAMPLES=1`
+# they run their full count (`.ci/run` does, after timing the README's command). docs/testing.md.
+FULL_EXAMPLES = bool(os.environ.get("CI")) or os.environ.get("TPUDIAG_FULL_EXAMPLES") == "1"
+
+
+def bounded_examples(full: int, default: int) -> int:
+    """Hypothesis's `max_examples` for a slow property test: `full` under CI, else `default`."""
+    return full if FULL_EXAMPLES else min(full, default)
+
+
+# Modules whose module- or session-scoped fixture costs tens of seconds of CPU (libtpu compiles,
+# xprof runs): every test of one of them runs on the same xdist worker, so its fixture is built
+# once per run, not once on each worker that draws one of its tests. Other tests are spread one by
+# one, as `--dist load` spreads them. (xdist's own `xdist_group` marks do nothing with pytest 9,
+# whose node ids xdist can no longer suffix.)
+ONE_WORKER_MODULES = frozenset({
+    "tests/analysis/test_diff_recompile.py",  # transformer_lhs_pair: two whatif compiles
+    "tests/compiler/test_memory_libtpu.py",  # seven Adam compiles in one process
+    "tests/kernels_lab/test_kernel_tune.py",  # a deviceless tuning sweep
+    "tests/parsers/test_hlo_sparsecore.py",  # a SparseCore-offloaded compile
+    "tests/rules/test_claims_audit.py",  # xprof on every audited capture
+    "tests/test_whatif.py",  # the transformer's whatif compiles and the flag registry
+    "tests/test_xprof_agreement.py",  # xprof's tools on the designed capture
+})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`-n N` with the default `--dist load`: tests spread one by one, those of
+    `ONE_WORKER_MODULES` kept together."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
+
+    return OneWorkerModules(config, log)
 
 # The real v6e capture mangled in transit lives in ../shared, which a bare clone does not have.
 REAL_MANGLED = SHARED / "data" / "bad-inputs" / "tpu-v6e-inference-mangled.xplane.pb"

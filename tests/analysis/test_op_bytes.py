@@ -128,3 +128,23 @@ def test_a_tuple_element_is_brought_only_where_its_shape_matches_copied_operands
     got = op_bytes(_meta(texts), lambda pid: elements).set_index("name")
     assert got.loc["reader", "copied_hbm_bytes"] == WEIGHTS  # element 1 is the copied operand's; element 0 is new
     assert op_bytes(_meta(texts)).set_index("name").loc["reader", "copied_hbm_bytes"] == 0  # no elements known
+
+
+TRANSFORMER = REPO / "examples" / "models" / "captures" / "transformer_train_v5e"
+
+
+def test_transformer_conv_fusions_at_1024_flop_per_byte_are_its_token_count():
+    """Issue 27 §6: the bundled transformer's convolution fusions sat at exactly 1,024 FLOP/B. That is
+    M, not a default: `fusion.150` (compiled.hlo.txt of the example's dumps) multiplies the 8 x 128
+    tokens (`all-gather.44`, pred[8,128,512] in VMEM) by `param.2`, bf16[512,256] in HBM, into a
+    VMEM result: 2 x 1,024 x 512 x 256 FLOPs over the weight's 262,144 HBM bytes. Ops whose HBM
+    traffic is otherwise (copies' bytes, results written to HBM) sit elsewhere."""
+    ops = tpudiag.diagnose(TRANSFORMER).analysis.ops.set_index("name")
+    op = ops.loc["fusion.150"]
+    per = op["occurrences"]
+    assert op["flops"] / per == 2 * 1024 * 512 * 256
+    assert op["hbm_read_bytes"] / per == 512 * 256 * 2 and op["hbm_write_bytes"] == 0 and op["copied_hbm_bytes"] == 0
+    assert op["hbm_bytes"] / per == 512 * 256 * 2  # the simulator wrote what the layouts put in HBM
+    assert op["hbm_intensity"] == 1024
+    convs = ops[ops["category"].astype(str) == "convolution fusion"]["hbm_intensity"].dropna()
+    assert len(set(convs.round(1))) > 1  # not all at one value

@@ -255,6 +255,20 @@ def test_a_hash_collision_declines_to_the_reference():
     assert event_wire.intern_keys(line.data, mids, kinds, hashes, key_starts, key_lengths) is None
 
 
+def test_op_lines_are_read_without_key_columns():
+    # Op lines are read without a key: the module fills only the first three columns (the key ones
+    # are empty), and they equal what a read with a key gives; the async reader keys them by id.
+    line = RawLine(EDGE_CASES["string hlo_op keys"])
+    keyed = event_wire.decode_line(line, OFF, DUR, HLO_OP, 0)
+    keyless = event_wire.decode_line(line, OFF, DUR, None, 0)
+    for got, want in zip(keyless[:3], keyed[:3]):
+        np.testing.assert_array_equal(got, want)
+    if event_wire._wire is not None and getattr(event_wire._wire, "KEYLESS_COLUMNS", 0):
+        assert [len(c) for c in keyless[3:]] == [0, 0, 0, 0]
+    codes, keys = event_wire.intern_keys(line.data, keyless[0], *keyless[3:])
+    assert keys == list(dict.fromkeys(keyless[0].tolist()))  # metadata ids, in order of appearance
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2_000), st.integers(0, 600)), min_size=0, max_size=80))
 def test_compiled_nest_equals_the_stack_walk(ivs):

@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import bounded_examples
+
 from tpudiag.errors import InputError
 from tpudiag.model.compiled import INSTRUCTION_BYTES, CompiledDump
 from tpudiag.parsers.hlo_program import FREE_OPCODES, backend_cycles, instruction_bytes
@@ -399,7 +401,7 @@ def test_random_text_gives_a_program_or_input_error(noise):
             pass
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=bounded_examples(150, 50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.floats(min_value=0.0, max_value=1.0), st.sampled_from(list("{}()[]%=,\" \n:"))),
                 min_size=1, max_size=8))
 def test_edited_dump_text_gives_a_program_or_input_error(edits):

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import bounded_examples
+
 from tpudiag.errors import InputError
 from tpudiag.model import llo
 from tpudiag.parsers.llo import load_llo_dump
@@ -296,7 +298,8 @@ _TARGETS = ["-TLP-05-hlo-static-bundle-profile.txt", "-f.1-05-final_bundles.txt"
             "f.1_static_llo_profile.textproto"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=bounded_examples(150, 50), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(target=st.sampled_from(_TARGETS), text=_LINES, raw=st.binary(max_size=200), use_raw=st.booleans())
 def test_random_content_gives_warnings_or_tables_never_a_traceback(pallas_copy, target, text, raw, use_raw):
     path = _one(pallas_copy / "static", target) if target.endswith("textproto") else _one(pallas_copy, target)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import small_design
+from tests.conftest import bounded_examples, small_design
 import tpudiag.parsers.input_files as input_files
 from tpudiag.errors import InputError
 from tpudiag.parsers.capture import _parse_file, find_capture, load_capture
@@ -127,7 +127,7 @@ def test_truncated_trace_gives_a_clean_error_or_a_smaller_trace(tmp_path_factory
         pass
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=bounded_examples(150, 50), deadline=None)
 @given(pos=st.integers(min_value=0, max_value=len(GOOD) - 1), value=st.integers(min_value=0, max_value=255))
 def test_flipped_byte_gives_a_clean_error_or_a_trace(tmp_path_factory, pos, value):
     data = bytearray(GOOD)

@@ -94,3 +94,21 @@ def test_roofline_labels_never_overlap_and_the_title_says_what_is_drawn():
     f210 = points["fusion.210"]
     levels = {f210.level: f210.intensity, **dict(f210.others)}
     assert abs(levels["VMEM"] - 4831838208 / 51904512) < 0.01 and 1000 < levels["HBM"] < 1030
+
+
+def test_decode_roofline_says_why_its_matmuls_sit_above_the_hbm_roof():
+    """`fusion.18` of `llm_decode_v5e` reaches 10 TFLOP/s at 4 FLOP/B counting the weights its copy
+    brought, above the HBM roof there (3.3 TFLOP/s): the copy moved them in its own time. The title
+    says so, since no point may read as a rate above a peak."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from tpudiag.render.figures import roofline_figure, roofline_points
+
+    report = tpudiag.diagnose(REPO / "examples" / "models" / "captures" / "llm_decode_v5e").report
+    point = {p.name: p for p in roofline_points(report)}["fusion.18"]
+    assert point.level == "HBM" and point.flop_rate > point.intensity * report.summary.hbm_bytes_per_s
+    fig, _ = roofline_figure(report, Figure, lambda f: FigureCanvasAgg(f).get_renderer())
+    assert "above the HBM roof counts bytes its copies brought" in fig.axes[0].get_title()
+    train, _ = roofline_figure(tpudiag.diagnose().report, Figure, lambda f: FigureCanvasAgg(f).get_renderer())
+    assert "above the HBM roof" not in train.axes[0].get_title()  # no such point there: no such words

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import REPO, small_design
+from tests.conftest import REPO, bounded_examples, small_design
 from tests.rules.scenarios import run_rules
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.report_builder import build_report
@@ -34,7 +34,7 @@ from tpudiag.parsers.llo.vmem_report import parse_vmem_report
 from tpudiag.render.json_format import render_json
 from tpudiag.writers.tpu_design import build_capture
 
-SETTINGS = settings(max_examples=60, deadline=None,
+SETTINGS = settings(max_examples=bounded_examples(60, 20), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 GOOD = build_capture(small_design(n_steps=2)).proto.SerializeToString()
 HLO_TEXT = next((REPO / "tests" / "fixtures" / "dumps" / "v5e_mlp_train").glob("*after_optimizations.txt")).read_text()

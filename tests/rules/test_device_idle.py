@@ -102,3 +102,17 @@ def test_xprof_check_host_boundness_on_an_idle_capture(tmp_path: Path):
     assert m["idle_time_ratio_percent"] == pytest.approx(100 * (1 - n * busy / ((n - 1) * sc.IDLE_STEP)), abs=0.1)
     (f,) = _run(sc.analyse(sc.idle_training(6000 * US, "PjitFunction(train_step)"), tmp_path / "ours2"))
     assert "(60.0%, inside steps): host-bound" in f.message
+
+
+def test_mostly_unexplained_idle_still_names_the_causes_its_evidence_lists():
+    """The bundled CPU capture: 128.4 µs of its 179.4 µs idle has no host span over it, 50.6 µs is
+    host-bound. The message said only "cause not visible on the host plane" beside that evidence."""
+    from pathlib import Path
+
+    import tpudiag
+
+    capture = Path(__file__).resolve().parents[2] / "examples" / "captures" / "cpu_jax_profiler"
+    [f] = [f for f in tpudiag.diagnose(capture).findings if f.rule == "device-idle"]
+    values = dict(f.evidence[0].values)
+    assert (values["unexplained"], values["host-bound"]) == ("128.4 µs", "50.6 µs")
+    assert "cause not visible on the host plane for 71.6% of it; the rest: host-bound 50.6 µs" in f.message

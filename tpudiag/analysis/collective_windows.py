@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.model import schemas
-from tpudiag.model.grouping import dense_unique, reordering
+from tpudiag.model.grouping import dense_unique, group_sums, heads, reordering
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix, library_collective
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model.profile import CollectiveDigest, HostTrace, Platform, WindowThresholds
@@ -285,8 +285,7 @@ def summarize_windows(windows: pd.DataFrame | None, host: str) -> tuple[Collecti
     windows = windows.astype({k: "category" for k in ("device", "kind", "family", "name", "source")})
     by_family = (windows.groupby(["device", "core", "step", "kind", "family"], sort=True, observed=True)
                  ["exposed_ps"].sum().reset_index())
-    per_core = windows.groupby(["kind", "name", "step", "core"], sort=True, observed=True)["exposed_ps"].sum()
-    by_op = per_core.groupby(level=["kind", "name", "step"], sort=True, observed=True).max().reset_index()
+    by_op = _worst_core_per_op_step(windows)
     frame = pd.DataFrame({k: windows[k] for k in _OP_KEYS})
     frame["n"] = 1
     for col in ("span_ps", "covered_ps", "exposed_ps"):
@@ -302,6 +301,23 @@ def summarize_windows(windows: pd.DataFrame | None, host: str) -> tuple[Collecti
     return (CollectiveDigest(schemas.COLLECTIVE_STEPS.of_host(by_family, host),
                              schemas.COLLECTIVE_OPS.of_host(ops, host), schemas.COLLECTIVE_COVERAGE.of_host(coverage)),
             schemas.COLLECTIVE_OP_STEPS.of_host(by_op))
+
+
+def _worst_core_per_op_step(windows: pd.DataFrame) -> pd.DataFrame:
+    """Exposed time per (kind, op, step) on its worst core, rows in key order (categories' order),
+    from integer codes: one sum per (kind, op, step, core), then the largest over the cores."""
+    kind, name = windows["kind"], windows["name"]
+    kind_codes, name_codes = kind.cat.codes.to_numpy(), name.cat.codes.to_numpy()
+    if (kind_codes < 0).any() or (name_codes < 0).any():  # a missing key: pandas' rules for it
+        per_core = windows.groupby(["kind", "name", "step", "core"], sort=True, observed=True)["exposed_ps"].sum()
+        return per_core.groupby(level=["kind", "name", "step"], sort=True, observed=True).max().reset_index()
+    step = windows["step"].to_numpy().astype(np.int64)
+    (k, nm, s, _), sums = group_sums([kind_codes, name_codes, step - step.min(), windows["core"].to_numpy()],
+                                     windows["exposed_ps"].to_numpy())
+    first = heads([k, nm, s])
+    return pd.DataFrame({"kind": pd.Categorical.from_codes(k[first], dtype=kind.dtype),
+                         "name": pd.Categorical.from_codes(nm[first], dtype=name.dtype),
+                         "step": s[first] + step.min(), "exposed_ps": np.maximum.reduceat(sums, first)})
 
 
 def class_counts(digest: CollectiveDigest, thresholds: WindowThresholds) -> pd.DataFrame:

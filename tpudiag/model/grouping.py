@@ -79,6 +79,15 @@ def first_appearance_groups(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndar
         if (int(packed.max()) + 1) * radix >= 2 ** 62:  # renumber densely first (codes under n)
             packed = pd.factorize(packed)[0].astype(np.int64)
         packed = packed * radix + k.astype(np.int64)
+    size = int(packed.max()) + 1
+    if size <= 4 * n + 1024:  # few possible tuples (ops x cores): a table by packed key, no hashing
+        first_row = np.full(size, n, dtype=np.int64)
+        np.minimum.at(first_row, packed, np.arange(n, dtype=np.int64))
+        present = np.flatnonzero(first_row < n)
+        by_appearance = present[np.argsort(first_row[present], kind="stable")]
+        group_of = np.empty(size, dtype=np.intp)
+        group_of[by_appearance] = np.arange(len(by_appearance))
+        return group_of[packed], first_row[by_appearance].astype(np.intp)
     group, _ = pd.factorize(packed)
     seen = np.maximum.accumulate(group)  # a group's first row is where the running maximum grows
     return group, np.flatnonzero(np.append(True, seen[1:] > seen[:-1]))

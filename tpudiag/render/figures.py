@@ -157,8 +157,9 @@ def _draw_roof(ax, grid, bw: float, peak: float, **style) -> None:
     ax.plot(xs, [x * bw for x in xs], **style)
 
 
-def roofline_title(points: list[RooflinePoint], vmem) -> str:
-    """What the figure draws, said once: its roofs, what the colours and markers mean."""
+def roofline_title(points: list[RooflinePoint], vmem, above: bool = False) -> str:
+    """What the figure draws, said once: its roofs, what the colours and markers mean; `above`:
+    some point sits above its HBM roof (bytes its copies brought while other ops ran)."""
     roofs = ["HBM", *(["VMEM"] if vmem is not None else []), "compute"]
     colours = sorted({p.bound_by for p in points}, key=lambda b: (b not in BOUND_COLORS, b))
     named = ", ".join(f"{COLOR_NAMES.get(b, 'grey')}: {b}" for b in colours)
@@ -168,7 +169,9 @@ def roofline_title(points: list[RooflinePoint], vmem) -> str:
     return (f"Per-op roofline: {', '.join(roofs[:-1])} and {roofs[-1]} roofs (colour = bound by; {named}); "
             f"{markers}" + ("; filled: the level that binds, hollow: the op's other level" if hollow else "")
             + ("; no VMEM roof (no source gives this chip's VMEM bandwidth)"
-               if vmem is None and "VMEM" in at else ""))
+               if vmem is None and "VMEM" in at else "")
+            + ("; a point above the HBM roof counts bytes its copies brought from HBM while other ops ran"
+               if above else ""))
 
 
 def roofline_figure(report: Report, Figure, renderer_of):
@@ -223,7 +226,8 @@ def roofline_figure(report: Report, Figure, renderer_of):
     ax.set_xlabel("FLOP per byte at each memory level (HBM: its HBM bytes and what its copies brought; "
                   "VMEM: modelled from the layouts)", fontsize=8)
     ax.set_ylabel("achieved FLOP/s per core")
-    ax.set_title(roofline_title(points, vmem), fontsize=8, wrap=True)
+    above = any(p.level == "HBM" and p.flop_rate > p.intensity * s.hbm_bytes_per_s * 1.001 for p in points)
+    ax.set_title(roofline_title(points, vmem, above), fontsize=8, wrap=True)
     ax.legend(loc="upper left", fontsize=7)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     # Number the largest points; each number goes where it overlaps no other label, else it is left

@@ -116,6 +116,14 @@ def _time_label(shown: OpsShown) -> str:
     return "per step" if shown.per_step else "self time"
 
 
+def _bound_cell(op: OpRow) -> str:
+    """`bound by` as the ops table shows it: a VMEM-bound op with its share of the VMEM peak (no
+    column of its own, so the table stays readable at 140 columns)."""
+    if op.bound_by == "VMEM" and op.vmem_utilization is not None:
+        return f"VMEM {fmt_pct(op.vmem_utilization)}"
+    return op.bound_shown
+
+
 def _ops_table(report: Report, ops: OpsShown) -> Table:
     """The compute ops (collectives have their own table), time per step and core."""
     multi_host = len(report.summary.hosts) > 1
@@ -127,9 +135,8 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
     if multi_host:
         t.add_column("host")
     shown = ops.compute
-    vmem = any(op.bound_by == "VMEM" for op in shown)  # its own column only where it binds a shown op
-    for col in ("op", "category", label, "share", "occ", "FLOP util", "HBM BW util",
-                *(("VMEM util",) if vmem else ()), "FLOP/B", "bound by"):
+    vmem = any(op.bound_by == "VMEM" for op in shown)
+    for col in ("op", "category", label, "share", "occ", "FLOP util", "HBM BW util", "FLOP/B", "bound by"):
         t.add_column(col, justify="left" if col in ("op", "category", "bound by") else "right",
                      overflow="fold" if col == "op" else "ellipsis")
     # Compiled facts (tpudiag.analysis.join) get columns only when some shown op has them.
@@ -146,8 +153,7 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
             row.append(escape(op.host))
         row += [escape(name), escape(op.category), _per_step(op), fmt_pct(op.time_share),
                 str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
-                *((("-" if op.vmem_utilization is None else fmt_pct(op.vmem_utilization)),) if vmem else ()),
-                _intensity(op), escape(op.bound_shown)]
+                _intensity(op), escape(_bound_cell(op))]
         if padding:
             row.append(_padding_cell(op.padded_bytes, op.logical_bytes))
         if spills:
@@ -166,8 +172,8 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
                       f"the layouts): with FLOPs, bound by FLOP/B against the ridge ({ridge:,.0f} FLOP/B)"
                       if ridge else "")
     if vmem:
-        legend.append("VMEM util: its bytes in VMEM (modelled from the layouts) over its time, against the "
-                      "VMEM peak in the header")
+        legend.append("VMEM N%: bound by VMEM bandwidth, its bytes in VMEM (modelled from the layouts) over its "
+                      "time at N % of the VMEM peak in the header")
     if padding:
         legend.append("padded: operand and result bytes in their tiled layouts, ×N: times the logical bytes")
     if spills:

@@ -131,6 +131,13 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         where = "between and inside module executions" if tables.executions else "inside steps"
     cause_ps = worst.causes_ps.get(cause, 0.0) + (worst.io_ps if cause == "input" else 0.0)
     of_idle = f" ({fmt_pct(cause_ps / waited)} of it)" if cause != "unexplained" and waited else ""
+    if cause == "unexplained" and waited:
+        # Most of it has no host span over it, but what does is named: "not visible" alone would
+        # contradict the evidence's causes.
+        seen = [(c, worst.causes_ps.get(c, 0.0)) for c in CAUSES if worst.causes_ps.get(c, 0.0) >= 0.01 * waited]
+        if seen:
+            of_idle = (f" for {fmt_pct(cause_ps / waited)} of it; the rest: "
+                       + ", ".join(f"{c} {fmt_time(ps)}" for c, ps in seen))
     on = f"`{worst.host}`" if len(hosts) > 1 else f"the {ctx.analysis.platform.cores_word}"
     period = (fmt_time(worst.period_ps) if tables.whole_capture  # the least idle core's own window
               else period_text(ctx.analysis, worst))

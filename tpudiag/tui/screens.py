@@ -56,7 +56,10 @@ class OpDetailScreen(Screen):
         grid.add_row("Spaces", Text(printable(export.spaces_line(op))))
         if op.family:
             grid.add_row("ICI", Text(printable(export.ici_line(op))))
-        intensity = "n/a" if op.operational_intensity is None else f"{op.operational_intensity:.4g} FLOP/B"
+        # Per memory level, as the roofline judges it (HBM counting what copies brought), not XLA's bytes.
+        levels = [f"{x:.4g} FLOP/B at {level}" for level, x in (("HBM", op.hbm_intensity), ("VMEM", op.vmem_intensity))
+                  if x is not None]
+        intensity = ", ".join(levels) or "n/a"
         grid.add_row("Intensity", Text(f"{intensity}  ·  bound by {printable(op.bound_by)}"))
         grid.add_row("Padding", Text(printable(fmt_pct(d.padding) + export.bytes_note(op))))
         grid.add_row("LLO", Text(printable(export.llo_line(d))))
