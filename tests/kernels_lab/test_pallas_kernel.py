@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.cli.test_emit import run_cli
 from tests.conftest import REPO
-from tpudiag.cli.app import main
 
 pytest.importorskip("jaxlib.mlir.ir", reason="reading a Mosaic body needs jaxlib's MLIR bindings (tpu extra)")
 
 CAPTURE = REPO / "examples" / "models" / "captures" / "pallas_matmul_v5e"
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exc.value.code or 0, out, err
 
 
 @pytest.fixture(scope="module")
