@@ -112,3 +112,16 @@ def test_merged_config_keeps_the_compiled_facts_and_adds_the_body():
     assert merged["used_scoped_memory_configs"] == [{"size": "8"}] and merged["custom_call_config"]["body"] == "eA=="
     assert mosaic.merged_config(compiled, "{}") == compiled
     assert mosaic.merged_config(compiled, "not json") == compiled
+
+
+def test_without_jaxlib_lab_ops_says_what_is_missing(monkeypatch):
+    import tpudiag
+    from tpudiag.kernels_lab.spec import survey
+
+    monkeypatch.setitem(sys.modules, "jaxlib.mlir", None)
+    mosaic._context.cache_clear()
+    try:
+        (row,) = survey(tpudiag.diagnose(CAPTURE))
+    finally:
+        mosaic._context.cache_clear()
+    assert row.family == "" and "needs jaxlib's MLIR bindings" in row.reason

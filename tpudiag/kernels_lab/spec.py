@@ -248,6 +248,9 @@ def infer(*, name: str, category: str, shape_with_layout: str, hlo_text: str, tf
         if kernel is not None:
             config = backend_config or (inst.backend_config if inst is not None else "")
             return _infer_pallas(name, kernel, config, operands, operands_from, shape_with_layout or hlo_text)
+        if "custom_call_config" in backend_config:  # the body is there: jaxlib is what is missing
+            raise NotReproducible(f"`{name}` is a Pallas kernel; reading its serialised body needs jaxlib's MLIR "
+                                  "bindings (`pip install 'tpudiag[tpu]'`)")
         if inst is not None and inst.custom_call_target == "tpu_custom_call" or "tpu_custom_call" in hlo_text:
             raise NotReproducible(f"`{name}` is a Pallas kernel whose serialised body is not in the capture "
                                   "(a runtime's program drops it): pass the XLA dump of its compile with --dump")
