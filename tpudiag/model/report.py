@@ -15,6 +15,7 @@ from tpudiag.model.findings import Finding
 from tpudiag.model.memory import ProgramMemory
 from tpudiag.model.profile import PeaksSource, Platform
 from tpudiag.model.hardware import VmemBandwidth
+from tpudiag.model.text import short_names
 
 
 class Mode(StrEnum):
@@ -335,6 +336,12 @@ class OpsShown:
     collectives: tuple[OpRow, ...]
     n_collectives: int
     per_step: bool  # some op has a per-step time (the capture has steps)
+    compute_names: tuple[str, ...]  # `compute`'s names as a table cell shows them (`model.text.short_names`)
+
+    @property
+    def names_shortened(self) -> bool:
+        """Some shown name is not the op's own: the table's legend says so."""
+        return any(shown != op.name for shown, op in zip(self.compute_names, self.compute))
 
     @classmethod
     def of(cls, ops: Sequence[OpRow], top: int) -> OpsShown:
@@ -352,7 +359,8 @@ class OpsShown:
                 n_compute += 1
                 if len(compute) < top:
                     compute.append(op)
-        return cls(tuple(compute), n_compute, tuple(collectives), n_collectives, per_step)
+        names = tuple(short_names([op.name for op in compute]))
+        return cls(tuple(compute), n_compute, tuple(collectives), n_collectives, per_step, names)
 
 
 @dataclass(frozen=True)

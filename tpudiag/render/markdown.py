@@ -18,7 +18,7 @@ from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
 from tpudiag.model.report import Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
-from tpudiag.model.text import one_line, printable, short_kernel_name, short_names
+from tpudiag.model.text import one_line, printable, short_kernel_name
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 
@@ -254,8 +254,7 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     header = ["#"] + (["host"] if multi else []) + ["op", "category", label, "share", "FLOP util",
                                                     "HBM BW util", "FLOP/B", "bound by", "source"]
     rows = []
-    names = short_names([op.name for op in compute])
-    for i, (op, name) in enumerate(zip(compute, names), start=1):
+    for i, (op, name) in enumerate(zip(compute, shown.compute_names), start=1):
         rows.append([str(i)] + ([code(op.host)] if multi else []) + [
             code(name), text(op.category), _per_step(op), fmt_pct(op.time_share),
             fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
@@ -271,7 +270,7 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
              "rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
              "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
              "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
-    if names != [op.name for op in compute]:
+    if shown.names_shortened:
         intro += (" Long kernel names are shortened (template and call arguments as …, [N] tells alike ones "
                   "apart); the JSON has them in full.")
     out = ["## Top ops", "", intro, ""] + table(header, rows, align)

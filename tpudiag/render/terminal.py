@@ -9,7 +9,7 @@ from rich.text import Text
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
 from tpudiag.model.report import Breakdown, Distribution, OpRow, OpsShown, Report, skips_by_reason
-from tpudiag.model.text import one_line, short_names
+from tpudiag.model.text import one_line
 from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 
@@ -146,8 +146,7 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
     for col, wanted in (("padded", padding), ("spills", spills), ("cycles", cycles)):
         if wanted:
             t.add_column(col, justify="right")
-    names = short_names([op.name for op in shown])
-    for i, (op, name) in enumerate(zip(shown, names), start=1):
+    for i, (op, name) in enumerate(zip(shown, ops.compute_names), start=1):
         row = [str(i)]
         if multi_host:
             row.append(escape(op.host))
@@ -163,7 +162,7 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
         t.add_row(*row)
     legend = ["share: of core time; occ: occurrences over cores and steps; n/a: no rate, or one above the peak "
               "(see the warnings); FLOP/B: FLOPs per HBM byte"]
-    if names != [op.name for op in shown]:
+    if ops.names_shortened:
         legend.append("op: long kernel names shortened (template and call arguments as …, [N] tells alike ones "
                       "apart); full names in --format json")
     if any(op.bound_shown.endswith("*") for op in shown):
