@@ -195,3 +195,15 @@ def test_v100_idle_share_is_over_the_step_the_header_gives():
     assert "of each 21.31 ms step (23.7%" in idle.message
     [step] = [e for e in idle.evidence if e.subject == "step 0"]
     assert dict(step.values)["share"] == "23.7%"
+
+
+def test_every_saving_on_a_stepless_capture_is_over_the_capture():
+    """te-fused-attn has no steps: the capture counts as one step for every rule (`step_basis`), so
+    no saving may read "per step" (low-mxu-utilization's did, beside device-idle's "over the capture")."""
+    from tpudiag.model.findings import saving_amount
+    from tpudiag.pipeline import diagnose
+
+    d = diagnose(capture("jax-gpu-te-fused-attn"))
+    timed = [f for f in d.findings if f.saving.ps > 0]
+    assert {f.rule for f in timed} >= {"device-idle", "low-mxu-utilization"}
+    assert all(f.saving.per == "capture" and saving_amount(f.saving).endswith("over the capture") for f in timed)

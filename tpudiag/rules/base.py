@@ -223,9 +223,14 @@ class StepBasis:
     whole_capture: bool  # True when there are no steps: the capture counts as one step
 
 
+def whole_capture(analysis: Analysis) -> bool:
+    """The capture has no steps: it counts as one step, and a saving is over the capture, not per step."""
+    return analysis.steps.empty
+
+
 def step_basis(analysis: Analysis) -> StepBasis:
     steps = analysis.steps
-    if steps.empty:
+    if whole_capture(analysis):
         span = max(analysis.core_time_ps.values(), default=0)
         cores = sum(h.device.n_cores for h in analysis.profile.hosts) or 1
         return StepBasis(1, span / cores, True)

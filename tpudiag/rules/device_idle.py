@@ -175,7 +175,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         evidence.append(Evidence(f"step {step}", (("idle", fmt_time(idle)), ("share", fmt_pct(idle / period)))))
     saving = Saving(int(round(waited)), Basis.MEASURED,
                     f"idle {'in the capture' if tables.whole_capture else 'per step'} on `{worst.host}`, the host "
-                    "with the most; an upper bound", per="capture" if tables.whole_capture else "step")
+                    "with the most; an upper bound")
     return [Finding(rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message, saving=saving,
                     fix=FIXES[shown], evidence=tuple(evidence), host=worst.host if len(hosts) == 1 else "")]
 

@@ -23,7 +23,7 @@ from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.memory import ProgramMemory
 from tpudiag.model.profile import Platform
 from tpudiag.model.report import RuleSkip
-from tpudiag.rules.base import INPUTS, TABLES, RuleContext, RuleInput
+from tpudiag.rules.base import INPUTS, TABLES, RuleContext, RuleInput, whole_capture
 from tpudiag.rules.config import RulesConfig
 from tpudiag.rules.finishing import group_repeats, locate
 
@@ -138,5 +138,9 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None, compiled: C
             if f.saving.basis is Basis.MEASURED else f for f in findings]
     grouped = group_repeats(findings, analysis, compiled.programs, {rule.name: (rule, o) for rule, o in selected})
     findings = locate(grouped, analysis, compiled.programs)
+    if analysis is not None and whole_capture(analysis):
+        # No steps: every rule's "per step" is the whole capture (`step_basis`), and says so.
+        findings = [dataclasses.replace(f, saving=dataclasses.replace(f.saving, per="capture")) if f.saving.ps > 0
+                    else f for f in findings]
     findings.sort(key=rank_key)  # the one ranking: the report and every renderer keep this order
     return findings, skipped
