@@ -10,7 +10,7 @@ import pytest
 
 from tpudiag.model.compiled import ConvDims
 from tpudiag.model.hardware import gpu_device
-from tpudiag.model.hlo_cost import convolution_flops, gpu_category, gpu_op_cost
+from tpudiag.model.hlo_cost import OpCost, convolution_flops, gpu_category, gpu_op_cost
 from tpudiag.parsers.hlo_text import parse_hlo_text
 
 MI300X = {"device_vendor": "AMD", "clock_rate": 2_100_000, "core_count": 304, "memory_bandwidth": 2_662_400_000_000,
@@ -141,3 +141,47 @@ def test_a_spatial_dim_too_large_to_walk_counts_every_tap():
     # 4097 x 1024 is past it: 3076 x 1024 pairs, padding counted; the other dim still multiplies.
     assert flops(4097, 3076, big_first=True) == 2 * 3076 * 1024 * 3
     assert flops(4097, 3076, big_first=False) == 2 * 3 * 3076 * 1024
+
+
+NESTED_HLO = """\
+HloModule m
+
+%inner (q: f32[8,16], r: f32[16,4]) -> f32[8,4] {
+  %q = f32[8,16]{1,0} parameter(0)
+  %r = f32[16,4]{1,0} parameter(1)
+  ROOT %d2 = f32[8,4]{1,0} dot(%q, %r), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%outer (p0: f32[8,16], p1: f32[16,4]) -> f32[8,4] {
+  %p0 = f32[8,16]{1,0} parameter(0)
+  %p1 = f32[16,4]{1,0} parameter(1)
+  ROOT %f = f32[8,4]{1,0} fusion(%p0, %p1), kind=kOutput, calls=%inner
+}
+
+ENTRY %main (a: f32[8,16], b: f32[16,4], x: f32[2,6,8], w: f32[4,6,3]) -> f32[8,4] {
+  %a = f32[8,16]{1,0} parameter(0)
+  %b = f32[16,4]{1,0} parameter(1)
+  %x = f32[2,6,8]{2,1,0} parameter(2)
+  %w = f32[4,6,3]{2,1,0} parameter(3)
+  %nested = f32[8,4]{1,0} fusion(%a, %b), kind=kInput, calls=%outer
+  %plain = f32[8,4]{1,0} fusion(%a, %b), calls=%outer
+  %called = f32[8,4]{1,0} call(%a, %b), to_apply=%outer
+  %conv = f32[2,4,6]{2,1,0} convolution(%x, %w), window={size=3}, dim_labels=bf0_oi0->bf0
+  ROOT %sum = f32[8,4]{1,0} add(%nested, %plain)
+}
+"""
+
+
+def test_gpu_op_costs_through_nested_fusions_calls_and_convolutions():
+    program = parse_hlo_text(NESTED_HLO, "m.txt")
+    cost = {n: gpu_op_cost(program, program.find(n)) for n in ("nested", "plain", "called", "conv", "sum")}
+    dot = 2 * 8 * 4 * 16  # the [8,16] x [16,4] dot two fusion levels down
+    operands = 4 * (8 * 16 + 16 * 4)
+    assert cost["nested"] == OpCost(dot, operands + 4 * 8 * 4, "input fusion")
+    assert cost["plain"] == OpCost(dot, operands + 4 * 8 * 4, "fusion")  # no kind printed
+    assert cost["called"] == OpCost(dot, operands + 4 * 8 * 4, "call")
+    # the 1-D conv of test_convolution_flops_count_the_pairs_that_read_real_input: 6 x 3 pairs
+    conv_flops = 2 * 6 * 4 * 2 * 18
+    conv_bytes = 4 * (2 * 6 * 8 + 4 * 6 * 3) + 4 * 2 * 4 * 6
+    assert cost["conv"] == OpCost(conv_flops, conv_bytes, "convolution")
+    assert cost["sum"] == OpCost(0.0, 3 * 4 * 8 * 4, "add")

@@ -214,3 +214,44 @@ def test_a_dot_with_a_vector_operand_and_one_with_dims_past_its_rank():
     for lhs_k, rhs_k in (("5", "0"), ("1", "5")):
         assert op_math_from_text("dot.3", f"%dot.3 = f32[8,32]{{1,0}} dot(f32[8,16]{{1,0}} %a, f32[16,32]{{1,0}} "
                                  f"%b), lhs_contracting_dims={{{lhs_k}}}, rhs_contracting_dims={{{rhs_k}}}") is None
+
+
+CUSTOM_CALLS = """\
+HloModule m
+
+ENTRY %main (a: bf16[4,128,512], b: s8[4,512,256], c: f32[8]) -> f32[4,128,256] {
+  %a = bf16[4,128,512]{2,1,0} parameter(0)
+  %b = s8[4,512,256]{2,1,0} parameter(1)
+  %c = f32[8]{0} parameter(2)
+  %kernel = f32[4,128,256]{2,1,0} custom-call(%a, %b), custom_call_target="tpu_custom_call", metadata={op_name="jit(f)/pallas_call"}
+  %three = f32[4,128,256]{2,1,0} custom-call(%a, %b, %c), custom_call_target="tpu_custom_call"
+  ROOT %tup = (f32[4,128,256]{2,1,0}, f32[8]{0}) custom-call(%a, %b), custom_call_target="tpu_custom_call"
+}
+"""
+
+
+def test_a_matmul_shaped_custom_call_in_a_program_reads_every_field():
+    from tpudiag.model.matmuls import instruction_matmul
+    program = parse_hlo_text(CUSTOM_CALLS)
+    # [4,128,512] x [4,512,256] -> [4,128,256]: 4 batched 128 x 512 x 256 products
+    assert instruction_matmul(program, program.find("kernel")) == Matmul(
+        instruction="kernel", computation="main", opcode="custom-call", m_dims=(128,), n_dims=(256,),
+        k_dims=(512,), batch_dims=(4,), lhs_dtype="bf16", rhs_dtype="s8", result_dtype="f32",
+        basis="operand shapes", op_name="jit(f)/pallas_call")
+    # three operands, or a tuple result: the shapes tell no single matmul
+    assert instruction_matmul(program, program.find("three")) is None
+    assert instruction_matmul(program, program.find("tup")) is None
+
+
+def test_a_declared_cost_estimate_as_jax_writes_it():
+    from tpudiag.model.matmuls import cost_estimate
+    assert cost_estimate('{"cost_estimate": {"flops": 2048, "bytes_accessed": 512}}') == (2048.0, 512.0)
+    assert cost_estimate('{"cost_estimate": {"flops": 2048}}') == (2048.0, 0.0)  # no bytes declared
+    assert cost_estimate('{"cost_estimate": {"bytes_accessed": 512}}') is None    # no FLOPs: nothing declared
+    assert cost_estimate(None) is None and cost_estimate("") is None
+
+
+def test_shapes_that_share_no_m_or_no_batch_are_no_matmul():
+    assert matmul_from_shapes((8, 16), (4, 32), (4, 16)) is None          # lhs holds no M (8)
+    assert matmul_from_shapes((4, 8, 16), (4, 8, 32), (2, 32, 16)) is None  # rhs batch 2, not 4
+    assert matmul_from_shapes((4, 8, 16), (2, 8, 32), (4, 32, 16)) is None  # lhs batch 2, not 4
