@@ -14,6 +14,13 @@ from dataclasses import dataclass
 from tpudiag.model.kernels import KernelBlock, MosaicKernel
 
 
+# What a reproduction of the user's kernel (`lab extract`'s repro.py) does not do that the captured op did.
+LEFT_OUT = ("the code around the kernel in your function (wrappers, `shard_map`, epilogues XLA fused "
+            "outside the custom call)", "`pl.CostEstimate`, `input_output_aliases` and compiler params "
+            "other than the dimension semantics", "your inputs' values (random inputs of the captured "
+            "shapes and dtypes)")
+
+
 @dataclass(frozen=True)
 class Problem:
     """The user's kernel (`kernel`, its facts) on the captured arrays (`operands`, `outputs`: `dtype[dims]`)."""
@@ -27,9 +34,11 @@ class Problem:
     def __post_init__(self) -> None:
         kernel = self.kernel
         if isinstance(kernel, dict):  # spec.json: the kernel's fields, lists for tuples
-            blocks = tuple(KernelBlock(**{**b, "shape": tuple(b["shape"])}) for b in kernel.get("blocks", ()))
+            blocks = tuple(KernelBlock(**{**b, "shape": tuple(b["shape"]), "index_map": None if b.get("index_map") is None
+                                          else tuple(b["index_map"])}) for b in kernel.get("blocks", ()))
             kernel = MosaicKernel(**{**kernel, "grid": tuple(kernel.get("grid", ())), "blocks": blocks,
-                                     "dimension_semantics": tuple(kernel.get("dimension_semantics", ()))})
+                                     "dimension_semantics": tuple(kernel.get("dimension_semantics", ())),
+                                     "caller_params": tuple(kernel.get("caller_params", ()))})
         if not isinstance(kernel, MosaicKernel):
             raise ValueError(f"a Pallas problem's kernel must be its facts, not {type(kernel).__name__}")
         object.__setattr__(self, "kernel", kernel)
