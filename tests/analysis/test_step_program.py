@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
@@ -129,3 +131,32 @@ def test_alignment_keeps_each_execution_with_its_peers(n_cores, n_steps, data):
     assert len(markers) == len(running) * len(common) and left_out == len(rows) - len(markers)
     for r in markers.itertuples():
         assert truth[(r.core, r.start_ps)] == r.step + first_ref
+
+
+def _mods(rows):
+    # (program_id, module, core, dur_ps): one row per execution, as `analysis.steps` reads them
+    import pandas as pd
+    return pd.DataFrame({"program_id": [r[0] for r in rows], "module": pd.Categorical([r[1] for r in rows]),
+                         "core": [r[2] for r in rows], "dur_ps": [r[3] for r in rows]})
+
+
+def test_step_program_table():
+    from tpudiag.analysis.steps import step_program
+    # Two executions on one core repeat: the step, though a one-off holds 10x its time.
+    assert step_program(_mods([(5, "jit_f", 0, 50), (5, "jit_f", 0, 50), (9, "jit_init", 0, 1000)])) == (5, "jit_f")
+    # Once on each of two cores is not a repeat: with none repeating, the most time wins.
+    assert step_program(_mods([(5, "jit_f", 0, 50), (5, "jit_f", 1, 50), (9, "jit_init", 0, 1000)])) == (9, "jit_init")
+    # Equal time: the lower id, then the name.
+    assert step_program(_mods([(7, "jit_a", 0, 10), (7, "jit_a", 0, 10), (5, "jit_b", 0, 10), (5, "jit_b", 0, 10)])
+                        ) == (5, "jit_b")
+    assert step_program(_mods([(0, "jit_b", 0, 10), (0, "jit_b", 0, 10), (0, "jit_a", 0, 10), (0, "jit_a", 0, 10)])
+                        ) == (0, "jit_a")
+
+
+def test_no_executions_align_to_no_steps_with_an_integer_step_column():
+    import pandas as pd
+    from tpudiag.analysis.steps import aligned_executions
+    empty = pd.DataFrame({"device": pd.Series([], dtype=str), "core": pd.Series([], dtype="int32"),
+                          "start_ps": pd.Series([], dtype="int64"), "dur_ps": pd.Series([], dtype="int64")})
+    markers, left_out = aligned_executions(empty)
+    assert (len(markers), left_out, markers["step"].dtype) == (0, 0, np.int64)
