@@ -160,3 +160,31 @@ def test_no_executions_align_to_no_steps_with_an_integer_step_column():
                           "start_ps": pd.Series([], dtype="int64"), "dur_ps": pd.Series([], dtype="int64")})
     markers, left_out = aligned_executions(empty)
     assert (len(markers), left_out, markers["step"].dtype) == (0, 0, np.int64)
+
+
+def _executions(starts_by_core, dur=100):
+    import pandas as pd
+    rows = [(core, s) for core, starts in starts_by_core.items() for s in starts]
+    return pd.DataFrame({"device": [f"/device:TPU:{c}" for c, _ in rows], "core": [c for c, _ in rows],
+                         "start_ps": [s for _, s in rows], "dur_ps": [dur] * len(rows)})
+
+
+@pytest.mark.parametrize(("starts_by_core", "dur", "kept", "left_out"), [
+    # Reference core 0 every 1000 ps: an execution joins the nearest reference start when nearer than
+    # half the median period (500). 10 -> step 0; 1400 -> step 1 (400 off); 2500 is exactly 500 off
+    # step 2: not nearer, left out, and with it core 0's step 2 (not on every core).
+    ({0: [0, 1000, 2000], 1: [10, 1400, 2500]}, 100, {(0, 0, 0), (1, 0, 10), (0, 1, 1000), (1, 1, 1400)}, 2),
+    # Periods 1000 and 2000: median 1500, reach 750. 500 is midway between 0 and 1000: the later one.
+    ({0: [0, 1000, 3000], 1: [500, 3000]}, 100, {(0, 1, 1000), (1, 1, 500), (0, 2, 3000), (1, 2, 3000)}, 1),
+    # Two reference executions still have a period (1000, reach 500), whatever the executions last.
+    ({0: [0, 1000], 1: [1300]}, 100, {(0, 1, 1000), (1, 1, 1300)}, 1),
+    # Two executions of core 1 near step 1: the nearer one (50 off) is the step's.
+    ({0: [0, 1000], 1: [1300, 1050]}, 100, {(0, 1, 1000), (1, 1, 1050)}, 2),
+    # One execution per core, of no length, at the same time: the same step.
+    ({0: [0], 1: [0]}, 0, {(0, 0, 0), (1, 0, 0)}, 0),
+])
+def test_aligned_executions_table(starts_by_core, dur, kept, left_out):
+    from tpudiag.analysis.steps import aligned_executions
+    markers, n_left_out = aligned_executions(_executions(starts_by_core, dur))
+    assert set(zip(markers["core"], markers["step"], markers["start_ps"])) == kept
+    assert n_left_out == left_out
