@@ -87,3 +87,39 @@ def test_a_profile_zero_falls_back_to_the_classic_cycle_estimate():
     assert cycles(500, classic) == (500, "bundle_analysis_data")  # a profile figure stands
     for broken in ('{"window_config": {}}', "not json window_config", "{}"):
         assert cycles(0, broken) == (0, "bundle_analysis_data")
+
+
+FLOPS = """HloModule f
+
+%inner (q: f32[8,8]) -> f32[8,8] {
+  %q = f32[8,8]{1,0} parameter(0)
+  ROOT %d3 = f32[8,8]{1,0} dot(%q, %q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%body (p: f32[8,8]) -> f32[8,8] {
+  %p = f32[8,8]{1,0} parameter(0)
+  %d1 = f32[8,8]{1,0} dot(%p, %p), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %d2 = f32[8,8]{1,0} dot(%d1, %p), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %f = f32[8,8]{1,0} fusion(%d2), kind=kOutput, calls=%inner
+}
+
+ENTRY %main (a: f32[8,8]) -> f32[8,8] {
+  %a = f32[8,8]{1,0} parameter(0)
+  ROOT %outer = f32[8,8]{1,0} fusion(%a), kind=kOutput, calls=%body
+}
+"""
+
+
+def test_an_ops_flops_sum_every_matmul_it_calls_down_the_levels():
+    from tpudiag.analysis.cost_model import IciModel
+    model = CostModel(clock_hz=None, hbm_bytes_per_s=1e12, ici=IciModel(bytes_per_s=1e11, latency_ps=1000))
+    matmul = {("body", "d1"): 100.0, ("body", "d2"): 30.0, ("inner", "d3"): 7.0}  # as the caller states them
+    ops = op_estimates(parse_hlo_text(FLOPS), model, 1, {}, None, matmul).set_index("name")
+    assert ops.loc["outer", "flops"] == 137.0
+
+
+def test_a_wrappers_group_size_may_be_keyed_by_the_computation_it_calls():
+    from tpudiag.analysis.cost_model import IciModel
+    model = CostModel(clock_hz=None, hbm_bytes_per_s=1e12, ici=IciModel(bytes_per_s=1e11, latency_ps=1000))
+    ops = op_estimates(parse_hlo_text(COLLECTIVES), model, 4, {"computation:wrapped_rs": 2}).set_index("name")
+    assert (ops.loc["rsf", "group_size"], ops.loc["rs", "group_size"]) == (2, 4)
