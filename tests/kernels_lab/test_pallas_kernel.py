@@ -116,3 +116,16 @@ def test_check_and_tune_on_the_kernels_reproduction_say_what_to_run_instead(caps
     assert code == 2 and "no reference to check it against" in " ".join(err.split()) and "--interpret" in err
     code, _, err = run_cli(capsys, "lab", "tune", str(out))
     assert code == 2 and "tpudiag lab tune examples/models/pallas_matmul.py:tiled_matmul --param bn=256,512" in " ".join(err.split())
+
+
+def test_lab_ops_lists_what_the_kernels_reproduction_leaves_out(capsys):
+    code, out, _ = run_cli(capsys, "lab", "ops", str(CAPTURE))
+    flat = " ".join(out.split())
+    assert code == 0 and "`shard_map.19`'s reproduction leaves out: the code around the kernel in your function" in flat
+
+
+def test_extract_says_scale_down_does_not_apply_to_the_users_kernel(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "lab", "extract", str(CAPTURE), "--op", "shard_map.19", "-o", str(tmp_path / "x"),
+                           "--scale-down", "4")
+    assert code == 0 and "--scale-down 4 is not applied" in " ".join(out.split())
+    assert "GRID = (4, 4, 4)" in (tmp_path / "x" / "repro.py").read_text()
