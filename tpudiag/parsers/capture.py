@@ -134,9 +134,21 @@ def find_capture(path: Path | str) -> CaptureFiles:
         raise InputError("permission denied", path=path) from exc
     if not files:
         raise InputError(f"no `*{TRACE_SUFFIX}` trace files here (expected a logdir, a run directory "
-                         "or a trace file)", path=path,
-                         hint="pass the directory jax.profiler wrote to, or a `.xplane.pb` file")
+                         "or a trace file)", path=path, hint=_logdir_hint(path))
     return CaptureFiles(path, run_dir.name, files)
+
+
+def _logdir_hint(path: Path) -> str:
+    """Where to point instead: a logdir one level below PATH (a capture kept in a `trace/` folder
+    beside its licence, say) is named; only PATH's own entries are looked at, not a whole tree."""
+    try:
+        below = sorted(d.name for d in path.iterdir() if d.is_dir() and _runs_dir(d) is not None)
+    except OSError:
+        below = []
+    if below:
+        shown = ", ".join(f"`{path / name}`" for name in below[:3])
+        return f"a logdir is one level down: pass {shown}"
+    return "pass the directory jax.profiler wrote to, or a `.xplane.pb` file"
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
