@@ -54,6 +54,65 @@ def test_lab_ops_shows_grid_and_blocks(capsys):
     assert "pallas_matmul.py:27-35" in flat
 
 
-def test_extract_on_the_kernel_points_to_tuning_the_users_function(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "lab", "extract", str(CAPTURE), "--op", "shard_map.19", "-o", str(tmp_path / "x"))
-    assert code == 2 and "Pallas kernel of your own" in err and "lab tune MODULE:FN" in err
+def test_the_body_gives_each_windows_index_map(rows):
+    # the example's BlockSpecs: A (i, kk), B (kk, j), C (i, j) over the grid (i, j, kk); the body's
+    # `transform_0..2` return exactly those grid indices
+    k = rows[0].problem.kernel
+    assert [b.index_map for b in k.blocks] == [("g0", "g2"), ("g2", "g1"), ("g0", "g1"), None]
+    assert all(b.index_map_note == "" for b in k.blocks)
+
+
+# Lowers repro.py's call deviceless for the capture's topology and reads the kernel body it makes
+# back with tpudiag's own Mosaic reader; then compiles it. Runs in a child: libtpu's environment.
+_CHILD = """
+import json, re, sys
+sys.argv = ["repro.py"]
+import importlib.util
+spec = importlib.util.spec_from_file_location("repro", {repro!r})
+repro = importlib.util.module_from_spec(spec); spec.loader.exec_module(repro)
+lowered, kind = repro.lower_deviceless()
+text = lowered.as_text(dialect="hlo")
+config = re.search(r'custom_call_target="tpu_custom_call".*?backend_config=(\\{{.*?\\}})(?:, [a-z_]+=|$)', text, re.M | re.S)
+from tpudiag.parsers import mosaic
+k = mosaic.read_kernel(mosaic.body_of(config.group(1)), 2)
+lowered.compile()
+print(json.dumps({{"grid": k.grid, "mm": k.matmul_blocks, "semantics": k.dimension_semantics, "kind": kind,
+                  "blocks": [[b.role, b.shape, b.dtype, b.index_map] for b in k.blocks]}}))
+"""
+
+
+def test_extract_writes_a_repro_that_calls_the_users_kernel_as_captured(capsys, tmp_path, rows):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("libtpu", reason="compiling for a TPU topology without a TPU needs libtpu (tpu extra)")
+    out = tmp_path / "x"
+    code, text, err = run_cli(capsys, "lab", "extract", str(CAPTURE), "--op", "shard_map.19", "-o", str(out))
+    assert code == 0, err
+    assert "warning" not in err and "left out:" in text and "python " in text
+    repro = (out / "repro.py").read_text()
+    assert "UNSUPPORTED = ()" in repro and "KERNEL_NAME = '_kernel'" in repro
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1",
+               PYTHONPATH=str(REPO))
+    child = subprocess.run([sys.executable, "-c", _CHILD.format(repro=str(out / "repro.py"))], capture_output=True,
+                           text=True, env=env, timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    got = json.loads(child.stdout.strip().splitlines()[-1])
+    captured = rows[0].problem.kernel
+    assert got["kind"] == "TPU v5 lite"  # one device of the capture's v5e:2x2
+    assert tuple(got["grid"]) == captured.grid == (4, 4, 4)
+    assert tuple(got["mm"]) == captured.matmul_blocks == (512, 512, 512)
+    assert tuple(got["semantics"]) == captured.dimension_semantics
+    assert [[r, tuple(s), d, tuple(m) if m else None] for r, s, d, m in got["blocks"]] == \
+        [[b.role, b.shape, b.dtype, b.index_map] for b in captured.blocks]
+
+
+def test_check_and_tune_on_the_kernels_reproduction_say_what_to_run_instead(capsys, tmp_path):
+    out = tmp_path / "x"
+    assert run_cli(capsys, "lab", "extract", str(CAPTURE), "--op", "shard_map.19", "-o", str(out))[0] == 0
+    code, _, err = run_cli(capsys, "lab", "check", str(out))
+    assert code == 2 and "no reference to check it against" in " ".join(err.split()) and "--interpret" in err
+    code, _, err = run_cli(capsys, "lab", "tune", str(out))
+    assert code == 2 and "tpudiag lab tune examples/models/pallas_matmul.py:tiled_matmul --param bn=256,512" in " ".join(err.split())

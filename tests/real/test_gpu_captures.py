@@ -154,6 +154,16 @@ def test_tensorflow_v100_kernels_and_idle(analyses):
     assert 0.25 <= share <= 0.31, share
 
 
+def test_kernels_without_an_hlo_op_claim_no_rate_and_no_bound(analyses):
+    # No TensorFlow kernel carries an `hlo_op` stat, so no cost analysis covers them (xprof's hlo_stats
+    # lists none of them): a zero FLOP rate or "latency" would be a claim nothing measured.
+    ops = analyses("tf-gpu-v100-multiworker-bert").ops
+    assert (ops["category"] == NON_XLA_KERNEL).all()
+    assert set(ops["bound_by"]) == {"no cost data"}
+    for column in ("flop_rate", "hbm_bw", "flop_utilization", "hbm_utilization"):
+        assert ops[column].isna().all(), column
+
+
 def test_check_on_a_gpu_capture_says_which_rules_ran():
     from tpudiag.gate import gate
 

@@ -172,3 +172,71 @@ def test_halving_only_where_half_stays_lane_aligned_and_the_kernel_is_a_matmul()
     half = halving(kernel(128, 2048, 128))  # only block_k halves to a multiple of 128
     assert (half.dim, half.before, half.after) == ("block_k", 2048, 1024)
     assert half.tiles_bytes == 2 * 128 * 2048 * 2 and half.step_bytes == 2 * 128 * 2048 * 2 + 128 * 128 * 4
+
+
+def test_the_spill_fix_names_the_users_function_and_keyword_when_its_source_is_here():
+    """`pallas_matmul.py:42` (the `pallas_call`) lies in `tiled_matmul(a, b, bm=BM, bk=BK, bn=BN)`, and the
+    module has `example_args`: the command is the one `lab tune` runs, no placeholder left."""
+    pytest.importorskip("jaxlib.mlir.ir", reason="reading a Mosaic body needs jaxlib's MLIR bindings (tpu extra)")
+    from tests.conftest import REPO
+
+    report = tpudiag.diagnose(REPO / "examples" / "models" / "dumps" / "pallas_matmul_v5e").report
+    (finding,) = [f for f in report.findings if f.rule == "spill"]
+    assert "`tpudiag lab tune examples/models/pallas_matmul.py:tiled_matmul --param bn=256,512`" in finding.fix
+    assert "MODULE:FN" not in finding.fix and "NAME" not in finding.fix
+
+
+def test_without_the_source_the_command_says_what_to_substitute():
+    from tpudiag.model.kernels import KernelBlock, MosaicKernel, tune_command
+
+    blocks = (KernelBlock("input", 0, (512, 512), "bf16", "vmem", True),
+              KernelBlock("input", 1, (512, 512), "bf16", "vmem", True),
+              KernelBlock("output", 0, (512, 512), "bf16", "vmem", True))
+    k = MosaicKernel("k", (4, 4, 4), ("parallel",) * 3, blocks, matmul_ops=1)
+    assert tune_command(k, "block_n", (256, 512)) == (
+        "`tpudiag lab tune MODULE:FN --param NAME=256,512` (MODULE:FN: the file and the function that call "
+        "`pallas_call`; NAME: that function's keyword argument for block_n)")
+    from dataclasses import replace
+
+    mine = replace(k, caller="my dir/k.py:run", caller_params=("x", "tile_n"))  # no example_args in the module
+    assert tune_command(mine, "block_n", (256, 512)) == (
+        "`tpudiag lab tune 'my dir/k.py:run' --param tile_n=256,512` (the module needs `example_args(mesh)`, "
+        "the arguments it is compiled on)")
+
+
+def test_low_mxu_utilization_on_a_pallas_kernel_names_its_blocks_and_a_fix_from_them():
+    """The committed capture runs the kernel at 82.5 % of peak: judged against a 90 % bar and a 95 % target it is slow.
+    It spills 87/257 (the LLO dump), so the fix halves the block that frees most vector state."""
+    pytest.importorskip("jaxlib.mlir.ir", reason="reading a Mosaic body needs jaxlib's MLIR bindings (tpu extra)")
+    from tests.conftest import REPO
+    from tpudiag.rules import RulesConfig
+
+    models = REPO / "examples" / "models"
+    config = RulesConfig(select=("low-mxu-utilization",), options={"low-mxu-utilization": {"low_utilization": 0.9,
+                                                                           "target_utilization": 0.95}})
+    d = tpudiag.diagnose(next((models / "captures" / "pallas_matmul_v5e").glob("plugins/profile/*")),
+                         dumps=[models / "dumps" / "pallas_matmul_v5e"], config=config)
+    (finding,) = [f for f in d.findings if f.rule == "low-mxu-utilization"]
+    assert "Pallas `_kernel` blocks bm x bk x bn 512x512x512" in finding.message
+    assert finding.fix.startswith("smaller blocks, as the kernel spills: block_n 512 -> 256 halves B 512x512 bf16")
+    assert "--param bn=256,512" in finding.fix
+
+
+def test_the_mxu_block_fix_follows_from_the_blocks():
+    from tpudiag.model.kernels import KernelBlock, MosaicKernel, mxu_block_fix
+
+    def kernel(bm, bk, bn):
+        blocks = (KernelBlock("input", 0, (bm, bk), "bf16", "vmem", True),
+                  KernelBlock("input", 1, (bk, bn), "bf16", "vmem", True),
+                  KernelBlock("output", 0, (bm, bn), "bf16", "vmem", True))
+        return MosaicKernel("k", (1, 1, 1), ("parallel",) * 3, blocks, matmul_ops=1, caller="k.py:f",
+                            caller_params=("bm", "bk", "bn"), caller_example_args=True)
+
+    # v6e's 256-wide MXU: block_n 128 leaves half its columns idle (block_m streams: not judged)
+    assert mxu_block_fix(kernel(64, 256, 128), 256, 0).startswith("block_n 128 -> 256: the MXU's weight tile is 256x256")
+    # aligned, no spills: a larger block_k, with the command comparing both
+    fix = mxu_block_fix(kernel(256, 256, 256), 128, 0)
+    assert fix.startswith("a larger block_k: 256 -> 512") and "`tpudiag lab tune k.py:f --param bk=256,512`" in fix
+    assert mxu_block_fix(kernel(256, 256, 256), 128, 12).startswith("smaller blocks, as the kernel spills")
+    not_matmul = MosaicKernel("k", (1,), ("parallel",), (KernelBlock("input", 0, (8, 128), "f32", "vmem", True),))
+    assert mxu_block_fix(not_matmul, 128, 0) is None

@@ -38,6 +38,7 @@ from tpudiag.model.collectives import Traffic, latency_bound, traffic
 from tpudiag.model.grouping import first_appearance_groups, group_sums, sums_by_group
 from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
 from tpudiag.model.profile import HostTrace
+from tpudiag.parsers.device_trace import NON_XLA_KERNEL
 from tpudiag.parsers.hlo_proto import tuple_elements
 
 PS_PER_S = 1e12
@@ -54,6 +55,7 @@ class BoundBy(StrEnum):
     COLLECTIVE = "collective"  # a collective: judged by its ICI bandwidth, not by a roof of the core
     HOST_LINK = "host link"  # an async copy to or from host memory (`S(5)`): the host link binds it
     LATENCY = "latency"  # no measured utilization: it reaches no roof
+    NO_COST_DATA = "no cost data"  # a kernel no HLO op launched: no FLOPs or bytes were recorded to judge it by
 
 
 class BoundBasis(StrEnum):
@@ -63,7 +65,7 @@ class BoundBasis(StrEnum):
     COPIED_BYTES = "intensity with copied bytes"  # FLOPs over its own HBM bytes plus what its copies brought
     VMEM_BYTES = "VMEM bytes from the layouts"  # VMEM's utilization, of bytes modelled from the layouts, is the largest
     MEMORY_SPACE = "memory space"  # collectives and host copies: what they move over
-    NONE = "none"  # no utilization: latency
+    NONE = "none"  # no utilization: latency, or no cost data
 
 
 def aggregate_ops(host: HostTrace) -> pd.DataFrame:
@@ -132,6 +134,13 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
     host_copy = _host_copies(df, spaces["moves"])
     bound_by = np.where(host_copy, BoundBy.HOST_LINK.value, bound_by)
     basis = np.where(host_copy, BoundBasis.MEMORY_SPACE.value, basis)
+    # A kernel no HLO op launched (TensorFlow's, a library's) has no cost analysis: its zero FLOPs
+    # and bytes are unknowns, not measurements, so it has no rate and nothing decides what binds it.
+    no_cost = (cats == NON_XLA_KERNEL) & (family == "")
+    for column in (flop_rate, hbm_bw, flop_util, hbm_util):
+        column[no_cost] = np.nan
+    bound_by = np.where(no_cost, BoundBy.NO_COST_DATA.value, bound_by)
+    basis = np.where(no_cost, BoundBasis.NONE.value, basis)
     return schemas.OPS.frame({
         "host": np.full(len(df), host.host, dtype=object),
         "program_id": df["program_id"].to_numpy(dtype=np.uint64),

@@ -70,6 +70,7 @@ def report(
 
     PATH may also be an fsspec URL of a capture (`gs://bucket/logdir`) with the cloud extra installed.
     """
+    no_huge_pages()
     from tpudiag.pipeline import diagnose
     from tpudiag.writers.files import resolve_output
 
@@ -137,8 +138,46 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_print_ver
     """Performance diagnosis for TPU workloads from XProf captures and compiler dumps."""
 
 
+# glibc's malloc hands blocks of 128 KiB and more back to the kernel when they are freed (its
+# threshold then grows with the largest block freed, and the heap's top is trimmed past twice
+# that), so the array temporaries of a host's parse and digest, freed and allocated again
+# hundreds of times, fault their pages in afresh each time: about a third of a one-host report's
+# CPU time was system time. The command is the whole process, so it keeps what it frees for the
+# next allocation instead (its peak grows by a few MB; docs/speed.md).
+_KEEP_FREED_BYTES = 1 << 30
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt(3) parameters, glibc's values
+
+
+def keep_freed_memory() -> None:
+    """Ask glibc's malloc to keep freed memory in the process (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return
+    mallopt(_M_MMAP_THRESHOLD, _KEEP_FREED_BYTES)
+    mallopt(_M_TRIM_THRESHOLD, _KEEP_FREED_BYTES)
+
+
+def no_huge_pages() -> None:
+    """Stop numpy asking the kernel for transparent huge pages (`madvise`) for its large arrays,
+    in this process only (the environment variable would reach `tpudiag run`'s program too).
+
+    Where the kernel's THP `defrag` setting is `madvise` (a common default), each such fault may
+    compact memory synchronously: a one-host report spent 0.2 s more system time with them
+    (docs/speed.md), and its arrays are each used a few times, not long enough to repay it.
+    """
+    import numpy as np
+
+    np._core.multiarray._set_madvise_hugepage(False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: usage errors exit 2 (typer); the project's own errors print one line and exit 2."""
+    keep_freed_memory()
     try:
         app(args=argv)
     except TpudiagError as exc:

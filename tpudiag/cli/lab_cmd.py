@@ -18,6 +18,7 @@ import typer
 
 from tpudiag.cli.options import Format, TerminalOrJson
 from tpudiag.errors import InputError, UsageError
+from tpudiag.model.text import printable
 
 lab_app = typer.Typer(no_args_is_help=True, help="Pallas kernel reproductions of profiled ops: extract, check, tune.")
 
@@ -143,6 +144,9 @@ def extract(
     out_dir = out if out is not None else default_lab_dir(op)
     check_not_input(out_dir, [path, dump], what="the reproduction")
     spec = spec_from_diagnosis(_diagnosis(path, dump), op, topology=topology, scale_down=scale_down)
+    if spec.family == "pallas":
+        _extract_pallas(spec, out_dir)
+        return
     try:
         repro, blocks = write_repro(spec, out_dir)
     except InputError as exc:
@@ -167,6 +171,44 @@ def extract(
     console.print(f"run it: `python {repro}`", markup=False, highlight=False)
 
 
+def _pallas_kernel(directory: Path):
+    """The user's kernel (`MosaicKernel`) when `directory` holds a Pallas kernel's reproduction, else None."""
+    from tpudiag.kernels_lab.spec import OpSpec
+
+    if not (directory / "spec.json").is_file():
+        return None
+    spec = OpSpec.from_json(directory / "spec.json")
+    return spec.problem.kernel if spec.family == "pallas" else None
+
+
+def _extract_pallas(spec, out_dir: Path) -> None:
+    """`lab extract` on a Pallas kernel: a repro.py calling the user's kernel with the captured shapes."""
+    from tpudiag.kernels_lab.reproduce import write_pallas_repro
+    from tpudiag.model.kernels import halving, tune_command
+
+    repro, made = write_pallas_repro(spec, out_dir)
+    console, err = _consoles()
+    k = spec.problem.kernel
+    console.print(f"wrote `{repro}` and `{out_dir / 'spec.json'}`", markup=False, highlight=False)
+    console.print(f"  family pallas: {spec.problem.describe()}", markup=False, highlight=False)
+    console.print(f"  on {', '.join(spec.problem.operands) or 'no operands'} -> {', '.join(spec.problem.outputs)}",
+                  markup=False, highlight=False)
+    for line in spec.basis:
+        console.print(f"  basis: {line}", markup=False, highlight=False)
+    console.print("  left out: " + "; ".join(made.left_out), markup=False, highlight=False)
+    if made.unsupported:
+        for line in made.unsupported:
+            err.print(f"warning: not rebuilt as captured: {line}", markup=False, highlight=False)
+        err.print("warning: repro.py states this and raises instead of guessing; fill in what it names",
+                  markup=False, highlight=False)
+    console.print(f"run it: `python {repro}` (compiles for one device of {spec.topology} without a TPU; runs it on "
+                  "a TPU)", markup=False, highlight=False)
+    half = halving(k)
+    console.print("tune its block sizes: " + (tune_command(k, half.dim, (half.after, half.before)) if half else
+                                              tune_command(k, "a block dim")),
+                  markup=False, highlight=False)
+
+
 @lab_app.command("check")
 def check(
     directory: Annotated[Path, typer.Argument(help="A reproduction directory from `tpudiag lab extract`")],
@@ -180,6 +222,10 @@ def check(
     repro = directory / "repro.py"
     if not repro.is_file():
         raise InputError("no repro.py here", path=directory, hint="create it with `tpudiag lab extract`")
+    kernel = _pallas_kernel(directory)
+    if kernel is not None:
+        raise UsageError(f"`{directory}` reproduces your own Pallas kernel `{printable(kernel.name)}`: the lab has no "
+                         "reference to check it against", hint=f"run it on the CPU: `python {repro} --interpret`")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     cmd = [sys.executable, str(repro), "--json", "--interpret"] + (["--full"] if full else [])
     cmd += ["--tpu-interpret"] if tpu_interpret else []
@@ -251,6 +297,15 @@ def tune(
     from tpudiag.kernels_lab.family import family_module
     from tpudiag.kernels_lab.reproduce import set_blocks
     from tpudiag.kernels_lab.sweep import run_sweep
+    from tpudiag.model.kernels import halving, tune_command
+
+    kernel = _pallas_kernel(directory)
+    if kernel is not None:
+        half = halving(kernel)
+        raise UsageError(f"`{directory}` reproduces your own Pallas kernel `{printable(kernel.name)}`: its block sizes "
+                         "are tuned by compiling the function that calls it",
+                         hint=tune_command(kernel, half.dim, (half.after, half.before)) if half
+                         else tune_command(kernel, "a block dim"))
 
     console, err = _consoles()
     try:

@@ -143,6 +143,23 @@ def render(spec: OpSpec, blocks, basis: str) -> str:
     return "\n".join(parts)
 
 
+def write_pallas_repro(spec: OpSpec, out_dir: Path):
+    """Write `spec.json` and the `repro.py` that calls the user's own Pallas kernel as captured
+    (`kernels_lab.pallas_repro`); returns (repro path, `PallasRepro`)."""
+    from tpudiag.kernels_lab.pallas_repro import render_pallas
+
+    recorded = spec.problem.kernel.source_file
+    found = Path(recorded) if recorded else None
+    source = str(found.resolve()) if found is not None and found.is_file() else recorded
+    made = render_pallas(op_name=spec.op_name, header=_header(spec), problem=spec.problem, topology=spec.topology,
+                         source_file=source)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / "spec.json", spec.to_json())
+    repro = out_dir / "repro.py"
+    write_atomic(repro, made.text)
+    return repro, made
+
+
 def write_repro(spec: OpSpec, out_dir: Path) -> tuple[Path, object]:
     """Write `spec.json` and `repro.py` with the family's default blocks for the target generation."""
     fam = family_module(spec.family)

@@ -26,6 +26,10 @@ class KernelBlock:
     dtype: str  # HLO spelling: bf16, f32, s32, pred, ...; `semaphore` for semaphores
     memory_space: str  # vmem, smem, any (left in HBM, copied by the kernel itself), semaphore_mem, ...
     windowed: bool  # a BlockSpec window the pipeline copies in per step; False: the whole array
+    # The window's index map, one term per block index: `g<axis>` (that grid index) or an integer
+    # literal; None without a window or when a block index is computed (`index_map_note` says why).
+    index_map: tuple[str, ...] | None = None
+    index_map_note: str = ""
 
     @property
     def nbytes(self) -> int | None:
@@ -51,6 +55,12 @@ class MosaicKernel:
     first_line: int = 0  # the body's first and last source lines; 0 when unknown
     last_line: int = 0
     matmul_ops: int = 0  # MXU matmuls (`tpu.matmul`) in the body
+    # The top-level function around the `pallas_call` (the custom call's source line), when its file
+    # is here: `lab tune` target `file.py:FN`, its keyword parameters, and whether the module has the
+    # `example_args` that `lab tune` compiles it on ('' / () / False when unknown).
+    caller: str = ""
+    caller_params: tuple[str, ...] = ()
+    caller_example_args: bool = False
 
     @property
     def matmul_blocks(self) -> tuple[int, int, int] | None:
@@ -112,9 +122,13 @@ class MosaicKernel:
         return {"name": self.name, "grid": list(self.grid), "dimension_semantics": list(self.dimension_semantics),
                 "scalar_prefetch": self.scalar_prefetch, "source_file": self.source_file,
                 "first_line": self.first_line, "last_line": self.last_line, "matmul_ops": self.matmul_ops,
+                "caller": self.caller, "caller_params": list(self.caller_params),
+                "caller_example_args": self.caller_example_args,
                 "matmul_blocks": list(self.matmul_blocks) if self.matmul_blocks else None,
                 "blocks": [{"role": b.role, "index": b.index, "shape": list(b.shape), "dtype": b.dtype,
-                            "memory_space": b.memory_space, "windowed": b.windowed, "bytes": b.nbytes}
+                            "memory_space": b.memory_space, "windowed": b.windowed, "bytes": b.nbytes,
+                            "index_map": list(b.index_map) if b.index_map is not None else None,
+                            "index_map_note": b.index_map_note}
                            for b in self.blocks]}
 
 
@@ -159,6 +173,58 @@ def halving(kernel: MosaicKernel) -> BlockHalving | None:
         if best is None or freed > best.tiles_bytes:
             best = BlockHalving(dim, value, value // 2, tuple(t for t, _ in parts), freed, int(a + b + acc))
     return best
+
+
+# How a user's function may spell a matmul block dim's keyword, most common first.
+_BLOCK_KEYWORDS = {"block_m": ("bm", "block_m", "tm", "tile_m", "blk_m", "block_size_m"),
+                   "block_k": ("bk", "block_k", "tk", "tile_k", "blk_k", "block_size_k"),
+                   "block_n": ("bn", "block_n", "tn", "tile_n", "blk_n", "block_size_n")}
+
+
+def tune_command(kernel: MosaicKernel, dim: str, values: tuple[int, ...] = ()) -> str:
+    """The `tpudiag lab tune` line that compiles `values` (`V1,V2` when none) of one block dim of the
+    kernel deviceless: with the function around its `pallas_call` and that function's keyword for
+    the dim filled in when its source is here, else with `MODULE:FN` / `NAME` and what to
+    substitute for them."""
+    import shlex
+
+    keyword = next((k for k in _BLOCK_KEYWORDS.get(dim, ()) if k in kernel.caller_params), "")
+    target = shlex.quote(kernel.caller) if kernel.caller else "MODULE:FN"
+    line = f"`tpudiag lab tune {target} --param {keyword or 'NAME'}={','.join(map(str, values)) or 'V1,V2'}`"
+    todo = []
+    if not kernel.caller:
+        todo.append("MODULE:FN: the file and the function that call `pallas_call`")
+    if not keyword:
+        whose = "its" if kernel.caller else "that function's"
+        todo.append(f"NAME: {whose} keyword argument for {dim}")
+    if kernel.caller and not kernel.caller_example_args:
+        todo.append("the module needs `example_args(mesh)`, the arguments it is compiled on")
+    return line + (f" ({'; '.join(todo)})" if todo else "")
+
+
+def mxu_block_fix(kernel: MosaicKernel, mxu_dim: int, spills: int) -> str | None:
+    """The fix a low MXU utilization of a Pallas matmul kernel takes from its blocks (bm x bk x bn),
+    first cause first: block_k or block_n off the MXU's multiple (the systolic array's weight tile
+    is mxu_dim x mxu_dim; rows stream, so block_m is not judged); blocks that spill (halve the one
+    that frees most); else a larger block_k (half the grid's k steps, and of the f32 accumulator's
+    loads and stores per MXU pass). None for a kernel whose blocks do not compose as a matmul."""
+    mm = kernel.matmul_blocks
+    if mm is None:
+        return None
+    bm, bk, bn = mm
+    off = [(dim, v) for dim, v in (("block_k", bk), ("block_n", bn)) if v % mxu_dim]
+    if off:
+        dim, v = off[0]
+        up = -(-v // mxu_dim) * mxu_dim
+        return (f"{dim} {v} -> {up}: the MXU's weight tile is {mxu_dim}x{mxu_dim}, and a block off its multiple "
+                f"leaves MXU columns idle; compare deviceless with {tune_command(kernel, dim, (v, up))}")
+    half = halving(kernel) if spills > 0 else None
+    if half is not None:
+        return (f"smaller blocks, as the kernel spills: {half.text()}; compare deviceless with "
+                f"{tune_command(kernel, half.dim, (half.after, half.before))}")
+    return (f"a larger block_k: {bk} -> {2 * bk} halves the grid's k steps and the f32 accumulator's "
+            f"({bm}x{bn}) loads and stores per MXU pass, where the double-buffered blocks still fit the scoped "
+            f"VMEM; compare deviceless with {tune_command(kernel, 'block_k', (bk, 2 * bk))}")
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,12 @@ def read_kernels(program: CompiledProgram) -> dict[str, MosaicKernel]:
         if body is None:
             continue
         try:
-            kernels[inst.name] = mosaic.read_kernel(body, len(inst.operands))
+            kernel = mosaic.read_kernel(body, len(inst.operands))
+            caller = mosaic.caller_of(inst.source_file, inst.source_line)
+            if caller is not None:
+                kernel = dataclasses.replace(kernel, caller=caller.target, caller_params=caller.params,
+                                             caller_example_args=caller.example_args)
+            kernels[inst.name] = kernel
         except mosaic.MlirMissing:
             program.warnings.append(mosaic.MLIR_MISSING)
             return {}

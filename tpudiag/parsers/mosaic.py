@@ -14,12 +14,15 @@ capture `tpudiag simulate` wrote from a `tpudiag compile` output (`merged_config
 
 from __future__ import annotations
 
+import ast
 import base64
 import binascii
+import dataclasses
 import functools
 import json
 import re
 from collections import Counter
+from pathlib import Path, PurePosixPath
 
 from tpudiag.model.kernels import KernelBlock, MosaicKernel
 
@@ -115,6 +118,8 @@ def read_kernel(body: bytes, n_inputs: int) -> MosaicKernel:
             raise KernelUnreadable(f"the kernel body holds {len(kernels)} kernel functions, not one")
         func = kernels[0]
         attrs = func.attributes
+        maps = {ir.StringAttr(f.attributes["sym_name"]).value: f for f in funcs
+                if f is not func and "sym_name" in f.attributes}
         try:
             name = ir.StringAttr(attrs["sym_name"]).value
             inputs = list(ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value).inputs)
@@ -137,18 +142,55 @@ def read_kernel(body: bytes, n_inputs: int) -> MosaicKernel:
         for i, t in enumerate(memrefs):
             memref = ir.MemRefType(t)
             space = _MEMORY_SPACE.search(str(memref.memory_space)) if memref.memory_space is not None else None
-            bounds = None
+            bounds, index_map, why = None, None, ""
             if i < n_windows and windows and "window_bounds" in windows[i]:
                 bounds = tuple(int(x) for x in ir.DenseI64ArrayAttr(windows[i]["window_bounds"]))
+                index_map, why = _index_map(ir, windows[i], maps, len(grid))
             role, index = (("input", i) if i < n_in else ("output", i - n_in)) if i < n_windows \
                 else ("scratch", i - n_windows)
             blocks.append(KernelBlock(role=role, index=index, shape=bounds if bounds is not None else tuple(memref.shape),
                                       dtype=_dtype(str(memref.element_type)),
-                                      memory_space=space.group(1) if space else "any", windowed=bounds is not None))
+                                      memory_space=space.group(1) if space else "any", windowed=bounds is not None,
+                                      index_map=index_map, index_map_note=why))
         source, first, last, matmuls = _walk(func)
     return MosaicKernel(name=name, grid=grid, dimension_semantics=semantics, blocks=tuple(blocks),
                         scalar_prefetch=prefetch, source_file=source, first_line=first, last_line=last,
                         matmul_ops=matmuls)
+
+
+def _index_map(ir, window, maps: dict, n_grid: int) -> tuple[tuple[str, ...] | None, str]:
+    """A window's index map (`transform_indices`, one `transform_N` function of the grid indices) as
+    terms `g<axis>` (that grid index) or an integer literal, when every block index it returns is
+    one of those; else (None, why): a computed index (`i * 2`, a scalar-prefetch ref's value) is not
+    rewritten into Python by guessing."""
+    if "transform_indices" not in window:
+        return None, "the window names no index map"
+    try:
+        symbol = ir.FlatSymbolRefAttr(window["transform_indices"]).value
+    except (ValueError, TypeError):
+        return None, "its index map is not a function reference"
+    func = maps.get(symbol)
+    if func is None or not func.regions or not func.regions[0].blocks:
+        return None, f"its index map `{symbol}` is not in the body"
+    ops = list(func.regions[0].blocks[0].operations)
+    if not ops or not ops[-1].operation.name.endswith("func.return"):
+        return None, f"its index map `{symbol}` does not end in a return"
+    terms = []
+    for value in ops[-1].operation.operands:
+        if isinstance(value, ir.BlockArgument) and value.arg_number < n_grid:
+            terms.append(f"g{value.arg_number}")
+            continue
+        owner = value.owner if isinstance(value, ir.OpResult) else None
+        if owner is not None and owner.name.endswith("arith.constant") and "value" in owner.attributes:
+            try:
+                terms.append(str(int(ir.IntegerAttr(owner.attributes["value"]).value)))
+                continue
+            except (ValueError, TypeError):
+                pass
+        what = "a scalar-prefetch operand" if isinstance(value, ir.BlockArgument) else (
+            f"computed by `{owner.name.rsplit('.', 1)[-1]}`" if owner is not None else "not a grid index")
+        return None, f"its index map `{symbol}` returns a block index {what}, not a grid index or a constant"
+    return tuple(terms), ""
 
 
 def _walk(func) -> tuple[str, int, int, int]:
@@ -175,4 +217,70 @@ def _walk(func) -> tuple[str, int, int, int]:
     if not lines:
         return "", 0, 0, matmuls
     path = lines.most_common(1)[0][0]
-    return path, min(seen[path]), max(seen[path]), matmuls
+    return local_source(path), min(seen[path]), max(seen[path]), matmuls
+
+
+def local_source(recorded: str, cwd: Path | None = None) -> str:
+    """The kernel's source file as this machine has it, relative to the working directory: the
+    recorded path when it lies under it; else the longest trailing part of it (two components at
+    least, `models/kernel.py`) that names a file here (the same project checked out elsewhere than
+    where it was compiled); else the path as the body records it. Reports and goldens then do not
+    depend on where the capture was compiled or the checkout sits."""
+    path = PurePosixPath(recorded)
+    if not path.is_absolute():
+        return recorded
+    base = Path.cwd() if cwd is None else cwd
+    try:
+        return Path(recorded).relative_to(base).as_posix()
+    except ValueError:
+        pass
+    parts = path.parts[1:]
+    if ".." in parts:
+        return recorded
+    for start in range(len(parts) - 1):
+        tail = PurePosixPath(*parts[start:])
+        try:
+            if (base / tail).is_file():
+                return tail.as_posix()
+        except (OSError, ValueError):  # a name too long for this file system, a NUL byte
+            continue
+    return recorded
+
+
+_MAX_SOURCE_BYTES = 2 * 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class Caller:
+    """The module-level function around a `pallas_call` site, as `lab tune MODULE:FN` names it."""
+
+    target: str  # `examples/models/pallas_matmul.py:tiled_matmul` (the file as `local_source` shows it)
+    params: tuple[str, ...]  # its keyword parameters (those with defaults, keyword-only ones)
+    example_args: bool  # the module defines `example_args` (what `lab tune` compiles it on)
+
+
+def caller_of(source_file: str, line: int) -> Caller | None:
+    """The top-level function of `source_file` whose body holds `line` (the custom call's source
+    line, i.e. the `pallas_call`), read with `ast` (never imported); None when the file is not here,
+    does not parse, or no top-level function holds the line."""
+    if not source_file or line <= 0:
+        return None
+    shown = local_source(source_file)
+    try:
+        path = Path(shown)
+        if not path.is_file() or path.stat().st_size > _MAX_SOURCE_BYTES:
+            return None
+        tree = ast.parse(path.read_bytes())
+    except (OSError, ValueError, SyntaxError):
+        return None
+    top = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    fn = next((n for n in top if n.lineno <= line <= (n.end_lineno or n.lineno)), None)
+    if fn is None:
+        return None
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    params = tuple(a.arg for a in positional[len(positional) - len(args.defaults):]) + tuple(
+        a.arg for a in args.kwonlyargs)
+    has_example_args = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "example_args"
+                           for n in tree.body)
+    return Caller(f"{shown}:{fn.name}", params, has_example_args)

@@ -270,6 +270,9 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
              "rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
              "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
              "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
+    if any(op.bound_by == "no cost data" for op in compute):
+        intro += (" *no cost data*: a kernel no HLO op launched, whose FLOPs and bytes nothing recorded, so it has "
+                  "no rate and no level binds it.")
     if shown.names_shortened:
         intro += (" Long kernel names are shortened (template and call arguments as …, [N] tells alike ones "
                   "apart); the JSON has them in full.")

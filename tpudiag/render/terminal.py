@@ -170,6 +170,8 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
         legend.append("*: the bytes async copies brought into VMEM for it counted as its HBM bytes (modelled from "
                       f"the layouts): with FLOPs, bound by FLOP/B against the ridge ({ridge:,.0f} FLOP/B)"
                       if ridge else "")
+    if any(op.bound_by == "no cost data" for op in shown):
+        legend.append("no cost data: a kernel no HLO op launched; nothing recorded its FLOPs or bytes")
     if vmem:
         legend.append("VMEM N%: bound by VMEM bandwidth, its bytes in VMEM (modelled from the layouts) over its "
                       "time at N % of the VMEM peak in the header")

@@ -39,6 +39,14 @@ accumulation with `preferred_element_type=jnp.float32`. Memory-bound: raise the 
 intensity (fuse the producer, reuse weights across more rows). Otherwise inspect the fusion's
 tiling and spills in the compiler dump.
 
+On a Pallas matmul kernel whose serialised body is at hand (`parsers.mosaic`), the finding names
+its blocks (bm x bk x bn) and the first fix follows from them (`model.kernels.mxu_block_fix`):
+block_k or block_n off the MXU's multiple is raised to it; blocks that spill are halved where that
+frees most vector state; otherwise a larger block_k halves the grid's k steps and the f32
+accumulator's loads and stores per MXU pass. Each comes with the `tpudiag lab tune` command that
+compiles both sizes deviceless, with the function around the `pallas_call` and its keyword filled
+in when its source file is here (else `MODULE:FN` and what to substitute).
+
 Bad: `bf16[8,1000] dot bf16[1000,1000]` at 3 % of peak.
 Good: `bf16[1024,1024] dot bf16[1024,1024]` at 60 % of peak.
 
@@ -91,6 +99,7 @@ from tpudiag.analysis.custom_calls import derive_costs
 from tpudiag.model.profile import Platform
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.llo import LloDump
+from tpudiag.model.kernels import mxu_block_fix
 from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, op_math_from_text
 from tpudiag.model.units import fmt_pct
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, op_hlo_texts,
@@ -271,6 +280,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     events = op_events(analysis, grouped["name"])
     static_busy = static_mxu_busy(ctx.compiled.llo)
     spills = _spills(ctx, cand)
+    kernels = {name: k for p in ctx.compiled.programs for name, k in p.kernels.items()}
     candidates = []
     referred = []  # memory-bound matmuls already at their roofline target: memory-bound judges them
     for r in grouped.itertuples(index=False):
@@ -307,6 +317,14 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                            "collective's (see `exposed-collective`)")
         if spills.get(r.name, 0) > 0:
             reasons.append(f"its compiled code spills {spills[r.name]:,} vector registers (see `spill`)")
+        kernel = kernels.get(r.name)
+        if kernel is not None:
+            mm = kernel.matmul_blocks
+            reasons.append(f"Pallas `{kernel.name}` blocks "
+                           + (f"bm x bk x bn {'x'.join(map(str, mm))}" if mm else kernel.blocks_text()))
+            block_fix = mxu_block_fix(kernel, mxu, spills.get(r.name, 0)) if tpu else None
+            if block_fix is not None:
+                fixes.insert(0, block_fix)
         candidates.append((saving, r, util, share, intensity, target, reasons, fixes, math))
     candidates.sort(key=lambda c: (-c[0], c[1].name))
     findings = []

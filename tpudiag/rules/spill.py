@@ -25,8 +25,11 @@ splitting a fusion whose intermediates do not fit in the 64 vector registers.
 On a Pallas matmul kernel whose serialised body is at hand (`parsers.mosaic`), the finding names its
 blocks (bm x bk x bn) and the fix names the block dim whose halving shrinks one grid step's vector
 tiles most (A bm x bk, B bk x bn, the f32 product bm x bn), keeping it a multiple of 128, with the
-`lab tune MODULE:FN --param` command that compiles both deviceless: fewer live bytes do not promise
-fewer spills (the compiler decides), so the fix says what halves and how to check.
+`lab tune FILE:FN --param KEYWORD=...` command that compiles both deviceless: fewer live bytes do
+not promise fewer spills (the compiler decides), so the fix says what halves and how to check. FN
+is the top-level function around the `pallas_call` (the custom call's source line) and KEYWORD its
+keyword for the dim (`bn`, `block_n`, `tn`, ...), read from the source when its file is here; else
+the command says `MODULE:FN` / `NAME` and what to substitute.
 
 Bad: a Pallas kernel with 1024-row f32 blocks kept live: 82 spills.
 Good: the same kernel with 256-row blocks: 0 spills.
@@ -61,7 +64,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tpudiag.model.findings import Basis, Evidence, Finding, Saving, Severity
-from tpudiag.model.kernels import halving
+from tpudiag.model.kernels import halving, tune_command
 from tpudiag.model.llo import LloDump
 from tpudiag.model.units import fmt_pct, fmt_time
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, StepBasis, Table, op_events,
@@ -164,8 +167,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             half = halving(kernel)
             if half is not None:
                 message += f"; Pallas `{kernel.name}` blocks bm x bk x bn {'x'.join(map(str, kernel.matmul_blocks))}"
-                fix = (f"smaller blocks: {half.text()}; compare candidates deviceless with `tpudiag lab tune "
-                       f"MODULE:FN --param {half.dim.replace('block_', 'b')}={half.after},{half.before}`")
+                fix = (f"smaller blocks: {half.text()}; compare candidates deviceless with "
+                       f"{tune_command(kernel, half.dim, (half.after, half.before))}")
         findings.append(Finding(
             rule=NAME, code=CODE, severity=scale.of(step_share, RULE.severity) if rec.bundles else Severity.LOW,
             message=message, saving=Saving(int(round(saving)), Basis.COMPILER_ESTIMATE, explanation),

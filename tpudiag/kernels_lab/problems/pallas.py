@@ -27,9 +27,11 @@ class Problem:
     def __post_init__(self) -> None:
         kernel = self.kernel
         if isinstance(kernel, dict):  # spec.json: the kernel's fields, lists for tuples
-            blocks = tuple(KernelBlock(**{**b, "shape": tuple(b["shape"])}) for b in kernel.get("blocks", ()))
+            blocks = tuple(KernelBlock(**{**b, "shape": tuple(b["shape"]), "index_map": None if b.get("index_map") is None
+                                          else tuple(b["index_map"])}) for b in kernel.get("blocks", ()))
             kernel = MosaicKernel(**{**kernel, "grid": tuple(kernel.get("grid", ())), "blocks": blocks,
-                                     "dimension_semantics": tuple(kernel.get("dimension_semantics", ()))})
+                                     "dimension_semantics": tuple(kernel.get("dimension_semantics", ())),
+                                     "caller_params": tuple(kernel.get("caller_params", ()))})
         if not isinstance(kernel, MosaicKernel):
             raise ValueError(f"a Pallas problem's kernel must be its facts, not {type(kernel).__name__}")
         object.__setattr__(self, "kernel", kernel)
