@@ -104,6 +104,21 @@ def test_v6e_other_programs_are_listed_beside_the_step(v6e):
                     ("jit_convert_element_type", 1, 1, False)]
 
 
+def test_v6e_ops_of_other_programs_have_no_per_step_time(v6e):
+    # By hand from the XLA Ops line: `all-reduce` runs only inside `jit__psum` (3 executions) and
+    # `broadcast.2` only inside `jit_broadcast_in_dim` (1): neither runs in any of jit_f's 100 steps,
+    # so a per-step figure (its share of core time x jit_f's step) would be a time it never takes there.
+    _, report = v6e
+    rows = {op.name: op for op in report.ops}
+    for name, program in (("all-reduce", "jit__psum"), ("broadcast.2", "jit_broadcast_in_dim")):
+        op = rows[name]
+        assert op.program == program and op.outside_steps and op.step_self_time_ps is None, name
+        assert op.time_cell == "outside steps"
+    inside = [op for op in report.ops if op.program == "jit_f"]
+    assert inside and not any(op.outside_steps for op in inside)
+    assert all(op.step_self_time_ps is not None for op in inside)
+
+
 def test_v6e_header_names_the_step_program(v6e):
     from rich.console import Console
 

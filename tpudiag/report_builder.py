@@ -169,6 +169,8 @@ def _op_rows(analysis: Analysis, join: JoinResult | None = None,
     """One row per op, by self time; `step_ps`: each host's mean step, for the per-step figure.
     The rows are made from `analysis.ops` when read (`OpRows`), so the report holds no copy of them."""
     step_ps = dict(step_ps or {})
+    step_programs = {host: (s.program_id, s.module) for host, s in analysis.step_sources.items()
+                     if s.kind is StepKind.XLA_MODULES}
     core_time_ps = dict(analysis.core_time_ps)
     ops = analysis.ops
     # The positions in self-time order (descending; ties keep their order), not a sorted copy.
@@ -176,17 +178,20 @@ def _op_rows(analysis: Analysis, join: JoinResult | None = None,
 
     def make(start: int, stop: int) -> list[OpRow]:
         block = ops.iloc[order[start:stop]]
-        return [_op_row(r, core_time_ps, step_ps, facts)
+        return [_op_row(r, core_time_ps, step_ps, step_programs.get(r.host), facts)
                 for r, facts in zip(block.itertuples(index=False), _compiled_facts(join, block.index))]
 
     return OpRows(len(ops), make)
 
 
-def _op_row(r, core_time_ps: dict[str, int], step_ps: dict[str, float], facts: dict) -> OpRow:
-    """The report's row of one op (a row of `analysis.ops`)."""
+def _op_row(r, core_time_ps: dict[str, int], step_ps: dict[str, float], step_program: tuple[int, str] | None,
+            facts: dict) -> OpRow:
+    """The report's row of one op (a row of `analysis.ops`); `step_program`: the (id, module) whose
+    executions are its host's steps, where no Steps line gave them."""
     denom = core_time_ps.get(r.host, 0)
     share = r.self_time_ps / denom if denom else 0.0
-    step = step_ps.get(r.host)
+    outside = step_program is not None and (int(r.program_id), str(r.module)) != step_program
+    step = None if outside else step_ps.get(r.host)
     return OpRow(
         host=r.host, program_id=int(r.program_id), program=r.module, name=r.name, category=r.category,
         occurrences=int(r.occurrences), total_time_ps=int(r.total_time_ps), self_time_ps=int(r.self_time_ps),
@@ -198,7 +203,7 @@ def _op_row(r, core_time_ps: dict[str, int], step_ps: dict[str, float], facts: d
         tf_op=r.tf_op, group_size=int(r.group_size), group_source=str(r.group_source),
         ici_bytes=float(r.ici_bytes), ici_bw=_finite(r.ici_bw), ici_utilization=_finite(r.ici_utilization),
         ici_latency_bound=bool(r.ici_latency_bound),
-        step_self_time_ps=share * step if step else None,
+        step_self_time_ps=share * step if step else None, outside_steps=outside,
         **{c: float(getattr(r, c)) for c in BYTE_COLUMNS}, moves=str(r.moves),
         hbm_intensity=_finite(r.hbm_intensity), vmem_utilization=_finite(r.vmem_utilization),
         vmem_intensity=_finite(r.vmem_intensity), bound_basis=str(r.bound_basis), **facts)

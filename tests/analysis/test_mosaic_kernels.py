@@ -65,3 +65,39 @@ def test_the_op_detail_carries_the_kernel():
     assert detail.kernel is not None and detail.kernel.kernel.grid == (4, 4, 4)
     md = op_detail_md(detail)
     assert "- Pallas kernel:" in md and "grid (4,4,4)" in md and "scoped VMEM 4.34 MiB" in md
+
+
+def test_dma_bundles_are_counted_outside_comments():
+    from tpudiag.parsers.llo.spills import count_dma
+
+    text = "\n".join([
+        "= control target key start",  # not a bundle
+        "  0x1   : > { %1 = dma.hbm_to_vmem [thread:$0] /*hbm=*/%s1 } /* Start region 2 */",
+        "  0x2   : > { %2 = vadd.f32 %v1, %v2 /* BoundsCheck 8 for %667 = dma.vmem_to_hbm */ }",  # only a comment
+        "  0x3   : > { %3 = dma.done.wait (%p1), [#allocation7], 8192 ;; %4 = dma.general %s1 }",
+        "  0x4 LB: > { %5 = vmul.f32 %v1, %v2 }",
+    ])
+    d = count_dma(text, "fusion.7")
+    assert (d.bundles, d.issue_bundles, d.wait_bundles) == (4, 2, 1)
+
+
+def test_the_dma_share_comes_from_the_kernels_final_bundles():
+    # v5e_pallas_scan: `closed_call.4`'s final_bundles has 982 bundle lines and no `dma.` at all
+    # (`grep -c dma`: 0; its operands come in as `inlined_call_operand.vmem`). No dump here has a
+    # critical path for a kernel: nothing is shown for one.
+    view = _kernel(REPO / "tests" / "fixtures" / "llo" / "v5e_pallas_scan")
+    assert (view.final_bundles, view.dma_issue_bundles, view.dma_wait_bundles) == (982, 0, 0)
+    assert "DMA started in 0 of 982 final bundles (0.0%), waited on in 0 (LLO final_bundles)" in view.lines()
+    # the committed example keeps the static profile (DMA type) but no final_bundles
+    example = _kernel(MODELS / "dumps" / "pallas_matmul_v5e")
+    assert example.final_bundles is None and example.dma_instruction_type == "LOCAL"
+
+
+def test_the_mlp_fixtures_fusion_dmas_are_counted():
+    # fusion.7 of v5e_mlp (hand-counted): 4,076 bundle lines (`0` then `0x1`..; the reference doc's
+    # 4,076 static bundles); two `dma.hbm_to_vmem` (0xf, 0x18) and
+    # two `dma.done.wait` (0x1e, 0x22), each in its own bundle
+    from tpudiag.parsers.llo import load_llo_dump
+
+    d = load_llo_dump(REPO / "tests" / "fixtures" / "llo" / "v5e_mlp").dma_for("fusion.7")
+    assert (d.bundles, d.issue_bundles, d.wait_bundles) == (4076, 2, 2)

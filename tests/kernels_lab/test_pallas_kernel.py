@@ -116,3 +116,9 @@ def test_check_and_tune_on_the_kernels_reproduction_say_what_to_run_instead(caps
     assert code == 2 and "no reference to check it against" in " ".join(err.split()) and "--interpret" in err
     code, _, err = run_cli(capsys, "lab", "tune", str(out))
     assert code == 2 and "tpudiag lab tune examples/models/pallas_matmul.py:tiled_matmul --param bn=256,512" in " ".join(err.split())
+
+
+def test_lab_ops_lists_what_the_kernels_reproduction_leaves_out(capsys):
+    code, out, _ = run_cli(capsys, "lab", "ops", str(CAPTURE))
+    flat = " ".join(out.split())
+    assert code == 0 and "`shard_map.19`'s reproduction leaves out: the code around the kernel in your function" in flat

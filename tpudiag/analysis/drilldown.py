@@ -77,8 +77,7 @@ class SortColumn:
 SORT_COLUMNS: tuple[SortColumn, ...] = (
     # Self time per step and core (the op's share of core time x its host's mean step), as the report's
     # first screen shows it; the capture's total where there are no steps.
-    SortColumn("self_time", "per step", lambda op: op.step_self_time_ps if op.step_self_time_ps is not None
-               else float(op.self_time_ps)),
+    SortColumn("self_time", "per step", lambda op: op.shown_time_ps),
     SortColumn("flop_util", "FLOP util", lambda op: op.flop_utilization),
     SortColumn("hbm_bw", "HBM BW", lambda op: op.hbm_bw if op.hbm_bytes else None),
     SortColumn("padding", "padding", op_padding),

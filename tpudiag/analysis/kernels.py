@@ -16,6 +16,7 @@ from tpudiag.analysis.device_memory import used_scoped_vmem_bytes
 from tpudiag.model.hardware import DEFAULT_SCOPED_VMEM_BYTES
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.model.kernels import KernelView, UnitShare
+from tpudiag.model.llo import BundleDma
 from tpudiag.model.memory import ProgramMemory
 
 # Bundle-profile units shown, in order: (shown name, the profile's units, their ops). Indexed units
@@ -42,6 +43,7 @@ def pallas_kernels(compiled: CompiledInputs, memory: Sequence[ProgramMemory] = (
         for name in sorted(program.kernels):
             inst = program.find(name)
             profile, row = _llo(compiled, name)
+            dma, dma_type = _dma(compiled, name)
             out.append(KernelView(
                 op=name, program=program.module, kernel=program.kernels[name],
                 call_site=f"{Path(inst.source_file).name}:{inst.source_line}" if inst and inst.source_file else "",
@@ -52,7 +54,9 @@ def pallas_kernels(compiled: CompiledInputs, memory: Sequence[ProgramMemory] = (
                 estimated_cycles=(inst.estimated_cycles if inst is not None and inst.estimated_cycles is not None
                                   else _int(row, "estimated_cycles")),
                 bundles=_int(row, "bundles"), units=_units(profile),
-                spill_stores=_int(row, "spill_stores"), spill_fills=_int(row, "spill_fills")))
+                spill_stores=_int(row, "spill_stores"), spill_fills=_int(row, "spill_fills"),
+                final_bundles=dma.bundles if dma else None, dma_issue_bundles=dma.issue_bundles if dma else None,
+                dma_wait_bundles=dma.wait_bundles if dma else None, dma_instruction_type=dma_type))
     return tuple(out)
 
 
@@ -66,6 +70,19 @@ def _llo(compiled: CompiledInputs, op: str) -> tuple[pd.DataFrame, dict | None]:
         if not rows.empty or not profile.empty:
             return (top if not top.empty else profile), (rows.iloc[0].to_dict() if not rows.empty else None)
     return pd.DataFrame(), None
+
+
+def _dma(compiled: CompiledInputs, op: str) -> tuple[BundleDma | None, str]:
+    """The DMA counts of the kernel's own LLO program (named after its custom call) in the first LLO
+    dump with its `final_bundles`, and the static profile's DMA type of the op in the first that has it."""
+    counts = next((d for d in (dump.dma_for(op) for dump in compiled.llo) if d is not None and d.bundles), None)
+    kind = ""
+    for dump in compiled.llo:
+        rows = dump.static_profile[dump.static_profile["hlo"].astype(str) == op]
+        if not rows.empty and not pd.isna(rows.iloc[0]["dma_instruction_type"]):
+            kind = str(rows.iloc[0]["dma_instruction_type"])
+            break
+    return counts, kind
 
 
 def _units(profile: pd.DataFrame) -> tuple[UnitShare, ...]:

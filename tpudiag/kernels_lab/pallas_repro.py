@@ -31,10 +31,7 @@ JNP_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "fl
 _SPACES = {"vmem": "pltpu.VMEM", "smem": "pltpu.SMEM", "any": "pl.ANY"}
 _TERM = re.compile(r"g\d+|-?\d+")
 
-LEFT_OUT = ("the code around the kernel in your function (wrappers, `shard_map`, epilogues XLA fused "
-            "outside the custom call)", "`pl.CostEstimate`, `input_output_aliases` and compiler params "
-            "other than the dimension semantics", "your inputs' values (random inputs of the captured "
-            "shapes and dtypes)")
+LEFT_OUT = pallas.LEFT_OUT
 
 
 @dataclass(frozen=True)

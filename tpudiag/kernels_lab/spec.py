@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from tpudiag.errors import InputError, UsageError
 from tpudiag.kernels_lab import op_text
-from tpudiag.kernels_lab.problems import AnyProblem, collective, problem_fields, problem_from_fields
+from tpudiag.kernels_lab.problems import AnyProblem, collective, pallas, problem_fields, problem_from_fields
 from tpudiag.model.hardware import CHIPS, chip_for, smallest_topology
 from tpudiag.model.hlo_shapes import Shape, parse_array, parse_shapes
 from tpudiag.model.kernels import MosaicKernel
@@ -115,7 +115,10 @@ class OpSpec:
     @property
     def left_out(self) -> tuple[str, ...]:
         """What the reproduction does not do that the op does (fused collectives and aliased outputs
-        carried untouched, epilogues and relayouts not reproduced), from its basis lines."""
+        carried untouched, epilogues and relayouts not reproduced), from its basis lines; for the
+        user's own Pallas kernel, what its repro.py leaves out of the captured call."""
+        if self.family == "pallas":
+            return pallas.LEFT_OUT
         return tuple(line for line in self.basis if _LEFT_OUT.search(line))
 
     def to_json(self) -> str:

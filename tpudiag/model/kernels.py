@@ -255,6 +255,13 @@ class KernelView:
     units: tuple[UnitShare, ...] = ()
     spill_stores: int | None = None
     spill_fills: int | None = None
+    # The kernel's LLO program's `final_bundles` (None without them): bundles that start a DMA and
+    # bundles that wait on one, of `final_bundles` bundles; and the static profile's DMA type
+    # (`LOCAL`, `LOCAL_AND_REMOTE`, `NONE`; '' without it). No dump gives a kernel's critical path.
+    final_bundles: int | None = None
+    dma_issue_bundles: int | None = None
+    dma_wait_bundles: int | None = None
+    dma_instruction_type: str = ""
 
     def lines(self) -> list[str]:
         """What the terminal and markdown print under the kernel's op name."""
@@ -277,6 +284,15 @@ class KernelView:
             llo.append(f"spills {self.spill_stores}, fills {self.spill_fills}")
         if llo:
             out.append("; ".join(llo) + " (LLO static profile)")
+        dma = []
+        if self.final_bundles:
+            dma.append(f"DMA started in {self.dma_issue_bundles:,} of {self.final_bundles:,} final bundles "
+                       f"({self.dma_issue_bundles / self.final_bundles:.1%}), waited on in {self.dma_wait_bundles:,} "
+                       "(LLO final_bundles)")
+        if self.dma_instruction_type:
+            dma.append(f"DMA type {self.dma_instruction_type} (static profile)")
+        if dma:
+            out.append("; ".join(dma))
         return out
 
     def to_json(self) -> dict:
@@ -285,4 +301,6 @@ class KernelView:
                 "vmem_limit_source": self.vmem_limit_source,
                 "estimated_cycles": self.estimated_cycles, "bundles": self.bundles,
                 "units": [{"unit": u.unit, "fraction": u.fraction} for u in self.units],
-                "spill_stores": self.spill_stores, "spill_fills": self.spill_fills}
+                "spill_stores": self.spill_stores, "spill_fills": self.spill_fills,
+                "final_bundles": self.final_bundles, "dma_issue_bundles": self.dma_issue_bundles,
+                "dma_wait_bundles": self.dma_wait_bundles, "dma_instruction_type": self.dma_instruction_type}

@@ -300,6 +300,17 @@ class VmemOomAllocation:
 
 
 @dataclass(frozen=True)
+class BundleDma:
+    """DMA instructions in one LLO program's `final_bundles`, comments stripped (a `BoundsCheck`
+    comment names the DMA it guards too)."""
+
+    program: str
+    bundles: int  # bundle lines
+    issue_bundles: int  # bundles starting a DMA: dma.hbm_to_vmem, dma.vmem_to_hbm, dma.general, ...
+    wait_bundles: int  # bundles waiting on one (dma.done.wait)
+
+
+@dataclass(frozen=True)
 class VmemBudget:
     """A VMEM out-of-memory compile error, parsed.
 
@@ -336,6 +347,7 @@ class LloDump:
     utilization: tuple[BundleUtilization, ...] = ()
     schedules: tuple[ScheduleAnalysis, ...] = ()
     register_pressure: tuple[RegisterPressure, ...] = ()
+    bundle_dma: tuple[BundleDma, ...] = ()  # per program with `final_bundles`
     vmem_report: VmemReport | None = None
     compile: LloCompile | None = None  # the compile read; None when the directory has no TLP files
     other_compiles: tuple[LloCompile, ...] = ()  # further compiles in the directory, not read
@@ -347,6 +359,9 @@ class LloDump:
 
     def utilization_for(self, program: str) -> BundleUtilization | None:
         return next((u for u in self.utilization if u.program == program), None)
+
+    def dma_for(self, program: str) -> BundleDma | None:
+        return next((d for d in self.bundle_dma if d.program == program), None)
 
     def register_pressure_for(self, program: str) -> RegisterPressure | None:
         return next((r for r in self.register_pressure if r.program == program), None)

@@ -16,6 +16,11 @@ from tpudiag.model.memory import ProgramMemory
 from tpudiag.model.profile import PeaksSource, Platform
 from tpudiag.model.hardware import VmemBandwidth
 from tpudiag.model.text import short_names
+from tpudiag.model.units import fmt_time
+
+# The legend of the ops tables' time cell "outside steps" (`OpRow.outside_steps`).
+OUTSIDE_STEPS = ("outside steps: an op of a program other than the one whose executions are the steps; it runs "
+                 "between steps (see Programs)")
 
 
 class Mode(StrEnum):
@@ -210,6 +215,9 @@ class OpRow:
     # Self time per step and core: time_share x the host's mean step (None without steps); what the
     # first screen shows, so no cell is larger than the step.
     step_self_time_ps: float | None = None
+    # An op of a program other than the one whose executions are the steps (no Steps line): it runs
+    # between steps, so it has no per-step figure (its self time is in self_time_ps).
+    outside_steps: bool = False
     # Bytes by memory space, totals over occurrences, modelled from the HLO text's layouts
     # (`analysis.op_bytes`); hbm_bytes above is XLA's cost analysis as the trace records it.
     hbm_read_bytes: float = 0.0
@@ -224,6 +232,19 @@ class OpRow:
     vmem_utilization: float | None = None  # VMEM bandwidth utilization, the larger of read and write
     vmem_intensity: float | None = None  # flops / VMEM bytes of that direction
     bound_basis: str = ""  # `analysis.ops.BoundBasis`: how bound_by was decided
+
+    @property
+    def shown_time_ps(self) -> float | None:
+        """The ops tables' time: per step and core where the op's host has steps, else its self time
+        over the capture; None for an op outside the steps (it has no per-step time)."""
+        if self.outside_steps:
+            return None
+        return self.step_self_time_ps if self.step_self_time_ps is not None else float(self.self_time_ps)
+
+    @property
+    def time_cell(self) -> str:
+        """`shown_time_ps` as the tables print it."""
+        return "outside steps" if self.shown_time_ps is None else fmt_time(self.shown_time_ps)
 
     @property
     def bound_shown(self) -> str:
@@ -336,7 +357,13 @@ class OpsShown:
     collectives: tuple[OpRow, ...]
     n_collectives: int
     per_step: bool  # some op has a per-step time (the capture has steps)
+
     compute_names: tuple[str, ...]  # `compute`'s names as a table cell shows them (`model.text.short_names`)
+
+    @property
+    def outside_steps(self) -> bool:
+        """Some shown op runs between steps (another program than the step's): the legends say so."""
+        return any(op.outside_steps for op in self.compute + self.collectives)
 
     @property
     def names_shortened(self) -> bool:

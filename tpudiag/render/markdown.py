@@ -17,7 +17,7 @@ from urllib.parse import quote
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
+from tpudiag.model.report import OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line, printable, short_kernel_name
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -239,9 +239,6 @@ def categories_section(report: Report, figures: Mapping[str, tuple[str, str]]) -
             + _image(figures, "categories") + [""])
 
 
-def _per_step(op: OpRow) -> str:
-    return fmt_time(op.step_self_time_ps if op.step_self_time_ps is not None else op.self_time_ps)
-
 
 def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: int) -> list[str]:
     if not report.ops:
@@ -256,7 +253,7 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     rows = []
     for i, (op, name) in enumerate(zip(compute, shown.compute_names), start=1):
         rows.append([str(i)] + ([code(op.host)] if multi else []) + [
-            code(name), text(op.category), _per_step(op), fmt_pct(op.time_share),
+            code(name), text(op.category), op.time_cell, fmt_pct(op.time_share),
             fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
             "-" if op.hbm_intensity is None else f"{op.hbm_intensity:,.3g}", text(op.bound_shown), code(op.source)])
     align = "r" + ("l" if multi else "") + "llrrrrrll"
@@ -270,6 +267,8 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
              "rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
              "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
              "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
+    if shown.outside_steps:
+        intro += f" *{OUTSIDE_STEPS.replace(':', '*:', 1)}."
     if any(op.bound_by == "no cost data" for op in compute):
         intro += (" *no cost data*: a kernel no HLO op launched, whose FLOPs and bytes nothing recorded, so it has "
                   "no rate and no level binds it.")
@@ -283,7 +282,7 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
         for i, op in enumerate(collectives, start=1):
             group = f"{op.group_size}{' (assumed)' if op.group_source == 'assumed' else ''}" if op.group_size else "-"
             rows.append([str(i)] + ([code(op.host)] if multi else []) + [
-                code(op.name), text(op.family), _per_step(op), fmt_pct(op.time_share), group,
+                code(op.name), text(op.family), op.time_cell, fmt_pct(op.time_share), group,
                 fmt_bytes(op.ici_bytes / op.occurrences) if op.occurrences else "-", fmt_bandwidth(op.ici_bw),
                 fmt_pct(op.ici_utilization) + (" (latency-bound)" if op.ici_latency_bound else "")])
         out += ["", "### Collectives", "",

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import Breakdown, Distribution, OpRow, OpsShown, Report, skips_by_reason
+from tpudiag.model.report import OUTSIDE_STEPS, Breakdown, Distribution, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -107,9 +107,6 @@ def _hosts_table(report: Report) -> Table:
     return t
 
 
-def _per_step(op: OpRow) -> str:
-    return fmt_time(op.step_self_time_ps if op.step_self_time_ps is not None else op.self_time_ps)
-
 
 def _time_label(shown: OpsShown) -> str:
     """What the time columns hold: per step and core where there are steps, else the capture's total."""
@@ -150,7 +147,7 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
         row = [str(i)]
         if multi_host:
             row.append(escape(op.host))
-        row += [escape(name), escape(op.category), _per_step(op), fmt_pct(op.time_share),
+        row += [escape(name), escape(op.category), op.time_cell, fmt_pct(op.time_share),
                 str(op.occurrences), fmt_pct(op.flop_utilization), fmt_pct(op.hbm_utilization),
                 _intensity(op), escape(_bound_cell(op))]
         if padding:
@@ -170,6 +167,8 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
         legend.append("*: the bytes async copies brought into VMEM for it counted as its HBM bytes (modelled from "
                       f"the layouts): with FLOPs, bound by FLOP/B against the ridge ({ridge:,.0f} FLOP/B)"
                       if ridge else "")
+    if ops.outside_steps:
+        legend.append(OUTSIDE_STEPS)
     if any(op.bound_by == "no cost data" for op in shown):
         legend.append("no cost data: a kernel no HLO op launched; nothing recorded its FLOPs or bytes")
     if vmem:
@@ -207,7 +206,7 @@ def _collectives_table(report: Report, ops: OpsShown) -> Table | None:
     for i, op in enumerate(ops.collectives, start=1):
         row = [str(i)] + ([escape(op.host)] if multi_host else [])
         group = f"{op.group_size}{'?' if op.group_source == 'assumed' else ''}" if op.group_size else "-"
-        row += [escape(op.name), escape(op.family), _per_step(op), fmt_pct(op.time_share), str(op.occurrences),
+        row += [escape(op.name), escape(op.family), op.time_cell, fmt_pct(op.time_share), str(op.occurrences),
                 group, fmt_bytes(op.ici_bytes / op.occurrences) if op.occurrences else "-",
                 fmt_bandwidth(op.ici_bw), fmt_pct(op.ici_utilization) + (" latency" if op.ici_latency_bound else "")]
         t.add_row(*row)

@@ -84,8 +84,7 @@ OP_HEADER = ["op", "per step", "share", "FLOP util", "HBM BW", "padding", "spill
 def op_cells(op: OpRow) -> list[str]:
     """The ops table's cells, shared by the TUI table and the markdown export."""
     sp = spills(op)
-    per_step = op.step_self_time_ps if op.step_self_time_ps is not None else op.self_time_ps
-    return [op.name, fmt_time(per_step), fmt_pct(op.time_share), fmt_pct(op.flop_utilization),
+    return [op.name, op.time_cell, fmt_pct(op.time_share), fmt_pct(op.flop_utilization),
             fmt_bandwidth(op.hbm_bw) if op.hbm_bytes else "n/a", fmt_pct(op_padding(op)),
             "n/a" if sp is None else str(sp), op.host, op.category, op.program]
 

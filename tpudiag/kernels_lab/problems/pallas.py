@@ -14,6 +14,13 @@ from dataclasses import dataclass
 from tpudiag.model.kernels import KernelBlock, MosaicKernel
 
 
+# What a reproduction of the user's kernel (`lab extract`'s repro.py) does not do that the captured op did.
+LEFT_OUT = ("the code around the kernel in your function (wrappers, `shard_map`, epilogues XLA fused "
+            "outside the custom call)", "`pl.CostEstimate`, `input_output_aliases` and compiler params "
+            "other than the dimension semantics", "your inputs' values (random inputs of the captured "
+            "shapes and dtypes)")
+
+
 @dataclass(frozen=True)
 class Problem:
     """The user's kernel (`kernel`, its facts) on the captured arrays (`operands`, `outputs`: `dtype[dims]`)."""

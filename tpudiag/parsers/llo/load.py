@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tpudiag.errors import InputError
 from tpudiag.model import llo
-from tpudiag.model.llo import (BundleUtilization, DumpFile, LloCompile, LloDump, RegisterPressure,
+from tpudiag.model.llo import (BundleDma, BundleUtilization, DumpFile, LloCompile, LloDump, RegisterPressure,
                                ScheduleAnalysis, VmemReport)
 from tpudiag.parsers.llo.bundle_profile import parse_bundle_profile
 from tpudiag.parsers.llo.files import (PARSED_LABELS, STATIC_PROFILE_SUFFIX, classify, describe,
@@ -21,7 +21,7 @@ from tpudiag.parsers.llo.files import (PARSED_LABELS, STATIC_PROFILE_SUFFIX, cla
 from tpudiag.parsers.llo.ops import build_ops
 from tpudiag.parsers.llo.register_pressure import MAX_LIVE_RANGES, parse_register_pressure
 from tpudiag.parsers.llo.schedule import parse_schedule
-from tpudiag.parsers.llo.spills import RegionTree, parse_final_bundles, parse_post_ra
+from tpudiag.parsers.llo.spills import RegionTree, count_dma, parse_final_bundles, parse_post_ra
 from tpudiag.parsers.llo.static_profile import parse_static_profile
 from tpudiag.parsers.llo.utilization import parse_utilization
 from tpudiag.parsers.llo.vmem_report import parse_vmem_report
@@ -166,6 +166,7 @@ class _Parsed:
     schedules: list[ScheduleAnalysis] = field(default_factory=list)
     pressure: list[RegisterPressure] = field(default_factory=list)
     trees: dict[str, RegionTree] = field(default_factory=dict)
+    dma: list[BundleDma] = field(default_factory=list)
     vmem_report: VmemReport | None = None
     vmem_report_seen: bool = False
 
@@ -186,6 +187,7 @@ class _Parsed:
             self.pressure += parse_register_pressure(text, f.program, name, warnings, max_live_ranges)
         elif f.label == "final_bundles":
             self.spill_rows += parse_final_bundles(text, f.program, name, warnings)
+            self.dma.append(count_dma(text, f.program))
         elif f.label == "post-ra":
             self.trees[f.program], rows = parse_post_ra(text, f.program)
             self.slot_rows += rows
@@ -224,7 +226,7 @@ def _assemble(root: Path, files: list[DumpFile], parsed: _Parsed, static_rows: l
                    static_profile=static_profile, spill_instructions=spills, spill_slots=slots,
                    schedule=schedule, vmem_allocations=vmem, utilization=tuple(parsed.utilization),
                    schedules=tuple(parsed.schedules), register_pressure=tuple(parsed.pressure),
-                   vmem_report=parsed.vmem_report, compile=compile_, other_compiles=others,
+                   bundle_dma=tuple(parsed.dma), vmem_report=parsed.vmem_report, compile=compile_, other_compiles=others,
                    warnings=list(dict.fromkeys(warnings)))
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tpudiag.model.llo import BundleDma
+
 _BUNDLE = re.compile(r"^\s*(?P<addr>0x[0-9a-fA-F]+|[0-9]+)\s+(?:[A-Z]{2}\s*)*:")
 _SPILL = re.compile(r"(?P<lhs>%\w+)\s*=\s*(?P<op>vst|vld|sst|sld)\b[^\[;]*"
                     r"\[(?P<space>vmem|smem):\[(?P<slot>#allocation\d+_spill)")
@@ -90,6 +92,23 @@ def parse_post_ra(text: str, program: str) -> tuple[RegionTree, list[dict]]:
     for row in slots:
         row["hlo"] = tree.hlo_of(row["region"])
     return tree, slots
+
+
+_COMMENT = re.compile(r"/\*.*?\*/")
+_DMA = re.compile(r"\bdma\.(?P<kind>[a-z_]+(?:\.[a-z_]+)*)")
+
+
+def count_dma(text: str, program: str) -> BundleDma:
+    """How many of the program's bundles start a DMA and how many wait on one (`dma.done.*`)."""
+    bundles = issue = wait = 0
+    for line in text.splitlines():
+        if _BUNDLE.match(line) is None:
+            continue
+        bundles += 1
+        kinds = [m["kind"] for m in _DMA.finditer(_COMMENT.sub("", line))]
+        issue += any(not k.startswith("done") for k in kinds)
+        wait += any(k.startswith("done") for k in kinds)
+    return BundleDma(program, bundles, issue, wait)
 
 
 def parse_final_bundles(text: str, program: str, file_name: str, warnings: list[str]) -> list[dict]:
