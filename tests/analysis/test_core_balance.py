@@ -34,3 +34,47 @@ def test_a_slow_core_beyond_the_band_and_not_inside_it():
     (slow,) = slow_cores(cores, 0.03, 3.0)
     assert slow.core.device == "/device:TPU:3" and slow.lag_ps == 400 and slow.reference_ps == 5000
     assert slow_cores(cores, 0.10, 3.0) == []  # 8 % inside a 10 % band
+
+
+def _op_cores(rows):
+    # (host, core, program, name, self_ps, in_steps_ps)
+    return schemas.OP_CORES.frame({
+        "host": [r[0] for r in rows], "device": [f"/device:TPU:{r[1]}" for r in rows],
+        "core": np.array([r[1] for r in rows], dtype=np.int32), "program_id": np.array([r[2] for r in rows], dtype=np.uint64),
+        "name": [r[3] for r in rows], "n": np.ones(len(rows), dtype=np.int64),
+        "self_ps": np.array([r[4] for r in rows], dtype=np.int64),
+        "in_steps_ps": np.array([r[5] for r in rows], dtype=np.int64)})
+
+
+OP_CORE_ROWS = [("b", 1, 1, "fusion.1", 700, 500), ("b", 1, 1, "all-reduce.1", 500, 500),
+                ("a", 0, 1, "fusion.1", 300, 200), ("a", 0, 1, "fusion.2", 100, 100),
+                ("a", 0, 1, "all-gather.3", 900, 900), ("a", 0, 2, "fusion.1", 50, 50),
+                ("a", 1, 1, "fusion.1", 400, 300)]
+
+
+def test_without_steps_a_cores_work_is_its_non_collective_self_time_over_the_capture():
+    from tpudiag.analysis.core_balance import CoreWork, capture_core_work
+    # a/0: 300 + 100 + 50 (two programs), its all-gather left out; b/1: 700, its all-reduce left out.
+    # Ordered by host then core, whatever the rows' order.
+    assert capture_core_work(_op_cores(OP_CORE_ROWS), 5000.0) == [
+        CoreWork("a", "/device:TPU:0", 0, 1, 450.0, 0.0, 5000.0),
+        CoreWork("a", "/device:TPU:1", 1, 1, 400.0, 0.0, 5000.0),
+        CoreWork("b", "/device:TPU:1", 1, 1, 700.0, 0.0, 5000.0)]
+
+
+def test_the_slow_cores_extra_ops_over_the_median_of_the_others():
+    from tpudiag.analysis.core_balance import OpExtra, capture_core_work, op_extras
+    op_cores = _op_cores(OP_CORE_ROWS)
+    cores = capture_core_work(op_cores, 5000.0)
+    slow = cores[2]  # b/1
+    cats = {"fusion.1": "convolution fusion", "all-reduce.1": "all-reduce"}
+    # Inside steps (the default): fusion.1 is 250 on a/0 (two programs), 300 on a/1: median 275, b/1
+    # runs it 500 (+225); all-reduce.1 runs only on b/1 (median 0: +500). Ops b/1 does not run
+    # (fusion.2, all-gather.3) take no extra.
+    assert op_extras(op_cores, cores, slow, cats) == [
+        OpExtra("all-reduce.1", "all-reduce", 500.0, 0.0, 500.0),
+        OpExtra("fusion.1", "convolution fusion", 500.0, 275.0, 225.0)]
+    # Over the whole capture: self times, 350 and 400 -> median 375, b/1 700 (+325).
+    assert op_extras(op_cores, cores, slow, cats, whole_capture=True) == [
+        OpExtra("all-reduce.1", "all-reduce", 500.0, 0.0, 500.0),
+        OpExtra("fusion.1", "convolution fusion", 700.0, 375.0, 325.0)]

@@ -40,3 +40,28 @@ def test_steps_missing_on_a_host_show_as_none_and_one_host_has_no_stragglers():
     assert m.rows[1].times_ps == (None, 30)
     assert [s.step for s in m.stragglers] == [2]
     assert host_step_matrix((host("a", {1: 10, 2: 50}),)).stragglers == ()
+
+
+def test_the_threshold_is_inclusive_and_a_tie_is_never_a_straggler():
+    # b is exactly 10 % (100 ps) behind the median of 1,000 on step 1: at the threshold, so a straggler.
+    hosts = (host("a", {1: 1000}), host("b", {1: 1100}), host("c", {1: 1000}))
+    m = host_step_matrix(hosts, StragglerOptions(min_lag_fraction=0.1))
+    assert [(s.step, s.host, s.lag_ps) for s in m.stragglers] == [(1, "b", 100)]
+    assert [r.host for r in m.rows] == ["a", "b", "c"]
+    # With no threshold at all, hosts level with the median still hold nothing back.
+    level = host_step_matrix((host("a", {1: 1000}), host("b", {1: 1000})), StragglerOptions(min_lag_fraction=0))
+    assert level.stragglers == ()
+
+
+@pytest.mark.parametrize(("fraction", "ok"), [(0, True), (9.99, True), (10, False), (-0.01, False)])
+def test_straggler_threshold_bounds(fraction, ok):
+    if ok:
+        StragglerOptions(min_lag_fraction=fraction)
+    else:
+        with pytest.raises(ValueError, match=r"\[0, 10\)"):
+            StragglerOptions(min_lag_fraction=fraction)
+
+
+def test_no_hosts_no_rows():
+    m = host_step_matrix(())
+    assert (m.steps, m.rows, m.stragglers) == ((), (), ())

@@ -10,7 +10,7 @@ import pytest
 
 from tpudiag.model.compiled import ConvDims
 from tpudiag.model.hardware import gpu_device
-from tpudiag.model.hlo_cost import convolution_flops, gpu_category, gpu_op_cost
+from tpudiag.model.hlo_cost import OpCost, convolution_flops, gpu_category, gpu_op_cost
 from tpudiag.parsers.hlo_text import parse_hlo_text
 
 MI300X = {"device_vendor": "AMD", "clock_rate": 2_100_000, "core_count": 304, "memory_bandwidth": 2_662_400_000_000,
@@ -87,3 +87,101 @@ def test_gpu_op_costs_as_xprof_charges_them():
     # elementwise FLOPs are not counted (xprof's per-device op profiles); bytes are operands + result
     assert gpu_op_cost(program, ex) == type(cost)(0.0, 2 * 4 * 64 * 32, "loop fusion")
     assert gpu_category(ex) == "loop fusion"
+
+
+def _conv1d(**window):
+    # dim_labels bf0_oi0->bf0: input [B, C, W], kernel [O, I, K], output [B, O, W'].
+    return ConvDims(input_batch=0, input_feature=1, input_spatial=(2,), kernel_input_feature=1,
+                    kernel_output_feature=0, kernel_spatial=(2,), output_batch=0, output_feature=1,
+                    output_spatial=(2,), **window)
+
+
+@pytest.mark.parametrize(("window", "w", "k", "w_out", "pairs"), [
+    # (output, tap) pairs that read a real input element, counted by hand, p = o*stride + t*rd - pad_low:
+    ({}, 8, 3, 6, 18),                                    # no padding: every one of 6 x 3
+    ({"stride": (2,)}, 8, 3, 3, 9),                       # outputs 0, 2, 4: 3 x 3
+    ({"rhs_dilation": (2,)}, 8, 3, 4, 12),                # taps 0, 2, 4 apart: 4 x 3
+    ({"lhs_dilation": (2,)}, 4, 3, 5, 8),                 # holes at odd p: 2+1+2+1+2
+    ({"stride": (2,), "padding": ((2, 0),)}, 8, 3, 4, 10),  # output 0 reads -2, -1: 1+3+3+3
+])
+def test_convolution_flops_count_the_pairs_that_read_real_input(window, w, k, w_out, pairs):
+    from tpudiag.model.compiled import ArrayShape
+    b, c, o = 2, 6, 4
+    flops = convolution_flops(_conv1d(**window), ArrayShape("f32", (b, c, w), None, 0, 0),
+                              ArrayShape("f32", (o, c, k), None, 0, 0), ArrayShape("f32", (b, o, w_out), None, 0, 0))
+    assert flops == 2 * c * o * b * pairs
+
+
+def test_convolution_flops_divide_by_the_group_counts():
+    from tpudiag.model.compiled import ArrayShape
+
+    def flops(**groups):
+        return convolution_flops(_conv1d(**groups), ArrayShape("f32", (2, 6, 8), None, 0, 0),
+                                 ArrayShape("f32", (4, 6, 3), None, 0, 0), ArrayShape("f32", (2, 4, 6), None, 0, 0))
+    assert flops() == 2 * 6 * 4 * 2 * 18
+    assert flops(feature_group_count=2) == 2 * 3 * 4 * 2 * 18  # each output feature reads 6 / 2 inputs
+    assert flops(batch_group_count=2) == 2 * 6 * 4 * 1 * 18
+
+
+def test_a_spatial_dim_too_large_to_walk_counts_every_tap():
+    # Past 2^22 (input x kernel) a dim's pairs are not walked: every tap counts, padding included.
+    from tpudiag.model.compiled import ArrayShape
+
+    def flops(width, w_out, big_first):
+        big, small = (width, 1024, w_out), (3, 1, 3)
+        (lw, kw, ow), (lw2, kw2, ow2) = (big, small) if big_first else (small, big)
+        dims = ConvDims(input_batch=0, input_feature=1, input_spatial=(2, 3), kernel_input_feature=1,
+                        kernel_output_feature=0, kernel_spatial=(2, 3), output_batch=0, output_feature=1,
+                        output_spatial=(2, 3), padding=((1, 1), (0, 0)) if big_first else ((0, 0), (1, 1)))
+        return convolution_flops(dims, ArrayShape("f32", (1, 1, lw, lw2), None, 0, 0),
+                                 ArrayShape("f32", (1, 1, kw, kw2), None, 0, 0),
+                                 ArrayShape("f32", (1, 1, ow, ow2), None, 0, 0))
+    # 4096 x 1024 is exactly 2^22: walked. Of 3075 x 1024 pairs, two read the padding (-1 and 4096).
+    assert flops(4096, 3075, big_first=True) == 2 * (3075 * 1024 - 2) * 3
+    # 4097 x 1024 is past it: 3076 x 1024 pairs, padding counted; the other dim still multiplies.
+    assert flops(4097, 3076, big_first=True) == 2 * 3076 * 1024 * 3
+    assert flops(4097, 3076, big_first=False) == 2 * 3 * 3076 * 1024
+
+
+NESTED_HLO = """\
+HloModule m
+
+%inner (q: f32[8,16], r: f32[16,4]) -> f32[8,4] {
+  %q = f32[8,16]{1,0} parameter(0)
+  %r = f32[16,4]{1,0} parameter(1)
+  ROOT %d2 = f32[8,4]{1,0} dot(%q, %r), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%outer (p0: f32[8,16], p1: f32[16,4]) -> f32[8,4] {
+  %p0 = f32[8,16]{1,0} parameter(0)
+  %p1 = f32[16,4]{1,0} parameter(1)
+  ROOT %f = f32[8,4]{1,0} fusion(%p0, %p1), kind=kOutput, calls=%inner
+}
+
+ENTRY %main (a: f32[8,16], b: f32[16,4], x: f32[2,6,8], w: f32[4,6,3]) -> f32[8,4] {
+  %a = f32[8,16]{1,0} parameter(0)
+  %b = f32[16,4]{1,0} parameter(1)
+  %x = f32[2,6,8]{2,1,0} parameter(2)
+  %w = f32[4,6,3]{2,1,0} parameter(3)
+  %nested = f32[8,4]{1,0} fusion(%a, %b), kind=kInput, calls=%outer
+  %plain = f32[8,4]{1,0} fusion(%a, %b), calls=%outer
+  %called = f32[8,4]{1,0} call(%a, %b), to_apply=%outer
+  %conv = f32[2,4,6]{2,1,0} convolution(%x, %w), window={size=3}, dim_labels=bf0_oi0->bf0
+  ROOT %sum = f32[8,4]{1,0} add(%nested, %plain)
+}
+"""
+
+
+def test_gpu_op_costs_through_nested_fusions_calls_and_convolutions():
+    program = parse_hlo_text(NESTED_HLO, "m.txt")
+    cost = {n: gpu_op_cost(program, program.find(n)) for n in ("nested", "plain", "called", "conv", "sum")}
+    dot = 2 * 8 * 4 * 16  # the [8,16] x [16,4] dot two fusion levels down
+    operands = 4 * (8 * 16 + 16 * 4)
+    assert cost["nested"] == OpCost(dot, operands + 4 * 8 * 4, "input fusion")
+    assert cost["plain"] == OpCost(dot, operands + 4 * 8 * 4, "fusion")  # no kind printed
+    assert cost["called"] == OpCost(dot, operands + 4 * 8 * 4, "call")
+    # the 1-D conv of test_convolution_flops_count_the_pairs_that_read_real_input: 6 x 3 pairs
+    conv_flops = 2 * 6 * 4 * 2 * 18
+    conv_bytes = 4 * (2 * 6 * 8 + 4 * 6 * 3) + 4 * 2 * 4 * 6
+    assert cost["conv"] == OpCost(conv_flops, conv_bytes, "convolution")
+    assert cost["sum"] == OpCost(0.0, 3 * 4 * 8 * 4, "add")

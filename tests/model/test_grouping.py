@@ -87,3 +87,8 @@ def test_first_appearance_groups_number_as_pandas_groupby_unsorted(case):
     for i, k in enumerate(keys):  # each group's first row holds its keys, groups in pandas' order
         np.testing.assert_array_equal(k[first], want[f"k{i}"].to_numpy())
     np.testing.assert_array_equal(sums_by_group(group, len(first), values), want["sum"].to_numpy())
+
+
+def test_lexsort_order_of_no_keys_is_empty():
+    from tpudiag.model.grouping import lexsort_order
+    assert lexsort_order(()).tolist() == []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tpudiag.model.matmuls import ProgramMath, matmul_from_shapes, op_math_from_text
+from tpudiag.model.matmuls import Matmul, OpMath, ProgramMath, matmul_from_shapes, op_math_from_text
 from tpudiag.parsers.hlo_proto import parse_hlo_proto
 from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
 
@@ -166,3 +166,92 @@ ENTRY %main (a: f32[1,16,28,28], w: f32[3,3,16,32]) -> f32[1,32,{out},{out}] {{
 """
     (mm,) = _program(text).get("conv").matmuls
     assert (mm.batch, mm.m, mm.n, mm.k) == (1, m, 32, 16 * k)
+
+
+def _text_matmul(name, opcode, m, n, k, batch, lhs, rhs, result, basis):
+    return Matmul(instruction=name, computation="", opcode=opcode, m_dims=(m,), n_dims=(n,), k_dims=(k,),
+                  batch_dims=batch, lhs_dtype=lhs, rhs_dtype=rhs, result_dtype=result, basis=basis)
+
+
+def test_a_trace_op_line_reads_every_field_of_its_math():
+    # Whole objects, each field read off the line by hand. Operands of different shapes and dtypes,
+    # so a swapped operand or a dropped dtype shows.
+    # dot: lhs [16,8] contracting dim 0 -> K 16, M 8; rhs [16,32] contracting dim 0 -> N 32.
+    assert op_math_from_text("dot.4", "%dot.4 = f32[8,32]{1,0} dot(bf16[16,8]{1,0} %lhs, f32[16,32]{1,0} %rhs), "
+                             "lhs_contracting_dims={0}, rhs_contracting_dims={0}") == OpMath(
+        op="dot.4", opcode="dot",
+        matmuls=(_text_matmul("dot.4", "dot", 8, 32, 16, (1,), "bf16", "f32", "f32", "dot_dimension_numbers"),))
+    # A Pallas call: [4,128,512] x [4,512,256] -> [4,128,256] is 4 batched 128x512x256 products, and
+    # its declared cost (2 x 4 x 128 x 256 x 512 = 536,870,912 FLOPs) is kept beside it.
+    assert op_math_from_text("custom-call.3", '%custom-call.3 = f32[4,128,256]{2,1,0} custom-call(bf16[4,128,512]'
+                             '{2,1,0} %a, s8[4,512,256]{2,1,0} %b), custom_call_target="tpu_custom_call", '
+                             'backend_config="{\\"cost_estimate\\": {\\"flops\\": 536870912, '
+                             '\\"bytes_accessed\\": 1310720}}"') == OpMath(
+        op="custom-call.3", opcode="custom-call",
+        matmuls=(_text_matmul("custom-call.3", "custom-call", 128, 256, 512, (4,), "bf16", "s8", "f32",
+                              "operand shapes"),),
+        declared_flops=536870912.0, declared_bytes=1310720.0)
+    # One operand: no matmul, but the declared cost alone is still the op's math.
+    assert op_math_from_text("custom-call.5", '%custom-call.5 = f32[8]{0} custom-call(f32[8]{0} %a), '
+                             'backend_config="{\\"cost_estimate\\": {\\"flops\\": 64, \\"bytes_accessed\\": 32}}"'
+                             ) == OpMath(op="custom-call.5", opcode="custom-call", matmuls=(), declared_flops=64.0,
+                                         declared_bytes=32.0)
+    # A line with no '=' is no instruction.
+    assert op_math_from_text("x", "fusion(f32[8]{0} %a)") is None
+    assert op_math_from_text("x", "") is None
+
+
+def test_a_dot_with_a_vector_operand_and_one_with_dims_past_its_rank():
+    # Every dim of a vector operand is contracted: [16] . [16,32] is one row (M 1), and
+    # [8,16] . [16] one column (N 1); still a matmul, not dropped.
+    mv = op_math_from_text("dot.1", "%dot.1 = f32[32]{0} dot(f32[16]{0} %v, f32[16,32]{1,0} %w), "
+                           "lhs_contracting_dims={0}, rhs_contracting_dims={0}").main
+    assert (mv.m_dims, mv.n_dims, mv.k_dims) == ((1,), (32,), (16,))
+    vm = op_math_from_text("dot.2", "%dot.2 = f32[8]{0} dot(f32[8,16]{1,0} %w, f32[16]{0} %v), "
+                           "lhs_contracting_dims={1}, rhs_contracting_dims={0}").main
+    assert (vm.m_dims, vm.n_dims, vm.k_dims) == ((8,), (1,), (16,))
+    # A contracting dim the operand does not have (damaged text) is no matmul, on either side.
+    for lhs_k, rhs_k in (("5", "0"), ("1", "5")):
+        assert op_math_from_text("dot.3", f"%dot.3 = f32[8,32]{{1,0}} dot(f32[8,16]{{1,0}} %a, f32[16,32]{{1,0}} "
+                                 f"%b), lhs_contracting_dims={{{lhs_k}}}, rhs_contracting_dims={{{rhs_k}}}") is None
+
+
+CUSTOM_CALLS = """\
+HloModule m
+
+ENTRY %main (a: bf16[4,128,512], b: s8[4,512,256], c: f32[8]) -> f32[4,128,256] {
+  %a = bf16[4,128,512]{2,1,0} parameter(0)
+  %b = s8[4,512,256]{2,1,0} parameter(1)
+  %c = f32[8]{0} parameter(2)
+  %kernel = f32[4,128,256]{2,1,0} custom-call(%a, %b), custom_call_target="tpu_custom_call", metadata={op_name="jit(f)/pallas_call"}
+  %three = f32[4,128,256]{2,1,0} custom-call(%a, %b, %c), custom_call_target="tpu_custom_call"
+  ROOT %tup = (f32[4,128,256]{2,1,0}, f32[8]{0}) custom-call(%a, %b), custom_call_target="tpu_custom_call"
+}
+"""
+
+
+def test_a_matmul_shaped_custom_call_in_a_program_reads_every_field():
+    from tpudiag.model.matmuls import instruction_matmul
+    program = parse_hlo_text(CUSTOM_CALLS)
+    # [4,128,512] x [4,512,256] -> [4,128,256]: 4 batched 128 x 512 x 256 products
+    assert instruction_matmul(program, program.find("kernel")) == Matmul(
+        instruction="kernel", computation="main", opcode="custom-call", m_dims=(128,), n_dims=(256,),
+        k_dims=(512,), batch_dims=(4,), lhs_dtype="bf16", rhs_dtype="s8", result_dtype="f32",
+        basis="operand shapes", op_name="jit(f)/pallas_call")
+    # three operands, or a tuple result: the shapes tell no single matmul
+    assert instruction_matmul(program, program.find("three")) is None
+    assert instruction_matmul(program, program.find("tup")) is None
+
+
+def test_a_declared_cost_estimate_as_jax_writes_it():
+    from tpudiag.model.matmuls import cost_estimate
+    assert cost_estimate('{"cost_estimate": {"flops": 2048, "bytes_accessed": 512}}') == (2048.0, 512.0)
+    assert cost_estimate('{"cost_estimate": {"flops": 2048}}') == (2048.0, 0.0)  # no bytes declared
+    assert cost_estimate('{"cost_estimate": {"bytes_accessed": 512}}') is None    # no FLOPs: nothing declared
+    assert cost_estimate(None) is None and cost_estimate("") is None
+
+
+def test_shapes_that_share_no_m_or_no_batch_are_no_matmul():
+    assert matmul_from_shapes((8, 16), (4, 32), (4, 16)) is None          # lhs holds no M (8)
+    assert matmul_from_shapes((4, 8, 16), (4, 8, 32), (2, 32, 16)) is None  # rhs batch 2, not 4
+    assert matmul_from_shapes((4, 8, 16), (2, 8, 32), (4, 32, 16)) is None  # lhs batch 2, not 4

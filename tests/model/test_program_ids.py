@@ -38,3 +38,13 @@ def test_what_is_not_an_id(value):
 def test_a_whole_double_is_the_id_it_holds(value, pid):
     # A double-valued stat holds a small id exactly (mutmut: the float branch was never taken).
     assert as_program_id(value) == pid
+
+
+def test_the_signed_reading_turns_over_exactly_at_two_to_the_63():
+    # Two's complement: the 64 bits of 2^63 read signed are -2^63 (INT64_MIN), of 2^63 - 1 the
+    # largest int64. A round trip cannot see where the turn is (both readings move together), so
+    # the edge is written out (mutmut: `>=` made `>`, and `_INT64_MIN <=` made `<`, survived it).
+    assert as_int64(1 << 63) == -(1 << 63)
+    assert as_int64((1 << 63) - 1) == (1 << 63) - 1
+    assert as_program_id(-(1 << 63)) == 1 << 63
+    assert as_program_id(-1) == (1 << 64) - 1

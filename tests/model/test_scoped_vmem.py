@@ -18,12 +18,14 @@ MIB = 1 << 20
 
 
 def _table():
-    rows = [("fusion.7", 0, "SCOPED", 3 * MIB), ("fusion.7", 0, "SCOPED", 3 * MIB),  # one block, two allocations
-            ("fusion.7", 1, "SCOPED", 1 * MIB), ("fusion.7", 2, "HLO_TEMPORARY", 5 * MIB),
-            ("<top-inlining-caller>", 0, "SCOPED", 64 * MIB)]
+    # (hlo, block, type, block bytes, allocation bytes): block 0 of fusion.7 holds two allocations
+    # (2 and 1 MiB) and counts once, at its block size, though its two rows differ.
+    rows = [("fusion.7", 0, "SCOPED", 3 * MIB, 2 * MIB), ("fusion.7", 0, "SCOPED", 3 * MIB, 1 * MIB),
+            ("fusion.7", 1, "SCOPED", 1 * MIB, MIB), ("fusion.7", 2, "HLO_TEMPORARY", 5 * MIB, 5 * MIB),
+            ("<top-inlining-caller>", 0, "SCOPED", 64 * MIB, 64 * MIB)]
     return VMEM_ALLOCATIONS.frame({
         "hlo": [r[0] for r in rows], "block": [r[1] for r in rows], "block_type": [r[2] for r in rows],
-        "block_bytes": [r[3] for r in rows], "size_bytes": [MIB] * len(rows), "padding_bytes": [0] * len(rows),
+        "block_bytes": [r[3] for r in rows], "size_bytes": [r[4] for r in rows], "padding_bytes": [0] * len(rows),
         "shape": [""] * len(rows), "tag": [""] * len(rows), "is_spill": [False] * len(rows)})
 
 

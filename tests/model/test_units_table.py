@@ -96,3 +96,34 @@ def test_the_plausible_byte_limit_is_one_pebibyte_and_says_so():
     # A byte count past 2^50 (1,125,899,906,842,624 B) is damage; messages name the limit in words.
     assert MAX_PLAUSIBLE_BYTES == 1_125_899_906_842_624
     assert MAX_PLAUSIBLE_TEXT == "1 PiB"
+
+
+@pytest.mark.parametrize(("ps", "text"), [
+    # Values on a decimal tie that is exact in binary (1.75 = 7/4, 1.375 = 11/8): Python's format
+    # rounds the exact value half to even, so each rounds up. A divisor off by one (1e9 + 1, as
+    # mutmut tried) moves the value below the tie and prints the lower digit.
+    (1_750, "1.8 ns"),
+    (1_750_000, "1.8 µs"),
+    (1_375_000_000, "1.38 ms"),
+    (1_375_000_000_000, "1.38 s"),
+])
+def test_fmt_time_divides_by_the_exact_power_of_ten(ps, text):
+    assert fmt_time(ps) == text
+
+
+@pytest.mark.parametrize(("x", "text"), [
+    # Exactly one of each unit takes that unit (>= not >, the scale exactly 10^3k).
+    (1e15, "1 PFLOP/s"), (1e12, "1 TFLOP/s"), (1e9, "1 GFLOP/s"), (1e6, "1 MFLOP/s"), (1e3, "1 kFLOP/s"),
+])
+def test_fmt_flops_at_each_unit_boundary(x, text):
+    assert fmt_flops(x) == text
+
+
+@pytest.mark.parametrize(("x", "text"), [(1e12, "1 TB/s"), (1e9, "1 GB/s"), (1e6, "1 MB/s")])
+def test_fmt_bandwidth_at_each_unit_boundary(x, text):
+    assert fmt_bandwidth(x) == text
+
+
+def test_number_problem_accepts_zero_unless_asked_for_a_positive_number():
+    # The default is the permissive reading: a share threshold of 0 is valid.
+    assert number_problem(0.0) is None

@@ -23,6 +23,7 @@ from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
 from tpudiag.model.grouping import first_appearance_groups, group_sums, heads, sums_by_group
 from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepKind, StepTables
+from tpudiag.parsers import read_ahead
 from tpudiag.parsers.capture import HostUrl, PlaneReader, parse_file_or_failure
 
 
@@ -238,8 +239,11 @@ def parse_and_digest(location: Path | HostUrl, plane_jobs: int = 1, keep_events:
                      also: PlaneReader | None = None) -> HostTrace | HostFailure:
     """Worker task: parse one host file and digest it where it was parsed; with `keep_events` False
     only the digest and the per-op metadata travel back (and what `also` read in the same pass).
-    Failures stay this host's failure."""
-    result = parse_file_or_failure(location, plane_jobs, also)
+    Failures stay this host's failure. A file a command began parsing ahead (`parsers.read_ahead`)
+    is taken from there."""
+    result = read_ahead.take(location) if also is None else None
+    if result is None:
+        result = parse_file_or_failure(location, plane_jobs, also)
     if isinstance(result, HostFailure):
         return result
     result.digest = digest_host(result)
