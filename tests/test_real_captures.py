@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_util import run_tpudiag
 from tests.conftest import REPO, US
 from tests.rules.scenarios import run_rules
 from tpudiag.analysis.profile_analysis import analyze
@@ -165,8 +166,7 @@ def test_v6e_no_program_id_is_negative_or_dropped(v6e):
 
 
 def test_v6e_memory_view_prints_no_negative_program_id():
-    proc = subprocess.run([sys.executable, "-m", "tpudiag", "memory", str(V6E)], capture_output=True, text=True,
-                          timeout=300, cwd=REPO)
+    proc = run_tpudiag("memory", V6E, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     # Output that is not a terminal is 140 columns wide: a long checkout path wraps "program N".
     flat = " ".join(proc.stdout.split())

@@ -8,18 +8,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_util import run_tpudiag
 from tests.memory_captures import played_capture, pprof_bytes
 from tpudiag.analysis.memory_timeline import capture_memory_timelines
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tpudiag", "memory", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "140"})
+    return run_tpudiag("memory", *args, env={"NO_COLOR": "1", "COLUMNS": "140"})
 
 
 @pytest.fixture(scope="module")
