@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_util import run_tpudiag
 from tests.conftest import REPO, US
 from tests.rules.scenarios import run_rules
 from tpudiag.analysis.profile_analysis import analyze
@@ -165,8 +166,7 @@ def test_v6e_no_program_id_is_negative_or_dropped(v6e):
 
 
 def test_v6e_memory_view_prints_no_negative_program_id():
-    proc = subprocess.run([sys.executable, "-m", "tpudiag", "memory", str(V6E)], capture_output=True, text=True,
-                          timeout=300, cwd=REPO)
+    proc = run_tpudiag("memory", V6E, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     # Output that is not a terminal is 140 columns wide: a long checkout path wraps "program N".
     flat = " ".join(proc.stdout.split())
@@ -185,3 +185,17 @@ def test_v6e_embedded_hlo_joins_every_op_by_its_unsigned_program_id():
     assert set(d.join.columns["hlo_match"].astype(str)) == {"program_id"}
     assert sorted(h.program.program_id for h in d.compiled.embedded) == sorted(
         [12190760917235803885, 9646411105960254074, 11287434908481120160, 2433868464432466958])
+
+
+def test_v6e_host_offload_copies_are_not_reproduced_as_hbm_copies():
+    # By hand from the embedded HLO: copy-start.4's operand is `f32[5,1024,1024,256]{...S(5)}` (host
+    # memory) and its result in HBM; each copy moves 5 GiB at ~27 GB/s over the host link. A repro on
+    # one chip would copy HBM -> HBM at ~1.6 TB/s: not the op.
+    import tpudiag
+    from tpudiag.kernels_lab.spec import NotReproducible, spec_from_diagnosis
+
+    d = tpudiag.diagnose(V6E)
+    for op in ("copy-start.4", "copy-done.4"):
+        with pytest.raises(NotReproducible, match="host link"):
+            spec_from_diagnosis(d, op)
+    assert spec_from_diagnosis(d, "broadcast_add_fusion").family == "elementwise"

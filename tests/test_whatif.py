@@ -11,12 +11,11 @@ path: an option and the same libtpu flag compile alike, and an unknown option is
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_util import run_tpudiag
 from tests.conftest import REPO, require_libtpu
 from tpudiag.render.whatif import render_whatif_terminal, whatif_json
 from tpudiag.compiler.driver import compiler_error_line, worker_env
@@ -123,8 +122,7 @@ def test_whatif_command_usage_errors_cost_no_compile():
     for args, message in ((["x.py:f", "-t", "v5e:2x2"], "nothing to compare"),
                           (["x.py:f", "-t", "v9:2x2", "--xla-flag", "a=1"], "unknown TPU generation"),
                           (["nocolon", "-t", "v5e:2x2", "--xla-flag", "a=1"], "MODULE:FUNCTION")):
-        proc = subprocess.run([sys.executable, "-m", "tpudiag", "whatif", *args], capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+        proc = run_tpudiag("whatif", *args)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 

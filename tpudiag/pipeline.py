@@ -112,7 +112,7 @@ class Diagnosis:
 
         if self.mode is not Mode.TRACE or self.analysis is None:
             return [], []
-        read = profile_memory_timelines(self.analysis.profile.hosts)
+        read = profile_memory_timelines(self.analysis.profile)
         return read if read is not None else capture_memory_timelines(self.input_path)
 
     def memory(self) -> MemoryReport:

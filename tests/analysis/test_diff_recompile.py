@@ -11,12 +11,10 @@ LLO dumps spill 959 / 1,035 (`fusion.203` and `subtract_convert_fusion.2` alike)
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.cli_util import run_tpudiag
 from tpudiag.analysis.diff import PartKind
 from tpudiag.render.whatif import whatif_json
 
@@ -70,9 +68,7 @@ def test_the_spill_findings_on_renamed_fusions_pair_up(transformer_lhs_pair, lhs
 
 def test_diff_of_the_kept_compile_outputs_explains_the_change(transformer_lhs_pair):
     out = transformer_lhs_pair.out
-    r = subprocess.run([sys.executable, "-m", "tpudiag", "diff", str(out / "baseline"), str(out / "variant-1"),
-                        "--format", "md"], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "NO_COLOR": "1"})
+    r = run_tpudiag("diff", out / "baseline", out / "variant-1", "--format", "md", env={"NO_COLOR": "1"})
     assert r.returncode == 0, r.stderr
     assert "## Where the change comes from" in r.stdout
     assert "| `fusion.203 → subtract_convert_fusion.2` |" in r.stdout

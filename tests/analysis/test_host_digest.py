@@ -121,6 +121,32 @@ def test_op_tables_agree_with_the_events(pod: Path):
     assert all(d.per_step is None for d in analysis.digests.values())  # held once, in the fold
 
 
+def test_a_digest_in_two_threads_equals_one_in_one(pod: Path, monkeypatch):
+    import threading
+
+    import tpudiag.analysis.host_digest as host_digest
+
+    monkeypatch.setattr(host_digest, "THREADED_DIGEST_MIN_EVENTS", 0)
+    threads = set()
+    windows = host_digest.host_windows
+
+    def recording(*args):
+        threads.add(threading.get_ident())
+        return windows(*args)
+
+    monkeypatch.setattr(host_digest, "host_windows", recording)
+    for one, two in zip(load_capture(pod, jobs=1).hosts, load_capture(pod, jobs=1).hosts):
+        alone, together = digest_host(one), digest_host(two, threads=2)
+        for field in ("steps", "ops", "op_cores", "op_means", "idle_gaps", "idle_steps", "host_transfers"):
+            pd.testing.assert_frame_equal(getattr(together, field), getattr(alone, field))
+        for field in ("op_step_worst", "op_step_sums", "collective_op_steps"):
+            pd.testing.assert_frame_equal(getattr(together.per_step, field), getattr(alone.per_step, field))
+        for field in ("steps", "ops", "coverage"):
+            pd.testing.assert_frame_equal(getattr(together.collectives, field), getattr(alone.collectives, field))
+        assert together.core_span_ps == alone.core_span_ps
+    assert len(threads) == 2  # the windows were digested in this thread alone, then in another
+
+
 def test_a_profile_can_be_analysed_twice(pod: Path):
     # Regression: the first `analyze` freed the hosts' per-step tables into its fold, and a second
     # one raised for want of them. It now reads the fold the first kept on the profile.

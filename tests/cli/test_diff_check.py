@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.analysis.diff_designs import design, write
+from tests.cli_util import run_tpudiag
 from tests.conftest import REPO
 from tests.snapshot_util import assert_snapshot, normalise
 
@@ -18,8 +17,7 @@ EXAMPLE = REPO / "examples" / "captures" / "train_v6e_4chip"
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "NO_COLOR": "1"})
+    return run_tpudiag(*args, env={"NO_COLOR": "1"})
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+from tests.cli_util import run_tpudiag
 from tests.memory_dumps import write_adam_dump
 
 OOM_TEXT = ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required "
@@ -21,8 +22,7 @@ BUFFER_KEYS = {"name", "instruction", "kind", "size_bytes", "logical_bytes", "sh
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, timeout=300,
-                          input=stdin, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "140"})
+    return run_tpudiag(*args, stdin=stdin, env={"NO_COLOR": "1", "COLUMNS": "140"})
 
 
 def test_memory_runs_on_the_bundled_example():

@@ -8,18 +8,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_util import run_tpudiag
 from tests.memory_captures import played_capture, pprof_bytes
 from tpudiag.analysis.memory_timeline import capture_memory_timelines
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tpudiag", "memory", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "140"})
+    return run_tpudiag("memory", *args, env={"NO_COLOR": "1", "COLUMNS": "140"})
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +114,20 @@ def test_two_hosts_parsed_in_processes_bring_their_allocator_timelines_back(tmp_
     assert failures == [] and len(together) == 2
     assert sorted((t.path, a.allocator, a.peak_bytes) for t in together for a in t.allocators) == \
         sorted((t.path, a.allocator, a.peak_bytes) for t in alone for a in t.allocators)
+
+
+def test_a_host_file_that_cannot_be_read_is_a_measured_failure_and_the_others_go_on(tmp_path):
+    """A corrupt host file beside a good one: the good one's timeline, the bad one named in
+    `measured_failures` and on stderr, as a separate read of the files says (it was missing from both)."""
+    run_dir = tmp_path / "logdir" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    played_capture(run_dir / "host0.xplane.pb")
+    (run_dir / "host1.xplane.pb").write_bytes(b"\xff" * 64)
+    out = run(str(tmp_path / "logdir"), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    bad = str(run_dir / "host1.xplane.pb")
+    assert [f["path"] for f in doc["measured_failures"]] == [bad]
+    assert [h["path"] for h in doc["memory_over_time"]] == [str(run_dir / "host0.xplane.pb")]
+    assert f"warning: `{bad}`" in out.stderr
+    _, alone = capture_memory_timelines(tmp_path / "logdir", jobs=1)
+    assert [f.path for f in alone] == [bad]

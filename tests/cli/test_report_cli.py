@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from tests.cli_util import run_tpudiag
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "captures" / "train_v6e_4chip"
@@ -16,13 +16,16 @@ CPU_EXAMPLE = REPO / "examples" / "captures" / "cpu_jax_profiler"
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, env=full_env,
-                          timeout=300)
+    return run_tpudiag(*args, env=env)
+
+
+def run_process(*args: str) -> subprocess.CompletedProcess:
+    """`python -m tpudiag ARGS` in a process of its own: the entry point itself, its stderr, a real pipe."""
+    return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_report_on_the_bundled_example_by_default():
-    proc = run("report")
+    proc = run_process("report")
     assert proc.returncode == 0, proc.stderr
     assert "Top ops by self time" in proc.stdout
     assert "Step breakdown" in proc.stdout
@@ -97,7 +100,7 @@ def test_no_color_means_no_escape_codes():
 
 
 def test_piped_output_has_no_escape_codes_or_spinner():
-    proc = run("report", str(EXAMPLE))
+    proc = run_process("report", str(EXAMPLE))
     assert "\x1b[" not in proc.stdout and "\x1b[" not in proc.stderr
 
 

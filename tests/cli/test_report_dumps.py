@@ -4,14 +4,13 @@ dumps of another compilation, and `report DIR` on a dump directory alone (the st
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
+from tests.cli_util import run_tpudiag
 from tests.conftest import REPO
 from tpudiag.parsers.hlo_program import instruction_bytes
 from tpudiag.parsers.hlo_text import load_hlo_dump
@@ -24,9 +23,7 @@ JOINED_KEYS = ("logical_bytes", "padded_bytes", "spill_stores", "spill_fills", "
 
 
 def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=cwd)
+    return run_tpudiag(*args, env={"NO_COLOR": "1"}, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

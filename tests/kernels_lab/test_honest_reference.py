@@ -60,3 +60,13 @@ def test_a_spec_from_the_modelled_example_says_modelled_and_what_it_leaves_out()
     spec = spec_from_diagnosis(tpudiag.diagnose(), "fusion.198")
     assert spec.captured_basis == "modelled"  # the bundled example is a `simulate` capture
     assert spec.left_out, spec.basis  # fusion.198 carries a fused all-gather's output untouched
+
+
+def test_regression_the_repro_header_of_a_modelled_capture_does_not_say_measured():
+    # repro.py's header said "measured in the capture" for the bundled (modelled) example's ops
+    import tpudiag
+    from tpudiag.kernels_lab.reproduce import _header
+    from tpudiag.kernels_lab.spec import spec_from_diagnosis
+
+    text = " ".join(_header(spec_from_diagnosis(tpudiag.diagnose(), "fusion.198")).replace("#", " ").split())
+    assert "modelled in the capture on" in text and "measured" not in text

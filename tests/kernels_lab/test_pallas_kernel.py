@@ -122,3 +122,41 @@ def test_lab_ops_lists_what_the_kernels_reproduction_leaves_out(capsys):
     code, out, _ = run_cli(capsys, "lab", "ops", str(CAPTURE))
     flat = " ".join(out.split())
     assert code == 0 and "`shard_map.19`'s reproduction leaves out: the code around the kernel in your function" in flat
+
+
+def test_extract_says_scale_down_does_not_apply_to_the_users_kernel(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "lab", "extract", str(CAPTURE), "--op", "shard_map.19", "-o", str(tmp_path / "x"),
+                           "--scale-down", "4")
+    assert code == 0 and "--scale-down 4 is not applied" in " ".join(out.split())
+    assert "GRID = (4, 4, 4)" in (tmp_path / "x" / "repro.py").read_text()
+
+
+_NUMERICS = """
+import importlib.util, json
+import jax.numpy as jnp
+spec = importlib.util.spec_from_file_location("repro", {repro!r})
+repro = importlib.util.module_from_spec(spec); spec.loader.exec_module(repro)
+a, b = repro.make_inputs()
+(c,) = repro.build(repro.load_kernel(), interpret=True)(a, b)
+ref = jnp.dot(a, b, preferred_element_type=jnp.float32)
+err = float(jnp.max(jnp.abs(c.astype(jnp.float32) - ref)) / jnp.max(jnp.abs(ref)))
+print(json.dumps({{"err": err, "shape": list(c.shape), "dtype": str(c.dtype)}}))
+"""
+
+
+def test_the_repros_call_computes_the_users_matmul(tmp_path, capsys):
+    """The rebuilt call, run in interpret mode on the CPU, is A @ B: a wrong index map (A's block
+    taken at (k, i) say) would still compile with the captured grid and blocks, but not agree."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "x"
+    assert run_cli(capsys, "lab", "extract", str(CAPTURE), "--op", "shard_map.19", "-o", str(out))[0] == 0
+    child = subprocess.run([sys.executable, "-c", _NUMERICS.format(repro=str(out / "repro.py"))], capture_output=True,
+                           text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    got = json.loads(child.stdout.strip().splitlines()[-1])
+    assert got["shape"] == [2048, 2048] and got["dtype"] == "bfloat16"
+    assert got["err"] < 1.6e-2  # bf16 output rounding (the lab's bf16 tolerance)

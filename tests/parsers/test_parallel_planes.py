@@ -1,4 +1,5 @@
-"""A big host file parses its planes in worker processes; the result must equal one process's."""
+"""A big host file parses its planes in worker processes (or, with 2 jobs, in 2 threads); the
+result must equal one process's."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ def always_parallel(monkeypatch):
     monkeypatch.setattr(capture, "PARALLEL_PLANES_MIN_BYTES", 0)
 
 
-def test_parallel_planes_equal_sequential(tmp_path, always_parallel):
+@pytest.mark.parametrize("jobs", [capture.PARALLEL_PLANES_MIN_JOBS, 2], ids=["processes", "threads"])
+def test_parallel_planes_equal_sequential(tmp_path, always_parallel, jobs):
     f = write_capture(small_design(n_chips=3), tmp_path / "run")
-    together = capture._parse_file(f, plane_jobs=capture.PARALLEL_PLANES_MIN_JOBS)
+    together = capture._parse_file(f, plane_jobs=jobs)
     alone = capture._parse_file(f, plane_jobs=1)
     pd.testing.assert_frame_equal(together.events, alone.events)
     pd.testing.assert_frame_equal(together.op_metadata, alone.op_metadata)
@@ -39,10 +41,11 @@ def _cut_planes(f, indices) -> None:
     f.write_bytes(raw.SerializeToString())
 
 
-def test_a_corrupt_plane_in_a_worker_is_dropped_with_a_warning_naming_it(tmp_path, always_parallel):
+@pytest.mark.parametrize("jobs", [capture.PARALLEL_PLANES_MIN_JOBS, 2], ids=["processes", "threads"])
+def test_a_corrupt_plane_in_a_worker_is_dropped_with_a_warning_naming_it(tmp_path, always_parallel, jobs):
     f = write_capture(small_design(n_chips=2), tmp_path / "run")
     _cut_planes(f, [1])
-    host = capture._parse_file(f, plane_jobs=capture.PARALLEL_PLANES_MIN_JOBS)
+    host = capture._parse_file(f, plane_jobs=jobs)
     assert set(host.events["device"].astype(str)) == {"/device:TPU:0"}
     assert any("`/device:TPU:1` could not be read" in w for w in host.warnings)
 
@@ -64,6 +67,27 @@ def test_two_cores_parse_in_one_process(tmp_path, monkeypatch, always_parallel):
 
     monkeypatch.setattr(capture, "_pool", no_pool)
     f = write_capture(small_design(), tmp_path / "run")
-    capture._parse_file(f, plane_jobs=2)  # no pool
+    capture._parse_file(f, plane_jobs=2)  # no pool: threads
+
     with pytest.raises(PoolUsed):  # so the line above could have failed
         capture._parse_file(f, plane_jobs=capture.PARALLEL_PLANES_MIN_JOBS)
+
+
+def test_two_jobs_parse_the_planes_in_two_threads(tmp_path, monkeypatch, always_parallel):
+    import threading
+
+    seen = set()
+    job = capture._plane_job
+
+    def recording(args):
+        seen.add(threading.get_ident())
+        return job(args)
+
+    monkeypatch.setattr(capture, "_plane_job", recording)
+    f = write_capture(small_design(n_chips=4), tmp_path / "run")
+    host = capture._parse_file(f, plane_jobs=2)
+    assert threading.get_ident() not in seen and 1 <= len(seen) <= capture.PLANE_THREADS
+    assert host.events["device"].nunique() == 4
+    seen.clear()
+    capture._parse_file(f, plane_jobs=1)
+    assert seen == {threading.get_ident()}  # one job: this thread, plane by plane

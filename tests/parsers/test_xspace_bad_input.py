@@ -74,6 +74,18 @@ def test_directory_without_trace(tmp_path):
         find_capture(tmp_path)
 
 
+def test_directory_without_trace_names_a_logdir_one_level_down(tmp_path):
+    # The real captures in ../shared keep their logdir in `trace/` beside a LICENSE.
+    run = tmp_path / "trace" / "plugins" / "profile" / "run"
+    run.mkdir(parents=True)
+    (run / "h.xplane.pb").write_bytes(GOOD)
+    (tmp_path / "other").mkdir()
+    with pytest.raises(InputError) as err:
+        find_capture(tmp_path)
+    assert err.value.hint == f"a logdir is one level down: pass `{tmp_path / 'trace'}`"
+    assert find_capture(tmp_path / "trace").files == (run / "h.xplane.pb",)
+
+
 def test_missing_path(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         find_capture(tmp_path / "nope")

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from tests.analysis.diff_designs import design, write
+from tests.cli_util import run_tpudiag
 from tests.conftest import REPO, US
 from tests.snapshot_util import assert_snapshot, normalise
 from tests.rules.scenarios import run_rules
@@ -183,8 +182,7 @@ def test_multi_host_capture_gets_a_per_host_step_figure(tmp_path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "NO_COLOR": "1"})
+    return run_tpudiag(*args, env={"NO_COLOR": "1"})
 
 
 def test_report_md_to_a_file_writes_pngs_beside_it_and_nothing_in_the_capture(tmp_path):

@@ -9,15 +9,12 @@ found on the ops it names. Where Perfetto's trace processor runs, it loads the f
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.cli_util import run_tpudiag
 from tests.robustness.hostile import OP, OP2, write_hostile
 from tpudiag.errors import UsageError
 from tpudiag.pipeline import diagnose
@@ -147,16 +144,14 @@ def test_a_capture_without_steps_exports_every_event(tmp_path):
 
 def test_report_trace_out_on_the_command_line(tmp_path):
     out = tmp_path / "trace.json"
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "tpudiag", "report", "--format", "json", "--trace-out", str(out)],
-                       capture_output=True, text=True, env=env, timeout=300)
+    env = {"NO_COLOR": "1"}
+    r = run_tpudiag("report", "--format", "json", "--trace-out", out, env=env)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["findings"]  # the report still goes to stdout
     events = check_trace_events(json.loads(out.read_text(encoding="utf-8")))
     assert len(slices(events, FINDING_CATEGORY)) == len(json.loads(r.stdout)["findings"])
     assert "op slices" in r.stderr and "ui.perfetto.dev" in r.stderr
-    bad = subprocess.run([sys.executable, "-m", "tpudiag", "report", "--trace-out", "-"], capture_output=True,
-                         text=True, env=env, timeout=300)
+    bad = run_tpudiag("report", "--trace-out", "-", env=env)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --trace-out needs a file name")
 
 

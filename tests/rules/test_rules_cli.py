@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from tests.cli_util import run_tpudiag
 from tests.rules import scenarios as sc
 from tpudiag.rules import RULES
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    """`python -m tpudiag ARGS` from an empty directory, so no developer config is picked up."""
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160", "PYTHONPATH": str(sc.REPO)}
+    """`tpudiag ARGS` (in-process) from an empty directory, so no developer config is picked up."""
     with tempfile.TemporaryDirectory() as cwd:
-        return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True, env=env,
-                              timeout=300, cwd=cwd)
+        return run_tpudiag(*args, env={"NO_COLOR": "1", "COLUMNS": "160"}, cwd=cwd)
 
 
 @pytest.fixture

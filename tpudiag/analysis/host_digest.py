@@ -10,6 +10,8 @@ a single-host capture, where they cost nothing extra and the TUI timeline reads 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -23,27 +25,46 @@ from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
 from tpudiag.model.grouping import first_appearance_groups, group_sums, heads, sums_by_group
 from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepKind, StepTables
+from tpudiag.parsers import read_ahead
 from tpudiag.parsers.capture import HostUrl, PlaneReader, parse_file_or_failure
 
 
-def digest_host(host: HostTrace) -> HostDigest:
-    """The digest of one host with its events (it labels each event with its step, in place)."""
+# A host of at least this many events, digested with a second core free (`threads` 2), digests
+# its collective windows in a second thread while this one makes the other tables: they only
+# read the events, and numpy's large sorts, casts, index and arithmetic passes, like pandas'
+# factorize, run without the GIL.
+THREADED_DIGEST_MIN_EVENTS = 200_000
+
+
+def digest_host(host: HostTrace, threads: int = 1) -> HostDigest:
+    """The digest of one host with its events (it labels each event with its step, in place), its
+    collective windows in a thread of their own when `threads` allows 2 and the host is big."""
     if host.events is None:
         raise ValueError(f"host {host.host}: no events to digest")
     copies = host_copies(host.op_metadata)
-    steps, source = build_steps(host, host_copy_mask(host.events, copies))
-    executions = source.kind is StepKind.XLA_MODULES
-    # Without steps, idle is measured over each core's span of the capture (`idle.capture_windows`)
-    windows = steps if not steps.empty else capture_windows(host.events)
-    gaps, idle_steps = host_idle_tables(host, windows, executions)
-    op_cores, op_step_sums, op_step_worst = op_tables(host)
-    collectives, collective_op_steps = summarize_windows(host_windows(host, steps), host.host)
-    return HostDigest(steps=steps, step_source=source, ops=aggregate_ops(host),
-                      core_span_ps=core_spans(host.events, steps), n_events=len(host.events), op_cores=op_cores,
+    steps, source = build_steps(host, host_copy_mask(host.events, copies))  # writes the step column first
+
+    def collective_tables():
+        return summarize_windows(host_windows(host, steps), host.host)
+
+    pool = ThreadPoolExecutor(1) if threads > 1 and len(host.events) >= THREADED_DIGEST_MIN_EVENTS else None
+    with pool or nullcontext():
+        collective_job = pool.submit(collective_tables) if pool is not None else None
+        executions = source.kind is StepKind.XLA_MODULES
+        # Without steps, idle is measured over each core's span of the capture (`idle.capture_windows`)
+        windows = steps if not steps.empty else capture_windows(host.events)
+        gaps, idle_steps = host_idle_tables(host, windows, executions)
+        op_cores, op_step_sums, op_step_worst = op_tables(host)
+        ops = aggregate_ops(host)
+        span_ps = core_spans(host.events, steps)
+        transfers = transfer_table(host.events, copies, host.host)
+        collectives, collective_op_steps = collective_job.result() if collective_job else collective_tables()
+    return HostDigest(steps=steps, step_source=source, ops=ops,
+                      core_span_ps=span_ps, n_events=len(host.events), op_cores=op_cores,
                       op_means=op_means(op_step_worst, host.host), collectives=collectives,
                       per_step=StepTables(op_step_worst, op_step_sums, collective_op_steps),
                       idle_gaps=gaps, idle_steps=idle_steps, executions=executions,
-                      host_transfers=transfer_table(host.events, copies, host.host))
+                      host_transfers=transfers)
 
 
 def op_means(op_step_worst: pd.DataFrame, host: str) -> pd.DataFrame:
@@ -238,11 +259,16 @@ def parse_and_digest(location: Path | HostUrl, plane_jobs: int = 1, keep_events:
                      also: PlaneReader | None = None) -> HostTrace | HostFailure:
     """Worker task: parse one host file and digest it where it was parsed; with `keep_events` False
     only the digest and the per-op metadata travel back (and what `also` read in the same pass).
-    Failures stay this host's failure."""
-    result = parse_file_or_failure(location, plane_jobs, also)
+    Failures stay this host's failure. A file a command began parsing ahead (`parsers.read_ahead`)
+    is taken from there."""
+    result = read_ahead.take(location) if also is None else None
+    if result is None:
+        result = parse_file_or_failure(location, plane_jobs, also)
     if isinstance(result, HostFailure):
         return result
-    result.digest = digest_host(result)
+    # More than one plane job: a single host, given the machine's cores (a pool's or a cluster's
+    # hosts come with one each).
+    result.digest = digest_host(result, threads=2 if plane_jobs > 1 else 1)
     if not keep_events:
         drop_events(result)
     return result

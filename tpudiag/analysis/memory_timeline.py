@@ -70,13 +70,15 @@ def timeline_of_planes(planes: list, roles, path, host: str) -> HostMemoryTimeli
         return HostFailure(str(path), exc.one_line())
 
 
-def profile_memory_timelines(hosts: list) -> tuple[list[HostMemoryTimeline], list[HostFailure]] | None:
+def profile_memory_timelines(profile) -> tuple[list[HostMemoryTimeline], list[HostFailure]] | None:
     """The allocator timelines the parse read beside the diagnosis (`timeline_of_planes`), in the
-    hosts' order; None where it was not asked to."""
-    read = [h.memory_timeline for h in hosts]
+    hosts' order, and the host files without one: those whose allocator events could not be read and
+    those the parse could not read at all (`Profile.failures`); None where it was not asked to."""
+    read = [h.memory_timeline for h in profile.hosts]
     if not read or any(r is None for r in read):
         return None
-    return ([r for r in read if isinstance(r, HostMemoryTimeline)], [r for r in read if isinstance(r, HostFailure)])
+    return ([r for r in read if isinstance(r, HostMemoryTimeline)],
+            [r for r in read if isinstance(r, HostFailure)] + list(profile.failures))
 
 
 def host_memory_timeline(host: HostAllocatorEvents) -> HostMemoryTimeline:

@@ -71,7 +71,7 @@ def report(
     PATH may also be an fsspec URL of a capture (`gs://bucket/logdir`) with the cloud extra installed.
     """
     no_huge_pages()
-    from tpudiag.pipeline import diagnose
+    from tpudiag.parsers import read_ahead
     from tpudiag.writers.files import resolve_output
 
     threshold = rules_cmd.parse_fail_on(fail_on)
@@ -85,6 +85,10 @@ def report(
         if output is not None and trace_out.expanduser().resolve() == output.expanduser().resolve():
             raise UsageError("--trace-out and -o name the same file", path=trace_out)
     error_text = memory_cmd.read_error_text(error)
+    if path is not None and scheduler is None and (jobs is None or jobs >= 1):
+        # A single host file is read and parsed on the other core while the pipeline imports.
+        read_ahead.start(path, jobs)
+    from tpudiag.pipeline import diagnose
     err = stderr_console()
     status = err.status("reading") if err.is_terminal else None
 
@@ -144,8 +148,11 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_print_ver
 # hundreds of times, fault their pages in afresh each time: about a third of a one-host report's
 # CPU time was system time. The command is the whole process, so it keeps what it frees for the
 # next allocation instead (its peak grows by a few MB; docs/speed.md).
+# Its threads (`parsers.read_ahead`, the plane threads of `parsers.capture`) allocate from the
+# same arena, so that what one frees the next reuses (per-thread arenas took the peak from 384 to
+# 493 MB, and faulted in 50 % more pages).
 _KEEP_FREED_BYTES = 1 << 30
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt(3) parameters, glibc's values
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # mallopt(3) parameters, glibc's values
 
 
 def keep_freed_memory() -> None:
@@ -160,6 +167,7 @@ def keep_freed_memory() -> None:
         return
     mallopt(_M_MMAP_THRESHOLD, _KEEP_FREED_BYTES)
     mallopt(_M_TRIM_THRESHOLD, _KEEP_FREED_BYTES)
+    mallopt(_M_ARENA_MAX, 1)
 
 
 def no_huge_pages() -> None:

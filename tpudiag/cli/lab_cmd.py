@@ -195,6 +195,9 @@ def _extract_pallas(spec, out_dir: Path) -> None:
                   markup=False, highlight=False)
     for line in spec.basis:
         console.print(f"  basis: {line}", markup=False, highlight=False)
+    if spec.scale_down > 1:
+        console.print(f"  note: --scale-down {spec.scale_down} is not applied: your kernel runs with the grid, blocks "
+                      "and shapes it was captured with", markup=False, highlight=False)
     console.print("  left out: " + "; ".join(made.left_out), markup=False, highlight=False)
     if made.unsupported:
         for line in made.unsupported:

@@ -60,8 +60,10 @@ def blocks_source(blocks, basis: str) -> str:
 
 
 def _header(spec: OpSpec) -> str:
-    measured = (f"{spec.measured_time_ps / 1e6:,.1f} us per occurrence (mean of {spec.occurrences}, measured in "
-                f"the capture on {spec.device_type or 'an unknown device'})" if spec.measured_time_ps else "unknown")
+    # A modelled capture (`simulate`, compiler dumps) times its ops by a model: never "measured" there.
+    measured = (f"{spec.measured_time_ps / 1e6:,.1f} us per occurrence (mean of {spec.occurrences}, "
+                f"{spec.captured_basis} in the capture on {spec.device_type or 'an unknown device'})"
+                if spec.measured_time_ps else "unknown")
     lines = [
         f"Op `{spec.op_name}` ({spec.category}) of program `{spec.program}`, from `{spec.capture}`.",
         f"Framework op: {spec.tf_op or 'unknown'}  source: {spec.source or 'unknown'}",
@@ -69,15 +71,18 @@ def _header(spec: OpSpec) -> str:
         "Operand shapes and layouts: " + (", ".join(spec.operands) if spec.operands
                                           else "not in the capture's HLO text"),
         f"HLO: {spec.hlo_text[:400]}",
-        f"XLA time: {measured}",
+        f"Time of the op in the capture: {measured}",
         f"Target: {spec.topology} ({spec.generation}), compiled against one device; VMEM "
         f"{spec.vmem_bytes / 2**20:.0f} MiB",
         f"Family: {spec.family}. How each fact was inferred:",
         *[f"  - {b}" for b in spec.basis],
         *[f"Note: {n}" for n in spec.notes],
-        f"Full problem (the op as profiled): {problem_fields(spec.problem)}",
-        f"CPU problem: {problem_fields(spec.run_problem)}" + (f" (every dim / {spec.scale_down})" if spec.scale_down > 1 else ""),
+        f"Full problem (the op as profiled{'' if spec.run_problem != spec.problem else '; the CPU run too'}): "
+        f"{problem_fields(spec.problem)}",
     ]
+    if spec.run_problem != spec.problem:
+        lines.append(f"CPU problem: {problem_fields(spec.run_problem)}"
+                     + (f" (every dim / {spec.scale_down})" if spec.scale_down > 1 else ""))
     return "\n".join(_comment(line) for line in lines)
 
 

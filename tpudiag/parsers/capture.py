@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from contextlib import contextmanager
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,9 +134,21 @@ def find_capture(path: Path | str) -> CaptureFiles:
         raise InputError("permission denied", path=path) from exc
     if not files:
         raise InputError(f"no `*{TRACE_SUFFIX}` trace files here (expected a logdir, a run directory "
-                         "or a trace file)", path=path,
-                         hint="pass the directory jax.profiler wrote to, or a `.xplane.pb` file")
+                         "or a trace file)", path=path, hint=_logdir_hint(path))
     return CaptureFiles(path, run_dir.name, files)
+
+
+def _logdir_hint(path: Path) -> str:
+    """Where to point instead: a logdir one level below PATH (a capture kept in a `trace/` folder
+    beside its licence, say) is named; only PATH's own entries are looked at, not a whole tree."""
+    try:
+        below = sorted(d.name for d in path.iterdir() if d.is_dir() and _runs_dir(d) is not None)
+    except OSError:
+        below = []
+    if below:
+        shown = ", ".join(f"`{path / name}`" for name in below[:3])
+        return f"a logdir is one level down: pass {shown}"
+    return "pass the directory jax.profiler wrote to, or a `.xplane.pb` file"
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
@@ -154,10 +166,14 @@ def process_pool(workers: int) -> ProcessPoolExecutor:
 
 
 # A host file at least this big, with several device planes, parses its planes in parallel
-# when at least this many processes are allowed. On 2 cores it does not pay: a 2M-event host took
-# 3.8 s either way and 0.5 GB more with two plane workers (benchmarks/bench_report.py).
+# when at least this many processes are allowed. On 2 cores processes do not pay: a 2M-event host
+# took 3.8 s either way and 0.5 GB more with two plane workers (benchmarks/bench_report.py), the
+# events pickled back. With 2 jobs the planes parse in 2 threads of this process instead: the C
+# reader decodes a plane's events without the GIL (`event_wire.decode_line`), as numpy does its
+# large sorts and array arithmetic, while the other thread runs the rest.
 PARALLEL_PLANES_MIN_BYTES = 16 << 20
 PARALLEL_PLANES_MIN_JOBS = 3
+PLANE_THREADS = 2
 _OVERFLOW = "implausible event times (beyond the int64 picosecond range)"
 _TOO_DEEP = "nesting too deep to parse (a damaged or hostile trace)"
 
@@ -191,17 +207,21 @@ def _host_boundary(path: Path | HostUrl | str):
 PlaneReader = Callable[[list, "PlaneRoles", "Path | HostUrl", str], object]
 
 
-def _parse_file(path: Path | HostUrl, plane_jobs: int = 1, also: PlaneReader | None = None) -> HostTrace:
-    """One host file (a local path or a URL) to its HostTrace, or InputError naming the file and the cause."""
+def _parse_file(path: Path | HostUrl, plane_jobs: int = 1, also: PlaneReader | None = None,
+                data: bytes | None = None) -> HostTrace:
+    """One host file (a local path or a URL) to its HostTrace, or InputError naming the file and
+    the cause. `data`: the file's bytes, when already read (`parsers.read_ahead`)."""
     with _host_boundary(path):
-        return _parse_file_unchecked(path, plane_jobs, also)
+        return _parse_file_unchecked(path, plane_jobs, also, data)
 
 
-def _parse_file_unchecked(path: Path | HostUrl, plane_jobs: int, also: PlaneReader | None = None) -> HostTrace:
-    data = [read_location_bytes(path)]  # in a list, so that `_parse_planes` can drop the only reference
+def _parse_file_unchecked(path: Path | HostUrl, plane_jobs: int, also: PlaneReader | None = None,
+                          data: bytes | None = None) -> HostTrace:
+    # in a list, so that `_parse_planes` can drop the only reference
+    data = [read_location_bytes(path) if data is None else data]
     check_trace_bytes(data[0], path)
     big = len(data[0]) >= PARALLEL_PLANES_MIN_BYTES
-    return _parse_planes(path, data, plane_jobs if plane_jobs >= PARALLEL_PLANES_MIN_JOBS and big else 1, also)
+    return _parse_planes(path, data, plane_jobs if big else 1, also)
 
 
 def _plane_job(job: tuple[bytes, PlaneRef, str, TimeAxis]):
@@ -221,7 +241,8 @@ def _plane_job(job: tuple[bytes, PlaneRef, str, TimeAxis]):
 
 def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int, also: PlaneReader | None = None) -> HostTrace:
     """Parse a host file (`data`, its bytes, which this takes over) plane by plane, the device
-    planes in `jobs` worker processes when above 1.
+    planes in `jobs` worker processes from `PARALLEL_PLANES_MIN_JOBS` on, else in up to
+    `PLANE_THREADS` threads when `jobs` allows more than one.
 
     Only the plane list and the plane and line headers are read first. Planes and lines are views
     into the file's bytes where the compiled reader splits them (`event_wire.split_field`), else
@@ -241,9 +262,13 @@ def _parse_planes(path: Path | HostUrl, data: list[bytes], jobs: int, also: Plan
     jobs_in = [(planes[r.index], r, roles.platform, roles.axis) for r in refs]
     for r in refs:
         planes[r.index] = b""  # held by its job only
-    if jobs > 1:
+    if jobs >= PARALLEL_PLANES_MIN_JOBS:
         with _pool(min(jobs, max(1, len(refs)))) as pool:
             parts = list(pool.map(_plane_job, [(bytes(pb), *rest) for pb, *rest in jobs_in]))
+    elif jobs > 1 and len(jobs_in) > 1:
+        with ThreadPoolExecutor(min(jobs, PLANE_THREADS)) as threads:
+            parts = list(threads.map(_plane_job, jobs_in))
+        jobs_in.clear()
     else:
         parts = []
         for i, job in enumerate(jobs_in):
@@ -389,12 +414,13 @@ def plane_roles(planes: list[bytes | memoryview], path) -> PlaneRoles:
     return PlaneRoles(platform, refs, names, axis, tuple(warnings))
 
 
-def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1,
-                          also: PlaneReader | None = None) -> HostTrace | HostFailure:
+def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1, also: PlaneReader | None = None,
+                          data: bytes | None = None) -> HostTrace | HostFailure:
     """The worker boundary (a pool process or a Dask task): any project error becomes this host's
-    failure, so the others go on. The parsed host has its events (and what `also` read)."""
+    failure, so the others go on. The parsed host has its events (and what `also` read). `data`:
+    the file's bytes, when already read."""
     try:
-        return _parse_file(path, plane_jobs, also)
+        return _parse_file(path, plane_jobs, also, data)
     except TpudiagError as exc:
         if exc.path is None:
             exc = InputError(exc.message, path=path, hint=exc.hint)

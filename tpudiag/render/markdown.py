@@ -17,7 +17,7 @@ from urllib.parse import quote
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
+from tpudiag.model.report import NO_COST_DATA, OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line, printable, short_kernel_name
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -131,16 +131,23 @@ def _step_sentence(report: Report) -> str:
             f"90th percentile {fmt_time(st.p90_ps)}, over {st.count} steps on {where}{spread}).")
 
 
+IDLE_WORTH_EXPLAINING = 0.01  # share of the step from which the summary says what idle time usually means
+
+
 def _breakdown_sentence(b: Breakdown) -> str:
     def share(ps: float) -> str:
         return fmt_pct(ps / b.step_ps if b.step_ps else None)
 
     host = (f"{share(b.host_transfer_ps)} waiting for async copies to or from host memory (offload, prefetch), "
             if b.host_transfer_ps else "")
+    # Beside async host copies, "transfers to and from the host" would name two things alike.
+    io = "on infeed and outfeed" if b.host_transfer_ps else "on transfers to and from the host"
     sentence = (f"The chips spend {share(b.compute_ps)} of a step computing, {share(b.collective_ps)} waiting for "
-                f"communication between chips (collectives), {share(b.io_ps)} on transfers to and from the host, "
+                f"communication between chips (collectives), {share(b.io_ps)} {io}, "
                 f"{host}and {share(b.idle_ps)} idle.")
-    if b.idle_ps > 0:  # the explanation only where there is idle time to explain
+    # The explanation only where there is idle time worth explaining (not the 15.6 µs of 784 ms,
+    # 0.0 %, between the real v6e capture's back-to-back executions).
+    if b.step_ps and b.idle_ps >= IDLE_WORTH_EXPLAINING * b.step_ps:
         sentence += (" Idle time usually means the chips are waiting for the host (Python overhead, data loading "
                      "or synchronisation).")
     return sentence
@@ -270,8 +277,7 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     if shown.outside_steps:
         intro += f" *{OUTSIDE_STEPS.replace(':', '*:', 1)}."
     if any(op.bound_by == "no cost data" for op in compute):
-        intro += (" *no cost data*: a kernel no HLO op launched, whose FLOPs and bytes nothing recorded, so it has "
-                  "no rate and no level binds it.")
+        intro += f" *{NO_COST_DATA.replace(':', '*:', 1)}."
     if shown.names_shortened:
         intro += (" Long kernel names are shortened (template and call arguments as …, [N] tells alike ones "
                   "apart); the JSON has them in full.")
