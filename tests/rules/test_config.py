@@ -76,3 +76,17 @@ def test_integer_options_accept_integral_floats_only():
     assert config.resolve()[1][1].max_findings == 3
     with pytest.raises(UsageError, match="must be int"):
         parse_config({"rules": {"low-mxu-utilization": {"max_findings": 2.5}}})
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[project]\nname = "x"\n', "no `\\[tool.tpudiag\\]` table"),   # no tool table at all
+    ('[tool.black]\nline-length = 1\n', "no `\\[tool.tpudiag\\]` table"),
+    ('tool = "x"\n', "`tool` is not a table"),
+    ('[tool]\ntpudiag = 3\n', "the tpudiag config is not a table"),
+])
+def test_a_named_pyproject_must_hold_a_tpudiag_table(tmp_path: Path, text: str, message: str):
+    path = tmp_path / "pyproject.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message) as info:
+        load_config(config_file=path)
+    assert info.value.exit_code == 2 and info.value.path == str(path)
