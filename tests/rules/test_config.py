@@ -90,6 +90,7 @@ def test_a_named_pyproject_must_hold_a_tpudiag_table(tmp_path: Path, text: str, 
     with pytest.raises(UsageError, match=message) as info:
         load_config(config_file=path)
     assert info.value.exit_code == 2 and info.value.path == str(path)
+    assert str(info.value) == message.replace("\\", "")  # the whole message, not only a part of it
 
 
 @pytest.mark.parametrize(("data", "message", "hint"), [
@@ -107,11 +108,16 @@ def test_each_config_error_names_the_file_and_its_hint(data, message, hint):
     with pytest.raises(UsageError) as info:
         parse_config(data, "team.toml")
     assert message in str(info.value) and info.value.path == "team.toml"
+    if message != "must be float":  # the whole line as printed, not only a part of it
+        assert str(info.value) == message
     if hint is not None:
         assert info.value.hint == hint
 
 
 def test_ignore_is_read_and_defaults_to_nothing():
     from tpudiag.rules.config import parse_config
+    with pytest.raises(UsageError) as info:
+        parse_config({"colour": 1})
+    assert info.value.path is None  # no source given: no file named
     assert parse_config({}).ignore == ()
     assert parse_config({"ignore": ["exposed-collective"]}).ignore == ("exposed-collective",)
