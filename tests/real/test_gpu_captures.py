@@ -263,3 +263,15 @@ def test_uncosted_custom_calls_claim_no_utilization_and_gemms_are_not_memory_bou
     low = [f for f in d.findings if f.rule == "low-mxu-utilization"]
     assert low and not any("memory-bound" in f.message for f in low)
     assert {ops.loc[n, "bound_by"] for n in ("gemm_fusion_dot", "gemm_fusion_dot.3", "gemm_fusion_dot.6")} == {"Compute"}
+
+
+def test_lab_ops_says_a_gpu_op_is_not_a_tpu_kernel_not_that_it_has_no_shape():
+    """`lab ops` said every fusion of the GPU captures "has no array output shape the lab can read",
+    but the embedded HLO gives each one (read with protobuf alone: `input_transpose_fusion` is
+    bf16[55862,5120]); the lab's kernels are Pallas TPU kernels, which is why nothing is reproducible."""
+    from tpudiag.kernels_lab.spec import survey
+    from tpudiag.pipeline import diagnose
+
+    rows = survey(diagnose(capture("jax-gpu-conv3d-8gpu")))
+    assert rows and all(r.family == "" and "ran on a GPU" in r.reason for r in rows)
+    assert not any("no array output shape" in r.reason for r in rows)
