@@ -20,8 +20,8 @@ from tpudiag.model.units import fmt_time
 
 # The legends of the `bound by` values that say why nothing binds an op (`analysis.ops.BoundBy`).
 BOUND_LEGENDS = {
-    "no cost data": "a kernel no HLO op launched, whose FLOPs and bytes nothing recorded, so it has no rate and "
-                    "no level binds it",
+    "no cost data": "a GPU kernel no HLO op launched, or a custom call (Transformer Engine's attention, "
+                    "`__cublas$gemm`) XLA's cost analysis gives no FLOPs or bytes: it has no rate and no level binds it",
     "no peak known": "its FLOPs or bytes are recorded, but not the device's peak to hold them against (XLA's CPU "
                      "runtime records none), so no level is said to bind it",
 }
