@@ -185,3 +185,17 @@ def test_v6e_embedded_hlo_joins_every_op_by_its_unsigned_program_id():
     assert set(d.join.columns["hlo_match"].astype(str)) == {"program_id"}
     assert sorted(h.program.program_id for h in d.compiled.embedded) == sorted(
         [12190760917235803885, 9646411105960254074, 11287434908481120160, 2433868464432466958])
+
+
+def test_v6e_host_offload_copies_are_not_reproduced_as_hbm_copies():
+    # By hand from the embedded HLO: copy-start.4's operand is `f32[5,1024,1024,256]{...S(5)}` (host
+    # memory) and its result in HBM; each copy moves 5 GiB at ~27 GB/s over the host link. A repro on
+    # one chip would copy HBM -> HBM at ~1.6 TB/s: not the op.
+    import tpudiag
+    from tpudiag.kernels_lab.spec import NotReproducible, spec_from_diagnosis
+
+    d = tpudiag.diagnose(V6E)
+    for op in ("copy-start.4", "copy-done.4"):
+        with pytest.raises(NotReproducible, match="host link"):
+            spec_from_diagnosis(d, op)
+    assert spec_from_diagnosis(d, "broadcast_add_fusion").family == "elementwise"

@@ -23,7 +23,14 @@ def test_an_mi300x_is_named_with_its_gfx_and_peak():
     gpu = gpu_device(MI300X)
     assert gpu.describe() == "AMD Instinct MI300 (gfx942), 304 CUs at 2.10 GHz, 192 GiB"
     assert gpu.peak_flops_per_s == pytest.approx(1307.44e12, rel=1e-5)  # xprof's get_device_information
+    # ROCm's profiler writes 2 x 1,300 MHz x 8,192 bits / 8 = 2.66 TB/s; AMD's datasheet says 5.3 TB/s
+    assert gpu.plane_hbm_bytes_per_s == 2.6624e12 and gpu.hbm_bytes_per_s == 5.3e12
+
+
+def test_an_amd_part_not_in_the_datasheet_table_keeps_the_planes_bandwidth():
+    gpu = gpu_device({**MI300X, "memory_size": 128 << 30})  # no gfx942 part with 128 GiB is listed
     assert gpu.hbm_bytes_per_s == 2.6624e12
+    assert gpu_device(V100).hbm_bytes_per_s == 898_048_000_000  # NVIDIA's planes are right: kept
 
 
 def test_a_v100_without_a_vendor_stat_is_nvidia_volta():

@@ -37,7 +37,7 @@ from tpudiag.model import schemas
 from tpudiag.model.collectives import Traffic, latency_bound, traffic
 from tpudiag.model.grouping import first_appearance_groups, group_sums, sums_by_group
 from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
-from tpudiag.model.profile import HostTrace
+from tpudiag.model.profile import HostTrace, Platform
 from tpudiag.parsers.device_trace import NON_XLA_KERNEL
 from tpudiag.parsers.hlo_proto import tuple_elements
 
@@ -55,7 +55,7 @@ class BoundBy(StrEnum):
     COLLECTIVE = "collective"  # a collective: judged by its ICI bandwidth, not by a roof of the core
     HOST_LINK = "host link"  # an async copy to or from host memory (`S(5)`): the host link binds it
     LATENCY = "latency"  # no measured utilization: it reaches no roof
-    NO_COST_DATA = "no cost data"  # a kernel no HLO op launched: no FLOPs or bytes were recorded to judge it by
+    NO_COST_DATA = "no cost data"  # a GPU kernel no HLO op launched, or one the cost analysis gave no FLOPs or bytes
 
 
 class BoundBasis(StrEnum):
@@ -136,7 +136,11 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
     basis = np.where(host_copy, BoundBasis.MEMORY_SPACE.value, basis)
     # A kernel no HLO op launched (TensorFlow's, a library's) has no cost analysis: its zero FLOPs
     # and bytes are unknowns, not measurements, so it has no rate and nothing decides what binds it.
-    no_cost = (cats == NON_XLA_KERNEL) & (family == "")
+    # Likewise a GPU op with neither FLOPs nor bytes: every GPU kernel touches memory, so zero is a
+    # custom call the cost analysis does not cost (Transformer Engine's attention, a `__cublas$gemm`),
+    # not an op that reached no roof.
+    uncosted = (host.device.platform is Platform.GPU) & (flops <= 0) & (bytes_accessed <= 0) & (hbm <= 0)
+    no_cost = ((cats == NON_XLA_KERNEL) | uncosted) & (family == "")
     for column in (flop_rate, hbm_bw, flop_util, hbm_util):
         column[no_cost] = np.nan
     bound_by = np.where(no_cost, BoundBy.NO_COST_DATA.value, bound_by)

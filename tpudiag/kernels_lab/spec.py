@@ -32,6 +32,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from tpudiag.analysis.ops import BoundBy
 from tpudiag.errors import InputError, UsageError
 from tpudiag.kernels_lab import op_text
 from tpudiag.kernels_lab.problems import AnyProblem, collective, pallas, problem_fields, problem_from_fields
@@ -816,6 +817,11 @@ def _spec(diagnosis: Diagnosis, index: _OpIndex, op: str, *, topology: str | Non
         hint = (f"ops in it include {', '.join(f'`{n}`' for n in names[:8])}" if names
                 else "the capture has no device ops (a CPU-only profile?); the lab needs a TPU capture")
         raise UsageError(f"op `{op}` is not in the capture", path=capture, hint=hint)
+    if row["bound_by"] == BoundBy.HOST_LINK:
+        # Its time is the host link's (tens of GB/s), which no kernel on one chip exercises: a repro
+        # would time an HBM -> HBM copy of the same bytes, tens of times faster than the op.
+        raise NotReproducible(f"`{op}` is an async copy between host memory and HBM, bound by the host link; a "
+                              "kernel on one chip would time an HBM copy instead (see host-transfer-bound)")
     host = next(h for h in analysis.profile.hosts if h.host == row["host"])
     meta = index.metadata(host, op, row["program_id"])
     flops = float(meta[0]) if meta is not None else float(row["flops"]) / max(1, row["occurrences"])

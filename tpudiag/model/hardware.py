@@ -186,7 +186,13 @@ DEFAULT_SCOPED_VMEM_BYTES: dict[str, int] = {"v5e": 16 * MIB, "v5p": 16 * MIB, "
 # `memory_size` in bytes; `xprof/utils/device_caps_utils.cc`), but no peak FLOP/s. The peak is
 # per SM (CU) per cycle times SMs times clock, with the per-cycle figure per generation below: the
 # dense matrix (tensor core / MFMA) rate for bf16 or fp16, FMA counted as two FLOPs. HBM bandwidth
-# is the plane's own `memory_bandwidth`, as XProf takes it.
+# is the plane's own `memory_bandwidth`, as XProf takes it, except on the AMD parts below: ROCm's
+# profiler (XLA's `rocm_collector`) writes 2 x the agent's maximum memory clock x bus width / 8,
+# which counts HBM3 and HBM3E at two transfers per reported clock where they make four: an MI300X
+# plane says 2.66 TB/s (1,300 MHz x 8,192 bits), AMD's datasheet 5.3 TB/s; an MI355X plane
+# 4.10 TB/s, the datasheet 8 TB/s. Ops on the real captures run above the plane's figure (a
+# convolution at 3.65 TB/s on the MI300X, reductions at 6.6-7.1 TB/s on the MI355X), never above
+# the datasheet's. NVIDIA planes are right (a V100's 898 GB/s is its datasheet's 900 GB/s).
 #
 # Sources: NVIDIA's V100, A100, H100 and B200 whitepapers and datasheets (dense fp16/bf16 tensor
 # TFLOP/s divided by SMs x boost clock: V100 125 TF / (80 x 1.53 GHz) = 1024; A100 312 TF /
@@ -219,6 +225,33 @@ GPU_GENERATIONS: tuple[GpuGeneration, ...] = (
 
 
 @dataclass(frozen=True)
+class AmdHbmPeak:
+    """AMD's datasheet HBM bandwidth of the parts of one gfx generation with one memory size."""
+
+    arch: str  # gfx942, gfx950
+    memory_gib: int  # the plane's `memory_size`, in GiB
+    models: str  # the parts this size and generation name
+    bytes_per_s: float
+
+
+# AMD Instinct datasheets: MI300X and MI308X 192 GB HBM3 at 5.3 TB/s, MI325X 256 GB HBM3E at 6 TB/s
+# (gfx942); MI350X and MI355X 288 GB HBM3E at 8 TB/s (gfx950). A size not listed keeps the plane's.
+AMD_HBM_PEAKS: tuple[AmdHbmPeak, ...] = (
+    AmdHbmPeak("gfx942", 192, "MI300X", 5.3e12),
+    AmdHbmPeak("gfx942", 256, "MI325X", 6.0e12),
+    AmdHbmPeak("gfx950", 288, "MI350X/MI355X", 8.0e12),
+)
+
+
+def amd_hbm_peak(generation: GpuGeneration | None, memory_bytes: int) -> AmdHbmPeak | None:
+    """The datasheet HBM peak of an AMD part, found by generation and memory size; None when not listed."""
+    if generation is None or generation.vendor != "AMD" or not memory_bytes:
+        return None
+    gib = round(memory_bytes / GIB)
+    return next((p for p in AMD_HBM_PEAKS if p.arch == generation.arch and p.memory_gib == gib), None)
+
+
+@dataclass(frozen=True)
 class GpuDevice:
     """One GPU as its plane's stats describe it, with the generation's peak where it is known."""
 
@@ -226,10 +259,11 @@ class GpuDevice:
     compute_capability: tuple[int, int] | None
     cores: int  # SMs (NVIDIA) or CUs (AMD); 0 when not recorded
     clock_hz: float  # 0 when not recorded
-    hbm_bytes_per_s: float  # the plane's `memory_bandwidth`; 0 when not recorded
+    hbm_bytes_per_s: float  # the peak: AMD's datasheet where `amd_hbm_peak` knows the part, else the plane's
     memory_bytes: int
     generation: GpuGeneration | None
     name_in_trace: str = ""  # `gpu_device_name` when the plane records it
+    plane_hbm_bytes_per_s: float = 0.0  # the plane's own `memory_bandwidth`; 0 when not recorded
 
     @property
     def peak_flops_per_s(self) -> float | None:
@@ -280,7 +314,11 @@ def gpu_device(stats) -> GpuDevice:
     if not vendor and cc is not None:
         vendor = "NVIDIA"  # older CUPTI captures record no vendor; ROCm's always say AMD
     generation = next((g for g in GPU_GENERATIONS if g.vendor == vendor and g.compute_capability == cc), None)
+    plane_hbm = float(_stat_int(stats, "memory_bandwidth"))
+    memory = _stat_int(stats, "memory_size")
+    datasheet = amd_hbm_peak(generation, memory)
     return GpuDevice(vendor=vendor, compute_capability=cc, cores=_stat_int(stats, "core_count"),
-                     clock_hz=_stat_int(stats, "clock_rate") * 1e3, hbm_bytes_per_s=float(_stat_int(stats, "memory_bandwidth")),
-                     memory_bytes=_stat_int(stats, "memory_size"), generation=generation,
-                     name_in_trace=str(stats.get("gpu_device_name", "") or ""))
+                     clock_hz=_stat_int(stats, "clock_rate") * 1e3,
+                     hbm_bytes_per_s=datasheet.bytes_per_s if datasheet is not None else plane_hbm,
+                     memory_bytes=memory, generation=generation,
+                     name_in_trace=str(stats.get("gpu_device_name", "") or ""), plane_hbm_bytes_per_s=plane_hbm)

@@ -19,6 +19,9 @@ from tpudiag.model.text import short_names
 from tpudiag.model.units import fmt_time
 
 # The legend of the ops tables' time cell "outside steps" (`OpRow.outside_steps`).
+# The legend of the ops tables' `bound_by` "no cost data" (`analysis.ops.BoundBy.NO_COST_DATA`).
+NO_COST_DATA = ("no cost data: a GPU kernel no HLO op launched, or a custom call (Transformer Engine's attention, "
+                "`__cublas$gemm`) XLA's cost analysis gives no FLOPs or bytes: it has no rate and no level binds it")
 OUTSIDE_STEPS = ("outside steps: an op of a program other than the one whose executions are the steps; it runs "
                  "between steps (see Programs)")
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
+from tpudiag.model.report import NO_COST_DATA, OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line, printable, short_kernel_name
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -277,8 +277,7 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     if shown.outside_steps:
         intro += f" *{OUTSIDE_STEPS.replace(':', '*:', 1)}."
     if any(op.bound_by == "no cost data" for op in compute):
-        intro += (" *no cost data*: a kernel no HLO op launched, whose FLOPs and bytes nothing recorded, so it has "
-                  "no rate and no level binds it.")
+        intro += f" *{NO_COST_DATA.replace(':', '*:', 1)}."
     if shown.names_shortened:
         intro += (" Long kernel names are shortened (template and call arguments as …, [N] tells alike ones "
                   "apart); the JSON has them in full.")

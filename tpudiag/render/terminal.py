@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import OUTSIDE_STEPS, Breakdown, Distribution, OpRow, OpsShown, Report, skips_by_reason
+from tpudiag.model.report import NO_COST_DATA, OUTSIDE_STEPS, Breakdown, Distribution, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -170,7 +170,7 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
     if ops.outside_steps:
         legend.append(OUTSIDE_STEPS)
     if any(op.bound_by == "no cost data" for op in shown):
-        legend.append("no cost data: a kernel no HLO op launched; nothing recorded its FLOPs or bytes")
+        legend.append(NO_COST_DATA)
     if vmem:
         legend.append("VMEM N%: bound by VMEM bandwidth, its bytes in VMEM (modelled from the layouts) over its "
                       "time at N % of the VMEM peak in the header")
