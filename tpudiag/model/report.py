@@ -18,10 +18,14 @@ from tpudiag.model.hardware import VmemBandwidth
 from tpudiag.model.text import short_names
 from tpudiag.model.units import fmt_time
 
+# The legends of the `bound by` values that say why nothing binds an op (`analysis.ops.BoundBy`).
+BOUND_LEGENDS = {
+    "no cost data": "a GPU kernel no HLO op launched, or a custom call (Transformer Engine's attention, "
+                    "`__cublas$gemm`) XLA's cost analysis gives no FLOPs or bytes: it has no rate and no level binds it",
+    "no peak known": "its FLOPs or bytes are recorded, but not the device's peak to hold them against (XLA's CPU "
+                     "runtime records none), so no level is said to bind it",
+}
 # The legend of the ops tables' time cell "outside steps" (`OpRow.outside_steps`).
-# The legend of the ops tables' `bound_by` "no cost data" (`analysis.ops.BoundBy.NO_COST_DATA`).
-NO_COST_DATA = ("no cost data: a GPU kernel no HLO op launched, or a custom call (Transformer Engine's attention, "
-                "`__cublas$gemm`) XLA's cost analysis gives no FLOPs or bytes: it has no rate and no level binds it")
 OUTSIDE_STEPS = ("outside steps: an op of a program other than the one whose executions are the steps; it runs "
                  "between steps (see Programs)")
 

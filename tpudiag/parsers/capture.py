@@ -208,17 +208,18 @@ PlaneReader = Callable[[list, "PlaneRoles", "Path | HostUrl", str], object]
 
 
 def _parse_file(path: Path | HostUrl, plane_jobs: int = 1, also: PlaneReader | None = None,
-                data: bytes | None = None) -> HostTrace:
+                data: list[bytes] | None = None) -> HostTrace:
     """One host file (a local path or a URL) to its HostTrace, or InputError naming the file and
-    the cause. `data`: the file's bytes, when already read (`parsers.read_ahead`)."""
+    the cause. `data`: the file's bytes when already read (`parsers.read_ahead`), alone in a list
+    that the parse empties, so that it holds the only reference and drops it when done with it."""
     with _host_boundary(path):
         return _parse_file_unchecked(path, plane_jobs, also, data)
 
 
 def _parse_file_unchecked(path: Path | HostUrl, plane_jobs: int, also: PlaneReader | None = None,
-                          data: bytes | None = None) -> HostTrace:
-    # in a list, so that `_parse_planes` can drop the only reference
-    data = [read_location_bytes(path) if data is None else data]
+                          data: list[bytes] | None = None) -> HostTrace:
+    if data is None:
+        data = [read_location_bytes(path)]  # in a list, so that `_parse_planes` can drop the only reference
     check_trace_bytes(data[0], path)
     big = len(data[0]) >= PARALLEL_PLANES_MIN_BYTES
     return _parse_planes(path, data, plane_jobs if big else 1, also)
@@ -415,10 +416,10 @@ def plane_roles(planes: list[bytes | memoryview], path) -> PlaneRoles:
 
 
 def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1, also: PlaneReader | None = None,
-                          data: bytes | None = None) -> HostTrace | HostFailure:
+                          data: list[bytes] | None = None) -> HostTrace | HostFailure:
     """The worker boundary (a pool process or a Dask task): any project error becomes this host's
     failure, so the others go on. The parsed host has its events (and what `also` read). `data`:
-    the file's bytes, when already read."""
+    the file's bytes when already read, alone in a list the parse empties (`_parse_file`)."""
     try:
         return _parse_file(path, plane_jobs, also, data)
     except TpudiagError as exc:

@@ -45,7 +45,8 @@ class _ReadAhead:
 
         try:
             try:
-                data = read_input_bytes(self.path)  # the same read as `capture.read_location_bytes`'
+                # the same read as `capture.read_location_bytes`'; the parse empties the list
+                data = [read_input_bytes(self.path)]
             except InputError:
                 data = None  # read again by the parse below, which makes it the host's failure
             from tpudiag.parsers.capture import parse_file_or_failure

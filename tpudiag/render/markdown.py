@@ -17,7 +17,7 @@ from urllib.parse import quote
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import NO_COST_DATA, OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
+from tpudiag.model.report import BOUND_LEGENDS, OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line, printable, short_kernel_name
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -276,8 +276,8 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
              "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
     if shown.outside_steps:
         intro += f" *{OUTSIDE_STEPS.replace(':', '*:', 1)}."
-    if any(op.bound_by == "no cost data" for op in compute):
-        intro += f" *{NO_COST_DATA.replace(':', '*:', 1)}."
+    for value in sorted({op.bound_by for op in compute} & set(BOUND_LEGENDS)):
+        intro += f" *{value}*: {BOUND_LEGENDS[value]}."
     if shown.names_shortened:
         intro += (" Long kernel names are shortened (template and call arguments as …, [N] tells alike ones "
                   "apart); the JSON has them in full.")
