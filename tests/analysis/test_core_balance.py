@@ -78,3 +78,15 @@ def test_the_slow_cores_extra_ops_over_the_median_of_the_others():
     assert op_extras(op_cores, cores, slow, cats, whole_capture=True) == [
         OpExtra("all-reduce.1", "all-reduce", 500.0, 0.0, 500.0),
         OpExtra("fusion.1", "convolution fusion", 700.0, 375.0, 325.0)]
+
+
+def test_an_op_without_a_category_and_a_core_without_steps():
+    from tpudiag.analysis.core_balance import OpExtra, capture_core_work, op_extras
+    op_cores = _op_cores(OP_CORE_ROWS + [("b", 1, 1, "copy.1", 30, 30)])
+    a0, _a1, b1 = capture_core_work(op_cores, 5000.0)
+    # a/1's steps are not known (not among the cores): its rows are left out, so the peers' median is
+    # a/0 alone (fusion.1 250); copy.1 has no category given: ''.
+    assert op_extras(op_cores, [a0, b1], b1, {"fusion.1": "convolution fusion"}) == [
+        OpExtra("all-reduce.1", "", 500.0, 0.0, 500.0),
+        OpExtra("fusion.1", "convolution fusion", 500.0, 250.0, 250.0),
+        OpExtra("copy.1", "", 30.0, 0.0, 30.0)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
@@ -129,3 +131,60 @@ def test_alignment_keeps_each_execution_with_its_peers(n_cores, n_steps, data):
     assert len(markers) == len(running) * len(common) and left_out == len(rows) - len(markers)
     for r in markers.itertuples():
         assert truth[(r.core, r.start_ps)] == r.step + first_ref
+
+
+def _mods(rows):
+    # (program_id, module, core, dur_ps): one row per execution, as `analysis.steps` reads them
+    import pandas as pd
+    return pd.DataFrame({"program_id": [r[0] for r in rows], "module": pd.Categorical([r[1] for r in rows]),
+                         "core": [r[2] for r in rows], "dur_ps": [r[3] for r in rows]})
+
+
+def test_step_program_table():
+    from tpudiag.analysis.steps import step_program
+    # Two executions on one core repeat: the step, though a one-off holds 10x its time.
+    assert step_program(_mods([(5, "jit_f", 0, 50), (5, "jit_f", 0, 50), (9, "jit_init", 0, 1000)])) == (5, "jit_f")
+    # Once on each of two cores is not a repeat: with none repeating, the most time wins.
+    assert step_program(_mods([(5, "jit_f", 0, 50), (5, "jit_f", 1, 50), (9, "jit_init", 0, 1000)])) == (9, "jit_init")
+    # Equal time: the lower id, then the name.
+    assert step_program(_mods([(7, "jit_a", 0, 10), (7, "jit_a", 0, 10), (5, "jit_b", 0, 10), (5, "jit_b", 0, 10)])
+                        ) == (5, "jit_b")
+    assert step_program(_mods([(0, "jit_b", 0, 10), (0, "jit_b", 0, 10), (0, "jit_a", 0, 10), (0, "jit_a", 0, 10)])
+                        ) == (0, "jit_a")
+
+
+def test_no_executions_align_to_no_steps_with_an_integer_step_column():
+    import pandas as pd
+    from tpudiag.analysis.steps import aligned_executions
+    empty = pd.DataFrame({"device": pd.Series([], dtype=str), "core": pd.Series([], dtype="int32"),
+                          "start_ps": pd.Series([], dtype="int64"), "dur_ps": pd.Series([], dtype="int64")})
+    markers, left_out = aligned_executions(empty)
+    assert (len(markers), left_out, markers["step"].dtype) == (0, 0, np.int64)
+
+
+def _executions(starts_by_core, dur=100):
+    import pandas as pd
+    rows = [(core, s) for core, starts in starts_by_core.items() for s in starts]
+    return pd.DataFrame({"device": [f"/device:TPU:{c}" for c, _ in rows], "core": [c for c, _ in rows],
+                         "start_ps": [s for _, s in rows], "dur_ps": [dur] * len(rows)})
+
+
+@pytest.mark.parametrize(("starts_by_core", "dur", "kept", "left_out"), [
+    # Reference core 0 every 1000 ps: an execution joins the nearest reference start when nearer than
+    # half the median period (500). 10 -> step 0; 1400 -> step 1 (400 off); 2500 is exactly 500 off
+    # step 2: not nearer, left out, and with it core 0's step 2 (not on every core).
+    ({0: [0, 1000, 2000], 1: [10, 1400, 2500]}, 100, {(0, 0, 0), (1, 0, 10), (0, 1, 1000), (1, 1, 1400)}, 2),
+    # Periods 1000 and 2000: median 1500, reach 750. 500 is midway between 0 and 1000: the later one.
+    ({0: [0, 1000, 3000], 1: [500, 3000]}, 100, {(0, 1, 1000), (1, 1, 500), (0, 2, 3000), (1, 2, 3000)}, 1),
+    # Two reference executions still have a period (1000, reach 500), whatever the executions last.
+    ({0: [0, 1000], 1: [1300]}, 100, {(0, 1, 1000), (1, 1, 1300)}, 1),
+    # Two executions of core 1 near step 1: the nearer one (50 off) is the step's.
+    ({0: [0, 1000], 1: [1300, 1050]}, 100, {(0, 1, 1000), (1, 1, 1050)}, 2),
+    # One execution per core, of no length, at the same time: the same step.
+    ({0: [0], 1: [0]}, 0, {(0, 0, 0), (1, 0, 0)}, 0),
+])
+def test_aligned_executions_table(starts_by_core, dur, kept, left_out):
+    from tpudiag.analysis.steps import aligned_executions
+    markers, n_left_out = aligned_executions(_executions(starts_by_core, dur))
+    assert set(zip(markers["core"], markers["step"], markers["start_ps"])) == kept
+    assert n_left_out == left_out

@@ -65,3 +65,13 @@ def test_straggler_threshold_bounds(fraction, ok):
 def test_no_hosts_no_rows():
     m = host_step_matrix(())
     assert (m.steps, m.rows, m.stragglers) == ((), (), ())
+
+
+def test_a_host_without_steps_has_a_row_and_no_figures():
+    from tpudiag.model.report import HostSummary
+    bare = HostSummary("d", "d.xplane.pb", "TPU v6 Lite", 4, 4, 100, None, None, "/device:TPU:0")
+    m = host_step_matrix((host("a", {1: 1000, 2: 1200}), bare))
+    a, d = m.rows
+    assert (a.host, a.mean_ps, a.behind_fastest_ps, a.times_ps) == ("a", 1100, 0, (1000, 1200))
+    assert (d.host, d.mean_ps, d.behind_fastest_ps, d.times_ps, d.slowest_step) == ("d", None, None, (None, None), None)
+    assert m.stragglers == ()  # one host per step
