@@ -173,6 +173,21 @@ class Summary:
     # first op to its last, `analysis.idle.capture_windows`); None when the capture has steps.
     busy_share: float | None = None
     vmem: VmemBandwidth | None = None  # peak VMEM bandwidth per core and its source; None: no VMEM roof
+    n_cores_with_ops: int | None = None  # cores (GPUs) that ran at least one op, over hosts; None: not counted
+
+    @property
+    def chip_word(self) -> str:
+        """What the report calls one device: a GPU is a GPU, not a chip."""
+        return "GPU" if self.platform is Platform.GPU else "chip"
+
+    def devices_text(self) -> str:
+        """`8 chips` on a TPU; on a GPU `8 GPUs (1 ran kernels)`: a plane without events is counted apart."""
+        if self.platform is not Platform.GPU:
+            return f"{self.n_chips} chip{'s' * (self.n_chips != 1)}"
+        n = self.n_cores
+        active = self.n_cores_with_ops
+        busy = f" ({active} ran kernels)" if active is not None and active < n else ""
+        return f"{n} GPU{'s' * (n != 1)}{busy}"
 
     @property
     def ridge_flops_per_byte(self) -> float | None:

@@ -113,11 +113,8 @@ def _step_sentence(report: Report) -> str:
     s = report.summary
     st = s.step_time
     device = text(s.device_type or s.platform)
-    if s.platform is Platform.CPU:
-        where = device  # one device: the host's CPU, run by XLA's CPU threads
-    else:
-        unit = "GPU" if s.platform is Platform.GPU else "chip"
-        where = f"{s.n_chips} {unit}{'s' * (s.n_chips != 1)} of {device}"
+    # a CPU capture is one device, the host's CPU run by XLA's CPU threads: no chip count
+    where = device if s.platform is Platform.CPU else f"{s.devices_text()} of {device}"
     if len(s.hosts) > 1:
         where += f" on {len(s.hosts)} hosts"
     if s.platform is Platform.CPU and not report.ops:
@@ -193,11 +190,11 @@ def _summary(report: Report) -> list[str]:
     if report.categories:
         parts = [f"{code(c.category)} ({_plain_category(c.category)}) {fmt_pct(c.time_share)}"
                  for c in report.categories[:3]]
-        out.append("- Most chip time goes to " + "; ".join(parts) + ".")
+        out.append(f"- The op categories with the most {s.chip_word} time: " + "; ".join(parts) + ".")
     if report.ops:
         op = report.ops[0]
         out.append(f"- The single most expensive operation is {code(short_kernel_name(op.name))} ({text(op.category)}), with "
-                   f"{fmt_pct(op.time_share)} of chip time.")
+                   f"{fmt_pct(op.time_share)} of {s.chip_word} time.")
     out.append("")
     out.append("### Top problems")
     out.append("")
@@ -383,12 +380,12 @@ def memory_section(programs: Sequence[ProgramMemory], figures: Mapping[str, tupl
     peak, limit = p.hbm_peak_bytes, p.hbm_limit_bytes
     if peak is not None and limit and p.does_not_fit:
         verdict = (f"**The program does not fit:** it needs {fmt_bytes(peak)} of HBM, {fmt_bytes(peak - limit)} "
-                   f"more than the {fmt_bytes(limit)} usable ({text(p.usable_source)}).")
+                   f"more than the {fmt_bytes(limit)} {text(p.limit_words)}.")
     elif p.does_not_fit:
         verdict = "**The compiler ran out of memory** compiling this program."
     elif peak is not None and limit:
         verdict = (f"The program peaks at {fmt_bytes(peak)} of HBM, {fmt_pct(peak / limit)} of the "
-                   f"{fmt_bytes(limit)} usable ({text(p.usable_source)}).")
+                   f"{fmt_bytes(limit)} {text(p.limit_words)}.")
     else:
         verdict = f"The program peaks at {fmt_bytes(peak)} of HBM; the chip's HBM size is unknown."
     intro = (f"From the compiler's buffer assignment of {code(p.module)}: arguments and outputs are held for "

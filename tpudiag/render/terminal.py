@@ -30,7 +30,7 @@ def _header(report: Report) -> Group:
     gen = f" ({one_line(s.generation)})" if s.generation and s.generation.lower() not in s.device_type.lower() else ""
     device = one_line(s.device_type) or f"{s.platform} (device type not recorded)"
     lines.append(Text(f"Device: {device}{gen} · {len(s.hosts)} host{'s' * (len(s.hosts) != 1)} · "
-                      f"{s.n_chips} chips · {s.n_cores} cores"))
+                      + (s.devices_text() if s.platform is Platform.GPU else f"{s.n_chips} chips · {s.n_cores} cores")))
     if s.peak_flops_per_s:
         lines.append(Text(f"Peaks per core ({s.peaks_source}): {fmt_flops(s.peak_flops_per_s)}, "
                           f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
