@@ -17,7 +17,7 @@ from urllib.parse import quote
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import NO_COST_DATA, OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
+from tpudiag.model.report import BOUND_LEGENDS, OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line, printable, short_kernel_name
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -113,7 +113,7 @@ def _step_sentence(report: Report) -> str:
     s = report.summary
     st = s.step_time
     device = text(s.device_type or s.platform)
-    where = f"{s.n_chips} chip{'s' * (s.n_chips != 1)} of {device}"
+    where = f"{s.devices_text()} of {device}"
     if len(s.hosts) > 1:
         where += f" on {len(s.hosts)} hosts"
     if s.platform is Platform.CPU and not report.ops:
@@ -179,11 +179,11 @@ def _summary(report: Report) -> list[str]:
     if report.categories:
         parts = [f"{code(c.category)} ({_plain_category(c.category)}) {fmt_pct(c.time_share)}"
                  for c in report.categories[:3]]
-        out.append("- Most chip time goes to " + "; ".join(parts) + ".")
+        out.append(f"- The op categories with the most {s.chip_word} time: " + "; ".join(parts) + ".")
     if report.ops:
         op = report.ops[0]
         out.append(f"- The single most expensive operation is {code(short_kernel_name(op.name))} ({text(op.category)}), with "
-                   f"{fmt_pct(op.time_share)} of chip time.")
+                   f"{fmt_pct(op.time_share)} of {s.chip_word} time.")
     out.append("")
     out.append("### Top problems")
     out.append("")
@@ -276,8 +276,8 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
              "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
     if shown.outside_steps:
         intro += f" *{OUTSIDE_STEPS.replace(':', '*:', 1)}."
-    if any(op.bound_by == "no cost data" for op in compute):
-        intro += f" *{NO_COST_DATA.replace(':', '*:', 1)}."
+    for value in sorted({op.bound_by for op in compute} & set(BOUND_LEGENDS)):
+        intro += f" *{value}*: {BOUND_LEGENDS[value]}."
     if shown.names_shortened:
         intro += (" Long kernel names are shortened (template and call arguments as …, [N] tells alike ones "
                   "apart); the JSON has them in full.")
@@ -369,12 +369,12 @@ def memory_section(programs: Sequence[ProgramMemory], figures: Mapping[str, tupl
     peak, limit = p.hbm_peak_bytes, p.hbm_limit_bytes
     if peak is not None and limit and p.does_not_fit:
         verdict = (f"**The program does not fit:** it needs {fmt_bytes(peak)} of HBM, {fmt_bytes(peak - limit)} "
-                   f"more than the {fmt_bytes(limit)} usable ({text(p.usable_source)}).")
+                   f"more than the {fmt_bytes(limit)} {text(p.limit_words)}.")
     elif p.does_not_fit:
         verdict = "**The compiler ran out of memory** compiling this program."
     elif peak is not None and limit:
         verdict = (f"The program peaks at {fmt_bytes(peak)} of HBM, {fmt_pct(peak / limit)} of the "
-                   f"{fmt_bytes(limit)} usable ({text(p.usable_source)}).")
+                   f"{fmt_bytes(limit)} {text(p.limit_words)}.")
     else:
         verdict = f"The program peaks at {fmt_bytes(peak)} of HBM; the chip's HBM size is unknown."
     intro = (f"From the compiler's buffer assignment of {code(p.module)}: arguments and outputs are held for "
