@@ -113,7 +113,8 @@ def _step_sentence(report: Report) -> str:
     s = report.summary
     st = s.step_time
     device = text(s.device_type or s.platform)
-    where = f"{s.devices_text()} of {device}"
+    # a CPU capture is one device, the host's CPU run by XLA's CPU threads: no chip count
+    where = device if s.platform is Platform.CPU else f"{s.devices_text()} of {device}"
     if len(s.hosts) > 1:
         where += f" on {len(s.hosts)} hosts"
     if s.platform is Platform.CPU and not report.ops:
@@ -121,20 +122,30 @@ def _step_sentence(report: Report) -> str:
                 "no device ops or steps to analyse.")
     if st is None:
         return f"No training steps were found in this capture ({where}), so there is no step time to break down."
+    steps = f"{st.count} step{'s' * (st.count != 1)}"
     spread = "" if st.min_ps == st.max_ps else f"; steps ranged from {fmt_time(st.min_ps)} to {fmt_time(st.max_ps)}"
     if s.step_program:
         return (f"A step is one execution of {code(s.step_program)}, the program that repeats and holds the most "
                 f"device time; it takes **{fmt_time(st.mean_ps)}** on average on its slowest core (median "
-                f"{fmt_time(st.p50_ps)}, 90th percentile {fmt_time(st.p90_ps)}, over {st.count} steps on {where}"
+                f"{fmt_time(st.p50_ps)}, 90th percentile {fmt_time(st.p90_ps)}, over {steps} on {where}"
                 f"{spread}).")
     return (f"Each step takes **{fmt_time(st.mean_ps)}** on average (median {fmt_time(st.p50_ps)}, "
-            f"90th percentile {fmt_time(st.p90_ps)}, over {st.count} steps on {where}{spread}).")
+            f"90th percentile {fmt_time(st.p90_ps)}, over {steps} on {where}{spread}).")
 
 
 IDLE_WORTH_EXPLAINING = 0.01  # share of the step from which the summary says what idle time usually means
 
 
-def _breakdown_sentence(b: Breakdown) -> str:
+# Who spends the step, and what their idle time usually waits for, by platform: on a CPU the host
+# is the device, so its idle time is not "waiting for the host".
+_SPENDERS = {Platform.TPU: ("The chips", "between chips", "the chips are waiting for the host"),
+             Platform.GPU: ("The GPUs", "between GPUs", "the GPUs are waiting for the host"),
+             Platform.CPU: ("XLA's CPU threads", "between devices", "XLA's threads are waiting for the program")}
+
+
+def _breakdown_sentence(b: Breakdown, platform: Platform = Platform.TPU) -> str:
+    who, between, waiting = _SPENDERS[platform]
+
     def share(ps: float) -> str:
         return fmt_pct(ps / b.step_ps if b.step_ps else None)
 
@@ -142,14 +153,14 @@ def _breakdown_sentence(b: Breakdown) -> str:
             if b.host_transfer_ps else "")
     # Beside async host copies, "transfers to and from the host" would name two things alike.
     io = "on infeed and outfeed" if b.host_transfer_ps else "on transfers to and from the host"
-    sentence = (f"The chips spend {share(b.compute_ps)} of a step computing, {share(b.collective_ps)} waiting for "
-                f"communication between chips (collectives), {share(b.io_ps)} {io}, "
+    sentence = (f"{who} spend {share(b.compute_ps)} of a step computing, {share(b.collective_ps)} waiting for "
+                f"communication {between} (collectives), {share(b.io_ps)} {io}, "
                 f"{host}and {share(b.idle_ps)} idle.")
     # The explanation only where there is idle time worth explaining (not the 15.6 µs of 784 ms,
     # 0.0 %, between the real v6e capture's back-to-back executions).
     if b.step_ps and b.idle_ps >= IDLE_WORTH_EXPLAINING * b.step_ps:
-        sentence += (" Idle time usually means the chips are waiting for the host (Python overhead, data loading "
-                     "or synchronisation).")
+        sentence += (f" Idle time usually means {waiting} (Python overhead, data loading or "
+                     "synchronisation).")
     return sentence
 
 
@@ -175,7 +186,7 @@ def _summary(report: Report) -> list[str]:
                 "program: its times are estimates.", ""]
     out.append(f"- {_step_sentence(report)}")
     if s.breakdown is not None:
-        out.append(f"- {_breakdown_sentence(s.breakdown)}")
+        out.append(f"- {_breakdown_sentence(s.breakdown, s.platform)}")
     if report.categories:
         parts = [f"{code(c.category)} ({_plain_category(c.category)}) {fmt_pct(c.time_share)}"
                  for c in report.categories[:3]]
