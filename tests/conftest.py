@@ -79,33 +79,32 @@ def bounded_examples(full: int, default: int) -> int:
 
 
 # Modules whose module- or session-scoped fixture costs tens of seconds of CPU (libtpu compiles,
-# xprof runs): every test of one of them runs on the same xdist worker, so its fixture is built
-# once per run, not once on each worker that draws one of its tests. Other tests are spread one by
-# one, as `--dist load` spreads them. (xdist's own `xdist_group` marks do nothing with pytest 9,
-# whose node ids xdist can no longer suffix.)
-ONE_WORKER_MODULES = frozenset({
-    "tests/analysis/test_diff_recompile.py",  # transformer_lhs_pair: two whatif compiles
-    "tests/compiler/test_memory_libtpu.py",  # seven Adam compiles in one process
-    "tests/kernels_lab/test_kernel_tune.py",  # a deviceless tuning sweep
-    "tests/parsers/test_hlo_sparsecore.py",  # a SparseCore-offloaded compile
-    "tests/rules/test_claims_audit.py",  # xprof on every audited capture
-    "tests/test_whatif.py",  # the transformer's whatif compiles and the flag registry
-    "tests/test_xprof_agreement.py",  # xprof's tools on the designed capture
-})
+# xprof runs): every test of one group runs on the same xdist worker, so its fixture is built
+# once per run, not once on each worker that draws one of its tests; modules sharing a session
+# fixture are one group. Other tests are spread one by one, as `--dist load` spreads them. (xdist's
+# own `xdist_group` marks do nothing with pytest 9, whose node ids xdist can no longer suffix.)
+ONE_WORKER_GROUPS = {
+    "tests/analysis/test_diff_recompile.py": "transformer_whatif",  # the session fixture's compiles
+    "tests/test_whatif.py": "transformer_whatif",  # the same, the MLP's whatif compiles, the flag registry
+    "tests/compiler/test_memory_libtpu.py": "adam",  # seven Adam compiles in one process
+    "tests/kernels_lab/test_kernel_tune.py": "tune",  # a deviceless tuning sweep
+    "tests/parsers/test_hlo_sparsecore.py": "sparsecore",  # a SparseCore-offloaded compile
+    "tests/rules/test_claims_audit.py": "claims",  # xprof on every audited capture
+    "tests/test_xprof_agreement.py": "xprof",  # xprof's tools on the designed capture
+}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
-    """`-n N` with the default `--dist load`: tests spread one by one, those of
-    `ONE_WORKER_MODULES` kept together."""
+    """`-n N` with the default `--dist load`: tests spread one by one, each group of
+    `ONE_WORKER_GROUPS` kept together."""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class OneWorkerModules(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return module if module in ONE_WORKER_MODULES else nodeid
+            return ONE_WORKER_GROUPS.get(nodeid.split("::", 1)[0], nodeid)
 
     return OneWorkerModules(config, log)
 
@@ -138,16 +137,19 @@ def mangled_capture(request, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def transformer_lhs_pair(tmp_path_factory):
-    """`tpudiag whatif` of the bundled transformer on v5e:2x2 with the latency-hiding scheduler off,
-    its compile outputs kept for `diff` (the baseline and `variant-1`): built once per session, as
-    the CLI builds it (about 40 s on a quiet 2-core machine). Tests using it are marked `libtpu`."""
+def transformer_whatif(tmp_path_factory):
+    """`tpudiag whatif` of the bundled transformer on v5e:2x2, as the CLI runs it (static profile on):
+    the baseline, the latency-hiding scheduler off (`variant-1`) and on, its default (`variant-2`:
+    identical flags), the compile outputs kept for `diff`. Three compiles, built once per session for
+    tests/test_whatif.py and tests/analysis/test_diff_recompile.py (one worker group below; they
+    made five compiles between them before). Tests using it are marked `libtpu`."""
     from tpudiag.whatif import plan_variants, whatif
 
     require_libtpu()
     target = f"{REPO / 'examples' / 'models' / 'transformer_train.py'}:train_step"
-    variants = plan_variants(["xla_tpu_enable_latency_hiding_scheduler=false"], [])
-    return whatif(target, "v5e:2x2", variants, tmp_path_factory.mktemp("lhs-pair"))
+    lhs = "xla_tpu_enable_latency_hiding_scheduler"
+    variants = plan_variants([f"{lhs}=false", f"{lhs}=true"], [], each=True)
+    return whatif(target, "v5e:2x2", variants, tmp_path_factory.mktemp("transformer-whatif"))
 
 
 CPU_EXAMPLE = REPO / "examples" / "captures" / "cpu_jax_profiler"

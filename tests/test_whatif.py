@@ -1,7 +1,8 @@
 """`tpudiag whatif`: a flag's modelled effect from deviceless compiles.
 
 The libtpu tests share one `whatif()` run on the bundled transformer for v5e:2x2 (three compiles
-without the static profile, about a minute on a quiet 2-core machine): the baseline, the
+with the static profile, as the CLI runs it: the session fixture `transformer_whatif` in
+tests/conftest.py, shared with tests/analysis/test_diff_recompile.py): the baseline, the
 latency-hiding scheduler off (measured here to change the schedule: v5e's async all-gather pairs
 become synchronous and the modelled step grows), and the scheduler on, the default (identical
 flags: an identical compile and model). Two more on the small MLP fixture check the compiler-option
@@ -24,7 +25,6 @@ from tpudiag.errors import InputError, UsageError
 from tpudiag.rules.exposed_collective import ASYNC_FLAGS, whatif_hint
 from tpudiag.whatif import Variant, parse_setting, plan_variants, whatif
 
-TRANSFORMER = f"{REPO / 'examples' / 'models' / 'transformer_train.py'}:train_step"
 LHS = "xla_tpu_enable_latency_hiding_scheduler"
 # A registry written by hand, for the routing logic alone (the real one is tested with libtpu below):
 # libtpu registers `xla_enable_async_all_reduce` although its name has no `xla_tpu_` prefix.
@@ -158,12 +158,6 @@ def test_the_exposed_collective_fix_names_a_whatif_command_that_parses(generatio
 @pytest.fixture(scope="module")
 def libtpu():
     require_libtpu()
-
-
-@pytest.fixture(scope="module")
-def transformer_whatif(libtpu, tmp_path_factory):
-    variants = plan_variants([f"{LHS}=false", f"{LHS}=true"], [], each=True, registry=REGISTRY)
-    return whatif(TRANSFORMER, "v5e:2x2", variants, tmp_path_factory.mktemp("whatif"), static_profile=False)
 
 
 @pytest.mark.libtpu

@@ -254,7 +254,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     analysed = _analyse(inputs, clock_ghz)
     join = _join(analysed.analysis, inputs.compiled, inputs.chip)
     _stage(progress, 2)
-    memory = _memory(inputs, _near_fraction(rules_config))
+    memory = _memory(inputs, _near_fraction(rules_config), analysed.analysis)
     findings, skipped = run_rules(analysed.analysis, rules_config, inputs.compiled, join=join,
                                   static=inputs.mode is Mode.STATIC, memory=memory)
     _stage(progress, 3)
@@ -334,14 +334,17 @@ def _join(analysis: Analysis | None, compiled: CompiledInputs, choice: ChipChoic
     return analysis.join
 
 
-def _memory(inputs: Inputs, near_fraction: float) -> tuple:
+def _memory(inputs: Inputs, near_fraction: float, analysis=None) -> tuple:
     """The device memory of the compiled programs, for the memory rules and the report's memory
-    section. A compile output read as the modelled program is not read again."""
-    from tpudiag.analysis.device_memory import program_memories
+    section, with a GPU capture's memory size as their HBM's. A compile output read as the modelled
+    program is not read again."""
+    from tpudiag.analysis.device_memory import program_memories, with_gpu_memory
 
     program = inputs.program
     outputs = {program.path: program} if program is not None and not program.bare else {}
-    return program_memories(inputs.compiled, inputs.compiled.oom_errors, outputs=outputs, near_fraction=near_fraction)
+    memory = program_memories(inputs.compiled, inputs.compiled.oom_errors, outputs=outputs, near_fraction=near_fraction)
+    gpu = analysis.profile.hosts[0].device.gpu if analysis is not None and analysis.profile.hosts else None
+    return with_gpu_memory(memory, gpu.memory_bytes) if gpu is not None else memory
 
 
 def _near_fraction(rules_config) -> float:

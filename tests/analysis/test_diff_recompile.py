@@ -1,5 +1,5 @@
 """`diff` of two compiles of one program: the bundled transformer with the latency-hiding scheduler
-on (the baseline) and off, from `tpudiag whatif` (the session fixture `transformer_lhs_pair`).
+on (the baseline) and off, from `tpudiag whatif` (the session fixture `transformer_whatif`).
 
 Facts established by hand from the two `compiled.hlo.txt` files: without the scheduler, v5e's
 async all-gathers fused into `fusion.203` and `fusion.198` (tuple results carrying the collective's
@@ -22,8 +22,8 @@ pytestmark = pytest.mark.libtpu
 
 
 @pytest.fixture(scope="module")
-def lhs_diff(transformer_lhs_pair):
-    return transformer_lhs_pair.variants[0].diff
+def lhs_diff(transformer_whatif):
+    return transformer_whatif.variants[0].diff
 
 
 def test_the_step_change_is_attributed_to_named_ops_and_families(lhs_diff):
@@ -50,7 +50,7 @@ def test_an_async_collective_made_synchronous_shows_as_exposed(lhs_diff):
     assert all(o.exposure.base.label in ("hidden", "partly hidden") for o in moved)
 
 
-def test_the_spill_findings_on_renamed_fusions_pair_up(transformer_lhs_pair, lhs_diff):
+def test_the_spill_findings_on_renamed_fusions_pair_up(transformer_whatif, lhs_diff):
     spills = {p.base.ops: p for p in lhs_diff.findings_persisting if p.base.rule == "spill"}
     for base, new in ((("fusion.203",), ("subtract_convert_fusion.2",)),
                       (("fusion.198",), ("subtract_convert_fusion.3",))):
@@ -60,14 +60,14 @@ def test_the_spill_findings_on_renamed_fusions_pair_up(transformer_lhs_pair, lhs
         assert spills[base].new.ops == new and spills[base].how == "renamed ops"
     appeared = {f.ops for f in lhs_diff.findings_appeared}
     assert not appeared & {("subtract_convert_fusion.2",), ("subtract_convert_fusion.3",)}
-    variant = whatif_json(transformer_lhs_pair)["variants"][0]
+    variant = whatif_json(transformer_whatif)["variants"][0]
     paired = {(tuple(u["base_ops"]), tuple(u["variant_ops"]))
               for key in ("findings_unchanged", "findings_changed") for u in variant[key]}
     assert (("fusion.203",), ("subtract_convert_fusion.2",)) in paired
 
 
-def test_diff_of_the_kept_compile_outputs_explains_the_change(transformer_lhs_pair):
-    out = transformer_lhs_pair.out
+def test_diff_of_the_kept_compile_outputs_explains_the_change(transformer_whatif):
+    out = transformer_whatif.out
     r = run_tpudiag("diff", out / "baseline", out / "variant-1", "--format", "md", env={"NO_COLOR": "1"})
     assert r.returncode == 0, r.stderr
     assert "## Where the change comes from" in r.stdout

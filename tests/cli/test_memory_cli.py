@@ -160,8 +160,9 @@ def test_a_gpu_capture_takes_its_hbm_size_from_the_allocator_and_lists_largest_f
     out = run("memory", str(capture))
     assert out.returncode == 0, out.stderr
     # The allocator's capacity (in use + free at its peak, 279 GiB in the same output's measured
-    # table) is the HBM size where the chip gives none: never "HBM size unknown".
-    assert "HBM size unknown" not in out.stdout and "279 GiB HBM (measured by the allocator)" in out.stdout
+    # table) is the usable HBM; the GPU plane's memory_size (288 GiB) its size: never "HBM size unknown".
+    assert "HBM size unknown" not in out.stdout
+    assert "288 GiB HBM (the GPU's memory_size in the trace), 279 GiB usable (the allocator's measured" in out.stdout
     programs = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("Program ")]
     assert programs[0] == "jit_loss_fn"  # 497 MiB, the largest; 8-byte conversions fold into one line
     assert "jit_convert_element_type" not in programs and "more programs of at most" in out.stdout

@@ -72,6 +72,11 @@ def test_cpu_run_has_steps_ops_and_an_idle_finding(mlp_run):
     ops = doc["ops"]
     assert ops and all(op["self_time_ps"] > 0 for op in ops[:5])
     assert any(op["name"].startswith(("dot", "ynn_fusion")) for op in ops[:10])  # XLA CPU's matmuls
+    # XLA's CPU runtime records FLOPs but no peak FLOP/s or memory bandwidth: no utilization, and a
+    # matmul with FLOPs is not called latency-bound for want of a roof.
+    assert summary["peak_flops_per_s"] is None and summary["hbm_bytes_per_s"] is None
+    matmuls = [op for op in ops if op["name"].startswith("dot") and op["flops"] > 0]
+    assert matmuls and all(op["bound_by"] == "no peak known" and op["flop_utilization"] is None for op in matmuls)
     idle = [f for f in doc["findings"] if f["rule"] == "device-idle"]
     assert idle, [f["rule"] for f in doc["findings"]]
     # the sleep is before each step's first op: the finding names that gap

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import REPO
+from tests.conftest import REPO, bounded_examples
 from tests.rules import scenarios as sc
 from tests.robustness.test_multi_host import run_cli
 from tpudiag.analysis.profile_analysis import analyze
@@ -196,7 +196,7 @@ STAMPS = st.one_of(INT64, st.sampled_from([0, 1, EPOCH_NS, EPOCH_NS - 10**6, EPO
                                            -(1 << 63), (1 << 63) - 1]))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=bounded_examples(25, 10), deadline=None)
 @given(STAT_VALUES, st.lists(STAMPS, min_size=1, max_size=8), st.lists(STAMPS, min_size=1, max_size=8))
 def test_no_anchor_or_line_timestamp_fails_the_host(tmp_path_factory, anchor, device_ns, host_ns):
     """Whatever `profile_start_time` and line timestamps say, the host is read: what cannot be

@@ -263,3 +263,67 @@ def test_uncosted_custom_calls_claim_no_utilization_and_gemms_are_not_memory_bou
     low = [f for f in d.findings if f.rule == "low-mxu-utilization"]
     assert low and not any("memory-bound" in f.message for f in low)
     assert {ops.loc[n, "bound_by"] for n in ("gemm_fusion_dot", "gemm_fusion_dot.3", "gemm_fusion_dot.6")} == {"Compute"}
+
+
+def test_lab_ops_says_a_gpu_op_is_not_a_tpu_kernel_not_that_it_has_no_shape():
+    """`lab ops` said every fusion of the GPU captures "has no array output shape the lab can read",
+    but the embedded HLO gives each one (read with protobuf alone: `input_transpose_fusion` is
+    bf16[55862,5120]); the lab's kernels are Pallas TPU kernels, which is why nothing is reproducible."""
+    from tpudiag.kernels_lab.spec import survey
+    from tpudiag.pipeline import diagnose
+
+    rows = survey(diagnose(capture("jax-gpu-conv3d-8gpu")))
+    assert rows and all(r.family == "" and "ran on a GPU" in r.reason for r in rows)
+    assert not any("no array output shape" in r.reason for r in rows)
+
+
+@pytest.mark.parametrize("name, text", [
+    # By hand (planes and lines read with protobuf alone): te-fused-attn has 8 `/device:GPU:N` planes,
+    # only GPU:0 with lines (one `Stream #2`, 150 events); the V100 capture has 8, kernels (`Stream
+    # #N(Compute)`) on GPUs 4 and 6 only (GPU:1 holds host-to-device copies, 5 planes are empty).
+    ("jax-gpu-te-fused-attn", "8 GPUs (1 ran kernels)"),
+    ("tf-gpu-v100-multiworker-bert", "8 GPUs (2 ran kernels)"),
+    ("jax-gpu-conv3d-8gpu", "8 GPUs"),
+])
+def test_a_gpu_capture_counts_gpus_not_chips_and_says_how_many_ran_kernels(name, text):
+    from tpudiag.pipeline import diagnose
+    from tpudiag.render.markdown import render_markdown
+
+    d = diagnose(capture(name))
+    assert d.report.summary.devices_text() == text
+    md = render_markdown(d.report)
+    assert " chips of " not in md and "chip time" not in md and "GPU time" in md
+
+
+def test_report_memory_states_the_gpus_memory_size_it_names_in_the_header():
+    """The report's header named 288 GiB (the plane's memory_size, 309,220,868,096 B, read with
+    protobuf alone) while its memory section said "the chip's HBM size is unknown"."""
+    from tpudiag.pipeline import diagnose
+    from tpudiag.render.markdown import render_markdown
+
+    d = diagnose(capture("jax-gpu-te-fused-attn"))
+    [p] = [p for p in d.report.memory if p.module == "jit_loss_fn"]
+    assert p.hbm_capacity_bytes == 309_220_868_096
+    md = render_markdown(d.report)
+    assert "HBM size is unknown" not in md and "0.2% of the 288 GiB of HBM (the GPU's memory\\_size" in md
+
+
+def test_memory_bound_bytes_are_the_one_gpus_that_ran_them_over_the_capture(tmp_path):
+    """te-fused-attn has no steps and one GPU of 8 with events: the rule divided the reductions'
+    bytes by 8 planes and called it "per step" (180 MiB for `loop_reduce_fusion`). The bytes are
+    xprof's bandwidth times its total time for the op: 6,312.82 GiB/s x 223.3 µs = 1.41 GiB, all on GPU:0."""
+    from tpudiag.pipeline import diagnose
+    from tpudiag.render.markdown import render_markdown
+
+    stats = _hlo_stats("jax-gpu-te-fused-attn", tmp_path)
+    rec = stats["loop_reduce_fusion"]
+    by_hand = rec["measured_memory_bw_gbs"] * GIB * rec["total_time_us"] / US
+    d = diagnose(capture("jax-gpu-te-fused-attn"))
+    [f] = [f for f in d.findings if f.rule == "memory-bound"]
+    assert "per GPU over the capture" in f.message and "per step" not in f.message
+    [row] = [e for e in f.evidence if e.subject == "loop_reduce_fusion"]
+    assert dict(row.values)["HBM bytes"] == "1.41 GiB" and by_hand / GIB == pytest.approx(1.41, abs=0.005)
+    md = render_markdown(d.report)
+    # No TPU memory levels in a GPU report's prose, and the methods say where GPU costs come from
+    assert "VMEM (`S(1)`" not in md and "copies brought into VMEM" not in md
+    assert "XLA's cost analysis, recorded in the trace" not in md and "Hardware peaks per GPU" in md

@@ -124,3 +124,15 @@ def test_decode_roofline_says_why_its_matmuls_sit_above_the_hbm_roof():
     assert "above the HBM roof counts bytes its copies brought" in fig.axes[0].get_title()
     train, _ = roofline_figure(tpudiag.diagnose().report, Figure, lambda f: FigureCanvasAgg(f).get_renderer())
     assert "above the HBM roof" not in train.axes[0].get_title()  # no such point there: no such words
+
+
+def test_the_breakdown_names_the_platform_s_own_devices():
+    from tpudiag.model.profile import Platform
+
+    b = Breakdown(step_ps=100.0, compute_ps=80.0, collective_ps=0.0, io_ps=0.0, idle_ps=20.0)
+    gpu = _breakdown_sentence(b, Platform.GPU)
+    assert gpu.startswith("The GPUs spend 80.0%") and "between GPUs" in gpu and "chips" not in gpu
+    cpu = _breakdown_sentence(b, Platform.CPU)
+    # On a CPU the host is the device: its idle time is not "waiting for the host".
+    assert cpu.startswith("XLA's CPU threads spend") and "waiting for the host" not in cpu and "chips" not in cpu
+    assert _breakdown_sentence(b).startswith("The chips spend")

@@ -1,18 +1,17 @@
 """Several hosts where some are broken, duplicated or host-only: the good ones are still analysed.
 
-Through the CLI, in worker processes as a real run uses them (issue 13: a `²` value in one host
-gave an 86-line remote traceback and lost the good host; duplicate hostnames and a CPU-only host
-beside TPU hosts gave "Steps: none found").
+Through the CLI (in-process, `tests/cli_util.py`), its hosts read in worker processes as a real run
+reads them (issue 13: a `²` value in one host gave an 86-line remote traceback and lost the good
+host; duplicate hostnames and a CPU-only host beside TPU hosts gave "Steps: none found").
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.cli_util import run_tpudiag
 from tests.conftest import REPO, small_design
 from tpudiag.parsers.capture import load_capture
 from tpudiag.writers.tpu_design import build_capture, write_capture
@@ -21,10 +20,9 @@ CPU_EXAMPLE = REPO / "examples" / "captures" / "cpu_jax_profiler"
 SUPERSCRIPT_TWO = "\u00b2"
 
 
-def run_cli(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "tpudiag", *args], capture_output=True, text=True,
-                          timeout=timeout_s, env=env)
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """`tpudiag ARGS` in-process; with `--jobs 2` its hosts are still read in worker processes."""
+    return run_tpudiag(*args, env={"NO_COLOR": "1"})
 
 
 def write_superscript_host(run: Path, hostname: str) -> Path:

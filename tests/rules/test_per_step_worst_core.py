@@ -7,6 +7,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import bounded_examples
 from tpudiag.rules.base import StepBasis, per_step_worst_core, per_step_worst_core_by
 
 
@@ -28,7 +29,7 @@ rows = st.lists(st.tuples(st.sampled_from(["all-gather-start.1", "all-reduce.2",
                           st.integers(0, 10**12)), min_size=0, max_size=120)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=bounded_examples(200, 60), deadline=None)
 @given(rows, st.booleans())
 def test_grouped_pass_equals_a_groupby_per_group(data, whole_capture):
     # Windows of three ops on three hosts x four cores; step -1 is outside every step.

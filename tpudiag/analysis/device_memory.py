@@ -803,8 +803,21 @@ def with_allocator_capacity(report: MemoryReport, capacities: Iterable[int]) -> 
     if measured is None:
         return report
     programs = tuple(
-        replace(p, hbm_capacity_bytes=measured, hbm_usable_bytes=p.hbm_usable_bytes or measured,
-                usable_source=p.usable_source or "the allocator's measured capacity",
-                capacity_source="measured by the allocator")
-        if p.hbm_capacity_bytes is None else p for p in report.programs)
+        replace(p, hbm_capacity_bytes=p.hbm_capacity_bytes or measured, hbm_usable_bytes=measured,
+                usable_source="the allocator's measured capacity",
+                capacity_source=p.capacity_source or "measured by the allocator")
+        if p.hbm_usable_bytes is None else p for p in report.programs)
     return replace(report, programs=programs)
+
+
+GPU_MEMORY_SOURCE = "the GPU's memory_size in the trace"
+
+
+def with_gpu_memory(programs: tuple[ProgramMemory, ...], memory_bytes: int) -> tuple[ProgramMemory, ...]:
+    """`programs` with a GPU plane's `memory_size` as the HBM capacity of each whose chip gave none
+    (the report said "HBM size unknown" beside a header naming it); the allocator's measured
+    capacity, where `tpudiag memory` reads it, is the usable figure (`with_allocator_capacity`)."""
+    if memory_bytes <= 0:
+        return programs
+    return tuple(replace(p, hbm_capacity_bytes=memory_bytes, capacity_source=GPU_MEMORY_SOURCE)
+                 if p.hbm_capacity_bytes is None else p for p in programs)

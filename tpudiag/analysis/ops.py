@@ -56,6 +56,7 @@ class BoundBy(StrEnum):
     HOST_LINK = "host link"  # an async copy to or from host memory (`S(5)`): the host link binds it
     LATENCY = "latency"  # no measured utilization: it reaches no roof
     NO_COST_DATA = "no cost data"  # a GPU kernel no HLO op launched, or one the cost analysis gave no FLOPs or bytes
+    NO_PEAK = "no peak known"  # FLOPs or bytes recorded, but the device's peak for them is not known (a CPU)
 
 
 class BoundBasis(StrEnum):
@@ -65,7 +66,7 @@ class BoundBasis(StrEnum):
     COPIED_BYTES = "intensity with copied bytes"  # FLOPs over its own HBM bytes plus what its copies brought
     VMEM_BYTES = "VMEM bytes from the layouts"  # VMEM's utilization, of bytes modelled from the layouts, is the largest
     MEMORY_SPACE = "memory space"  # collectives and host copies: what they move over
-    NONE = "none"  # no utilization: latency, or no cost data
+    NONE = "none"  # no utilization: latency, no cost data, or no peak known
 
 
 def aggregate_ops(host: HostTrace) -> pd.DataFrame:
@@ -144,6 +145,11 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
     for column in (flop_rate, hbm_bw, flop_util, hbm_util):
         column[no_cost] = np.nan
     bound_by = np.where(no_cost, BoundBy.NO_COST_DATA.value, bound_by)
+    # FLOPs or bytes with no peak to hold them against (XLA's CPU runtime records no peaks): nothing
+    # decides what binds the op, and "latency" would say a 2.7 ms matmul reaches no roof.
+    no_peak = ((bound_by == BoundBy.LATENCY.value)
+               & (((flops > 0) & (not peak_flops)) | (((hbm > 0) | (roof_bytes > 0)) & (not peak_hbm))))
+    bound_by = np.where(no_peak, BoundBy.NO_PEAK.value, bound_by)
     basis = np.where(no_cost, BoundBasis.NONE.value, basis)
     return schemas.OPS.frame({
         "host": np.full(len(df), host.host, dtype=object),

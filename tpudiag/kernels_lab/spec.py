@@ -44,6 +44,7 @@ from tpudiag.kernels_lab.collective_spec import KINDS as COLLECTIVE_KINDS
 from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, mesh_axes, replica_groups
 from tpudiag.model.compiled import CompiledProgram, Instruction
 from tpudiag.model.hlo_names import collective_family
+from tpudiag.model.profile import Platform
 from tpudiag.model.inputs import CompiledInputs
 
 if TYPE_CHECKING:
@@ -823,6 +824,10 @@ def _spec(diagnosis: Diagnosis, index: _OpIndex, op: str, *, topology: str | Non
         raise NotReproducible(f"`{op}` is an async copy between host memory and HBM, bound by the host link; a "
                               "kernel on one chip would time an HBM copy instead (see host-transfer-bound)")
     host = next(h for h in analysis.profile.hosts if h.host == row["host"])
+    if host.device.platform is Platform.GPU:
+        # The lab's kernels are Pallas TPU kernels, compiled for a TPU topology: a GPU kernel's time
+        # says nothing about theirs (its fusions' shapes are in the program, so "no shape" misled).
+        raise NotReproducible(f"`{op}` ran on a GPU; the lab reproduces ops as Pallas kernels for a TPU")
     meta = index.metadata(host, op, row["program_id"])
     flops = float(meta[0]) if meta is not None else float(row["flops"]) / max(1, row["occurrences"])
     nbytes = float(meta[1]) if meta is not None else float(row["bytes_accessed"]) / max(1, row["occurrences"])

@@ -259,6 +259,14 @@ class ProgramMemory:
         return self.hbm_usable_bytes or self.hbm_capacity_bytes
 
     @property
+    def limit_words(self) -> str:
+        """How `hbm_limit_bytes` is named after its size: `usable (the compiler error)`, or `of HBM (the
+        GPU's memory_size in the trace)` where only the capacity is known."""
+        if self.hbm_usable_bytes:
+            return f"usable ({self.usable_source})"
+        return f"of HBM ({self.capacity_source})" if self.capacity_source else "of HBM"
+
+    @property
     def hbm_peak_bytes(self) -> int | None:
         """The peak the compiler needs: its error's figure when it failed, else the buffer assignment's."""
         if self.error is not None and self.error.space == "hbm" and self.error.kind != "hbm-allocation":

@@ -18,10 +18,14 @@ from tpudiag.model.hardware import VmemBandwidth
 from tpudiag.model.text import short_names
 from tpudiag.model.units import fmt_time
 
+# The legends of the `bound by` values that say why nothing binds an op (`analysis.ops.BoundBy`).
+BOUND_LEGENDS = {
+    "no cost data": "a GPU kernel no HLO op launched, or a custom call (Transformer Engine's attention, "
+                    "`__cublas$gemm`) XLA's cost analysis gives no FLOPs or bytes: it has no rate and no level binds it",
+    "no peak known": "its FLOPs or bytes are recorded, but not the device's peak to hold them against (XLA's CPU "
+                     "runtime records none), so no level is said to bind it",
+}
 # The legend of the ops tables' time cell "outside steps" (`OpRow.outside_steps`).
-# The legend of the ops tables' `bound_by` "no cost data" (`analysis.ops.BoundBy.NO_COST_DATA`).
-NO_COST_DATA = ("no cost data: a GPU kernel no HLO op launched, or a custom call (Transformer Engine's attention, "
-                "`__cublas$gemm`) XLA's cost analysis gives no FLOPs or bytes: it has no rate and no level binds it")
 OUTSIDE_STEPS = ("outside steps: an op of a program other than the one whose executions are the steps; it runs "
                  "between steps (see Programs)")
 
@@ -169,6 +173,22 @@ class Summary:
     # first op to its last, `analysis.idle.capture_windows`); None when the capture has steps.
     busy_share: float | None = None
     vmem: VmemBandwidth | None = None  # peak VMEM bandwidth per core and its source; None: no VMEM roof
+    n_cores_with_ops: int | None = None  # cores (GPUs) that ran at least one op, over hosts; None: not counted
+    gpu_peaks_source: str = ""  # a GPU's: how its peaks were made (`GpuDevice.peaks_source`); '' otherwise
+
+    @property
+    def chip_word(self) -> str:
+        """What the report calls one device: a GPU is a GPU, not a chip."""
+        return "GPU" if self.platform is Platform.GPU else "chip"
+
+    def devices_text(self) -> str:
+        """`8 chips` on a TPU; on a GPU `8 GPUs (1 ran kernels)`: a plane without events is counted apart."""
+        if self.platform is not Platform.GPU:
+            return f"{self.n_chips} chip{'s' * (self.n_chips != 1)}"
+        n = self.n_cores
+        active = self.n_cores_with_ops
+        busy = f" ({active} ran kernels)" if active is not None and active < n else ""
+        return f"{n} GPU{'s' * (n != 1)}{busy}"
 
     @property
     def ridge_flops_per_byte(self) -> float | None:

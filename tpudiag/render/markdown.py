@@ -17,7 +17,7 @@ from urllib.parse import quote
 from tpudiag.version import __version__
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import NO_COST_DATA, OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
+from tpudiag.model.report import BOUND_LEGENDS, OUTSIDE_STEPS, Breakdown, Mode, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line, printable, short_kernel_name
 from tpudiag.model.memory import ProgramMemory, largest_hbm_program
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -113,7 +113,8 @@ def _step_sentence(report: Report) -> str:
     s = report.summary
     st = s.step_time
     device = text(s.device_type or s.platform)
-    where = f"{s.n_chips} chip{'s' * (s.n_chips != 1)} of {device}"
+    # a CPU capture is one device, the host's CPU run by XLA's CPU threads: no chip count
+    where = device if s.platform is Platform.CPU else f"{s.devices_text()} of {device}"
     if len(s.hosts) > 1:
         where += f" on {len(s.hosts)} hosts"
     if s.platform is Platform.CPU and not report.ops:
@@ -121,20 +122,30 @@ def _step_sentence(report: Report) -> str:
                 "no device ops or steps to analyse.")
     if st is None:
         return f"No training steps were found in this capture ({where}), so there is no step time to break down."
+    steps = f"{st.count} step{'s' * (st.count != 1)}"
     spread = "" if st.min_ps == st.max_ps else f"; steps ranged from {fmt_time(st.min_ps)} to {fmt_time(st.max_ps)}"
     if s.step_program:
         return (f"A step is one execution of {code(s.step_program)}, the program that repeats and holds the most "
                 f"device time; it takes **{fmt_time(st.mean_ps)}** on average on its slowest core (median "
-                f"{fmt_time(st.p50_ps)}, 90th percentile {fmt_time(st.p90_ps)}, over {st.count} steps on {where}"
+                f"{fmt_time(st.p50_ps)}, 90th percentile {fmt_time(st.p90_ps)}, over {steps} on {where}"
                 f"{spread}).")
     return (f"Each step takes **{fmt_time(st.mean_ps)}** on average (median {fmt_time(st.p50_ps)}, "
-            f"90th percentile {fmt_time(st.p90_ps)}, over {st.count} steps on {where}{spread}).")
+            f"90th percentile {fmt_time(st.p90_ps)}, over {steps} on {where}{spread}).")
 
 
 IDLE_WORTH_EXPLAINING = 0.01  # share of the step from which the summary says what idle time usually means
 
 
-def _breakdown_sentence(b: Breakdown) -> str:
+# Who spends the step, and what their idle time usually waits for, by platform: on a CPU the host
+# is the device, so its idle time is not "waiting for the host".
+_SPENDERS = {Platform.TPU: ("The chips", "between chips", "the chips are waiting for the host"),
+             Platform.GPU: ("The GPUs", "between GPUs", "the GPUs are waiting for the host"),
+             Platform.CPU: ("XLA's CPU threads", "between devices", "XLA's threads are waiting for the program")}
+
+
+def _breakdown_sentence(b: Breakdown, platform: Platform = Platform.TPU) -> str:
+    who, between, waiting = _SPENDERS[platform]
+
     def share(ps: float) -> str:
         return fmt_pct(ps / b.step_ps if b.step_ps else None)
 
@@ -142,14 +153,14 @@ def _breakdown_sentence(b: Breakdown) -> str:
             if b.host_transfer_ps else "")
     # Beside async host copies, "transfers to and from the host" would name two things alike.
     io = "on infeed and outfeed" if b.host_transfer_ps else "on transfers to and from the host"
-    sentence = (f"The chips spend {share(b.compute_ps)} of a step computing, {share(b.collective_ps)} waiting for "
-                f"communication between chips (collectives), {share(b.io_ps)} {io}, "
+    sentence = (f"{who} spend {share(b.compute_ps)} of a step computing, {share(b.collective_ps)} waiting for "
+                f"communication {between} (collectives), {share(b.io_ps)} {io}, "
                 f"{host}and {share(b.idle_ps)} idle.")
     # The explanation only where there is idle time worth explaining (not the 15.6 µs of 784 ms,
     # 0.0 %, between the real v6e capture's back-to-back executions).
     if b.step_ps and b.idle_ps >= IDLE_WORTH_EXPLAINING * b.step_ps:
-        sentence += (" Idle time usually means the chips are waiting for the host (Python overhead, data loading "
-                     "or synchronisation).")
+        sentence += (f" Idle time usually means {waiting} (Python overhead, data loading or "
+                     "synchronisation).")
     return sentence
 
 
@@ -175,15 +186,15 @@ def _summary(report: Report) -> list[str]:
                 "program: its times are estimates.", ""]
     out.append(f"- {_step_sentence(report)}")
     if s.breakdown is not None:
-        out.append(f"- {_breakdown_sentence(s.breakdown)}")
+        out.append(f"- {_breakdown_sentence(s.breakdown, s.platform)}")
     if report.categories:
         parts = [f"{code(c.category)} ({_plain_category(c.category)}) {fmt_pct(c.time_share)}"
                  for c in report.categories[:3]]
-        out.append("- Most chip time goes to " + "; ".join(parts) + ".")
+        out.append(f"- The op categories with the most {s.chip_word} time: " + "; ".join(parts) + ".")
     if report.ops:
         op = report.ops[0]
         out.append(f"- The single most expensive operation is {code(short_kernel_name(op.name))} ({text(op.category)}), with "
-                   f"{fmt_pct(op.time_share)} of chip time.")
+                   f"{fmt_pct(op.time_share)} of {s.chip_word} time.")
     out.append("")
     out.append("### Top problems")
     out.append("")
@@ -266,18 +277,23 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     align = "r" + ("l" if multi else "") + "llrrrrrll"
     when = ("*per step* is the op's self time per step and core (mean)" if per_step
             else "*self time* is summed over cores and occurrences (no steps)")
+    gpu = report.summary.platform is Platform.GPU
+    levels = ("the achieved rates over the GPU's peaks; an op is *bound by* the level (compute, HBM) whose "
+              "utilization is the highest, *latency* when it has none. n/a is no rate, or one above the peak (see "
+              "the warnings). FLOP/B is FLOPs per HBM byte." if gpu else
+              "the achieved rates over the per-core peaks; an op is *bound by* the level (compute, HBM, VMEM) whose "
+              "utilization is the highest, *latency* when it has none; VMEM's counts its bytes in VMEM (`S(1)`, "
+              "modelled from the layouts) against the VMEM peak in the methods, where one is known. n/a is no "
+              "rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
+              "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
+              "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
     intro = (f"The {len(compute)} ops besides collectives with the most self time, of {shown.n_compute}; "
-             f"{when}, *share* its share of core time (totals in the JSON). FLOP util and HBM BW util are the "
-             "achieved rates over the per-core peaks; an op is *bound by* the level (compute, HBM, VMEM) whose "
-             "utilization is the highest, *latency* when it has none; VMEM's counts its bytes in VMEM (`S(1)`, "
-             "modelled from the layouts) against the VMEM peak in the methods, where one is known. n/a is no "
-             "rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
-             "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
-             "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
+             f"{when}, *share* its share of {'GPU' if gpu else 'core'} time (totals in the JSON). FLOP util and HBM "
+             f"BW util are {levels}")
     if shown.outside_steps:
         intro += f" *{OUTSIDE_STEPS.replace(':', '*:', 1)}."
-    if any(op.bound_by == "no cost data" for op in compute):
-        intro += f" *{NO_COST_DATA.replace(':', '*:', 1)}."
+    for value in sorted({op.bound_by for op in compute} & set(BOUND_LEGENDS)):
+        intro += f" *{value}*: {BOUND_LEGENDS[value]}."
     if shown.names_shortened:
         intro += (" Long kernel names are shortened (template and call arguments as …, [N] tells alike ones "
                   "apart); the JSON has them in full.")
@@ -303,7 +319,13 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
                                                             "ICI BW", "of ICI peak"], rows,
                      "r" + ("l" if multi else "") + "llrrrrrr")
     if "roofline" in figures:
-        out += ["", "On the roofline, ops left of the ridge are limited by memory bandwidth, ops right of it by "
+        if report.summary.platform is Platform.GPU:
+            out += ["", "On the roofline, ops left of the ridge are limited by HBM bandwidth, ops right of it by "
+                    "compute; the gap between a point and its roof is headroom. Each op is drawn at its FLOPs per "
+                    "HBM byte; colour is what binds it; the largest ops are numbered, with a key under the plot. "
+                    "Ops without FLOPs (copies, elementwise fusions, kernels without cost data) are not drawn."]
+        else:
+            out += ["", "On the roofline, ops left of the ridge are limited by memory bandwidth, ops right of it by "
                 "compute; the gap between a point and its roof is headroom. There is a roof per memory level: "
                 "HBM, and VMEM where a source gives the chip's VMEM bandwidth (the trace's own peaks, else the "
                 "table in the methods). Each op is drawn at its FLOPs per HBM byte (circles, counting what its "
@@ -369,12 +391,12 @@ def memory_section(programs: Sequence[ProgramMemory], figures: Mapping[str, tupl
     peak, limit = p.hbm_peak_bytes, p.hbm_limit_bytes
     if peak is not None and limit and p.does_not_fit:
         verdict = (f"**The program does not fit:** it needs {fmt_bytes(peak)} of HBM, {fmt_bytes(peak - limit)} "
-                   f"more than the {fmt_bytes(limit)} usable ({text(p.usable_source)}).")
+                   f"more than the {fmt_bytes(limit)} {text(p.limit_words)}.")
     elif p.does_not_fit:
         verdict = "**The compiler ran out of memory** compiling this program."
     elif peak is not None and limit:
         verdict = (f"The program peaks at {fmt_bytes(peak)} of HBM, {fmt_pct(peak / limit)} of the "
-                   f"{fmt_bytes(limit)} usable ({text(p.usable_source)}).")
+                   f"{fmt_bytes(limit)} {text(p.limit_words)}.")
     else:
         verdict = f"The program peaks at {fmt_bytes(peak)} of HBM; the chip's HBM size is unknown."
     intro = (f"From the compiler's buffer assignment of {code(p.module)}: arguments and outputs are held for "
@@ -422,8 +444,12 @@ def _methods(report: Report, figures_note: str) -> list[str]:
         measured = ("Nothing in this report was measured on hardware: op times come from a performance model "
                     "of the compiled program (`tpudiag simulate`).")
     else:
+        costs = ("FLOPs and bytes per op, from the HLO the capture embeds where it does, as XProf charges GPU "
+                 "kernels (FLOPs of dots and convolutions only; custom calls XLA does not cost, and kernels no "
+                 "HLO op launched, have none)"
+                 if s.platform is Platform.GPU else "FLOPs and bytes per op (XLA's cost analysis, recorded in the trace)")
         measured = ("**Measured:** step boundaries, op start times and durations, from the device trace. "
-                    "**From the compiler:** FLOPs and bytes per op (XLA's cost analysis, recorded in the trace). "
+                    f"**From the compiler:** {costs}. "
                     "**Derived:** rates, utilizations and the compute-bound/HBM-bound label (counts over measured "
                     "time, over the peaks below). **Estimated:** the savings of findings, each labelled measured, modelled "
                     "or compiler estimate by how it was obtained.")
@@ -438,7 +464,9 @@ def _methods(report: Report, figures_note: str) -> list[str]:
                "the slowest host's); the breakdown is the mean per step and core.")
     if s.peak_flops_per_s:
         ridge = s.ridge_flops_per_byte
-        out.append(f"- Hardware peaks per core ({text(s.peaks_source)}): {fmt_flops(s.peak_flops_per_s)}, "
+        source = s.gpu_peaks_source or s.peaks_source
+        out.append(f"- Hardware peaks per {'GPU' if s.platform is Platform.GPU else 'core'} ({text(source)}): "
+                   f"{fmt_flops(s.peak_flops_per_s)}, "
                    f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
                    + (f"; roofline ridge at {ridge:.0f} FLOP/byte" if ridge else "")
                    + (f"; {text(s.vmem.describe(fmt_bandwidth))}" if s.vmem is not None else "")

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.profile import Platform
-from tpudiag.model.report import NO_COST_DATA, OUTSIDE_STEPS, Breakdown, Distribution, OpRow, OpsShown, Report, skips_by_reason
+from tpudiag.model.report import BOUND_LEGENDS, OUTSIDE_STEPS, Breakdown, Distribution, OpRow, OpsShown, Report, skips_by_reason
 from tpudiag.model.text import one_line
 from tpudiag.render.console import markup as escape
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
@@ -30,7 +30,7 @@ def _header(report: Report) -> Group:
     gen = f" ({one_line(s.generation)})" if s.generation and s.generation.lower() not in s.device_type.lower() else ""
     device = one_line(s.device_type) or f"{s.platform} (device type not recorded)"
     lines.append(Text(f"Device: {device}{gen} · {len(s.hosts)} host{'s' * (len(s.hosts) != 1)} · "
-                      f"{s.n_chips} chips · {s.n_cores} cores"))
+                      + (s.devices_text() if s.platform is Platform.GPU else f"{s.n_chips} chips · {s.n_cores} cores")))
     if s.peak_flops_per_s:
         lines.append(Text(f"Peaks per core ({s.peaks_source}): {fmt_flops(s.peak_flops_per_s)}, "
                           f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
@@ -169,8 +169,8 @@ def _ops_table(report: Report, ops: OpsShown) -> Table:
                       if ridge else "")
     if ops.outside_steps:
         legend.append(OUTSIDE_STEPS)
-    if any(op.bound_by == "no cost data" for op in shown):
-        legend.append(NO_COST_DATA)
+    for value in sorted({op.bound_by for op in shown} & set(BOUND_LEGENDS)):
+        legend.append(f"{value}: {BOUND_LEGENDS[value]}")
     if vmem:
         legend.append("VMEM N%: bound by VMEM bandwidth, its bytes in VMEM (modelled from the layouts) over its "
                       "time at N % of the VMEM peak in the header")
