@@ -327,3 +327,18 @@ def test_memory_bound_bytes_are_the_one_gpus_that_ran_them_over_the_capture(tmp_
     # No TPU memory levels in a GPU report's prose, and the methods say where GPU costs come from
     assert "VMEM (`S(1)`" not in md and "copies brought into VMEM" not in md
     assert "XLA's cost analysis, recorded in the trace" not in md and "Hardware peaks per GPU" in md
+
+
+def test_idle_counts_the_overhang_of_a_partially_overlapping_kernel_as_busy():
+    """By hand (the union of GPU:0's 150 `Stream #2` events, read with protobuf alone): the span is
+    12,956.751 µs, busy 12,133.127 µs (= the ops' summed self time), idle 823.624 µs (6.4 %). The
+    6 kernels that start before their predecessor ends were read as nested and left out of the busy
+    union, so their overhang (60.7 µs) counted as idle: 884.3 µs, and busy + idle > the span."""
+    from tpudiag.pipeline import diagnose
+
+    d = diagnose(capture("jax-gpu-te-fused-attn"))
+    [steps] = [dg.idle_steps for dg in d.analysis.digests.values()]
+    assert int(steps["idle_ps"].sum()) == 823_624_000
+    assert int(steps["period_ps"].sum()) - int(d.analysis.ops["self_time_ps"].sum()) == 823_624_000
+    [idle] = [f for f in d.findings if f.rule == "device-idle"]
+    assert "823.6 µs of 12.96 ms (6.4%" in idle.message
