@@ -191,3 +191,12 @@ def test_an_op_above_peak_is_shown_with_its_rate_and_share():
     from tpudiag.analysis.limits import OverPeak
     assert OverPeak("fusion.1", "FLOP/s", 1.5e15, 918e12, "").shown() == "`fusion.1` 1500.0 TFLOP/s (163.4%)"
     assert OverPeak("copy.1", "HBM bandwidth", 2.46e12, 1.64e12, "").shown() == "`copy.1` 2.46 TB/s (150.0%)"
+
+
+def test_above_peak_means_beyond_a_tenth_of_a_percent():
+    from tpudiag.analysis.limits import above_peak
+    # 1,000 GB/s peak: up to 0.1 % over is rounding (the edge itself included), 1,001.5 GB/s is
+    # above; NaN is not a rate.
+    edge = 1.0e12 * (1 + 1e-3)
+    assert above_peak([1.0e12, edge, 1.0015e12, float("nan")], 1.0e12).tolist() == [False, False, True, False]
+    assert above_peak([5e12], None).tolist() == [False]
