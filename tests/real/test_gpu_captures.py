@@ -342,3 +342,17 @@ def test_idle_counts_the_overhang_of_a_partially_overlapping_kernel_as_busy():
     assert int(steps["period_ps"].sum()) - int(d.analysis.ops["self_time_ps"].sum()) == 823_624_000
     [idle] = [f for f in d.findings if f.rule == "device-idle"]
     assert "823.6 µs of 12.96 ms (6.4%" in idle.message
+
+
+def test_terminal_header_gives_peaks_per_gpu_and_their_sources():
+    """conv3d's planes: gfx942, 304 CUs at 2.1 GHz, 192 GiB (an MI300X), memory_bandwidth 2.66 TB/s."""
+    from rich.console import Console
+
+    from tpudiag.pipeline import diagnose
+    from tpudiag.render.terminal import render_terminal
+
+    console = Console(width=200, record=True, no_color=True)
+    render_terminal(diagnose(capture("jax-gpu-conv3d-8gpu")).report, console)
+    out = console.export_text()
+    assert "8 GPUs" in out and "chips" not in out.split("Steps")[0]
+    assert "Peaks per GPU" in out and "MI300X datasheet (the plane records 2.66 TB/s" in out and "HBM 5.3 TB/s" in out
