@@ -208,6 +208,9 @@ def test_a_trace_op_line_reads_every_field_of_its_math():
     # An outer product contracts nothing: K is 1.
     outer = op_math_from_text("dot.5", "%dot.5 = f32[8,32]{1,0} dot(f32[8]{0} %a, f32[32]{0} %b)").main
     assert (outer.m_dims, outer.n_dims, outer.k_dims) == ((8,), (32,), (1,))
+    # A multi-output fusion (a tuple result) shows no single matmul, whatever its operands.
+    assert op_math_from_text("fusion.8", "%fusion.8 = (f32[8,32]{1,0}, f32[8]{0}) fusion(bf16[8,16]{1,0} %a, "
+                             "bf16[16,32]{1,0} %b)") is None
     # A line with no '=' is no instruction.
     assert op_math_from_text("x", "fusion(f32[8]{0} %a)") is None
     assert op_math_from_text("x", "") is None
