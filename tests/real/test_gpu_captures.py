@@ -371,3 +371,15 @@ def test_diff_per_core_times_count_only_the_gpus_that_ran_ops():
     text = " ".join(out.stdout.split())
     assert "(104.02 ms base, 12.96 ms new)" in text
     assert "te_fused_attn_backward_ffi.18 (custom-call) 2.33 ms per core" in text
+
+
+def test_tui_overview_of_a_gpu_capture_counts_gpus():
+    from types import SimpleNamespace
+
+    from tpudiag.pipeline import diagnose
+    from tpudiag.tui.views import OverviewView
+
+    report = diagnose(capture("jax-gpu-te-fused-attn")).report
+    view = SimpleNamespace(session=SimpleNamespace(report=report))
+    text = OverviewView._summary(view).plain
+    assert "8 GPUs (1 ran kernels)" in text and "chips" not in text and "peaks per GPU" in text
