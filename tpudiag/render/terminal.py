@@ -32,7 +32,8 @@ def _header(report: Report) -> Group:
     lines.append(Text(f"Device: {device}{gen} · {len(s.hosts)} host{'s' * (len(s.hosts) != 1)} · "
                       + _devices(s)))
     if s.peak_flops_per_s:
-        lines.append(Text(f"Peaks per core ({s.peaks_source}): {fmt_flops(s.peak_flops_per_s)}, "
+        lines.append(Text(f"Peaks per {'GPU' if s.gpu_peaks_source else 'core'} ({s.gpu_peaks_source or s.peaks_source}): "
+                          f"{fmt_flops(s.peak_flops_per_s)}, "
                           f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
                           + (f", {s.vmem.describe(fmt_bandwidth)}" if s.vmem is not None else "")))
     if s.step_time is not None:
