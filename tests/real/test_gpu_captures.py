@@ -342,3 +342,44 @@ def test_idle_counts_the_overhang_of_a_partially_overlapping_kernel_as_busy():
     assert int(steps["period_ps"].sum()) - int(d.analysis.ops["self_time_ps"].sum()) == 823_624_000
     [idle] = [f for f in d.findings if f.rule == "device-idle"]
     assert "823.6 µs of 12.96 ms (6.4%" in idle.message
+
+
+def test_terminal_header_gives_peaks_per_gpu_and_their_sources():
+    """conv3d's planes: gfx942, 304 CUs at 2.1 GHz, 192 GiB (an MI300X), memory_bandwidth 2.66 TB/s."""
+    from rich.console import Console
+
+    from tpudiag.pipeline import diagnose
+    from tpudiag.render.terminal import render_terminal
+
+    console = Console(width=200, record=True, no_color=True)
+    render_terminal(diagnose(capture("jax-gpu-conv3d-8gpu")).report, console)
+    out = console.export_text()
+    assert "8 GPUs" in out and "chips" not in out.split("Steps")[0]
+    assert "Peaks per GPU" in out and "MI300X datasheet (the plane records 2.66 TB/s" in out and "HBM 5.3 TB/s" in out
+
+
+def test_diff_per_core_times_count_only_the_gpus_that_ran_ops():
+    """te-fused-attn's ops all ran on GPU:0 (1 of 8 planes has events): `te_fused_attn_backward_ffi.18`
+    took 2,330.62 µs there (xprof's get_hlo_stats), not 291.3 µs "per core" (/8), and the one GPU's
+    span is 12.96 ms, not 1.62 ms. conv3d's 8 GPUs all ran ops: their mean span, 104.02 ms, stands."""
+    from tests.conftest import REPO
+
+    out = subprocess.run([sys.executable, "-m", "tpudiag", "diff", str(capture("jax-gpu-conv3d-8gpu")),
+                          str(capture("jax-gpu-te-fused-attn"))], capture_output=True, text=True, timeout=600,
+                         cwd=REPO, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    text = " ".join(out.stdout.split())
+    assert "(104.02 ms base, 12.96 ms new)" in text
+    assert "te_fused_attn_backward_ffi.18 (custom-call) 2.33 ms per core" in text
+
+
+def test_tui_overview_of_a_gpu_capture_counts_gpus():
+    from types import SimpleNamespace
+
+    from tpudiag.pipeline import diagnose
+    from tpudiag.tui.views import OverviewView
+
+    report = diagnose(capture("jax-gpu-te-fused-attn")).report
+    view = SimpleNamespace(session=SimpleNamespace(report=report))
+    text = OverviewView._summary(view).plain
+    assert "8 GPUs (1 ran kernels)" in text and "chips" not in text and "peaks per GPU" in text
