@@ -383,3 +383,13 @@ def test_tui_overview_of_a_gpu_capture_counts_gpus():
     view = SimpleNamespace(session=SimpleNamespace(report=report))
     text = OverviewView._summary(view).plain
     assert "8 GPUs (1 ran kernels)" in text and "chips" not in text and "peaks per GPU" in text
+
+
+def test_v100_low_mxu_skip_names_the_missing_flops_not_the_peak():
+    # The V100's peak comes from the hardware table (125 TFLOP/s in the methods); what the capture
+    # lacks is FLOPs: no TensorFlow kernel carries an HLO op, so nothing records any.
+    from tpudiag.pipeline import diagnose
+
+    d = diagnose(capture("tf-gpu-v100-multiworker-bert"))
+    (reason,) = [s.reason for s in d.skipped if s.rule == "low-mxu-utilization"]
+    assert reason.startswith("needs per-op FLOPs: no op in the trace records any"), reason

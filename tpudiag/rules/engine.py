@@ -77,7 +77,21 @@ def _skip_reason(missing: RuleInput, ctx: RuleContext) -> str:
         return "needs the compiled HLO: pass the XLA dump (`--xla_dump_to`) of the same compile too"
     if ctx.static and ctx.analysis is None and missing in (RuleInput.TRACE, RuleInput.FLOPS, RuleInput.LAYOUTS):
         return STATIC_REASONS[RuleInput.TRACE if ctx.compiled.programs else RuleInput.HLO]
+    if missing is RuleInput.FLOPS and _has_device_trace(ctx.analysis):
+        return _flops_reason(ctx.analysis)
     return INPUTS[missing]
+
+
+def _flops_reason(analysis: Analysis) -> str:
+    """Which half of the FLOPS input a trace lacks: a V100 capture has its peak (from the hardware
+    table) but no op with FLOPs, so "a peak FLOP/s in the trace" would name the wrong one."""
+    has_peak = bool(analysis.profile.hosts[0].device.peak_flops_per_s)
+    has_flops = bool((analysis.ops["flops"] > 0).any())
+    if has_peak and not has_flops:
+        return "needs per-op FLOPs: no op in the trace records any"
+    if has_flops and not has_peak:
+        return "needs the device's peak FLOP/s: neither the trace nor the hardware table gives one"
+    return INPUTS[RuleInput.FLOPS]
 
 
 def run_rules(analysis: Analysis | None, config: RulesConfig | None, compiled: CompiledInputs, *,
