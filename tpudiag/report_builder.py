@@ -55,7 +55,8 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
         input_path=profile.input_path, run=profile.run, platform=first.platform, device_type=first.device_type,
         generation=first.chip.generation if first.chip else "", hosts=tuple(h.host for h in profile.hosts),
         n_chips=sum(h.device.n_chips for h in profile.hosts), n_cores=sum(h.device.n_cores for h in profile.hosts),
-        n_cores_with_ops=_cores_with_ops(profile),
+        n_cores_with_ops=analysis.n_cores_with_ops,
+        gpu_peaks_source=first.gpu.peaks_source() if first.gpu is not None else "",
         peak_flops_per_s=first.peak_flops_per_s, hbm_bytes_per_s=first.hbm_bytes_per_s,
         peaks_source=first.peaks_source, step_source=", ".join(sorted(sources)),
         step_time=_distribution(combined), host_spread_ps=spread,
@@ -145,13 +146,6 @@ def _distribution(values: np.ndarray) -> Distribution | None:
         return None
     return Distribution(count=len(values), mean_ps=float(values.mean()), p50_ps=float(np.percentile(values, 50)),
                         p90_ps=float(np.percentile(values, 90)), min_ps=int(values.min()), max_ps=int(values.max()))
-
-
-def _cores_with_ops(profile) -> int | None:
-    """Cores (planes) that ran at least one op, over hosts; None where a host has no digest."""
-    if any(h.digest is None for h in profile.hosts):
-        return None
-    return sum(int(h.digest.op_cores[["device", "core"]].drop_duplicates().shape[0]) for h in profile.hosts)
 
 
 def _host_summaries(analysis: Analysis) -> list[HostSummary]:

@@ -90,3 +90,12 @@ def test_an_op_without_a_category_and_a_core_without_steps():
         OpExtra("all-reduce.1", "", 500.0, 0.0, 500.0),
         OpExtra("fusion.1", "convolution fusion", 500.0, 250.0, 250.0),
         OpExtra("copy.1", "", 30.0, 0.0, 30.0)]
+
+
+def test_an_op_level_with_the_median_is_no_extra_and_one_picosecond_over_is():
+    from tpudiag.analysis.core_balance import OpExtra, capture_core_work, op_extras
+    rows = [(h, c, 1, name, ps, ps) for h, c, slow in (("a", 0, False), ("a", 1, False), ("b", 1, True))
+            for name, ps in (("level.1", 100), ("over.1", 101 if slow else 100))]
+    op_cores = _op_cores(rows)
+    cores = capture_core_work(op_cores, 5000.0)
+    assert op_extras(op_cores, cores, cores[2]) == [OpExtra("over.1", "", 101.0, 100.0, 1.0)]

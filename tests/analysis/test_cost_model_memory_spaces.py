@@ -105,7 +105,8 @@ FLOPS = """HloModule f
 
 ENTRY %main (a: f32[8,8]) -> f32[8,8] {
   %a = f32[8,8]{1,0} parameter(0)
-  ROOT %outer = f32[8,8]{1,0} fusion(%a), kind=kOutput, calls=%body
+  %outer = f32[8,8]{1,0} fusion(%a), kind=kOutput, calls=%body
+  ROOT %alone = f32[8,8]{1,0} fusion(%outer), kind=kOutput, calls=%inner
 }
 """
 
@@ -116,6 +117,7 @@ def test_an_ops_flops_sum_every_matmul_it_calls_down_the_levels():
     matmul = {("body", "d1"): 100.0, ("body", "d2"): 30.0, ("inner", "d3"): 7.0}  # as the caller states them
     ops = op_estimates(parse_hlo_text(FLOPS), model, 1, {}, None, matmul).set_index("name")
     assert ops.loc["outer", "flops"] == 137.0
+    assert ops.loc["alone", "flops"] == 7.0  # another op calling only the inner computation
 
 
 def test_a_wrappers_group_size_may_be_keyed_by_the_computation_it_calls():

@@ -161,3 +161,42 @@ def test_the_rates_above_peak_are_decided_once_per_diagnosis(tmp_path, monkeypat
     assert diagnosis.analysis.over_peak_names == {"fusion.9"}
     assert diagnosis.analysis.ops["flop_rate"].isna().all()  # the ops table's mark the analysis read
     assert [w for w in diagnosis.warnings if "`fusion.9` 2000.0 TFLOP/s" in w]
+
+
+def _device(source, device_type):
+    from tpudiag.model.profile import DeviceInfo, PeaksSource, Platform
+    return DeviceInfo(Platform.TPU, device_type, None, 918e12, 1.64e12, PeaksSource(source), 1, 1)
+
+
+def test_each_cause_of_a_rate_above_peak_as_written():
+    # The warning's wording per case, written out (a mutated word or branch shows here).
+    from tpudiag.analysis.limits import ASYNC_CAUSE, MODEL_CAUSE, _cause
+    trace, table = _device("trace", "TPU v6 Lite"), _device("hardware table", "")
+    assert _cause("all-gather.1", "ICI bandwidth", trace, False) == (
+        "likely the payload or replica group modelled for it is not what moved (without `replica_groups` in the "
+        "HLO text every chip of the host is assumed), or the trace's time is not the transfer's")
+    assert _cause("fusion.1", "FLOP/s", trace, True) == MODEL_CAUSE
+    assert _cause("copy-done.2", "HBM bandwidth", trace, False) == ASYNC_CAUSE       # by its async role
+    assert _cause("my-start.2", "HBM bandwidth", trace, False) == ASYNC_CAUSE         # by the name's suffix
+    assert _cause("fusion.1", "FLOP/s", trace, False) == (
+        "likely it runs in int8 or fp8, whose peak can be above the bf16 peak used here, its FLOP count holds work "
+        "the core did not do (padding), or the trace's peak for TPU v6 Lite is not this core's (another "
+        "generation's, or per chip where the op runs on one core)")
+    assert _cause("fusion.1", "HBM bandwidth", table, False) == (
+        "likely its bytes are not all HBM traffic (on-chip memory counted as HBM), or the hardware table's peak "
+        "is not this core's (another generation's, or per chip where the op runs on one core)")
+
+
+def test_an_op_above_peak_is_shown_with_its_rate_and_share():
+    from tpudiag.analysis.limits import OverPeak
+    assert OverPeak("fusion.1", "FLOP/s", 1.5e15, 918e12, "").shown() == "`fusion.1` 1500.0 TFLOP/s (163.4%)"
+    assert OverPeak("copy.1", "HBM bandwidth", 2.46e12, 1.64e12, "").shown() == "`copy.1` 2.46 TB/s (150.0%)"
+
+
+def test_above_peak_means_beyond_a_tenth_of_a_percent():
+    from tpudiag.analysis.limits import above_peak
+    # 1,000 GB/s peak: up to 0.1 % over is rounding (the edge itself included), 1,001.5 GB/s is
+    # above; NaN is not a rate.
+    edge = 1.0e12 * (1 + 1e-3)
+    assert above_peak([1.0e12, edge, 1.0015e12, float("nan")], 1.0e12).tolist() == [False, False, True, False]
+    assert above_peak([5e12], None).tolist() == [False]

@@ -88,7 +88,8 @@ def test_run_captures_the_bundled_example_whole_and_prints_its_report(tmp_path):
     assert executed and set(executed.values()) == {5}, ops
     # the CPU compiler's dumps join the CPU ops, as a TPU's do: source lines and layouts from them
     assert f"Compiler dumps: {xla} (XLA)" in proc.stdout
-    joined = re.search(r"Compiled facts joined to (\d+) of (\d+) ops \(layouts (\d+).*from (\S+)\)", proc.stdout)
+    joined = re.search(r"Compiled facts joined to (\d+) of (\d+) ops \(layouts for (\d+).*?from\s+(\S+)\)", proc.stdout,
+                       re.S)  # the line may wrap at 140 columns
     assert joined and int(joined[1]) > 0 and int(joined[3]) > 0 and joined[4] == str(xla), proc.stdout
     assert "train_loop.py:" in proc.stdout  # an op's source line, from the dumped HLO's metadata
 

@@ -174,6 +174,7 @@ ENTRY %main (a: f32[8,16], b: f32[16,4], x: f32[2,6,8], w: f32[4,6,3]) -> f32[8,
   %plain = f32[8,4]{1,0} fusion(%a, %b), calls=%outer
   %called = f32[8,4]{1,0} call(%a, %b), to_apply=%outer
   %conv = f32[2,4,6]{2,1,0} convolution(%x, %w), window={size=3}, dim_labels=bf0_oi0->bf0
+  %top = f32[8,4]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   ROOT %sum = f32[8,4]{1,0} add(%nested, %plain)
 }
 """
@@ -181,7 +182,7 @@ ENTRY %main (a: f32[8,16], b: f32[16,4], x: f32[2,6,8], w: f32[4,6,3]) -> f32[8,
 
 def test_gpu_op_costs_through_nested_fusions_calls_and_convolutions():
     program = parse_hlo_text(NESTED_HLO, "m.txt")
-    cost = {n: gpu_op_cost(program, program.find(n)) for n in ("nested", "plain", "called", "conv", "sum")}
+    cost = {n: gpu_op_cost(program, program.find(n)) for n in ("nested", "plain", "called", "conv", "top", "sum")}
     dot = 2 * 8 * 4 * 16  # the [8,16] x [16,4] dot two fusion levels down
     operands = 4 * (8 * 16 + 16 * 4)
     assert cost["nested"] == OpCost(dot, operands + 4 * 8 * 4, "input fusion")
@@ -191,4 +192,6 @@ def test_gpu_op_costs_through_nested_fusions_calls_and_convolutions():
     conv_flops = 2 * 6 * 4 * 2 * 18
     conv_bytes = 4 * (2 * 6 * 8 + 4 * 6 * 3) + 4 * 2 * 4 * 6
     assert cost["conv"] == OpCost(conv_flops, conv_bytes, "convolution")
+    assert cost["top"] == OpCost(dot, operands + 4 * 8 * 4, "dot")  # a dot outside any fusion
     assert cost["sum"] == OpCost(0.0, 3 * 4 * 8 * 4, "add")
+    assert gpu_category(program.find("f")) == "output fusion"

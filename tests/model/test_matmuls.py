@@ -196,6 +196,21 @@ def test_a_trace_op_line_reads_every_field_of_its_math():
                              'backend_config="{\\"cost_estimate\\": {\\"flops\\": 64, \\"bytes_accessed\\": 32}}"'
                              ) == OpMath(op="custom-call.5", opcode="custom-call", matmuls=(), declared_flops=64.0,
                                          declared_bytes=32.0)
+    # A fusion whose two operands compose as [8,16] x [16,32]: one unbatched product (batch 1).
+    assert op_math_from_text("fusion.9", "%fusion.9 = f32[8,32]{1,0} fusion(bf16[8,16]{1,0} %lhs, f32[16,32]{1,0} "
+                             "%rhs), kind=kOutput") == OpMath(
+        op="fusion.9", opcode="fusion",
+        matmuls=(_text_matmul("fusion.9", "fusion", 8, 32, 16, (1,), "bf16", "f32", "f32", "operand shapes"),))
+    # Two contracting dims: [8,4,16] x [4,16,32] contracts 4 x 16.
+    two = op_math_from_text("dot.6", "%dot.6 = f32[8,32]{1,0} dot(f32[8,4,16]{2,1,0} %a, f32[4,16,32]{2,1,0} %b), "
+                            "lhs_contracting_dims={1,2}, rhs_contracting_dims={0,1}").main
+    assert (two.m_dims, two.n_dims, two.k_dims) == ((8,), (32,), (4, 16))
+    # An outer product contracts nothing: K is 1.
+    outer = op_math_from_text("dot.5", "%dot.5 = f32[8,32]{1,0} dot(f32[8]{0} %a, f32[32]{0} %b)").main
+    assert (outer.m_dims, outer.n_dims, outer.k_dims) == ((8,), (32,), (1,))
+    # A multi-output fusion (a tuple result) shows no single matmul, whatever its operands.
+    assert op_math_from_text("fusion.8", "%fusion.8 = (f32[8,32]{1,0}, f32[8]{0}) fusion(bf16[8,16]{1,0} %a, "
+                             "bf16[16,32]{1,0} %b)") is None
     # A line with no '=' is no instruction.
     assert op_math_from_text("x", "fusion(f32[8]{0} %a)") is None
     assert op_math_from_text("x", "") is None

@@ -306,3 +306,80 @@ def test_report_memory_states_the_gpus_memory_size_it_names_in_the_header():
     assert p.hbm_capacity_bytes == 309_220_868_096
     md = render_markdown(d.report)
     assert "HBM size is unknown" not in md and "0.2% of the 288 GiB of HBM (the GPU's memory\\_size" in md
+
+
+def test_memory_bound_bytes_are_the_one_gpus_that_ran_them_over_the_capture(tmp_path):
+    """te-fused-attn has no steps and one GPU of 8 with events: the rule divided the reductions'
+    bytes by 8 planes and called it "per step" (180 MiB for `loop_reduce_fusion`). The bytes are
+    xprof's bandwidth times its total time for the op: 6,312.82 GiB/s x 223.3 µs = 1.41 GiB, all on GPU:0."""
+    from tpudiag.pipeline import diagnose
+    from tpudiag.render.markdown import render_markdown
+
+    stats = _hlo_stats("jax-gpu-te-fused-attn", tmp_path)
+    rec = stats["loop_reduce_fusion"]
+    by_hand = rec["measured_memory_bw_gbs"] * GIB * rec["total_time_us"] / US
+    d = diagnose(capture("jax-gpu-te-fused-attn"))
+    [f] = [f for f in d.findings if f.rule == "memory-bound"]
+    assert "per GPU over the capture" in f.message and "per step" not in f.message
+    [row] = [e for e in f.evidence if e.subject == "loop_reduce_fusion"]
+    assert dict(row.values)["HBM bytes"] == "1.41 GiB" and by_hand / GIB == pytest.approx(1.41, abs=0.005)
+    md = render_markdown(d.report)
+    # No TPU memory levels in a GPU report's prose, and the methods say where GPU costs come from
+    assert "VMEM (`S(1)`" not in md and "copies brought into VMEM" not in md
+    assert "XLA's cost analysis, recorded in the trace" not in md and "Hardware peaks per GPU" in md
+
+
+def test_idle_counts_the_overhang_of_a_partially_overlapping_kernel_as_busy():
+    """By hand (the union of GPU:0's 150 `Stream #2` events, read with protobuf alone): the span is
+    12,956.751 µs, busy 12,133.127 µs (= the ops' summed self time), idle 823.624 µs (6.4 %). The
+    6 kernels that start before their predecessor ends were read as nested and left out of the busy
+    union, so their overhang (60.7 µs) counted as idle: 884.3 µs, and busy + idle > the span."""
+    from tpudiag.pipeline import diagnose
+
+    d = diagnose(capture("jax-gpu-te-fused-attn"))
+    [steps] = [dg.idle_steps for dg in d.analysis.digests.values()]
+    assert int(steps["idle_ps"].sum()) == 823_624_000
+    assert int(steps["period_ps"].sum()) - int(d.analysis.ops["self_time_ps"].sum()) == 823_624_000
+    [idle] = [f for f in d.findings if f.rule == "device-idle"]
+    assert "823.6 µs of 12.96 ms (6.4%" in idle.message
+
+
+def test_terminal_header_gives_peaks_per_gpu_and_their_sources():
+    """conv3d's planes: gfx942, 304 CUs at 2.1 GHz, 192 GiB (an MI300X), memory_bandwidth 2.66 TB/s."""
+    from rich.console import Console
+
+    from tpudiag.pipeline import diagnose
+    from tpudiag.render.terminal import render_terminal
+
+    console = Console(width=200, record=True, no_color=True)
+    render_terminal(diagnose(capture("jax-gpu-conv3d-8gpu")).report, console)
+    out = console.export_text()
+    assert "8 GPUs" in out and "chips" not in out.split("Steps")[0]
+    assert "Peaks per GPU" in out and "MI300X datasheet (the plane records 2.66 TB/s" in out and "HBM 5.3 TB/s" in out
+
+
+def test_diff_per_core_times_count_only_the_gpus_that_ran_ops():
+    """te-fused-attn's ops all ran on GPU:0 (1 of 8 planes has events): `te_fused_attn_backward_ffi.18`
+    took 2,330.62 µs there (xprof's get_hlo_stats), not 291.3 µs "per core" (/8), and the one GPU's
+    span is 12.96 ms, not 1.62 ms. conv3d's 8 GPUs all ran ops: their mean span, 104.02 ms, stands."""
+    from tests.conftest import REPO
+
+    out = subprocess.run([sys.executable, "-m", "tpudiag", "diff", str(capture("jax-gpu-conv3d-8gpu")),
+                          str(capture("jax-gpu-te-fused-attn"))], capture_output=True, text=True, timeout=600,
+                         cwd=REPO, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    text = " ".join(out.stdout.split())
+    assert "(104.02 ms base, 12.96 ms new)" in text
+    assert "te_fused_attn_backward_ffi.18 (custom-call) 2.33 ms per core" in text
+
+
+def test_tui_overview_of_a_gpu_capture_counts_gpus():
+    from types import SimpleNamespace
+
+    from tpudiag.pipeline import diagnose
+    from tpudiag.tui.views import OverviewView
+
+    report = diagnose(capture("jax-gpu-te-fused-attn")).report
+    view = SimpleNamespace(session=SimpleNamespace(report=report))
+    text = OverviewView._summary(view).plain
+    assert "8 GPUs (1 ran kernels)" in text and "chips" not in text and "peaks per GPU" in text

@@ -76,3 +76,48 @@ def test_integer_options_accept_integral_floats_only():
     assert config.resolve()[1][1].max_findings == 3
     with pytest.raises(UsageError, match="must be int"):
         parse_config({"rules": {"low-mxu-utilization": {"max_findings": 2.5}}})
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[project]\nname = "x"\n', "no `\\[tool.tpudiag\\]` table"),   # no tool table at all
+    ('[tool.black]\nline-length = 1\n', "no `\\[tool.tpudiag\\]` table"),
+    ('tool = "x"\n', "`tool` is not a table"),
+    ('[tool]\ntpudiag = 3\n', "the tpudiag config is not a table"),
+])
+def test_a_named_pyproject_must_hold_a_tpudiag_table(tmp_path: Path, text: str, message: str):
+    path = tmp_path / "pyproject.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message) as info:
+        load_config(config_file=path)
+    assert info.value.exit_code == 2 and info.value.path == str(path)
+    assert str(info.value) == message.replace("\\", "")  # the whole message, not only a part of it
+
+
+@pytest.mark.parametrize(("data", "message", "hint"), [
+    ({"colour": 1}, "unknown key `colour` in the tpudiag config", "known keys: select, ignore, rules"),
+    ({"ignore": "exposed-collective"}, "`ignore` must be a list of rule names or codes", None),
+    ({"ignore": ["no-such-rule"]}, "unknown rule `no-such-rule` in `ignore`", None),
+    ({"rules": 3}, "`rules` must be a table of rule tables", None),
+    ({"rules": {"nope": {}}}, "unknown rule `nope` in `rules`", "`tpudiag rules` lists the rules"),
+    ({"rules": {"exposed-collective": 3}}, "`rules.exposed-collective` must be a table of options", None),
+    ({"rules": {"exposed-collective": {"min_exposed_fraction": "high"}}}, "must be float",
+     "see `tpudiag rule exposed-collective` for its options"),
+])
+def test_each_config_error_names_the_file_and_its_hint(data, message, hint):
+    from tpudiag.rules.config import parse_config
+    with pytest.raises(UsageError) as info:
+        parse_config(data, "team.toml")
+    assert message in str(info.value) and info.value.path == "team.toml"
+    if message != "must be float":  # the whole line as printed, not only a part of it
+        assert str(info.value) == message
+    if hint is not None:
+        assert info.value.hint == hint
+
+
+def test_ignore_is_read_and_defaults_to_nothing():
+    from tpudiag.rules.config import parse_config
+    with pytest.raises(UsageError) as info:
+        parse_config({"colour": 1})
+    assert info.value.path is None  # no source given: no file named
+    assert parse_config({}).ignore == ()
+    assert parse_config({"ignore": ["exposed-collective"]}).ignore == ("exposed-collective",)

@@ -423,7 +423,8 @@ def compare_steps(base: np.ndarray, new: np.ndarray, centre: str, options: Noise
 
 
 def _n_cores(analysis: Analysis) -> int:
-    return max(1, sum(h.device.n_cores for h in analysis.profile.hosts))
+    """The cores a per-core time divides by: on a GPU those that ran ops (`Analysis.n_cores_of_ops`)."""
+    return analysis.n_cores_of_ops
 
 
 def _steps(analysis: Analysis) -> np.ndarray:

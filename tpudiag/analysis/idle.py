@@ -1,6 +1,6 @@
 """TensorCore idle per step, host and core, and what the host was doing meanwhile.
 
-Idle is the part of a step's period that no top-level op covers. The period is the step marker
+Idle is the part of a step's period that no op covers. The period is the step marker
 for captures with a `Steps` line; for captures whose steps are module executions (inference, no
 `Steps` line) it runs from one execution's start to the next one's on the same core, so the gap
 between executions (waiting for the next dispatch) counts too. The last execution has no known
@@ -135,12 +135,14 @@ def host_idle_tables(host: HostTrace, steps: pd.DataFrame, executions: bool) -> 
     ev = host.events
     if not steps.empty and ev is not None:
         sparse_cat = np.array(["SparseCore" in str(d) for d in ev["device"].cat.categories], dtype=bool)
-        top = (ev["depth"].to_numpy() == 0) & ~sparse_cat[ev["device"].cat.codes.to_numpy()]
+        # Every depth: a nested op adds nothing to the union, but one that only partially overlaps its
+        # predecessor (read as nested for the overlap) runs on past it, and that part is busy too.
+        counted = ~sparse_cat[ev["device"].cat.codes.to_numpy()]
         core_arr = ev["core"].to_numpy()
         start = ev["start_ps"].to_numpy()
         end = start + ev["dur_ps"].to_numpy()
         for core, w in _windows(steps, executions).groupby("core", sort=True):
-            on = top & (core_arr == core)
+            on = counted & (core_arr == core)
             bs, be = merge(start[on], end[on])
             ws, we = w["start_ps"].to_numpy(), w["end_ps"].to_numpy()
             win, gs, ge = _gaps_on_core(ws, we, bs, be)

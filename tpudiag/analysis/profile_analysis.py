@@ -53,6 +53,19 @@ class Analysis:
     def n_events(self) -> int:
         return sum(d.n_events for d in self.digests.values())
 
+    @property
+    def n_cores_with_ops(self) -> int:
+        """Cores (GPUs) that ran at least one op, over hosts: on a GPU capture planes without events
+        are common (te-fused-attn: 1 of 8), and a mean over cores must not count them."""
+        return sum(int(d.op_cores[["device", "core"]].drop_duplicates().shape[0]) for d in self.digests.values())
+
+    @property
+    def n_cores_of_ops(self) -> int:
+        """The cores a per-core mean divides by: those that ran ops (all of them, on a TPU), at least 1."""
+        active = self.n_cores_with_ops
+        return (active if self.platform is Platform.GPU and active else
+                sum(h.device.n_cores for h in self.profile.hosts)) or 1
+
     def collectives(self, thresholds: WindowThresholds) -> CollectiveClasses:
         """Every host's collective windows, stacked and classed with `thresholds` from the covered
         fractions their digests keep (no events needed). Per step, the exposed time per op on the

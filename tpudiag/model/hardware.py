@@ -273,6 +273,17 @@ class GpuDevice:
             return None
         return g.matrix_flops_per_core_per_cycle * self.cores * self.clock_hz
 
+    def peaks_source(self) -> str:
+        """Where the peaks come from, for the report's methods."""
+        from tpudiag.model.units import fmt_bandwidth
+
+        datasheet = amd_hbm_peak(self.generation, self.memory_bytes)
+        hbm = (f"HBM from AMD's {datasheet.models} datasheet (the plane records "
+               f"{fmt_bandwidth(self.plane_hbm_bytes_per_s)}, counting HBM3 at two transfers per clock)"
+               if datasheet is not None and self.plane_hbm_bytes_per_s != self.hbm_bytes_per_s
+               else "HBM: the plane's memory_bandwidth stat")
+        return f"FLOP/s: the generation's dense bf16 matrix rate x {'CUs' if self.vendor == 'AMD' else 'SMs'} x clock; {hbm}"
+
     def describe(self) -> str:
         """`AMD Instinct MI300 (gfx942), 304 CUs at 2.10 GHz, 192 GiB` for the report's header."""
         core_word = "CUs" if self.vendor == "AMD" else "SMs"

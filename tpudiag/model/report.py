@@ -174,6 +174,7 @@ class Summary:
     busy_share: float | None = None
     vmem: VmemBandwidth | None = None  # peak VMEM bandwidth per core and its source; None: no VMEM roof
     n_cores_with_ops: int | None = None  # cores (GPUs) that ran at least one op, over hosts; None: not counted
+    gpu_peaks_source: str = ""  # a GPU's: how its peaks were made (`GpuDevice.peaks_source`); '' otherwise
 
     @property
     def chip_word(self) -> str:

@@ -277,14 +277,19 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
     align = "r" + ("l" if multi else "") + "llrrrrrll"
     when = ("*per step* is the op's self time per step and core (mean)" if per_step
             else "*self time* is summed over cores and occurrences (no steps)")
+    gpu = report.summary.platform is Platform.GPU
+    levels = ("the achieved rates over the GPU's peaks; an op is *bound by* the level (compute, HBM) whose "
+              "utilization is the highest, *latency* when it has none. n/a is no rate, or one above the peak (see "
+              "the warnings). FLOP/B is FLOPs per HBM byte." if gpu else
+              "the achieved rates over the per-core peaks; an op is *bound by* the level (compute, HBM, VMEM) whose "
+              "utilization is the highest, *latency* when it has none; VMEM's counts its bytes in VMEM (`S(1)`, "
+              "modelled from the layouts) against the VMEM peak in the methods, where one is known. n/a is no "
+              "rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
+              "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
+              "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
     intro = (f"The {len(compute)} ops besides collectives with the most self time, of {shown.n_compute}; "
-             f"{when}, *share* its share of core time (totals in the JSON). FLOP util and HBM BW util are the "
-             "achieved rates over the per-core peaks; an op is *bound by* the level (compute, HBM, VMEM) whose "
-             "utilization is the highest, *latency* when it has none; VMEM's counts its bytes in VMEM (`S(1)`, "
-             "modelled from the layouts) against the VMEM peak in the methods, where one is known. n/a is no "
-             "rate, or one above the peak (see the warnings). FLOP/B is FLOPs per HBM "
-             "byte; where async copies brought an op's operands into VMEM, their bytes count as its HBM bytes "
-             "(modelled from the layouts) and it is bound by its FLOP/B against the ridge (marked \\*).")
+             f"{when}, *share* its share of {'GPU' if gpu else 'core'} time (totals in the JSON). FLOP util and HBM "
+             f"BW util are {levels}")
     if shown.outside_steps:
         intro += f" *{OUTSIDE_STEPS.replace(':', '*:', 1)}."
     for value in sorted({op.bound_by for op in compute} & set(BOUND_LEGENDS)):
@@ -314,7 +319,13 @@ def _ops_section(report: Report, figures: Mapping[str, tuple[str, str]], top: in
                                                             "ICI BW", "of ICI peak"], rows,
                      "r" + ("l" if multi else "") + "llrrrrrr")
     if "roofline" in figures:
-        out += ["", "On the roofline, ops left of the ridge are limited by memory bandwidth, ops right of it by "
+        if report.summary.platform is Platform.GPU:
+            out += ["", "On the roofline, ops left of the ridge are limited by HBM bandwidth, ops right of it by "
+                    "compute; the gap between a point and its roof is headroom. Each op is drawn at its FLOPs per "
+                    "HBM byte; colour is what binds it; the largest ops are numbered, with a key under the plot. "
+                    "Ops without FLOPs (copies, elementwise fusions, kernels without cost data) are not drawn."]
+        else:
+            out += ["", "On the roofline, ops left of the ridge are limited by memory bandwidth, ops right of it by "
                 "compute; the gap between a point and its roof is headroom. There is a roof per memory level: "
                 "HBM, and VMEM where a source gives the chip's VMEM bandwidth (the trace's own peaks, else the "
                 "table in the methods). Each op is drawn at its FLOPs per HBM byte (circles, counting what its "
@@ -433,8 +444,12 @@ def _methods(report: Report, figures_note: str) -> list[str]:
         measured = ("Nothing in this report was measured on hardware: op times come from a performance model "
                     "of the compiled program (`tpudiag simulate`).")
     else:
+        costs = ("FLOPs and bytes per op, from the HLO the capture embeds where it does, as XProf charges GPU "
+                 "kernels (FLOPs of dots and convolutions only; custom calls XLA does not cost, and kernels no "
+                 "HLO op launched, have none)"
+                 if s.platform is Platform.GPU else "FLOPs and bytes per op (XLA's cost analysis, recorded in the trace)")
         measured = ("**Measured:** step boundaries, op start times and durations, from the device trace. "
-                    "**From the compiler:** FLOPs and bytes per op (XLA's cost analysis, recorded in the trace). "
+                    f"**From the compiler:** {costs}. "
                     "**Derived:** rates, utilizations and the compute-bound/HBM-bound label (counts over measured "
                     "time, over the peaks below). **Estimated:** the savings of findings, each labelled measured, modelled "
                     "or compiler estimate by how it was obtained.")
@@ -449,7 +464,9 @@ def _methods(report: Report, figures_note: str) -> list[str]:
                "the slowest host's); the breakdown is the mean per step and core.")
     if s.peak_flops_per_s:
         ridge = s.ridge_flops_per_byte
-        out.append(f"- Hardware peaks per core ({text(s.peaks_source)}): {fmt_flops(s.peak_flops_per_s)}, "
+        source = s.gpu_peaks_source or s.peaks_source
+        out.append(f"- Hardware peaks per {'GPU' if s.platform is Platform.GPU else 'core'} ({text(source)}): "
+                   f"{fmt_flops(s.peak_flops_per_s)}, "
                    f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
                    + (f"; roofline ridge at {ridge:.0f} FLOP/byte" if ridge else "")
                    + (f"; {text(s.vmem.describe(fmt_bandwidth))}" if s.vmem is not None else "")

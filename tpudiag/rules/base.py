@@ -232,8 +232,7 @@ def step_basis(analysis: Analysis) -> StepBasis:
     steps = analysis.steps
     if whole_capture(analysis):
         span = max(analysis.core_time_ps.values(), default=0)
-        cores = sum(h.device.n_cores for h in analysis.profile.hosts) or 1
-        return StepBasis(1, span / cores, True)
+        return StepBasis(1, span / analysis.n_cores_of_ops, True)
     per_step = steps.groupby("step")["dur_ps"].max()
     return StepBasis(len(per_step), float(per_step.mean()), False)
 

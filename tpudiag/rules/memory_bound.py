@@ -95,6 +95,7 @@ from tpudiag.model.compiled import leaf_arrays
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.hlo_names import async_role
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
+from tpudiag.model.profile import Platform
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, op_hlo_texts,
                                 per_step_worst_core, step_basis)
 from tpudiag.model.hlo_shapes import Shape, dtype_bytes, operand_shapes, parse_shapes, shape_bytes
@@ -206,7 +207,7 @@ def step_floor(ctx: RuleContext, basis) -> StepFloor | None:
                for a in leaf_arrays(p.shape) if a.memory_space == 0)
     if read <= 0:
         return None
-    n_cores = sum(h.device.n_cores for h in analysis.profile.hosts) or 1
+    n_cores = analysis.n_cores_of_ops
     per = basis.n_steps * n_cores
     ops = analysis.ops
     copied = float(ops["copied_hbm_bytes"].sum()) / per if "copied_hbm_bytes" in ops.columns else 0.0
@@ -265,7 +266,7 @@ def _roof_ops(ctx: RuleContext, options: Options) -> list[Finding]:
     if ops.empty or not peak_bw:
         return []
     basis = step_basis(analysis)
-    n_cores = sum(h.device.n_cores for h in analysis.profile.hosts) or 1
+    n_cores = analysis.n_cores_of_ops
     total_core_ps = sum(analysis.core_time_ps.values())
     # Collectives move bytes over ICI, not only HBM: exposed-collective judges them. An op above the
     # peak bandwidth as timed (an async copy's done) is on the roof, but its rate is not physical (a
@@ -320,7 +321,9 @@ def _roof_ops(ctx: RuleContext, options: Options) -> list[Finding]:
         who = "it runs" if n == 1 else "they run" if above == n else f"{above} of them run"
         rate = (f" (timed alone, {who} above the {fmt_bandwidth(peak_bw)} peak, which no core reaches: the "
                 "warnings name the likely cause; no rate is stated)")
-    message = (f"{what} on the HBM roof hold {fmt_pct(roof_share)} of device time: {fmt_bytes(bytes_step)} per step"
+    per = "per GPU over the capture" if basis.whole_capture and analysis.platform is Platform.GPU else \
+        "per core over the capture" if basis.whole_capture else "per step"
+    message = (f"{what} on the HBM roof hold {fmt_pct(roof_share)} of device time: {fmt_bytes(bytes_step)} {per}"
                f"{rate}, operational intensity {oi:.0f} FLOP/B" + (f" vs ridge {ridge:.0f}" if ridge else ""))
     evidence = []
     for r, per_occ, result, operands, options_here, self_step, op_saving in rows[:options.max_ops_shown]:
@@ -333,7 +336,7 @@ def _roof_ops(ctx: RuleContext, options: Options) -> list[Finding]:
             quantities += [Quantity(r.name, "HBM bytes/s", op_bw),
                            Quantity(r.name, "HBM bandwidth utilization", op_bw / peak_bw)]
         values = [("time share", fmt_pct(r.self_time_ps / total_core_ps)),
-                  ("HBM bytes/step", fmt_bytes(r.hbm_bytes / (basis.n_steps * n_cores))),
+                  ("HBM bytes/step" if not basis.whole_capture else "HBM bytes", fmt_bytes(r.hbm_bytes / (basis.n_steps * n_cores))),
                   ("bandwidth", shown),
                   ("op. intensity", f"{r.flops / r.hbm_bytes:.1f} FLOP/B")]
         if operands:
