@@ -145,12 +145,13 @@ def aggregate_ops(host: HostTrace) -> pd.DataFrame:
     for column in (flop_rate, hbm_bw, flop_util, hbm_util):
         column[no_cost] = np.nan
     bound_by = np.where(no_cost, BoundBy.NO_COST_DATA.value, bound_by)
-    # FLOPs or bytes with no peak to hold them against (XLA's CPU runtime records no peaks): nothing
-    # decides what binds the op, and "latency" would say a 2.7 ms matmul reaches no roof.
-    no_peak = ((bound_by == BoundBy.LATENCY.value)
-               & (((flops > 0) & (not peak_flops)) | (((hbm > 0) | (roof_bytes > 0)) & (not peak_hbm))))
-    bound_by = np.where(no_peak, BoundBy.NO_PEAK.value, bound_by)
     basis = np.where(no_cost, BoundBasis.NONE.value, basis)
+    # FLOPs or bytes with no peak to hold them against (XLA's CPU runtime records no peaks): nothing
+    # decides what binds the op, and "latency" would say a 2.7 ms matmul reaches no roof. (Its basis
+    # is already `none`, a latency op's.)
+    no_peak = ((bound_by == BoundBy.LATENCY.value)
+               & (((flops > 0) & (not peak_flops)) | ((roof_bytes > 0) & (not peak_hbm))))
+    bound_by = np.where(no_peak, BoundBy.NO_PEAK.value, bound_by)
     return schemas.OPS.frame({
         "host": np.full(len(df), host.host, dtype=object),
         "program_id": df["program_id"].to_numpy(dtype=np.uint64),

@@ -181,10 +181,14 @@ class Summary:
         """What the report calls one device: a GPU is a GPU, not a chip."""
         return "GPU" if self.platform is Platform.GPU else "chip"
 
-    def devices_text(self) -> str:
-        """`8 chips` on a TPU; on a GPU `8 GPUs (1 ran kernels)`: a plane without events is counted apart."""
+    def devices_text(self, cores: bool = False) -> str:
+        """`8 chips` on a TPU (`4 chips · 4 cores` with `cores`, as headers show it); on a GPU `8 GPUs
+        (1 ran kernels)`: a plane without events is counted apart; on a CPU one device, XLA's threads."""
+        if self.platform is Platform.CPU:
+            return "one device (XLA's CPU threads)"
         if self.platform is not Platform.GPU:
-            return f"{self.n_chips} chip{'s' * (self.n_chips != 1)}"
+            chips = f"{self.n_chips} chip{'s' * (self.n_chips != 1)}"
+            return f"{chips} · {self.n_cores} core{'s' * (self.n_cores != 1)}" if cores else chips
         n = self.n_cores
         active = self.n_cores_with_ops
         busy = f" ({active} ran kernels)" if active is not None and active < n else ""

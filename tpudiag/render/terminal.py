@@ -30,9 +30,9 @@ def _header(report: Report) -> Group:
     gen = f" ({one_line(s.generation)})" if s.generation and s.generation.lower() not in s.device_type.lower() else ""
     device = one_line(s.device_type) or f"{s.platform} (device type not recorded)"
     lines.append(Text(f"Device: {device}{gen} · {len(s.hosts)} host{'s' * (len(s.hosts) != 1)} · "
-                      + _devices(s)))
+                      + s.devices_text(cores=True)))
     if s.peak_flops_per_s:
-        lines.append(Text(f"Peaks per {'GPU' if s.gpu_peaks_source else 'core'} ({s.gpu_peaks_source or s.peaks_source}): "
+        lines.append(Text(f"Peaks per {s.platform.core_word} ({s.gpu_peaks_source or s.peaks_source}): "
                           f"{fmt_flops(s.peak_flops_per_s)}, "
                           f"HBM {fmt_bandwidth(s.hbm_bytes_per_s)}"
                           + (f", {s.vmem.describe(fmt_bandwidth)}" if s.vmem is not None else "")))
@@ -58,16 +58,6 @@ def _header(report: Report) -> Group:
                           f"{c.with_cycles}; "
                           f"from {one_line(', '.join(c.sources)) or 'nothing'})"))
     return Group(*lines)
-
-
-def _devices(s) -> str:
-    """The header's device count: GPUs (`Summary.devices_text`), XLA's CPU threads as one device, or
-    a TPU's chips and cores."""
-    if s.platform is Platform.GPU:
-        return s.devices_text()
-    if s.platform is Platform.CPU:
-        return "one device (XLA's CPU threads)"
-    return f"{s.n_chips} chip{'s' * (s.n_chips != 1)} · {s.n_cores} core{'s' * (s.n_cores != 1)}"
 
 
 def breakdown_title(b: Breakdown, step_time: Distribution | None) -> str:

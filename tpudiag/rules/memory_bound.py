@@ -95,7 +95,6 @@ from tpudiag.model.compiled import leaf_arrays
 from tpudiag.model.findings import Basis, Evidence, Finding, Quantity, Saving, Severity
 from tpudiag.model.hlo_names import async_role
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_pct, fmt_time
-from tpudiag.model.profile import Platform
 from tpudiag.rules.base import (Rule, RuleContext, RuleInput, SeverityScale, Table, op_events, op_hlo_texts,
                                 per_step_worst_core, step_basis)
 from tpudiag.model.hlo_shapes import Shape, dtype_bytes, operand_shapes, parse_shapes, shape_bytes
@@ -321,8 +320,7 @@ def _roof_ops(ctx: RuleContext, options: Options) -> list[Finding]:
         who = "it runs" if n == 1 else "they run" if above == n else f"{above} of them run"
         rate = (f" (timed alone, {who} above the {fmt_bandwidth(peak_bw)} peak, which no core reaches: the "
                 "warnings name the likely cause; no rate is stated)")
-    per = "per GPU over the capture" if basis.whole_capture and analysis.platform is Platform.GPU else \
-        "per core over the capture" if basis.whole_capture else "per step"
+    per = f"per {analysis.platform.core_word} over the capture" if basis.whole_capture else "per step"
     message = (f"{what} on the HBM roof hold {fmt_pct(roof_share)} of device time: {fmt_bytes(bytes_step)} {per}"
                f"{rate}, operational intensity {oi:.0f} FLOP/B" + (f" vs ridge {ridge:.0f}" if ridge else ""))
     evidence = []

@@ -20,7 +20,6 @@ from tpudiag.analysis.timeline import (COLLECTIVE, COMPUTE, IDLE, IO, OpPlace, S
 from tpudiag.errors import TpudiagError
 from tpudiag.model.findings import Finding, saving_amount
 from tpudiag.model.report import OpRow, Report
-from tpudiag.model.profile import Platform
 from tpudiag.model.text import one_line, printable
 from tpudiag.model.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 from tpudiag.render.console import markup as escape
@@ -108,10 +107,9 @@ class OverviewView(VerticalScroll):
         if s.modelled:
             t.append("MODELLED capture: times are estimates, not measurements\n", style="bold yellow")
         t.append(f"Device {one_line(s.device_type or s.platform)} · {len(s.hosts)} host{'s' * (len(s.hosts) != 1)} · "
-                 + (s.devices_text() if s.platform is Platform.GPU else f"{s.n_chips} chips · {s.n_cores} cores"))
+                 + s.devices_text(cores=True))
         if s.peak_flops_per_s:
-            unit = "GPU" if s.platform is Platform.GPU else "core"
-            t.append(f" · peaks per {unit} {fmt_flops(s.peak_flops_per_s)}, HBM {fmt_bandwidth(s.hbm_bytes_per_s)}")
+            t.append(f" · peaks per {s.platform.core_word} {fmt_flops(s.peak_flops_per_s)}, HBM {fmt_bandwidth(s.hbm_bytes_per_s)}")
         t.append("\n")
         if s.step_time:
             st = s.step_time
