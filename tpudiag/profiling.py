@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpudiag.errors import InputError, UsageError
+from tpudiag.parsers.input_files import TRACE_SUFFIX
 
 if TYPE_CHECKING:
     from tpudiag.pipeline import Diagnosis
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 # The child's configuration, set by `tpudiag run`: {"logdir", "steps": [first, last] | null, "status"}.
 CHILD_ENV = "TPUDIAG_RUN"
 RUNS_DIR = ("plugins", "profile")
-TRACE_SUFFIX = ".xplane.pb"
 _STEPS = re.compile(r"^\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?$")
 
 

@@ -27,12 +27,10 @@ from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, a
                                           is_read_line, parse_device_plane)
 from tpudiag.parsers import event_wire
 from tpudiag.parsers.event_wire import RawLine
-from tpudiag.parsers.input_files import default_limits, size_error
+from tpudiag.parsers.input_files import TRACE_SUFFIX, default_limits, size_error
 from tpudiag.parsers.time_axis import TASK_ENV_PLANE, TimeAxis
 from tpudiag.parsers.xspace import check_trace_bytes, parse_message, read_trace_bytes
 from tpudiag.proto import XPlane, XPlaneHead, XPlaneRawLines, XSpaceRawPlanes
-
-TRACE_SUFFIX = ".xplane.pb"
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,8 @@ from tpudiag.model.hardware import ChipChoice, ChipSource
 from tpudiag.model.inputs import CompiledInputs, HloInput
 from tpudiag.model.llo import LloDump
 from tpudiag.parsers.compile_output import compile_facts, compile_output_of, llo_spills, matmul_flops, replica_group_sizes
-from tpudiag.parsers.input_files import read_input_text
+from tpudiag.parsers.input_files import TRACE_SUFFIX, read_input_text
 
-TRACE_SUFFIX = ".xplane.pb"
 
 # target_arguments.txt `version` (and `variant`) -> generation, as seen in v5e, v6e and TPU7x dumps.
 TARGET_GENERATIONS = (
@@ -43,7 +42,6 @@ TARGET_GENERATIONS = (
     ("TPU_VERSION_GHOSTLITE", "v6e"),
     ("TPU_VERSION_6acc60406", "TPU7x"),
 )
-
 
 
 # How deep below the given directory dumps are looked for, and how many directories at most: a

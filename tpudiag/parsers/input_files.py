@@ -17,6 +17,8 @@ from pathlib import Path
 
 from tpudiag.errors import InputError
 
+TRACE_SUFFIX = ".xplane.pb"  # a host file of an XProf capture: `<logdir>/plugins/profile/<run>/<host>.xplane.pb`
+
 _ENV_MAX_FILE_MB = "TPUDIAG_MAX_INPUT_MB"
 
 

@@ -22,7 +22,7 @@ import stat
 import threading
 from pathlib import Path
 
-TRACE_SUFFIX = ".xplane.pb"
+from tpudiag.parsers.input_files import TRACE_SUFFIX
 
 _lock = threading.Lock()
 _pending: dict[str, _ReadAhead] = {}
