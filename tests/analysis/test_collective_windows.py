@@ -202,7 +202,7 @@ def test_collective_windows_of_hosts_without_windows_is_an_empty_table():
 
 def test_collective_windows_needs_the_events():
     host = _host(None, _windows([]))
-    with pytest.raises(ValueError, match="host h: its events were digested away"):
+    with pytest.raises(ValueError, match=r"^host h: its events were digested away; read the folded windows \(`Analysis.collectives`\) instead$"):
         collective_windows(SimpleNamespace(profile=SimpleNamespace(hosts=[host]), steps=_steps(TPU_STEPS)))
 
 
@@ -333,3 +333,15 @@ def test_class_counts_class_each_window_once():
     loose = class_counts(digest, WindowThresholds(hidden=0.5, exposed=0.0))
     assert loose[["n_hidden", "n_partial", "n_exposed", "n_adjacent"]].to_numpy().tolist() == [[2, 0, 0, 0],
                                                                                                  [1, 0, 3, 3]]
+
+
+def test_the_worst_core_fold_keeps_step_numbers_that_do_not_start_at_zero():
+    # the same windows in steps 7 and 8, and one more outside every step (-1) on core 1: 5 exposed
+    rows = _window_rows()
+    rows["step"] = rows["step"] + 7
+    extra = rows.iloc[[2]].assign(step=-1, span_ps=5, covered_ps=0, exposed_ps=5, overlap_ratio=0.0)
+    _, op_steps = summarize_windows(pd.concat([rows, extra], ignore_index=True), "h")
+    assert [(int(s), str(k), str(n), int(e)) for s, k, n, e in
+            zip(op_steps["step"], op_steps["kind"], op_steps["name"], op_steps["exposed_ps"])] \
+        == [(8, "async", "all-gather-start.1", 55), (-1, "sync", "all-reduce.1", 5), (7, "sync", "all-reduce.1", 40),
+            (8, "sync", "all-reduce.1", 30)]
