@@ -140,6 +140,8 @@ def test_conv3d_reports_device_idle(tmp_path):
     # over that GPU's window, not over GPU 0's longer 138.47 ms (which gave a false 62.9 %).
     assert "87.06 ms of 90.56 ms (96.1%" in idle[0].message
     assert idle[0].saving.per == "capture" and idle[0].saving.ps == 87_060_894_000
+    # No steps: the capture is one window, never "steps 1" in the evidence
+    assert all(label != "steps" for e in idle[0].evidence for label, _ in e.values)
     # TPU-only rules collapse into one reason, not a line each
     reasons = {s.reason for s in d.skipped if s.rule in ("padding-waste", "spill", "vmem-pressure")}
     assert len(reasons) == 1 and "TPU hardware" in reasons.pop()
