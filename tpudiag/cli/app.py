@@ -86,7 +86,7 @@ def report(
             raise UsageError("--trace-out and -o name the same file", path=trace_out)
     error_text = memory_cmd.read_error_text(error)
     if path is not None and scheduler is None and (jobs is None or jobs >= 1):
-        # A single host file is read and parsed on the other core while the pipeline imports.
+        # The host file of a one-host capture is read and parsed on the other core while the pipeline imports.
         read_ahead.start(path, jobs)
     from tpudiag.pipeline import diagnose
     err = stderr_console()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 
 
 def group_sums(keys: list[np.ndarray], values: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
@@ -70,6 +69,8 @@ def first_appearance_groups(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndar
     """(group of each row, first row of each group) of the distinct tuples of `keys` (non-negative
     integer codes), groups numbered in the order they first appear, as pandas' `groupby(sort=False)`
     numbers them: one hash pass over the packed codes instead of a groupby."""
+    import pandas as pd  # not at import: a host file's parse uses this module before pandas is loaded
+
     n = len(keys[0]) if keys else 0
     if not n:
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)

@@ -15,9 +15,9 @@ import re
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tpudiag.model.intervals import nest
 from tpudiag.model import schemas
@@ -34,6 +34,9 @@ from tpudiag.parsers.time_axis import (DEVICE_CLOCKS_SPLIT, HOST_NOT_ALIGNED, PR
 from tpudiag.parsers.event_wire import RawLine
 from tpudiag.parsers.xspace import stat_value, stats_dict
 from tpudiag.proto import CoreDetails, MemoryAccessBreakdown, XStat
+
+if TYPE_CHECKING:  # imported where the tables are built: the planes parse before pandas is loaded
+    import pandas as pd
 
 TPU_CORE_PLANE = re.compile(r"^/device:TPU:(\d+)$")
 TPU_SPARSE_PLANE = re.compile(r"^/device:TPU:(\d+) SparseCore(?: [a-zA-Z]+)? (\d+)$")
@@ -624,6 +627,8 @@ class _HostBuilder:
     # -- tables ------------------------------------------------------------------------------
 
     def events(self) -> pd.DataFrame:
+        import pandas as pd
+
         if not self.ev_parts:
             return schemas.EVENTS.empty()
         parts = self.ev_parts
@@ -662,6 +667,8 @@ class _HostBuilder:
         })
 
     def step_markers(self) -> pd.DataFrame:
+        import pandas as pd
+
         rows = self.step_rows
         return pd.DataFrame({
             "device": pd.Categorical([r[0] for r in rows]),
@@ -684,6 +691,8 @@ class _HostBuilder:
         })
 
     def async_windows(self) -> pd.DataFrame:
+        import pandas as pd
+
         parts = self.async_parts
         n = sum(len(p[4]) for p in parts)
         if not n:
@@ -710,6 +719,8 @@ def _categorical(pieces: list[tuple]) -> pd.Categorical:
     Building categoricals from millions of repeated Python strings costs seconds (hashing every
     one); mapping each line's few distinct values to shared codes costs next to nothing.
     """
+    import pandas as pd
+
     index: dict[str, int] = {}
     codes = []
     for values, where in pieces:
