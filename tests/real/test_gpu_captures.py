@@ -230,6 +230,19 @@ def test_every_saving_on_a_stepless_capture_is_over_the_capture():
     timed = [f for f in d.findings if f.saving.ps > 0]
     assert {f.rule for f in timed} >= {"device-idle", "low-mxu-utilization"}
     assert all(f.saving.per == "capture" and saving_amount(f.saving).endswith("over the capture") for f in timed)
+    # ... nor its explanation ("self time per step x (1 - ...)" beside "over the capture" was false)
+    assert all("per step" not in f.saving.explanation for f in timed)
+    # The header's busy share is over the spans of the one GPU that ran kernels, and says so
+    import io
+
+    from rich.console import Console
+
+    from tpudiag.render.terminal import render_terminal
+
+    out = io.StringIO()
+    render_terminal(d.report, Console(file=out, width=400, no_color=True, color_system=None))
+    header = " ".join(out.getvalue().split())
+    assert "span of each GPU's first to last op, summed over 1 GPU that ran ops)" in header
 
 
 def test_amd_hbm_peak_is_the_datasheets_not_half_of_it(analyses):

@@ -45,9 +45,13 @@ def _header(report: Report) -> Group:
             text += f" · spread across hosts {fmt_time(s.host_spread_ps)} (slowest: {one_line(s.slowest_host)})"
         lines.append(Text(text))
     elif s.platform is not Platform.CPU or s.busy_share is not None:
+        # The spans are those of the cores that ran ops: a GPU plane without kernels has none
+        counted = s.n_cores_with_ops if s.n_cores_with_ops is not None else s.n_cores
+        word = s.platform.core_word
         busy = "" if s.busy_share is None else (
-            f" · ops run {fmt_pct(s.busy_share)} of the time (busy / span of each core's first to last op, "
-            f"summed over {s.n_cores} cores), idle {fmt_pct(1 - s.busy_share)}")
+            f" · ops run {fmt_pct(s.busy_share)} of the time (busy / span of each {word}'s first to last op, "
+            f"summed over {counted} {word}{'s' * (counted != 1)}"
+            + (" that ran ops" if counted < s.n_cores else "") + f"), idle {fmt_pct(1 - s.busy_share)}")
         lines.append(Text(f"Steps: none found (no Steps line and no XLA Modules executions){busy}"))
     if s.dumps:
         lines.append(Text(f"Compiler dumps: {one_line(', '.join(s.dumps))}"))
