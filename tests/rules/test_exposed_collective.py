@@ -348,3 +348,17 @@ def test_gpu_collective_kernel_half_covered_is_partial(tmp_path: Path):
     # Started 100 µs before the 600 µs gemm ends: 100 of its 200 µs covered, 100 µs exposed per step.
     (f,) = _run(sc.analyse_path(gc.write(gc.training(ar_at_us=500, step_us=1000), tmp_path)))
     assert f.saving.ps == 100 * US and "0 exposed, 8 partial, 0 hidden" in f.message
+
+
+def test_the_steps_with_most_exposure_come_first_and_step_0_counts(tmp_path: Path):
+    # Steps numbered from 0; in step 1 chip 1's all-reduce takes 900 µs instead of 800.
+    def schedule(chip, step):
+        return [sc.Placed(p.op, p.offset_ps, 900 * US) if p.op == "all-reduce.4" and chip == 1 and step == 1 else p
+                for p in sc.exposed_collectives_schedule(chip, step)]
+
+    d = sc.design(sc.COLLECTIVE_OPS, schedule, first_step=0)
+    sync = next(f for f in _run(sc.analyse(d, tmp_path)) if f.message.startswith("synchronous"))
+    steps = [(e.subject, dict(e.values)) for e in sync.evidence if e.subject.startswith("step ")]
+    assert steps == [("step 1", {"exposed (worst core)": "900.0 µs"}), ("step 0", {"exposed (worst core)": "800.0 µs"})]
+    # Mean over the 3 steps of the worst core: (800 + 900 + 800) / 3.
+    assert sync.saving.ps == round((800 + 900 + 800) * US / 3)
