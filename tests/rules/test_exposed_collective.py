@@ -362,3 +362,27 @@ def test_the_steps_with_most_exposure_come_first_and_step_0_counts(tmp_path: Pat
     assert steps == [("step 1", {"exposed (worst core)": "900.0 µs"}), ("step 0", {"exposed (worst core)": "800.0 µs"})]
     # Mean over the 3 steps of the worst core: (800 + 900 + 800) / 3.
     assert sync.saving.ps == round((800 + 900 + 800) * US / 3)
+
+
+def test_the_wait_for_a_straggler_is_taken_once_from_the_synchronous_collectives(tmp_path: Path):
+    # The straggler-host capture (4 v5p hosts; the fast hosts wait 500 µs per step for host2 in the
+    # all-reduce), with an adjacent all-gather opening every step on every host: 10 + 390 µs exposed,
+    # taken from fusion.60's time so the steps keep their length.
+    from dataclasses import replace
+
+    def with_gather(schedule):
+        def placed(chip, step):
+            first, *rest = schedule(chip, step)
+            return [sc.Placed("all-gather-start.1", 0, 10 * US), sc.Placed("all-gather-done.1", 10 * US, 390 * US),
+                    sc.Placed(first.op, 400 * US, first.dur_ps - 400 * US), *rest]
+        return placed
+
+    designs = [replace(d, ops=d.ops + (sc.AG1_START, sc.AG1_DONE), schedule=with_gather(d.schedule))
+               for d in sc.straggler_hosts()]
+    findings = _run(sc.analyse_hosts(designs, tmp_path))
+    by_kind = {f.message.split()[0]: f for f in findings}
+    # The 500 µs wait comes off the synchronous all-reduce (2,607 µs on the fast hosts) ...
+    assert by_kind["synchronous"].saving.ps == pytest.approx(sc.STRAGGLER_AR_SLOW, rel=0.01)
+    assert "500.0 µs more per step is the other hosts waiting for straggler `host2`" in by_kind["synchronous"].message
+    # ... and only once: the all-gather keeps its 400 µs.
+    assert by_kind["async"].saving.ps == 400 * US and "straggler" not in by_kind["async"].message
