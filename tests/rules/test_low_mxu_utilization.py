@@ -245,3 +245,17 @@ def test_matmul_names_and_categories():
     for name, category in (("fusion.1", "dotted"), ("dotted_add.1", ""), ("fusion.1", "loop fusion"),
                            ("adotb", "")):
         assert not is_matmul(name, category), (name, category)
+
+
+def test_matmul_quantities_name_the_op_and_the_instruction():
+    from tpudiag.model.findings import Quantity
+    from tpudiag.rules.low_mxu_utilization import matmul_quantities
+
+    mm = Matmul("convolution.7", "fused", "convolution", (8, 4), (256,), (1024,), (2,), "bf16", "f32", "f32",
+                "dim_labels")
+    assert matmul_quantities("fusion.3", mm) == [
+        Quantity("fusion.3", "M", 32, "convolution.7"), Quantity("fusion.3", "N", 256, "convolution.7"),
+        Quantity("fusion.3", "K", 1024, "convolution.7"), Quantity("fusion.3", "batch", 2, "convolution.7"),
+        Quantity("fusion.3", "lhs dtype", "bf16", "convolution.7"),
+        Quantity("fusion.3", "rhs dtype", "f32", "convolution.7"),
+        Quantity("fusion.3", "result dtype", "f32", "convolution.7")]
