@@ -259,3 +259,43 @@ def test_matmul_quantities_name_the_op_and_the_instruction():
         Quantity("fusion.3", "lhs dtype", "bf16", "convolution.7"),
         Quantity("fusion.3", "rhs dtype", "f32", "convolution.7"),
         Quantity("fusion.3", "result dtype", "f32", "convolution.7")]
+
+
+def test_a_tpu_of_unknown_generation_is_judged_on_a_128_mxu(tmp_path: Path):
+    # The same capture on a TPU the hardware table does not know (its peaks come from the trace):
+    # fusion.10's N = 5000 is 40 x 128 = 5120 when padded.
+    d = sc.with_device(sc.low_mxu(), "TPU v99", sc.PEAK / 1e12, sc.HBM / 1e9)
+    f = {f.ops[0]: f for f in _run(sc.analyse(d, tmp_path))}["fusion.10"]
+    assert "N = 5000 is not a multiple of the 128-wide MXU (5000 of 5120 used)" in f.message
+
+
+def test_static_mxu_busy_reads_every_dump_that_has_it():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from tpudiag.rules.low_mxu_utilization import static_mxu_busy
+
+    without = SimpleNamespace(ops=pd.DataFrame({"name": ["fusion.1"], "bundles": [10]}))
+    first = SimpleNamespace(ops=pd.DataFrame({"name": ["fusion.1", "fusion.2"], "mxu_busy_fraction": [0.25, None]}))
+    second = SimpleNamespace(ops=pd.DataFrame({"name": ["fusion.3"], "mxu_busy_fraction": [0.5]}))
+    assert static_mxu_busy([without, first, second]) == {"fusion.1": 0.25, "fusion.3": 0.5}
+
+
+def test_spill_stores_per_op_from_the_join():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from tpudiag.rules.low_mxu_utilization import _spills
+
+    ops = pd.DataFrame({"name": ["fusion.1", "fusion.1", "fusion.2", "fusion.3"]}, index=[10, 11, 12, 13])
+
+    def ctx(columns):
+        return SimpleNamespace(join=SimpleNamespace(columns=columns))
+
+    # Per op the most any of its rows (hosts, programs) spills; an op whose stores are unknown is absent.
+    stores = pd.DataFrame({"spill_stores": pd.array([5, 3, 0, None], dtype="Int64")}, index=[10, 11, 12, 13])
+    assert _spills(ctx(stores), ops) == {"fusion.1": 5, "fusion.2": 0}
+    assert _spills(SimpleNamespace(join=None), ops) == {}
+    assert _spills(ctx(pd.DataFrame({"bundles": [1, 2, 3, 4]}, index=[10, 11, 12, 13])), ops) == {}
