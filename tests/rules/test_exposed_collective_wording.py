@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pandas as pd
 
 from tpudiag.model.profile import Platform
-from tpudiag.rules.exposed_collective import (ScheduleFacts, _class_counts, _fix, _gpu_fix, _library, _names,
+from tpudiag.rules.exposed_collective import (ScheduleFacts, _class_counts, _fix, _gpu_fix, _ici_facts, _library,
+                                              _names,
                                               whatif_hint)
 
 FLAGS = ("--xla-flag xla_tpu_enable_async_collective_fusion=true "
@@ -149,3 +150,39 @@ def test_gpu_async_fix_for_library_kernels_adjacent_windows_and_the_rest():
     none_adjacent = _frame(("all-gather-start.1", "all-gather", 0))
     assert _gpu_fix("async", "all-gather", none_adjacent) == (
         f"start the all-gather earlier or split it so more compute kernels overlap it (`{GPU_FLAG}`)")
+
+
+def _collective_ops(*rows):
+    """Rows of `analysis.ops` as `_ici_facts` reads them (one per op and host)."""
+    cols = ["name", "family", "occurrences", "group_size", "group_source", "ici_bytes", "ici_bw", "ici_utilization",
+            "ici_latency_bound"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def test_ici_facts_per_collective_op():
+    ops = _collective_ops(
+        ("all-gather.0", "all-gather", 0, 4, "replica_groups", 0.0, float("nan"), float("nan"), False),  # never ran
+        ("fusion.1", "", 3, 0, "", 0.0, float("nan"), float("nan"), False),  # not a collective
+        # 8 MiB over 4 runs: 2 MiB per device; 45 GB/s of a 180 GB/s peak is 25 %.
+        ("all-gather.1", "all-gather", 4, 4, "replica_groups", 8 * 2**20, 45e9, 0.25, False),
+        ("all-gather.1", "all-gather", 4, 4, "replica_groups", 1.0, 1e9, 0.5, False),  # another host: first kept
+        ("all-reduce.2", "all-reduce", 2, 8, "assumed", 2048.0, float("nan"), float("nan"), True),
+    )
+    facts = _ici_facts(ops)
+    assert facts == {
+        "all-gather.1": (("bytes/device", "2 MiB"), ("group", "4"), ("ICI", "45 GB/s (25.0% of ICI peak)")),
+        "all-reduce.2": (("bytes/device", "1 KiB"), ("group", "8 (assumed)"), ("ICI", "n/a (n/a of ICI peak)"),
+                         ("latency-bound", "yes: its bytes cross in under the fixed latency at peak; fewer, larger "
+                                           "collectives help, not bandwidth"))}
+
+
+def test_ici_facts_off_a_tpu_keep_only_known_bytes_and_the_group():
+    ops = _collective_ops(
+        ("all-reduce.0", "all-reduce", 1, 2, "replica_groups", 0.0, float("nan"), float("nan"), False),
+        ("all-reduce.1", "all-reduce", 2, 2, "replica_groups", 4 * 2**20, float("nan"), float("nan"), False))
+    assert _ici_facts(ops, tpu=False) == {"all-reduce.1": (("bytes/device", "2 MiB"), ("group", "2"))}
+
+
+def test_no_ici_facts_without_ops_or_ici_columns():
+    assert _ici_facts(_collective_ops()) == {}
+    assert _ici_facts(pd.DataFrame({"name": ["all-reduce.1"], "family": ["all-reduce"]})) == {}

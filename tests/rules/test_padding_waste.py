@@ -141,12 +141,12 @@ def _edge_layouts(text: str):
 
 
 EDGE_OPS = (  # (op, µs per step); listed (and named) in the order the rule meets them
+    (sc.OpDef("fusion.39", "loop fusion", bytes_accessed=1e6, shape="f32[36,2048]{1,0:T(8,128)}"), 1000),
     (sc.OpDef("fusion.40", "loop fusion", bytes_accessed=1e6, shape="f32[4,32768]{1,0:T(8,128)}"), 50),
     (sc.OpDef("fusion.41", "loop fusion", bytes_accessed=1e6, shape="f32[9,9]{1,0:T(8,128)Z}"), 1000),
     (sc.OpDef("fusion.42", "loop fusion", bytes_accessed=1e6, shape="f32[8,1024]{1,0:T(8,128)}"), 1000),
     (sc.OpDef("fusion.43", "loop fusion", bytes_accessed=1e6, shape="f32[36,4096]{1,0:T(8,128)}"), 2000),
     (sc.OpDef("fusion.44", "loop fusion", bytes_accessed=1e6, shape="f32[4,65536]{1,0:T(8,128)}"), 1000),
-    (sc.OpDef("fusion.45", "loop fusion", bytes_accessed=1e6, shape="f32[36,2048]{1,0:T(8,128)}"), 1000),
 )
 
 
@@ -165,8 +165,8 @@ def edges(tmp_path: Path):
 
 def test_thresholds_are_inclusive_and_skipped_ops_do_not_stop_the_search(edges):
     findings, _ = _run(edges, layouts=_edge_layouts)
-    # fusion.40 (too little time), .41 (unreadable), .42 (no padding), .45 (too few bytes) come
-    # before or after the two findings and are skipped without ending the search.
+    # fusion.39 (too few padding bytes), .40 (too little time), .41 (unreadable), .42 (no padding)
+    # come before the two findings and are skipped without ending the search.
     assert sorted(f.ops[0] for f in findings) == ["fusion.43", "fusion.44"]
     by_op = {f.ops[0]: f for f in findings}
     # Savings: 2,000 µs x 10 % = 200 µs; 1,000 µs x 50 % = 500 µs per step.
@@ -178,6 +178,15 @@ def test_thresholds_are_inclusive_and_skipped_ops_do_not_stop_the_search(edges):
     # Severity from the saving's share of the 10 ms step: 5 % is medium (from 3 %), 2 % is low.
     assert by_op["fusion.44"].severity is Severity.MEDIUM
     assert by_op["fusion.43"].severity is Severity.LOW
+    assert by_op["fusion.43"].host == "host0"  # one host: the finding names it
+
+
+def test_over_several_hosts_a_finding_names_none(tmp_path: Path):
+    designs = [sc.design([op for op, _ in EDGE_OPS], _edge_schedule, hostname=f"host{h}", first_chip=2 * h)
+               for h in range(2)]
+    findings, _ = _run(sc.analyse_hosts(designs, tmp_path), layouts=_edge_layouts)
+    assert sorted(f.ops[0] for f in findings) == ["fusion.43", "fusion.44"]
+    assert {f.host for f in findings} == {""}
 
 
 def test_severity_is_capped_at_medium_and_follows_the_options(edges):
@@ -196,7 +205,7 @@ def test_no_padding_is_never_a_finding_even_with_zero_thresholds(edges):
     findings, _ = _run(edges, layouts=_edge_layouts, min_padding_fraction=0.0, min_padding_bytes=0,
                        min_time_share=0.0)
     # Every readable padded op is reported; fusion.42 (padded = logical) never is.
-    assert sorted(f.ops[0] for f in findings) == ["fusion.40", "fusion.43", "fusion.44", "fusion.45"]
+    assert sorted(f.ops[0] for f in findings) == ["fusion.39", "fusion.40", "fusion.43", "fusion.44"]
 
 
 def test_a_tuple_result_names_each_memory_space(tmp_path: Path):
