@@ -27,7 +27,7 @@ def test_owned_frame_equals_the_constructors(n):
 def test_owned_frame_does_not_copy_its_columns():
     cols = _columns(1000)
     owned = schemas.OP_STEP_SUMS.frame(cols, owned=True)
-    if schemas._from_blocks is None:
+    if schemas._blocks_constructor() is None:
         pytest.skip("pandas without pandas.api.internals (before 3.0) copies, as the constructor does")
     for name in ("step", "program_id", "self_ps"):
         assert np.shares_memory(owned[name].to_numpy(), cols[name])

@@ -140,6 +140,8 @@ def test_conv3d_reports_device_idle(tmp_path):
     # over that GPU's window, not over GPU 0's longer 138.47 ms (which gave a false 62.9 %).
     assert "87.06 ms of 90.56 ms (96.1%" in idle[0].message
     assert idle[0].saving.per == "capture" and idle[0].saving.ps == 87_060_894_000
+    # No steps: the capture is one window, never "steps 1" in the evidence
+    assert all(label != "steps" for e in idle[0].evidence for label, _ in e.values)
     # TPU-only rules collapse into one reason, not a line each
     reasons = {s.reason for s in d.skipped if s.rule in ("padding-waste", "spill", "vmem-pressure")}
     assert len(reasons) == 1 and "TPU hardware" in reasons.pop()
@@ -228,6 +230,19 @@ def test_every_saving_on_a_stepless_capture_is_over_the_capture():
     timed = [f for f in d.findings if f.saving.ps > 0]
     assert {f.rule for f in timed} >= {"device-idle", "low-mxu-utilization"}
     assert all(f.saving.per == "capture" and saving_amount(f.saving).endswith("over the capture") for f in timed)
+    # ... nor its explanation ("self time per step x (1 - ...)" beside "over the capture" was false)
+    assert all("per step" not in f.saving.explanation for f in timed)
+    # The header's busy share is over the spans of the one GPU that ran kernels, and says so
+    import io
+
+    from rich.console import Console
+
+    from tpudiag.render.terminal import render_terminal
+
+    out = io.StringIO()
+    render_terminal(d.report, Console(file=out, width=400, no_color=True, color_system=None))
+    header = " ".join(out.getvalue().split())
+    assert "span of each GPU's first to last op, summed over 1 GPU that ran ops)" in header
 
 
 def test_amd_hbm_peak_is_the_datasheets_not_half_of_it(analyses):

@@ -9,9 +9,13 @@ the peak within the capture, the timeline and what was live at the peak.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where tables are built: a host's parse begins without it
+    import pandas as pd
+
 
 # What XProf calls the bytes in use at the peak that no allocation inside the capture (in the
 # peak's step) accounts for: memory allocated before the capture began, or preallocated.

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-import pandas as pd
-
 from tpudiag.model.allocator import HostMemoryTimeline
 from tpudiag.model.hardware import ChipSpec, GpuDevice, VmemBandwidth
+
+if TYPE_CHECKING:  # pandas is imported where tables are built: a host's parse begins without it
+    import pandas as pd
 
 
 class Platform(StrEnum):

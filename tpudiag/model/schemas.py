@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
-from pandas.api.types import union_categoricals
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas is imported by the functions that build tables, not here: a host file's parse, which
+# declares its tables through these schemas, begins without it (`parsers.read_ahead`).
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ class TableSchema:
         them as they are instead of copying those of one dtype into one block (pandas' default):
         on millions of events that copy is a large part of building the table.
         """
+        import pandas as pd
+
         data = data or {}
         missing = [c.name for c in self.columns if c.name not in data]
         if missing and length != 0:
@@ -46,9 +54,10 @@ class TableSchema:
         for c in self.columns:
             value = data.get(c.name, np.empty(0, dtype=object if c.dtype in ("category", "string") else c.dtype))
             cols[c.name] = _cast(value, c.dtype)
-        if owned and _from_blocks is not None and _blockable(cols):
+        from_blocks = _blocks_constructor() if owned else None
+        if from_blocks is not None and _blockable(cols):
             n = len(next(iter(cols.values()))) if cols else 0
-            return _from_blocks([(v.reshape(1, -1) if isinstance(v, np.ndarray) else v, np.array([i]))
+            return from_blocks([(v.reshape(1, -1) if isinstance(v, np.ndarray) else v, np.array([i]))
                                  for i, v in enumerate(cols.values())],
                                 index=pd.RangeIndex(n), columns=pd.Index(self.names))
         return pd.DataFrame(cols, columns=self.names)
@@ -60,6 +69,8 @@ class TableSchema:
         """This schema's table from `frame`'s columns, every row on `host` (for a schema with a host
         column). Categorical columns are kept as they are: re-encoding strings is the costly part on
         tables of many rows."""
+        import pandas as pd
+
         data = {c: (frame[c].array if isinstance(frame[c].dtype, pd.CategoricalDtype) else frame[c].to_numpy())
                 for c in self.names if c != "host"}
         if "host" in self.names:
@@ -69,6 +80,8 @@ class TableSchema:
     def stack(self, frames: list[pd.DataFrame], hosts: list[str] | None = None) -> pd.DataFrame:
         """Tables of this schema in one; with a host column, each row's `host` is set to its table's
         (distinct) host. Categorical columns are merged by their categories, not re-encoded."""
+        import pandas as pd
+
         hosts = hosts if hosts is not None else [""] * len(frames)
         pairs = [(f, h) for f, h in zip(frames, hosts) if len(f)]
         if not pairs:
@@ -79,6 +92,8 @@ class TableSchema:
                 codes = np.repeat(np.arange(len(pairs), dtype=np.int32), [len(f) for f, _ in pairs])
                 data["host"] = pd.Categorical.from_codes(codes, categories=[h for _, h in pairs])
             elif c.dtype == "category":
+                from pandas.api.types import union_categoricals
+
                 data[c.name] = union_categoricals([_categorical(f[c.name]) for f, _ in pairs], ignore_order=True)
             else:
                 data[c.name] = np.concatenate([f[c.name].to_numpy() for f, _ in pairs])
@@ -96,15 +111,20 @@ class TableSchema:
             raise ValueError(f"{self.name} table has mistyped columns: {', '.join(wrong)}")
 
 
-try:  # pandas >= 3: a frame from its blocks as given, without consolidating them
-    from pandas.api.internals import create_dataframe_from_blocks as _from_blocks
-except ImportError:
-    _from_blocks = None
+def _blocks_constructor():
+    """pandas >= 3's frame from its blocks as given, without consolidating them; None before."""
+    try:
+        from pandas.api.internals import create_dataframe_from_blocks
+    except ImportError:
+        return None
+    return create_dataframe_from_blocks
 
 
 def _blockable(cols: dict[str, object]) -> bool:
     """Columns a frame may keep as its blocks: numeric numpy arrays and categoricals of one length
     (an object array would be inferred as strings by the constructor, and not here)."""
+    import pandas as pd
+
     lengths = {len(v) for v in cols.values()}
     return len(lengths) == 1 and all(
         isinstance(v, pd.Categorical) or (isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "biuf")
@@ -112,10 +132,14 @@ def _blockable(cols: dict[str, object]) -> bool:
 
 
 def _categorical(column: pd.Series) -> pd.Categorical:
+    import pandas as pd
+
     return column.array if isinstance(column.dtype, pd.CategoricalDtype) else pd.Categorical(column.to_numpy())
 
 
 def _cast(value, dtype: str):
+    import pandas as pd
+
     if dtype == "category":
         if isinstance(value, pd.Categorical):
             return value
@@ -126,6 +150,8 @@ def _cast(value, dtype: str):
 
 
 def _dtype_ok(actual, wanted: str) -> bool:
+    import pandas as pd
+
     if wanted == "category":
         return isinstance(actual, pd.CategoricalDtype)
     if wanted == "string":

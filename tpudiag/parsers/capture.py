@@ -1,15 +1,18 @@
-"""Resolve a user's PATH to host files and parse them, in parallel processes for several hosts.
+"""Parse the host files a user's PATH names, in parallel processes for several hosts.
 
 PATH may be a logdir (the newest run under `plugins/profile/` is used), a run directory (every
-`*.xplane.pb` in it, one per host) or a single `.xplane.pb` file, as XProf accepts them. A bad
-host file is reported and the others are analysed; only when no host can be read is it an error.
+`*.xplane.pb` in it, one per host) or a single `.xplane.pb` file, as XProf accepts them; which
+files that is, `parsers.capture_files` decides. A bad host file is reported and the others are
+analysed; only when no host can be read is it an error.
+
+pandas is imported only where a host's tables are built (`device_trace.assemble_host`), so that
+a host file read ahead (`parsers.read_ahead`) decodes its events while the command still imports.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Callable
 from contextlib import contextmanager
 import multiprocessing
@@ -18,72 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from tpudiag.errors import InputError, TpudiagError
 from tpudiag.model.profile import HostFailure, HostTrace, Platform, Profile
-from tpudiag.model.shared_values import SharedValues
 from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, axis_of, device_planes, host_name,
                                           is_read_line, parse_device_plane)
 from tpudiag.parsers import event_wire
 from tpudiag.parsers.event_wire import RawLine
+from tpudiag.parsers.capture_files import HostUrl, find_capture
 from tpudiag.parsers.input_files import TRACE_SUFFIX, default_limits, size_error
 from tpudiag.parsers.time_axis import TASK_ENV_PLANE, TimeAxis
 from tpudiag.parsers.xspace import check_trace_bytes, parse_message, read_trace_bytes
 from tpudiag.proto import XPlane, XPlaneHead, XPlaneRawLines, XSpaceRawPlanes
-
-
-@dataclass(frozen=True)
-class CaptureFiles:
-    input_path: Path | str  # a local path, or the URL the user gave
-    run: str
-    files: tuple[Path | HostUrl, ...]
-
-
-class HostUrl(str):
-    """A host file behind an fsspec URL (`gs://bucket/.../host.xplane.pb`, `memory://...`).
-
-    A string, so it pickles to Dask workers and process pools as itself; `.name` and `.stem` read
-    like `Path`'s so the parser can name the host from the file.
-    """
-
-    @property
-    def name(self) -> str:
-        return self.rstrip("/").rsplit("/", 1)[-1]
-
-    @property
-    def stem(self) -> str:
-        return self.name.rsplit(".", 1)[0]
-
-
-_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
-_COLLAPSED_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*):/(?!/)")
-
-
-def as_location(path: Path | str) -> Path | HostUrl:
-    """A local Path, or a HostUrl for `scheme://...` (also when a Path collapsed it to `scheme:/...`).
-
-    Windows drive letters (`C:\\`) stay paths; `file://` URLs become local paths.
-    """
-    text = str(path)
-    if not _URL.match(text) and isinstance(path, Path) and not path.exists():
-        m = _COLLAPSED_URL.match(text)
-        if m and len(m.group("scheme")) > 1:
-            text = f"{m.group('scheme')}://{text[m.end():]}"
-    m = _URL.match(text)
-    if m is None:
-        return Path(path)
-    if m.group("scheme") == "file":
-        return Path(text[m.end():])
-    return HostUrl(text)
-
-
-def _find_remote(url: HostUrl) -> CaptureFiles:
-    """`find_capture` for an fsspec URL: the same three forms (logdir, run directory, one file)."""
-    from tpudiag.parsers.remote import find_remote
-
-    run, files = find_remote(url, TRACE_SUFFIX)
-    return CaptureFiles(url, run, tuple(HostUrl(f) for f in files))
 
 
 def read_location_bytes(location: Path | HostUrl) -> bytes:
@@ -99,54 +48,6 @@ def read_location_bytes(location: Path | HostUrl) -> bytes:
 
     cap = default_limits().max_file_bytes
     return read_remote_bytes(location, cap, lambda size: size_error(location, size, cap))
-
-
-def _runs_dir(path: Path) -> Path | None:
-    candidate = path / "plugins" / "profile"
-    return candidate if candidate.is_dir() else None
-
-
-def find_capture(path: Path | str) -> CaptureFiles:
-    """The host files PATH (a local path or an fsspec URL) names, or InputError saying why there are none."""
-    path = as_location(path)
-    if isinstance(path, HostUrl):
-        return _find_remote(path)
-    if not path.exists():
-        raise InputError("no such file or directory", path=path)
-    if path.is_file():
-        return CaptureFiles(path, path.parent.name, (path,))
-    if not path.is_dir():
-        raise InputError("not a file or directory", path=path)
-    try:
-        runs_root = _runs_dir(path)
-        if runs_root is not None:
-            runs = sorted((d for d in runs_root.iterdir() if d.is_dir() and any(d.glob(f"*{TRACE_SUFFIX}"))),
-                          key=lambda d: (d.name, d.stat().st_mtime))
-            if not runs:
-                raise InputError(f"no run with `*{TRACE_SUFFIX}` files under plugins/profile", path=path)
-            run_dir = runs[-1]  # XProf names runs by timestamp, so the last in order is the newest
-        else:
-            run_dir = path
-        files = tuple(sorted(run_dir.glob(f"*{TRACE_SUFFIX}")))
-    except PermissionError as exc:
-        raise InputError("permission denied", path=path) from exc
-    if not files:
-        raise InputError(f"no `*{TRACE_SUFFIX}` trace files here (expected a logdir, a run directory "
-                         "or a trace file)", path=path, hint=_logdir_hint(path))
-    return CaptureFiles(path, run_dir.name, files)
-
-
-def _logdir_hint(path: Path) -> str:
-    """Where to point instead: a logdir one level below PATH (a capture kept in a `trace/` folder
-    beside its licence, say) is named; only PATH's own entries are looked at, not a whole tree."""
-    try:
-        below = sorted(d.name for d in path.iterdir() if d.is_dir() and _runs_dir(d) is not None)
-    except OSError:
-        below = []
-    if below:
-        shown = ", ".join(f"`{path / name}`" for name in below[:3])
-        return f"a logdir is one level down: pass {shown}"
-    return "pass the directory jax.profiler wrote to, or a `.xplane.pb` file"
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
@@ -447,6 +348,8 @@ def load_capture(path: Path | str, jobs: int | None = None,
     files = capture.files
     task = functools.partial(per_host, keep_events=len(files) == 1) if per_host else parse_file_or_failure
     # Several hosts repeat one program's names and strings: the driver holds them once.
+    from tpudiag.model.shared_values import SharedValues
+
     shared = SharedValues() if len(files) > 1 else None
 
     def arrived(result: HostTrace | HostFailure) -> HostTrace | HostFailure:
@@ -589,6 +492,8 @@ def _distinct_name(host: HostTrace, taken: set[str]) -> str:
 
 
 def _rename_host(host: HostTrace, name: str) -> None:
+    import pandas as pd
+
     host.host = name
     for attr in _HOST_TABLES:
         df = getattr(host, attr)

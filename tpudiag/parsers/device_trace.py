@@ -15,9 +15,9 @@ import re
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tpudiag.model.intervals import nest
 from tpudiag.model import schemas
@@ -34,6 +34,9 @@ from tpudiag.parsers.time_axis import (DEVICE_CLOCKS_SPLIT, HOST_NOT_ALIGNED, PR
 from tpudiag.parsers.event_wire import RawLine
 from tpudiag.parsers.xspace import stat_value, stats_dict
 from tpudiag.proto import CoreDetails, MemoryAccessBreakdown, XStat
+
+if TYPE_CHECKING:  # imported where the tables are built: the planes parse before pandas is loaded
+    import pandas as pd
 
 TPU_CORE_PLANE = re.compile(r"^/device:TPU:(\d+)$")
 TPU_SPARSE_PLANE = re.compile(r"^/device:TPU:(\d+) SparseCore(?: [a-zA-Z]+)? (\d+)$")
@@ -547,12 +550,16 @@ class _HostBuilder:
         if base is None:
             return
         mids, starts, durs = self.drop_implausible(*_read_line(line, None, None, base), line.name)
+        named: dict[int, tuple[int, str]] = {}  # per metadata id: a program runs thousands of times
         for mid, s, d in zip(mids.tolist(), starts.tolist(), durs.tolist()):
-            md = plane.event_metadata.get(mid)
-            name = md.name if md is not None else ""
-            m = _MODULE_NAME.match(name)
-            module, pid = (m.group("module"), as_program_id(m.group("id"))) if m else (name, 0)
-            pid = pid or 0
+            known = named.get(mid)
+            if known is None:
+                md = plane.event_metadata.get(mid)
+                name = md.name if md is not None else ""
+                m = _MODULE_NAME.match(name)
+                module, pid = (m.group("module"), as_program_id(m.group("id"))) if m else (name, 0)
+                known = named[mid] = (pid or 0, module)
+            pid, module = known
             if pid:
                 self.program_names.setdefault(pid, module)
             self.module_rows.append((device, core, pid, module, s, d))
@@ -624,6 +631,8 @@ class _HostBuilder:
     # -- tables ------------------------------------------------------------------------------
 
     def events(self) -> pd.DataFrame:
+        import pandas as pd
+
         if not self.ev_parts:
             return schemas.EVENTS.empty()
         parts = self.ev_parts
@@ -662,6 +671,8 @@ class _HostBuilder:
         })
 
     def step_markers(self) -> pd.DataFrame:
+        import pandas as pd
+
         rows = self.step_rows
         return pd.DataFrame({
             "device": pd.Categorical([r[0] for r in rows]),
@@ -684,6 +695,8 @@ class _HostBuilder:
         })
 
     def async_windows(self) -> pd.DataFrame:
+        import pandas as pd
+
         parts = self.async_parts
         n = sum(len(p[4]) for p in parts)
         if not n:
@@ -710,6 +723,8 @@ def _categorical(pieces: list[tuple]) -> pd.Categorical:
     Building categoricals from millions of repeated Python strings costs seconds (hashing every
     one); mapping each line's few distinct values to shared codes costs next to nothing.
     """
+    import pandas as pd
+
     index: dict[str, int] = {}
     codes = []
     for values, where in pieces:

@@ -9,14 +9,18 @@ host's lines and the device lines share one axis.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from array import array
 from collections.abc import Callable
 
 import numpy as np
-import pandas as pd
 
 from tpudiag.model import schemas
 from tpudiag.parsers.time_axis import TimeAxis, unplaceable
+
+if TYPE_CHECKING:  # pandas is imported where tables are built: a host's parse begins without it
+    import pandas as pd
 
 
 def host_events(plane, axis: TimeAxis, warn: Callable[[str], None]) -> pd.DataFrame:

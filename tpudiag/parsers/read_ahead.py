@@ -1,18 +1,21 @@
 """A host file read and parsed in a background thread while its command is still importing.
 
-`tpudiag report FILE` spends its first half second importing pandas, numpy and the analysis and
+`tpudiag report PATH` spends its first half second importing pandas, numpy and the analysis and
 rule modules, all on one core and holding the GIL. Meanwhile the file can be read and parsed on
 the other core: reading it, the C reader's decoding of its events (`event_wire`) and numpy's
-large array operations run without the GIL. `start` begins that in a daemon thread, importing
-only the standard library until the file is read; the host's task (`analysis.host_digest.
+large array operations run without the GIL. `start` finds the host files PATH names (a logdir,
+a run directory or a `.xplane.pb` file, by `parsers.capture_files`, the rules `load_capture`
+follows; standard library only) and, for a capture of one local host file, begins that in a
+daemon thread. The thread reads the file before it imports anything more, and the parse imports
+pandas only to build the host's tables at its end (`parsers.capture`), so that the decoding is
+not held up behind the command's own import of pandas. The host's task (`analysis.host_digest.
 parse_and_digest`) `take`s the parsed host when it comes to that file, waiting for the thread if
 it is still running. A file nothing was started for, or one changed since (its inode, size or
 modification time), is parsed where it is asked for, as before.
 
 The parse is `parsers.capture.parse_file_or_failure`, the same call with the same result and the
 same errors (a damaged file is the host's failure; anything else is raised where it is taken).
-Only a single local `.xplane.pb` file is read ahead: a directory's files and URLs are found by
-`parsers.capture`, which the thread would have to import first.
+Captures of several hosts (parsed in a pool) and URLs are not read ahead.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import stat
 import threading
 from pathlib import Path
 
-from tpudiag.parsers.input_files import TRACE_SUFFIX
+from tpudiag.errors import InputError
+from tpudiag.parsers.capture_files import HostUrl, find_capture
+from tpudiag.parsers.input_files import TRACE_SUFFIX, read_input_bytes
 
 _lock = threading.Lock()
 _pending: dict[str, _ReadAhead] = {}
@@ -40,9 +45,6 @@ class _ReadAhead:
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        from tpudiag.errors import InputError
-        from tpudiag.parsers.input_files import read_input_bytes
-
         try:
             try:
                 # the same read as `capture.read_location_bytes`'; the parse empties the list
@@ -60,7 +62,7 @@ class _ReadAhead:
 
 def _key(path) -> str | None:
     if not isinstance(path, (str, os.PathLike)):
-        return None  # a URL (`parsers.capture.HostUrl`)
+        return None  # a URL (`parsers.capture_files.HostUrl`)
     return os.path.realpath(os.fspath(path))
 
 
@@ -73,16 +75,31 @@ def _version(key: str) -> tuple | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
+def single_host_file(path: Path | str) -> Path | None:
+    """The one local `.xplane.pb` host file of the capture at `path` (a logdir, a run directory or
+    the file itself), as `load_capture` finds it; None for several hosts, a URL or no capture
+    (whose errors `load_capture` reports)."""
+    try:
+        files = find_capture(path).files
+    except (InputError, OSError):
+        return None
+    if len(files) != 1 or isinstance(files[0], HostUrl) or not str(files[0]).endswith(TRACE_SUFFIX):
+        return None
+    return files[0]
+
+
 def start(path: Path | str, plane_jobs: int | None = None) -> bool:
-    """Begin reading and parsing `path` in a background thread when it names a local `.xplane.pb`
-    regular file (`plane_jobs`: as `load_capture` gives a single host, None for one per CPU; with
-    one job nothing is started, there being no other core to read on). Whether a thread was started."""
+    """Begin reading and parsing the host file of `path` in a background thread when `path` names
+    a capture of one local host file (`single_host_file`; `plane_jobs`: as `load_capture` gives a
+    single host, None for one per CPU; with one job nothing is started, there being no other core
+    to read on). Whether a thread was started."""
     jobs = plane_jobs or os.cpu_count() or 1
-    key = _key(path)
-    version = _version(key) if jobs > 1 and key is not None and key.endswith(TRACE_SUFFIX) else None
+    file = single_host_file(path) if jobs > 1 else None
+    key = _key(file) if file is not None else None
+    version = _version(key) if key is not None else None
     if version is None:
         return False
-    job = _ReadAhead(Path(path), jobs, version)
+    job = _ReadAhead(file, jobs, version)
     with _lock:
         _pending[key] = job  # replaces one never taken (its command stopped before parsing)
     threading.Thread(target=job.run, name="tpudiag-read-ahead", daemon=True).start()

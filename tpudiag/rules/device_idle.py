@@ -152,8 +152,9 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     evidence = []
     for h in sorted(flagged, key=lambda h: (-(h.idle_ps + h.io_ps), h.host)):
         values = [("idle in the capture" if tables.whole_capture else "idle per step", fmt_time(h.idle_ps)),
-                  ("share", fmt_pct(h.idle_ps / h.period_ps)),
-                  ("steps", str(h.n_steps))]
+                  ("share", fmt_pct(h.idle_ps / h.period_ps))]
+        if not tables.whole_capture:  # a capture without steps is one window, not "1 step"
+            values.append(("steps", str(h.n_steps)))
         if tables.executions:
             values.append(("between executions", fmt_time(h.between_ps)))
         elif not tables.whole_capture and h.lead_ps >= 0.01 * h.idle_ps > 0:  # leftovers are not worth a row
