@@ -397,6 +397,8 @@ def test_diff_per_core_times_count_only_the_gpus_that_ran_ops():
     text = " ".join(out.stdout.split())
     assert "(104.02 ms base, 12.96 ms new)" in text
     assert "te_fused_attn_backward_ffi.18 (custom-call) 2.33 ms per core" in text
+    # An MI300X (gfx942) against an MI355X (gfx950): GPUs, not chips, and both named
+    assert "the GPUs differ: base AMD Instinct MI300 (gfx942)" in text and "new AMD Instinct MI350 (gfx950)" in text
 
 
 def test_tui_overview_of_a_gpu_capture_counts_gpus():
