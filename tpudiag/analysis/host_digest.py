@@ -26,7 +26,8 @@ from tpudiag.model import schemas
 from tpudiag.model.grouping import factorize_runs, first_appearance_groups, group_sums, heads, sums_by_group
 from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepKind, StepTables
 from tpudiag.parsers import read_ahead
-from tpudiag.parsers.capture import HostUrl, PlaneReader, parse_file_or_failure
+from tpudiag.parsers.capture import PlaneReader, parse_file_or_failure
+from tpudiag.parsers.capture_files import HostUrl
 
 
 # A host of at least this many events, digested with a second core free (`threads` 2), digests

@@ -64,16 +64,18 @@ def _header(report: Report) -> Group:
     return Group(*lines)
 
 
-def breakdown_title(b: Breakdown, step_time: Distribution | None) -> str:
-    """The breakdown's basis, with the step time beside it when the two steps differ."""
+def breakdown_title(b: Breakdown, step_time: Distribution | None, word: str = "core") -> str:
+    """The breakdown's basis, with the step time beside it when the two steps differ (`word`: what
+    one core is called, `Platform.core_word`: a GPU is a GPU)."""
     if not b.step_differs(step_time):
-        return "mean per step and core"
-    return (f"mean per step and core: a {fmt_time(b.step_ps)} step; the step time, {fmt_time(step_time.mean_ps)}, "
-            "is each step's slowest core")
+        return f"mean per step and {word}"
+    return (f"mean per step and {word}: a {fmt_time(b.step_ps)} step; the step time, "
+            f"{fmt_time(step_time.mean_ps)}, is each step's slowest {word}")
 
 
-def _breakdown_table(b: Breakdown, step_time: Distribution | None) -> Table:
-    t = Table(title=f"Step breakdown ({breakdown_title(b, step_time)})", title_justify="left", show_edge=False)
+def _breakdown_table(b: Breakdown, step_time: Distribution | None, word: str) -> Table:
+    t = Table(title=f"Step breakdown ({breakdown_title(b, step_time, word)})", title_justify="left",
+              show_edge=False)
     t.add_column("", no_wrap=True)
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
@@ -299,7 +301,7 @@ def render_terminal(report: Report, console: Console, top: int = 15) -> None:
                       "CPU): there are no device ops to analyse.")
     if s.breakdown is not None:
         console.print()
-        console.print(_breakdown_table(s.breakdown, s.step_time))
+        console.print(_breakdown_table(s.breakdown, s.step_time, s.platform.core_word))
         for t in s.host_transfers:
             console.print(Text(f"  host transfers, {t.line()}"))
     if report.programs and (s.step_program or len(report.programs) > 1):
