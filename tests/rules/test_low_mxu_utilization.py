@@ -10,6 +10,7 @@ from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
 from tests.rules.scenarios import run_rules
 from tpudiag.rules import RulesConfig
+from tpudiag.model.findings import Severity
 from tpudiag.model.matmuls import Matmul, OpMath
 from tpudiag.rules.low_mxu_utilization import Options, diagnose, is_matmul
 
@@ -299,3 +300,25 @@ def test_spill_stores_per_op_from_the_join():
     assert _spills(ctx(stores), ops) == {"fusion.1": 5, "fusion.2": 0}
     assert _spills(SimpleNamespace(join=None), ops) == {}
     assert _spills(ctx(pd.DataFrame({"bundles": [1, 2, 3, 4]}, index=[10, 11, 12, 13])), ops) == {}
+
+
+def test_matmuls_on_the_hbm_roof_are_referred_to_memory_bound(tmp_path: Path):
+    # The v6e decode: seven x[32,8192] @ w[8192,8192] matmuls at 85 % of HBM bandwidth, OI 31.7 FLOP/B,
+    # so 31.7 x 0.85 x 1,640 GB/s = 4.8 % of 918 TFLOP/s: at their roofline target, nothing for the MXU
+    # side to save. Each holds 1/7 of the busy time; the span of 10 executions is 10 busy + 9 gaps of
+    # 3/7 busy: 10/97 = 10.3 % of device time each.
+    findings = _run(sc.analyse(sc.decode_v6e(), tmp_path))
+    (f,) = findings
+    assert f.message == ("`fusion.30` and 6 more run at 4.8% of peak FLOP/s, on the HBM roof (operational intensity "
+                         "32 FLOP/B < ridge 560): see `memory-bound`")
+    assert f.severity is Severity.INFO and f.saving.ps == 0
+    assert f.ops == tuple(f"fusion.{i}" for i in range(30, 37))
+    assert [e.subject for e in f.evidence] == [f"fusion.{i}" for i in range(30, 35)]  # max_findings: 5
+    assert f.evidence[0].values == (("time share", "10.3%"), ("FLOP util", "4.8%"),
+                                    ("op. intensity", "32 FLOP/B (ridge 560)"))
+    assert [(q.subject, q.name) for q in f.quantities[:2]] == [("fusion.30", "FLOP utilization"),
+                                                               ("fusion.30", "time share")]
+    assert len(f.quantities) == 10 and f.quantities[1].value == pytest.approx(10 / 97)
+    assert f.fix == "move fewer bytes (see `tpudiag rule memory-bound`)"
+    assert [e.subject for e in _run(sc.analyse(sc.decode_v6e(), tmp_path), max_findings=2)[0].evidence] == [
+        "fusion.30", "fusion.31"]
