@@ -322,3 +322,11 @@ def test_matmuls_on_the_hbm_roof_are_referred_to_memory_bound(tmp_path: Path):
     assert f.fix == "move fewer bytes (see `tpudiag rule memory-bound`)"
     assert [e.subject for e in _run(sc.analyse(sc.decode_v6e(), tmp_path), max_findings=2)[0].evidence] == [
         "fusion.30", "fusion.31"]
+
+
+def test_a_narrow_n_does_not_hide_an_off_multiple_k():
+    reasons, fixes = diagnose(_math(4096, 8, 1000), 256, None, None, 0.9)
+    assert reasons == ["narrow output (N = 8 in `convolution.1` < MXU 256: 3.1% of the MXU columns used)",
+                       "K = 1000 in `convolution.1` is not a multiple of the 256-wide MXU (1000 of 1024 used)"]
+    assert fixes == ["merge matmuls that share an operand into one wider one (concatenate their weights along N)",
+                     "pad K 1000→1024 (+2.4% work and bytes on that dim)"]
