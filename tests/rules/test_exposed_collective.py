@@ -387,3 +387,14 @@ def test_the_wait_for_a_straggler_is_taken_once_from_the_synchronous_collectives
     assert "500.0 µs more per step is the other hosts waiting for straggler `host2`" in by_kind["synchronous"].message
     # ... and only once: the all-gather keeps its 400 µs.
     assert by_kind["async"].saving.ps == 400 * US and "straggler" not in by_kind["async"].message
+
+
+def test_a_synchronous_collective_under_the_threshold_does_not_stop_the_async_finding(tmp_path: Path):
+    # The all-reduce takes 50 µs of the 10 ms step (0.5 %, under `min_exposed_fraction`); the async
+    # windows still expose 830 µs.
+    def schedule(chip, step):
+        return [sc.Placed(p.op, p.offset_ps, 50 * US) if p.op == "all-reduce.4" else p
+                for p in sc.exposed_collectives_schedule(chip, step)]
+
+    (f,) = _run(sc.analyse(sc.design(sc.COLLECTIVE_OPS, schedule), tmp_path))
+    assert f.message.startswith("async collective windows leave 830.0 µs per step exposed")
