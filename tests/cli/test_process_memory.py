@@ -65,3 +65,23 @@ def test_the_cli_collects_garbage_every_hundred_thousand_allocations():
         assert gc.get_threshold() == (100_000, *previous[1:])
     finally:
         gc.set_threshold(*previous)
+
+
+_EXIT_PROBE = """
+import atexit, gc, sys
+from tpudiag.cli.app import main
+atexit.register(lambda: sys.stderr.write(f"\\nFROZEN {gc.get_freeze_count()}"))
+as_process = sys.argv[1] == "process"
+sys.argv = ["tpudiag", "--version"]
+main() if as_process else main(["--version"])
+"""
+
+
+@pytest.mark.parametrize("mode", ["process", "call"])
+def test_only_the_process_command_skips_the_exit_collection(mode):
+    # Called as the process's command (no argv), main freezes what is alive for the exit; called
+    # with argv (tests, other programs) it leaves the caller's collector alone.
+    proc = subprocess.run([sys.executable, "-c", _EXIT_PROBE, mode], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    frozen = int(proc.stderr.rsplit("FROZEN ", 1)[-1])
+    assert (frozen > 10_000) if mode == "process" else frozen == 0

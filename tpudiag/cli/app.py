@@ -201,8 +201,25 @@ def fewer_collections() -> None:
     gc.set_threshold(_YOUNG_COLLECTION_OBJECTS, older, oldest)
 
 
+def no_collection_at_exit() -> None:
+    """Leave the objects alive now out of the collection Python runs as it exits (`gc.freeze`).
+
+    At exit the interpreter clears every module and collects the cycles that leaves (classes,
+    functions and their globals: the imports' hundreds of thousands of objects, pandas' and the
+    rules' among them) one by one, only to hand the memory back to a process that ends: 0.2-0.3 s of
+    a one-host report's CPU (docs/speed.md). Frozen, they stay until the process ends; `atexit`
+    handlers, buffered output and finalizers run as before.
+    """
+    import gc
+
+    gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: usage errors exit 2 (typer); the project's own errors print one line and exit 2."""
+    """Entry point: usage errors exit 2 (typer); the project's own errors print one line and exit 2.
+    Called without `argv`, as the process's command (`tpudiag`, `python -m tpudiag`), the process
+    skips the garbage collection of its exit (`no_collection_at_exit`); called with it (tests, other
+    programs), it leaves the caller's collector alone."""
     fewer_collections()
     keep_freed_memory()
     try:
@@ -214,6 +231,9 @@ def main(argv: list[str] | None = None) -> None:
         if exc.hint:
             sys.stderr.write(f"hint: {one_line(exc.hint)}\n")
         sys.exit(exc.exit_code)
+    finally:
+        if argv is None:
+            no_collection_at_exit()
 
 
 if __name__ == "__main__":
