@@ -256,6 +256,11 @@ def test_assign_steps_at_the_edges():
     assert _assign_steps(steps, "h", core, start).tolist() == [-1, 3, 3, 4, 4, -1, 9, -1]
 
 
+def test_assign_steps_past_a_core_without_windows():
+    steps = _steps([(0, 1, 0, 100), (1, 2, 0, 100)])  # core 0 has steps but no window
+    assert _assign_steps(steps, "h", np.array([1]), np.array([50])).tolist() == [2]
+
+
 def test_coded_keeps_one_category_per_distinct_string():
     vocab = np.array(["b", "nan", "a", "b", "c"], dtype=object)
     cat = _coded(np.array([3, 2, 0, 2]), vocab)
