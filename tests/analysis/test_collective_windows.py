@@ -350,3 +350,29 @@ def test_the_worst_core_fold_keeps_step_numbers_that_do_not_start_at_zero():
             zip(op_steps["step"], op_steps["kind"], op_steps["name"], op_steps["exposed_ps"])] \
         == [(8, "async", "all-gather-start.1", 55), (-1, "sync", "all-reduce.1", 5), (7, "sync", "all-reduce.1", 40),
             (8, "sync", "all-reduce.1", 30)]
+
+
+def _nest(rows: list[tuple]) -> tuple[list, list]:
+    """nesting_facts of (device, start, depth, collective) rows."""
+    dev, start, depth, coll = (np.array(c) for c in zip(*rows))
+    has_child, in_coll = nesting_facts(dev.astype(np.int16), start.astype(np.int64), depth.astype(np.int16),
+                                       coll.astype(bool))
+    return has_child.tolist(), in_coll.tolist()
+
+
+def test_one_level_of_nesting_under_a_collective_at_the_first_position():
+    # a collective first of all, one op nested in it (the deepest level is 1), then a plain op
+    assert _nest([(0, 0, 0, True), (0, 1, 1, False), (0, 5, 0, False)]) == ([True, False, False],
+                                                                          [False, True, False])
+
+
+def test_an_event_before_any_parent_level_event_has_no_parent():
+    # a depth-1 event first, the collective at depth 0 after it: the collective is not its parent
+    assert _nest([(0, 0, 1, False), (0, 5, 0, True)]) == ([False, False], [False, False])
+
+
+def test_a_collective_after_a_missing_level_still_holds_its_children():
+    # depths 0, then 2 (a collective with no depth-1 parent), then 3 inside it: the parent of a depth-3
+    # event is the last depth-2 event, so it is inside a collective
+    assert _nest([(0, 0, 0, False), (0, 1, 2, True), (0, 2, 3, False)]) == ([True, True, False],
+                                                                          [False, False, True])
