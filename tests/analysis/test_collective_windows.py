@@ -376,3 +376,11 @@ def test_a_collective_after_a_missing_level_still_holds_its_children():
     # event is the last depth-2 event, so it is inside a collective
     assert _nest([(0, 0, 0, False), (0, 1, 2, True), (0, 2, 3, False)]) == ([True, True, False],
                                                                           [False, False, True])
+
+
+def test_an_op_without_a_category_is_compute_by_its_name():
+    # fusion.1 [0, 50) has no category recorded: by its name it is no collective, so it covers half of
+    # all-reduce.1 [0, 100)
+    events = _events([(TPU0, 0, "all-reduce.1", "all-reduce", 0, 100, 0), (TPU0, 0, "fusion.1", None, 0, 50, 0)])
+    out = host_windows(_host(events, _windows([])), _steps([(0, 0, 0, 100)]))
+    assert _rows(out) == [(TPU0, 0, 0, "all-reduce.1", "all-reduce", "sync", 0, 100, 50, False, "XLA Ops", False)]
