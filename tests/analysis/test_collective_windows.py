@@ -60,7 +60,7 @@ def _host(events: pd.DataFrame, windows: pd.DataFrame, platform: Platform = Plat
 #   all-reduce.1   [300, 500)   sync window; fusion.9 [300, 400) is nested in it, so not compute
 #   all-gather-start.1 / -done.1 at 500 and 800: async ops, the window [500, 810) is on the Async line
 #   fusion.2       [510, 700)   compute, inside the all-gather window: 190 covered
-#   send.1         [820, 830)   point to point: no window
+#   send.1 [820, 830), recv.1 [835, 840): point to point: no window
 #   fusion.12      [850, 950)   an `all-reduce-scatter fusion`: a reduce-scatter window by its category
 #   fusion.20      [900, 950)   an `async-collective fusion` continuation: compute, covers half of it
 # then at depth 0: all-to-all.3 [1000, 1100), and fusion.30 [1100, 1200) starting exactly at its end.
@@ -75,6 +75,7 @@ TPU_EVENTS = [
     (TPU0, 0, "fusion.2", "loop fusion", 510, 190, 1),
     (TPU0, 0, "all-gather-done.1", "all-gather", 800, 10, 1),
     (TPU0, 0, "send.1", "send", 820, 10, 1),
+    (TPU0, 0, "recv.1", "recv", 835, 5, 1),
     (TPU0, 0, "fusion.12", "all-reduce-scatter fusion", 850, 100, 1),
     (TPU0, 0, "fusion.20", "async-collective fusion", 900, 50, 1),
     (TPU0, 0, "all-to-all.3", "all-to-all", 1000, 100, 0),
