@@ -86,6 +86,7 @@ TPU_EVENTS = [
 TPU_WINDOWS = [
     (TPU0, 0, "all-gather-start.1", "all-gather", 500, 810, "Async XLA Ops"),
     (TPU0, 0, "copy-start.1", "copy", 100, 200, "Async XLA Ops"),  # a copy: not a collective window
+    (TPU0, 0, "foo-start.1", "other", 150, 250, "Async XLA Ops"),  # nor another async op
     (TPU0, 0, "collective-permute-start.1", "collective-permute", 700, 700, "Async XLA Ops"),  # empty: dropped
     (TPU1, 1, "all-gather-start.1.0", "all-gather", 0, 100, "start/done pair"),
 ]
@@ -134,18 +135,21 @@ def test_a_host_with_no_collective_has_no_windows():
 
 def test_windows_on_a_device_without_events_are_not_rows():
     events = _events([(TPU0, 0, "all-reduce.1", "all-reduce", 0, 10, 0)])
-    windows = _windows([(TPU1, 1, "all-gather-start.1", "all-gather", 0, 100, "Async XLA Ops")])
+    windows = _windows([(d, c, "all-gather-start.1", "all-gather", 0, 100, "Async XLA Ops")
+                        for d, c in ((TPU1, 1), ("/device:TPU:2", 2), ("/device:TPU:3", 3))])
     out = host_windows(_host(events, windows), _steps([(0, 0, 0, 10)]))
     assert out["name"].tolist() == ["all-reduce.1"]
 
 
-def test_a_window_whose_family_or_source_is_missing_reads_nan():
+def test_a_window_whose_name_family_or_source_is_missing_reads_nan():
     events = _events([(TPU0, 0, "fusion.1", "loop fusion", 0, 10, 0)])
     windows = _windows([(TPU0, 0, "all-gather-start.1", "all-gather", 0, 20, "Async XLA Ops")])
     windows["family"] = pd.Categorical([None], categories=["all-gather"])
     windows["source"] = pd.Categorical([None], categories=["Async XLA Ops"])
+    windows["name"] = pd.Categorical([None], categories=["all-gather-start.1"])
     out = host_windows(_host(events, windows), _steps([(0, 0, 0, 20)]))
     assert out["family"].astype(str).tolist() == ["nan"] and out["source"].astype(str).tolist() == ["nan"]
+    assert out["name"].astype(str).tolist() == ["nan"]
     assert out["covered_ps"].tolist() == [10]
 
 
