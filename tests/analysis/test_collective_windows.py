@@ -389,3 +389,9 @@ def test_an_op_without_a_category_is_compute_by_its_name():
     events = _events([(TPU0, 0, "all-reduce.1", "all-reduce", 0, 100, 0), (TPU0, 0, "fusion.1", None, 0, 50, 0)])
     out = host_windows(_host(events, _windows([])), _steps([(0, 0, 0, 100)]))
     assert _rows(out) == [(TPU0, 0, 0, "all-reduce.1", "all-reduce", "sync", 0, 100, 50, False, "XLA Ops", False)]
+
+
+def test_a_device_without_collectives_does_not_end_the_walk():
+    events = _events([(TPU0, 0, "fusion.1", "loop fusion", 0, 10, 0), (TPU1, 1, "all-reduce.1", "all-reduce", 0, 10, 0)])
+    out = host_windows(_host(events, _windows([])), _steps([(1, 0, 0, 10)]))
+    assert _rows(out) == [(TPU1, 1, 0, "all-reduce.1", "all-reduce", "sync", 0, 10, 0, False, "XLA Ops", False)]
