@@ -216,3 +216,48 @@ def test_an_empty_host_has_an_empty_table():
     host.events = host.events.iloc[:0]
     table = aggregate_ops(host)
     assert table.empty and list(table.columns) == schemas.OPS.names
+
+
+WRITE_TEXT = "%{} = f32[262144]{{0:S(1)}} fusion(f32[262144]{{0}} %p), kind=kLoop, calls=%f"  # HBM in, VMEM out
+
+
+def test_the_vmem_level_in_each_direction_and_at_its_edges():
+    # peaks 1 TB/s read, 2 TB/s write; 1 MiB = 2^20 B
+    vmem = VmemBandwidth(1e12, 2e12, "test")
+    device = DeviceInfo(Platform.TPU, "t", CHIP, 1e14, 1e12, PeaksSource.TRACE, 1, 4, vmem=vmem)
+    table = aggregate_ops(_host([
+        # writes 1 MiB to VMEM in 1 µs, 1e6 FLOP: write 0.524288 of its peak, binds; FLOPs per written byte
+        ("w.1", "loop fusion", [(0, 1, 1)], 1e6, 0.0, 0.0, WRITE_TEXT.format("w.1")),
+        # 1 MiB read and written in exactly 2^20 ps: read at exactly its peak (a rate, 1.0)
+        ("edge.1", "loop fusion", [(10, 1.048576, 1.048576)], 0.0, 0.0, 0.0, VMEM_TEXT.format("edge.1")),
+        # the same in half the time: 2x the read peak: no rate, but VMEM still binds it
+        ("over.1", "loop fusion", [(20, 0.524288, 0.524288)], 0.0, 0.0, 0.0, VMEM_TEXT.format("over.1")),
+        # FLOPs and no VMEM bytes: no VMEM utilization or intensity
+        ("plain.1", "loop fusion", [(30, 10, 10)], 1e9, 1e6, 1e6, ""),
+        # VMEM bytes in no time: no rate at all
+        ("zero.1", "loop fusion", [(40, 0, 0)], 0.0, 0.0, 0.0, VMEM_TEXT.format("zero.1")),
+    ], device))
+    w = _row(table, "w.1")
+    assert (w["vmem_read_bytes"], w["vmem_write_bytes"]) == (0, 2**20)
+    assert w["vmem_utilization"] == pytest.approx(2**20 / 1e-6 / 2e12)
+    assert w["vmem_intensity"] == pytest.approx(1e6 / 2**20) and w["bound_by"] == BoundBy.VMEM.value
+    edge = _row(table, "edge.1")
+    assert edge["vmem_utilization"] == 1.0 and edge["bound_by"] == BoundBy.VMEM.value
+    over = _row(table, "over.1")
+    assert np.isnan(over["vmem_utilization"]) and over["bound_by"] == BoundBy.VMEM.value
+    plain = _row(table, "plain.1")
+    assert np.isnan(plain["vmem_utilization"]) and np.isnan(plain["vmem_intensity"])
+    assert plain["bound_by"] == BoundBy.COMPUTE.value
+    zero = _row(table, "zero.1")
+    assert np.isnan(zero["vmem_utilization"]) and zero["bound_by"] == BoundBy.LATENCY.value
+    assert (zero["flop_rate"], zero["hbm_bw"]) == (0.0, 0.0)
+
+
+def test_a_vmem_peak_needs_both_directions():
+    for vmem in (VmemBandwidth(0.0, 2e12, "half"), VmemBandwidth(1e12, 0.0, "half")):
+        device = DeviceInfo(Platform.TPU, "t", CHIP, 1e14, 1e12, PeaksSource.TRACE, 1, 4, vmem=vmem)
+        table = aggregate_ops(_host([("fusion.5", "loop fusion", [(0, 2, 2)], 1e6, 0.0, 0.0,
+                                      VMEM_TEXT.format("fusion.5"))], device))
+        op = _row(table, "fusion.5")
+        assert np.isnan(op["vmem_utilization"]) and np.isnan(op["vmem_intensity"])
+        assert op["bound_by"] == BoundBy.COMPUTE.value
