@@ -261,3 +261,20 @@ def test_a_vmem_peak_needs_both_directions():
         op = _row(table, "fusion.5")
         assert np.isnan(op["vmem_utilization"]) and np.isnan(op["vmem_intensity"])
         assert op["bound_by"] == BoundBy.COMPUTE.value
+
+
+def test_an_event_without_a_module_still_counts():
+    # a kernel launched outside XLA records no module: the table counts it as any other, and keeps
+    # the ops in order of first appearance (fusion.2, my_kernel, fusion.1)
+    host = _host([("fusion.2", "loop fusion", [(0, 10, 10), (50, 10, 10)], 1e6, 1e7, 1e7, ""),
+                  ("my_kernel", NON_XLA_KERNEL, [(20, 2, 2), (30, 4, 3)], 0.0, 0.0, 0.0, ""),
+                  ("fusion.1", "convolution fusion", [(40, 5, 5)], 5e8, 1e6, 1e6, "")])
+    module = host.events["module"].astype(object)
+    module[host.events["name"].astype(str) == "my_kernel"] = None
+    host.events["module"] = pd.Categorical(module)
+    table = aggregate_ops(host)
+    assert table["name"].astype(str).tolist() == ["fusion.2", "my_kernel", "fusion.1"]
+    assert table[["occurrences", "total_time_ps", "self_time_ps"]].to_numpy().tolist() == [
+        [2, 20 * US, 20 * US], [2, 6 * US, 5 * US], [1, 5 * US, 5 * US]]
+    assert _row(table, "fusion.2")["module"] == "jit_step"
+    assert _row(table, "fusion.2")["hbm_bw"] == pytest.approx(2e7 / 2e-5)
