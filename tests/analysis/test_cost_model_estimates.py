@@ -70,7 +70,7 @@ ENTRY %main (a: bf16[128,128], v: f32[1024]) -> f32[1024] {
 DOT_FLOPS = 2 * 128**3  # 4,194,304
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test, not per module: mutmut maps a test to the functions it calls itself
 def ops() -> pd.DataFrame:
     matmul = {("fused_dot", "d"): float(DOT_FLOPS), ("main", "dot"): 1e6}
     spills = pd.DataFrame({"hlo": ["conv", "conv", "loop"], "spill_stores": [3, 1, pd.NA],

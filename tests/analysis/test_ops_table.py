@@ -79,7 +79,7 @@ TPU_OPS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test, not per module: mutmut maps a test to the functions it calls itself
 def tpu_table() -> pd.DataFrame:
     return aggregate_ops(_host(TPU_OPS, windows=[("all-gather-start.1", 60, 90)]))
 
@@ -278,3 +278,36 @@ def test_an_event_without_a_module_still_counts():
         [2, 20 * US, 20 * US], [2, 6 * US, 5 * US], [1, 5 * US, 5 * US]]
     assert _row(table, "fusion.2")["module"] == "jit_step"
     assert _row(table, "fusion.2")["hbm_bw"] == pytest.approx(2e7 / 2e-5)
+
+
+HOST_COPY = "%copy-start.3 = (f32[1024]{0:S(5)}, f32[1024]{0}, u32[]) copy-start(f32[1024]{0} %p)"
+
+
+def test_an_async_copy_to_host_memory_is_bound_by_the_host_link_start_and_done():
+    # copy-start.3 moves 4 KiB from HBM to host memory (S(5)); its done shares its pair key, a device
+    # copy (copy-start.4, HBM to VMEM) does not
+    host = _host([("copy-start.3", "copy-start", [(0, 1, 1)], 0.0, 8192.0, 8192.0, HOST_COPY),
+                  ("copy-done.3", "copy-done", [(10, 1, 1)], 0.0, 0.0, 0.0, ""),
+                  ("copy-start.4", "copy-start", [(20, 1, 1)], 0.0, 8192.0, 8192.0,
+                   "%copy-start.4 = (f32[1024]{0:S(1)}, f32[1024]{0}, u32[]) copy-start(f32[1024]{0} %p)"),
+                  ("copy-done.4", "copy-done", [(30, 1, 1)], 0.0, 0.0, 0.0, "")])
+    table = aggregate_ops(host)
+    assert _row(table, "copy-start.3")["moves"] == "hbm->host"
+    assert _row(table, "copy-start.3")["host_write_bytes"] == 4096
+    for name in ("copy-start.3", "copy-done.3"):
+        assert (_row(table, name)["bound_by"], _row(table, name)["bound_basis"]) == (BoundBy.HOST_LINK.value,
+                                                                                     BoundBasis.MEMORY_SPACE.value)
+    assert _row(table, "copy-start.4")["moves"] == "hbm->vmem"
+    assert _row(table, "copy-start.4")["bound_by"] != BoundBy.HOST_LINK.value
+    assert _row(table, "copy-done.4")["bound_by"] != BoundBy.HOST_LINK.value
+
+
+def test_bytes_by_space_are_totals_over_occurrences():
+    vmem = VmemBandwidth(1e12, 2e12, "test")
+    device = DeviceInfo(Platform.TPU, "t", CHIP, 1e14, 1e12, PeaksSource.TRACE, 1, 4, vmem=vmem)
+    table = aggregate_ops(_host([("fusion.5", "loop fusion", [(0, 2, 2), (10, 2, 2), (20, 2, 2)], 1e6, 0.0, 0.0,
+                                  VMEM_TEXT.format("fusion.5"))], device))
+    five = _row(table, "fusion.5")
+    assert (five["vmem_read_bytes"], five["vmem_write_bytes"]) == (3 * 2**20, 3 * 2**20)
+    assert five["vmem_utilization"] == pytest.approx(3 * 2**20 / 6e-6 / 1e12)
+    assert (five["hbm_read_bytes"], five["host_read_bytes"], five["moves"]) == (0.0, 0.0, "")
