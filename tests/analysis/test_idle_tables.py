@@ -141,7 +141,8 @@ def test_capture_windows_span_each_core_from_first_start_to_last_end():
     out = capture_windows(events)
     assert out[["core", "step", "start_ps", "dur_ps", "io_ps"]].to_numpy().tolist() == [[0, 0, 5, 35, 0],
                                                                                         [1, 0, 0, 100, 0]]
-    assert capture_windows(None).empty and capture_windows(events.iloc[:0]).empty
+    for empty in (capture_windows(None), capture_windows(events.iloc[:0])):
+        assert empty.empty and list(empty.columns) == ["core", "step", "start_ps", "dur_ps", "io_ps"]  # a steps table's
 
 
 def _step_rows(rows: list[tuple]) -> pd.DataFrame:
@@ -192,8 +193,10 @@ def test_idle_tables_keep_hosts_with_steps_and_name_them():
     out = idle_tables({"a": _digest(True, False, 10), "b": _digest(False, True, 20), "c": _digest(True, True, 30)})
     assert out.gaps["host"].tolist() == ["a", "c"] and out.steps["idle_ps"].tolist() == [10, 30]
     assert out.executions and not out.whole_capture
+    assert out.steps["host"].tolist() == ["a", "c"]
     out = idle_tables({"a": _digest(True, False, 10)})
     assert not out.executions
+    assert idle_tables({"a": _digest(True, True, 10), "b": _digest(True, False, 20)}).executions  # any host's
 
 
 def test_idle_tables_without_steps_anywhere_measure_whole_captures():
