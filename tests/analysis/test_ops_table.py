@@ -311,3 +311,42 @@ def test_bytes_by_space_are_totals_over_occurrences():
     assert (five["vmem_read_bytes"], five["vmem_write_bytes"]) == (3 * 2**20, 3 * 2**20)
     assert five["vmem_utilization"] == pytest.approx(3 * 2**20 / 6e-6 / 1e12)
     assert (five["hbm_read_bytes"], five["host_read_bytes"], five["moves"]) == (0.0, 0.0, "")
+
+
+def _all_reduce(name: str, elements: int) -> str:
+    return (f"%{name} = f32[{elements}]{{0}} all-reduce(f32[{elements}]{{0}} %p), replica_groups={{{{0,1,2,3}}}}, "
+            "to_apply=%add")
+
+
+def test_latency_bound_is_judged_per_occurrence():
+    # all-reduce over 4: 1.5 x payload per device; ICI peak 1e11 B/s, so at peak a byte takes 10 ps;
+    # latency-bound: under 2 µs at peak and under a tenth of the time. Per occurrence:
+    #   ar.1: 2 x (100,000 B payload -> 150,000 B, 20 µs): 1.5 µs at peak, < 2 µs and < 2 µs: bound
+    #   ar.2: 2 x (150,000 B, 10 µs): 1.5 µs at peak, not under a tenth of 10 µs: not bound
+    #   ar.3: 1 x (200,000 B payload -> 300,000 B, 100 µs): 3 µs at peak, over the 2 µs: not bound
+    table = aggregate_ops(_host([
+        ("ar.1", "all-reduce", [(0, 20, 20), (100, 20, 20)], 0.0, 0.0, 0.0, _all_reduce("ar.1", 25000)),
+        ("ar.2", "all-reduce", [(200, 10, 10), (300, 10, 10)], 0.0, 0.0, 0.0, _all_reduce("ar.2", 25000)),
+        ("ar.3", "all-reduce", [(400, 100, 100)], 0.0, 0.0, 0.0, _all_reduce("ar.3", 50000))]))
+    assert _row(table, "ar.1")["ici_bytes"] == 300_000 and _row(table, "ar.3")["ici_bytes"] == 300_000
+    assert [bool(_row(table, n)["ici_latency_bound"]) for n in ("ar.1", "ar.2", "ar.3")] == [True, False, False]
+
+
+def test_a_collective_without_hlo_text_takes_its_result_shape_and_every_chip():
+    host = _host([("all-reduce.1", "all-reduce", [(0, 10, 10)], 0.0, 0.0, 0.0, "")])
+    host.op_metadata["shape_with_layout"] = pd.array(["f32[1024]{0}"], dtype="string")
+    op = _row(aggregate_ops(host), "all-reduce.1")
+    assert (op["group_size"], op["group_source"], op["ici_bytes"]) == (4, "assumed", 6144)
+
+
+def test_a_done_whose_start_is_not_in_the_capture_keeps_its_own_figures():
+    host = _host([("all-gather-done.1", "all-gather", [(0, 1, 1)], 0.0, 0.0, 0.0, "")])
+    host.op_metadata["shape_with_layout"] = pd.array(["f32[1024]{0}"], dtype="string")
+    op = _row(aggregate_ops(host), "all-gather-done.1")
+    assert (op["group_size"], op["group_source"], op["ici_bytes"]) == (4, "assumed", 3072)
+
+
+def test_a_collective_of_no_time_has_no_rate():
+    device = DeviceInfo(Platform.TPU, "t", None, 1e14, 1e12, PeaksSource.TRACE, 1, 4)
+    table = aggregate_ops(_host([("all-reduce.1", "all-reduce", [(0, 0, 0)], 0.0, 0.0, 0.0, AR_TEXT)], device))
+    assert np.isnan(_row(table, "all-reduce.1")["ici_bw"])
