@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import bounded_examples
 from tests.variants import TRANSFORMS, Capture, captures, write_variant
 from tpudiag.pipeline import diagnose
 
@@ -64,7 +65,7 @@ def test_all_rewrites_at_once_leave_the_report_equal(name, tmp_path_factory):
     assert_same(outcome(variant), want, f"{name} with {', '.join(TRANSFORMS)}")
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=bounded_examples(12, 5), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(SMALL), transforms=st.lists(st.sampled_from(sorted(TRANSFORMS)), min_size=1, max_size=5),
        seed=st.integers(0, 2**32 - 1))
 def test_any_rewrites_in_any_order_leave_the_report_equal(name, transforms, seed, tmp_path_factory):

@@ -32,7 +32,7 @@ from tpudiag.model.report import Mode
 if TYPE_CHECKING:
     from tpudiag.model.compile_output import CompileOutput
     from tpudiag.model.profile import Profile, StepTables
-    from tpudiag.parsers.capture import HostUrl
+    from tpudiag.parsers.capture_files import HostUrl
 
 READING = "reading host files"  # the progress text of this stage
 
@@ -70,7 +70,7 @@ def read_inputs(path: Path | HostUrl, dumps: Sequence[Path] = (), chip: ChipSpec
     file (`HostTrace.memory_timeline`, for `tpudiag memory`).
     """
     from tpudiag.parsers.dump_dir import is_dump_directory, is_hlo_text_file
-    from tpudiag.parsers.capture import HostUrl
+    from tpudiag.parsers.capture_files import HostUrl
 
     if not isinstance(path, HostUrl) and (is_dump_directory(path) or is_hlo_text_file(path)):
         if dumps:
@@ -84,7 +84,8 @@ def _read_capture(path, dumps: Sequence[Path], chip: ChipSpec | None, oom_errors
                   jobs: int | None, progress, scheduler, memory_timeline: bool = False) -> Inputs:
     from tpudiag.analysis.host_digest import StepFold, parse_and_digest
     from tpudiag.analysis.memory_timeline import timeline_of_planes
-    from tpudiag.parsers.capture import find_capture, load_capture
+    from tpudiag.parsers.capture import load_capture
+    from tpudiag.parsers.capture_files import find_capture
     from tpudiag.parsers.dask_hosts import check_scheduler
     from tpudiag.parsers.dump_dir import load_dumps
 

@@ -230,7 +230,7 @@ def diagnose(path: Path | str | None = None, *, dumps: Iterable[Path | str] = ()
     argument of the wrong type or value is a `UsageError` naming it (`tpudiag.arguments`).
     """
     from tpudiag.examples_data import bundled_capture, bundled_dumps
-    from tpudiag.parsers.capture import HostUrl, as_location
+    from tpudiag.parsers.capture_files import HostUrl, as_location
     from tpudiag.rules import run_rules
 
     args = check_diagnose_arguments(dict(path=path, dumps=dumps, config=config, chip=chip, jobs=jobs,

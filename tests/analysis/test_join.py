@@ -26,7 +26,7 @@ from tpudiag.parsers.hlo_program import instruction_bytes
 from tpudiag.parsers.hlo_proto import parse_hlo_proto
 from tpudiag.parsers.hlo_text import load_hlo_dump, parse_hlo_text
 from tpudiag.parsers.llo.load import load_llo_dump
-from tests.conftest import REPO
+from tests.conftest import REPO, bounded_examples
 
 MODELS = REPO / "examples" / "models"
 FIXTURES = REPO / "tests" / "fixtures"
@@ -300,7 +300,7 @@ def test_a_program_id_match_needs_names_only():
     assert r.hlo_matched == 0 and r.matches == ()
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=bounded_examples(5, 2), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.permutations(range(140)))
 def test_the_join_is_per_op_whatever_the_row_order(train_v5e, joined_v5e, order):
     shuffled = train_v5e.ops.iloc[list(order)]

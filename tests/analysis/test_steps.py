@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import US, small_design
+from tests.conftest import US, bounded_examples, small_design
 from tpudiag.analysis.profile_analysis import analyze
 from tpudiag.report_builder import build_report
 from tpudiag.parsers.capture import load_capture
@@ -73,7 +73,7 @@ def test_multi_host_straggler_is_not_hidden(tmp_path):
     assert per_host == {"host0": 10_000 * US, "host1": 12_000 * US}
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=bounded_examples(25, 10), deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 500), st.integers(0, 300)), min_size=1, max_size=12),
        st.integers(1, 4))
 def test_busy_plus_idle_is_the_step_time(tmp_path_factory, ops, n_steps):

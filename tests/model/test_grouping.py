@@ -1,5 +1,6 @@
 """`model.grouping.group_sums`: each of its three paths (dense table, stable sort of packed keys,
-lexicographic sort) gives pandas' groupby sums, exactly, in key order."""
+lexicographic sort) gives pandas' groupby sums, exactly, in key order; `factorize_runs` gives `pd.factorize`'s
+codes and values."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tpudiag.model.grouping import group_sums
+from tpudiag.model.grouping import factorize_runs, group_sums
 
 
 def _reference(keys, values):
@@ -92,3 +93,25 @@ def test_first_appearance_groups_number_as_pandas_groupby_unsorted(case):
 def test_lexsort_order_of_no_keys_is_empty():
     from tpudiag.model.grouping import lexsort_order
     assert lexsort_order(()).tolist() == []
+
+
+@pytest.mark.parametrize("case", ["runs", "interleaved", "one", "empty", "nan"])
+def test_factorize_runs_equals_pandas(case):
+    # Runs (a program per execution) take the run-heads path; rows changing often, pandas'.
+    rng = np.random.default_rng(3)
+    pids = np.array([2**63 + 5, 7, 2**40, 0], dtype=np.uint64)
+    if case == "runs":
+        values = np.repeat(pids[rng.integers(0, 4, 50)], rng.integers(1, 400, 50))
+    elif case == "interleaved":
+        values = pids[rng.integers(0, 4, 5_000)]
+    elif case == "one":
+        values = pids[:1]
+    elif case == "empty":
+        values = pids[:0]
+    else:  # NaN is never equal to itself: pandas' sentinel -1 either way
+        values = np.repeat([1.5, np.nan, 1.5, np.nan, 2.0], [300, 3, 100, 1, 400])
+    codes, uniques = factorize_runs(values)
+    want_codes, want_uniques = pd.factorize(values)
+    np.testing.assert_array_equal(codes, want_codes)
+    np.testing.assert_array_equal(uniques, want_uniques)
+    assert uniques.dtype == want_uniques.dtype

@@ -74,6 +74,16 @@ def test_an_nvidia_plane():
                                   "memory_bandwidth stat")
 
 
+def test_a_v100s_peak_is_its_fp16_tensor_rate_it_has_no_bf16():
+    # NVIDIA's V100 whitepaper: 125 TFLOP/s of fp16 tensor math, 80 SMs at 1.53 GHz; Volta's tensor
+    # cores take no bf16 (Ampere's are the first that do), so the source must not say bf16.
+    v100 = {"compute_cap_major": 7, "compute_cap_minor": 0, "core_count": 80, "clock_rate": 1_530_000,
+            "memory_bandwidth": 898e9, "memory_size": 16 * GIB}
+    gpu = gpu_device(v100)
+    assert gpu.peak_flops_per_s == pytest.approx(125e12, rel=0.003)
+    assert gpu.peaks_source().startswith("FLOP/s: the generation's dense fp16 matrix rate x SMs x clock")
+
+
 def test_an_older_capture_without_a_vendor_is_nvidia_and_a_name_in_the_trace_heads_it():
     stats = {k: v for k, v in H100.items() if k != "device_vendor"} | {"gpu_device_name": "NVIDIA H100 80GB HBM3"}
     gpu = gpu_device(stats)

@@ -127,3 +127,15 @@ def test_fmt_bandwidth_at_each_unit_boundary(x, text):
 def test_number_problem_accepts_zero_unless_asked_for_a_positive_number():
     # The default is the permissive reading: a share threshold of 0 is valid.
     assert number_problem(0.0) is None
+
+
+def test_every_jnp_dtype_names_a_jax_type_of_the_hlo_types_size():
+    """The lab writes these names into code: each must be a jax.numpy type whose item size is the
+    HLO type's (jax's own dtype, not this table, is the expectation)."""
+    import jax.numpy as jnp
+
+    from tpudiag.model.units import JNP_DTYPES, element_bytes, jnp_dtypes
+
+    for hlo, name in JNP_DTYPES.items():
+        assert jnp.dtype(getattr(jnp, name)).itemsize == element_bytes(hlo), (hlo, name)
+    assert jnp_dtypes("f32", "bf16") == {"f32": "float32", "bf16": "bfloat16"}

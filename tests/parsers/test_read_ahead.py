@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO, small_design
 from tpudiag.model.profile import HostFailure, HostTrace
-from tpudiag.parsers import capture, read_ahead
+from tpudiag.parsers import capture, capture_files, read_ahead
 from tpudiag.writers.tpu_design import write_capture
 
 
@@ -58,7 +58,7 @@ def test_a_run_directory_or_logdir_of_one_host_reads_its_file_ahead(host_file, t
     run.mkdir(parents=True)
     shutil.copy(host_file, run / host_file.name)
     for path in (host_file.parent, logdir):
-        file = capture.find_capture(path).files[0]
+        file = capture_files.find_capture(path).files[0]
         assert read_ahead.single_host_file(path) == file
         assert read_ahead.start(path, 2)
         ahead = read_ahead.take(file)

@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import REPO
 from tests.parsers.loopback import free_port
 from tpudiag.errors import InputError
-from tpudiag.parsers.capture import find_capture
+from tpudiag.parsers.capture_files import find_capture
 from tpudiag.parsers.remote import cause
 
 BOUND_S = 30.0  # the bound for `gs://` without network or credentials, start-up included

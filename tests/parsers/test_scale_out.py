@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import small_design
-from tpudiag.parsers.capture import HostUrl, as_location, find_capture, largest_first, load_capture
+from tpudiag.parsers.capture import largest_first, load_capture
+from tpudiag.parsers.capture_files import HostUrl, as_location, find_capture
 from tpudiag.pipeline import diagnose
 from tpudiag.render.json_format import render_json
 from tpudiag.writers.tpu_design import write_capture

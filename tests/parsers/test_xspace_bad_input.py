@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from tests.conftest import bounded_examples, small_design
 import tpudiag.parsers.input_files as input_files
 from tpudiag.errors import InputError
-from tpudiag.parsers.capture import _parse_file, find_capture, load_capture
+from tpudiag.parsers.capture import _parse_file, load_capture
+from tpudiag.parsers.capture_files import find_capture
 from tpudiag.writers.tpu_design import build_capture
 
 GOOD = build_capture(small_design()).serialize()

@@ -230,6 +230,19 @@ def test_every_saving_on_a_stepless_capture_is_over_the_capture():
     timed = [f for f in d.findings if f.saving.ps > 0]
     assert {f.rule for f in timed} >= {"device-idle", "low-mxu-utilization"}
     assert all(f.saving.per == "capture" and saving_amount(f.saving).endswith("over the capture") for f in timed)
+    # ... nor its explanation ("self time per step x (1 - ...)" beside "over the capture" was false)
+    assert all("per step" not in f.saving.explanation for f in timed)
+    # The header's busy share is over the spans of the one GPU that ran kernels, and says so
+    import io
+
+    from rich.console import Console
+
+    from tpudiag.render.terminal import render_terminal
+
+    out = io.StringIO()
+    render_terminal(d.report, Console(file=out, width=400, no_color=True, color_system=None))
+    header = " ".join(out.getvalue().split())
+    assert "span of each GPU's first to last op, summed over 1 GPU that ran ops)" in header
 
 
 def test_amd_hbm_peak_is_the_datasheets_not_half_of_it(analyses):
@@ -295,6 +308,17 @@ def test_a_gpu_capture_counts_gpus_not_chips_and_says_how_many_ran_kernels(name,
     assert d.report.summary.devices_text() == text
     md = render_markdown(d.report)
     assert " chips of " not in md and "chip time" not in md and "GPU time" in md
+
+
+def test_json_summary_counts_the_gpus_that_ran_kernels_and_the_busy_share():
+    # te-fused-attn: 8 GPU planes, kernels on GPU:0 only (by hand, as above); no steps, so the busy
+    # share is over that GPU's span: 93.6 % (the terminal header's figure: 823.6 µs idle of 12.96 ms)
+    from tpudiag.pipeline import diagnose
+    from tpudiag.render.json_format import report_to_dict
+
+    summary = report_to_dict(diagnose(capture("jax-gpu-te-fused-attn")).report)["summary"]
+    assert (summary["n_cores"], summary["n_cores_with_ops"]) == (8, 1)
+    assert summary["busy_share"] == pytest.approx(1 - 823.6 / 12_960, abs=0.001)
 
 
 def test_report_memory_states_the_gpus_memory_size_it_names_in_the_header():
@@ -373,6 +397,8 @@ def test_diff_per_core_times_count_only_the_gpus_that_ran_ops():
     text = " ".join(out.stdout.split())
     assert "(104.02 ms base, 12.96 ms new)" in text
     assert "te_fused_attn_backward_ffi.18 (custom-call) 2.33 ms per core" in text
+    # An MI300X (gfx942) against an MI355X (gfx950): GPUs, not chips, and both named
+    assert "the GPUs differ: base AMD Instinct MI300 (gfx942)" in text and "new AMD Instinct MI350 (gfx950)" in text
 
 
 def test_tui_overview_of_a_gpu_capture_counts_gpus():

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_util import run_tpudiag
 from tests.conftest import REPO, US, small_design
 from tests.robustness.hostile import assert_inert
 from tpudiag.cli.lab_cmd import default_lab_dir
@@ -50,9 +51,10 @@ def test_extract_writes_inside_the_working_directory_and_repro_holds_the_name_as
                                                                                           tmp_path):
     work = tmp_path / "work" / "deep"
     work.mkdir(parents=True)
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-m", "tpudiag", "lab", "extract", str(evil_capture), "--op", EVIL,
-                           "--scale-down", "8"], capture_output=True, text=True, env=env, cwd=work, timeout=300)
+    env = {"NO_COLOR": "1", "JAX_PLATFORMS": "cpu"}
+    # `lab extract` and `lab check` in this process (what they write and print is the point, not the
+    # entry point); repro.py runs as the plain script a user runs.
+    proc = run_tpudiag("lab", "extract", evil_capture, "--op", EVIL, "--scale-down", "8", env=env, cwd=work)
     assert proc.returncode == 0, proc.stderr
     assert_inert(proc.stdout + proc.stderr)
     made = [p for p in work.iterdir()]
@@ -65,15 +67,14 @@ def test_extract_writes_inside_the_working_directory_and_repro_holds_the_name_as
     assert literals == [EVIL]
     assert_inert(source)
     # Running it executes nothing from the name, and prints the name escaped.
-    ran = subprocess.run([sys.executable, "repro.py", "--interpret"], capture_output=True, text=True, env=env,
-                         cwd=made[0], timeout=300)
+    ran = subprocess.run([sys.executable, "repro.py", "--interpret"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO), **env}, cwd=made[0], timeout=300)
     assert ran.returncode == 0, ran.stderr
     assert not (made[0] / "PWNED").exists() and not (work / "PWNED").exists()
     assert_inert(ran.stdout)
     # `lab check` runs it and prints the op name it reports: escaped too, in both formats.
     for fmt in ("terminal", "json"):
-        checked = subprocess.run([sys.executable, "-m", "tpudiag", "lab", "check", str(made[0]), "-f", fmt],
-                                 capture_output=True, text=True, env=env, cwd=work, timeout=300)
+        checked = run_tpudiag("lab", "check", made[0], "-f", fmt, env=env, cwd=work)
         assert checked.returncode == 0 and "Traceback" not in checked.stderr, checked.stderr
         assert_inert(checked.stdout + checked.stderr)
         assert not (made[0] / "PWNED").exists() and not (work / "PWNED").exists()
@@ -89,9 +90,7 @@ def test_extract_of_an_op_whose_trace_numbers_fit_no_blocks_is_one_line(tmp_path
                   run)
     work = tmp_path / "work"
     work.mkdir()
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-m", "tpudiag", "lab", "extract", str(run), "--op", "fusion.1"],
-                          capture_output=True, text=True, env=env, cwd=work, timeout=300)
+    proc = run_tpudiag("lab", "extract", run, "--op", "fusion.1", env={"NO_COLOR": "1"}, cwd=work)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     first = proc.stderr.splitlines()[0]
     assert first.startswith(f"error: `{run}`") and "no block sizes of the matmul family fit `fusion.1`" in first

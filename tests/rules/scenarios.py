@@ -41,8 +41,30 @@ def write_run(d: CaptureDesign, root: Path) -> Path:
     return run
 
 
+# Designs analysed so far in this process, by `_design_key`: the same design gives the same analysis,
+# so the tests that share a design (and mutmut's forked runs, which inherit this from the run that
+# timed the tests) build and analyse it once. Rules never write into an analysis.
+_ANALYSED: dict[str, Analysis] = {}
+
+
+def _design_key(d: CaptureDesign) -> str | None:
+    """The design's repr, when every function in it is a module-level one (whose repr names it for the
+    whole process); None for a design holding a closure or lambda, which is analysed afresh each time."""
+    for value in vars(d).values():
+        if callable(value) and "<" in getattr(value, "__qualname__", "<"):
+            return None
+    return repr(d)
+
+
 def analyse(d: CaptureDesign, root: Path) -> Analysis:
-    return analyse_path(write_run(d, root))
+    """The design written under `root` and analysed; a design analysed before comes from `_ANALYSED`
+    (nothing is written then)."""
+    key = _design_key(d)
+    if key is None:
+        return analyse_path(write_run(d, root))
+    if key not in _ANALYSED:
+        _ANALYSED[key] = analyse_path(write_run(d, root))
+    return _ANALYSED[key]
 
 
 def analyse_path(path: Path) -> Analysis:

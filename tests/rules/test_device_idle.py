@@ -116,3 +116,17 @@ def test_mostly_unexplained_idle_still_names_the_causes_its_evidence_lists():
     values = dict(f.evidence[0].values)
     assert (values["unexplained"], values["host-bound"]) == ("128.4 µs", "50.6 µs")
     assert "cause not visible on the host plane for 71.6% of it; the rest: host-bound 50.6 µs" in f.message
+
+
+def test_main_cause_counts_device_infeed_as_input_and_prefers_a_named_cause_on_a_tie():
+    from tpudiag.analysis.idle import HostIdle
+    from tpudiag.rules.device_idle import main_cause
+
+    def host(causes, io_ps=0.0):
+        return HostIdle("h", 3, 1000.0, 500.0, 0.0, 0.0, io_ps, causes, 1, 500)
+
+    assert main_cause(host({"host-bound": 200.0, "input": 100.0})) == "host-bound"
+    assert main_cause(host({"host-bound": 200.0, "input": 100.0}, io_ps=150.0)) == "input"  # 100 + 150 > 200
+    assert main_cause(host({"unexplained": 300.0, "compilation": 300.0})) == "compilation"
+    assert main_cause(host({"compilation": 300.0, "unexplained": 300.0})) == "compilation"
+    assert main_cause(host({"unexplained": 300.0, "compilation": 299.0})) == "unexplained"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,7 @@ def test_a_dominant_problem_is_high_severity(tmp_path: Path):
 
 def test_declared_tables_are_checked_before_a_rule_runs(tmp_path: Path):
     analysis = sc.analyse(sc.low_mxu(), tmp_path)
-    analysis.ops = analysis.ops.drop(columns=["flop_rate"])
+    analysis = replace(analysis, ops=analysis.ops.drop(columns=["flop_rate"]))  # a new analysis: others share it
     with pytest.raises(ValueError, match=r"ops table lacks columns \['flop_rate'\]"):
         run_rules(analysis, RulesConfig(select=("low-mxu-utilization",)))
 
@@ -121,7 +122,7 @@ def test_declared_tables_are_checked_before_a_rule_runs(tmp_path: Path):
 def test_a_modelled_capture_has_no_measured_savings(tmp_path: Path):
     # `tpudiag simulate` marks its captures: their times are estimates, so "measured" becomes "modelled".
     analysis = sc.analyse(sc.exposed_collectives(), tmp_path)
-    analysis.profile.modelled = True
+    analysis = replace(analysis, profile=replace(analysis.profile, modelled=True))
     findings, _ = run_rules(analysis, RulesConfig(select=("exposed-collective",)))
     assert findings and {f.saving.basis for f in findings} == {"modelled"}
     assert all(f.saving.explanation.startswith("from a modelled capture, ") for f in findings)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import bounded_examples
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
 from tests.rules.scenarios import run_rules
@@ -288,7 +289,7 @@ def test_multi_host_saving_is_the_worst_core_of_any_host(tmp_path: Path):
     assert async_.saving.ps == 830 * US and "36 windows" in async_.message
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=bounded_examples(15, 6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(gaps=st.lists(st.integers(0, 400), min_size=3, max_size=3), inside=st.integers(0, 900),
        done=st.integers(1, 500))
 def test_window_invariants(tmp_path_factory, gaps, inside, done):

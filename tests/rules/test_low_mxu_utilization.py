@@ -190,3 +190,58 @@ def test_issue20_a_decode_batch_of_4_is_a_small_batch_never_padding(example, op,
     (f,) = [f for f in d.findings if f.rule == "low-mxu-utilization" and op in f.ops]
     assert f"small batch (M = 4 rows in `convolution.27` < MXU {mxu})" in f.message
     assert "→" not in f.fix and "padding M would only add work" in f.fix
+
+
+# -- `diagnose` and `is_matmul`: every branch with its whole text --------------------------------------
+
+def test_every_cause_and_fix_in_order():
+    # [4, 100] x [100, 200] (bf16 x f32) on a 128 MXU, memory-bound: M = 4 is the batch, K = 100 a short
+    # contraction (100 of 128 rows), N = 200 off the multiple (200 of 256: +28 % work).
+    math = _math(4, 200, 100, rhs="f32")
+    reasons, fixes = diagnose(math, 128, 2.4, 241.0, 0.5, unit="MXU")
+    assert reasons == [
+        "memory-bound (operational intensity 2 FLOP/B < ridge 241)",
+        "small batch (M = 4 rows in `convolution.1` < MXU 128)",
+        "N = 200 in `convolution.1` is not a multiple of the 128-wide MXU (200 of 256 used)",
+        "short contraction (K = 100 in `convolution.1` < MXU 128: 78.1% of the MXU rows used)",
+        "f32 operands (bf16 x f32 in `convolution.1`; bf16 runs at full MXU rate)"]
+    assert fixes == [
+        "raise operational intensity above 241 FLOP/B (fuse the producer, reuse weights across more rows)",
+        "raise the rows per call toward 128 (a larger batch, more tokens per call); padding M would only add work",
+        "contract more per matmul (fold heads or groups into K)",
+        "pad N 200→256 (+28.0% work and bytes on that dim)",
+        "cast operands to bf16 with `preferred_element_type=jnp.float32`"]
+
+
+def test_a_narrow_output_asks_to_merge_matmuls_and_the_op_itself_is_not_named():
+    mm = Matmul("fusion.1", "entry", "dot", (1024,), (8,), (1024,), (1,), "bf16", "bf16", "f32", "operand shapes")
+    reasons, fixes = diagnose(OpMath("fusion.1", "fusion", (mm,)), 256, None, 560.0, 0.9, unit="tensor-core")
+    assert reasons == ["narrow output (N = 8 < MXU 256: 3.1% of the MXU columns used)"]
+    assert fixes == ["merge matmuls that share an operand into one wider one (concatenate their weights along N)"]
+
+
+def test_padding_must_add_strictly_less_than_it_recovers():
+    # K 640 → 768 adds 20 %: not proposed when less is recoverable, proposed above it. (No off-multiple
+    # dim adds an exactly representable share, so the edge itself is a float tie no program meets.)
+    assert diagnose(_math(2048, 1024, 640), 256, None, None, 0.19)[1] == []
+    assert diagnose(_math(2048, 1024, 640), 256, None, None, 0.21)[1] == ["pad K 640→768 (+20.0% work and bytes on that dim)"]
+
+
+def test_the_ridge_edge_and_a_missing_ridge():
+    assert diagnose(_math(1024, 1024, 1024), 128, 241.0, 241.0, 0.5) == ([], [])  # at the ridge: not memory-bound
+    assert diagnose(_math(1024, 1024, 1024), 128, 240.0, 241.0, 0.5)[0] == [
+        "memory-bound (operational intensity 240 FLOP/B < ridge 241)"]
+    assert diagnose(_math(1024, 1024, 1024), 128, 2.0, None, 0.5) == ([], [])
+    assert diagnose(_math(1024, 1024, 1024), 128, 2.0, 0.0, 0.5) == ([], [])
+    # A dim exactly the MXU's width is aligned; the rows equal to it are not a small batch.
+    assert diagnose(_math(128, 128, 128), 128, None, None, 0.5) == ([], [])
+
+
+def test_matmul_names_and_categories():
+    for name, category in (("fusion.1", "Convolution fusion"), ("x", "custom dot"), ("convolution.4", ""),
+                           ("dot.2", ""), ("dot_general.1", ""), ("my_matmul", ""), ("einsum.3", ""),
+                           ("a dot b", "")):
+        assert is_matmul(name, category), (name, category)
+    for name, category in (("fusion.1", "dotted"), ("dotted_add.1", ""), ("fusion.1", "loop fusion"),
+                           ("adotb", "")):
+        assert not is_matmul(name, category), (name, category)

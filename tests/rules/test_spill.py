@@ -16,6 +16,7 @@ import pytest
 from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
 from tests.rules.scenarios import run_rules
+from tpudiag.model.findings import Severity
 from tpudiag.model.inputs import CompiledInputs
 from tpudiag.rules import RulesConfig
 from tpudiag.rules.spill import op_spills
@@ -97,3 +98,75 @@ def test_a_modelled_timeline_says_modelled_not_in_the_trace(analysis):
     modelled = replace(analysis, profile=replace(analysis.profile, modelled=True))
     findings, _ = _run(modelled, llo_table([("fusion.12", 107, 523, 2100)]))
     assert "per step modelled)" in findings[0].message and "in the trace" not in findings[0].message
+
+
+# -- the rule called directly on hand-made LLO tables ------------------------------------------------
+
+def _direct(rows, analysis=None, **options):
+    from tpudiag.rules.base import RuleContext
+    from tpudiag.rules.spill import Options, check
+
+    return check(RuleContext(analysis=analysis, compiled=CompiledInputs(llo=(llo_table(rows),))), Options(**options))
+
+
+def test_without_a_timeline_the_most_spilling_ops_come_first():
+    # No saving without times: ops are ranked by spills + fills, then by name.
+    rows = [("fusion.1", 5, 5, 100), ("fusion.2", 100, 0, 1000), ("fusion.3", 1, 0, 100), ("fusion.4", 0, 10, 100)]
+    assert [f.ops for f in _direct(rows)] == [("fusion.2",), ("fusion.1",), ("fusion.4",), ("fusion.3",)]
+    assert [f.ops for f in _direct(rows, max_findings=2)] == [("fusion.2",), ("fusion.1",)]
+
+
+def test_min_spills_counts_spills_and_fills_inclusively():
+    rows = [("fusion.1", 2, 1, 100), ("fusion.2", 1, 1, 100)]
+    assert [f.ops for f in _direct(rows, min_spills=3)] == [("fusion.1",)]
+
+
+def test_the_message_evidence_and_saving_without_a_timeline():
+    (f,) = _direct([("fusion.12", 107, 523, 2100)])
+    # (107 + 523) / 2100 = 30 % of its bundles.
+    assert f.message == ("`fusion.12` spills 107 vector registers and fills 523 (not in the trace); "
+                         "30.0% of its 2100 bundles")
+    assert f.evidence[0].values == (("spills", "107"), ("fills", "523"), ("bundles", "2100"),
+                                    ("self time/step", "0 ps"))
+    assert f.saving.ps == 0 and f.saving.explanation == "self time per step x (spills + fills) / bundles"
+    assert f.fix == "reduce live vector state: smaller block sizes or fewer values live across the loop"
+    assert f.severity is Severity.LOW and f.host == "" and f.code == "TPD104"
+
+
+def test_the_bundle_share_is_capped_at_the_whole_op():
+    (f,) = _direct([("fusion.12", 30, 20, 10)])
+    assert f.message.endswith("; 100.0% of its 10 bundles")
+
+
+def test_without_bundles_the_finding_stays_low(analysis):
+    (f,) = _direct([("fusion.12", 107, 523, pd.NA)], analysis)
+    assert f.severity is Severity.LOW and f.saving.ps == 0
+    assert "bundles" not in dict(f.evidence[0].values)
+
+
+def test_severity_follows_the_step_share(analysis):
+    # fusion.12 (f32 matmul at 15 % of 918 TFLOP/s) takes 1,497 µs per 10 ms step: spilling in 30 % of
+    # its bundles saves 449 µs (4.5 %, medium); in all of them 1,497 µs (15 %: high, capped at medium).
+    (f,) = _direct([("fusion.12", 107, 523, 2100)], analysis)
+    assert f.severity is Severity.MEDIUM
+    assert f.saving.ps == pytest.approx(sc.F32_MM_PS * 0.3, abs=2)
+    assert f.message.startswith("`fusion.12` spills 107 vector registers and fills 523 (1.50 ms per step in the "
+                                "trace); 30.0% of its 2100 bundles")
+    assert dict(f.evidence[0].values)["self time/step"] == "1.50 ms"
+    (f,) = _direct([("fusion.12", 107, 523, 630)], analysis)
+    assert f.severity is Severity.MEDIUM and f.saving.ps == pytest.approx(sc.F32_MM_PS, abs=2)
+    (f,) = _direct([("fusion.12", 107, 523, 2100)], analysis, medium_share=0.05)
+    assert f.severity is Severity.LOW
+    (f,) = _direct([("fusion.12", 107, 523, 2100)], analysis, medium_share=0.04, high_share=0.045)
+    assert f.severity is Severity.MEDIUM
+
+
+def test_timed_ops_rank_by_saving_then_time(analysis):
+    # fusion.12 (1,497 µs, 30 %: 449 µs) before fusion.10 (about 1.8 ms, 10 %: 180 µs); an op the
+    # trace does not time (fusion.99) saves nothing and comes last.
+    rows = [("fusion.99", 500, 500, 1000), ("fusion.10", 50, 50, 1000), ("fusion.12", 107, 523, 2100)]
+    findings = _direct(rows, analysis)
+    assert [f.ops[0] for f in findings] == ["fusion.12", "fusion.10", "fusion.99"]
+    assert "(not in the trace)" in findings[2].message
+    assert [f.ops[0] for f in _direct(rows, analysis, max_findings=1)] == ["fusion.12"]
+    assert findings[0].host == "host0"

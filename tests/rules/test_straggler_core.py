@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,6 +12,7 @@ from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
 from tests.rules.scenarios import run_rules
 from tpudiag.model.findings import Severity
+from tpudiag.model.profile import Platform
 from tpudiag.rules import RulesConfig
 from tpudiag.rules.straggler_core import Options
 
@@ -114,3 +116,34 @@ def test_gpus_without_collectives_save_nothing(tmp_path: Path):
     (f,) = _run(sc.analyse_path(gc.write(capture, tmp_path)))
     assert f.saving.ps == 0 and "no collective makes the others wait" in f.saving.explanation
     assert f.message.endswith("no collective in the capture, so no other GPU waits for it")
+
+
+# -- helpers called directly ------------------------------------------------------------------------
+
+def test_fix_for_work_only_the_slow_core_runs():
+    from tpudiag.analysis.core_balance import OpExtra
+    from tpudiag.rules.straggler_core import _fix
+
+    only = [OpExtra("fusion.9", "loop fusion", 300.0, 0.0, 300.0), OpExtra("copy.2", "copy", 100.0, 0.0, 100.0)]
+    tpu = SimpleNamespace(platform=Platform.TPU, gpu=None)
+    assert _fix("`TPU:3`", only, tpu, "cores", "the step") == (
+        "`TPU:3` runs work the other cores do not (`fusion.9`, `copy.2`): spread it over them or move it out of the "
+        "step")
+    slower = [OpExtra("fusion.9", "loop fusion", 300.0, 200.0, 100.0), *only[1:]]
+    assert _fix("`TPU:3`", slower, tpu, "cores", "the step") == (
+        "check `TPU:3`: its health, clocks and thermal throttling (`tpu-info`); the same ops run faster on the "
+        "other cores")
+    assert _fix("`TPU:3`", [], tpu, "cores", "the step").startswith("check `TPU:3`: ")
+
+
+def test_others_median_and_signed_times():
+    from tpudiag.analysis.core_balance import CoreWork
+    from tpudiag.rules.straggler_core import _others, _signed, core_label
+
+    cores = [CoreWork("h", f"/device:TPU:{i}", i, 3, w, 0.0, 10.0) for i, w in enumerate((1.0, 2.0, 10.0, 4.0))]
+    assert _others(cores, cores[2]) == 2.0  # median of 1, 2, 4
+    assert _others(cores, cores[0]) == 4.0  # median of 2, 10, 4
+    alone = cores[:1]
+    assert _others(alone, alone[0]) == 1.0  # no others: itself
+    assert _signed(1_000_000.0) == "+1.0 µs" and _signed(-1_000_000.0) == "-1.0 µs" and _signed(0.0) == "+0 ps"
+    assert core_label("/device:TPU:3") == "TPU:3" and core_label("TPU:3") == "TPU:3"

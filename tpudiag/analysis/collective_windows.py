@@ -180,7 +180,7 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
             continue
         device = devices[code]
         on = device_codes == code
-        core = int(cores[on][0])
+        core = int(cores[np.argmax(on)])  # its first event's (not a copy of every event's)
         covering = on & compute
         comp_starts, comp_ends = start[covering], end[covering]
         ms, me = merge(comp_starts, comp_ends)

@@ -69,7 +69,7 @@ from tpudiag.analysis.profile_analysis import Analysis, combined_step_times
 from tpudiag.model.compiled import CompiledProgram, Instruction, leaf_arrays
 from tpudiag.model.findings import Finding
 from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
-from tpudiag.model.profile import WindowThresholds
+from tpudiag.model.profile import Platform, WindowThresholds
 
 MIN_STEPS_FOR_SPREAD = 3
 
@@ -767,7 +767,8 @@ def _warnings(base: Analysis, new: Analysis, per_step: bool) -> list[str]:
     bt = sorted({h.device.device_type for h in base.profile.hosts})
     nt = sorted({h.device.device_type for h in new.profile.hosts})
     if bt != nt:
-        out.append(f"the chips differ: base {', '.join(bt) or '(none)'}; new {', '.join(nt) or '(none)'} "
+        devices = "GPUs" if Platform.GPU in (base.platform, new.platform) else "chips"
+        out.append(f"the {devices} differ: base {', '.join(bt) or '(none)'}; new {', '.join(nt) or '(none)'} "
                    "(device types differ: times compare different hardware)")
     if _n_cores(base) != _n_cores(new):
         out.append(f"core counts differ (base {_n_cores(base)}, new {_n_cores(new)}): op times are per core")

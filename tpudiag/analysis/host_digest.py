@@ -23,10 +23,11 @@ from tpudiag.analysis.idle import capture_windows, host_idle_tables
 from tpudiag.analysis.ops import aggregate_ops
 from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
-from tpudiag.model.grouping import first_appearance_groups, group_sums, heads, sums_by_group
+from tpudiag.model.grouping import factorize_runs, first_appearance_groups, group_sums, heads, sums_by_group
 from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepKind, StepTables
 from tpudiag.parsers import read_ahead
-from tpudiag.parsers.capture import HostUrl, PlaneReader, parse_file_or_failure
+from tpudiag.parsers.capture import PlaneReader, parse_file_or_failure
+from tpudiag.parsers.capture_files import HostUrl
 
 
 # A host of at least this many events, digested with a second core free (`threads` 2), digests
@@ -107,7 +108,7 @@ def op_tables(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
         return schemas.OP_CORES.empty(), schemas.OP_STEP_SUMS.empty(), schemas.OP_STEP_WORST.empty()
     self_ps = ev["self_ps"].to_numpy()
     step = ev["step"].to_numpy().astype(np.int64) + 1  # -1 (outside every step) becomes code 0
-    program, programs = pd.factorize(ev["program_id"].to_numpy())
+    program, programs = factorize_runs(ev["program_id"].to_numpy())
     cores = _op_cores(ev, program, programs, np.where(step > 0, self_ps, 0))
     # Per-step tables from integer codes (one sort each): millions of events on a training host.
     names = ev["name"].cat.categories

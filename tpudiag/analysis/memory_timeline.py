@@ -29,7 +29,8 @@ from tpudiag.model.allocator import (UNATTRIBUTED, ActiveAllocation, AllocatorTi
                                      HostMemoryTimeline)
 from tpudiag.model.profile import HostFailure
 from tpudiag.parsers.allocator_events import allocator_events_of_planes, read_allocator_events
-from tpudiag.parsers.capture import find_capture, process_pool
+from tpudiag.parsers.capture import process_pool
+from tpudiag.parsers.capture_files import find_capture
 
 XPROF_MAX_SNAPSHOTS = 1000  # XProf samples its timeline graph down to this many points
 

@@ -35,7 +35,7 @@ from tpudiag.analysis.op_bytes import COLUMNS as BYTE_COLUMNS
 from tpudiag.analysis.op_bytes import op_bytes
 from tpudiag.model import schemas
 from tpudiag.model.collectives import Traffic, latency_bound, traffic
-from tpudiag.model.grouping import first_appearance_groups, group_sums, sums_by_group
+from tpudiag.model.grouping import factorize_runs, first_appearance_groups, group_sums, sums_by_group
 from tpudiag.model.hlo_names import async_pair_key, async_role, collective_family
 from tpudiag.model.profile import HostTrace, Platform
 from tpudiag.parsers.device_trace import NON_XLA_KERNEL
@@ -218,7 +218,7 @@ def _per_op(ev: pd.DataFrame) -> pd.DataFrame:
                    .reset_index())
         grouped["name"] = grouped["name"].astype(str)
         return grouped
-    program, programs = pd.factorize(ev["program_id"].to_numpy())
+    program, programs = factorize_runs(ev["program_id"].to_numpy())
     group, first = first_appearance_groups([program, name])
     n = len(first)
     names = np.asarray(ev["name"].cat.categories.astype(str), dtype=object)

@@ -107,20 +107,22 @@ def build_steps(host: HostTrace, host_copy: np.ndarray | None = None) -> tuple[p
     gpu = host.device.platform is Platform.GPU
     for core, m in markers.groupby("core", sort=True):
         on_core = np.flatnonzero((core_arr == core) & ~sparse)
+        on = _block(on_core)  # the core's events, read through views when they are one block
         s_start = m["start_ps"].to_numpy()
         s_end = s_start + m["dur_ps"].to_numpy()
         steps = m["step"].to_numpy()
         if len(on_core):
-            k = np.searchsorted(s_start, start[on_core], side="right") - 1
-            inside = (k >= 0) & (start[on_core] < s_end[np.clip(k, 0, None)])
+            on_start = start[on]
+            k = np.searchsorted(s_start, on_start, side="right") - 1
+            inside = (k >= 0) & (on_start < s_end[np.clip(k, 0, None)])
             step_col[on_core[inside]] = steps[k[inside]]
-        top = on_core[depth[on_core] == 0]
+        top = on_core[depth[on] == 0]
         busy = covered(s_start, s_end, *merge(start[top], end[top]))
-        coll_idx = on_core[is_collective[on_core]]
+        coll_idx = on_core[is_collective[on]]
         coll = covered(s_start, s_end, *merge(start[coll_idx], end[coll_idx]))
-        io_idx = on_core[is_io[on_core]]
+        io_idx = on_core[is_io[on]]
         io = covered(s_start, s_end, *merge(start[io_idx], end[io_idx]))
-        hc_idx = on_core[is_host_copy[on_core]]
+        hc_idx = on_core[is_host_copy[on]]
         hc = covered(s_start, s_end, *merge(start[hc_idx], end[hc_idx]))
         if gpu:
             # A GPU's collective kernel runs on its library's stream beside compute kernels on the
@@ -150,6 +152,15 @@ def build_steps(host: HostTrace, host_copy: np.ndarray | None = None) -> tuple[p
     table = pd.concat(rows, ignore_index=True)
     table.insert(0, "host", host.host)
     return schemas.STEPS.frame({c: table[c].to_numpy() for c in schemas.STEPS.names}), source
+
+
+def _block(positions: np.ndarray) -> slice | np.ndarray:
+    """Sorted, distinct `positions` as a slice when they are one contiguous block (a core's events
+    are its plane's, parsed as one block), so that indexing reads views instead of copying
+    millions of values; else the positions themselves. Either indexes the same values."""
+    if len(positions) and int(positions[-1]) - int(positions[0]) + 1 == len(positions):
+        return slice(int(positions[0]), int(positions[-1]) + 1)
+    return positions
 
 
 def _collective_events(events: pd.DataFrame) -> np.ndarray:

@@ -25,7 +25,8 @@ from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.errors import InputError
 from tpudiag.model.hlo_names import collective_family, is_io
 from tpudiag.model.profile import HostFailure, HostTrace
-from tpudiag.parsers.capture import as_location, parse_file_or_failure
+from tpudiag.parsers.capture import parse_file_or_failure
+from tpudiag.parsers.capture_files import as_location
 
 COMPUTE, COLLECTIVE, IO, IDLE, OUTSIDE = "compute", "collective", "io", "idle", ""
 KINDS = (COMPUTE, COLLECTIVE, IO, IDLE)

@@ -27,7 +27,7 @@ def tui(
         raise UsageError("the terminal UI needs the `textual` package, which is not installed",
                          hint=TUI_HINT) from None
     from tpudiag.examples_data import bundled_capture, bundled_dumps
-    from tpudiag.parsers.capture import find_capture
+    from tpudiag.parsers.capture_files import find_capture
     from tpudiag.tui.app import TpudiagApp
 
     target = path if path is not None else bundled_capture()

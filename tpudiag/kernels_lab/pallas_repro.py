@@ -23,11 +23,8 @@ from dataclasses import dataclass
 
 from tpudiag.kernels_lab.problems import pallas
 from tpudiag.model.hlo_shapes import parse_shapes
+from tpudiag.model.units import JNP_DTYPES
 
-# HLO dtype -> jnp dtype name (a fixed table: nothing from the trace is written as code otherwise)
-JNP_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64", "s8": "int8",
-              "s16": "int16", "s32": "int32", "s64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
-              "u64": "uint64", "pred": "bool_", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 _SPACES = {"vmem": "pltpu.VMEM", "smem": "pltpu.SMEM", "any": "pl.ANY"}
 _TERM = re.compile(r"g\d+|-?\d+")
 

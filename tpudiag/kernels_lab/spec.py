@@ -45,6 +45,7 @@ from tpudiag.kernels_lab.collective_spec import gathered_dim, kind_of, mesh_axes
 from tpudiag.model.compiled import CompiledProgram, Instruction
 from tpudiag.model.hlo_names import collective_family
 from tpudiag.model.profile import Platform
+from tpudiag.model.units import jnp_dtypes
 from tpudiag.model.inputs import CompiledInputs
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class NotReproducible(UsageError):
     """The op exists but no kernel family reproduces it yet; the message says why."""
 
 
-HLO_DTYPES = {"bf16": "bfloat16", "f32": "float32"}
+HLO_DTYPES = jnp_dtypes("bf16", "f32")  # the float types the compute families take
 MATMUL_CATEGORIES = ("convolution fusion", "convolution", "dot", "output fusion")
 MATMUL_OPCODES = frozenset({"dot", "convolution"})
 ELEMENTWISE_CATEGORIES = ("loop fusion", "copy", "non-fusion elementwise", "data formatting")
@@ -424,7 +425,7 @@ def _non_minor_reduce(inst: Instruction | None, called: tuple[Instruction, ...]
     return operand, dims, (outer, rows, cols)
 
 
-DATAMOVE_DTYPES = dict(HLO_DTYPES, s32="int32", u32="uint32", s8="int8")
+DATAMOVE_DTYPES = jnp_dtypes("bf16", "f32", "s32", "u32", "s8")
 
 
 def _root(inst: Instruction | None, called: tuple[Instruction, ...], opcode: str) -> Instruction | None:
@@ -596,7 +597,8 @@ def _infer_tuple(*, name: str, category: str, shape_text: str, flops: float,
                                 out_dtype=out_dtype, extras=extras), basis
 
 
-COLLECTIVE_DTYPES = dict(HLO_DTYPES, s32="int32", s8="int8", pred="int8")
+# pred travels as int8: the collective kernels move bytes, and a bool array has no ring arithmetic
+COLLECTIVE_DTYPES = jnp_dtypes("bf16", "f32", "s32", "s8") | {"pred": "int8"}
 
 
 def _infer_collective(*, name: str, family: str, category: str, shape_text: str, text: str,

@@ -94,6 +94,24 @@ def first_appearance_groups(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndar
     return group, np.flatnonzero(np.append(True, seen[1:] > seen[:-1]))
 
 
+def factorize_runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`pd.factorize(values)`: (the code of each row, numbered in order of first appearance; the
+    distinct values), for a column that mostly comes in long runs of one value, such as the
+    program of each event (a line runs one program's ops for a whole execution): only each run's
+    first row is factorized, and its code repeated over the run. Other columns go to pandas."""
+    import pandas as pd  # not at import: a host file's parse uses this module before pandas is loaded
+
+    n = len(values)
+    if n < 2:
+        return pd.factorize(values)
+    starts = np.flatnonzero(values[1:] != values[:-1]) + 1  # NaN != NaN: each NaN a run of its own
+    if len(starts) > n // 8:
+        return pd.factorize(values)
+    heads = np.concatenate(([0], starts))
+    codes, uniques = pd.factorize(values[heads])
+    return np.repeat(codes, np.diff(np.append(heads, n))), uniques
+
+
 def sums_by_group(group: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
     """Exact sums of `values` per group id (`first_appearance_groups`), integers added as integers."""
     out = np.zeros(n_groups, dtype=values.dtype)

@@ -209,11 +209,12 @@ class GpuGeneration:
     arch: str  # Volta, Ampere, ...; gfx942, gfx950
     model: str  # the data-centre part of that generation, as people name it
     matrix_flops_per_core_per_cycle: int  # dense bf16/fp16 tensor-core (MFMA) FLOPs per SM (CU)
+    matrix_dtype: str = "bf16"  # the type that rate is for: Volta's and Turing's tensor cores have no bf16
 
 
 GPU_GENERATIONS: tuple[GpuGeneration, ...] = (
-    GpuGeneration("NVIDIA", (7, 0), "Volta", "V100", 1024),
-    GpuGeneration("NVIDIA", (7, 5), "Turing", "T4", 1024),
+    GpuGeneration("NVIDIA", (7, 0), "Volta", "V100", 1024, "fp16"),
+    GpuGeneration("NVIDIA", (7, 5), "Turing", "T4", 1024, "fp16"),
     GpuGeneration("NVIDIA", (8, 0), "Ampere", "A100", 2048),
     GpuGeneration("NVIDIA", (8, 6), "Ampere", "A10/A40", 1024),
     GpuGeneration("NVIDIA", (8, 9), "Ada", "L4/L40", 1024),
@@ -282,7 +283,9 @@ class GpuDevice:
                f"{fmt_bandwidth(self.plane_hbm_bytes_per_s)}, counting HBM3 at two transfers per clock)"
                if datasheet is not None and self.plane_hbm_bytes_per_s != self.hbm_bytes_per_s
                else "HBM: the plane's memory_bandwidth stat")
-        return f"FLOP/s: the generation's dense bf16 matrix rate x {'CUs' if self.vendor == 'AMD' else 'SMs'} x clock; {hbm}"
+        dtype = self.generation.matrix_dtype if self.generation is not None else "bf16"
+        return (f"FLOP/s: the generation's dense {dtype} matrix rate x {'CUs' if self.vendor == 'AMD' else 'SMs'} "
+                f"x clock; {hbm}")
 
     def describe(self) -> str:
         """`AMD Instinct MI300 (gfx942), 304 CUs at 2.10 GHz, 192 GiB` for the report's header."""

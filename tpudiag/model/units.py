@@ -73,6 +73,18 @@ DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 0.5, "u4": 0.5, "bf16": 2, "f1
                "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8}
 
 
+# The `jax.numpy` name of each HLO element type the kernels lab writes into code (a fixed table:
+# nothing from a trace reaches generated code otherwise). Each lab family supports a subset.
+JNP_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64", "s8": "int8",
+              "s16": "int16", "s32": "int32", "s64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
+              "u64": "uint64", "pred": "bool_", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+
+
+def jnp_dtypes(*hlo: str) -> dict[str, str]:
+    """The `JNP_DTYPES` entries of the HLO types `hlo`, in that order."""
+    return {t: JNP_DTYPES[t] for t in hlo}
+
+
 def element_bytes(dtype: str) -> float | None:
     """Bytes per element of an HLO dtype the table knows (f8 variants 1); None for any other."""
     return 1 if dtype.startswith("f8") else DTYPE_BYTES.get(dtype)

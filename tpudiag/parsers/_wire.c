@@ -351,7 +351,12 @@ static PyObject *scan_line(PyObject *self, PyObject *args)
     Pos a, c;
     int64_t timestamp_ns;
     const char *b = data.buf;
-    Py_ssize_t n = scan_line_in((const uint8_t *)b, data.len, &a, &c, &timestamp_ns);
+    Py_ssize_t n;
+    /* A line's header is read by walking every event's tag: millions on a big line. The buffer
+     * is held, so other threads (the command's imports, the other plane) run Python meanwhile. */
+    Py_BEGIN_ALLOW_THREADS
+    n = scan_line_in((const uint8_t *)b, data.len, &a, &c, &timestamp_ns);
+    Py_END_ALLOW_THREADS
     PyObject *result = n < 0 ? Py_NewRef(Py_None)
                              : Py_BuildValue("(nNL)", n, PyUnicode_DecodeASCII(b + a, c - a, "strict"),
                                              (long long)timestamp_ns);

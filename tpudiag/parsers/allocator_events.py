@@ -30,7 +30,8 @@ from tpudiag.model import schemas
 from tpudiag.model.allocator import HostAllocatorEvents
 from tpudiag.model.units import MAX_PLAUSIBLE_BYTES, MAX_PLAUSIBLE_TEXT
 from tpudiag.parsers import event_wire
-from tpudiag.parsers.capture import HostUrl, PlaneRoles, plane_roles, read_location_bytes, split_lines, split_planes
+from tpudiag.parsers.capture import PlaneRoles, plane_roles, read_location_bytes, split_lines, split_planes
+from tpudiag.parsers.capture_files import HostUrl
 from tpudiag.parsers.time_axis import TimeAxis, unplaceable
 from tpudiag.parsers.xspace import check_trace_bytes
 

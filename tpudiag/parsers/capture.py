@@ -2,8 +2,8 @@
 
 PATH may be a logdir (the newest run under `plugins/profile/` is used), a run directory (every
 `*.xplane.pb` in it, one per host) or a single `.xplane.pb` file, as XProf accepts them; which
-files that is, `parsers.capture_files` decides (its names are re-exported here). A bad host file
-is reported and the others are analysed; only when no host can be read is it an error.
+files that is, `parsers.capture_files` decides. A bad host file is reported and the others are
+analysed; only when no host can be read is it an error.
 
 pandas is imported only where a host's tables are built (`device_trace.assemble_host`), so that
 a host file read ahead (`parsers.read_ahead`) decodes its events while the command still imports.
@@ -28,7 +28,7 @@ from tpudiag.parsers.device_trace import (AUX_PLANES, PlaneRef, assemble_host, a
                                           is_read_line, parse_device_plane)
 from tpudiag.parsers import event_wire
 from tpudiag.parsers.event_wire import RawLine
-from tpudiag.parsers.capture_files import CaptureFiles, HostUrl, as_location, find_capture
+from tpudiag.parsers.capture_files import HostUrl, find_capture
 from tpudiag.parsers.input_files import TRACE_SUFFIX, default_limits, size_error
 from tpudiag.parsers.time_axis import TASK_ENV_PLANE, TimeAxis
 from tpudiag.parsers.xspace import check_trace_bytes, parse_message, read_trace_bytes

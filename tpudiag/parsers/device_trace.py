@@ -550,12 +550,16 @@ class _HostBuilder:
         if base is None:
             return
         mids, starts, durs = self.drop_implausible(*_read_line(line, None, None, base), line.name)
+        named: dict[int, tuple[int, str]] = {}  # per metadata id: a program runs thousands of times
         for mid, s, d in zip(mids.tolist(), starts.tolist(), durs.tolist()):
-            md = plane.event_metadata.get(mid)
-            name = md.name if md is not None else ""
-            m = _MODULE_NAME.match(name)
-            module, pid = (m.group("module"), as_program_id(m.group("id"))) if m else (name, 0)
-            pid = pid or 0
+            known = named.get(mid)
+            if known is None:
+                md = plane.event_metadata.get(mid)
+                name = md.name if md is not None else ""
+                m = _MODULE_NAME.match(name)
+                module, pid = (m.group("module"), as_program_id(m.group("id"))) if m else (name, 0)
+                known = named[mid] = (pid or 0, module)
+            pid, module = known
             if pid:
                 self.program_names.setdefault(pid, module)
             self.module_rows.append((device, core, pid, module, s, d))

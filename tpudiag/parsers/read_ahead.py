@@ -17,6 +17,7 @@ The parse is `parsers.capture.parse_file_or_failure`, the same call with the sam
 same errors (a damaged file is the host's failure; anything else is raised where it is taken).
 Captures of several hosts (parsed in a pool) and URLs are not read ahead.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,7 +62,7 @@ class _ReadAhead:
 
 def _key(path) -> str | None:
     if not isinstance(path, (str, os.PathLike)):
-        return None  # a URL (`parsers.capture.HostUrl`)
+        return None  # a URL (`parsers.capture_files.HostUrl`)
     return os.path.realpath(os.fspath(path))
 
 

@@ -80,7 +80,7 @@ def filesystem(url: str):
 
 def find_remote(url: str, suffix: str) -> tuple[str, list[str]]:
     """(run name, host file URLs) for an fsspec URL of a logdir, a run directory or one trace file
-    (host files end in `suffix`), as `capture.find_capture` finds them locally."""
+    (host files end in `suffix`), as `capture_files.find_capture` finds them locally."""
     quiet_remote_logs()
     check_endpoint(url)  # before the filesystem is made: gcsfs looks for credentials at once, with retries
     # The deadline bounds the first answer (credentials, then what `url` is); listing a logdir

@@ -87,6 +87,8 @@ def _head(report: Report) -> dict:
         "n_hosts": len(s.hosts),
         "n_chips": s.n_chips,
         "n_cores": s.n_cores,
+        # cores (GPUs) that ran at least one op: a GPU plane without kernels is common; null: not counted
+        "n_cores_with_ops": s.n_cores_with_ops,
         "peak_flops_per_s": s.peak_flops_per_s,  # per core, as `Summary` and the static JSON name it
         "hbm_bytes_per_s": s.hbm_bytes_per_s,
         # Deprecated aliases of the two keys above (their older names), kept while readers move.
@@ -102,6 +104,7 @@ def _head(report: Report) -> dict:
         "step_time_ps": s.step_time.mean_ps if s.step_time else None,
         "step_time": _distribution(s.step_time),
         "host_spread_ps": s.host_spread_ps,
+        "busy_share": s.busy_share,  # without steps: Σ busy / Σ span of the cores that ran ops; null with steps
         "slowest_host": s.slowest_host,
         "breakdown": None if s.breakdown is None else {
             **dataclasses.asdict(s.breakdown), "duty_cycle": s.breakdown.duty_cycle},

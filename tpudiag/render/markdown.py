@@ -126,7 +126,7 @@ def _step_sentence(report: Report) -> str:
     spread = "" if st.min_ps == st.max_ps else f"; steps ranged from {fmt_time(st.min_ps)} to {fmt_time(st.max_ps)}"
     if s.step_program:
         return (f"A step is one execution of {code(s.step_program)}, the program that repeats and holds the most "
-                f"device time; it takes **{fmt_time(st.mean_ps)}** on average on its slowest core (median "
+                f"device time; it takes **{fmt_time(st.mean_ps)}** on average on its slowest {s.platform.core_word} (median "
                 f"{fmt_time(st.p50_ps)}, 90th percentile {fmt_time(st.p90_ps)}, over {steps} on {where}"
                 f"{spread}).")
     return (f"Each step takes **{fmt_time(st.mean_ps)}** on average (median {fmt_time(st.p50_ps)}, "
@@ -224,10 +224,11 @@ def breakdown_section(report: Report, figures: Mapping[str, tuple[str, str]]) ->
         rows.append([label, fmt_time(ps), fmt_pct(ps / b.step_ps if b.step_ps else None)])
     rows.append(["**busy (duty cycle)**", fmt_time(b.step_ps - b.idle_ps), f"**{fmt_pct(b.duty_cycle)}**"])
     st = report.summary.step_time
-    basis = ("Mean per step and core. Compute, collectives, host transfers and idle add up to the step time."
+    word = report.summary.platform.core_word
+    basis = (f"Mean per step and {word}. Compute, collectives, host transfers and idle add up to the step time."
              if not b.step_differs(st) else
-             f"Mean per step and core: they add up to the mean core's step, {fmt_time(b.step_ps)}; the step time, "
-             f"{fmt_time(st.mean_ps)}, is each step's slowest core.")
+             f"Mean per step and {word}: they add up to the mean {word}'s step, {fmt_time(b.step_ps)}; the step "
+             f"time, {fmt_time(st.mean_ps)}, is each step's slowest {word}.")
     return (["## Where the step time goes", "", basis, ""]
             + table(["part of the step", "time", "share"], rows, "lrr")
             + ([""] + [f"- Host transfers, {text(t.line())}" for t in report.summary.host_transfers]

@@ -45,9 +45,13 @@ def _header(report: Report) -> Group:
             text += f" · spread across hosts {fmt_time(s.host_spread_ps)} (slowest: {one_line(s.slowest_host)})"
         lines.append(Text(text))
     elif s.platform is not Platform.CPU or s.busy_share is not None:
+        # The spans are those of the cores that ran ops: a GPU plane without kernels has none
+        counted = s.n_cores_with_ops if s.n_cores_with_ops is not None else s.n_cores
+        word = s.platform.core_word
         busy = "" if s.busy_share is None else (
-            f" · ops run {fmt_pct(s.busy_share)} of the time (busy / span of each core's first to last op, "
-            f"summed over {s.n_cores} cores), idle {fmt_pct(1 - s.busy_share)}")
+            f" · ops run {fmt_pct(s.busy_share)} of the time (busy / span of each {word}'s first to last op, "
+            f"summed over {counted} {word}{'s' * (counted != 1)}"
+            + (" that ran ops" if counted < s.n_cores else "") + f"), idle {fmt_pct(1 - s.busy_share)}")
         lines.append(Text(f"Steps: none found (no Steps line and no XLA Modules executions){busy}"))
     if s.dumps:
         lines.append(Text(f"Compiler dumps: {one_line(', '.join(s.dumps))}"))
@@ -60,16 +64,18 @@ def _header(report: Report) -> Group:
     return Group(*lines)
 
 
-def breakdown_title(b: Breakdown, step_time: Distribution | None) -> str:
-    """The breakdown's basis, with the step time beside it when the two steps differ."""
+def breakdown_title(b: Breakdown, step_time: Distribution | None, word: str = "core") -> str:
+    """The breakdown's basis, with the step time beside it when the two steps differ (`word`: what
+    one core is called, `Platform.core_word`: a GPU is a GPU)."""
     if not b.step_differs(step_time):
-        return "mean per step and core"
-    return (f"mean per step and core: a {fmt_time(b.step_ps)} step; the step time, {fmt_time(step_time.mean_ps)}, "
-            "is each step's slowest core")
+        return f"mean per step and {word}"
+    return (f"mean per step and {word}: a {fmt_time(b.step_ps)} step; the step time, "
+            f"{fmt_time(step_time.mean_ps)}, is each step's slowest {word}")
 
 
-def _breakdown_table(b: Breakdown, step_time: Distribution | None) -> Table:
-    t = Table(title=f"Step breakdown ({breakdown_title(b, step_time)})", title_justify="left", show_edge=False)
+def _breakdown_table(b: Breakdown, step_time: Distribution | None, word: str) -> Table:
+    t = Table(title=f"Step breakdown ({breakdown_title(b, step_time, word)})", title_justify="left",
+              show_edge=False)
     t.add_column("", no_wrap=True)
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
@@ -295,7 +301,7 @@ def render_terminal(report: Report, console: Console, top: int = 15) -> None:
                       "CPU): there are no device ops to analyse.")
     if s.breakdown is not None:
         console.print()
-        console.print(_breakdown_table(s.breakdown, s.step_time))
+        console.print(_breakdown_table(s.breakdown, s.step_time, s.platform.core_word))
         for t in s.host_transfers:
             console.print(Text(f"  host transfers, {t.line()}"))
     if report.programs and (s.step_program or len(report.programs) > 1):

@@ -153,8 +153,10 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None, compiled: C
     grouped = group_repeats(findings, analysis, compiled.programs, {rule.name: (rule, o) for rule, o in selected})
     findings = locate(grouped, analysis, compiled.programs)
     if analysis is not None and whole_capture(analysis):
-        # No steps: every rule's "per step" is the whole capture (`step_basis`), and says so.
-        findings = [dataclasses.replace(f, saving=dataclasses.replace(f.saving, per="capture")) if f.saving.ps > 0
-                    else f for f in findings]
+        # No steps: every rule's "per step" is the whole capture (`step_basis`), and says so, in the
+        # saving's explanation too ("self time per step x ..." beside "over the capture" was false).
+        findings = [dataclasses.replace(f, saving=dataclasses.replace(
+            f.saving, per="capture", explanation=f.saving.explanation.replace("per step", "over the capture")))
+            if f.saving.ps > 0 else f for f in findings]
     findings.sort(key=rank_key)  # the one ranking: the report and every renderer keep this order
     return findings, skipped

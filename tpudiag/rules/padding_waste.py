@@ -101,11 +101,9 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     if tiled.empty:
         return []
     total_core_ps = sum(analysis.core_time_ps.values())
-    grouped = (tiled.assign(name=tiled["name"].astype(str), module=tiled["module"].astype(str),
-                            category=tiled["category"].astype(str))
+    grouped = (tiled.assign(name=tiled["name"].astype(str), module=tiled["module"].astype(str))
                .groupby(["module", "name"], sort=False)
-               .agg(category=("category", "first"), self_time_ps=("self_time_ps", "sum"),
-                    shape=("shape_with_layout", "first"))
+               .agg(self_time_ps=("self_time_ps", "sum"), shape=("shape_with_layout", "first"))
                .reset_index())
     events = None  # the per-step rows of the tiled ops, read once a candidate needs them
     candidates = []

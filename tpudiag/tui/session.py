@@ -13,7 +13,7 @@ from tpudiag.analysis.profile_analysis import Analysis
 from tpudiag.pipeline import STAGES, Diagnosis, diagnose
 from tpudiag.model.profile import Profile
 from tpudiag.model.report import Report
-from tpudiag.parsers.capture import find_capture
+from tpudiag.parsers.capture_files import find_capture
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,8 @@ class OverviewView(VerticalScroll):
                      f"infeed/outfeed {fmt_time(b.io_ps)} · "
                      + (f"host transfers {fmt_time(b.host_transfer_ps)} · " if b.host_transfer_ps else "")
                      + f"idle {fmt_time(b.idle_ps)} of {fmt_time(b.step_ps)}"
-                     + (" per core; the step time is the slowest core's" if b.step_differs(s.step_time) else "") + ")")
+                     + (f" per {s.platform.core_word}; the step time is the slowest {s.platform.core_word}'s"
+                        if b.step_differs(s.step_time) else "") + ")")
         t.append("\n")
         return t
 
