@@ -350,3 +350,32 @@ def test_a_collective_of_no_time_has_no_rate():
     device = DeviceInfo(Platform.TPU, "t", None, 1e14, 1e12, PeaksSource.TRACE, 1, 4)
     table = aggregate_ops(_host([("all-reduce.1", "all-reduce", [(0, 0, 0)], 0.0, 0.0, 0.0, AR_TEXT)], device))
     assert np.isnan(_row(table, "all-reduce.1")["ici_bw"])
+
+
+COPY_START = "%copy-start.1 = (f32[262144]{0:S(1)}, f32[262144]{0}, u32[]) copy-start(f32[262144]{0} %p)"
+COPY_DONE = ("%copy-done.1 = f32[262144]{0:S(1)} copy-done((f32[262144]{0:S(1)}, f32[262144]{0}, u32[]) "
+             "%copy-start.1)")
+FED = "%fusion.7 = f32[262144]{0} fusion(f32[262144]{0:S(1)} %copy-done.1), kind=kLoop, calls=%f"
+
+
+def test_an_op_fed_by_an_async_copy_counts_the_copied_bytes_on_its_hbm_roof():
+    # fusion.7 reads 1 MiB that copy-start.1 brought into VMEM from HBM and writes 1 MiB to HBM, in 4 µs,
+    # with 1.6e8 FLOP: FLOPs at 0.4 of the peak; its own 1 MiB at 0.262 of HBM's, with the copied MiB
+    # 0.524: the HBM roof binds once the copy's bytes count (the `*` of the tables)
+    table = aggregate_ops(_host([
+        ("copy-start.1", "copy-start", [(0, 1, 1)], 0.0, 2**21, 2**21, COPY_START),
+        ("copy-done.1", "copy-done", [(5, 1, 1)], 0.0, 0.0, 0.0, COPY_DONE),
+        ("fusion.7", "loop fusion", [(10, 4, 4)], 1.6e8, 2**20, 2**20, FED)]))
+    op = _row(table, "fusion.7")
+    assert op["copied_hbm_bytes"] == 2**20
+    assert op["flop_utilization"] == pytest.approx(0.4) and op["hbm_utilization"] == pytest.approx(2**20 / 4e-6 / 1e12)
+    assert op["hbm_intensity"] == pytest.approx(1.6e8 / 2**21)
+    assert (op["bound_by"], op["bound_basis"]) == (BoundBy.HBM.value, BoundBasis.COPIED_BYTES.value)
+    start = _row(table, "copy-start.1")  # the copy itself moves its bytes over its window: not judged so
+    assert start["moves"] == "hbm->vmem" and start["bound_basis"] != BoundBasis.COPIED_BYTES.value
+    # without an HBM peak nothing is judged by copied bytes
+    device = DeviceInfo(Platform.TPU, "t", CHIP, 1e14, None, PeaksSource.TRACE, 1, 4)
+    plain = aggregate_ops(_host([("copy-done.1", "copy-done", [(5, 1, 1)], 0.0, 0.0, 0.0, COPY_DONE),
+                                 ("fusion.7", "loop fusion", [(10, 4, 4)], 1.6e8, 2**20, 2**20, FED)], device))
+    assert (_row(plain, "fusion.7")["bound_by"], _row(plain, "fusion.7")["bound_basis"]) == (
+        BoundBy.COMPUTE.value, BoundBasis.UTILIZATION.value)
