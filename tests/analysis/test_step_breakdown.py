@@ -134,3 +134,8 @@ def test_without_markers_or_modules_there_are_no_steps():
                  _modules([(SC0, 0, 3, "jit_sc", 0, 900)]))
     steps, source = build_steps(host)
     assert source.kind is StepKind.NONE and steps.empty and list(steps.columns) == schemas.STEPS.names
+
+
+def test_steps_with_no_op_in_the_capture_are_all_idle():
+    steps, _ = build_steps(_host(_events(EVENTS).iloc[:0], _markers([(TPU0, 0, 0, 0, 100), (TPU0, 0, 1, 100, 50)])))
+    assert steps[COLUMNS].to_numpy().tolist() == [[0, 0, 100, 0, 0, 0, 0, 0, 100], [1, 100, 50, 0, 0, 0, 0, 0, 50]]
