@@ -139,3 +139,13 @@ def test_without_markers_or_modules_there_are_no_steps():
 def test_steps_with_no_op_in_the_capture_are_all_idle():
     steps, _ = build_steps(_host(_events(EVENTS).iloc[:0], _markers([(TPU0, 0, 0, 0, 100), (TPU0, 0, 1, 100, 50)])))
     assert steps[COLUMNS].to_numpy().tolist() == [[0, 0, 100, 0, 0, 0, 0, 0, 100], [1, 100, 50, 0, 0, 0, 0, 0, 50]]
+
+
+def test_a_recompiled_module_of_the_same_name_is_another_program():
+    # jit_train as program 1 runs at 0 and 100; recompiled as program 7 it runs once at 200: the steps
+    # are program 1's executions only
+    modules = _modules([(TPU0, 0, 1, "jit_train", 0, 40), (TPU0, 0, 1, "jit_train", 100, 40),
+                        (TPU0, 0, 7, "jit_train", 200, 30)])
+    markers, source = step_markers(_host(_events(EVENTS), _markers([]).iloc[:0], modules))
+    assert (source.program_id, source.left_out) == (1, 0)
+    assert markers[["step", "start_ps"]].to_numpy().tolist() == [[0, 0], [1, 100]]
