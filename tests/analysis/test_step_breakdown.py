@@ -149,3 +149,25 @@ def test_a_recompiled_module_of_the_same_name_is_another_program():
     markers, source = step_markers(_host(_events(EVENTS), _markers([]).iloc[:0], modules))
     assert (source.program_id, source.left_out) == (1, 0)
     assert markers[["step", "start_ps"]].to_numpy().tolist() == [[0, 0], [1, 100]]
+
+
+def test_a_gpu_collective_counts_what_compute_leaves_when_they_differ_in_length():
+    # fusion.1 [0, 60), all-reduce.1 [30, 80): busy 80; compute covers 30 of the collective's 50, so the
+    # collective alone is 20, compute 60, idle 20
+    events = _events([("/device:GPU:0", 0, "fusion.1", "loop fusion", 0, 60, 0),
+                      ("/device:GPU:0", 0, "all-reduce.1", "all-reduce", 30, 80, 0)])
+    gpu, _ = build_steps(_host(events, _markers([("/device:GPU:0", 0, 0, 0, 100)]), platform=Platform.GPU))
+    assert gpu[COLUMNS].to_numpy().tolist() == [[0, 0, 100, 80, 60, 20, 0, 0, 20]]
+
+
+def test_collectives_by_name_or_by_category_and_an_op_at_a_steps_end():
+    # all-reduce.5 [0, 10) is one by its name (its category says nothing); fusion.12 [10, 30) by its
+    # category; fusion.1 [30, 40) is compute; fusion.2 starts exactly where the last step ends: no step's
+    events = _events([(TPU0, 0, "all-reduce.5", "custom", 0, 10, 0),
+                      (TPU0, 0, "fusion.12", "all-reduce-scatter fusion", 10, 30, 0),
+                      (TPU0, 0, "fusion.1", "loop fusion", 30, 40, 0),
+                      (TPU0, 0, "fusion.2", "loop fusion", 50, 60, 0)])
+    host = _host(events, _markers([(TPU0, 0, 0, 0, 50)]))
+    steps, _ = build_steps(host)
+    assert steps[COLUMNS].to_numpy().tolist() == [[0, 0, 50, 40, 10, 30, 0, 0, 10]]
+    assert host.events["step"].tolist() == [0, 0, 0, -1]
