@@ -171,3 +171,16 @@ def test_collectives_by_name_or_by_category_and_an_op_at_a_steps_end():
     steps, _ = build_steps(host)
     assert steps[COLUMNS].to_numpy().tolist() == [[0, 0, 50, 40, 10, 30, 0, 0, 10]]
     assert host.events["step"].tolist() == [0, 0, 0, -1]
+
+
+def test_one_reference_execution_reaches_as_far_as_the_longest_execution():
+    # each core ran the program once; core 1 started 5 ps after core 0: within the longest execution
+    # (100 ps), so it is the same step (the docstring: "than its longest execution when the reference
+    # ran once"); 150 ps after would be too far
+    from tpudiag.analysis.steps import aligned_executions
+    near = pd.DataFrame({"device": [TPU0, "/device:TPU:1"], "core": [0, 1], "start_ps": [0, 5], "dur_ps": [100, 90]})
+    kept, left_out = aligned_executions(near)
+    assert kept[["core", "step", "start_ps"]].to_numpy().tolist() == [[0, 0, 0], [1, 0, 5]] and left_out == 0
+    far = near.assign(start_ps=[0, 150])
+    kept, left_out = aligned_executions(far)
+    assert kept.empty and left_out == 2
