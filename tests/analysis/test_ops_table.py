@@ -117,6 +117,10 @@ def test_a_rate_above_the_peak_is_no_rate_but_still_binds(tpu_table):
     assert np.isnan(op["flop_rate"]) and np.isnan(op["flop_utilization"])
     assert op["hbm_bw"] == 0 and op["hbm_utilization"] == 0
     assert op["bound_by"] == BoundBy.COMPUTE.value
+    # FLOPs and no bytes: no intensity (not infinite)
+    assert np.isnan(op["operational_intensity"]) and np.isnan(op["hbm_intensity"])
+    # bytes and no FLOPs: no HBM intensity either
+    assert np.isnan(_row(tpu_table, "all-reduce.1")["hbm_intensity"])
 
 
 def test_a_collective_is_judged_by_its_ici_traffic(tpu_table):
@@ -379,3 +383,24 @@ def test_an_op_fed_by_an_async_copy_counts_the_copied_bytes_on_its_hbm_roof():
                                  ("fusion.7", "loop fusion", [(10, 4, 4)], 1.6e8, 2**20, 2**20, FED)], device))
     assert (_row(plain, "fusion.7")["bound_by"], _row(plain, "fusion.7")["bound_basis"]) == (
         BoundBy.COMPUTE.value, BoundBasis.UTILIZATION.value)
+
+
+def test_a_few_copied_bytes_leave_a_compute_bound_op_compute_bound():
+    # fusion.8 reads 4 KiB its copy brought, writes 4 KiB, in 4 µs with 1.6e8 FLOP (0.4 of the peak):
+    # with the copied bytes its HBM roof is at 8 KiB / 4 µs, 0.2 % of HBM's: compute binds, and the
+    # basis says the copied bytes were counted
+    start = "%copy-start.2 = (f32[1024]{0:S(1)}, f32[1024]{0}, u32[]) copy-start(f32[1024]{0} %p)"
+    done = "%copy-done.2 = f32[1024]{0:S(1)} copy-done((f32[1024]{0:S(1)}, f32[1024]{0}, u32[]) %copy-start.2)"
+    fed = "%fusion.8 = f32[1024]{0} fusion(f32[1024]{0:S(1)} %copy-done.2), kind=kLoop, calls=%f"
+    table = aggregate_ops(_host([("copy-start.2", "copy-start", [(0, 1, 1)], 0.0, 8192.0, 8192.0, start),
+                                 ("copy-done.2", "copy-done", [(5, 1, 1)], 0.0, 0.0, 0.0, done),
+                                 ("fusion.8", "loop fusion", [(10, 4, 4)], 1.6e8, 4096.0, 4096.0, fed)]))
+    op = _row(table, "fusion.8")
+    assert op["copied_hbm_bytes"] == 4096
+    assert (op["bound_by"], op["bound_basis"]) == (BoundBy.COMPUTE.value, BoundBasis.COPIED_BYTES.value)
+
+
+def test_a_collective_known_by_its_name_alone():
+    table = aggregate_ops(_host([("all-reduce.7", "custom-call", [(0, 10, 10)], 0.0, 0.0, 0.0, AR_TEXT)]))
+    assert (_row(table, "all-reduce.7")["family"], _row(table, "all-reduce.7")["bound_by"]) == ("all-reduce",
+                                                                                                "collective")
