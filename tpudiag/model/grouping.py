@@ -99,13 +99,13 @@ def worst_of_sums(keys: list[np.ndarray], inner: np.ndarray, values: np.ndarray)
     lowest = np.iinfo(values.dtype).min if values.dtype.kind in "iu" else -np.inf
     table = np.where(np.bincount(packed, minlength=size).astype(bool), totals, lowest).reshape(-1, columns)
     present = np.flatnonzero(np.bincount(outer, minlength=size // columns))
-    rows = table[present]
     if columns > 16:
-        return _unpacked(present, radix[:-1], [k.dtype for k in keys]), rows.max(axis=1)
-    worst = rows[:, 0].copy()
-    for column in range(1, columns):  # a few cores: one pass per core beats a maximum along short rows
-        np.maximum(worst, rows[:, column], out=worst)
-    return _unpacked(present, radix[:-1], [k.dtype for k in keys]), worst
+        worst = table.max(axis=1)
+    else:  # a few cores: one pass per core beats a maximum along short rows
+        worst = table[:, 0].copy()
+        for column in range(1, columns):
+            np.maximum(worst, table[:, column], out=worst)
+    return _unpacked(present, radix[:-1], [k.dtype for k in keys]), worst[present]
 
 
 def first_appearance_groups(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
