@@ -108,6 +108,31 @@ def pytest_xdist_make_scheduler(config, log):
 
     return OneWorkerModules(config, log)
 
+# `TPUDIAG_TEST_CPU=FILE`: each test's CPU seconds (user + system of its process and of the child
+# processes it waited for; setup, call and teardown) appended to FILE as `seconds<TAB>node id`, one
+# line per test, from every xdist worker. Wall durations mislead on a loaded machine; CPU ranks the
+# tests by what they cost (docs/testing.md): `sort -rn FILE | head -40`.
+CPU_LOG = os.environ.get("TPUDIAG_TEST_CPU")
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CPU_LOG:
+        yield
+        return
+    before = _cpu_seconds()
+    yield
+    with open(CPU_LOG, "a", encoding="utf-8") as log:  # one short line per write: workers' lines stay whole
+        log.write(f"{_cpu_seconds() - before:.2f}\t{item.nodeid}\n")
+
+
 # The real v6e capture mangled in transit lives in ../shared, which a bare clone does not have.
 REAL_MANGLED = SHARED / "data" / "bad-inputs" / "tpu-v6e-inference-mangled.xplane.pb"
 

@@ -1,6 +1,7 @@
 """`model.grouping.group_sums`: each of its three paths (dense table, stable sort of packed keys,
 lexicographic sort) gives pandas' groupby sums, exactly, in key order; `factorize_runs` gives `pd.factorize`'s
-codes and values."""
+codes and values; `worst_of_sums` gives pandas' largest per-inner-key sum per key, by both of its
+paths."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tpudiag.model.grouping import factorize_runs, group_sums
+from tpudiag.model.grouping import factorize_runs, group_sums, worst_of_sums
 
 
 def _reference(keys, values):
@@ -37,6 +38,31 @@ def test_group_sums_equal_pandas(case):
         assert g.dtype == k.dtype
     np.testing.assert_array_equal(got, want)
     assert got.dtype == np.int64
+
+
+@pytest.mark.parametrize("case", ["dense", "sparse", "negative", "float"])
+def test_worst_of_sums_equal_pandas(case):
+    # The worst core of each (step, op): per (step, op, core) sums, then the largest over the cores.
+    rng = np.random.default_rng(11)
+    n = 5_000
+    outer = [rng.integers(0, 20, n), rng.integers(0, 30, n).astype(np.int16)]
+    if case == "sparse":  # a packed range far above the rows: group_sums, then a maximum per run
+        outer = [rng.integers(0, 10**6, n), rng.integers(0, 10**5, n)]
+    elif case == "negative":
+        outer[0] = rng.integers(-5, 5, n)
+    inner = rng.integers(0, 4, n).astype(np.int32)
+    # Negative values: a core absent from a (step, op) is not a zero that could beat them
+    values = rng.normal(size=n) if case == "float" else rng.integers(-2**50, 2**50, n)
+    frame = pd.DataFrame({"a": outer[0], "b": outer[1], "c": inner, "v": values})
+    want = frame.groupby(["a", "b", "c"])["v"].sum().groupby(level=["a", "b"]).max().reset_index()
+    (a, b), got = worst_of_sums(outer, inner, values)
+    np.testing.assert_array_equal(a, want["a"].to_numpy())
+    np.testing.assert_array_equal(b, want["b"].to_numpy())
+    assert a.dtype == outer[0].dtype and b.dtype == outer[1].dtype and got.dtype == values.dtype
+    if case == "float":  # pandas adds floats with compensation, numpy in row order
+        np.testing.assert_allclose(got, want["v"].to_numpy(), rtol=1e-12, atol=1e-12)
+    else:
+        np.testing.assert_array_equal(got, want["v"].to_numpy())
 
 
 def test_group_sums_empty():

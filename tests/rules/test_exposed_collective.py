@@ -349,3 +349,52 @@ def test_gpu_collective_kernel_half_covered_is_partial(tmp_path: Path):
     # Started 100 µs before the 600 µs gemm ends: 100 of its 200 µs covered, 100 µs exposed per step.
     (f,) = _run(sc.analyse_path(gc.write(gc.training(ar_at_us=500, step_us=1000), tmp_path)))
     assert f.saving.ps == 100 * US and "0 exposed, 8 partial, 0 hidden" in f.message
+
+
+def test_the_steps_with_most_exposure_come_first_and_step_0_counts(tmp_path: Path):
+    # Steps numbered from 0; in step 1 chip 1's all-reduce takes 900 µs instead of 800.
+    def schedule(chip, step):
+        return [sc.Placed(p.op, p.offset_ps, 900 * US) if p.op == "all-reduce.4" and chip == 1 and step == 1 else p
+                for p in sc.exposed_collectives_schedule(chip, step)]
+
+    d = sc.design(sc.COLLECTIVE_OPS, schedule, first_step=0)
+    sync = next(f for f in _run(sc.analyse(d, tmp_path)) if f.message.startswith("synchronous"))
+    steps = [(e.subject, dict(e.values)) for e in sync.evidence if e.subject.startswith("step ")]
+    assert steps == [("step 1", {"exposed (worst core)": "900.0 µs"}), ("step 0", {"exposed (worst core)": "800.0 µs"})]
+    # Mean over the 3 steps of the worst core: (800 + 900 + 800) / 3.
+    assert sync.saving.ps == round((800 + 900 + 800) * US / 3)
+
+
+def test_the_wait_for_a_straggler_is_taken_once_from_the_synchronous_collectives(tmp_path: Path):
+    # The straggler-host capture (4 v5p hosts; the fast hosts wait 500 µs per step for host2 in the
+    # all-reduce), with an adjacent all-gather opening every step on every host: 10 + 390 µs exposed,
+    # taken from fusion.60's time so the steps keep their length.
+    from dataclasses import replace
+
+    def with_gather(schedule):
+        def placed(chip, step):
+            first, *rest = schedule(chip, step)
+            return [sc.Placed("all-gather-start.1", 0, 10 * US), sc.Placed("all-gather-done.1", 10 * US, 390 * US),
+                    sc.Placed(first.op, 400 * US, first.dur_ps - 400 * US), *rest]
+        return placed
+
+    designs = [replace(d, ops=d.ops + (sc.AG1_START, sc.AG1_DONE), schedule=with_gather(d.schedule))
+               for d in sc.straggler_hosts()]
+    findings = _run(sc.analyse_hosts(designs, tmp_path))
+    by_kind = {f.message.split()[0]: f for f in findings}
+    # The 500 µs wait comes off the synchronous all-reduce (2,607 µs on the fast hosts) ...
+    assert by_kind["synchronous"].saving.ps == pytest.approx(sc.STRAGGLER_AR_SLOW, rel=0.01)
+    assert "500.0 µs more per step is the other hosts waiting for straggler `host2`" in by_kind["synchronous"].message
+    # ... and only once: the all-gather keeps its 400 µs.
+    assert by_kind["async"].saving.ps == 400 * US and "straggler" not in by_kind["async"].message
+
+
+def test_a_synchronous_collective_under_the_threshold_does_not_stop_the_async_finding(tmp_path: Path):
+    # The all-reduce takes 50 µs of the 10 ms step (0.5 %, under `min_exposed_fraction`); the async
+    # windows still expose 830 µs.
+    def schedule(chip, step):
+        return [sc.Placed(p.op, p.offset_ps, 50 * US) if p.op == "all-reduce.4" else p
+                for p in sc.exposed_collectives_schedule(chip, step)]
+
+    (f,) = _run(sc.analyse(sc.design(sc.COLLECTIVE_OPS, schedule), tmp_path))
+    assert f.message.startswith("async collective windows leave 830.0 µs per step exposed")

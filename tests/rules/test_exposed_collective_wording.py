@@ -15,7 +15,7 @@ import pandas as pd
 
 from tpudiag.model.profile import Platform
 from tpudiag.rules.exposed_collective import (ScheduleFacts, _class_counts, _fix, _gpu_fix, _ici_facts, _library,
-                                              _names,
+                                              _names, schedule_facts,
                                               whatif_hint)
 
 FLAGS = ("--xla-flag xla_tpu_enable_async_collective_fusion=true "
@@ -34,8 +34,7 @@ def _frame(*rows):
 
 
 def test_schedule_reasons():
-    facts = ScheduleFacts(between={"ag-start.1": 0, "ag-start.2": 1, "ag-start.3": 4}, synchronous={"all-reduce.1"},
-                          programs=1)
+    facts = ScheduleFacts(between={"ag-start.1": 0, "ag-start.2": 1, "ag-start.3": 4}, synchronous={"all-reduce.1"})
     assert facts.reason("ag-start.1", "async") == "adjacent in the schedule"
     assert facts.reason("ag-start.2", "async") == "1 op scheduled inside"
     assert facts.reason("ag-start.3", "async") == "4 ops scheduled inside"
@@ -186,3 +185,28 @@ def test_ici_facts_off_a_tpu_keep_only_known_bytes_and_the_group():
 def test_no_ici_facts_without_ops_or_ici_columns():
     assert _ici_facts(_collective_ops()) == {}
     assert _ici_facts(pd.DataFrame({"name": ["all-reduce.1"], "family": ["all-reduce"]})) == {}
+
+
+def _instruction(family="", role=None, continuation=False):
+    return SimpleNamespace(collective_family=family, async_role=role, is_continuation=continuation)
+
+
+def test_schedule_facts_from_compiled_programs():
+    assert schedule_facts(()) is None
+    program = SimpleNamespace(
+        entry="main",
+        async_pairs=[SimpleNamespace(kind="collective", start="all-gather-start.1", scheduled_between=()),
+                     SimpleNamespace(kind="collective", start="all-gather-start.2", scheduled_between=("fusion.1", "fusion.2")),
+                     SimpleNamespace(kind="copy", start="copy-start.1", scheduled_between=())],
+        instructions={
+            ("main", "all-reduce.1"): _instruction("all-reduce"),  # synchronous at entry level
+            ("main", "all-gather-start.1"): _instruction("all-gather", role="start"),  # async
+            ("main", "all-gather-done.1"): _instruction("all-gather", role="done"),
+            ("main", "fusion.1"): _instruction(),  # not a collective
+            ("main", "all-reduce.2"): _instruction("all-reduce", continuation=True),  # continues an async one
+            ("body", "all-reduce.3"): _instruction("all-reduce"),  # inside a loop body, not at entry level
+            ("body", "fusion.9"): _instruction(),
+        })
+    facts = schedule_facts((program,))
+    assert facts.between == {"all-gather-start.1": 0, "all-gather-start.2": 2}
+    assert facts.synchronous == {"all-reduce.1"}

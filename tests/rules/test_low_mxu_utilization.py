@@ -10,6 +10,7 @@ from tests.rules import scenarios as sc
 from tests.rules.conftest import render_findings
 from tests.rules.scenarios import run_rules
 from tpudiag.rules import RulesConfig
+from tpudiag.model.findings import Severity
 from tpudiag.model.matmuls import Matmul, OpMath
 from tpudiag.rules.low_mxu_utilization import Options, diagnose, is_matmul
 
@@ -245,3 +246,87 @@ def test_matmul_names_and_categories():
     for name, category in (("fusion.1", "dotted"), ("dotted_add.1", ""), ("fusion.1", "loop fusion"),
                            ("adotb", "")):
         assert not is_matmul(name, category), (name, category)
+
+
+def test_matmul_quantities_name_the_op_and_the_instruction():
+    from tpudiag.model.findings import Quantity
+    from tpudiag.rules.low_mxu_utilization import matmul_quantities
+
+    mm = Matmul("convolution.7", "fused", "convolution", (8, 4), (256,), (1024,), (2,), "bf16", "f32", "f32",
+                "dim_labels")
+    assert matmul_quantities("fusion.3", mm) == [
+        Quantity("fusion.3", "M", 32, "convolution.7"), Quantity("fusion.3", "N", 256, "convolution.7"),
+        Quantity("fusion.3", "K", 1024, "convolution.7"), Quantity("fusion.3", "batch", 2, "convolution.7"),
+        Quantity("fusion.3", "lhs dtype", "bf16", "convolution.7"),
+        Quantity("fusion.3", "rhs dtype", "f32", "convolution.7"),
+        Quantity("fusion.3", "result dtype", "f32", "convolution.7")]
+
+
+def test_a_tpu_of_unknown_generation_is_judged_on_a_128_mxu(tmp_path: Path):
+    # The same capture on a TPU the hardware table does not know (its peaks come from the trace):
+    # fusion.10's N = 5000 is 40 x 128 = 5120 when padded.
+    d = sc.with_device(sc.low_mxu(), "TPU v99", sc.PEAK / 1e12, sc.HBM / 1e9)
+    f = {f.ops[0]: f for f in _run(sc.analyse(d, tmp_path))}["fusion.10"]
+    assert "N = 5000 is not a multiple of the 128-wide MXU (5000 of 5120 used)" in f.message
+
+
+def test_static_mxu_busy_reads_every_dump_that_has_it():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from tpudiag.rules.low_mxu_utilization import static_mxu_busy
+
+    without = SimpleNamespace(ops=pd.DataFrame({"name": ["fusion.1"], "bundles": [10]}))
+    first = SimpleNamespace(ops=pd.DataFrame({"name": ["fusion.1", "fusion.2"], "mxu_busy_fraction": [0.25, None]}))
+    second = SimpleNamespace(ops=pd.DataFrame({"name": ["fusion.3"], "mxu_busy_fraction": [0.5]}))
+    assert static_mxu_busy([without, first, second]) == {"fusion.1": 0.25, "fusion.3": 0.5}
+
+
+def test_spill_stores_per_op_from_the_join():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from tpudiag.rules.low_mxu_utilization import _spills
+
+    ops = pd.DataFrame({"name": ["fusion.1", "fusion.1", "fusion.2", "fusion.3"]}, index=[10, 11, 12, 13])
+
+    def ctx(columns):
+        return SimpleNamespace(join=SimpleNamespace(columns=columns))
+
+    # Per op the most any of its rows (hosts, programs) spills; an op whose stores are unknown is absent.
+    stores = pd.DataFrame({"spill_stores": pd.array([5, 3, 0, None], dtype="Int64")}, index=[10, 11, 12, 13])
+    assert _spills(ctx(stores), ops) == {"fusion.1": 5, "fusion.2": 0}
+    assert _spills(SimpleNamespace(join=None), ops) == {}
+    assert _spills(ctx(pd.DataFrame({"bundles": [1, 2, 3, 4]}, index=[10, 11, 12, 13])), ops) == {}
+
+
+def test_matmuls_on_the_hbm_roof_are_referred_to_memory_bound(tmp_path: Path):
+    # The v6e decode: seven x[32,8192] @ w[8192,8192] matmuls at 85 % of HBM bandwidth, OI 31.7 FLOP/B,
+    # so 31.7 x 0.85 x 1,640 GB/s = 4.8 % of 918 TFLOP/s: at their roofline target, nothing for the MXU
+    # side to save. Each holds 1/7 of the busy time; the span of 10 executions is 10 busy + 9 gaps of
+    # 3/7 busy: 10/97 = 10.3 % of device time each.
+    findings = _run(sc.analyse(sc.decode_v6e(), tmp_path))
+    (f,) = findings
+    assert f.message == ("`fusion.30` and 6 more run at 4.8% of peak FLOP/s, on the HBM roof (operational intensity "
+                         "32 FLOP/B < ridge 560): see `memory-bound`")
+    assert f.severity is Severity.INFO and f.saving.ps == 0
+    assert f.ops == tuple(f"fusion.{i}" for i in range(30, 37))
+    assert [e.subject for e in f.evidence] == [f"fusion.{i}" for i in range(30, 35)]  # max_findings: 5
+    assert f.evidence[0].values == (("time share", "10.3%"), ("FLOP util", "4.8%"),
+                                    ("op. intensity", "32 FLOP/B (ridge 560)"))
+    assert [(q.subject, q.name) for q in f.quantities[:2]] == [("fusion.30", "FLOP utilization"),
+                                                               ("fusion.30", "time share")]
+    assert len(f.quantities) == 10 and f.quantities[1].value == pytest.approx(10 / 97)
+    assert f.fix == "move fewer bytes (see `tpudiag rule memory-bound`)"
+    assert [e.subject for e in _run(sc.analyse(sc.decode_v6e(), tmp_path), max_findings=2)[0].evidence] == [
+        "fusion.30", "fusion.31"]
+
+
+def test_a_narrow_n_does_not_hide_an_off_multiple_k():
+    reasons, fixes = diagnose(_math(4096, 8, 1000), 256, None, None, 0.9)
+    assert reasons == ["narrow output (N = 8 in `convolution.1` < MXU 256: 3.1% of the MXU columns used)",
+                       "K = 1000 in `convolution.1` is not a multiple of the 256-wide MXU (1000 of 1024 used)"]
+    assert fixes == ["merge matmuls that share an operand into one wider one (concatenate their weights along N)",
+                     "pad K 1000→1024 (+2.4% work and bytes on that dim)"]

@@ -153,7 +153,10 @@ def test_a_pallas_kernel_s_spill_finding_names_its_blocks_and_what_halving_one_f
 
     report = tpudiag.diagnose(REPO / "examples" / "models" / "dumps" / "pallas_matmul_v5e").report
     (finding,) = [f for f in report.findings if f.rule == "spill"]
-    assert "Pallas `_kernel` blocks bm x bk x bn 512x512x512" in finding.message
+    assert "spills 87 vector registers and fills 257 (" in finding.message
+    # (87 + 257) / 2741 bundles = 12.6 %, then the blocks.
+    assert finding.message.endswith("; 12.6% of its 2741 bundles; Pallas `_kernel` blocks bm x bk x bn 512x512x512")
+    assert "kernel" in dict(finding.evidence[0].values)
     assert finding.fix.startswith("smaller blocks: block_n 512 -> 256 halves B 512x512 bf16 and the f32 product")
     assert "(1.50 -> 0.75 MiB of the step's 2.00 MiB" in finding.fix and "--param bn=256,512" in finding.fix
 

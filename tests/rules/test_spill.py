@@ -170,3 +170,17 @@ def test_timed_ops_rank_by_saving_then_time(analysis):
     assert "(not in the trace)" in findings[2].message
     assert [f.ops[0] for f in _direct(rows, analysis, max_findings=1)] == ["fusion.12"]
     assert findings[0].host == "host0"
+
+
+def test_op_spills_goes_past_an_empty_table_and_a_dump_without_bundle_counts():
+    empty = llo_table([])
+    no_bundles = SimpleNamespace(ops=pd.DataFrame({"name": ["fusion.1"], "spill_stores": pd.array([2], dtype="Int64"),
+                                                   "spill_fills": pd.array([3], dtype="Int64")}))
+    assert [(r.op, r.spills, r.fills, r.bundles) for r in op_spills([empty, no_bundles])] == [("fusion.1", 2, 3, None)]
+
+
+def test_equal_savings_rank_by_time_in_the_trace(analysis):
+    # Without bundle counts nothing is saved: fusion.10 (about 1.8 ms per step) comes before fusion.12
+    # (1.5 ms), though fusion.12 spills more.
+    findings = _direct([("fusion.12", 100, 100, pd.NA), ("fusion.10", 1, 0, pd.NA)], analysis)
+    assert [f.ops[0] for f in findings] == ["fusion.10", "fusion.12"]

@@ -23,7 +23,7 @@ from tpudiag.analysis.idle import capture_windows, host_idle_tables
 from tpudiag.analysis.ops import aggregate_ops
 from tpudiag.analysis.steps import build_steps
 from tpudiag.model import schemas
-from tpudiag.model.grouping import factorize_runs, first_appearance_groups, group_sums, heads, sums_by_group
+from tpudiag.model.grouping import dense_unique, factorize_runs, first_appearance_groups, group_sums, sums_by_group, worst_of_sums
 from tpudiag.model.profile import HostDigest, HostFailure, HostTrace, StepKind, StepTables
 from tpudiag.parsers import read_ahead
 from tpudiag.parsers.capture import PlaneReader, parse_file_or_failure
@@ -71,12 +71,19 @@ def digest_host(host: HostTrace, threads: int = 1) -> HostDigest:
 def op_means(op_step_worst: pd.DataFrame, host: str) -> pd.DataFrame:
     """`schemas.OP_MEANS`: per op, its worst core's self time averaged over the host's steps (ops
     outside every step left out), the per-host figure straggler-host compares between hosts."""
-    inside = op_step_worst[op_step_worst["step"] >= 0]
-    n_steps = inside["step"].nunique()
+    step = op_step_worst["step"].to_numpy()
+    inside = step >= 0
+    n_steps = len(dense_unique(step[inside]))
     if not n_steps:
         return schemas.OP_MEANS.empty()
-    mean = (inside.groupby("name", observed=True)["self_ps"].sum() / n_steps).reset_index()
-    return schemas.OP_MEANS.of_host(mean, host)
+    # Sums per name code, in the categories' order (a groupby of the names, observed only)
+    name = op_step_worst["name"]
+    codes = name.cat.codes.to_numpy()[inside].astype(np.int64)
+    self_ps = op_step_worst["self_ps"].to_numpy()[inside]
+    named = codes >= 0  # a missing name is left out, as groupby drops it
+    present, sums = group_sums([codes[named]], self_ps[named])
+    return schemas.OP_MEANS.of_host(pd.DataFrame({
+        "name": pd.Categorical.from_codes(present[0], dtype=name.dtype), "self_ps": sums / n_steps}), host)
 
 
 def core_spans(events: pd.DataFrame, steps: pd.DataFrame) -> int:
@@ -114,15 +121,14 @@ def op_tables(host: HostTrace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     names = ev["name"].cat.categories
     name = ev["name"].cat.codes.to_numpy()
     (s, p, nm), sums = group_sums([step, program, name], self_ps)
-    (s2, nm2, _), per_core = group_sums([step, name, ev["core"].to_numpy()], self_ps)
-    first = heads([s2, nm2])  # the worst core of each (step, op): max over its run of cores
+    (s2, nm2), worst = worst_of_sums([step, name], ev["core"].to_numpy(), self_ps)  # the worst core of each
     return (schemas.OP_CORES.of_host(cores, host.host),
             schemas.OP_STEP_SUMS.frame({
                 "step": s - 1, "program_id": programs[p], "name": pd.Categorical.from_codes(nm, categories=names),
                 "self_ps": sums}, owned=True),
             schemas.OP_STEP_WORST.frame({
-                "step": s2[first] - 1, "name": pd.Categorical.from_codes(nm2[first], categories=names),
-                "self_ps": np.maximum.reduceat(per_core, first)}, owned=True))
+                "step": s2 - 1, "name": pd.Categorical.from_codes(nm2, categories=names),
+                "self_ps": worst}, owned=True))
 
 
 def _op_cores(ev: pd.DataFrame, program: np.ndarray, programs: np.ndarray, in_steps_ps: np.ndarray) -> pd.DataFrame:

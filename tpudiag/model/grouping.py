@@ -57,12 +57,55 @@ def _dense_sums(packed: np.ndarray, values: np.ndarray, radix: list[int], dtypes
     totals = np.zeros(size, dtype=values.dtype)
     np.add.at(totals, packed, values)
     present = np.flatnonzero(np.bincount(packed, minlength=size))
+    return _unpacked(present, radix, dtypes), totals[present]
+
+
+def _unpacked(packed: np.ndarray, radix: list[int], dtypes: list) -> list[np.ndarray]:
+    """The key codes packed into `packed` (`group_sums`' packing): a division by each radix and a
+    multiply-subtract, several times faster than `np.divmod` on a million keys."""
     out = []
-    rest = present
+    rest = packed
     for r, dtype in zip(radix[::-1], dtypes[::-1]):
-        rest, k = np.divmod(rest, r)
-        out.append(k.astype(dtype))
-    return out[::-1], totals[present]
+        quotient = rest // r
+        out.append((rest - quotient * r).astype(dtype))
+        rest = quotient
+    return out[::-1]
+
+
+def worst_of_sums(keys: list[np.ndarray], inner: np.ndarray, values: np.ndarray) -> tuple[list[np.ndarray],
+                                                                                         np.ndarray]:
+    """The largest over `inner` of the sums of `values` per (`keys`..., `inner`), per distinct tuple of
+    `keys`, sorted by the keys: (each key at the groups, largest sums), as `group_sums` over
+    `keys + [inner]` then a maximum over each run of the keys gives them (the worst core of each
+    step and op). With few possible tuples (a dense table, as `group_sums` takes) the sums go into
+    a table of one row per key tuple and one column per `inner` code, and each row's maximum is
+    taken over the columns that occur, without unpacking every (keys, inner) group."""
+    n = len(values)
+    all_keys = [*keys, inner]
+    radix = [int(k.max()) + 1 if n else 1 for k in all_keys]
+    dense = n and all(k.dtype.kind in "iu" for k in all_keys) and min(int(k.min()) for k in all_keys) >= 0 \
+        and math.prod(radix) <= 4 * n + 1024 and values.dtype.kind in "iuf"
+    if not dense:
+        (*outer, _), sums = group_sums(all_keys, values)
+        first = heads(outer)
+        return [k[first] for k in outer], np.maximum.reduceat(sums, first) if len(first) else sums
+    outer = np.zeros(n, dtype=np.int64)
+    for k, r in zip(keys, radix):
+        outer = outer * r + k.astype(np.int64)
+    columns, size = radix[-1], math.prod(radix)
+    packed = outer * columns + inner.astype(np.int64)
+    totals = np.zeros(size, dtype=values.dtype)
+    np.add.at(totals, packed, values)
+    lowest = np.iinfo(values.dtype).min if values.dtype.kind in "iu" else -np.inf
+    table = np.where(np.bincount(packed, minlength=size).astype(bool), totals, lowest).reshape(-1, columns)
+    present = np.flatnonzero(np.bincount(outer, minlength=size // columns))
+    if columns > 16:
+        worst = table.max(axis=1)
+    else:  # a few cores: one pass per core beats a maximum along short rows
+        worst = table[:, 0].copy()
+        for column in range(1, columns):
+            np.maximum(worst, table[:, column], out=worst)
+    return _unpacked(present, radix[:-1], [k.dtype for k in keys]), worst[present]
 
 
 def first_appearance_groups(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -140,7 +140,6 @@ class ScheduleFacts:
 
     between: dict[str, int]  # async start name -> instructions scheduled between start and done
     synchronous: set[str]  # collectives issued synchronously at entry level
-    programs: int
 
     def reason(self, name: str, kind: str) -> str:
         if kind == "async" and name in self.between:
@@ -170,7 +169,7 @@ def schedule_facts(programs) -> ScheduleFacts | None:
             if (computation == program.entry and inst.collective_family and not inst.async_role
                     and not inst.is_continuation):
                 sync.add(name)
-    return ScheduleFacts(between, sync, len(programs))
+    return ScheduleFacts(between, sync)
 
 
 def _generation(analysis) -> str:

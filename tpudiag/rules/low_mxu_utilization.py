@@ -274,7 +274,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
                .groupby(["module", "name"], sort=False)
                .agg(category=("category", "first"), program_id=("program_id", "first"), flops=("flops", "sum"),
                     bytes_accessed=("bytes_accessed", "sum"), total_time_ps=("total_time_ps", "sum"),
-                    self_time_ps=("self_time_ps", "sum"), occurrences=("occurrences", "sum"))
+                    self_time_ps=("self_time_ps", "sum"))
                .reset_index())
     maths = OpMathIndex(ctx.join, op_hlo_texts(analysis))
     events = op_events(analysis, grouped["name"])
