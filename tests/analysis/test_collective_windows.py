@@ -60,7 +60,7 @@ def _host(events: pd.DataFrame, windows: pd.DataFrame, platform: Platform = Plat
 #   all-reduce.1   [300, 500)   sync window; fusion.9 [300, 400) is nested in it, so not compute
 #   all-gather-start.1 / -done.1 at 500 and 800: async ops, the window [500, 810) is on the Async line
 #   fusion.2       [510, 700)   compute, inside the all-gather window: 190 covered
-#   send.1         [820, 830)   point to point: no window
+#   send.1 [820, 830), recv.1 [835, 840): point to point: no window
 #   fusion.12      [850, 950)   an `all-reduce-scatter fusion`: a reduce-scatter window by its category
 #   fusion.20      [900, 950)   an `async-collective fusion` continuation: compute, covers half of it
 # then at depth 0: all-to-all.3 [1000, 1100), and fusion.30 [1100, 1200) starting exactly at its end.
@@ -75,6 +75,7 @@ TPU_EVENTS = [
     (TPU0, 0, "fusion.2", "loop fusion", 510, 190, 1),
     (TPU0, 0, "all-gather-done.1", "all-gather", 800, 10, 1),
     (TPU0, 0, "send.1", "send", 820, 10, 1),
+    (TPU0, 0, "recv.1", "recv", 835, 5, 1),
     (TPU0, 0, "fusion.12", "all-reduce-scatter fusion", 850, 100, 1),
     (TPU0, 0, "fusion.20", "async-collective fusion", 900, 50, 1),
     (TPU0, 0, "all-to-all.3", "all-to-all", 1000, 100, 0),
@@ -85,6 +86,7 @@ TPU_EVENTS = [
 TPU_WINDOWS = [
     (TPU0, 0, "all-gather-start.1", "all-gather", 500, 810, "Async XLA Ops"),
     (TPU0, 0, "copy-start.1", "copy", 100, 200, "Async XLA Ops"),  # a copy: not a collective window
+    (TPU0, 0, "foo-start.1", "other", 150, 250, "Async XLA Ops"),  # nor another async op
     (TPU0, 0, "collective-permute-start.1", "collective-permute", 700, 700, "Async XLA Ops"),  # empty: dropped
     (TPU1, 1, "all-gather-start.1.0", "all-gather", 0, 100, "start/done pair"),
 ]
@@ -133,18 +135,21 @@ def test_a_host_with_no_collective_has_no_windows():
 
 def test_windows_on_a_device_without_events_are_not_rows():
     events = _events([(TPU0, 0, "all-reduce.1", "all-reduce", 0, 10, 0)])
-    windows = _windows([(TPU1, 1, "all-gather-start.1", "all-gather", 0, 100, "Async XLA Ops")])
+    windows = _windows([(d, c, "all-gather-start.1", "all-gather", 0, 100, "Async XLA Ops")
+                        for d, c in ((TPU1, 1), ("/device:TPU:2", 2), ("/device:TPU:3", 3))])
     out = host_windows(_host(events, windows), _steps([(0, 0, 0, 10)]))
     assert out["name"].tolist() == ["all-reduce.1"]
 
 
-def test_a_window_whose_family_or_source_is_missing_reads_nan():
+def test_a_window_whose_name_family_or_source_is_missing_reads_nan():
     events = _events([(TPU0, 0, "fusion.1", "loop fusion", 0, 10, 0)])
     windows = _windows([(TPU0, 0, "all-gather-start.1", "all-gather", 0, 20, "Async XLA Ops")])
     windows["family"] = pd.Categorical([None], categories=["all-gather"])
     windows["source"] = pd.Categorical([None], categories=["Async XLA Ops"])
+    windows["name"] = pd.Categorical([None], categories=["all-gather-start.1"])
     out = host_windows(_host(events, windows), _steps([(0, 0, 0, 20)]))
     assert out["family"].astype(str).tolist() == ["nan"] and out["source"].astype(str).tolist() == ["nan"]
+    assert out["name"].astype(str).tolist() == ["nan"]
     assert out["covered_ps"].tolist() == [10]
 
 
@@ -256,6 +261,11 @@ def test_assign_steps_at_the_edges():
     assert _assign_steps(steps, "h", core, start).tolist() == [-1, 3, 3, 4, 4, -1, 9, -1]
 
 
+def test_assign_steps_past_a_core_without_windows():
+    steps = _steps([(0, 1, 0, 100), (1, 2, 0, 100)])  # core 0 has steps but no window
+    assert _assign_steps(steps, "h", np.array([1]), np.array([50])).tolist() == [2]
+
+
 def test_coded_keeps_one_category_per_distinct_string():
     vocab = np.array(["b", "nan", "a", "b", "c"], dtype=object)
     cat = _coded(np.array([3, 2, 0, 2]), vocab)
@@ -345,3 +355,43 @@ def test_the_worst_core_fold_keeps_step_numbers_that_do_not_start_at_zero():
             zip(op_steps["step"], op_steps["kind"], op_steps["name"], op_steps["exposed_ps"])] \
         == [(8, "async", "all-gather-start.1", 55), (-1, "sync", "all-reduce.1", 5), (7, "sync", "all-reduce.1", 40),
             (8, "sync", "all-reduce.1", 30)]
+
+
+def _nest(rows: list[tuple]) -> tuple[list, list]:
+    """nesting_facts of (device, start, depth, collective) rows."""
+    dev, start, depth, coll = (np.array(c) for c in zip(*rows))
+    has_child, in_coll = nesting_facts(dev.astype(np.int16), start.astype(np.int64), depth.astype(np.int16),
+                                       coll.astype(bool))
+    return has_child.tolist(), in_coll.tolist()
+
+
+def test_one_level_of_nesting_under_a_collective_at_the_first_position():
+    # a collective first of all, one op nested in it (the deepest level is 1), then a plain op
+    assert _nest([(0, 0, 0, True), (0, 1, 1, False), (0, 5, 0, False)]) == ([True, False, False],
+                                                                          [False, True, False])
+
+
+def test_an_event_before_any_parent_level_event_has_no_parent():
+    # a depth-1 event first, the collective at depth 0 after it: the collective is not its parent
+    assert _nest([(0, 0, 1, False), (0, 5, 0, True)]) == ([False, False], [False, False])
+
+
+def test_a_collective_after_a_missing_level_still_holds_its_children():
+    # depths 0, then 2 (a collective with no depth-1 parent), then 3 inside it: the parent of a depth-3
+    # event is the last depth-2 event, so it is inside a collective
+    assert _nest([(0, 0, 0, False), (0, 1, 2, True), (0, 2, 3, False)]) == ([True, True, False],
+                                                                          [False, False, True])
+
+
+def test_an_op_without_a_category_is_compute_by_its_name():
+    # fusion.1 [0, 50) has no category recorded: by its name it is no collective, so it covers half of
+    # all-reduce.1 [0, 100)
+    events = _events([(TPU0, 0, "all-reduce.1", "all-reduce", 0, 100, 0), (TPU0, 0, "fusion.1", None, 0, 50, 0)])
+    out = host_windows(_host(events, _windows([])), _steps([(0, 0, 0, 100)]))
+    assert _rows(out) == [(TPU0, 0, 0, "all-reduce.1", "all-reduce", "sync", 0, 100, 50, False, "XLA Ops", False)]
+
+
+def test_a_device_without_collectives_does_not_end_the_walk():
+    events = _events([(TPU0, 0, "fusion.1", "loop fusion", 0, 10, 0), (TPU1, 1, "all-reduce.1", "all-reduce", 0, 10, 0)])
+    out = host_windows(_host(events, _windows([])), _steps([(1, 0, 0, 10)]))
+    assert _rows(out) == [(TPU1, 1, 0, "all-reduce.1", "all-reduce", "sync", 0, 10, 0, False, "XLA Ops", False)]

@@ -70,7 +70,7 @@ ENTRY %main (a: bf16[128,128], v: f32[1024]) -> f32[1024] {
 DOT_FLOPS = 2 * 128**3  # 4,194,304
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test, not per module: mutmut maps a test to the functions it calls itself
 def ops() -> pd.DataFrame:
     matmul = {("fused_dot", "d"): float(DOT_FLOPS), ("main", "dot"): 1e6}
     spills = pd.DataFrame({"hlo": ["conv", "conv", "loop"], "spill_stores": [3, 1, pd.NA],
@@ -184,3 +184,28 @@ ENTRY %main (a: f32[1024]) -> f32[256] {
 }
 """)
     assert xprof_category(program, program.find("rsf")) == "all-reduce-scatter fusion"
+
+
+def test_compiler_cycles_decide_when_they_are_the_longest_and_a_done_waits_no_transfer():
+    # loop: 50,000 cycles at 1 GHz = 50 µs, longer than its 8 KiB of HBM (8,192 ps): its time.
+    # cs/cd copy 1 MiB into VMEM: the done's operand tuple holds 1 MiB in HBM (1,048,580 ps at 1 B/ps),
+    # but a pair's done excludes the transfer (the start's window holds it): the minimum op time.
+    program = parse_hlo_text("""HloModule big
+
+%fused_loop (q: f32[1024]) -> f32[1024] {
+  %q = f32[1024]{0} parameter(0)
+  ROOT %n = f32[1024]{0} negate(%q)
+}
+
+ENTRY %main (v: f32[1024], w: f32[262144]) -> f32[262144] {
+  %v = f32[1024]{0} parameter(0)
+  %w = f32[262144]{0} parameter(1)
+  %loop = f32[1024]{0} fusion(%v), kind=kLoop, calls=%fused_loop, backend_config={"bundle_analysis_data":{"estimated_cycles":"50000"}}
+  %cs = (f32[262144]{0:S(1)}, f32[262144]{0}, u32[]) copy-start(%w)
+  ROOT %cd = f32[262144]{0:S(1)} copy-done(%cs)
+}
+""")
+    ops = op_estimates(program, MODEL, 1).set_index("name")
+    assert (ops.loc["loop", "compute_ps"], ops.loc["loop", "duration_ps"]) == (50_000_000, 50_000_000)
+    assert ops.loc["cd", "hbm_ps"] > MODEL.min_op_ps and ops.loc["cd", "duration_ps"] == MODEL.min_op_ps
+    assert ops.loc["cs", "window_ps"] == 2**20 and ops.loc["cs", "duration_ps"] == MODEL.min_op_ps

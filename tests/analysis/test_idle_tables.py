@@ -141,7 +141,8 @@ def test_capture_windows_span_each_core_from_first_start_to_last_end():
     out = capture_windows(events)
     assert out[["core", "step", "start_ps", "dur_ps", "io_ps"]].to_numpy().tolist() == [[0, 0, 5, 35, 0],
                                                                                         [1, 0, 0, 100, 0]]
-    assert capture_windows(None).empty and capture_windows(events.iloc[:0]).empty
+    for empty in (capture_windows(None), capture_windows(events.iloc[:0])):
+        assert empty.empty and list(empty.columns) == ["core", "step", "start_ps", "dur_ps", "io_ps"]  # a steps table's
 
 
 def _step_rows(rows: list[tuple]) -> pd.DataFrame:
@@ -192,8 +193,10 @@ def test_idle_tables_keep_hosts_with_steps_and_name_them():
     out = idle_tables({"a": _digest(True, False, 10), "b": _digest(False, True, 20), "c": _digest(True, True, 30)})
     assert out.gaps["host"].tolist() == ["a", "c"] and out.steps["idle_ps"].tolist() == [10, 30]
     assert out.executions and not out.whole_capture
+    assert out.steps["host"].tolist() == ["a", "c"]
     out = idle_tables({"a": _digest(True, False, 10)})
     assert not out.executions
+    assert idle_tables({"a": _digest(True, True, 10), "b": _digest(True, False, 20)}).executions  # any host's
 
 
 def test_idle_tables_without_steps_anywhere_measure_whole_captures():
@@ -201,3 +204,22 @@ def test_idle_tables_without_steps_anywhere_measure_whole_captures():
     assert out.whole_capture and out.gaps["host"].tolist() == ["a", "b"]
     empty = idle_tables({})
     assert empty.gaps.empty and empty.steps.empty and empty.whole_capture
+
+
+def test_a_lead_gap_after_time_zero():
+    # step [100, 200), its first op at 120: 20 ps before anything runs
+    host = SimpleNamespace(host="h", events=_events([(TPU0, 0, 120, 200)]), host_events=None)
+    gaps, _ = host_idle_tables(host, _steps([(0, 0, 100, 100, 0)]), executions=False)
+    assert gaps[["start_ps", "end_ps", "idle_ps", "lead_ps"]].to_numpy().tolist() == [[100, 120, 20, 20]]
+
+
+def test_host_idle_of_two_cores_tables_made_by_the_pipeline():
+    # steps [0, 100), [100, 200) on cores 0 and 1. Core 0 busy [0, 60), [100, 190): idles 40, 10;
+    # core 1 busy [0, 90), [100, 150): idles 10, 50. The least idle core per step idles 10 in each.
+    events = _events([(TPU0, 0, 0, 60), (TPU0, 0, 100, 190), ("/device:TPU:1", 1, 0, 90), ("/device:TPU:1", 1, 100, 150)])
+    host = SimpleNamespace(host="h", events=events, host_events=None)
+    steps = _steps([(0, 0, 0, 100, 0), (0, 1, 100, 100, 0), (1, 0, 0, 100, 0), (1, 1, 100, 100, 0)])
+    gaps, per_step = host_idle_tables(host, steps, executions=False)
+    digest = SimpleNamespace(steps=steps, executions=False, idle_gaps=gaps, idle_steps=per_step)
+    (idle,) = host_idle(idle_tables({"h": digest}))
+    assert (idle.n_steps, idle.period_ps, idle.idle_ps, idle.worst_idle_ps) == (2, 100.0, 10.0, 10)

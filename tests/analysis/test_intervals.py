@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpudiag.model.intervals import covered, merge, nest, nest_walk, union_length
+from tpudiag.model.intervals import count_at_or_before, covered, merge, nest, nest_walk, union_length
 
 
 def test_nest_subtracts_direct_children_only():
@@ -105,3 +106,21 @@ def test_nest_equals_the_stack_walk(ivs):
     assert got[0].tolist() == want[0].tolist()
     assert got[1].tolist() == want[1].tolist()
     assert got[2] == want[2]
+
+
+@pytest.mark.parametrize("case", ["sorted", "unsorted", "ties", "few bounds", "empty"])
+def test_count_at_or_before_is_searchsorted_right(case):
+    # A core's events by start against its steps' starts: counted when the times are sorted,
+    # searched otherwise; the same either way, ties (a time equal to a bound counts it) included.
+    rng = np.random.default_rng(3)
+    bounds = np.sort(rng.integers(0, 10_000, 200))
+    times = {"sorted": np.sort(rng.integers(-100, 10_100, 5_000)),
+             "unsorted": rng.integers(-100, 10_100, 5_000),
+             "ties": np.sort(np.concatenate([bounds, bounds, rng.integers(0, 10_000, 100)])),
+             "few bounds": np.sort(rng.integers(0, 10_000, 50)),
+             "empty": np.zeros(0, dtype=np.int64)}[case]
+    if case == "few bounds":
+        bounds = bounds[:3]
+    got = count_at_or_before(bounds, times)
+    np.testing.assert_array_equal(got, np.searchsorted(bounds, times, side="right"))
+    assert got.dtype == np.intp

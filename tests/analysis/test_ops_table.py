@@ -79,7 +79,7 @@ TPU_OPS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test, not per module: mutmut maps a test to the functions it calls itself
 def tpu_table() -> pd.DataFrame:
     return aggregate_ops(_host(TPU_OPS, windows=[("all-gather-start.1", 60, 90)]))
 
@@ -117,6 +117,10 @@ def test_a_rate_above_the_peak_is_no_rate_but_still_binds(tpu_table):
     assert np.isnan(op["flop_rate"]) and np.isnan(op["flop_utilization"])
     assert op["hbm_bw"] == 0 and op["hbm_utilization"] == 0
     assert op["bound_by"] == BoundBy.COMPUTE.value
+    # FLOPs and no bytes: no intensity (not infinite)
+    assert np.isnan(op["operational_intensity"]) and np.isnan(op["hbm_intensity"])
+    # bytes and no FLOPs: no HBM intensity either
+    assert np.isnan(_row(tpu_table, "all-reduce.1")["hbm_intensity"])
 
 
 def test_a_collective_is_judged_by_its_ici_traffic(tpu_table):
@@ -216,3 +220,187 @@ def test_an_empty_host_has_an_empty_table():
     host.events = host.events.iloc[:0]
     table = aggregate_ops(host)
     assert table.empty and list(table.columns) == schemas.OPS.names
+
+
+WRITE_TEXT = "%{} = f32[262144]{{0:S(1)}} fusion(f32[262144]{{0}} %p), kind=kLoop, calls=%f"  # HBM in, VMEM out
+
+
+def test_the_vmem_level_in_each_direction_and_at_its_edges():
+    # peaks 1 TB/s read, 2 TB/s write; 1 MiB = 2^20 B
+    vmem = VmemBandwidth(1e12, 2e12, "test")
+    device = DeviceInfo(Platform.TPU, "t", CHIP, 1e14, 1e12, PeaksSource.TRACE, 1, 4, vmem=vmem)
+    table = aggregate_ops(_host([
+        # writes 1 MiB to VMEM in 1 µs, 1e6 FLOP: write 0.524288 of its peak, binds; FLOPs per written byte
+        ("w.1", "loop fusion", [(0, 1, 1)], 1e6, 0.0, 0.0, WRITE_TEXT.format("w.1")),
+        # 1 MiB read and written in exactly 2^20 ps: read at exactly its peak (a rate, 1.0)
+        ("edge.1", "loop fusion", [(10, 1.048576, 1.048576)], 0.0, 0.0, 0.0, VMEM_TEXT.format("edge.1")),
+        # the same in half the time: 2x the read peak: no rate, but VMEM still binds it
+        ("over.1", "loop fusion", [(20, 0.524288, 0.524288)], 0.0, 0.0, 0.0, VMEM_TEXT.format("over.1")),
+        # FLOPs and no VMEM bytes: no VMEM utilization or intensity
+        ("plain.1", "loop fusion", [(30, 10, 10)], 1e9, 1e6, 1e6, ""),
+        # VMEM bytes in no time: no rate at all
+        ("zero.1", "loop fusion", [(40, 0, 0)], 0.0, 0.0, 0.0, VMEM_TEXT.format("zero.1")),
+    ], device))
+    w = _row(table, "w.1")
+    assert (w["vmem_read_bytes"], w["vmem_write_bytes"]) == (0, 2**20)
+    assert w["vmem_utilization"] == pytest.approx(2**20 / 1e-6 / 2e12)
+    assert w["vmem_intensity"] == pytest.approx(1e6 / 2**20) and w["bound_by"] == BoundBy.VMEM.value
+    edge = _row(table, "edge.1")
+    assert edge["vmem_utilization"] == 1.0 and edge["bound_by"] == BoundBy.VMEM.value
+    over = _row(table, "over.1")
+    assert np.isnan(over["vmem_utilization"]) and over["bound_by"] == BoundBy.VMEM.value
+    plain = _row(table, "plain.1")
+    assert np.isnan(plain["vmem_utilization"]) and np.isnan(plain["vmem_intensity"])
+    assert plain["bound_by"] == BoundBy.COMPUTE.value
+    zero = _row(table, "zero.1")
+    assert np.isnan(zero["vmem_utilization"]) and zero["bound_by"] == BoundBy.LATENCY.value
+    assert (zero["flop_rate"], zero["hbm_bw"]) == (0.0, 0.0)
+
+
+def test_a_vmem_peak_needs_both_directions():
+    for vmem in (VmemBandwidth(0.0, 2e12, "half"), VmemBandwidth(1e12, 0.0, "half")):
+        device = DeviceInfo(Platform.TPU, "t", CHIP, 1e14, 1e12, PeaksSource.TRACE, 1, 4, vmem=vmem)
+        table = aggregate_ops(_host([("fusion.5", "loop fusion", [(0, 2, 2)], 1e6, 0.0, 0.0,
+                                      VMEM_TEXT.format("fusion.5"))], device))
+        op = _row(table, "fusion.5")
+        assert np.isnan(op["vmem_utilization"]) and np.isnan(op["vmem_intensity"])
+        assert op["bound_by"] == BoundBy.COMPUTE.value
+
+
+def test_an_event_without_a_module_still_counts():
+    # a kernel launched outside XLA records no module: the table counts it as any other, and keeps
+    # the ops in order of first appearance (fusion.2, my_kernel, fusion.1)
+    host = _host([("fusion.2", "loop fusion", [(0, 10, 10), (50, 10, 10)], 1e6, 1e7, 1e7, ""),
+                  ("my_kernel", NON_XLA_KERNEL, [(20, 2, 2), (30, 4, 3)], 0.0, 0.0, 0.0, ""),
+                  ("fusion.1", "convolution fusion", [(40, 5, 5)], 5e8, 1e6, 1e6, "")])
+    module = host.events["module"].astype(object)
+    module[host.events["name"].astype(str) == "my_kernel"] = None
+    host.events["module"] = pd.Categorical(module)
+    table = aggregate_ops(host)
+    assert table["name"].astype(str).tolist() == ["fusion.2", "my_kernel", "fusion.1"]
+    assert table[["occurrences", "total_time_ps", "self_time_ps"]].to_numpy().tolist() == [
+        [2, 20 * US, 20 * US], [2, 6 * US, 5 * US], [1, 5 * US, 5 * US]]
+    assert _row(table, "fusion.2")["module"] == "jit_step"
+    assert _row(table, "fusion.2")["hbm_bw"] == pytest.approx(2e7 / 2e-5)
+
+
+HOST_COPY = "%copy-start.3 = (f32[1024]{0:S(5)}, f32[1024]{0}, u32[]) copy-start(f32[1024]{0} %p)"
+
+
+def test_an_async_copy_to_host_memory_is_bound_by_the_host_link_start_and_done():
+    # copy-start.3 moves 4 KiB from HBM to host memory (S(5)); its done shares its pair key, a device
+    # copy (copy-start.4, HBM to VMEM) does not
+    host = _host([("copy-start.3", "copy-start", [(0, 1, 1)], 0.0, 8192.0, 8192.0, HOST_COPY),
+                  ("copy-done.3", "copy-done", [(10, 1, 1)], 0.0, 0.0, 0.0, ""),
+                  ("copy-start.4", "copy-start", [(20, 1, 1)], 0.0, 8192.0, 8192.0,
+                   "%copy-start.4 = (f32[1024]{0:S(1)}, f32[1024]{0}, u32[]) copy-start(f32[1024]{0} %p)"),
+                  ("copy-done.4", "copy-done", [(30, 1, 1)], 0.0, 0.0, 0.0, "")])
+    table = aggregate_ops(host)
+    assert _row(table, "copy-start.3")["moves"] == "hbm->host"
+    assert _row(table, "copy-start.3")["host_write_bytes"] == 4096
+    for name in ("copy-start.3", "copy-done.3"):
+        assert (_row(table, name)["bound_by"], _row(table, name)["bound_basis"]) == (BoundBy.HOST_LINK.value,
+                                                                                     BoundBasis.MEMORY_SPACE.value)
+    assert _row(table, "copy-start.4")["moves"] == "hbm->vmem"
+    assert _row(table, "copy-start.4")["bound_by"] != BoundBy.HOST_LINK.value
+    assert _row(table, "copy-done.4")["bound_by"] != BoundBy.HOST_LINK.value
+
+
+def test_bytes_by_space_are_totals_over_occurrences():
+    vmem = VmemBandwidth(1e12, 2e12, "test")
+    device = DeviceInfo(Platform.TPU, "t", CHIP, 1e14, 1e12, PeaksSource.TRACE, 1, 4, vmem=vmem)
+    table = aggregate_ops(_host([("fusion.5", "loop fusion", [(0, 2, 2), (10, 2, 2), (20, 2, 2)], 1e6, 0.0, 0.0,
+                                  VMEM_TEXT.format("fusion.5"))], device))
+    five = _row(table, "fusion.5")
+    assert (five["vmem_read_bytes"], five["vmem_write_bytes"]) == (3 * 2**20, 3 * 2**20)
+    assert five["vmem_utilization"] == pytest.approx(3 * 2**20 / 6e-6 / 1e12)
+    assert (five["hbm_read_bytes"], five["host_read_bytes"], five["moves"]) == (0.0, 0.0, "")
+
+
+def _all_reduce(name: str, elements: int) -> str:
+    return (f"%{name} = f32[{elements}]{{0}} all-reduce(f32[{elements}]{{0}} %p), replica_groups={{{{0,1,2,3}}}}, "
+            "to_apply=%add")
+
+
+def test_latency_bound_is_judged_per_occurrence():
+    # all-reduce over 4: 1.5 x payload per device; ICI peak 1e11 B/s, so at peak a byte takes 10 ps;
+    # latency-bound: under 2 µs at peak and under a tenth of the time. Per occurrence:
+    #   ar.1: 2 x (100,000 B payload -> 150,000 B, 20 µs): 1.5 µs at peak, < 2 µs and < 2 µs: bound
+    #   ar.2: 2 x (150,000 B, 10 µs): 1.5 µs at peak, not under a tenth of 10 µs: not bound
+    #   ar.3: 1 x (200,000 B payload -> 300,000 B, 100 µs): 3 µs at peak, over the 2 µs: not bound
+    table = aggregate_ops(_host([
+        ("ar.1", "all-reduce", [(0, 20, 20), (100, 20, 20)], 0.0, 0.0, 0.0, _all_reduce("ar.1", 25000)),
+        ("ar.2", "all-reduce", [(200, 10, 10), (300, 10, 10)], 0.0, 0.0, 0.0, _all_reduce("ar.2", 25000)),
+        ("ar.3", "all-reduce", [(400, 100, 100)], 0.0, 0.0, 0.0, _all_reduce("ar.3", 50000))]))
+    assert _row(table, "ar.1")["ici_bytes"] == 300_000 and _row(table, "ar.3")["ici_bytes"] == 300_000
+    assert [bool(_row(table, n)["ici_latency_bound"]) for n in ("ar.1", "ar.2", "ar.3")] == [True, False, False]
+
+
+def test_a_collective_without_hlo_text_takes_its_result_shape_and_every_chip():
+    host = _host([("all-reduce.1", "all-reduce", [(0, 10, 10)], 0.0, 0.0, 0.0, "")])
+    host.op_metadata["shape_with_layout"] = pd.array(["f32[1024]{0}"], dtype="string")
+    op = _row(aggregate_ops(host), "all-reduce.1")
+    assert (op["group_size"], op["group_source"], op["ici_bytes"]) == (4, "assumed", 6144)
+
+
+def test_a_done_whose_start_is_not_in_the_capture_keeps_its_own_figures():
+    host = _host([("all-gather-done.1", "all-gather", [(0, 1, 1)], 0.0, 0.0, 0.0, "")])
+    host.op_metadata["shape_with_layout"] = pd.array(["f32[1024]{0}"], dtype="string")
+    op = _row(aggregate_ops(host), "all-gather-done.1")
+    assert (op["group_size"], op["group_source"], op["ici_bytes"]) == (4, "assumed", 3072)
+
+
+def test_a_collective_of_no_time_has_no_rate():
+    device = DeviceInfo(Platform.TPU, "t", None, 1e14, 1e12, PeaksSource.TRACE, 1, 4)
+    table = aggregate_ops(_host([("all-reduce.1", "all-reduce", [(0, 0, 0)], 0.0, 0.0, 0.0, AR_TEXT)], device))
+    assert np.isnan(_row(table, "all-reduce.1")["ici_bw"])
+
+
+COPY_START = "%copy-start.1 = (f32[262144]{0:S(1)}, f32[262144]{0}, u32[]) copy-start(f32[262144]{0} %p)"
+COPY_DONE = ("%copy-done.1 = f32[262144]{0:S(1)} copy-done((f32[262144]{0:S(1)}, f32[262144]{0}, u32[]) "
+             "%copy-start.1)")
+FED = "%fusion.7 = f32[262144]{0} fusion(f32[262144]{0:S(1)} %copy-done.1), kind=kLoop, calls=%f"
+
+
+def test_an_op_fed_by_an_async_copy_counts_the_copied_bytes_on_its_hbm_roof():
+    # fusion.7 reads 1 MiB that copy-start.1 brought into VMEM from HBM and writes 1 MiB to HBM, in 4 µs,
+    # with 1.6e8 FLOP: FLOPs at 0.4 of the peak; its own 1 MiB at 0.262 of HBM's, with the copied MiB
+    # 0.524: the HBM roof binds once the copy's bytes count (the `*` of the tables)
+    table = aggregate_ops(_host([
+        ("copy-start.1", "copy-start", [(0, 1, 1)], 0.0, 2**21, 2**21, COPY_START),
+        ("copy-done.1", "copy-done", [(5, 1, 1)], 0.0, 0.0, 0.0, COPY_DONE),
+        ("fusion.7", "loop fusion", [(10, 4, 4)], 1.6e8, 2**20, 2**20, FED)]))
+    op = _row(table, "fusion.7")
+    assert op["copied_hbm_bytes"] == 2**20
+    assert op["flop_utilization"] == pytest.approx(0.4) and op["hbm_utilization"] == pytest.approx(2**20 / 4e-6 / 1e12)
+    assert op["hbm_intensity"] == pytest.approx(1.6e8 / 2**21)
+    assert (op["bound_by"], op["bound_basis"]) == (BoundBy.HBM.value, BoundBasis.COPIED_BYTES.value)
+    start = _row(table, "copy-start.1")  # the copy itself moves its bytes over its window: not judged so
+    assert start["moves"] == "hbm->vmem" and start["bound_basis"] != BoundBasis.COPIED_BYTES.value
+    # without an HBM peak nothing is judged by copied bytes
+    device = DeviceInfo(Platform.TPU, "t", CHIP, 1e14, None, PeaksSource.TRACE, 1, 4)
+    plain = aggregate_ops(_host([("copy-done.1", "copy-done", [(5, 1, 1)], 0.0, 0.0, 0.0, COPY_DONE),
+                                 ("fusion.7", "loop fusion", [(10, 4, 4)], 1.6e8, 2**20, 2**20, FED)], device))
+    assert (_row(plain, "fusion.7")["bound_by"], _row(plain, "fusion.7")["bound_basis"]) == (
+        BoundBy.COMPUTE.value, BoundBasis.UTILIZATION.value)
+
+
+def test_a_few_copied_bytes_leave_a_compute_bound_op_compute_bound():
+    # fusion.8 reads 4 KiB its copy brought, writes 4 KiB, in 4 µs with 1.6e8 FLOP (0.4 of the peak):
+    # with the copied bytes its HBM roof is at 8 KiB / 4 µs, 0.2 % of HBM's: compute binds, and the
+    # basis says the copied bytes were counted
+    start = "%copy-start.2 = (f32[1024]{0:S(1)}, f32[1024]{0}, u32[]) copy-start(f32[1024]{0} %p)"
+    done = "%copy-done.2 = f32[1024]{0:S(1)} copy-done((f32[1024]{0:S(1)}, f32[1024]{0}, u32[]) %copy-start.2)"
+    fed = "%fusion.8 = f32[1024]{0} fusion(f32[1024]{0:S(1)} %copy-done.2), kind=kLoop, calls=%f"
+    table = aggregate_ops(_host([("copy-start.2", "copy-start", [(0, 1, 1)], 0.0, 8192.0, 8192.0, start),
+                                 ("copy-done.2", "copy-done", [(5, 1, 1)], 0.0, 0.0, 0.0, done),
+                                 ("fusion.8", "loop fusion", [(10, 4, 4)], 1.6e8, 4096.0, 4096.0, fed)]))
+    op = _row(table, "fusion.8")
+    assert op["copied_hbm_bytes"] == 4096
+    assert (op["bound_by"], op["bound_basis"]) == (BoundBy.COMPUTE.value, BoundBasis.COPIED_BYTES.value)
+
+
+def test_a_collective_known_by_its_name_alone():
+    table = aggregate_ops(_host([("all-reduce.7", "custom-call", [(0, 10, 10)], 0.0, 0.0, 0.0, AR_TEXT)]))
+    assert (_row(table, "all-reduce.7")["family"], _row(table, "all-reduce.7")["bound_by"]) == ("all-reduce",
+                                                                                                "collective")

@@ -99,3 +99,12 @@ def test_exactly_three_ops_are_named_without_more():
     (warning,) = over_peak_warnings(found)
     assert "more" not in warning and warning.count("TFLOP/s (") == 3
     assert np.isclose(found[0].fraction, 2.0)
+
+
+def test_one_op_over_the_flop_peak_and_a_name_without_a_suffix():
+    (warning,) = over_peak_warnings([OverPeak("convolution", "FLOP/s", 2e14, 1e14, "c", 1)])
+    assert warning.startswith("FLOP/s above the core's peak of 100 TFLOP/s, which none reaches: "
+                              "`convolution` 200.0 TFLOP/s (200.0%); c;")
+    ops = _ops([("a", "convolution", 1_000_000, 1e9, NAN, 0.0, 0.0, 0.0, 0, NAN)])
+    (o,) = over_peak(ops, {"a": A})
+    assert o.cause.startswith("likely it runs in int8 or fp8") and not o.is_async

@@ -134,3 +134,53 @@ def test_without_markers_or_modules_there_are_no_steps():
                  _modules([(SC0, 0, 3, "jit_sc", 0, 900)]))
     steps, source = build_steps(host)
     assert source.kind is StepKind.NONE and steps.empty and list(steps.columns) == schemas.STEPS.names
+
+
+def test_steps_with_no_op_in_the_capture_are_all_idle():
+    steps, _ = build_steps(_host(_events(EVENTS).iloc[:0], _markers([(TPU0, 0, 0, 0, 100), (TPU0, 0, 1, 100, 50)])))
+    assert steps[COLUMNS].to_numpy().tolist() == [[0, 0, 100, 0, 0, 0, 0, 0, 100], [1, 100, 50, 0, 0, 0, 0, 0, 50]]
+
+
+def test_a_recompiled_module_of_the_same_name_is_another_program():
+    # jit_train as program 1 runs at 0 and 100; recompiled as program 7 it runs once at 200: the steps
+    # are program 1's executions only
+    modules = _modules([(TPU0, 0, 1, "jit_train", 0, 40), (TPU0, 0, 1, "jit_train", 100, 40),
+                        (TPU0, 0, 7, "jit_train", 200, 30)])
+    markers, source = step_markers(_host(_events(EVENTS), _markers([]).iloc[:0], modules))
+    assert (source.program_id, source.left_out) == (1, 0)
+    assert markers[["step", "start_ps"]].to_numpy().tolist() == [[0, 0], [1, 100]]
+
+
+def test_a_gpu_collective_counts_what_compute_leaves_when_they_differ_in_length():
+    # fusion.1 [0, 60), all-reduce.1 [30, 80): busy 80; compute covers 30 of the collective's 50, so the
+    # collective alone is 20, compute 60, idle 20
+    events = _events([("/device:GPU:0", 0, "fusion.1", "loop fusion", 0, 60, 0),
+                      ("/device:GPU:0", 0, "all-reduce.1", "all-reduce", 30, 80, 0)])
+    gpu, _ = build_steps(_host(events, _markers([("/device:GPU:0", 0, 0, 0, 100)]), platform=Platform.GPU))
+    assert gpu[COLUMNS].to_numpy().tolist() == [[0, 0, 100, 80, 60, 20, 0, 0, 20]]
+
+
+def test_collectives_by_name_or_by_category_and_an_op_at_a_steps_end():
+    # all-reduce.5 [0, 10) is one by its name (its category says nothing); fusion.12 [10, 30) by its
+    # category; fusion.1 [30, 40) is compute; fusion.2 starts exactly where the last step ends: no step's
+    events = _events([(TPU0, 0, "all-reduce.5", "custom", 0, 10, 0),
+                      (TPU0, 0, "fusion.12", "all-reduce-scatter fusion", 10, 30, 0),
+                      (TPU0, 0, "fusion.1", "loop fusion", 30, 40, 0),
+                      (TPU0, 0, "fusion.2", "loop fusion", 50, 60, 0)])
+    host = _host(events, _markers([(TPU0, 0, 0, 0, 50)]))
+    steps, _ = build_steps(host)
+    assert steps[COLUMNS].to_numpy().tolist() == [[0, 0, 50, 40, 10, 30, 0, 0, 10]]
+    assert host.events["step"].tolist() == [0, 0, 0, -1]
+
+
+def test_one_reference_execution_reaches_as_far_as_the_longest_execution():
+    # each core ran the program once; core 1 started 5 ps after core 0: within the longest execution
+    # (100 ps), so it is the same step (the docstring: "than its longest execution when the reference
+    # ran once"); 150 ps after would be too far
+    from tpudiag.analysis.steps import aligned_executions
+    near = pd.DataFrame({"device": [TPU0, "/device:TPU:1"], "core": [0, 1], "start_ps": [0, 5], "dur_ps": [100, 90]})
+    kept, left_out = aligned_executions(near)
+    assert kept[["core", "step", "start_ps"]].to_numpy().tolist() == [[0, 0, 0], [1, 0, 5]] and left_out == 0
+    far = near.assign(start_ps=[0, 150])
+    kept, left_out = aligned_executions(far)
+    assert kept.empty and left_out == 2

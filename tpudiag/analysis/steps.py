@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tpudiag.model.intervals import covered, merge
+from tpudiag.model.intervals import count_at_or_before, covered, merge
 from tpudiag.model import schemas
 from tpudiag.model.hlo_names import IO_CATEGORIES, collective_family
 from tpudiag.model.profile import HostTrace, Platform, StepKind, StepSource
@@ -113,7 +113,7 @@ def build_steps(host: HostTrace, host_copy: np.ndarray | None = None) -> tuple[p
         steps = m["step"].to_numpy()
         if len(on_core):
             on_start = start[on]
-            k = np.searchsorted(s_start, on_start, side="right") - 1
+            k = count_at_or_before(s_start, on_start) - 1
             inside = (k >= 0) & (on_start < s_end[np.clip(k, 0, None)])
             step_col[on_core[inside]] = steps[k[inside]]
         top = on_core[depth[on] == 0]

@@ -111,6 +111,18 @@ def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s[new_run], e[last]
 
 
+def count_at_or_before(bounds: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """`np.searchsorted(bounds, times, side="right")`: per time, how many of the sorted `bounds` are
+    at or before it. When `times` are sorted too (a core's events, by start, against its steps'
+    starts) it counts instead of searching: where each bound falls among the times, then a running
+    sum, two linear passes where a binary search per time costs log(bounds) steps each."""
+    n = len(times)
+    if n < 2 or len(bounds) < 16 or not (times[1:] >= times[:-1]).all():
+        return np.searchsorted(bounds, times, side="right")
+    first_at_or_after = np.searchsorted(times, bounds, side="left")  # bound j counts for times from here on
+    return np.cumsum(np.bincount(first_at_or_after, minlength=n + 1)[:n])
+
+
 def covered(win_start: np.ndarray, win_end: np.ndarray, m_start: np.ndarray, m_end: np.ndarray) -> np.ndarray:
     """For each window, the length covered by disjoint sorted intervals (m_start, m_end)."""
     if len(m_start) == 0:
