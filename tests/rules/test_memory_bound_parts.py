@@ -152,3 +152,40 @@ def test_weights_that_fit_in_vmem_can_stay_resident():
     assert "resident" not in _floor_finding(_ctx(v6e), Options(), big, ridge=560.0).fix
     exact = StepFloor("jit_decode", 10 * MS, 2 * MS, 128 * 2**20, 2.0 * 128 * 2**20, 32 * 2**20, 128 * 2**20 * 5e2)
     assert "resident" in _floor_finding(_ctx(v6e), Options(), exact, ridge=560.0).fix
+
+
+# -- step_floor: the step against its parameters read once -------------------------------------------
+
+def test_step_floor_of_the_decode_step(tmp_path):
+    from tests.rules import scenarios as sc
+    from tpudiag.model.compiled import ArrayShape, Layout
+    from tpudiag.rules.base import step_basis
+    from tpudiag.rules.memory_bound import step_floor
+
+    def param(dims, space=0):
+        n = 2 * dims[0] * dims[1]  # bf16
+        return SimpleNamespace(shape=ArrayShape("bf16", dims, Layout((1, 0), memory_space=space), n, n))
+
+    # The decode program's parameters: seven bf16[8192,8192] weights and x bf16[32,8192] in HBM; one
+    # in VMEM (S(1)) and one without a shape, neither read from HBM.
+    params = [param((8192, 8192)) for _ in range(7)] + [param((32, 8192)), param((8, 128), space=1),
+                                                         SimpleNamespace(shape=None)]
+    program = SimpleNamespace(module="jit_decode_step", entry_parameters=lambda: params)
+    other = SimpleNamespace(module="jit_other", entry_parameters=lambda: [])
+    a = sc.analyse(sc.decode_v6e(), tmp_path)
+    basis = step_basis(a)
+    floor = step_floor(SimpleNamespace(analysis=a, compiled=SimpleNamespace(programs=(other, program))), basis)
+    read = 7 * 8192 * 8192 * 2 + 32 * 8192 * 2
+    assert floor.module == "jit_decode_step" and floor.bytes_read == read
+    assert floor.floor_ps == pytest.approx(read / 1640e9 * 1e12)  # at v6e's 1,640 GB/s
+    assert floor.step_ps == basis.step_ps and floor.peak_bw == 1640e9
+    assert floor.flops == pytest.approx(7 * sc.DECODE_FLOPS)  # per step and core: seven matmuls
+    assert floor.copied_bytes == 0.0  # no async copy into VMEM
+    # No compiled program, none named like the steps' module among several, nothing read from HBM: no floor.
+    assert step_floor(SimpleNamespace(analysis=a, compiled=SimpleNamespace(programs=())), basis) is None
+    assert step_floor(SimpleNamespace(analysis=a, compiled=SimpleNamespace(programs=(other, other))), basis) is None
+    vmem_only = SimpleNamespace(module="jit_decode_step", entry_parameters=lambda: [param((8, 128), space=1)])
+    assert step_floor(SimpleNamespace(analysis=a, compiled=SimpleNamespace(programs=(vmem_only,))), basis) is None
+    # The only program is taken even when its name differs.
+    alone = SimpleNamespace(module="jit_renamed", entry_parameters=lambda: params)
+    assert step_floor(SimpleNamespace(analysis=a, compiled=SimpleNamespace(programs=(alone,))), basis).bytes_read == read
