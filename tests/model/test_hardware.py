@@ -118,3 +118,8 @@ def test_an_unknown_generation_has_no_peak_and_says_what_it_knows():
     assert gpu_device({"device_vendor": "Intel"}).describe() == "Intel GPU"
     no_clock = gpu_device({k: v for k, v in H100.items() if k != "clock_rate"})
     assert no_clock.peak_flops_per_s is None and no_clock.describe().endswith("132 SMs, 80 GiB")
+
+
+def test_a_vendor_in_lower_case_and_the_peaks_source_of_an_unknown_generation():
+    assert gpu_device({"device_vendor": "amd"}).vendor == "AMD"
+    assert "dense bf16 matrix rate" in gpu_device({}).peaks_source()

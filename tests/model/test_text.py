@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpudiag.model.text import has_unsafe, one_line, path_component, printable, short_names
+from tpudiag.model.text import has_unsafe, one_line, path_component, printable, short_kernel_name, short_names
 
 
 @pytest.mark.parametrize(("raw", "shown"), [
@@ -57,3 +57,18 @@ def test_short_names_tell_apart_names_that_shorten_alike():
     b = "void ns::Kernel<" + "float, " * 20 + "int>(int)"
     assert short_names([a, "fusion.1", b, a], limit=30) == ["ns::Kernel<…>(…)", "fusion.1", "ns::Kernel<…>(…) [2]",
                                                             "ns::Kernel<…>(…) [3]"]
+
+
+@pytest.mark.parametrize(("name", "limit", "short"), [
+    ("k<int>", 6, "k<int>"),                          # exactly the limit: as it is
+    ("void ab<x>(y)", 8, "ab<…>(…)"),                 # shortened to exactly the limit: not cut
+    ("abcdefgh<int>", 10, "abcdefgh<…"),              # no `void ` to drop; cut with an ellipsis
+    ("void XlaKernel<Xy>(float)", 15, "XlaKernel<…>(…)"),
+])
+def test_short_kernel_name_edges(name, limit, short):
+    assert short_kernel_name(name, limit) == short
+
+
+def test_short_names_use_their_limit_and_path_components_keep_case():
+    assert short_names(["void k<" + "a" * 35 + ">(int)"], limit=30) == ["k<…>(…)"]
+    assert path_component("Fusion.1") == "Fusion.1" and path_component("Xla_X") == "Xla_X"
