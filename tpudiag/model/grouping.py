@@ -22,15 +22,10 @@ def group_sums(keys: list[np.ndarray], values: np.ndarray) -> tuple[list[np.ndar
     stable sort is several times faster). Anything else takes a lexicographic sort of the keys.
     """
     n = len(values)
-    radix = [int(k.max()) + 1 if n else 1 for k in keys]
-    packable = n and all(k.dtype.kind in "iu" for k in keys) and min(int(k.min()) for k in keys) >= 0 \
-        and math.prod(radix) < 2 ** 62
-    if packable:
-        packed = np.zeros(n, dtype=np.int64)
-        for k, r in zip(keys, radix):
-            packed = packed * r + k.astype(np.int64)
-        size = math.prod(radix)
-        if size <= 4 * n + 1024:
+    radix = _radix(keys, n)
+    if _packable(keys, radix, n):
+        packed = _pack(keys, radix, n)
+        if _dense(radix, n):
             return _dense_sums(packed, values, radix, [k.dtype for k in keys])
         order = np.argsort(packed, kind="stable")
         ordered = packed[order]
@@ -53,11 +48,41 @@ def _dense_sums(packed: np.ndarray, values: np.ndarray, radix: list[int], dtypes
                                                                                               np.ndarray]:
     """`group_sums` through a table indexed by the packed key: exact (integer values add as
     integers), already in key order, and without a sort."""
-    size = math.prod(radix)
+    totals, seen = _dense_totals(packed, values, math.prod(radix))
+    present = np.flatnonzero(seen)
+    return _unpacked(present, radix, dtypes), totals[present]
+
+
+def _radix(keys: list[np.ndarray], n: int) -> list[int]:
+    """The number of codes each key may take (its largest + 1), the base it is packed in."""
+    return [int(k.max()) + 1 if n else 1 for k in keys]
+
+
+def _packable(keys: list[np.ndarray], radix: list[int], n: int) -> bool:
+    """Keys of non-negative integer codes whose ranges multiply to under 2**62 (one int64 holds them)."""
+    return bool(n) and all(k.dtype.kind in "iu" for k in keys) and min(int(k.min()) for k in keys) >= 0 \
+        and math.prod(radix) < 2 ** 62
+
+
+def _dense(radix: list[int], n: int) -> bool:
+    """A table of every packed key is no larger than a few times the rows (most tuples occur)."""
+    return math.prod(radix) <= 4 * n + 1024
+
+
+def _pack(keys: list[np.ndarray], radix: list[int], n: int) -> np.ndarray:
+    """Each of the `n` rows' key tuple as one int64, the first key most significant (packed order is
+    key order)."""
+    packed = np.zeros(n, dtype=np.int64)
+    for k, r in zip(keys, radix):
+        packed = packed * r + k.astype(np.int64)
+    return packed
+
+
+def _dense_totals(packed: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the sum of `values` at each packed key in range(size), whether any row has that key)."""
     totals = np.zeros(size, dtype=values.dtype)
     np.add.at(totals, packed, values)
-    present = np.flatnonzero(np.bincount(packed, minlength=size))
-    return _unpacked(present, radix, dtypes), totals[present]
+    return totals, np.bincount(packed, minlength=size).astype(bool)
 
 
 def _unpacked(packed: np.ndarray, radix: list[int], dtypes: list) -> list[np.ndarray]:
@@ -82,22 +107,16 @@ def worst_of_sums(keys: list[np.ndarray], inner: np.ndarray, values: np.ndarray)
     taken over the columns that occur, without unpacking every (keys, inner) group."""
     n = len(values)
     all_keys = [*keys, inner]
-    radix = [int(k.max()) + 1 if n else 1 for k in all_keys]
-    dense = n and all(k.dtype.kind in "iu" for k in all_keys) and min(int(k.min()) for k in all_keys) >= 0 \
-        and math.prod(radix) <= 4 * n + 1024 and values.dtype.kind in "iuf"
-    if not dense:
+    radix = _radix(all_keys, n)
+    if not (_packable(all_keys, radix, n) and _dense(radix, n) and values.dtype.kind in "iuf"):
         (*outer, _), sums = group_sums(all_keys, values)
         first = heads(outer)
         return [k[first] for k in outer], np.maximum.reduceat(sums, first) if len(first) else sums
-    outer = np.zeros(n, dtype=np.int64)
-    for k, r in zip(keys, radix):
-        outer = outer * r + k.astype(np.int64)
+    outer = _pack(keys, radix[:-1], n)
     columns, size = radix[-1], math.prod(radix)
-    packed = outer * columns + inner.astype(np.int64)
-    totals = np.zeros(size, dtype=values.dtype)
-    np.add.at(totals, packed, values)
+    totals, seen = _dense_totals(outer * columns + inner.astype(np.int64), values, size)
     lowest = np.iinfo(values.dtype).min if values.dtype.kind in "iu" else -np.inf
-    table = np.where(np.bincount(packed, minlength=size).astype(bool), totals, lowest).reshape(-1, columns)
+    table = np.where(seen, totals, lowest).reshape(-1, columns)
     present = np.flatnonzero(np.bincount(outer, minlength=size // columns))
     if columns > 16:
         worst = table.max(axis=1)
