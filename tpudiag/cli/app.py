@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: usage errors exit 2 (typer); the project's own errors print one line and exit 2.
     Called without `argv`, as the process's command (`tpudiag`, `python -m tpudiag`), the process
     skips the garbage collection of its exit (`no_collection_at_exit`); called with it (tests, other
-    programs), it leaves the caller's collector alone."""
+    programs), nothing the caller holds is frozen. Either way the collector's young threshold
+    (`fewer_collections`) and malloc's settings (`keep_freed_memory`) are set for the process."""
     fewer_collections()
     keep_freed_memory()
     try:
