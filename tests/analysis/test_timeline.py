@@ -125,3 +125,102 @@ def test_a_findings_op_is_found_on_the_timeline(analysis):
     place = find_on_timeline(analysis, (first,))
     assert place is not None and step_timeline(analysis, place.step).lanes[place.lane].spans[place.span].name == first
     assert find_on_timeline(analysis, ("no-such-op",)) is None
+
+
+def test_neighbours_of_a_middle_step():
+    from tpudiag.analysis.timeline import StepTimeline
+
+    t = StepTimeline(step=2, steps=(1, 2, 3), lanes=(), span_ps=0)
+    assert (t.neighbour(-1), t.neighbour(1), t.neighbour(-2), t.neighbour(2)) == (1, 3, None, None)
+
+
+def _flight_lane(flights) -> Lane:
+    from tpudiag.analysis.timeline import InFlight
+
+    return Lane("h", "/device:TPU:0", 0, 0, 1000, 0, 0, 0, 0, 0, 0, (),
+                tuple(InFlight(o, d, "all-gather-start.1", "all-gather") for o, d in flights), ())
+
+
+def test_in_flight_cells_edges():
+    # four cells of 250 ps; a window [600, 601) covers 1 ps of cell 2: in flight there
+    assert rasterize_in_flight(_flight_lane([(600, 1)]), 4, 1000) == (False, False, True, False)
+    assert rasterize_in_flight(_flight_lane([(0, 1)]), 1, 1) == (True,)  # one cell of 1 ps
+    assert rasterize_in_flight(_flight_lane([]), 3, 1000) == (False, False, False)
+    assert rasterize_in_flight(_flight_lane([(0, 1000)]), 0, 1000) == ()
+
+
+def test_rasterize_edges_of_one_picosecond_cells():
+    # a 4 ps lane drawn 4 cells wide: compute [0, 1) and a collective [2, 3); the cells start at 0
+    lane = Lane("h", "/device:TPU:0", 0, 0, 4, 2, 1, 1, 0, 2, 0,
+                (Span(0, 1, "fusion.1", COMPUTE), Span(2, 1, "all-reduce.1", COLLECTIVE)), (), ())
+    assert rasterize(lane, 4, 4) == (COMPUTE, IDLE, COLLECTIVE, IDLE)
+    one = Lane("h", "/device:TPU:0", 0, 0, 1, 1, 1, 0, 0, 0, 0, (Span(0, 1, "fusion.1", COMPUTE),), (), ())
+    assert rasterize(one, 1, 1) == (COMPUTE,)  # a span of 1 ps is a span
+
+
+# ---- a timeline of hosts and steps built by hand ------------------------------------------------
+
+def _analysis(lanes: dict[str, list[tuple[int, int, int, list[tuple[str, str, int, int]]]]]):
+    """An analysis-like value of hosts -> [(core, step, step start, [(op, category, start, end)])]: the
+    steps table and each host's top-level events, all that `step_timeline` reads."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from tpudiag.model import schemas
+
+    hosts, step_rows = [], []
+    for host, rows in lanes.items():
+        ev = [(core, name, cat, s, e) for core, _, _, ops in rows for name, cat, s, e in ops]
+        n = len(ev)
+        events = schemas.EVENTS.frame({
+            "host": [host] * n, "device": [f"/device:TPU:{c}" for c, *_ in ev], "core": [c for c, *_ in ev],
+            "chip": [c for c, *_ in ev], "program_id": [1] * n, "module": ["m"] * n,
+            "name": [x[1] for x in ev], "category": [x[2] for x in ev], "start_ps": [x[3] for x in ev],
+            "dur_ps": [x[4] - x[3] for x in ev], "self_ps": [x[4] - x[3] for x in ev], "depth": [0] * n,
+            "step": [0] * n})
+        hosts.append(SimpleNamespace(host=host, events=events, async_windows=schemas.ASYNC_WINDOWS.empty()))
+        step_rows += [(host, core, step, start) for core, step, start, _ in rows]
+    n = len(step_rows)
+    zeros = np.zeros(n, dtype=np.int64)
+    steps = schemas.STEPS.frame({
+        "host": [r[0] for r in step_rows], "device": [f"/device:TPU:{r[1]}" for r in step_rows],
+        "core": [r[1] for r in step_rows], "step": [r[2] for r in step_rows], "start_ps": [r[3] for r in step_rows],
+        "dur_ps": np.full(n, 100), "busy_ps": zeros, "compute_ps": zeros, "collective_ps": zeros, "io_ps": zeros,
+        "host_transfer_ps": zeros, "idle_ps": zeros})
+    return SimpleNamespace(steps=steps, profile=SimpleNamespace(hosts=hosts))
+
+
+def test_an_op_is_found_in_the_first_step_that_runs_it_on_the_host_asked():
+    from tpudiag.analysis.timeline import OpPlace
+
+    fusion = ("fusion.1", "loop fusion", 0, 10)
+    analysis = _analysis({
+        # h0 runs fusion.1 in step 1 and fusion.2 in step 2 only; h1 runs fusion.1 in both steps
+        "h0": [(0, 1, 0, [fusion]), (0, 2, 100, [("fusion.2", "loop fusion", 120, 130)])],
+        "h1": [(0, 1, 0, [("copy.1", "copy", 0, 5), fusion]), (0, 2, 100, [("fusion.1", "loop fusion", 100, 110)])]})
+    assert find_on_timeline(analysis, ("fusion.2",)) == OpPlace(2, 0, 0)
+    # on h1: its lane (index 1) of the first step, after copy.1 (span 1)
+    assert find_on_timeline(analysis, ("fusion.1",), host="h1") == OpPlace(1, 1, 1)
+    assert find_on_timeline(analysis, ("fusion.2",), host="h1") is None
+
+
+def test_the_search_stops_after_max_steps():
+    from tpudiag.analysis.timeline import OpPlace
+
+    rows = [(0, step, 100 * step, [("fusion.1", "loop fusion", 100 * step, 100 * step + 10)]) for step in range(9)]
+    rows[8][3].append(("late.1", "loop fusion", 820, 830))  # only in the ninth step
+    analysis = _analysis({"h0": rows})
+    assert find_on_timeline(analysis, ("late.1",)) is None  # 8 steps by default
+    assert find_on_timeline(analysis, ("late.1",), max_steps=9) == OpPlace(8, 0, 1)
+
+
+def test_lanes_in_host_order_then_core_and_hosts_without_the_step_left_out():
+    analysis = _analysis({
+        "hb": [(1, 1, 0, []), (0, 1, 0, [])],
+        "ha": [(0, 1, 0, []), (0, 2, 100, [])],  # ha comes second in the profile: its lanes come second
+        "hc": [(0, 2, 100, [])]})  # no step 1
+    t = step_timeline(analysis, 1)
+    assert [(lane.host, lane.core) for lane in t.lanes] == [("hb", 0), ("hb", 1), ("ha", 0)]
+    assert t.steps == (1, 2) and t.span_ps == 100
+    assert [(lane.host, lane.core) for lane in step_timeline(analysis, 2).lanes] == [("ha", 0), ("hc", 0)]
