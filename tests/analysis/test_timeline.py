@@ -160,9 +160,12 @@ def test_rasterize_edges_of_one_picosecond_cells():
 
 # ---- a timeline of hosts and steps built by hand ------------------------------------------------
 
-def _analysis(lanes: dict[str, list[tuple[int, int, int, list[tuple[str, str, int, int]]]]]):
-    """An analysis-like value of hosts -> [(core, step, step start, [(op, category, start, end)])]: the
-    steps table and each host's top-level events, all that `step_timeline` reads."""
+def _analysis(lanes: dict[str, list[tuple[int, int, int, list[tuple]]]], windows=None, breakdown=(0, 0, 0, 0, 0),
+              dur_ps: int = 100):
+    """An analysis-like value of hosts -> [(core, step, step start, [(op, category, start, end[, depth[,
+    device]])])]: the steps table (every step `dur_ps` long, with `breakdown` as its busy, compute,
+    collective, I/O and idle) and each host's events and async windows (`windows`: host ->
+    [(core, name, family, start, end)]), all that `step_timeline` reads."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -171,23 +174,30 @@ def _analysis(lanes: dict[str, list[tuple[int, int, int, list[tuple[str, str, in
 
     hosts, step_rows = [], []
     for host, rows in lanes.items():
-        ev = [(core, name, cat, s, e) for core, _, _, ops in rows for name, cat, s, e in ops]
+        ev = [(core, *op) for core, _, _, ops in rows for op in ops]
         n = len(ev)
+        depth = [x[5] if len(x) > 5 else 0 for x in ev]
+        device = [x[6] if len(x) > 6 else f"/device:TPU:{x[0]}" for x in ev]
         events = schemas.EVENTS.frame({
-            "host": [host] * n, "device": [f"/device:TPU:{c}" for c, *_ in ev], "core": [c for c, *_ in ev],
+            "host": [host] * n, "device": device, "core": [c for c, *_ in ev],
             "chip": [c for c, *_ in ev], "program_id": [1] * n, "module": ["m"] * n,
             "name": [x[1] for x in ev], "category": [x[2] for x in ev], "start_ps": [x[3] for x in ev],
-            "dur_ps": [x[4] - x[3] for x in ev], "self_ps": [x[4] - x[3] for x in ev], "depth": [0] * n,
+            "dur_ps": [x[4] - x[3] for x in ev], "self_ps": [x[4] - x[3] for x in ev], "depth": depth,
             "step": [0] * n})
-        hosts.append(SimpleNamespace(host=host, events=events, async_windows=schemas.ASYNC_WINDOWS.empty()))
+        w = (windows or {}).get(host, [])
+        async_windows = schemas.ASYNC_WINDOWS.frame({
+            "host": [host] * len(w), "device": [f"/device:TPU:{x[0]}" for x in w], "core": [x[0] for x in w],
+            "name": [x[1] for x in w], "family": [x[2] for x in w], "start_ps": [x[3] for x in w],
+            "end_ps": [x[4] for x in w], "source": ["start/done pair"] * len(w)})
+        hosts.append(SimpleNamespace(host=host, events=events, async_windows=async_windows))
         step_rows += [(host, core, step, start) for core, step, start, _ in rows]
     n = len(step_rows)
-    zeros = np.zeros(n, dtype=np.int64)
+    busy, compute, collective, io, idle = (np.full(n, v, dtype=np.int64) for v in breakdown)
     steps = schemas.STEPS.frame({
         "host": [r[0] for r in step_rows], "device": [f"/device:TPU:{r[1]}" for r in step_rows],
         "core": [r[1] for r in step_rows], "step": [r[2] for r in step_rows], "start_ps": [r[3] for r in step_rows],
-        "dur_ps": np.full(n, 100), "busy_ps": zeros, "compute_ps": zeros, "collective_ps": zeros, "io_ps": zeros,
-        "host_transfer_ps": zeros, "idle_ps": zeros})
+        "dur_ps": np.full(n, dur_ps), "busy_ps": busy, "compute_ps": compute, "collective_ps": collective,
+        "io_ps": io, "host_transfer_ps": np.zeros(n, dtype=np.int64), "idle_ps": idle})
     return SimpleNamespace(steps=steps, profile=SimpleNamespace(hosts=hosts))
 
 
@@ -224,3 +234,102 @@ def test_lanes_in_host_order_then_core_and_hosts_without_the_step_left_out():
     assert [(lane.host, lane.core) for lane in t.lanes] == [("hb", 0), ("hb", 1), ("ha", 0)]
     assert t.steps == (1, 2) and t.span_ps == 100
     assert [(lane.host, lane.core) for lane in step_timeline(analysis, 2).lanes] == [("ha", 0), ("hc", 0)]
+
+
+def test_a_lane_clips_its_top_level_ops_and_windows_to_the_step():
+    from tpudiag.analysis.timeline import IO, InFlight
+
+    # core 3's step 7 runs [1000, 1100); offsets below are from 1000
+    ops = [
+        ("fusion.9", "loop fusion", 980, 1000),  # ends as the step starts: not in it
+        ("outfeed.1", "outfeed", 1090, 1130),  # I/O by its category, clipped at the step end: [90, 100)
+        ("fusion.1", "loop fusion", 990, 1020),  # began before the step: [0, 20)
+        ("fusion.2", "loop fusion", 1030, 1040, 1),  # nested: inside its parent's span already
+        ("all-reduce.1", "all-reduce", 1040, 1060),  # a collective by its name
+        ("fusion.3", "loop fusion", 1060, 1070, 0, "/device:TPU:3 SparseCore 0"),  # another plane
+        ("fusion.4", "loop fusion", 1100, 1110),  # starts as the step ends: not in it
+    ]
+    windows = {"h": [(3, "all-gather-start.1", "all-gather", 950, 1030),  # clipped: [0, 30)
+                     (3, "all-gather-start.2", "all-gather", 1020, 1050),  # [20, 50): the union is 50
+                     (3, "copy-start.1", "copy", 900, 1000),  # ends as the step starts
+                     (3, "copy-start.2", "copy", 1100, 1200),  # starts as it ends
+                     (2, "copy-start.3", "copy", 1000, 1100)]}  # another core
+    analysis = _analysis({"h": [(3, 7, 1000, ops)]}, windows, breakdown=(11, 12, 13, 14, 15))
+    (lane,) = step_timeline(analysis, 7).lanes
+    assert lane.spans == (Span(0, 20, "fusion.1", COMPUTE), Span(40, 20, "all-reduce.1", COLLECTIVE),
+                          Span(90, 10, "outfeed.1", IO))
+    assert lane.in_flight == (InFlight(0, 30, "all-gather-start.1", "all-gather"),
+                              InFlight(20, 30, "all-gather-start.2", "all-gather"))
+    assert lane.in_flight_ps == 50
+    # the step's own figures, as the steps table gives them
+    assert (lane.host, lane.device, lane.core, lane.step_start_ps, lane.dur_ps) == ("h", "/device:TPU:3", 3, 1000, 100)
+    assert (lane.busy_ps, lane.compute_ps, lane.collective_ps, lane.io_ps, lane.idle_ps) == (11, 12, 13, 14, 15)
+    # gaps between the spans, longest first: [60, 90) 30, [20, 40) 20
+    assert lane.gaps == (Gap(60, 30), Gap(20, 20))
+
+
+def test_a_lane_whose_first_op_starts_late_has_a_lead_gap():
+    analysis = _analysis({"h": [(0, 1, 0, [("fusion.1", "loop fusion", 5, 95)])]})
+    (lane,) = step_timeline(analysis, 1).lanes
+    assert lane.gaps == (Gap(0, 5), Gap(95, 5))  # equal lengths: the earlier first
+
+
+def test_a_collective_at_exactly_a_quarter_of_a_cell_shows():
+    # one cell of 8 ps: compute [0, 6), a collective [6, 8) covers exactly 25 %
+    lane = Lane("h", "/device:TPU:0", 0, 0, 8, 8, 6, 2, 0, 0, 0,
+                (Span(0, 6, "fusion.1", COMPUTE), Span(6, 2, "all-reduce.1", COLLECTIVE)), (), ())
+    assert rasterize(lane, 1, 8) == (COLLECTIVE,)
+
+
+def test_a_cell_takes_the_kind_covering_most_of_it_idle_included():
+    from tpudiag.analysis.timeline import IO
+
+    def cell(*spans) -> str:
+        lane = Lane("h", "/device:TPU:0", 0, 0, 8, 0, 0, 0, 0, 0, 0, tuple(spans), (), ())
+        (kind,) = rasterize(lane, 1, 8)
+        return kind
+
+    # 8 ps: I/O 4, idle 4: a tie goes to the earlier kind (compute, collective, I/O, idle)
+    assert cell(Span(0, 4, "outfeed.1", IO)) == IO
+    # compute 4, a collective of 1 (12.5 %, under the quarter), idle 3: compute
+    assert cell(Span(0, 4, "fusion.1", COMPUTE), Span(4, 1, "all-reduce.1", COLLECTIVE)) == COMPUTE
+    # compute 3, I/O 1, idle 4: idle
+    assert cell(Span(0, 3, "fusion.1", COMPUTE), Span(3, 1, "outfeed.1", IO)) == IDLE
+
+
+def test_a_dropped_hosts_events_are_read_again_and_the_last_four_kept(monkeypatch):
+    from collections import OrderedDict
+    from types import SimpleNamespace
+
+    import tpudiag.analysis.timeline as timeline
+    from tpudiag.errors import InputError
+    from tpudiag.model.profile import HostFailure
+
+    reads = []
+
+    def parse(location):
+        reads.append(str(location))
+        if "bad" in str(location):
+            return HostFailure(str(location), "truncated file")
+        return SimpleNamespace(events=f"events of {location}", async_windows=f"windows of {location}")
+
+    monkeypatch.setattr(timeline, "parse_file_or_failure", parse)
+    monkeypatch.setattr(timeline, "_reread", OrderedDict())
+    kept = SimpleNamespace(events="own events", async_windows="own windows", source="", path="kept.pb")
+    assert timeline.host_events(kept) == ("own events", "own windows") and reads == []
+
+    def dropped(name: str, source: str = ""):
+        return SimpleNamespace(events=None, async_windows=None, source=source, path=name)
+
+    # read from `source` when the host has one (an absolute path), else from its path
+    assert timeline.host_events(dropped("a.pb", "/abs/a.pb")) == ("events of /abs/a.pb", "windows of /abs/a.pb")
+    for name in ("b.pb", "c.pb", "d.pb"):
+        timeline.host_events(dropped(name))
+    timeline.host_events(dropped("a.pb", "/abs/a.pb"))  # kept: not read again, and now the most recent
+    assert reads == ["/abs/a.pb", "b.pb", "c.pb", "d.pb"]
+    timeline.host_events(dropped("e.pb"))  # a fifth host: the least recent (b) goes
+    timeline.host_events(dropped("a.pb", "/abs/a.pb"))
+    timeline.host_events(dropped("b.pb"))
+    assert reads == ["/abs/a.pb", "b.pb", "c.pb", "d.pb", "e.pb", "b.pb"]
+    with pytest.raises(InputError, match="^cannot read the host again for its timeline: truncated file$"):
+        timeline.host_events(dropped("bad.pb"))
