@@ -261,3 +261,12 @@ def test_without_steps_the_capture_is_one_step_per_core():
     # core 0: 2 copies, 2 MB, 4 us waited in its one step; core 1: 1, 1 MB, 1 us
     assert (rate.transfers_per_step, rate.bytes_per_step, rate.wait_ps) == (1.5, 1.5e6, 2.5 * 10**6)
     assert rate.ops == ("copy-done.2", "copy-done.1")  # 3 us, then 1 + 1 us
+
+
+def test_a_window_of_no_time_has_no_rate_and_one_of_a_picosecond_has_one():
+    instant = _rows([("a", 0, 0, "copy-done.1", Direction.TO_HOST, "f32", 4096, 500, 500, 0)])
+    (rate,) = transfer_rates(instant, _step_rows([("a", 0, 0)]), None)
+    assert rate.achieved_bytes_per_s is None and not rate.above_link
+    one_ps = _rows([("a", 0, 0, "copy-done.1", Direction.TO_HOST, "f32", 1, 500, 501, 1)])
+    (rate,) = transfer_rates(one_ps, _step_rows([("a", 0, 0)]), None)
+    assert rate.achieved_bytes_per_s == 1e12  # 1 byte in 1 ps
