@@ -363,6 +363,35 @@ def test_structure_key_ignores_names_and_sees_what_is_computed():
     assert _key(1, line=8) != base  # another source line
 
 
+_CONVERTS = """HloModule m
+
+%fused.1 (p0: f32[8]) -> f32[8] {{
+  %p0 = f32[8]{{0}} parameter(0)
+  %c = {middle}[8]{{0}} convert(%p0)
+  ROOT %r = f32[8]{{0}} convert(%c)
+}}
+
+ENTRY %main (a: f32[8]) -> {result}[8] {{
+  %a = f32[8]{{0}} parameter(0)
+  %fusion.1 = f32[8]{{0}} fusion(%a), kind=kLoop, calls=%fused.1
+  ROOT %convert.2 = {result}[8]{{0}} convert(%a)
+}}
+"""
+
+
+def test_structure_key_sees_the_shapes_of_the_op_and_of_every_instruction_inside():
+    def keys(middle: str, result: str) -> tuple[str, str]:
+        program = parse_hlo_text(_CONVERTS.format(middle=middle, result=result))
+        return structure_key(program, program.find("fusion.1")), structure_key(program, program.find("convert.2"))
+
+    fusion, convert = keys("bf16", "bf16")
+    # a round trip through f16 instead of bf16: the same opcodes and positions, another shape inside
+    assert keys("f16", "bf16")[0] != fusion
+    # a convert to f16 instead of bf16: the same opcode and operand, another result shape
+    assert keys("bf16", "f16")[1] != convert
+    assert keys("bf16", "bf16") == (fusion, convert)
+
+
 def test_structure_key_of_a_program_missing_the_called_computation_is_empty():
     program = parse_hlo_text(_MODULE.format(n=1, body="add.1 = f32[8,16]{1,0} add(%p0, %p1)", line=7))
     inst = program.find("fusion.1")
