@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -17,10 +18,12 @@ import pytest
 
 from tpudiag.analysis.diff import (Attribution, Change, CompiledFacts, Diff, Exposure, FindingChange, FindingRef,
                                    NamedChange, NoiseOptions, OpChange, OpPresence, Part, PartKind, StepStats,
-                                   WindowTime, _array_text, _attribution, _compare_findings, _facts, _first_array,
-                                   _match, _window_of, bootstrap_ci, compare, compare_steps, hlo_fingerprint,
-                                   step_stats, structure_key)
+                                   WindowTime, _array_text, _attribution, _capture_ps, _compare_findings, _facts,
+                                   _first_array, _first_runs, _match, _per_step_mean_over_cores, _per_step_op_times,
+                                   _steps, _warnings, _window_of, _windows, bootstrap_ci, compare, compare_steps,
+                                   hlo_fingerprint, step_stats, structure_key)
 from tpudiag.model.findings import Finding, Saving, Severity
+from tpudiag.model.profile import Platform, WindowThresholds
 from tpudiag.parsers.hlo_text import parse_hlo_text
 from tpudiag.parsers.layout import parse_shape
 
@@ -615,3 +618,134 @@ def test_compiled_facts_of_a_key():
     ids.loc["a", "spill_fills"] = 4.0
     assert _facts(ids, "a", known=True).spills == 7
     assert isinstance(_facts(ids, "a", known=True).padded_bytes, int)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers that read an analysis, on stand-ins holding only the tables each reads
+
+
+def _steps_table(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
+    """(step, core, idle_ps) rows."""
+    return pd.DataFrame({"step": [r[0] for r in rows], "core": [r[1] for r in rows],
+                         "idle_ps": [r[2] for r in rows]})
+
+
+def test_steps_are_sorted_and_distinct_and_means_are_over_cores():
+    a = SimpleNamespace(steps=_steps_table([(3, 0, 10), (1, 0, 20), (3, 1, 30), (1, 1, 60), (2, 0, 5)]))
+    assert list(_steps(a)) == [1, 2, 3]
+    assert list(_per_step_mean_over_cores(a, "idle_ps")) == [40.0, 5.0, 20.0]  # step 1: (20+60)/2
+    assert _per_step_mean_over_cores(a, "idle_ps").dtype == np.float64
+    empty = SimpleNamespace(steps=_steps_table([]))
+    assert len(_steps(empty)) == 0 and len(_per_step_mean_over_cores(empty, "idle_ps")) == 0
+
+
+def test_capture_time_per_core_is_the_cores_spans_averaged():
+    a = SimpleNamespace(core_time_ps={"h0": 300, "h1": 500}, n_cores_of_ops=4)  # 800 core-ps over 4 cores
+    assert _capture_ps(a) == 200.0
+
+
+def _sums(rows: list[tuple[int, int, str, int]]) -> pd.DataFrame:
+    """(step, program_id, name, self_ps) rows: `op_step_sums`, summed over every host's cores."""
+    return pd.DataFrame({"step": [r[0] for r in rows], "program_id": np.array([r[1] for r in rows], np.uint64),
+                         "name": pd.Categorical([r[2] for r in rows]), "self_ps": [r[3] for r in rows]})
+
+
+def _keys(rows: list[tuple[int, str, str]]) -> pd.DataFrame:
+    return pd.DataFrame({"program_id": np.array([r[0] for r in rows], np.uint64), "name": [r[1] for r in rows],
+                         "name_key": [r[2] for r in rows]})
+
+
+def test_op_times_per_step_and_core():
+    # two cores; steps 1 and 2 (and events outside every step, -1)
+    a = SimpleNamespace(steps=_steps_table([(1, 0, 0), (2, 0, 0)]), n_cores_of_ops=2,
+                        per_step=SimpleNamespace(op_step_sums=_sums([
+                            (1, 7, "f.1", 100), (2, 7, "f.1", 300), (1, 7, "c.2", 40), (-1, 7, "f.1", 1000),
+                            (1, 8, "f.1", 60),  # another program's f.1: another op
+                            (1, 9, "x.9", 5)])))  # an op the ops table does not hold
+    ops = _keys([(7, "f.1", "K1"), (7, "c.2", "K2"), (8, "f.1", "K3"), (7, "f.1", "K1")])
+    t = _per_step_op_times(a, ops)
+    assert list(t.columns) == [1, 2] and t.dtypes.eq(np.float64).all()
+    assert t.loc["K1"].tolist() == [50.0, 150.0]  # 100 and 300 over two cores; the -1 events left out
+    assert t.loc["K2"].tolist() == [20.0, 0.0]  # absent in step 2: 0
+    assert t.loc["K3"].tolist() == [30.0, 0.0]
+    assert sorted(t.index) == ["K1", "K2", "K3"]
+    # a capture without steps: one column, each op's total per core, outside steps included
+    whole = _per_step_op_times(a, ops, per_step=False)
+    assert list(whole.columns) == [0] and whole.loc["K1"].tolist() == [(100 + 300 + 1000) / 2]
+
+
+def test_op_times_without_events_in_steps_is_an_empty_table_with_the_steps_as_columns():
+    a = SimpleNamespace(steps=_steps_table([(1, 0, 0), (4, 0, 0)]), n_cores_of_ops=1,
+                        per_step=SimpleNamespace(op_step_sums=_sums([(-1, 7, "f.1", 100)])))
+    t = _per_step_op_times(a, _keys([(7, "f.1", "K1")]))
+    assert t.empty and list(t.columns) == [1, 4] and t.index.name == "name_key"
+    no_steps = SimpleNamespace(steps=_steps_table([]), n_cores_of_ops=1,
+                               per_step=SimpleNamespace(op_step_sums=_sums([(1, 7, "f.1", 100)])))
+    assert _per_step_op_times(no_steps, _keys([(7, "f.1", "K1")])).shape == (0, 0)
+
+
+def test_an_op_first_runs_at_its_earliest_start_on_any_host():
+    def events(rows):
+        return pd.DataFrame({"program_id": np.array([r[0] for r in rows], np.uint64),
+                             "name": pd.Categorical([r[1] for r in rows]), "start_ps": [r[2] for r in rows]})
+
+    hosts = [SimpleNamespace(events=events([(7, "f.1", 500), (7, "f.1", 300), (7, "c.2", 900)])),
+             SimpleNamespace(events=events([(7, "f.1", 200)])),
+             SimpleNamespace(events=None),  # digested away: nothing to read
+             SimpleNamespace(events=events([]))]
+    ops = _keys([(7, "f.1", "K1"), (7, "c.2", "K2"), (7, "g.3", "K3"), (7, "f.1", "K1")])
+    first = _first_runs(SimpleNamespace(profile=SimpleNamespace(hosts=hosts)), ops)
+    # g.3 never ran in the events: its row position (2) orders it
+    assert first == {"K1": 200.0, "K2": 900.0, "K3": 2.0}
+    assert _first_runs(SimpleNamespace(profile=SimpleNamespace(hosts=[SimpleNamespace()])), ops) == \
+        {"K1": 0.0, "K2": 1.0, "K3": 2.0}
+
+
+def test_collective_windows_summed_over_hosts_by_op_name():
+    table = pd.DataFrame({"name": pd.Categorical(["all-reduce.1", "all-gather-start.2", "all-reduce.1"]),
+                          "span_ps": [100, 50, 300], "exposed_ps": [10, 50, 30]})
+    asked = []
+
+    def collectives(thresholds):
+        asked.append(thresholds)
+        return SimpleNamespace(ops=table)
+
+    w = _windows(SimpleNamespace(collectives=collectives))
+    assert w == {"all-reduce.1": WindowTime(400, 40), "all-gather-start.2": WindowTime(50, 50)}
+    assert asked == [WindowThresholds()]  # the default thresholds: the exposed-collective rule's
+
+
+def _device(t: str) -> SimpleNamespace:
+    return SimpleNamespace(device=SimpleNamespace(device_type=t))
+
+
+def _run(n_steps: int, types=("TPU v5 lite",), modelled=False, cores=4, platform=Platform.TPU) -> SimpleNamespace:
+    return SimpleNamespace(steps=_steps_table([(s, 0, 0) for s in range(n_steps)]), n_cores_of_ops=cores,
+                           platform=platform,
+                           profile=SimpleNamespace(modelled=modelled, hosts=[_device(t) for t in types]))
+
+
+def test_warnings_name_what_weakens_the_comparison():
+    assert _warnings(_run(3), _run(10), per_step=True) == []
+    assert _warnings(_run(2), _run(1), per_step=True) == [
+        "base run has 2 steps: too few to measure noise; only the relative floor applies",
+        "new run has 1 step: too few to measure noise; only the relative floor applies"]
+    assert _warnings(_run(0), _run(5), per_step=False) == [
+        "a run has no steps: op times are each op's total per core over its capture, and the step time is not "
+        "compared"]
+    assert _warnings(_run(5, modelled=True), _run(5), per_step=True) == [
+        "base run is modelled (`tpudiag simulate`), not measured"]
+    assert _warnings(_run(5), _run(5, modelled=True), per_step=True) == [
+        "new run is modelled (`tpudiag simulate`), not measured"]
+    assert _warnings(_run(5, types=("TPU v5 lite", "TPU v4")), _run(5, types=("TPU v6 lite",)), per_step=True) == [
+        "the chips differ: base TPU v4, TPU v5 lite; new TPU v6 lite (device types differ: times compare "
+        "different hardware)"]
+    gpu = _warnings(_run(5, types=("NVIDIA H100",), platform=Platform.GPU), _run(5, types=()), per_step=True)
+    assert gpu == ["the GPUs differ: base NVIDIA H100; new (none) (device types differ: times compare different "
+                   "hardware)"]
+    assert _warnings(_run(5, types=("a",)), _run(5, types=("b",), platform=Platform.GPU), per_step=True) == [
+        "the GPUs differ: base a; new b (device types differ: times compare different hardware)"]
+    assert _warnings(_run(5, cores=4), _run(5, cores=8), per_step=True) == [
+        "core counts differ (base 4, new 8): op times are per core"]
+    # the same chip on every host of both runs, listed once
+    assert _warnings(_run(5, types=("v", "v")), _run(5, types=("v",)), per_step=True) == []
