@@ -530,6 +530,25 @@ def test_findings_citing_ops_pair_when_more_than_half_of_their_ops_overlap():
     assert [(c.base.saving_ps, c.how) for c in best] == [(7, "overlapping ops")]
 
 
+def test_a_finding_keeps_its_rule_code_severity_host_ops_message_and_saving():
+    f = Finding(rule="spill", code="TPD123", severity=Severity.HIGH, message="`fusion.1` spills 12 times",
+                saving=Saving(4500, "measured", "test"), fix="fix", host="h3", ops=["fusion.1", "copy.2"])
+    [resolved] = _compare_findings([f], [], OPTS, 0.0)[1]
+    assert resolved == FindingRef("spill", "TPD123", "high", "h3", ("fusion.1", "copy.2"),
+                                  "`fusion.1` spills 12 times", 4500)
+
+
+def test_findings_of_another_rule_or_host_are_passed_over_not_the_end_of_the_search():
+    # The base finding of another rule comes first; the overlapping one after it still pairs.
+    base = [_f("other", ("a", "b")), _f("r", ("a", "b"), host="h9"), _f("r", ("a", "b", "c"))]
+    [kept] = _compare_findings(base, [_f("r", ("a", "b"))], OPTS, 0.0)[2]
+    assert kept.base.ops == ("a", "b", "c") and kept.how == "overlapping ops"
+    # Without ops: a message that differs comes first; the same message after it still pairs.
+    base = [_f("idle", message="`h0` idles a lot"), _f("idle", message="`h0` idles 5 %")]
+    [kept] = _compare_findings(base, [_f("idle", message="`h1` idles 7 %")], OPTS, 0.0)[2]
+    assert kept.base.message == "`h0` idles 5 %" and kept.how == "same message"
+
+
 def test_a_finding_with_ops_never_pairs_with_one_without():
     r = _compare_findings([_f("r", (), message="same")], [_f("r", ("a",), message="same")], OPTS, 0.0)
     assert not r[2] and len(r[0]) == len(r[1]) == 1

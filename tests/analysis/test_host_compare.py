@@ -137,6 +137,12 @@ def test_the_reference_is_the_median_of_the_other_hosts_not_the_smallest():
     assert (s.host, s.reference_ps, s.lag_ps) == ("h3", 120.0, 80.0)
 
 
+def test_against_two_other_hosts_the_reference_is_their_mean():
+    # the median of two values is their mean: others of h2 are 100 and 120, reference 110 (not 100)
+    s = find_straggler([_host("h0", 100.0), _host("h1", 120.0), _host("h2", 200.0)], 0.03, 3.0)
+    assert (s.host, s.reference_ps, s.lag_ps) == ("h2", 110.0, 90.0)
+
+
 def test_of_several_stragglers_the_largest_lag_is_named():
     stats = [_host("h0", 100.0), _host("h1", 100.0), _host("h2", 100.0), _host("h3", 150.0), _host("h4", 180.0)]
     s = find_straggler(stats, 0.03, 3.0)
