@@ -594,6 +594,23 @@ def test_the_parts_add_up_with_the_rest_unattributed():
     assert [p.name for p in a.parts] == ["fusion.1", "all-reduce", "copy.9", "unattributed", "fusion.4", "idle"]
 
 
+def test_a_collective_by_its_name_in_either_run_or_by_its_category_counts_in_its_family_only():
+    ops = [_op("all-gather.7", base_name="fusion.203", category="loop fusion", delta=1.0),  # new name: a collective
+           _op("fusion.9", base_name="all-reduce.3", category="loop fusion", delta=2.0),  # base name: a collective
+           _op("fusion.4", category="all-to-all", delta=3.0),  # by its category only
+           _op("fusion.1", base_name="fusion.0", category="convolution fusion", delta=4.0)]
+    # appeared and gone ops: a collective listed first does not end the list
+    appeared = [(OpPresence("m", "all-reduce.5", "", "f32[8]", 1.0), np.array([1.0])),  # by name, no category
+                (OpPresence("m", "fusion.12", "all-reduce", "f32[8]", 1.0), np.array([1.0])),  # by category
+                (OpPresence("m", "copy.9", "copy", "f32[8]", 1.0), np.array([1.0]))]
+    gone = [(OpPresence("m", "fusion.13", "all-gather", "f32[8]", 1.0), np.array([1.0])),
+            (OpPresence("m", "copy.8", "copy", "f32[8]", 1.0), np.array([1.0]))]
+    a = _attribution(10.0, ops, appeared, gone, [], None, OPTS, 0.0, 1, 1)
+    named = [(p.kind, p.name, p.base_name, p.category) for p in a.parts if p.kind is not PartKind.UNATTRIBUTED]
+    assert sorted(named) == [(PartKind.APPEARED, "copy.9", "", "copy"), (PartKind.GONE, "copy.8", "copy.8", "copy"),
+                             (PartKind.OP, "fusion.1", "fusion.0", "convolution fusion")]
+
+
 def test_the_rest_goes_after_a_named_part_of_the_same_size_and_ties_go_by_name():
     a = _attribution(60.0, [_op("b", delta=20.0), _op("a", delta=20.0)], [], [], [], None, OPTS, 0.0, 1, 1)
     assert [(p.kind, p.name) for p in a.parts] == [(PartKind.OP, "a"), (PartKind.OP, "b"),
