@@ -611,6 +611,20 @@ def test_a_collective_by_its_name_in_either_run_or_by_its_category_counts_in_its
                              (PartKind.OP, "fusion.1", "fusion.0", "convolution fusion")]
 
 
+def test_the_idle_the_family_and_the_rest_parts_whole():
+    idle = _change(-10.0)
+    family = NamedChange("all-gather", _change(30.0))
+    exposure = Exposure(WindowTime(10, 10), WindowTime(10, 10))
+    appeared = [(OpPresence("m", "copy.9", "copy", "f32[8]", 5.0), np.array([5.0]))]
+    a = _attribution(100.0, [], appeared, [], [(family, (3, 2), exposure)], idle, OPTS, 0.0, 1, 1)
+    parts = {p.kind: p for p in a.parts}
+    assert parts[PartKind.IDLE] == Part(PartKind.IDLE, "idle", "idle", "", -10.0, idle)
+    assert parts[PartKind.UNATTRIBUTED] == Part(PartKind.UNATTRIBUTED, "unattributed", "", "", 75.0, None)
+    assert parts[PartKind.FAMILY] == Part(PartKind.FAMILY, "all-gather", "all-gather", "collective", 30.0,
+                                          family.change, exposure=exposure, n_ops=(3, 2))
+    assert (parts[PartKind.APPEARED].category, parts[PartKind.APPEARED].change.new.centre_ps) == ("copy", 5.0)
+
+
 def test_the_rest_goes_after_a_named_part_of_the_same_size_and_ties_go_by_name():
     a = _attribution(60.0, [_op("b", delta=20.0), _op("a", delta=20.0)], [], [], [], None, OPTS, 0.0, 1, 1)
     assert [(p.kind, p.name) for p in a.parts] == [(PartKind.OP, "a"), (PartKind.OP, "b"),
