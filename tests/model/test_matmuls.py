@@ -270,3 +270,48 @@ def test_shapes_that_share_no_m_or_no_batch_are_no_matmul():
     assert matmul_from_shapes((8, 16), (4, 32), (4, 16)) is None          # lhs holds no M (8)
     assert matmul_from_shapes((4, 8, 16), (4, 8, 32), (2, 32, 16)) is None  # rhs batch 2, not 4
     assert matmul_from_shapes((4, 8, 16), (2, 8, 32), (4, 32, 16)) is None  # lhs batch 2, not 4
+
+
+def test_a_matmul_in_words_and_its_flops():
+    # The fusion.198: K is 8 x 128 = 1024, one product (no batch shown)
+    conv = Matmul(instruction="convolution.55", computation="c", opcode="convolution", m_dims=(512,),
+                  n_dims=(256,), k_dims=(8, 128), batch_dims=(1,), lhs_dtype="bf16", rhs_dtype="bf16",
+                  result_dtype="bf16", basis="dim_labels")
+    assert conv.describe() == "convolution.55: bf16 x bf16 -> bf16, M 512, N 256, K 1024 (8x128)"
+    assert conv.flops == 2 * 512 * 256 * 1024
+    batched = dataclasses.replace(conv, instruction="dot.1", m_dims=(16, 8), n_dims=(256,), k_dims=(512,),
+                                  batch_dims=(4, 2), lhs_dtype="f32", result_dtype="f32")
+    assert batched.describe() == "dot.1: f32 x bf16 -> f32, batch 8 (4x2), M 128 (16x8), N 256, K 512"
+    assert (batched.batch, batched.m, batched.n, batched.k) == (8, 128, 256, 512)
+    assert batched.flops == 2 * 8 * 128 * 256 * 512
+    assert dataclasses.replace(batched, batch_dims=(4,)).describe().startswith("dot.1: f32 x bf16 -> f32, batch 4, M")
+
+
+def test_an_ops_main_matmul_and_total():
+    small = _text_matmul("a", "dot", 8, 8, 8, (1,), "f32", "f32", "f32", "x")  # 1,024 FLOPs
+    big = _text_matmul("b", "dot", 8, 8, 16, (1,), "f32", "f32", "f32", "x")  # 2,048
+    same = _text_matmul("c", "dot", 8, 16, 8, (1,), "f32", "f32", "f32", "x")  # 2,048, later
+    math = OpMath(op="fusion.1", opcode="fusion", matmuls=(small, big, same))
+    assert math.main is big and math.matmul_flops == 1024 + 2048 + 2048
+    assert OpMath(op="f", opcode="fusion", matmuls=()).main is None
+    assert OpMath(op="f", opcode="fusion", matmuls=()).matmul_flops == 0
+
+
+def test_a_programs_math_is_found_by_name_once():
+    program = ProgramMath(parse_hlo_text(CUSTOM_CALLS))
+    assert "kernel" in program and "c" in program and "nope" not in program
+    assert program.get("nope") is None
+    first = program.get("kernel")
+    assert first.matmuls[0].m == 128 and program.get("kernel") is first  # worked out once
+    assert program.get("c") == OpMath(op="c", opcode="parameter", matmuls=())
+
+
+def test_a_trace_convolution_line_reads_its_input_and_kernel_apart():
+    # b01f input bf16[2,10,10,3], 01io kernel f32[3,3,3,16], output [2,8,8,16]: M = 2 x 8 x 8 = 128 rows,
+    # N 16 features, K = 3 input features x 3 x 3 taps = 27; the dtypes are the input's and the kernel's.
+    math = op_math_from_text("convolution.2", "%convolution.2 = f32[2,8,8,16]{3,2,1,0} convolution(bf16[2,10,10,3]"
+                             "{3,2,1,0} %x, f32[3,3,3,16]{3,2,1,0} %w), window={size=3x3}, dim_labels=b01f_01io->b01f")
+    assert math == OpMath(op="convolution.2", opcode="convolution", matmuls=(Matmul(
+        instruction="convolution.2", computation="", opcode="convolution", m_dims=(2, 8, 8), n_dims=(16,),
+        k_dims=(3, 3, 3), batch_dims=(1,), lhs_dtype="bf16", rhs_dtype="f32", result_dtype="f32",
+        basis="dim_labels"),))
