@@ -95,6 +95,10 @@ def test_nest_whole_steps_inside_a_while_loop():
     assert depth.tolist() == [0, 1, 2, 1, 2, 1, 2, 0]
     assert self_ps.tolist() == [100, 200, 100, 250, 50, 290, 10, 50]
     assert partial == 0
+    # The stack walk (the reference, and the path for partial overlaps) gives the events table's dtypes too
+    walked = nest_walk(start, dur)
+    assert walked[0].tolist() == self_ps.tolist() and walked[1].tolist() == depth.tolist() and walked[2] == 0
+    assert (self_ps.dtype, depth.dtype, walked[0].dtype, walked[1].dtype) == (np.int64, np.int16, np.int64, np.int16)
 
 
 @settings(max_examples=300, deadline=None)

@@ -306,6 +306,20 @@ def test_a_programs_math_is_found_by_name_once():
     assert program.get("c") == OpMath(op="c", opcode="parameter", matmuls=())
 
 
+def test_a_program_dot_carries_its_jax_op_name():
+    from tpudiag.model.matmuls import instruction_matmul
+    program = parse_hlo_text("""HloModule m
+
+ENTRY %main (a: f32[8,16], b: f32[16,32]) -> f32[8,32] {
+  %a = f32[8,16]{1,0} parameter(0)
+  %b = f32[16,32]{1,0} parameter(1)
+  ROOT %dot.1 = f32[8,32]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(f)/dot_general"}
+}
+""")
+    mm = instruction_matmul(program, program.find("dot.1"))
+    assert (mm.m, mm.n, mm.k, mm.op_name, mm.computation) == (8, 32, 16, "jit(f)/dot_general", "main")
+
+
 def test_a_trace_convolution_line_reads_its_input_and_kernel_apart():
     # b01f input bf16[2,10,10,3], 01io kernel f32[3,3,3,16], output [2,8,8,16]: M = 2 x 8 x 8 = 128 rows,
     # N 16 features, K = 3 input features x 3 x 3 taps = 27; the dtypes are the input's and the kernel's.
@@ -315,3 +329,46 @@ def test_a_trace_convolution_line_reads_its_input_and_kernel_apart():
         instruction="convolution.2", computation="", opcode="convolution", m_dims=(2, 8, 8), n_dims=(16,),
         k_dims=(3, 3, 3), batch_dims=(1,), lhs_dtype="bf16", rhs_dtype="f32", result_dtype="f32",
         basis="dim_labels"),))
+
+
+def _conv_1d(lhs: str, rhs: str, out: str, window: str):
+    """A 1-D convolution's line as a trace's op metadata gives it (input b0f, kernel 0io, output b0f)."""
+    return op_math_from_text("convolution.1", f"%convolution.1 = f32[{out}]{{2,1,0}} convolution(f32[{lhs}]{{2,1,0}} "
+                             f"%x, f32[{rhs}]{{2,1,0}} %w), window={{{window}}}, dim_labels=b0f_0io->b0f").main
+
+
+def test_a_window_is_enumerated_up_to_two_to_the_sixteen_cells():
+    # 16,385 inputs dilated by 2 span 32,769 positions; a window of 2 gives 32,768 outputs, each of which
+    # reads one real element (the other tap falls in a dilation hole): 32,768 x 2 = 2^16 cells, still
+    # enumerated, so K is the 8 input features x 1 real tap.
+    mm = _conv_1d("1,16385,8", "2,8,16", "1,32768,16", "size=2 lhs_dilate=2")
+    assert (mm.batch, mm.m, mm.n, mm.k) == (1, 32768, 16, 8)
+    # 40,000 inputs: 79,998 outputs x 2 taps is past 2^16: not enumerated, every tap counts (K 8 x 2),
+    # and the outputs stay rows (M), never a batch
+    mm = _conv_1d("1,40000,8", "2,8,16", "1,79998,16", "size=2 lhs_dilate=2")
+    assert (mm.batch, mm.m, mm.n, mm.k) == (1, 79998, 16, 16)
+
+
+def test_a_convolution_with_an_empty_output_does_no_work():
+    mm = _conv_1d("1,0,8", "1,8,16", "1,0,16", "size=1")
+    assert mm.m == 0 and mm.n == 16 and mm.flops == 0
+
+
+CUSTOM_CALL_WITH_A_TUPLE = """\
+HloModule m
+
+ENTRY %main (a: bf16[128,512], b: bf16[512,256], t: (f32[8], f32[8])) -> f32[128,256] {
+  %a = bf16[128,512]{1,0} parameter(0)
+  %b = bf16[512,256]{1,0} parameter(1)
+  %t = (f32[8]{0}, f32[8]{0}) parameter(2)
+  ROOT %kernel = f32[128,256]{1,0} custom-call(%a, %b, %t), custom_call_target="tpu_custom_call"
+}
+"""
+
+
+def test_a_custom_call_with_a_third_operand_that_is_no_array_is_no_matmul():
+    # Two of its three operands compose as [128,512] x [512,256], but the call takes a third (a tuple):
+    # the shapes alone do not say it is that matmul.
+    from tpudiag.model.matmuls import instruction_matmul
+    program = parse_hlo_text(CUSTOM_CALL_WITH_A_TUPLE)
+    assert instruction_matmul(program, program.find("kernel")) is None

@@ -25,6 +25,8 @@ def _ops(names: list[str], times: list[int], shapes: list[str | None], ordered: 
         "self_time_ps": np.array(times, dtype=np.int64),
         "shape": pd.array([_new(s) if s is not None else None for s in shapes], dtype=pd.StringDtype("python")),
         "label": pd.Series([_new(n) for n in names], dtype=object),  # an object column is not shared
+        # pandas' own string dtype (`str`: NaN for missing), as a table built without a schema has it
+        "plain": pd.Series([_new(s) if s is not None else None for s in shapes], dtype=pd.StringDtype("python", np.nan)),
     })
 
 
@@ -43,6 +45,10 @@ def test_the_second_hosts_equal_values_point_at_the_firsts():
     assert pd.isna(second["shape"].iloc[1]) and second["shape"].dtype == pd.StringDtype("python")
     assert second["self_time_ps"].tolist() == [7, 9]  # measured values are each host's own
     assert second["label"].iloc[0] is not first["label"].iloc[1]
+    assert first["shape"].tolist() == ["f32[8]", "bf16[4,4]"] and second["shape"].iloc[0] == "bf16[4,4]"
+    assert second["plain"].iloc[0] is first["plain"].iloc[1]
+    assert second["plain"].dtype == pd.StringDtype("python", np.nan) and second["plain"].dtype.na_value is np.nan
+    assert first["plain"].tolist()[0] == "f32[8]" and pd.isna(second["plain"].iloc[1])
 
 
 def test_categories_that_differ_are_not_shared():
