@@ -18,6 +18,15 @@ def test_nest_subtracts_direct_children_only():
     assert partial == 0
 
 
+def test_nest_is_exact_ten_hours_into_a_capture():
+    # At 2^55 ps (10 hours) a float64 holds only every 8th ps: a 1 ps op starting 9 ps into a 10 ps
+    # parent would start where the parent ends (both round to t + 8). In int64 ps it nests: the
+    # parent keeps 9 ps.
+    t = 2**55
+    self_ps, depth, partial = nest(np.array([t, t + 9], dtype=np.int64), np.array([10, 1], dtype=np.int64))
+    assert self_ps.tolist() == [9, 1] and depth.tolist() == [0, 1] and partial == 0
+
+
 def test_nest_flat_line_is_untouched():
     start = np.array([0, 10, 30], dtype=np.int64)
     dur = np.array([10, 20, 5], dtype=np.int64)

@@ -361,6 +361,7 @@ ENTRY %main (a: bf16[128,512], b: bf16[512,256], t: (f32[8], f32[8])) -> f32[128
   %a = bf16[128,512]{1,0} parameter(0)
   %b = bf16[512,256]{1,0} parameter(1)
   %t = (f32[8]{0}, f32[8]{0}) parameter(2)
+  %plain = f32[128,256]{1,0} custom-call(%a, %b), custom_call_target="tpu_custom_call"
   ROOT %kernel = f32[128,256]{1,0} custom-call(%a, %b, %t), custom_call_target="tpu_custom_call"
 }
 """
@@ -372,3 +373,44 @@ def test_a_custom_call_with_a_third_operand_that_is_no_array_is_no_matmul():
     from tpudiag.model.matmuls import instruction_matmul
     program = parse_hlo_text(CUSTOM_CALL_WITH_A_TUPLE)
     assert instruction_matmul(program, program.find("kernel")) is None
+    # The same two operands alone: one unbatched 128 x 512 x 256 product
+    plain = instruction_matmul(program, program.find("plain"))
+    assert (plain.batch_dims, plain.m, plain.n, plain.k) == ((1,), 128, 256, 512)
+
+
+DOT_PLUS_A_SQUARE = """\
+HloModule m
+
+%fused (p0: f32[8,16], p1: f32[16,8]) -> f32[8,8] {
+  %p0 = f32[8,16]{1,0} parameter(0)
+  %p1 = f32[16,8]{1,0} parameter(1)
+  %dot = f32[8,8]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %slice = f32[8,8]{1,0} slice(%p0), slice={[0:8], [0:8]}
+  %square = f32[8,8]{1,0} multiply(%slice, %slice)
+  ROOT %sum = f32[8,8]{1,0} add(%dot, %square)
+}
+
+%fused_root (q0: f32[8,16], q1: f32[16,8]) -> f32[8,8] {
+  %q0 = f32[8,16]{1,0} parameter(0)
+  %q1 = f32[16,8]{1,0} parameter(1)
+  ROOT %dot.2 = f32[8,8]{1,0} dot(%q0, %q1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (a: f32[8,16], b: f32[16,8]) -> (f32[8,8], f32[8,8]) {
+  %a = f32[8,16]{1,0} parameter(0)
+  %b = f32[16,8]{1,0} parameter(1)
+  %fusion.1 = f32[8,8]{1,0} fusion(%a, %b), kind=kOutput, calls=%fused
+  %fusion.2 = f32[8,8]{1,0} fusion(%a, %b), kind=kOutput, calls=%fused_root
+  ROOT %t = (f32[8,8]{1,0}, f32[8,8]{1,0}) tuple(%fusion.1, %fusion.2)
+}
+"""
+
+
+def test_a_fusions_matmul_feeds_its_one_output_however_the_graph_reaches_it():
+    # fusion.1 returns dot + slice^2: the walk from the root meets `slice` twice before it reaches the
+    # dot, which still feeds the output; fusion.2's root is the dot itself.
+    program = ProgramMath(parse_hlo_text(DOT_PLUS_A_SQUARE))
+    (mm,) = program.get("fusion.1").matmuls
+    assert (mm.instruction, mm.feeds, mm.m, mm.k) == ("dot", (0,), 8, 16)
+    (root,) = program.get("fusion.2").matmuls
+    assert (root.instruction, root.feeds) == ("dot.2", (0,))
