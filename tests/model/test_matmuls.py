@@ -414,3 +414,43 @@ def test_a_fusions_matmul_feeds_its_one_output_however_the_graph_reaches_it():
     assert (mm.instruction, mm.feeds, mm.m, mm.k) == ("dot", (0,), 8, 16)
     (root,) = program.get("fusion.2").matmuls
     assert (root.instruction, root.feeds) == ("dot.2", (0,))
+
+
+def _nested(levels: int) -> str:
+    """A fusion whose computation holds a fusion, and so on `levels` computations deep; the last one a dot."""
+    comps = []
+    for i in range(levels, 0, -1):
+        body = ("  ROOT %dot = f32[8,8]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+                if i == levels else f"  ROOT %inner.{i} = f32[8,8]{{1,0}} fusion(%p0, %p1), kind=kOutput, calls=%c{i + 1}")
+        comps.append(f"%c{i} (p0: f32[8,16], p1: f32[16,8]) -> f32[8,8] {{\n  %p0 = f32[8,16]{{1,0}} parameter(0)\n"
+                     f"  %p1 = f32[16,8]{{1,0}} parameter(1)\n{body}\n}}\n")
+    return ("HloModule m\n\n" + "\n".join(comps) + "\nENTRY %main (a: f32[8,16], b: f32[16,8]) -> f32[8,8] {\n"
+            "  %a = f32[8,16]{1,0} parameter(0)\n  %b = f32[16,8]{1,0} parameter(1)\n"
+            "  ROOT %fusion.1 = f32[8,8]{1,0} fusion(%a, %b), kind=kOutput, calls=%c1\n}\n")
+
+
+def test_fusions_nested_eight_deep_are_followed_and_deeper_is_a_damaged_program():
+    # fusion.1 calls c1; c1 holds a fusion calling c2, and so on: with 8 fusions nested inside fusion.1
+    # (9 computations) the dot is found; one more is past `_MAX_DEPTH` and read as a damaged program.
+    found = _program(_nested(9)).get("fusion.1").matmuls
+    assert [(mm.instruction, mm.computation, mm.feeds) for mm in found] == [("dot", "c9", (0,))]
+    assert _program(_nested(10)).get("fusion.1").matmuls == ()
+
+
+def test_a_fusion_calling_a_computation_the_program_lacks_has_no_matmul():
+    text = _nested(1).replace("calls=%c1", "calls=%missing")
+    assert _program(text).get("fusion.1").matmuls == ()
+
+
+def test_a_dot_whose_value_reaches_no_output_feeds_none():
+    text = _nested(1).replace("  ROOT %dot =", "  %dead = f32[8,8]{1,0} negate(%p0)\n  %dot =").replace(
+        "rhs_contracting_dims={0}\n}", "rhs_contracting_dims={0}\n  ROOT %out = f32[8,8]{1,0} negate(%dead)\n}", 1)
+    assert [(mm.instruction, mm.feeds) for mm in _program(text).get("fusion.1").matmuls] == [("dot", ())]
+
+
+def test_a_batch_grouped_convolution_is_one_matmul_per_group():
+    # batch_group_count=2 (a weight gradient): input batch 4 in 2 groups gives output batch 2; each
+    # group is M = 2 x 8 positions, N = 6 / 2 = 3 features, K = 8 input features x 3 taps.
+    mm = op_math_from_text("convolution.3", "%convolution.3 = f32[2,6,8]{2,1,0} convolution(f32[4,8,10]{2,1,0} %x, "
+                           "f32[3,8,6]{2,1,0} %w), window={size=3}, dim_labels=bf0_0io->bf0, batch_group_count=2").main
+    assert (mm.batch_dims, mm.m_dims, mm.n_dims, mm.k_dims) == ((2,), (2, 8), (3,), (8, 3))
