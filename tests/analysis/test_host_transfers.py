@@ -270,3 +270,28 @@ def test_a_window_of_no_time_has_no_rate_and_one_of_a_picosecond_has_one():
     one_ps = _rows([("a", 0, 0, "copy-done.1", Direction.TO_HOST, "f32", 1, 500, 501, 1)])
     (rate,) = transfer_rates(one_ps, _step_rows([("a", 0, 0)]), None)
     assert rate.achieved_bytes_per_s == 1e12  # 1 byte in 1 ps
+
+
+def test_a_rate_exactly_at_the_nominal_link_is_shown():
+    # 32 MB in 1 ms: exactly the 32 GB/s link, not above it
+    (rate,) = transfer_rates(_transfers(32 * 10**6, 0, 10**9), schemas.STEPS.empty(), 32e9)
+    assert rate.achieved_bytes_per_s == 32e9 and not rate.above_link and rate.link_share == 1.0
+
+
+def test_a_renamed_copy_is_known_by_its_category():
+    # names that say nothing: the categories make them a start and a done (paired by the HLO operand)
+    copies = host_copies(_meta([
+        ("offload.7", "copy-start", OFFLOAD, ""),
+        ("wait.8", "Copy-Done", HOST, f"%wait.8 = {HOST} copy-done(({HOST}, {HBM}, {CTX}) %offload.7)"),
+    ]))
+    assert {k[1]: c.role for k, c in copies.items()} == {"offload.7": "start", "wait.8": "done"}
+
+
+def test_an_event_without_a_name_is_no_host_copy():
+    from tpudiag.analysis.host_transfers import host_copy_mask
+
+    events = _events([(TPU0, 0, 7, "add.1", 0, 10, 10, 0), (TPU0, 0, 7, "copy-done.1", 30, 10, 10, 0)])
+    assert events["name"].cat.categories[-1] == "copy-done.1"
+    events.loc[0, "name"] = None  # its code is -1, which must not read as the last category, copy-done.1
+    copies = dict([_copy("copy-done.1", "done")])
+    assert host_copy_mask(events, copies).tolist() == [False, True]
