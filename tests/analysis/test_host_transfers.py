@@ -295,3 +295,15 @@ def test_an_event_without_a_name_is_no_host_copy():
     events.loc[0, "name"] = None  # its code is -1, which must not read as the last category, copy-done.1
     copies = dict([_copy("copy-done.1", "done")])
     assert host_copy_mask(events, copies).tolist() == [False, True]
+
+
+def test_a_copy_start_with_a_missing_shape_reads_its_hlo_text_and_its_done_is_a_whole_record():
+    from tpudiag.analysis.host_transfers import HostCopy
+
+    meta = _meta([("copy-start.8", "copy-start", "", f"%copy-start.8 = {PREFETCH} copy-start({HOST} %p)"),
+                  ("copy-done.8", "copy-done", HBM, "")])
+    meta["shape_with_layout"] = meta["shape_with_layout"].astype("string")
+    meta.loc[0, "shape_with_layout"] = pd.NA  # not written at all, rather than empty
+    copies = host_copies(meta)
+    assert copies[(7, "copy-done.8")] == HostCopy(7, "copy-done.8", "done", Direction.TO_DEVICE, F32_4x128, "f32")
+    assert copies[(7, "copy-start.8")] == HostCopy(7, "copy-start.8", "start", Direction.TO_DEVICE, F32_4x128, "f32")
