@@ -580,3 +580,27 @@ def test_an_llo_dump_and_an_xla_dump_share_a_compile_in_one_directory_or_side_by
     assert _same_compile_output("out/xla", "out/llo")
     assert not _same_compile_output("out/xla", "other/llo")
     assert not _same_compile_output("out/hlo", "out/llo") and not _same_compile_output("out/xla", "out/jf")
+
+
+def test_a_nested_kernels_spills_start_the_count_of_an_entry_op_without_its_own():
+    # the dump has no row for while.5 (nor for ghost.9, which no entry op runs): kernel.3's spills are
+    # while.5's whole count, and the op no entry op runs does not stop the roll-up
+    llo = _llo_dump([("ghost.9", "custom-call", 5, 5, "estimate", 1),
+                     ("kernel.3", "custom-call", 10, 20, "estimate", 7),
+                     ("fusion.1", "fusion", 3, 4, "estimate", 120)])
+    r = join_compiled(_loop_ops(), [_loop_source()], [llo], options=JoinOptions(min_agreement=0.5))
+    assert _col(r, "spill_stores") == [3, None, None, 10] and _col(r, "spill_fills") == [4, None, None, 20]
+    assert r.columns["llo_origin"].tolist() == ["out/llo", "", "", "out/llo"]
+    assert r.runs_inside == {"kernel.3": "while.5"}
+
+
+def test_shapes_agree_whatever_their_spacing_and_comments():
+    ops = _ops([("h0", "fusion.1", "f32[3, 1000]{1,0:T(4,128)} /*index=0*/")])
+    assert join_compiled(ops, [_small_source()]).columns["padded_bytes"].tolist() == [2 * 16_384]
+
+
+def test_mxus_of_one_exactly_and_of_a_two_digit_unit():
+    from tpudiag.analysis.join import _llo_mxus
+
+    assert _llo_mxus(_llo_dump([], mxu=1)) == (1, True)
+    assert _llo_mxus(_llo_dump([], units=("MXU_9", "MXU_10"))) == (11, False)  # by number, not text
