@@ -604,3 +604,33 @@ def test_mxus_of_one_exactly_and_of_a_two_digit_unit():
 
     assert _llo_mxus(_llo_dump([], mxu=1)) == (1, True)
     assert _llo_mxus(_llo_dump([], units=("MXU_9", "MXU_10"))) == (11, False)  # by number, not text
+
+
+def test_an_op_the_program_lacks_does_not_stop_the_agreement_of_the_ops_after_it():
+    ops = _ops([("h0", "copy.9", ""), ("h0", "fusion.1", "")])
+    r = join_compiled(ops, [_small_source()], options=JoinOptions(min_agreement=0.5))
+    assert r.columns["padded_bytes"].isna().tolist() == [True, False]
+
+
+def test_an_async_copys_zero_is_no_estimate():
+    program = parse_hlo_text("""HloModule jit_copy, is_scheduled=true
+
+ENTRY %main (a: f32[8,128]) -> f32[8,128] {
+  %a = f32[8,128]{1,0} parameter(0)
+  %copy-start.1 = (f32[8,128]{1,0}, f32[8,128]{1,0}, u32[]) copy-start(%a), backend_config={"bundle_analysis_data":{"estimated_cycles":"0"}}
+  ROOT %copy-done.1 = f32[8,128]{1,0} copy-done(%copy-start.1), backend_config={"bundle_analysis_data":{"estimated_cycles":"0"}}
+}
+""")
+    assert program.instruction("copy-start.1").async_role == "start"
+    assert not program.instruction("copy-start.1").collective_family
+    r = join_compiled(_ops([("h0", "copy-start.1", ""), ("h0", "copy-done.1", "")], module="jit_copy"),
+                      [HloSource(program, instruction_bytes(program), "dumpdir")])
+    assert _col(r, "estimated_cycles") == [None, None] and r.columns["cycles_source"].tolist() == ["", ""]
+
+
+def test_a_rolled_up_kernel_counts_its_entry_op_as_joined_from_a_dump():
+    # the HLO comes from the capture itself: only the LLO dump makes fusion.1 and while.5 dump facts
+    llo = _llo_dump([("kernel.3", "custom-call", 10, 20, "estimate", 7), ("fusion.1", "fusion", 3, 4, "estimate", 9)])
+    r = join_compiled(_loop_ops(), [_loop_source(origin=CAPTURE_ORIGIN)], [llo])
+    assert r.columns["hlo_origin"].tolist() == [CAPTURE_ORIGIN] * 4
+    assert r.dump_matched == 2 and _col(r, "spill_stores")[3] == 10
