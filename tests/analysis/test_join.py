@@ -634,3 +634,14 @@ def test_a_rolled_up_kernel_counts_its_entry_op_as_joined_from_a_dump():
     r = join_compiled(_loop_ops(), [_loop_source(origin=CAPTURE_ORIGIN)], [llo])
     assert r.columns["hlo_origin"].tolist() == [CAPTURE_ORIGIN] * 4
     assert r.dump_matched == 2 and _col(r, "spill_stores")[3] == 10
+
+
+def test_every_llo_dump_is_checked_against_the_target_after_one_is_refused():
+    from tpudiag.model.hardware import chip_for
+
+    rows = [(n, "", 1, 1, "estimate", 5) for n in LOOP_OPS]
+    r = join_compiled(_loop_ops(), [_loop_source(generation="v6e")],
+                      [_llo_dump(rows, path="a/llo", mxu=2), _llo_dump(rows, path="out/llo")], chip=chip_for("v5e"))
+    assert r.llo_matched == 0 and r.hlo_matched == 0
+    assert [w.split(" was ")[0] for w in r.warnings[:3]] == ["compiler dump `out/xla`", "compiler dump `a/llo`",
+                                                              "compiler dump `out/llo`"]
