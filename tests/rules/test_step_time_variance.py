@@ -124,3 +124,63 @@ def test_compile_excess_by_hand(monkeypatch):
     assert stv._compile_excess(a, [9]) == 0.0  # no outlier step in the table
     monkeypatch.setattr(stv, "idle_tables", lambda digests: SimpleNamespace(steps=steps.iloc[:0]))
     assert stv._compile_excess(a, [1]) == 0.0  # no idle table (no steps)
+
+
+# -- the rule on step tables built by hand -------------------------------------------------------------
+
+def _check_steps(monkeypatch, times_us, **options):
+    """The rule over one host and core whose steps 1, 2, ... last `times_us` (µs), busy throughout in one
+    op, `fusion.1`, with no idle or collective time and no host plane."""
+    import pandas as pd
+    from types import SimpleNamespace
+
+    from tpudiag.rules import step_time_variance as stv
+
+    n = len(times_us)
+    steps = pd.DataFrame({"host": ["h0"] * n, "core": [0] * n, "step": list(range(1, n + 1)),
+                          "dur_ps": [round(t * US) for t in times_us], "idle_ps": [0] * n, "collective_ps": [0] * n})
+    worst = pd.DataFrame({"step": steps["step"], "name": ["fusion.1"] * n, "self_ps": steps["dur_ps"]})
+    monkeypatch.setattr(stv, "idle_tables", lambda digests: SimpleNamespace(steps=pd.DataFrame()))
+    analysis = SimpleNamespace(steps=steps, per_step=SimpleNamespace(op_step_worst=worst), digests={})
+    return stv.check(SimpleNamespace(analysis=analysis), Options(**options))
+
+
+def test_a_step_exactly_at_the_outlier_factor_is_an_outlier(monkeypatch):
+    # 29 steps of 10 ms and one of 15 ms: 1.5x the median, the factor itself. The spread alone would not
+    # report it: mean 10.167 ms, std 0.897 ms, CV 0.088 under 0.1.
+    (f,) = _check_steps(monkeypatch, [10_000] * 29 + [15_000])
+    assert f.message == ("1 of 30 steps take 15.00 ms against a median of 10.00 ms (steps 30; CV 0.09): "
+                         "`fusion.1` longer (+5.00 ms)")
+    # 5 ms of excess over 30 steps: 166.7 µs per step, 1.6 % of the mean step: low.
+    assert f.saving.ps == round(5000 * US / 30) and f.severity == Severity.LOW
+    assert _check_steps(monkeypatch, [10_000] * 29 + [14_999]) == []
+
+
+def test_a_spread_exactly_at_max_cv_is_quiet_and_beyond_it_the_slowest_tenth_stands_for_it(monkeypatch):
+    # Steps alternate 8 and 12 ms: mean 10, standard deviation (over all steps) 2, CV 0.2 exactly; no
+    # step reaches 1.5x the 10 ms median.
+    times = [8_000, 12_000] * 5
+    assert _check_steps(monkeypatch, times, max_cv=0.2) == []
+    (f,) = _check_steps(monkeypatch, times, max_cv=0.19)
+    # The slowest tenth and every step tied with it: the five 12 ms steps, every other one. Their excess
+    # over the other steps' median (8 ms, not the 10 ms median of all): 5 x 4 ms over 10 steps, 2 ms per
+    # step, 20 % of the 10 ms mean: high.
+    assert f.message == ("5 of 10 steps take 12.00 ms against a median of 10.00 ms (every 2 steps; CV 0.20): "
+                         "`fusion.1` longer (+4.00 ms)")
+    assert f.saving.ps == 2000 * US and f.severity == Severity.HIGH
+    assert [(e.subject, e.values) for e in f.evidence] == [
+        ("steps", (("median", "10.00 ms"), ("CV", "0.20"), ("outliers", "5"), ("period", "2"))),
+        ("step 2", (("time", "12.00 ms"), ("x median", "1.20"))), ("step 4", (("time", "12.00 ms"), ("x median", "1.20"))),
+        ("step 6", (("time", "12.00 ms"), ("x median", "1.20"))),
+        ("fusion.1", (("outlier steps", "12.00 ms"), ("other steps", "8.00 ms"), ("extra", "4.00 ms")))]
+    assert f.fix == "compare a slow step with a normal one in the trace viewer; look for contention at those steps"
+
+
+def test_one_normal_step_is_the_reference_alone(monkeypatch):
+    # 8, 12, 12, 12, 12 ms: CV 0.14 (mean 11.2, std 1.6); the 90th percentile is 12 ms, so four outliers
+    # against one normal step, whose 8 ms of fusion.1 is the others' mean: +4 ms.
+    (f,) = _check_steps(monkeypatch, [8_000, 12_000, 12_000, 12_000, 12_000])
+    assert f.message == ("4 of 5 steps take 12.00 ms against a median of 12.00 ms (steps 2, 3, 4, 5; CV 0.14): "
+                         "`fusion.1` longer (+4.00 ms)")
+    assert _check_steps(monkeypatch, [8_000, 12_000, 12_000, 12_000]) == []  # under `min_steps`
+    assert len(_check_steps(monkeypatch, [8_000, 12_000, 12_000, 12_000], min_steps=4)) == 1
