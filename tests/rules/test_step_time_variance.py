@@ -128,9 +128,10 @@ def test_compile_excess_by_hand(monkeypatch):
 
 # -- the rule on step tables built by hand -------------------------------------------------------------
 
-def _check_steps(monkeypatch, times_us, **options):
-    """The rule over one host and core whose steps 1, 2, ... last `times_us` (µs), busy throughout in one
-    op, `fusion.1`, with no idle or collective time and no host plane."""
+def _check_steps(monkeypatch, times_us, extra_ops=None, **options):
+    """The rule over one host and core whose steps 1, 2, ... last `times_us` (µs), busy throughout, with
+    no idle or collective time and no host plane: `extra_ops` maps a step to the (op, µs) it runs besides
+    `fusion.1`, which fills the rest of the step."""
     import pandas as pd
     from types import SimpleNamespace
 
@@ -139,7 +140,12 @@ def _check_steps(monkeypatch, times_us, **options):
     n = len(times_us)
     steps = pd.DataFrame({"host": ["h0"] * n, "core": [0] * n, "step": list(range(1, n + 1)),
                           "dur_ps": [round(t * US) for t in times_us], "idle_ps": [0] * n, "collective_ps": [0] * n})
-    worst = pd.DataFrame({"step": steps["step"], "name": ["fusion.1"] * n, "self_ps": steps["dur_ps"]})
+    rows = []
+    for step, t in enumerate(times_us, start=1):
+        extra = (extra_ops or {}).get(step, [])
+        rows += [(step, "fusion.1", round((t - sum(us for _, us in extra)) * US))]
+        rows += [(step, name, round(us * US)) for name, us in extra]
+    worst = pd.DataFrame(rows, columns=["step", "name", "self_ps"])
     monkeypatch.setattr(stv, "idle_tables", lambda digests: SimpleNamespace(steps=pd.DataFrame()))
     analysis = SimpleNamespace(steps=steps, per_step=SimpleNamespace(op_step_worst=worst), digests={})
     return stv.check(SimpleNamespace(analysis=analysis), Options(**options))
@@ -184,3 +190,17 @@ def test_one_normal_step_is_the_reference_alone(monkeypatch):
                          "`fusion.1` longer (+4.00 ms)")
     assert _check_steps(monkeypatch, [8_000, 12_000, 12_000, 12_000]) == []  # under `min_steps`
     assert len(_check_steps(monkeypatch, [8_000, 12_000, 12_000, 12_000], min_steps=4)) == 1
+
+
+def test_what_differs_in_the_slow_steps_from_a_twentieth_of_their_excess(monkeypatch):
+    # Steps alternate 8 and 12 ms (the spread case above): the slow steps are 4 ms over the others. Each
+    # slow step also runs copy.2 (500 µs), copy.3 (200 µs, exactly a twentieth of the 4 ms) and copy.4
+    # (100 µs); fusion.1 fills the rest, 11.2 ms against 8 ms.
+    extra = {s: [("copy.2", 500), ("copy.3", 200), ("copy.4", 100)] for s in (2, 4, 6, 8, 10)}
+    (f,) = _check_steps(monkeypatch, [8_000, 12_000] * 5, extra, max_cv=0.19)
+    # Largest first; above a twentieth only, so copy.3 and copy.4 are not named.
+    assert f.message.endswith(": `fusion.1` longer (+3.20 ms); `copy.2` only there (+500.0 µs)")
+    assert f.ops == ("fusion.1", "copy.2")
+    assert f.fix == "the slow steps run extra work: make it asynchronous (async checkpointing, eval elsewhere) or rarer"
+    (f,) = _check_steps(monkeypatch, [8_000, 12_000] * 5, extra, max_cv=0.19, max_differences=1)
+    assert f.ops == ("fusion.1",) and f.message.endswith(": `fusion.1` longer (+3.20 ms)")
