@@ -128,25 +128,32 @@ def test_compile_excess_by_hand(monkeypatch):
 
 # -- the rule on step tables built by hand -------------------------------------------------------------
 
-def _check_steps(monkeypatch, times_us, extra_ops=None, **options):
-    """The rule over one host and core whose steps 1, 2, ... last `times_us` (µs), busy throughout, with
-    no idle or collective time and no host plane: `extra_ops` maps a step to the (op, µs) it runs besides
-    `fusion.1`, which fills the rest of the step."""
+def _check_steps(monkeypatch, times_us, extra_ops=None, *, idle_us=None, coll_us=None, compile_us=None,
+                 **options):
+    """The rule over one host and core whose steps 1, 2, ... last `times_us` (µs), with `idle_us` and
+    `coll_us` (per step, µs; none by default) of idle and collective time; `extra_ops` maps a step to the
+    (op, µs) it runs besides `fusion.1`, which fills the rest of the step. `compile_us`: per step, the idle
+    the host plane shows compiling (no host plane by default)."""
     import pandas as pd
     from types import SimpleNamespace
 
     from tpudiag.rules import step_time_variance as stv
 
     n = len(times_us)
+    idle_us, coll_us = idle_us or [0] * n, coll_us or [0] * n
     steps = pd.DataFrame({"host": ["h0"] * n, "core": [0] * n, "step": list(range(1, n + 1)),
-                          "dur_ps": [round(t * US) for t in times_us], "idle_ps": [0] * n, "collective_ps": [0] * n})
+                          "dur_ps": [round(t * US) for t in times_us], "idle_ps": [round(t * US) for t in idle_us],
+                          "collective_ps": [round(t * US) for t in coll_us]})
     rows = []
     for step, t in enumerate(times_us, start=1):
         extra = (extra_ops or {}).get(step, [])
-        rows += [(step, "fusion.1", round((t - sum(us for _, us in extra)) * US))]
+        busy = t - idle_us[step - 1] - coll_us[step - 1]
+        rows += [(step, "fusion.1", round((busy - sum(us for _, us in extra)) * US))]
         rows += [(step, name, round(us * US)) for name, us in extra]
     worst = pd.DataFrame(rows, columns=["step", "name", "self_ps"])
-    monkeypatch.setattr(stv, "idle_tables", lambda digests: SimpleNamespace(steps=pd.DataFrame()))
+    compiling = (pd.DataFrame() if compile_us is None else
+                 pd.DataFrame({"step": steps["step"], "compilation_ps": [round(t * US) for t in compile_us]}))
+    monkeypatch.setattr(stv, "idle_tables", lambda digests: SimpleNamespace(steps=compiling))
     analysis = SimpleNamespace(steps=steps, per_step=SimpleNamespace(op_step_worst=worst), digests={})
     return stv.check(SimpleNamespace(analysis=analysis), Options(**options))
 
@@ -214,3 +221,52 @@ def test_what_differs_in_the_slow_steps_from_a_twentieth_of_their_excess(monkeyp
     assert f.fix == "the slow steps run extra work: make it asynchronous (async checkpointing, eval elsewhere) or rarer"
     (f,) = _check_steps(monkeypatch, [8_000, 12_000] * 5, extra, max_cv=0.19, max_differences=1)
     assert f.ops == ("fusion.1",) and f.message.endswith(": `fusion.1` longer (+3.20 ms)")
+
+
+SLOW7 = (1, 2, 3, 4, 6, 9, 13)  # no fixed interval
+
+
+def _slow(steps, slow, normal, n=20):
+    return [slow if s in steps else normal for s in range(1, n + 1)]
+
+
+def test_more_idle_and_collectives_in_the_slow_steps(monkeypatch):
+    # 20 steps of 10 ms; steps 1, 2, 3, 4, 6, 9 and 13 take 20 ms: 10 ms over the others, so differences
+    # count from 500 µs. Slow steps idle 3 ms (1 ms of it compiling) and spend 2 ms in collectives; the others
+    # 1 ms and 1 ms; fusion.1 fills the rest (15 against 8 ms).
+    times = _slow(SLOW7, 20_000, 10_000)
+    kw = dict(idle_us=_slow(SLOW7, 3000, 1000), coll_us=_slow(SLOW7, 2000, 1000))
+    (f,) = _check_steps(monkeypatch, times, compile_us=_slow(SLOW7, 1000, 0), **kw)
+    # Mean 13.5 ms, standard deviation 4.77 ms: CV 0.35. 7 x 10 ms over 20 steps: 3.5 ms per step, 26 % of the mean.
+    assert f.message == ("7 of 20 steps take 20.00 ms against a median of 10.00 ms (steps 1, 2, 3, 4, 6, 9, …; CV "
+                         "0.35): `fusion.1` longer (+7.00 ms); +2.00 ms idle (1.00 ms of it compiling); +1.00 ms in "
+                         "collectives")
+    assert f.saving.ps == 3500 * US and f.severity == Severity.HIGH
+    assert f.evidence[0].values == (("median", "10.00 ms"), ("CV", "0.35"), ("outliers", "7"), ("period", "none"))
+    assert f.fix == "the device waits in the slow steps: move periodic host work (logging, metrics, refills) off the step"
+    # 500 µs of compiling is a twentieth exactly: not named.
+    (f,) = _check_steps(monkeypatch, times, compile_us=_slow(SLOW7, 500, 0), **kw)
+    assert "; +2.00 ms idle; +1.00 ms in collectives" in f.message
+
+
+def test_idle_and_collectives_exactly_a_twentieth_more_are_not_named(monkeypatch):
+    # Six slow steps of 20 ms (listed whole): 1.5 ms idle and 1.5 ms in collectives against 1 ms and 1 ms in
+    # the others, 500 µs more each, a twentieth of the 10 ms exactly. Mean 13 ms, std 4.58 ms: CV 0.35.
+    six = SLOW7[:6]
+    (f,) = _check_steps(monkeypatch, _slow(six, 20_000, 10_000), idle_us=_slow(six, 1500, 1000),
+                        coll_us=_slow(six, 1500, 1000))
+    assert f.message == ("6 of 20 steps take 20.00 ms against a median of 10.00 ms (steps 1, 2, 3, 4, 6, 9; CV 0.35): "
+                         "`fusion.1` longer (+9.00 ms)")
+    assert f.fix == "compare a slow step with a normal one in the trace viewer; look for contention at those steps"
+    # The same idle everywhere is no difference, however large.
+    (f,) = _check_steps(monkeypatch, _slow(six, 20_000, 10_000), idle_us=[2000] * 20)
+    assert "idle" not in f.message
+
+
+def test_an_op_of_no_time_in_the_other_steps_runs_only_in_the_slow_ones(monkeypatch):
+    # copy.2 has rows in every step but takes time only in the slow ones (2 ms there).
+    extra = {s: [("copy.2", 2000 if s in SLOW7 else 0)] for s in range(1, 21)}
+    (f,) = _check_steps(monkeypatch, _slow(SLOW7, 20_000, 10_000), extra)
+    assert "`fusion.1` longer (+8.00 ms); `copy.2` only there (+2.00 ms)" in f.message
+    (f,) = _check_steps(monkeypatch, _slow(SLOW7, 20_000, 10_000), extra, max_differences=1)
+    assert [e.subject for e in f.evidence] == ["steps", "step 1", "step 2", "step 3", "fusion.1"]
