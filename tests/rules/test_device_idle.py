@@ -201,6 +201,9 @@ def test_basis_note_says_where_the_rules_step_and_idle_are_not_the_headers():
     assert basis_note(_noted(marked), _host(1105, 150)) == ""
     assert basis_note(_noted(marked), _host(1094, 150)).startswith("; the step time, 1.10 ms, is the slowest")
     assert basis_note(_noted(marked), _host(1106, 150)).startswith("; the step time, 1.10 ms, is the slowest")
+    # Exactly half a percent of the 1.1 ms step apart (5.5 µs), exactly 1 % of the 150 µs idle apart: no note.
+    assert basis_note(_noted(marked), _host(1094.5, 150)) == ""
+    assert basis_note(_noted(marked), _host(1100, 148.5)) == ""
     # 1.49 µs apart: more than 1 % of the smaller idle (1.4851 µs), not of the larger (1.5 µs).
     assert basis_note(_noted(marked), _host(1100, 148.51)) == ""
     assert basis_note(_noted(marked), _host(1100, 148)) == (
@@ -401,3 +404,10 @@ def test_steps_of_equal_idle_are_shown_in_step_order(monkeypatch):
     steps = [("host0", s, 600 if s % 2 == 0 else 500, 10_000) for s in range(1, 41)]
     (f,) = _check_idle(monkeypatch, [_idle("host0", 550, causes={"input": 550})], steps=steps, max_steps_shown=5)
     assert [e.subject for e in f.evidence[1:]] == ["step 2", "step 4", "step 6", "step 8", "step 10"]
+
+
+def test_steps_after_a_zero_length_one_still_have_rows(monkeypatch):
+    # No idle anywhere (the host waits on infeed); step 1's marker has no length and comes first among equals.
+    steps = [("host0", 1, 0, 0), ("host0", 2, 0, 10_000), ("host0", 3, 0, 10_000)]
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 0, io_us=300)], steps=steps)
+    assert [e.subject for e in f.evidence] == ["host0", "step 2", "step 3"]
