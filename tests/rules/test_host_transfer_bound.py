@@ -285,3 +285,10 @@ def test_a_wait_of_exactly_min_share_is_reported(tmp_path: Path):
     # 997 µs in copy-done plus the 3 µs of the copy-starts and the offload: 1 ms of the 10 ms step, 10 % exactly.
     (f,) = _run(sc.analyse(sc.host_offload(wait_ps=997 * US), tmp_path))
     assert f.saving.ps == 1000 * US and "(10.0%)" in f.message
+
+
+def test_compute_of_exactly_min_overlap_compute_offers_the_overlap(tmp_path: Path):
+    # 4,197 µs in copy-done plus 3 µs: 4.2 ms waited; 2.1 ms of compute is half of it exactly.
+    a = sc.analyse(sc.host_offload(wait_ps=4197 * US), tmp_path)
+    assert "start the copies earlier" in _run(a, min_overlap_compute=0.5)[0].fix
+    assert "start the copies earlier" not in _run(a, min_overlap_compute=0.51)[0].fix
