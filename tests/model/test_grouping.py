@@ -152,3 +152,30 @@ def test_heads_are_where_any_key_changes():
     assert heads([a]).tolist() == [0, 2] and heads([b]).tolist() == [0, 1, 4]
     assert heads([a[:1], b[:1]]).tolist() == [0]
     assert heads([a[:0], b[:0]]).tolist() == [] and heads([]).tolist() == []
+
+
+@pytest.mark.parametrize("values, want", [
+    (np.array([5, 3, 5, 0, 3], dtype=np.int32), [0, 3, 5]),  # small codes: counted
+    (np.array([7], dtype=np.uint8), [7]),
+    (np.array([4 * 3 + 1024, 2, 2], dtype=np.int64), [2, 4 * 3 + 1024]),  # at the counting limit
+    (np.array([10**12, 2, 10**12], dtype=np.int64), [2, 10**12]),  # too large to count: sorted
+    (np.array([-1, 4, -1], dtype=np.int64), [-1, 4]),  # negative: sorted
+    (np.array([2.5, 1.0, 2.5]), [1.0, 2.5]),
+    (np.zeros(0, dtype=np.int64), []),
+])
+def test_dense_unique_is_numpys_unique(values, want):
+    from tpudiag.model.grouping import dense_unique
+
+    got = dense_unique(values)
+    assert got.tolist() == want and got.dtype == values.dtype
+
+
+def test_reordering_is_none_for_rows_already_in_order():
+    from tpudiag.model.grouping import reordering
+
+    step, start = np.array([0, 0, 1, 1]), np.array([5, 9, 1, 3])  # by step, then start: in order
+    assert reordering((start, step)) is None
+    assert reordering((np.array([1, 1]), np.array([0, 0]))) is None  # equal rows stay as they are
+    assert reordering((start[::-1].copy(), step)).tolist() == [1, 0, 3, 2]  # starts reversed within each step
+    assert reordering((start, step[::-1].copy())).tolist() == [2, 3, 0, 1]
+    assert reordering((np.array([3]),)) is None and reordering(()) is None
