@@ -121,7 +121,7 @@ def test_lexsort_order_of_no_keys_is_empty():
     assert lexsort_order(()).tolist() == []
 
 
-@pytest.mark.parametrize("case", ["runs", "interleaved", "one", "empty", "nan"])
+@pytest.mark.parametrize("case", ["runs", "interleaved", "one", "empty", "nan", "distinct", "first returns"])
 def test_factorize_runs_equals_pandas(case):
     # Runs (a program per execution) take the run-heads path; rows changing often, pandas'.
     rng = np.random.default_rng(3)
@@ -134,6 +134,10 @@ def test_factorize_runs_equals_pandas(case):
         values = pids[:1]
     elif case == "empty":
         values = pids[:0]
+    elif case == "distinct":  # every row its own value: no runs at all
+        values = rng.permutation(np.arange(100, dtype=np.uint64) * 3)
+    elif case == "first returns":  # long runs of the first value around two short ones
+        values = np.repeat(pids[[0, 1, 0, 2]], [1000, 10, 1000, 10])
     else:  # NaN is never equal to itself: pandas' sentinel -1 either way
         values = np.repeat([1.5, np.nan, 1.5, np.nan, 2.0], [300, 3, 100, 1, 400])
     codes, uniques = factorize_runs(values)
@@ -179,3 +183,5 @@ def test_reordering_is_none_for_rows_already_in_order():
     assert reordering((start[::-1].copy(), step)).tolist() == [1, 0, 3, 2]  # starts reversed within each step
     assert reordering((start, step[::-1].copy())).tolist() == [2, 3, 0, 1]
     assert reordering((np.array([3]),)) is None and reordering(()) is None
+    assert reordering((np.array([2, 1]),)).tolist() == [1, 0]  # two rows out of order
+    assert reordering((np.array([1, 3, 2]),)).tolist() == [0, 2, 1]  # each row after the first, but not in order
