@@ -185,3 +185,13 @@ def test_reordering_is_none_for_rows_already_in_order():
     assert reordering((np.array([3]),)) is None and reordering(()) is None
     assert reordering((np.array([2, 1]),)).tolist() == [1, 0]  # two rows out of order
     assert reordering((np.array([1, 3, 2]),)).tolist() == [0, 2, 1]  # each row after the first, but not in order
+
+
+def test_worst_of_sums_by_hand_where_the_largest_tuple_never_occurs():
+    # (step, op, core) rows: step 0 op 1 on cores 0 and 1, step 1 op 0 on core 1 only. Per (step, op)
+    # the busier core: step 0 op 1 -> core 1's 7 + 2 = 9 over core 0's 5; step 1 op 0 -> 4.
+    # (The last possible tuple, step 1 op 1 core 1, has no row.)
+    step, op = np.array([0, 0, 0, 1]), np.array([1, 1, 1, 0])
+    core = np.array([0, 1, 1, 1])
+    (s, o), worst = worst_of_sums([step, op], core, np.array([5, 7, 2, 4]))
+    assert (s.tolist(), o.tolist(), worst.tolist()) == ([0, 1], [1, 0], [9, 4])
