@@ -139,3 +139,9 @@ def test_count_at_or_before_is_searchsorted_right(case):
     got = count_at_or_before(bounds, times)
     np.testing.assert_array_equal(got, np.searchsorted(bounds, times, side="right"))
     assert got.dtype == np.intp
+
+
+def test_covered_by_no_intervals_is_zero_picoseconds():
+    empty = np.zeros(0, dtype=np.int64)
+    got = covered(np.array([0, 5]), np.array([10, 20]), empty, empty)
+    assert got.tolist() == [0, 0] and got.dtype == np.int64

@@ -18,7 +18,7 @@ def _reference(keys, values):
     return [out[f"k{i}"].to_numpy() for i in range(len(keys))], out["v"].to_numpy()
 
 
-@pytest.mark.parametrize("case", ["dense", "sparse", "negative", "time-ordered"])
+@pytest.mark.parametrize("case", ["dense", "sparse", "sparse repeated", "negative", "time-ordered"])
 def test_group_sums_equal_pandas(case):
     rng = np.random.default_rng(7)
     n = 5_000
@@ -26,6 +26,9 @@ def test_group_sums_equal_pandas(case):
         keys = [rng.integers(0, 20, n), rng.integers(0, 30, n).astype(np.int32), rng.integers(0, 4, n)]
     elif case == "sparse":  # a packed range far above the rows: the sort of packed keys
         keys = [rng.integers(0, 10**6, n), rng.integers(0, 10**5, n)]
+    elif case == "sparse repeated":  # the sort of packed keys, 50 distinct tuples each on many rows
+        pick = rng.integers(0, 50, n)
+        keys = [rng.integers(0, 10**6, 50)[pick], rng.integers(0, 10**5, 50)[pick]]
     elif case == "negative":  # not packable: the lexicographic sort
         keys = [rng.integers(-5, 5, n), rng.integers(0, 3, n)]
     else:  # rows in time order: steps ascending, ops in any order inside a step
@@ -40,7 +43,7 @@ def test_group_sums_equal_pandas(case):
     assert got.dtype == np.int64
 
 
-@pytest.mark.parametrize("case", ["dense", "sparse", "negative", "float"])
+@pytest.mark.parametrize("case", ["dense", "sparse", "negative", "float", "many cores"])
 def test_worst_of_sums_equal_pandas(case):
     # The worst core of each (step, op): per (step, op, core) sums, then the largest over the cores.
     rng = np.random.default_rng(11)
@@ -50,7 +53,7 @@ def test_worst_of_sums_equal_pandas(case):
         outer = [rng.integers(0, 10**6, n), rng.integers(0, 10**5, n)]
     elif case == "negative":
         outer[0] = rng.integers(-5, 5, n)
-    inner = rng.integers(0, 4, n).astype(np.int32)
+    inner = rng.integers(0, 20 if case == "many cores" else 4, n).astype(np.int32)  # over 16: a maximum along rows
     # Negative values: a core absent from a (step, op) is not a zero that could beat them
     values = rng.normal(size=n) if case == "float" else rng.integers(-2**50, 2**50, n)
     frame = pd.DataFrame({"a": outer[0], "b": outer[1], "c": inner, "v": values})
@@ -93,7 +96,7 @@ def test_lexsort_order_equals_numpy(case):
     np.testing.assert_array_equal(lexsort_order(keys), np.lexsort(keys))
 
 
-@pytest.mark.parametrize("case", ["few", "many", "wide", "empty"])
+@pytest.mark.parametrize("case", ["few", "many", "wide", "huge first key", "empty"])
 def test_first_appearance_groups_number_as_pandas_groupby_unsorted(case):
     from tpudiag.model.grouping import first_appearance_groups, sums_by_group
 
@@ -103,8 +106,10 @@ def test_first_appearance_groups_number_as_pandas_groupby_unsorted(case):
         keys = [rng.integers(0, 2, n), rng.integers(0, 3, n), rng.integers(0, 50, n).astype(np.int16)]
     elif case == "many":
         keys = [rng.integers(0, 10**4, n), rng.integers(0, 10**4, n)]
-    else:  # radices whose product passes int64: the codes are renumbered before packing
+    elif case == "wide":  # radices whose product passes int64: the codes are renumbered before packing
         keys = [rng.integers(0, 2**40, n), rng.integers(0, 2**40, n), rng.integers(0, 2**20, n)]
+    else:  # renumbered (2^61 x 2 passes 2^62), after which few tuples remain: the table by packed key
+        keys = [rng.integers(0, 2**61, n), rng.integers(0, 2, n)]
     values = rng.integers(0, 2**50, n)
     group, first = first_appearance_groups(keys)
     frame = pd.DataFrame({f"k{i}": k for i, k in enumerate(keys)} | {"v": values})
@@ -195,3 +200,20 @@ def test_worst_of_sums_by_hand_where_the_largest_tuple_never_occurs():
     core = np.array([0, 1, 1, 1])
     (s, o), worst = worst_of_sums([step, op], core, np.array([5, 7, 2, 4]))
     assert (s.tolist(), o.tolist(), worst.tolist()) == ([0, 1], [1, 0], [9, 4])
+
+
+def test_group_sums_by_hand_on_the_lexicographic_path():
+    # Negative codes are not packed: rows sorted by (a, b); (-1, 1) and (0, 1) share b but not a
+    (a, b), sums = group_sums([np.array([0, -1, 0, -1, 0]), np.array([1, 0, 2, 1, 1])], np.array([1, 2, 3, 4, 5]))
+    assert (a.tolist(), b.tolist(), sums.tolist()) == ([-1, -1, 0, 0], [0, 1, 1, 2], [2, 4, 6, 3])
+
+
+def test_first_appearance_groups_of_codes_whose_packing_would_wrap_around():
+    # Packed as they are, 2^24 x 2^40 is 2^64: the second row's key would wrap to the first's.
+    # They are renumbered first, so the two rows stay two groups.
+    from tpudiag.model.grouping import first_appearance_groups
+
+    group, first = first_appearance_groups([np.array([0, 2**24]), np.array([2**40 - 1, 2**40 - 1])])
+    assert group.tolist() == [0, 1] and first.tolist() == [0, 1]
+    group, first = first_appearance_groups([])
+    assert group.tolist() == [] and first.tolist() == []

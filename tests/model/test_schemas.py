@@ -112,7 +112,11 @@ def test_tables_stacked_with_their_hosts():
     assert stacked["host"].tolist() == ["h0", "h0", "h2", "h3"]
     assert stacked["host"].cat.categories.tolist() == ["h0", "h2", "h3"]  # the empty table's host is dropped
     assert stacked["name"].tolist() == ["a", "b", "c", "a"]
-    assert sorted(stacked["name"].cat.categories) == ["a", "b", "c"]
+    # merged by their categories in the order they come (the first table's own order kept), not re-sorted
+    assert stacked["name"].cat.categories.tolist() == ["b", "a", "c"]
+    # An ordered categorical from another host merges all the same
+    ordered = cat.frame({"host": ["w"], "name": pd.Categorical(["d"], ordered=True), "dur_ps": [5]})
+    assert cat.stack([first, ordered], hosts=["h0", "h1"])["name"].tolist() == ["a", "b", "d"]
     assert stacked["dur_ps"].tolist() == [1.0, 2.0, 3.0, 4.0]
     assert cat.stack([first])["host"].tolist() == ["", ""]  # no hosts given
     assert len(cat.stack([])) == 0 and len(cat.stack([cat.empty()], hosts=["h"])) == 0
