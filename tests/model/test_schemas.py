@@ -139,3 +139,22 @@ def test_require_names_the_missing_and_the_mistyped_columns():
     with pytest.raises(ValueError, match=r"mistyped columns: core \(int64, want int32\)$"):
         T.require(bad, columns=["core", "dur_ps"])
     T.require(bad.assign(host=pd.Categorical(["h"]), core=np.int32(1), name=pd.Series(["x"], dtype=object)))
+
+
+def test_a_frame_not_owned_copies_its_columns():
+    # Without `owned` the caller may go on writing its arrays: the table must not change with them
+    cols = _columns(100)
+    frame = schemas.OP_STEP_SUMS.frame(cols)
+    for name in ("step", "program_id", "self_ps"):
+        assert not np.shares_memory(frame[name].to_numpy(), cols[name])
+    cols["self_ps"][:] = -1
+    assert (frame["self_ps"] >= 0).all()
+
+
+def test_an_empty_tables_categories_are_strings():
+    # As a filled table's are: an empty table concatenates or unions with a filled one
+    empty = T.empty()
+    assert empty["host"].cat.categories.dtype == object
+    filled = T.frame({"host": ["h"], "core": [0], "name": ["x"], "dur_ps": [1.0]})
+    both = pd.concat([empty, filled], ignore_index=True)
+    assert both["host"].tolist() == ["h"] and both["name"].dtype == pd.StringDtype("python")
