@@ -108,8 +108,8 @@ def test_first_appearance_groups_number_as_pandas_groupby_unsorted(case):
         keys = [rng.integers(0, 10**4, n), rng.integers(0, 10**4, n)]
     elif case == "wide":  # radices whose product passes int64: the codes are renumbered before packing
         keys = [rng.integers(0, 2**40, n), rng.integers(0, 2**40, n), rng.integers(0, 2**20, n)]
-    else:  # renumbered (2^61 x 2 passes 2^62), after which few tuples remain: the table by packed key
-        keys = [rng.integers(0, 2**61, n), rng.integers(0, 2, n)]
+    else:  # renumbered (over 2^61 x 2 passes 2^62), after which few tuples remain: the table by packed key
+        keys = [rng.integers(2**61, 2**62, n), rng.integers(0, 2, n)]
     values = rng.integers(0, 2**50, n)
     group, first = first_appearance_groups(keys)
     frame = pd.DataFrame({f"k{i}": k for i, k in enumerate(keys)} | {"v": values})
