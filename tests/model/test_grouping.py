@@ -96,7 +96,7 @@ def test_lexsort_order_equals_numpy(case):
     np.testing.assert_array_equal(lexsort_order(keys), np.lexsort(keys))
 
 
-@pytest.mark.parametrize("case", ["few", "many", "wide", "huge first key", "empty"])
+@pytest.mark.parametrize("case", ["few", "many", "many repeated", "wide", "huge first key", "empty"])
 def test_first_appearance_groups_number_as_pandas_groupby_unsorted(case):
     from tpudiag.model.grouping import first_appearance_groups, sums_by_group
 
@@ -106,6 +106,9 @@ def test_first_appearance_groups_number_as_pandas_groupby_unsorted(case):
         keys = [rng.integers(0, 2, n), rng.integers(0, 3, n), rng.integers(0, 50, n).astype(np.int16)]
     elif case == "many":
         keys = [rng.integers(0, 10**4, n), rng.integers(0, 10**4, n)]
+    elif case == "many repeated":  # too many possible tuples for a table; 60 of them, each on many rows
+        pick = rng.integers(0, 60, n)
+        keys = [rng.integers(0, 10**4, 60)[pick], rng.integers(0, 10**4, 60)[pick]]
     elif case == "wide":  # radices whose product passes int64: the codes are renumbered before packing
         keys = [rng.integers(0, 2**40, n), rng.integers(0, 2**40, n), rng.integers(0, 2**20, n)]
     else:  # renumbered (over 2^61 x 2 passes 2^62), after which few tuples remain: the table by packed key
@@ -217,3 +220,19 @@ def test_first_appearance_groups_of_codes_whose_packing_would_wrap_around():
     assert group.tolist() == [0, 1] and first.tolist() == [0, 1]
     group, first = first_appearance_groups([])
     assert group.tolist() == [] and first.tolist() == []
+
+
+def test_first_appearance_groups_by_hand():
+    from tpudiag.model.grouping import first_appearance_groups
+
+    # Codes 2, 0, 2: code 1 never occurs. Groups in order of first appearance: 2 -> 0 (row 0), 0 -> 1 (row 1)
+    group, first = first_appearance_groups([np.array([2, 0, 2])])
+    assert group.tolist() == [0, 1, 0] and first.tolist() == [0, 1]
+
+
+def test_group_sums_of_codes_whose_product_passes_int64():
+    # Radices 2^32 + 1 and 2^32 multiply past 2^63: packed, (2^32, 5) would wrap onto (0, 5). Not packed,
+    # the three rows stay three groups.
+    keys = [np.array([0, 2**32, 1]), np.array([5, 5, 2**32 - 1])]
+    (a, b), sums = group_sums(keys, np.array([1, 2, 4]))
+    assert (a.tolist(), b.tolist(), sums.tolist()) == ([0, 1, 2**32], [5, 2**32 - 1, 5], [1, 4, 2])
