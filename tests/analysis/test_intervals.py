@@ -145,3 +145,5 @@ def test_covered_by_no_intervals_is_zero_picoseconds():
     empty = np.zeros(0, dtype=np.int64)
     got = covered(np.array([0, 5]), np.array([10, 20]), empty, empty)
     assert got.tolist() == [0, 0] and got.dtype == np.int64
+    s, e = merge(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))  # no intervals: an empty int64 union
+    assert (len(s), len(e), s.dtype, e.dtype) == (0, 0, np.int64, np.int64)
