@@ -285,6 +285,7 @@ def test_a_matmul_in_words_and_its_flops():
     assert (batched.batch, batched.m, batched.n, batched.k) == (8, 128, 256, 512)
     assert batched.flops == 2 * 8 * 128 * 256 * 512
     assert dataclasses.replace(batched, batch_dims=(4,)).describe().startswith("dot.1: f32 x bf16 -> f32, batch 4, M")
+    assert dataclasses.replace(batched, batch_dims=(2,)).describe().startswith("dot.1: f32 x bf16 -> f32, batch 2, M")
 
 
 def test_an_ops_main_matmul_and_total():
