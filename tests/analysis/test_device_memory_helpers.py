@@ -68,6 +68,8 @@ def test_padded_dims_and_the_fix():
                                                                             "128) minor-most (transpose it last, or "
                                                                             "fold the padded dims into it with a reshape)")
     assert "or lay out dim 0 (512, a multiple of 128)" in _padding_fix("f32[512,256,3]{2,1,0:T(8,128)}", [(2, 3, 128)])
+    # a dim of 0 is a multiple of 128 but no dim to lay out minor-most
+    assert _padding_fix("f32[0,3]{1,0:T(8,128)}", [(1, 3, 128)]) == "dim 1 (3 → 128): make it a multiple of 128"
     assert _padding_fix("bad", [(0, 3, 8)]) == "dim 0 (3 → 8): make it a multiple of 8"
     assert _padding_fix("f32[3]", []) == ("choose dims that are multiples of the layout's tile, or a layout that "
                                           "puts a large dim last")
@@ -169,6 +171,11 @@ LISTED = (
     # exactly 1.25x (125 B for 100 B): padded enough; a layout without tiles names no dim
     _allocation(6, 125, "f32[31]{0}", unpadded_bytes=100, padding_bytes=25, instruction="copy.6",
                 allocation_type="scoped"),
+    # an unpadded size without the padding line: no padding lever (nothing printed to free)
+    _allocation(7, 200, "f32[50]{0}", unpadded_bytes=100, instruction="copy.7", allocation_type="scoped"),
+    # a 1-byte scalar in a 512-byte tile: 512x
+    _allocation(8, 512, "pred[]{:T(512)}", unpadded_bytes=1, padding_bytes=511, instruction="compare.8",
+                allocation_type="scoped"),
 )
 
 
@@ -177,9 +184,10 @@ def test_the_levers_an_oom_text_supports_on_its_own():
                    requirement=(OomPart("arguments", 6 << 30),))
     levers = error_levers(error)
     assert [(lv.key, lv.saving_bytes) for lv in levers] == [
-        ("padding", 26_304), ("padding", 5 * MIB - 60), ("padding", 25), ("temporaries", 80 * MIB),
+        ("padding", 26_304), ("padding", 5 * MIB - 60), ("padding", 25), ("padding", 511), ("temporaries", 80 * MIB),
         ("donation", 2 << 30), ("remat", 98_304)]
-    tiled, printed, untiled, temps, donation, remat = levers
+    tiled, printed, untiled, scalar, temps, donation, remat = levers
+    assert scalar.title == "`compare.8` `pred[]` is padded 512.0x by its layout"
     assert tiled.title == ("`jit(step)/jvp()/dot_general` `f32[18,1000]` is padded 1.4x by its layout "
                            "(dim 0: 18 → 24, dim 1: 1000 → 1024)")
     assert tiled.explanation == "the padding the compiler printed for this allocation (96 KiB for 70.3 KiB of data)"
@@ -223,7 +231,7 @@ def test_temporaries_of_equal_size_take_the_later_op_name_and_remat_needs_both_p
 def test_an_oom_text_alone_gets_its_cheapest_sufficient_lever():
     error = _error(allocations=LISTED, required_bytes=17 << 30, available_bytes=(17 << 30) - 30 * MIB)
     analysis = oom_analysis(error)
-    assert analysis.error is error and [lv.key for lv in analysis.levers][:3] == ["padding"] * 3
+    assert analysis.error is error and [lv.key for lv in analysis.levers][:4] == ["padding"] * 4
     assert analysis.first == "temporaries"  # 30 MiB over: the padding levers free at most 5 MiB each
     exact = oom_analysis(replace(error, exceeded_by_bytes=80 * MIB - 1))
     assert exact.first == "temporaries"  # 80 MiB frees 80 MiB - 1 B, and one more byte

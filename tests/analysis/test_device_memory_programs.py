@@ -7,6 +7,7 @@ activations (256 MiB each); the v5e compiler's usable HBM is 15.75 GiB."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -237,3 +238,69 @@ def test_the_peak_is_the_sum_of_its_parts(tmp_path, layers):
     hbm = _program(tmp_path, layers=layers).hbm
     assert hbm.argument_bytes + hbm.output_bytes + hbm.temp_bytes + hbm.constant_bytes == hbm.reported_total_bytes
     assert hbm.peak_bytes == (layers * 640 * 2 + 256 + 256 * layers) * MIB
+
+
+def _value(name, size, shape="f32[2048]{0}"):
+    from tpudiag.model.compiled import BufferValue
+
+    return BufferValue(0, name, size, 0, shape)
+
+
+def _allocation(index, values, **kw):
+    from tpudiag.model.compiled import BufferAllocation
+
+    flags = dict(color=0, parameter_number=None, is_output=False, maybe_live_out=False, is_thread_local=False,
+                 is_temp=False, is_constant=False) | kw
+    return BufferAllocation(index, max(v.size_bytes for v in values), values=tuple(values), **flags)
+
+
+def _borrowing_program(live_ranges=True):
+    """An output buffer (`out`, 8 KiB) that lends its space to a temporary `t1` (12 KiB, live at 5)
+    before `out` is written, and a heap whose `b` (8 KiB, live 0-1) the compiler rematerialised
+    as `b.remat` (live 6-7) to fit; `a` (8 KiB) lives 1-4. An argument `p0` of `out`'s shape."""
+    from tpudiag.model.compiled import CompiledProgram, Computation
+
+    allocations = (
+        _allocation(0, [_value("p0", 8192)], parameter_number=0),
+        _allocation(1, [_value("t1", 12288), _value("tiny", 100), _value("out", 8192)], maybe_live_out=True),
+        _allocation(2, [_value("a", 8192), _value("b", 8192), _value("b.remat", 8192)], is_temp=True),
+    )
+    ranges = {"p0{}": (0, 8), "t1{}": (5, 5), "tiny{}": (5, 5), "out{}": (6, 8), "a{}": (1, 4), "b{}": (0, 1),
+              "b.remat{}": (6, 7)}
+    main = Computation("main", True, (), "")  # no instructions: nothing names the arguments' order
+    return CompiledProgram("jit_g", "g.txt", "hlo_text", "main", True, {"main": main}, {}, allocations=allocations,
+                           live_ranges=ranges if live_ranges else {}, live_range_positions=8 if live_ranges else 0)
+
+
+def test_donation_is_less_what_the_temporaries_heap_grows_back():
+    from tpudiag.analysis.device_memory import _grows_back, _levers, _space
+
+    program = _borrowing_program()
+    hbm = _space(program, 0, list(program.allocations), None)
+    # the heap now, by position 0..8: b; b + a; a, a, a; nothing; b.remat, b.remat; nothing: peak 16 KiB at 1
+    assert hbm.timeline_bytes == (8192, 16384, 8192, 8192, 8192, 0, 8192, 8192, 0) and hbm.peak_position == 1
+    # donated, `t1` needs its own 12 KiB at 5, and `b` is kept from 2 to 7 instead of rematerialised:
+    # the heap at 5 is 12 + 8 = 20 KiB, 4 KiB over today's peak
+    assert _grows_back(program, hbm, {"out"}) == 4096
+    assert _grows_back(program, hbm, {"p0"}) == 0  # not an output buffer: lends nothing
+    p = SimpleNamespace(workload="inference", mesh_devices=1)
+    [donation] = _levers(program, hbm, p)
+    assert (donation.key, donation.saving_bytes, donation.buffers) == ("donation", 8192 - 4096, ("out",))
+    assert donation.title == "donate p0: 1 output has an argument's shape and could reuse it"
+    assert donation.fix == "donate the arguments p0 (`donate_argnums`)"  # no entry parameters to number them
+    assert donation.explanation == (
+        "the outputs that could reuse a same-shaped argument's buffer, less 4 KiB the temporaries' heap is "
+        "modelled to grow: temporaries that borrow those outputs' buffers before the outputs are written need "
+        "room of their own, and values the compiler rematerialised to fit (`.remat`) are kept instead")
+    assert donation.precondition == "1 output with an argument's shape, that argument not donated"
+
+
+def test_without_live_ranges_every_borrowed_value_counts():
+    from tpudiag.analysis.device_memory import _grows_back, _space
+
+    program = _borrowing_program(live_ranges=False)
+    hbm = _space(program, 0, list(program.allocations), None)
+    assert hbm.timeline_bytes == () and hbm.peak_position is None
+    assert _grows_back(program, hbm, {"out"}) == 12288  # t1; `tiny` is under 4 KiB
+    # the output buffer's value at the peak is the last to be live: `out` (listed last, no ranges)
+    assert [b.name for b in hbm.live_at_peak if b.kind == "output"] == ["out"]
