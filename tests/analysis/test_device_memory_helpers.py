@@ -201,12 +201,22 @@ def test_the_levers_an_oom_text_supports_on_its_own():
     assert temps.title == ("the largest temporaries by op: `jit(step)/add` holds 80 MiB in 2 of the listed "
                            "allocations")
     assert temps.buffers == ("add.7",) and temps.precondition == "2 HLO temporaries of `jit(step)/add` in the error's list"
+    assert temps.explanation == "the listed temporaries of that op: the most that splitting or fusing it could free"
+    assert temps.fix == "compute it in chunks (jax.lax.map or a scan over the batch), or in a narrower dtype"
     # outputs of 3 GiB, 1 GiB of them in argument buffers: 2 GiB could reuse the 6 GiB of arguments
     assert donation.precondition == "outputs of 3 GiB share 1 GiB with 6 GiB of arguments"
     assert donation.title == "donate the arguments whose updated value the program returns"
+    assert donation.explanation == ("the outputs not sharing an argument's buffer, at most the arguments' size; only "
+                                    "outputs with an argument's shape can reuse it")
+    assert donation.fix == "jax.jit(step, donate_argnums=...) for the state the step returns"
     # the list names a backward pass (fusion.2) and one forward activation (fusion.1)
     assert remat.title == "rematerialise the 1 listed forward activations kept for the backward pass"
     assert remat.buffers == ("fusion.1",)
+    assert remat.explanation == ("the listed forward activations (the list holds only the largest); recomputing "
+                                 "them costs their FLOPs again")
+    assert remat.fix == ("wrap the layer in jax.checkpoint (policy=jax.checkpoint_policies.dots_saveable, or "
+                         "nothing_saveable for the most memory)")
+    assert remat.precondition == "the list names a backward pass (`transpose(jvp(...))`) and forward activations"
 
 
 def test_donation_from_an_oom_text_is_at_most_the_arguments_and_needs_unshared_outputs():
@@ -215,6 +225,10 @@ def test_donation_from_an_oom_text_is_at_most_the_arguments_and_needs_unshared_o
 
     args = (OomPart("arguments", 1 << 30),)
     assert donation(output_bytes=3 << 30, requirement=args) == [1 << 30]  # nothing shared; 1 GiB of arguments
+    # nothing said shared: all 3 GiB of outputs could reuse the 6 GiB of arguments
+    [lever] = [lv for lv in error_levers(_error(output_bytes=3 << 30, requirement=(OomPart("arguments", 6 << 30),)))
+               if lv.key == "donation"]
+    assert lever.saving_bytes == 3 << 30 and lever.precondition == "outputs of 3 GiB share 0 B with 6 GiB of arguments"
     assert donation(output_bytes=3 << 30, output_shared_bytes=3 << 30, requirement=args) == []  # all shared
     assert donation(output_bytes=3 << 30, requirement=(OomPart("arguments", None),)) == []  # size unknown
     assert donation(output_bytes=3 << 30) == [] and donation(requirement=args) == []
@@ -224,6 +238,8 @@ def test_temporaries_of_equal_size_take_the_later_op_name_and_remat_needs_both_p
     tie = (_allocation(1, MIB, op_name="b"), _allocation(2, MIB, op_name="a"))
     [lever] = error_levers(_error(allocations=tie))
     assert lever.title.startswith("the largest temporaries by op: `b` holds 1 MiB in 1 ")
+    [hlo_temp] = error_levers(_error(allocations=(_allocation(1, MIB, op_name="x", allocation_type="HLO temp"),)))
+    assert (hlo_temp.key, hlo_temp.saving_bytes) == ("temporaries", MIB)
     forward_only = (_allocation(1, MIB, op_name="jit(f)/jvp()/dot", allocation_type="output"),)
     assert error_levers(_error(allocations=forward_only)) == []  # no backward pass, no temporary
 
