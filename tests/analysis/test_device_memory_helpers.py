@@ -268,3 +268,54 @@ def test_profile_memory_timelines_keep_the_hosts_order_and_add_the_unread_files(
     assert profile_memory_timelines(SimpleNamespace(hosts=[], failures=[unread])) is None  # not asked to
     assert profile_memory_timelines(SimpleNamespace(hosts=hosts + [SimpleNamespace(memory_timeline=None)],
                                                     failures=[])) is None
+
+
+def _compiled(module, hbm_bytes, ops=(), vmem_bytes=0):
+    """A program with one HBM allocation of `hbm_bytes` (and a VMEM one, which joins nothing)."""
+    allocations = (SimpleNamespace(color=0, size_bytes=hbm_bytes), SimpleNamespace(color=1, size_bytes=vmem_bytes))
+    found = {op: SimpleNamespace(op_name=f"jit(f)/{op}", custom_call_target="") for op in ops}
+    return SimpleNamespace(module=module, allocations=allocations, find=found.get)
+
+
+def test_an_error_joins_the_program_it_names_else_the_one_its_size_matches():
+    from tpudiag.analysis.device_memory import joined_program
+
+    small, large = _compiled("jit_a", 100 * MIB, ops=("fusion.9",)), _compiled("jit_b", 1000 * MIB, vmem_bytes=1 << 40)
+    twin = _compiled("jit_a", 200 * MIB)  # a recompile of jit_a, larger: the one named
+    programs = [small, large, twin]
+    assert joined_program(_error(programs=("jit_a",)), programs) is twin
+    assert joined_program(_error(programs=("jit_c",), required_bytes=1000 * MIB), programs) is None  # named, absent
+    # VMEM: the program holding the op the text names, whatever its size
+    assert joined_program(_error(space="vmem", kind="scoped", hlo="fusion.9"), programs) is small
+    assert joined_program(_error(space="vmem", kind="scoped", hlo="fusion.1"), programs) is None
+    assert joined_program(_error(space="vmem", kind="scoped", required_bytes=100 * MIB), programs) is None
+    assert joined_program(_error(hlo="fusion.9", required_bytes=1000 * MIB), programs) is large  # HBM: by size
+    # by HBM size, within 2 % of the text's required bytes, the closest
+    assert joined_program(_error(required_bytes=1020 * MIB), programs) is large  # 1000 is 1.96 % under
+    assert joined_program(_error(required_bytes=97 * MIB), programs) is None  # 100 MiB is 3.1 % over 97
+    # exactly 2 % (2 MiB of 100 MiB, exact in binary) still joins
+    assert joined_program(_error(required_bytes=100 * MIB), [_compiled("jit_z", 102 * MIB)]) is not None
+    assert joined_program(_error(required_bytes=1030 * MIB), programs) is None  # 2.9 % off
+    near = [_compiled("jit_x", 196 * MIB), twin, _compiled("jit_y", 203 * MIB)]
+    assert joined_program(_error(required_bytes=200 * MIB), near) is twin  # exact beats 2 % and 1.5 % off
+    assert joined_program(_error(required_bytes=200 * MIB), near[::2]) is near[2]  # 3 MiB off beats 4 MiB off
+    # a runtime allocation failure's size is one buffer's, not a program's
+    assert joined_program(_error(kind="hbm-allocation", required_bytes=100 * MIB), programs) is None
+
+
+def test_scoped_vmem_per_op_is_its_largest_block_over_the_dumps():
+    from tpudiag.analysis.device_memory import vmem_from_llo
+    from tpudiag.model.llo import VMEM_ALLOCATIONS
+
+    def dump(rows):
+        return SimpleNamespace(vmem_allocations=VMEM_ALLOCATIONS.frame({
+            "hlo": [r[0] for r in rows], "block": [0] * len(rows), "block_type": ["SCOPED"] * len(rows),
+            "block_bytes": [r[1] for r in rows], "size_bytes": [r[1] for r in rows], "padding_bytes": [0] * len(rows),
+            "shape": [""] * len(rows), "tag": [""] * len(rows), "is_spill": [False] * len(rows)}))
+
+    program = _compiled("jit_f", 0, ops=("fusion.7",))
+    uses = vmem_from_llo(program, [dump([("fusion.7", 3 * MIB), ("empty", 0)]), dump([("fusion.7", 2 * MIB)])])
+    assert [(u.op, u.scoped_bytes, u.source, u.op_name, u.kernel) for u in uses] == [
+        ("fusion.7", 3 * MIB, "LLO VMEM report", "jit(f)/fusion.7", False)]  # 0 bytes: not listed
+    [one] = vmem_from_llo(program, [dump([("fusion.7", 1)])])  # one byte is listed
+    assert one.scoped_bytes == 1
