@@ -97,6 +97,7 @@ def test_sampling_keeps_the_highest_of_each_box():
     # 10 into 9: 8 boxes of 1, then [8, 10) keeps 8 (7 over 6)
     assert sampled(timeline, 9)["time_ps"].tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8]
     assert sampled(timeline, 9).index.tolist() == list(range(9))
+    assert list(sampled(timeline, 4).columns) == ["time_ps", "in_use_bytes"]  # the old positions are not kept
 
 
 def test_a_host_whose_planes_cannot_be_read_is_its_failure_naming_the_file(monkeypatch):

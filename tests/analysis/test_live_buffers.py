@@ -83,6 +83,10 @@ def test_lines_of_equal_bytes_sort_by_file_then_line_and_odd_devices_by_name():
     assert live.by_line["line"].tolist() == [3, 5]
     # `cpu:1` as ("cpu", 1); the others by their whole name, with -1: ("cpu:x", -1), ("gpu", -1)
     assert [d.device for d in live.by_device] == ["cpu:1", "cpu:x", "gpu"]
+    # the ordinal is after the last colon
+    labels = ("host:tpu:10", "host:tpu:9")
+    live = attribute(DeviceMemoryProfile("p", tuple(_sample((), d) for d in labels)))
+    assert [d.device for d in live.by_device] == ["host:tpu:9", "host:tpu:10"]
 
 
 def test_an_empty_profile_has_no_rows_and_a_total_just_within_int64_is_kept():
