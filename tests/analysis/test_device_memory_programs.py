@@ -304,3 +304,84 @@ def test_without_live_ranges_every_borrowed_value_counts():
     assert _grows_back(program, hbm, {"out"}) == 12288  # t1; `tiny` is under 4 KiB
     # the output buffer's value at the peak is the last to be live: `out` (listed last, no ranges)
     assert [b.name for b in hbm.live_at_peak if b.kind == "output"] == ["out"]
+
+
+def test_the_memory_report_joins_its_errors_and_notes_programs_without_buffers(tmp_path):
+    compiled = load_dumps([write_adam_dump(tmp_path / "step", layers=13, live_activations=2)])
+    error = OomError("hbm", "hbm-temporaries", 17 * 2**30, 16 * 2**30, "m")  # the step's 17408 MiB
+    report = memory_report("in.pb", compiled, [error])
+    assert report.input_path == "in.pb" and report.warnings == () and report.standalone == ()
+    assert report.programs[0].error is error  # joined, so not analysed alone
+    assert memory_report("in.pb", compiled).warnings == ()  # programs and no error: nothing to say
+    # programs given are used as given; a dumped program without a buffer assignment says why
+    given = (replace(report.programs[0], module="jit_given"),)
+    unbuffered = SimpleNamespace(program=SimpleNamespace(allocations=(), warnings=["`x`: no buffer assignment"]))
+    buffered = SimpleNamespace(program=SimpleNamespace(allocations=(1,), warnings=["kept quiet"]))
+    other = replace(error, required_bytes=40 * 2**30)
+    bundled = SimpleNamespace(hlo=[unbuffered, buffered], oom_errors_joinable=False)
+    report = memory_report("in.pb", bundled, [other], programs=given)
+    assert [p.module for p in report.programs] == ["jit_given"]
+    assert report.warnings == ("`x`: no buffer assignment", "--error: analysed on its own: the bundled example is "
+                                                            "not the program that ran out of memory")
+    assert [a.error for a in report.standalone] == [other]
+
+
+OOM_TEXT = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (17.00G) "
+            "exceeds available HBM (15.75G).")
+
+
+def _compile_output(tmp_path, result: dict, kernels=None):
+    """A `tpudiag compile` output: the XLA dump in `xla/`, `result.json` and, with `kernels`, the compiled
+    program's `compiled.hlo.txt` (the one that carries the backend configs)."""
+    import json
+
+    root = tmp_path / "out"
+    write_adam_dump(root / "xla", layers=2)
+    (root / "result.json").write_text(json.dumps(result))
+    if kernels:
+        src = write_adam_dump(tmp_path / "compiled", layers=2, kernels=kernels)
+        (root / "compiled.hlo.txt").write_text(next(src.glob("*.after_optimizations.txt")).read_text())
+    return root
+
+
+def test_a_compile_outputs_result_gives_the_compilers_peak_and_its_error(tmp_path):
+    ok = _compile_output(tmp_path / "ok", {"module": "jit_step", "status": "ok", "peak_memory_in_bytes": 12345})
+    [p] = program_memories(load_dumps([ok]))
+    assert p.compiler_peak_bytes == 12345 and p.error is None
+    other = _compile_output(tmp_path / "other", {"module": "jit_other", "peak_memory_in_bytes": 12345})
+    assert program_memories(load_dumps([other]))[0].compiler_peak_bytes is None  # another program's result
+    failed = _compile_output(tmp_path / "failed", {"module": "jit_step", "status": "compile_error", "detail": OOM_TEXT})
+    [p] = program_memories(load_dumps([failed]))
+    assert (p.error.kind, p.error.required_bytes) == ("hbm-temporaries", 17 * 2**30)
+    assert (p.hbm_usable_bytes, p.usable_source, p.does_not_fit) == (int(15.75 * 2**30), "compiler error", True)
+    message = _compile_output(tmp_path / "message", {"module": "jit_step", "status": "compile_error",
+                                                     "message": OOM_TEXT})
+    assert program_memories(load_dumps([message]))[0].error.kind == "hbm-temporaries"  # `message` when no detail
+    plain = _compile_output(tmp_path / "plain", {"module": "jit_step", "status": "compile_error", "detail": "bad"})
+    assert program_memories(load_dumps([plain]))[0].error is None  # an error that is no OOM
+
+
+def test_a_compile_outputs_kernels_scoped_vmem_comes_from_its_compiled_text(tmp_path):
+    out = _compile_output(tmp_path, {"module": "jit_step", "status": "ok"}, kernels={"k.1": 4096})
+    [p] = program_memories(load_dumps([out]))
+    assert [(v.op, v.scoped_bytes, v.source, v.kernel) for v in p.vmem_ops] == [
+        ("k.1", 4096, "HLO backend_config", True)]
+    bare = _compile_output(tmp_path / "bare", {"module": "jit_step", "status": "ok"})
+    assert program_memories(load_dumps([bare]))[0].vmem_ops == ()  # no compiled.hlo.txt beside it
+
+
+def test_a_compile_output_already_read_is_not_read_again(tmp_path):
+    from tpudiag.parsers.hlo_text import load_hlo_text
+
+    out = _compile_output(tmp_path, {"module": "jit_step", "status": "ok"}, kernels={"k.1": 4096})
+    compiled = load_dumps([out])
+    text = load_hlo_text(out / "compiled.hlo.txt")
+    (out / "compiled.hlo.txt").unlink()
+    (out / "result.json").unlink()  # what was read stands in for both files
+    read = SimpleNamespace(facts={"module": "jit_step", "peak_memory_in_bytes": 7}, program=text)
+    [p] = program_memories(compiled, outputs={out: read})
+    assert p.compiler_peak_bytes == 7 and [v.op for v in p.vmem_ops] == ["k.1"]
+    # a compiled text read from elsewhere is not this output's
+    elsewhere = SimpleNamespace(facts=read.facts, program=replace(text, path=str(tmp_path / "compiled.hlo.txt")))
+    [p] = program_memories(compiled, outputs={out: elsewhere})
+    assert p.compiler_peak_bytes == 7 and p.vmem_ops == ()
