@@ -35,6 +35,9 @@ def test_used_scoped_vmem_bytes(config, vmem):
     ("{replicated}", 1), ("{maximal device=0}", 1), ("", None), ("   ", None),
     ("{devices=[4,1]0,1,2,3}", 4), ("{devices=[2,4]<=[8]}", 8),
     ("{devices=[2,1,4]<=[8] last_tile_dim_replicate}", 2),  # the last dim's 4 replicate, not shard
+    ("{devices=[1,2,4]<=[8] last_tile_dim_replicate}", 2),  # only the last dim is dropped
+    ("{devices=[1000000,2]<=[2000000]}", 2),  # a count of 7 digits is no mesh: left out
+    ("{devices=[999999,1]<=[999999]}", 999999),
     ("{devices=[1,1]0}", 1), ("{manual}", None),
     ("{devices=[4,2]0,1,2,3,4,5,6,7 last_tile_dims={replicated}}", 8),  # 'replicated' after devices: not replicated
 ])
