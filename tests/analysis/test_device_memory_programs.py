@@ -90,6 +90,10 @@ def test_the_levers_of_a_step_at_84_percent_each_worked_by_hand(tmp_path):
     assert (remat.saving_bytes, remat.buffers) == (512 * MIB, ("act.0", "act.1"))
     assert remat.title == "rematerialise 2 forward activations kept for the backward pass"
     assert remat.precondition == "a backward pass, and 2 forward activations live at the peak"
+    assert remat.explanation == ("forward activations live at the peak; recomputing them costs their FLOPs again "
+                                 "in the backward pass")
+    assert remat.fix == ("wrap the layer in jax.checkpoint (e.g. policy=jax.checkpoint_policies.dots_saveable, or "
+                         "nothing_saveable for the most memory)")
     # the f32 moments m and v (20 x 256 MiB) and their 20 updated values
     offload = levers["host-offload"]
     assert offload.saving_bytes == 10240 * MIB and len(offload.buffers) == 20
@@ -100,6 +104,8 @@ def test_the_levers_of_a_step_at_84_percent_each_worked_by_hand(tmp_path):
     # half of the batch argument x (256 MiB) and of the temporaries at the peak (512 MiB)
     micro = levers["microbatch"]
     assert micro.saving_bytes == 384 * MIB and micro.buffers == ("act.0", "act.1", "x.1")
+    assert micro.title == "halve the microbatch (accumulate gradients over 2)"
+    assert micro.precondition == "a training step (it has a backward pass)"
     assert "fsdp" not in levers  # one device
     # over 80 % by 13568 MiB - int(0.8 x 15.75 GiB) + 1 = 665.6 MiB: padding and temporaries are not
     # offered, donation is the cheapest lever that covers it
@@ -157,6 +163,27 @@ def test_a_replicated_step_on_a_4_device_mesh_gets_fsdp(tmp_path):
     half = _program(tmp_path, "half", layers=10, live_activations=2, mesh=4, sharding="{devices=[2,1]<=[2]}")
     # split 2 ways of 4: half of each array is left to shard
     assert next(lv for lv in half.levers if lv.key == "fsdp").saving_bytes == 3200 * MIB
+    two = _program(tmp_path, "two", layers=10, live_activations=2, mesh=2, sharding="{replicated}")
+    assert next(lv for lv in two.levers if lv.key == "fsdp").saving_bytes == 3200 * MIB  # a 2-device mesh: half
+    # a mesh program without sharding attributes, and an inference step: no FSDP
+    unsharded = _program(tmp_path, "unsharded", layers=10, live_activations=2, mesh=4)
+    assert "fsdp" not in {lv.key for lv in unsharded.levers} and unsharded.levers
+    inference = _program(tmp_path, "inf", layers=10, live_activations=2, mesh=4, sharding="{replicated}",
+                         inference=True)
+    assert [lv.key for lv in inference.levers] == ["donation"]
+
+
+def test_fsdp_counts_only_the_arrays_split_fewer_ways_than_the_mesh(tmp_path):
+    root = write_adam_dump(tmp_path / "mixed", layers=10, live_activations=2, mesh=4, sharding="{devices=[4,1]<=[4]}")
+    hlo = next(root.glob("*.after_optimizations.txt"))
+    lines = [line.replace("sharding={devices=[4,1]<=[4]}", "sharding={replicated}") if "%params_" in line else line
+             for line in hlo.read_text().splitlines()]
+    hlo.write_text("\n".join(lines))
+    [p] = program_memories(load_dumps([root]))
+    fsdp = next(lv for lv in p.levers if lv.key == "fsdp")
+    # m and v are split 4 ways already; the 10 replicated weights (128 MiB each) could free 3/4
+    assert fsdp.saving_bytes == 960 * MIB and len(fsdp.buffers) == 10
+    assert fsdp.title == "shard 10 parameter and state arrays over all 4 devices of the mesh (FSDP)"
 
 
 def test_kernels_scoped_vmem_is_read_from_their_backend_config(tmp_path):
@@ -254,15 +281,15 @@ def _allocation(index, values, **kw):
     return BufferAllocation(index, max(v.size_bytes for v in values), values=tuple(values), **flags)
 
 
-def _borrowing_program(live_ranges=True):
+def _borrowing_program(live_ranges=True, out_bytes=8192):
     """An output buffer (`out`, 8 KiB) that lends its space to a temporary `t1` (12 KiB, live at 5)
     before `out` is written, and a heap whose `b` (8 KiB, live 0-1) the compiler rematerialised
     as `b.remat` (live 6-7) to fit; `a` (8 KiB) lives 1-4. An argument `p0` of `out`'s shape."""
     from tpudiag.model.compiled import CompiledProgram, Computation
 
     allocations = (
-        _allocation(0, [_value("p0", 8192)], parameter_number=0),
-        _allocation(1, [_value("t1", 12288), _value("tiny", 100), _value("out", 8192)], maybe_live_out=True),
+        _allocation(0, [_value("p0", out_bytes)], parameter_number=0),
+        _allocation(1, [_value("t1", 12288), _value("tiny", 100), _value("out", out_bytes)], maybe_live_out=True),
         _allocation(2, [_value("a", 8192), _value("b", 8192), _value("b.remat", 8192)], is_temp=True),
     )
     ranges = {"p0{}": (0, 8), "t1{}": (5, 5), "tiny{}": (5, 5), "out{}": (6, 8), "a{}": (1, 4), "b{}": (0, 1),
@@ -293,6 +320,14 @@ def test_donation_is_less_what_the_temporaries_heap_grows_back():
         "modelled to grow: temporaries that borrow those outputs' buffers before the outputs are written need "
         "room of their own, and values the compiler rematerialised to fit (`.remat`) are kept instead")
     assert donation.precondition == "1 output with an argument's shape, that argument not donated"
+    # 4 KiB of outputs that would grow the heap by 4 KiB: nothing to gain, no lever
+    small = _borrowing_program(out_bytes=4096)
+    assert _levers(small, _space(small, 0, list(small.allocations), None), p) == []
+    # a training step on a 4-device mesh whose state `p0` the program does not name: no sharding known, no FSDP
+    training = SimpleNamespace(workload="training", mesh_devices=4)
+    # (and half the 16 KiB of temporaries at the peak, `a` and `b`, for a smaller microbatch)
+    assert [(lv.key, lv.saving_bytes) for lv in _levers(program, hbm, training)] == [("donation", 4096),
+                                                                                     ("microbatch", 8192)]
 
 
 def test_without_live_ranges_every_borrowed_value_counts():
