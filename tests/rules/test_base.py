@@ -129,3 +129,28 @@ def test_factorized_reads_a_categorical_by_its_codes_and_keeps_first_seen_order(
     assert codes.tolist() == [0, -1, 0] and labels.tolist() == ["b"]
     codes, labels = _factorized(pd.Series(["x", "y", "x"]))
     assert codes.tolist() == [0, 1, 0] and labels.tolist() == ["x", "y"]
+
+
+def test_doc_sections_split_at_each_underlined_title():
+    from tpudiag.rules.base import doc_sections
+
+    doc = ("Summary line.\n\nWhat it does\n------------\nOne.\n\nWhy it matters\n--------------\nTwo,\non two lines.\n\n"
+           "Options\n-------\n- `x` (1): the last section runs to the end.\n")
+    assert doc_sections(doc) == {"What it does": "One.", "Why it matters": "Two,\non two lines.",
+                                 "Options": "- `x` (1): the last section runs to the end."}
+    assert doc_sections("") == {} and doc_sections(None) == {}
+    assert doc_sections("no titles here\n") == {}
+
+
+def test_a_host_table_is_checked_before_a_rule_that_reads_it(tmp_path):
+    # `Table.OP_METADATA` is every host's op metadata: a column missing on a host is named, not a KeyError.
+    from dataclasses import replace
+
+    from tests.rules import scenarios as sc
+    from tpudiag.rules import RulesConfig
+
+    analysis = sc.analyse(sc.low_mxu(), tmp_path)
+    host = replace(analysis.profile.hosts[0], op_metadata=analysis.profile.hosts[0].op_metadata.drop(columns=["hlo_text"]))
+    broken = replace(analysis, profile=replace(analysis.profile, hosts=(host, *analysis.profile.hosts[1:])))
+    with pytest.raises(ValueError, match=r"op_metadata table lacks columns \['hlo_text'\]"):
+        sc.run_rules(broken, RulesConfig(select=("low-mxu-utilization",)))

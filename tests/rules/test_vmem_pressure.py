@@ -122,6 +122,11 @@ def test_a_kernel_exactly_at_the_limit_uses_all_of_it_and_frees_nothing():
     assert f.evidence[0].subject == "kernel.1"
     assert f.evidence[0].values == (("scoped VMEM", "16 MiB"), ("limit", "16 MiB"), ("chip VMEM", "-"),
                                     ("from", "HLO backend_config"), ("op", "jit(step)/pallas_call"))
+    # One byte over is over: the raised-limit wording, and that byte to free.
+    from tpudiag.model.memory import VmemUse
+
+    [f] = _check(_program(VmemUse("kernel.1", 16 * MiB + 1, "HLO backend_config", "", True)))
+    assert "uses 16 MiB of scoped VMEM, 1 B over the 16 MiB scoped limit" in f.message and f.saving.bytes == 1
 
 
 def test_the_kernel_threshold_is_inclusive_and_a_program_without_a_limit_is_not_judged():
