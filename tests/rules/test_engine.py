@@ -204,3 +204,16 @@ def test_static_mode_labels_time_savings_a_compiler_estimate(tmp_path: Path):
     assert {f.saving.basis for f in static} == {"compiler estimate"}
     assert [f.saving.explanation for f in static] == [
         f"on the timeline modelled from it, {f.saving.explanation}" for f in measured]
+
+
+def test_static_mode_keeps_the_explanation_of_a_saving_in_bytes(tmp_path: Path):
+    # A memory finding saves bytes, not time: no timeline was used for it, so its explanation stays whole.
+    from tests.rules.test_finishing import _program
+    from tests.rules.test_hbm_pressure import _lever, _memory
+    from tpudiag.model.inputs import CompiledInputs, HloInput
+    from tpudiag.rules import run_rules as engine_run_rules
+
+    compiled = CompiledInputs(hlo=(HloInput(_program(), "dump"),))
+    memory = (_memory(14, levers=(_lever("donation", 3),), first="donation"),)
+    [f], _ = engine_run_rules(None, RulesConfig(select=("hbm-pressure",)), compiled, static=True, memory=memory)
+    assert f.saving.ps == 0 and f.saving.explanation == "donation: donation frees 3 GiB; levers overlap, never add them"
