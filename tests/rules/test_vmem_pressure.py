@@ -109,6 +109,7 @@ def test_an_xla_op_over_the_limit_is_named_an_op():
     assert (f.severity, f.blocking, f.ops, f.saving.bytes, f.saving.ps) == (Severity.LOW, False, ("fusion.3",),
                                                                            4 * MiB, 0)
     assert f.saving.explanation == "VMEM headroom is not time; the bytes over the default limit"
+    assert (f.rule, f.code, f.saving.basis) == ("vmem-pressure", "TPD110", "modelled")
 
 
 def test_a_kernel_exactly_at_the_limit_uses_all_of_it_and_frees_nothing():
@@ -160,6 +161,8 @@ def test_errors_come_first_once_each_scoped_or_physical():
     assert [(f.severity, f.blocking, f.ops) for f in findings[:2]] == [(Severity.HIGH, True, ("_lambda_.1",)),
                                                                       (Severity.HIGH, True, ())]
     assert [f.saving.bytes for f in findings[:2]] == [12 * MiB, 12 * MiB]
+    assert {(f.rule, f.code, f.saving.ps, f.saving.explanation) for f in findings[:2]} == {
+        ("vmem-pressure", "TPD110", 0, "the bytes over the limit")}
     assert findings[0].evidence[0].values == (("message", "scoped oom"),)
     assert [f.ops for f in findings[2:]] == [("k",)]  # the joined error is not told twice
     # Without a chip the error does not guess its VMEM; an error joined only to a program is still told.
