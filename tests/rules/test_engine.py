@@ -68,6 +68,10 @@ def test_without_steps_the_capture_counts_as_one_step(tmp_path: Path):
     findings, _ = run_rules(sc.analyse(d, tmp_path), RulesConfig(select=("exposed-collective",)))
     sync = [f for f in findings if f.message.startswith("synchronous")][0]
     assert sync.saving.ps == 3 * 800 * sc.US and "whole capture" in sync.saving.explanation
+    # The engine says so for every saving in time: per capture, and "per step" in its explanation too.
+    assert {f.saving.per for f in findings} == {"capture"}
+    assert sync.saving.explanation == ("largest exposed collective time on any core over the capture, averaged over "
+                                       "1 step (no steps: whole capture)")
 
 
 @pytest.mark.parametrize("path", sorted(RULES_DIR.glob("*.py")), ids=lambda p: p.name)
@@ -217,3 +221,13 @@ def test_static_mode_keeps_the_explanation_of_a_saving_in_bytes(tmp_path: Path):
     memory = (_memory(14, levers=(_lever("donation", 3),), first="donation"),)
     [f], _ = engine_run_rules(None, RulesConfig(select=("hbm-pressure",)), compiled, static=True, memory=memory)
     assert f.saving.ps == 0 and f.saving.explanation == "donation: donation frees 3 GiB; levers overlap, never add them"
+
+
+def test_tpu_only_rules_are_skipped_on_a_gpu_capture(tmp_path: Path):
+    from tests import gpu_captures as gc
+
+    analysis = sc.analyse_path(gc.write(gc.training(), tmp_path))
+    _, skipped = run_rules(analysis, RulesConfig(select=("padding-waste", "spill", "vmem-pressure", "device-idle")))
+    reason = "about TPU hardware (tiled layouts, LLO dumps, VMEM): not on a GPU capture"
+    assert [(s.rule, s.reason) for s in skipped] == [("padding-waste", reason), ("spill", reason),
+                                                     ("vmem-pressure", reason)]
