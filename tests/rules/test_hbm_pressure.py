@@ -302,3 +302,40 @@ def test_an_error_joined_to_no_program_is_reported_alone_once():
         "no buffer assignment to model levers from: dump with XLA_FLAGS=--xla_dump_to=DIR and pass DIR")
     assert f.fix == "rerun the compile with XLA_FLAGS=--xla_dump_to=DIR and run `tpudiag report DIR --error FILE`"
     assert f.evidence[0].subject == "compiler error" and f.evidence[0].values[0] == ("message", "alone")
+
+
+def test_an_error_alone_names_its_largest_allocation_and_the_levers_its_list_supports():
+    from tpudiag.analysis.device_memory import oom_analysis
+    from tpudiag.model.findings import Evidence
+    from tpudiag.model.memory import OomAllocation, OomError
+    from tpudiag.model.units import fmt_bytes
+
+    # The largest allocation is padded 8x (f32[1000,18] laid out in 128-wide tiles): the padding lever
+    # covers the 1.25 GiB overrun alone, so it is the first.
+    padded = OomAllocation(1, 2 * GIB, "f32[1000,18]{1,0:T(8,128)}", unpadded_bytes=GIB // 4,
+                           padding_bytes=2 * GIB - GIB // 4, expansion=8.0, op_name="jit(step)/mul",
+                           allocation_type="HLO temp", instruction="fusion.1")
+    plain = OomAllocation(2, GIB, "bf16[4096,4096]{1,0}", op_name="jit(step)/dot_general", allocation_type="HLO temp",
+                          instruction="fusion.2")
+    error = OomError("hbm", "hbm-temporaries", 17 * GIB, int(15.75 * GIB), "the message", form="hbm-temporaries",
+                     allocations=(padded, plain))
+    [f] = _check(errors=(error,))
+    first = oom_analysis(error).first_lever
+    assert first.key == "padding"
+    assert f.message == ("the program does not fit: it needs 17 GiB of HBM, 1.25 GiB over the 15.8 GiB available; "
+                         f"largest allocation: 2 GiB `f32[1000,18]`, padded 8.0x; first: {first.title}")
+    assert (f.rule, f.code, f.saving.ps, f.saving.basis) == ("hbm-pressure", "TPD109", 0, "modelled")
+    assert f.saving.bytes == first.saving_bytes and f.fix == first.fix
+    assert f.saving.explanation == f"padding: {first.explanation}"
+    assert f.evidence[0] == Evidence("compiler error", (("message", "the message"), ("form", error.form_text)))
+    assert f.evidence[1:] == tuple(Evidence(f"lever: {lv.key}", (("frees up to", fmt_bytes(lv.saving_bytes)),
+                                                                 ("do", lv.fix), ("because", lv.precondition)))
+                                   for lv in oom_analysis(error).levers)
+    assert [e.subject for e in f.evidence[1:]] == ["lever: padding", "lever: temporaries"]
+    # Only the unpadded allocation: no lever is enough alone (1 GiB of 1.25), the first one listed is offered.
+    alone = OomError("hbm", "hbm-temporaries", 17 * GIB, int(15.75 * GIB), "m", allocations=(plain,))
+    [f] = _check(errors=(alone,))
+    [lever] = oom_analysis(alone).levers
+    assert f.message == ("the program does not fit: it needs 17 GiB of HBM, 1.25 GiB over the 15.8 GiB available; "
+                         f"largest allocation: 1 GiB `bf16[4096,4096]`; first: {lever.title}")
+    assert f.saving.bytes == GIB and f.fix == lever.fix
