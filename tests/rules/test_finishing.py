@@ -223,3 +223,12 @@ def test_at_most_three_sites_are_written_into_a_message_and_a_line_once():
     assert located.message == ("`fusion.1` (at `model.py:12`, `jit(step)/mul`), `fusion.2`, `fusion.4` (at "
                                "`jit(step)/dot_general`), `fusion.6` and `fusion.9` are slow")
     assert [s.op for s in located.sites] == ["fusion.1", "fusion.2", "fusion.4", "fusion.6", "fusion.9"]
+
+
+def test_a_site_is_written_after_the_first_mention_only():
+    from tpudiag.rules.finishing import locate
+
+    f = _finding("fusion.1", 100, message="`fusion.1` waits; `fusion.1` again; and `fusion.1` a third time")
+    [located] = locate([f], None, (_program(),))
+    assert located.message == ("`fusion.1` (at `model.py:12`, `jit(step)/mul`) waits; `fusion.1` again; and "
+                               "`fusion.1` a third time")
