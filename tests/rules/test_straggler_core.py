@@ -228,6 +228,8 @@ def test_more_ops_than_shown_and_none_at_all(monkeypatch):
     assert f.message.endswith("more than the other 1 core (median 7.00 ms): its ops take longer there: `fusion.1` "
                               "+300.0 µs, `fusion.2` +200.0 µs and 1 more")
     assert f.ops == ("fusion.1", "fusion.2")
+    # Each core against the other one alone (not the median of both, 7.3 ms).
+    assert [dict(e.values)["vs the others' median"] for e in f.evidence[:2]] == ["+600.0 µs", "-600.0 µs"]
     assert dict(f.evidence[2].values)["ratio"] == "1.75x"  # 700 / 400
     assert f.fix == ("check `TPU:1`: its health, clocks and thermal throttling (`tpu-info`); the same ops run faster "
                      "on the other cores")
@@ -251,6 +253,10 @@ def test_a_slow_core_among_several_hosts_and_without_a_step(monkeypatch):
                                 "mean span per core) more than")
     assert f.evidence[0].values == (("work", "7.70 ms"), ("vs the others' median", "+700.0 µs"))
     assert dict(f.evidence[4].values)["extra"] == "700.0 µs"
+    only = {"/device:TPU:1": [_extra("copy.3", 700, 0)]}
+    (f,) = _check_cores(monkeypatch, cores, [(cores[3], 7000, 210)], only, hosts=("host0", "host1"), whole=True)
+    assert f.fix == ("`TPU:1` on `host1` runs work the other cores do not (`copy.3`): spread it over them or move it "
+                     "out of the timed loop")
 
 
 def test_a_slow_core_nothing_waits_for_and_a_step_of_no_length(monkeypatch):
