@@ -645,3 +645,12 @@ def test_every_llo_dump_is_checked_against_the_target_after_one_is_refused():
     assert r.llo_matched == 0 and r.hlo_matched == 0
     assert [w.split(" was ")[0] for w in r.warnings[:3]] == ["compiler dump `out/xla`", "compiler dump `a/llo`",
                                                               "compiler dump `out/llo`"]
+
+
+def test_the_join_needs_only_its_key_columns_and_reads_a_missing_shape_as_unknown():
+    ops = _ops([("h0", "fusion.1", ""), ("h0", "copy.9", "")])[["host", "program_id", "module", "name",
+                                                                  "shape_with_layout"]]
+    ops["shape_with_layout"] = pd.array([pd.NA, pd.NA], dtype="string")  # not printed: no shape to compare
+    r = join_compiled(ops, [_small_source()], options=JoinOptions(min_agreement=0.5))
+    assert _col(r, "padded_bytes") == [2 * 16_384, None]
+    assert r.columns["hlo_match"].tolist() == ["module", ""] and r.columns["hlo_origin"].tolist() == ["dumpdir", ""]
