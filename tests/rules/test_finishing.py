@@ -232,3 +232,23 @@ def test_a_site_is_written_after_the_first_mention_only():
     [located] = locate([f], None, (_program(),))
     assert located.message == ("`fusion.1` (at `model.py:12`, `jit(step)/mul`) waits; `fusion.1` again; and "
                                "`fusion.1` a third time")
+
+
+def test_a_groups_severity_is_its_rules_scale_on_the_summed_saving(analysis):
+    # memory-bound's scale (high 15 %, medium 3 % of the 10 ms step; the rule's own severity is high),
+    # applied to the group's summed saving, never below its highest member.
+    from tpudiag.model.findings import Severity
+    from tpudiag.rules import hbm_pressure, memory_bound
+    from tpudiag.rules.finishing import _severity
+
+    rule = (memory_bound.RULE, memory_bound.Options())
+    low = [_finding("fusion.1", 0, Severity.LOW), _finding("fusion.2", 0, Severity.LOW)]
+    assert _severity(low, 500 * sc.US, analysis, rule) is Severity.MEDIUM  # 5 %
+    assert _severity(low, 1500 * sc.US, analysis, rule) is Severity.HIGH  # 15 %, inclusive
+    assert _severity(low, 100 * sc.US, analysis, rule) is Severity.LOW  # 1 %
+    medium = [_finding("fusion.1", 0, Severity.MEDIUM), *low]
+    assert _severity(medium, 100 * sc.US, analysis, rule) is Severity.MEDIUM  # the highest member
+    # No step time to scale with (no trace), or a rule without a scale: the highest member.
+    assert _severity(low, 500 * sc.US, None, rule) is Severity.LOW
+    assert _severity(low, 1500 * sc.US, analysis, (hbm_pressure.RULE, hbm_pressure.Options())) is Severity.LOW
+    assert _severity(low, 1500 * sc.US, analysis, None) is Severity.LOW
