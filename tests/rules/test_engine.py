@@ -231,3 +231,13 @@ def test_tpu_only_rules_are_skipped_on_a_gpu_capture(tmp_path: Path):
     reason = "about TPU hardware (tiled layouts, LLO dumps, VMEM): not on a GPU capture"
     assert [(s.rule, s.reason) for s in skipped] == [("padding-waste", reason), ("spill", reason),
                                                      ("vmem-pressure", reason)]
+
+
+def test_a_modelled_capture_keeps_savings_that_were_modelled_already(tmp_path: Path):
+    # low-mxu's savings are modelled from the utilisation in any capture: nothing to relabel or prefix.
+    analysis = sc.analyse(sc.low_mxu(), tmp_path)
+    config = RulesConfig(select=("low-mxu-utilization",))
+    measured, _ = run_rules(analysis, config)
+    modelled, _ = run_rules(replace(analysis, profile=replace(analysis.profile, modelled=True)), config)
+    assert measured and {f.saving.basis for f in measured} == {"modelled"}
+    assert [f.saving for f in modelled] == [f.saving for f in measured]
