@@ -158,15 +158,17 @@ def test_clones_in_the_program_are_grouped_without_a_trace_row():
     looped = _finding("fusion.9", 300)  # ties fusion.1's saving: the op names order the two
     bf16 = _finding("fusion.3", 900)  # another operand shape
     output = _finding("fusion.4", 900)  # another fusion kind
-    unknown = _finding("fusion.77", 900)  # in no program and no trace: never grouped
+    unknown = _finding("fusion.77", 900)  # in no program and no trace: never grouped, not even with another such
+    unknown_too = _finding("fusion.78", 900)
     two_ops = _finding("fusion.1", 900, ops=("fusion.1", "fusion.2"))  # a finding of two ops is left whole
     other_fix = _finding("fusion.1", 100, fix="pad it")
     other_rule = _finding("fusion.2", 100, rule="padding-waste")
-    findings = [small, bf16, large, output, unknown, looped, two_ops, other_fix, other_rule]
+    findings = [small, bf16, large, output, unknown, looped, unknown_too, two_ops, other_fix, other_rule]
     out = group_repeats(findings, None, (_program(),))
     # The group takes the place of its first member; the rest keep their order.
     assert [f.ops for f in out] == [("fusion.2", "fusion.1", "fusion.9"), ("fusion.3",), ("fusion.4",),
-                                    ("fusion.77",), ("fusion.1", "fusion.2"), ("fusion.1",), ("fusion.2",)]
+                                    ("fusion.77",), ("fusion.78",), ("fusion.1", "fusion.2"), ("fusion.1",),
+                                    ("fusion.2",)]
     group = out[0]
     # The largest member's message, then the others by saving, then by name; no trace: no "together".
     assert group.message == ("`fusion.2` moves 1 GiB; 2 more ops of the same shape with the same fix: "
@@ -176,7 +178,7 @@ def test_clones_in_the_program_are_grouped_without_a_trace_row():
     # No rule's scale given: the highest of the members' severities.
     assert group.severity is Severity.MEDIUM
     assert [e.subject for e in group.evidence] == ["fusion.2", "fusion.1", "fusion.9"]
-    assert out[1:] == [bf16, output, unknown, two_ops, other_fix, other_rule]
+    assert out[1:] == [bf16, output, unknown, unknown_too, two_ops, other_fix, other_rule]
 
 
 def test_a_group_of_two_says_one_more_op():
