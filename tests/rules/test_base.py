@@ -171,3 +171,14 @@ def test_op_events_slices_the_named_ops_folded_over_hosts():
     # Host "" and core 0 stand for the worst core of any host, as documented.
     assert got["host"].tolist() == ["", ""] and got["core"].tolist() == [0, 0] and got["core"].dtype == "int64"
     assert op_events(analysis, []).empty
+
+
+def test_per_step_sums_keep_fractions_and_exact_integers():
+    from tpudiag.rules.base import StepBasis, per_step_worst_core_by
+
+    basis = StepBasis(n_steps=1, step_ps=1.0, whole_capture=True)
+    frame = pd.DataFrame({"host": ["h", "h"], "core": [0, 0], "step": [0, 0], "v": [0.5, 0.25]})
+    assert per_step_worst_core_by(frame, "v", basis, None)[1].tolist() == [0.75]  # float values stay floats
+    # Integers are summed as integers: 2^53 + 1 + 1 is exact, where float64 sums would lose both ones.
+    frame = frame.reindex([0, 1, 1]).reset_index(drop=True).assign(v=[2**53, 1, 1])
+    assert per_step_worst_core_by(frame, "v", basis, None)[1].tolist() == [2**53 + 2]
