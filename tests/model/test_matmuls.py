@@ -285,6 +285,7 @@ def test_a_matmul_in_words_and_its_flops():
     assert (batched.batch, batched.m, batched.n, batched.k) == (8, 128, 256, 512)
     assert batched.flops == 2 * 8 * 128 * 256 * 512
     assert dataclasses.replace(batched, batch_dims=(4,)).describe().startswith("dot.1: f32 x bf16 -> f32, batch 4, M")
+    assert dataclasses.replace(batched, batch_dims=(2,)).describe().startswith("dot.1: f32 x bf16 -> f32, batch 2, M")
 
 
 def test_an_ops_main_matmul_and_total():
@@ -454,3 +455,10 @@ def test_a_batch_grouped_convolution_is_one_matmul_per_group():
     mm = op_math_from_text("convolution.3", "%convolution.3 = f32[2,6,8]{2,1,0} convolution(f32[4,8,10]{2,1,0} %x, "
                            "f32[3,8,6]{2,1,0} %w), window={size=3}, dim_labels=bf0_0io->bf0, batch_group_count=2").main
     assert (mm.batch_dims, mm.m_dims, mm.n_dims, mm.k_dims) == ((2,), (2, 8), (3,), (8, 3))
+
+
+def test_a_full_convolution_sees_every_tap_in_the_middle():
+    # 4 inputs, a window of 4 padded by 3 each side (stride 1): 4 + 6 - 4 + 1 = 7 outputs; output 3 reads
+    # positions 0..3, all real, so K is 8 features x 4 taps (the edges see fewer).
+    mm = _conv_1d("1,4,8", "4,8,16", "1,7,16", "size=4 pad=3_3")
+    assert (mm.batch, mm.m, mm.n, mm.k) == (1, 7, 16, 32)
