@@ -480,6 +480,7 @@ ENTRY %main (a: f32[8,16], b: f32[16,8]) -> f32[8,8] {
   %b = f32[16,8]{1,0} parameter(1)
   %fusion.1 = (f32[16,16]{1,0}, f32[8,8]{1,0}) fusion(%a, %b), kind=kOutput, calls=%gather_and_dot
   %kernel = f32[8,8]{1,0} custom-call(%a, %b), custom_call_target="tpu_custom_call", backend_config="{\\"cost_estimate\\": {\\"flops\\": 2048, \\"bytes_accessed\\": 1024}}"
+  %sort.1 = f32[8,16]{1,0} custom-call(%a), custom_call_target="sort_kernel"
   ROOT %dot.2 = f32[8,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 }
 """
@@ -505,3 +506,5 @@ def test_each_ops_math_in_a_program():
     assert [(mm.instruction, mm.computation, mm.feeds) for mm in fusion.matmuls] == [("dot.3", "gather_and_dot", (1,))]
     assert (fusion.declared_flops, fusion.collectives) == (None, ("all-gather.1",))
     assert math("a") == OpMath(op="a", opcode="parameter", matmuls=())
+    # A custom call of one operand that declares nothing: no matmul, no cost
+    assert math("sort.1") == OpMath(op="sort.1", opcode="custom-call", matmuls=())
