@@ -330,6 +330,10 @@ def test_a_trace_convolution_line_reads_its_input_and_kernel_apart():
         instruction="convolution.2", computation="", opcode="convolution", m_dims=(2, 8, 8), n_dims=(16,),
         k_dims=(3, 3, 3), batch_dims=(1,), lhs_dtype="bf16", rhs_dtype="f32", result_dtype="f32",
         basis="dim_labels"),))
+    assert math.main.describe() == "convolution.2: bf16 x f32 -> f32, M 128 (2x8x8), N 16, K 27 (3x3x3)"
+    # A 1 x 1 convolution of one feature over one position: every dim 1, an M and K of 1
+    one = _conv_1d("1,1,1", "1,1,4", "1,1,4", "size=1")
+    assert (one.m_dims, one.n_dims, one.k_dims, one.batch_dims) == ((1,), (4,), (1,), (1,))
 
 
 def _conv_1d(lhs: str, rhs: str, out: str, window: str):
