@@ -25,6 +25,7 @@ from tpudiag.model.grouping import dense_unique, group_sums, heads, reordering
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix, library_collective
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model.profile import CollectiveDigest, HostTrace, Platform, WindowThresholds
+from tpudiag.parsers import event_wire
 
 GPU_KERNEL_SOURCE = "kernel"  # a GPU collective's window: its kernel, on whichever stream ran it
 WINDOW_COLUMNS = ("host", "device", "core", "step", "name", "family", "kind", "start_ps", "span_ps", "covered_ps",
@@ -45,8 +46,9 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
 
     Events are walked in (device, start, depth) order, where a parent comes right before its
     first child: an event has a child when the next one on its device is deeper. The parent of
-    an event at depth d is the last earlier event at depth d - 1 on its device, found level by
-    level with one running maximum each, so the cost is per level, not per event.
+    an event at depth d is the last earlier event at depth d - 1 on its device. The compiled
+    reader walks the events once in that order (`event_wire.nesting`); without it the parents are
+    found level by level with one running maximum each, so the cost is per level, not per event.
     """
     n = len(start)
     has_child = np.zeros(n, dtype=bool)
@@ -54,6 +56,9 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
     if n == 0 or depth.max(initial=0) == 0:
         return has_child, in_coll
     order = reordering((depth, start, device_codes))  # None: already in that order, as events mostly are
+    walked = event_wire.nesting(device_codes, depth, is_coll, order)  # the same, in one compiled walk
+    if walked is not None:
+        return walked
     dev, dep = (device_codes, depth) if order is None else (device_codes[order], depth[order])
     child_next = (dev[:-1] == dev[1:]) & (dep[1:] > dep[:-1])
     if order is None:
