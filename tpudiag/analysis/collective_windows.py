@@ -122,12 +122,14 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
     name_codes, names = _category_strings(ev["name"])
     cat_codes, cats = _category_strings(ev["category"])
     is_async_op = np.array([async_role(n) is not None for n in names], dtype=bool)[name_codes]
-    # Families as integer ids (0: none) per event, their strings looked up only where kept.
+    # Families as integer ids (0: none) per event, their strings looked up only where kept; a few
+    # (`hlo_names.collective_family`'s), so int16 ids: the per-event takes move 2 bytes, not 8.
     family_ids: dict[str, int] = {"": 0}
-    fam_of_name = np.array([family_ids.setdefault(collective_family(n), len(family_ids)) for n in names] or [0])
+    fam_of_name = np.array([family_ids.setdefault(collective_family(n), len(family_ids)) for n in names] or [0],
+                           dtype=np.int16)
     # A category names the family when the name does not (e.g. an `all-reduce fusion` named `fusion.12`).
     fam_of_cat = np.array([family_ids.setdefault(collective_family("", c), len(family_ids))
-                           if "fusion" not in c or "all-" in c else 0 for c in cats] + [0])
+                           if "fusion" not in c or "all-" in c else 0 for c in cats] + [0], dtype=np.int16)
     fam_by_name = fam_of_name[name_codes]
     fam = np.where(fam_by_name != 0, fam_by_name, fam_of_cat[cat_codes])
     families = np.array(list(family_ids), dtype=object)
