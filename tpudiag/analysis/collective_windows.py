@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.model import schemas
-from tpudiag.model.grouping import dense_unique, group_sums, heads, reordering
+from tpudiag.model.grouping import dense_unique, group_sums, heads, reordering, sorted_groups, sums_by_group
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix, library_collective
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model.profile import CollectiveDigest, HostTrace, Platform, WindowThresholds
@@ -290,6 +290,12 @@ def summarize_windows(windows: pd.DataFrame | None, host: str) -> tuple[Collecti
                 schemas.COLLECTIVE_OP_STEPS.empty())
     # Strings as categories first: grouping tens of thousands of rows by string keys is the cost.
     windows = windows.astype({k: "category" for k in ("device", "kind", "family", "name", "source")})
+    coded = _summary_by_codes(windows)
+    if coded is not None:
+        by_family, by_op, ops, coverage = coded
+        return (CollectiveDigest(schemas.COLLECTIVE_STEPS.of_host(by_family, host),
+                                 schemas.COLLECTIVE_OPS.of_host(ops, host), schemas.COLLECTIVE_COVERAGE.of_host(coverage)),
+                schemas.COLLECTIVE_OP_STEPS.of_host(by_op))
     by_family = (windows.groupby(["device", "core", "step", "kind", "family"], sort=True, observed=True)
                  ["exposed_ps"].sum().reset_index())
     by_op = _worst_core_per_op_step(windows)
@@ -308,6 +314,51 @@ def summarize_windows(windows: pd.DataFrame | None, host: str) -> tuple[Collecti
     return (CollectiveDigest(schemas.COLLECTIVE_STEPS.of_host(by_family, host),
                              schemas.COLLECTIVE_OPS.of_host(ops, host), schemas.COLLECTIVE_COVERAGE.of_host(coverage)),
             schemas.COLLECTIVE_OP_STEPS.of_host(by_op))
+
+
+def _summary_by_codes(windows: pd.DataFrame) -> tuple[pd.DataFrame, ...] | None:
+    """`summarize_windows`' four tables (exposed per (device, core, step, kind, family), worst core
+    per (kind, op, step), per op sums, coverage per (op, fraction, compute inside)) from integer
+    codes, as its groupbys (sorted, observed) give them: one packed key and one table of sums per
+    grouping instead of a pandas groupby each. None where a key is missing (a -1 code, a core
+    below 0, a fraction that is NaN) or the keys do not pack densely: pandas' rules then apply."""
+    code = {k: windows[k].cat.codes.to_numpy().astype(np.int64) for k in ("device", "kind", "family", "name", "source")}
+    core = windows["core"].to_numpy().astype(np.int64)
+    step = windows["step"].to_numpy().astype(np.int64)
+    fraction = windows["overlap_ratio"].to_numpy()
+    if any((c < 0).any() for c in code.values()) or (core < 0).any() or np.isnan(fraction).any():
+        return None
+    lowest_step = int(step.min())
+    exposed = windows["exposed_ps"].to_numpy().astype(np.int64)
+    (dev, cr, st, kd, fm), exposed_sums = group_sums([code["device"], core, step - lowest_step, code["kind"],
+                                                      code["family"]], exposed)
+    by_family = pd.DataFrame({"device": _from_codes(dev, windows["device"]), "core": cr, "step": st + lowest_step,
+                              "kind": _from_codes(kd, windows["kind"]), "family": _from_codes(fm, windows["family"]),
+                              "exposed_ps": exposed_sums})
+    double = windows["double_suffix"].to_numpy()
+    op_keys = [code["kind"], code["family"], code["name"], code["source"], double.astype(np.int64)]
+    grouped = sorted_groups(op_keys)
+    if grouped is None:
+        return None
+    (kd, fm, nm, sc, ds), op = grouped
+    n_ops = len(kd)
+    ops = pd.DataFrame({"kind": _from_codes(kd, windows["kind"]), "family": _from_codes(fm, windows["family"]),
+                        "name": _from_codes(nm, windows["name"]), "source": _from_codes(sc, windows["source"]),
+                        "double_suffix": ds.astype(bool), "n": np.bincount(op, minlength=n_ops).astype(np.int64),
+                        **{col: sums_by_group(op, n_ops, windows[col].to_numpy().astype(np.int64))
+                           for col in ("span_ps", "covered_ps", "exposed_ps")}})
+    inside = windows["compute_inside"].to_numpy()
+    order = np.lexsort((inside, fraction, op))
+    keys = (op[order], fraction[order], inside[order])
+    first = heads(list(keys))
+    coverage = pd.DataFrame({"op": keys[0][first].astype(np.int32), "covered_fraction": keys[1][first],
+                             "compute_inside": keys[2][first],
+                             "n": np.diff(np.append(first, len(order))).astype(np.int64)})
+    return by_family, _worst_core_per_op_step(windows), ops, coverage
+
+
+def _from_codes(codes: np.ndarray, column: pd.Series) -> pd.Categorical:
+    return pd.Categorical.from_codes(codes, dtype=column.dtype)
 
 
 def _worst_core_per_op_step(windows: pd.DataFrame) -> pd.DataFrame:
