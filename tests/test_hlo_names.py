@@ -53,3 +53,18 @@ def test_pair_async_pairs_each_start_with_the_next_done_of_its_key():
                                           ("slice-start.2", "other")])
 def test_window_family(name, family):
     assert window_family(name) == family
+
+
+def test_io_categories_in_any_case():
+    from tpudiag.model.hlo_names import is_io
+    assert is_io("infeed") and is_io("Outfeed") and is_io("host send-done") and is_io("HOST RECV")
+    assert not is_io("host send fusion") and not is_io("copy-start") and not is_io("")
+
+
+def test_a_collective_librarys_own_kernels():
+    from tpudiag.model.hlo_names import library_collective
+    assert library_collective("ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+    assert library_collective("ncclKernel_AllReduce_RING_LL_Sum_float")  # older NCCL
+    assert library_collective("void rcclDevKernel_Generic(ncclDevComm*)")  # RCCL
+    assert not library_collective("my_ncclDevKernel_AllGather")  # inside another word: not the library's
+    assert not library_collective("all-reduce.3")  # an HLO collective, not a library kernel

@@ -4,14 +4,15 @@ layout's tile) or from the definition in its docstring."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from tpudiag.analysis.device_memory import (EFFORT, _argument_root, _compiler_peak, _dims, _dtype, _kind, _op_group,
-                                            _padded_dims_of, _padding_fix, _shards, _tile_of, _who, first_lever,
-                                            join_warnings, used_scoped_vmem_bytes)
-from tpudiag.model.memory import MemoryLever, OomError
+                                            _padded_dims_of, _padding_fix, _shards, _tile_of, _who, error_levers,
+                                            first_lever, join_warnings, oom_analysis, used_scoped_vmem_bytes)
+from tpudiag.model.memory import MemoryLever, OomAllocation, OomError, OomPart
 
 
 @pytest.mark.parametrize(("config", "vmem"), [
@@ -43,7 +44,10 @@ def test_shards(sharding, ways):
 
 # 120 -> 128: a tile of 8 would not have padded 120 (a multiple of 8), so 128; 17 -> 32: a tile of 8 gives 24
 @pytest.mark.parametrize(("size", "padded", "tile"), [(18, 128, 128), (100, 104, 8), (5, 8, 8), (120, 128, 128),
-                                                      (17, 32, 16), (3, 4, 4), (1, 2, 2), (7, 9, 9), (128, 128, 128)])
+                                                      (17, 32, 16), (3, 4, 4), (1, 2, 2), (7, 9, 9), (128, 128, 128),
+                                                      # a padding of exactly one tile is the next tile's
+                                                      (40, 64, 32), (300, 512, 256), (600, 1024, 512), (128, 256, 256),
+                                                      (32, 64, 64)])
 def test_tile_of(size, padded, tile):
     assert _tile_of(size, padded) == tile
 
@@ -59,6 +63,11 @@ def test_padded_dims_and_the_fix():
         "dim 2 (3 → 128): make it a multiple of 128; or lay out dim 1 (512, a multiple of 128) minor-most "
         "(transpose it last, or fold the padded dims into it with a reshape)")
     assert _padding_fix("f32[100,3]{1,0:T(8,128)}", [(1, 3, 128)]) == "dim 1 (3 → 128): make it a multiple of 128"
+    # 128 itself is a multiple of 128; of two such dims the larger is named, wherever it is
+    assert _padding_fix("f32[128,3]{1,0:T(8,128)}", [(1, 3, 128)]).endswith("or lay out dim 0 (128, a multiple of "
+                                                                            "128) minor-most (transpose it last, or "
+                                                                            "fold the padded dims into it with a reshape)")
+    assert "or lay out dim 0 (512, a multiple of 128)" in _padding_fix("f32[512,256,3]{2,1,0:T(8,128)}", [(2, 3, 128)])
     assert _padding_fix("bad", [(0, 3, 8)]) == "dim 0 (3 → 8): make it a multiple of 8"
     assert _padding_fix("f32[3]", []) == ("choose dims that are multiples of the layout's tile, or a layout that "
                                           "puts a large dim last")
@@ -135,3 +144,103 @@ def test_join_warnings_say_why_each_error_joined_nothing():
     assert join_warnings([sized], (), joinable=False) == [
         "--error: analysed on its own: the bundled example is not the program that ran out of memory"]
     assert join_warnings([_error(space="vmem")], (program,))[0].startswith("--error: its size")
+
+
+MIB = 1 << 20
+
+
+def _allocation(rank, size, shape="f32[4096,4096]{1,0}", **kw) -> OomAllocation:
+    return OomAllocation(rank, size, shape, **kw)
+
+
+# An OOM text's list, as `parsers.oom_error` reads it: sizes, layouts and padding as the compiler prints them.
+LISTED = (
+    # f32[18,1000] in (8,128) tiles: 24 x 1024 x 4 = 98,304 B for 72,000 B of data (1.37x)
+    _allocation(1, 98_304, "f32[18,1000]{1,0:T(8,128)}", unpadded_bytes=72_000, padding_bytes=26_304,
+                op_name="jit(step)/jvp()/dot_general", instruction="fusion.1", allocation_type="HLO temp"),
+    _allocation(2, 64 * MIB, op_name="jit(step)/transpose(jvp())/dot_general", instruction="fusion.2",
+                allocation_type="HLO temp"),  # no padding printed
+    # the compiler's own expansion (12.6x) is shown, not recomputed; no op or instruction: its rank names it
+    _allocation(3, 5 * MIB, "s32[5,3]{1,0:T(8,128)}", unpadded_bytes=60, padding_bytes=5 * MIB - 60, expansion=12.6,
+                allocation_type="output"),
+    # 40 MiB for 39 MiB of data: under 1.25x, no padding lever; two allocations of one op (`add_3`, `add_7`)
+    _allocation(4, 40 * MIB, unpadded_bytes=39 * MIB, padding_bytes=MIB, op_name="jit(step)/add_3", allocation_type=""),
+    _allocation(5, 40 * MIB, op_name="jit(step)/add_7", instruction="add.7", allocation_type=""),
+    # exactly 1.25x (125 B for 100 B): padded enough; a layout without tiles names no dim
+    _allocation(6, 125, "f32[31]{0}", unpadded_bytes=100, padding_bytes=25, instruction="copy.6",
+                allocation_type="scoped"),
+)
+
+
+def test_the_levers_an_oom_text_supports_on_its_own():
+    error = _error(allocations=LISTED, output_bytes=3 << 30, output_shared_bytes=1 << 30,
+                   requirement=(OomPart("arguments", 6 << 30),))
+    levers = error_levers(error)
+    assert [(lv.key, lv.saving_bytes) for lv in levers] == [
+        ("padding", 26_304), ("padding", 5 * MIB - 60), ("padding", 25), ("temporaries", 80 * MIB),
+        ("donation", 2 << 30), ("remat", 98_304)]
+    tiled, printed, untiled, temps, donation, remat = levers
+    assert tiled.title == ("`jit(step)/jvp()/dot_general` `f32[18,1000]` is padded 1.4x by its layout "
+                           "(dim 0: 18 → 24, dim 1: 1000 → 1024)")
+    assert tiled.explanation == "the padding the compiler printed for this allocation (96 KiB for 70.3 KiB of data)"
+    assert tiled.fix == "dim 0 (18 → 24): make it a multiple of 8; dim 1 (1000 → 1024): make it a multiple of 128"
+    assert tiled.buffers == ("fusion.1",) and tiled.precondition == "the error lists it at 96 KiB with 25.7 KiB of padding"
+    assert printed.title == "allocation 3 `s32[5,3]` is padded 12.6x by its layout (dim 0: 5 → 8, dim 1: 3 → 128)"
+    assert printed.buffers == ("allocation 3",)
+    assert untiled.title == "`copy.6` `f32[31]` is padded 1.2x by its layout"  # 1.25 shown at one decimal
+    assert untiled.fix.startswith("choose dims that are multiples of the layout's tile")
+    # the HLO temporaries (and those of no type) by op: add_3 and add_7 are one op, 80 MiB over fusion.2's 64
+    assert temps.title == ("the largest temporaries by op: `jit(step)/add` holds 80 MiB in 2 of the listed "
+                           "allocations")
+    assert temps.buffers == ("add.7",) and temps.precondition == "2 HLO temporaries of `jit(step)/add` in the error's list"
+    # outputs of 3 GiB, 1 GiB of them in argument buffers: 2 GiB could reuse the 6 GiB of arguments
+    assert donation.precondition == "outputs of 3 GiB share 1 GiB with 6 GiB of arguments"
+    assert donation.title == "donate the arguments whose updated value the program returns"
+    # the list names a backward pass (fusion.2) and one forward activation (fusion.1)
+    assert remat.title == "rematerialise the 1 listed forward activations kept for the backward pass"
+    assert remat.buffers == ("fusion.1",)
+
+
+def test_donation_from_an_oom_text_is_at_most_the_arguments_and_needs_unshared_outputs():
+    def donation(**kw):
+        return [lv.saving_bytes for lv in error_levers(_error(**kw)) if lv.key == "donation"]
+
+    args = (OomPart("arguments", 1 << 30),)
+    assert donation(output_bytes=3 << 30, requirement=args) == [1 << 30]  # nothing shared; 1 GiB of arguments
+    assert donation(output_bytes=3 << 30, output_shared_bytes=3 << 30, requirement=args) == []  # all shared
+    assert donation(output_bytes=3 << 30, requirement=(OomPart("arguments", None),)) == []  # size unknown
+    assert donation(output_bytes=3 << 30) == [] and donation(requirement=args) == []
+
+
+def test_temporaries_of_equal_size_take_the_later_op_name_and_remat_needs_both_passes():
+    tie = (_allocation(1, MIB, op_name="b"), _allocation(2, MIB, op_name="a"))
+    [lever] = error_levers(_error(allocations=tie))
+    assert lever.title.startswith("the largest temporaries by op: `b` holds 1 MiB in 1 ")
+    forward_only = (_allocation(1, MIB, op_name="jit(f)/jvp()/dot", allocation_type="output"),)
+    assert error_levers(_error(allocations=forward_only)) == []  # no backward pass, no temporary
+
+
+def test_an_oom_text_alone_gets_its_cheapest_sufficient_lever():
+    error = _error(allocations=LISTED, required_bytes=17 << 30, available_bytes=(17 << 30) - 30 * MIB)
+    analysis = oom_analysis(error)
+    assert analysis.error is error and [lv.key for lv in analysis.levers][:3] == ["padding"] * 3
+    assert analysis.first == "temporaries"  # 30 MiB over: the padding levers free at most 5 MiB each
+    exact = oom_analysis(replace(error, exceeded_by_bytes=80 * MIB - 1))
+    assert exact.first == "temporaries"  # 80 MiB frees 80 MiB - 1 B, and one more byte
+    assert oom_analysis(replace(error, exceeded_by_bytes=80 * MIB)).first == ""  # none frees 80 MiB + 1 B alone
+    assert oom_analysis(replace(error, space="vmem")).levers == ()  # VMEM texts: no HBM levers
+    assert oom_analysis(_error()).levers == () and oom_analysis(_error()).first == ""
+
+
+def test_profile_memory_timelines_keep_the_hosts_order_and_add_the_unread_files():
+    from tpudiag.analysis.memory_timeline import profile_memory_timelines
+    from tpudiag.model.allocator import HostMemoryTimeline
+    from tpudiag.model.profile import HostFailure
+
+    a, b = (HostMemoryTimeline(host=h, path=h, allocators=(), warnings=()) for h in ("a", "b"))
+    bad, unread = HostFailure("c", "damaged"), HostFailure("d", "unreadable")
+    hosts = [SimpleNamespace(memory_timeline=t) for t in (b, bad, a)]
+    assert profile_memory_timelines(SimpleNamespace(hosts=hosts, failures=[unread])) == ([b, a], [bad, unread])
+    assert profile_memory_timelines(SimpleNamespace(hosts=[], failures=[unread])) is None  # not asked to
+    assert profile_memory_timelines(SimpleNamespace(hosts=hosts + [SimpleNamespace(memory_timeline=None)],
+                                                    failures=[])) is None

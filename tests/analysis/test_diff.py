@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,10 +19,10 @@ from tests.analysis.diff_designs import OPS, US, design, op_defs, write
 from tests.conftest import REPO
 from tpudiag.analysis.diff import (NoiseOptions, PartKind, StepStats, bootstrap_ci, compare, compare_steps,
                                   diff_analyses, hlo_fingerprint)
-from tpudiag.analysis.profile_analysis import analyze
+from tpudiag.analysis.profile_analysis import Analysis, analyze
 from tpudiag.model.findings import Finding, Saving, Severity
 from tpudiag.parsers.capture import load_capture
-from tpudiag.writers.tpu_design import OpDef
+from tpudiag.writers.tpu_design import CaptureDesign, OpDef
 
 EXAMPLE = REPO / "examples" / "captures" / "train_v6e_4chip"
 
@@ -24,19 +31,47 @@ def analysed(path):
     return analyze(load_capture(path))
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("diff")
+# Captures analysed so far in this process, by name: the tests that share one analyse it once, and a
+# mutation tester's forked runs inherit what its timing run analysed (docs/testing.md). `diff` never
+# writes into an analysis. Written under one directory for the process, removed when it exits.
+_ANALYSED: dict[str, Analysis] = {}
+_ROOT: list[Path] = []
+
+
+def _root() -> Path:
+    if not _ROOT:
+        _ROOT.append(Path(tempfile.mkdtemp(prefix="tpudiag-diff-")))
+        owner = os.getpid()
+
+        def remove() -> None:
+            if os.getpid() == owner:  # not in a forked child, which may exit before its parent
+                shutil.rmtree(_ROOT[0], ignore_errors=True)
+
+        atexit.register(remove)
+    return _ROOT[0]
+
+
+def analysed_design(key: str, make: Callable[[], CaptureDesign]) -> Analysis:
+    """The design `make()` gives, written and analysed once per process under the name `key`."""
+    if key not in _ANALYSED:
+        _ANALYSED[key] = analysed(write(_root(), key, make()))
+    return _ANALYSED[key]
+
+
+@pytest.fixture
+def runs():
     return {
-        "base": analysed(write(root, "base", design(seed=1))),
-        "noise": analysed(write(root, "noise", design(seed=2))),  # same program, other ±1 % jitter
-        "slow": analysed(write(root, "slow", design(seed=3, scale={"fusion.1": 1.2}))),  # matmul 20 % slower
-        "fast": analysed(write(root, "fast", design(seed=4, scale={"fusion.2": 0.7}))),  # elementwise 30 % faster
+        "base": analysed_design("base", lambda: design(seed=1)),
+        "noise": analysed_design("noise", lambda: design(seed=2)),  # same program, other ±1 % jitter
+        "slow": analysed_design("slow", lambda: design(seed=3, scale={"fusion.1": 1.2})),  # matmul 20 % slower
+        "fast": analysed_design("fast", lambda: design(seed=4, scale={"fusion.2": 0.7})),  # elementwise 30 % faster
     }
 
 
 def test_a_capture_against_itself_reports_no_change():
-    a, b = analysed(EXAMPLE), analysed(EXAMPLE)
+    if "example" not in _ANALYSED:
+        _ANALYSED["example"], _ANALYSED["example again"] = analysed(EXAMPLE), analysed(EXAMPLE)
+    a, b = _ANALYSED["example"], _ANALYSED["example again"]
     d = diff_analyses(a, b, [], [])
     assert not d.has_changes
     assert d.step_time.delta_ps == 0 and d.step_time.verdict == "within noise"
@@ -76,9 +111,13 @@ def test_a_faster_op_has_a_negative_change(runs):
     assert d.step_time.verdict == "faster"
 
 
-def test_ops_that_appear_and_disappear(tmp_path, runs):
+def _swapped():
     durations = {"fusion.1": 3000 * US, "fusion.2": 1000 * US, "copy.9": 250 * US}  # all-reduce.1 gone
-    new = analysed(write(tmp_path, "new", design(seed=5, durations=durations)))
+    return analysed_design("swapped", lambda: design(seed=5, durations=durations))
+
+
+def test_ops_that_appear_and_disappear(runs):
+    new = _swapped()
     d = diff_analyses(runs["base"], new)
     assert [o.name for o in d.appeared] == ["copy.9"]
     assert d.appeared[0].time_ps == pytest.approx(250 * US, rel=0.02)
@@ -86,7 +125,7 @@ def test_ops_that_appear_and_disappear(tmp_path, runs):
     assert {c.name: c.change for c in d.collectives}["all-reduce"].verdict == "faster"
 
 
-def test_a_renamed_op_is_matched_by_its_hlo_fingerprint(tmp_path):
+def test_a_renamed_op_is_matched_by_its_hlo_fingerprint():
     # XLA renumbers fusions between compilations; the instruction itself is the same.
     def ops(matmul_name: str, operand: str):
         base = op_defs(["fusion.1", "fusion.2", "all-reduce.1"])
@@ -97,9 +136,9 @@ def test_a_renamed_op_is_matched_by_its_hlo_fingerprint(tmp_path):
         return (renamed,) + base[1:]
 
     durations = {"fusion.7": 3000 * US, "fusion.2": 1000 * US, "all-reduce.1": 500 * US}
-    base = analysed(write(tmp_path, "a", design(seed=1, durations=durations, op_list=ops("fusion.7", "param.1"))))
-    durations = {"fusion.9": 3000 * US, "fusion.2": 1000 * US, "all-reduce.1": 500 * US}
-    new = analysed(write(tmp_path, "b", design(seed=2, durations=durations, op_list=ops("fusion.9", "param.4"))))
+    base = analysed_design("fusion.7", lambda: design(seed=1, durations=durations, op_list=ops("fusion.7", "param.1")))
+    renamed = {"fusion.9": 3000 * US, "fusion.2": 1000 * US, "all-reduce.1": 500 * US}
+    new = analysed_design("fusion.9", lambda: design(seed=2, durations=renamed, op_list=ops("fusion.9", "param.4")))
     d = diff_analyses(base, new)
     matched = {o.name: o for o in d.ops}
     assert matched["fusion.9"].base_name == "fusion.7"
@@ -274,9 +313,8 @@ def test_the_parts_of_a_change_add_up_to_it_and_the_planted_op_leads(runs):
     assert set(families) == {"all-reduce"} and not families["all-reduce"].change.significant
 
 
-def test_ops_that_went_away_and_appeared_are_parts_of_the_change(tmp_path, runs):
-    durations = {"fusion.1": 3000 * US, "fusion.2": 1000 * US, "copy.9": 250 * US}  # all-reduce.1 gone
-    d = diff_analyses(runs["base"], analysed(write(tmp_path, "new", design(seed=5, durations=durations))))
+def test_ops_that_went_away_and_appeared_are_parts_of_the_change(runs):
+    d = diff_analyses(runs["base"], _swapped())  # all-reduce.1 gone, copy.9 new
     parts = {(p.kind, p.name): p for p in d.attribution.parts}
     assert parts[(PartKind.APPEARED, "copy.9")].delta_ps == pytest.approx(250 * US, rel=0.02)
     # A collective counts in its family: the all-reduce that went away is the family's -500 µs.
@@ -300,27 +338,32 @@ def _renamed_design(seed: int, names: dict[str, str], source: str = "model.py:43
     return design(seed=seed, durations=durations, op_list=tuple(defs))
 
 
-def test_a_recompiled_fusion_pairs_by_source_line_jax_op_and_shape(tmp_path):
-    base = analysed(write(tmp_path, "a", _renamed_design(1, {})))
+def _before_rename():
+    return analysed_design("before rename", lambda: _renamed_design(1, {}))
+
+
+def _renamed():
     # other name, other HLO text (the fingerprint differs: it has two operands, not one)
-    new_design = _renamed_design(2, {"fusion.1": "subtract_convert_fusion.2"})
-    new = analysed(write(tmp_path, "b", new_design))
+    return analysed_design("renamed", lambda: _renamed_design(2, {"fusion.1": "subtract_convert_fusion.2"}))
+
+
+def test_a_recompiled_fusion_pairs_by_source_line_jax_op_and_shape():
+    base, new = _before_rename(), _renamed()
     d = diff_analyses(base, new)
     pair = {o.name: o for o in d.ops}["subtract_convert_fusion.2"]
     assert (pair.base_name, pair.matched_by) == ("fusion.1", "source line")
     assert not d.appeared and not d.disappeared
 
 
-def test_a_recompiled_fusion_at_another_line_does_not_pair(tmp_path):
-    base = analysed(write(tmp_path, "a", _renamed_design(1, {})))
-    new = analysed(write(tmp_path, "b", _renamed_design(2, {"fusion.1": "fusion.77"}, source="model.py:44")))
+def test_a_recompiled_fusion_at_another_line_does_not_pair():
+    base = _before_rename()
+    new = analysed_design("moved", lambda: _renamed_design(2, {"fusion.1": "fusion.77"}, source="model.py:44"))
     d = diff_analyses(base, new)
     assert [o.name for o in d.appeared] == ["fusion.77"] and [o.name for o in d.disappeared] == ["fusion.1"]
 
 
-def test_a_finding_on_a_renamed_op_is_the_same_finding(tmp_path):
-    base = analysed(write(tmp_path, "a", _renamed_design(1, {})))
-    new = analysed(write(tmp_path, "b", _renamed_design(2, {"fusion.1": "subtract_convert_fusion.2"})))
+def test_a_finding_on_a_renamed_op_is_the_same_finding():
+    base, new = _before_rename(), _renamed()
     d = diff_analyses(base, new, [_finding("spill", ("fusion.1",), 0), _finding("spill", ("fusion.2",), 0)],
                       [_finding("spill", ("subtract_convert_fusion.2",), 0), _finding("spill", ("all-reduce.1",), 0),
                        _finding("spill", ("fusion.2",), 0)])
@@ -349,9 +392,9 @@ def _stepless(seed: int, scale: dict[str, float] | None = None):
     return replace(d, steps_line=False, modules_line=False)
 
 
-def test_captures_without_steps_compare_op_totals_per_core(tmp_path):
-    base = analysed(write(tmp_path, "a", _stepless(1)))
-    new = analysed(write(tmp_path, "b", _stepless(2, {"fusion.1": 1.5})))
+def test_captures_without_steps_compare_op_totals_per_core():
+    base = analysed_design("stepless", lambda: _stepless(1))
+    new = analysed_design("stepless, slower", lambda: _stepless(2, {"fusion.1": 1.5}))
     assert base.steps.empty and new.steps.empty  # no Steps line and no module executions
     d = diff_analyses(base, new)
     assert not d.per_step and d.step_time is None and d.attribution is None

@@ -18,6 +18,15 @@ def test_nest_subtracts_direct_children_only():
     assert partial == 0
 
 
+def test_nest_is_exact_ten_hours_into_a_capture():
+    # At 2^55 ps (10 hours) a float64 holds only every 8th ps: a 1 ps op starting 9 ps into a 10 ps
+    # parent would start where the parent ends (both round to t + 8). In int64 ps it nests: the
+    # parent keeps 9 ps.
+    t = 2**55
+    self_ps, depth, partial = nest(np.array([t, t + 9], dtype=np.int64), np.array([10, 1], dtype=np.int64))
+    assert self_ps.tolist() == [9, 1] and depth.tolist() == [0, 1] and partial == 0
+
+
 def test_nest_flat_line_is_untouched():
     start = np.array([0, 10, 30], dtype=np.int64)
     dur = np.array([10, 20, 5], dtype=np.int64)
@@ -95,6 +104,10 @@ def test_nest_whole_steps_inside_a_while_loop():
     assert depth.tolist() == [0, 1, 2, 1, 2, 1, 2, 0]
     assert self_ps.tolist() == [100, 200, 100, 250, 50, 290, 10, 50]
     assert partial == 0
+    # The stack walk (the reference, and the path for partial overlaps) gives the events table's dtypes too
+    walked = nest_walk(start, dur)
+    assert walked[0].tolist() == self_ps.tolist() and walked[1].tolist() == depth.tolist() and walked[2] == 0
+    assert (self_ps.dtype, depth.dtype, walked[0].dtype, walked[1].dtype) == (np.int64, np.int16, np.int64, np.int16)
 
 
 @settings(max_examples=300, deadline=None)

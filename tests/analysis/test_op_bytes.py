@@ -148,3 +148,92 @@ def test_transformer_conv_fusions_at_1024_flop_per_byte_are_its_token_count():
     assert op["hbm_intensity"] == 1024
     convs = ops[ops["category"].astype(str) == "convolution fusion"]["hbm_intensity"].dropna()
     assert len(set(convs.round(1))) > 1  # not all at one value
+
+
+# A slice brought into VMEM by a generic async pair (`slice-start` printed `async-start(...)`), read by
+# a fusion: f32[8,128] is 8 x 128 x 4 = 4,096 B, the whole operand f32[1024,128] 512 KiB.
+SLICE = {
+    "slice-start": "%slice-start = ((f32[1024,128]{1,0:T(8,128)}), f32[8,128]{1,0:T(8,128)S(1)}, s32[]{:S(2)}) "
+                   "async-start(f32[1024,128]{1,0:T(8,128)} %p), calls=%c",
+    "slice-done": "%slice-done = f32[8,128]{1,0:T(8,128)S(1)} async-done(((f32[1024,128]{1,0:T(8,128)}), "
+                  "f32[8,128]{1,0:T(8,128)S(1)}, s32[]{:S(2)}) %slice-start)",
+    "use": "%use = f32[8,128]{1,0:T(8,128)} fusion(f32[8,128]{1,0:T(8,128)S(1)} %slice-done), kind=kLoop",
+}
+
+
+def test_a_slice_pair_moves_its_slice_once_and_its_reader_counts_it_copied():
+    got = op_bytes(_meta(SLICE)).set_index("name")
+    start, done, use = got.loc["slice-start"], got.loc["slice-done"], got.loc["use"]
+    # the destination is the array after the operands' tuple; it reads its slice, not the 512 KiB operand
+    assert start["moves"] == "hbm->vmem"
+    assert start[["hbm_read_bytes", "hbm_write_bytes", "vmem_read_bytes", "vmem_write_bytes"]].tolist() == [
+        4096, 0, 0, 4096]
+    assert done[list(got.columns[1:-1])].sum() == 0 and done["moves"] == ""
+    assert use[["hbm_write_bytes", "vmem_read_bytes", "copied_hbm_bytes"]].tolist() == [4096, 4096, 4096]
+    assert use["moves"] == "" and use["hbm_read_bytes"] == 0
+
+
+def test_other_async_starts_and_plain_ops_move_nothing():
+    texts = {
+        "all-gather-start": "%all-gather-start = (f32[8]{0}, f32[32]{0}) all-gather-start(f32[8]{0} %x)",
+        # a generic async pair around something other than a copy or slice
+        "call-start": "%call-start = ((f32[8]{0}), f32[8]{0:S(1)}) async-start(f32[8]{0} %x), calls=%c",
+        "bc": "%bc = f32[8,128]{1,0} bitcast(f32[1024]{0} %x)",
+        "noeq": "not an instruction",
+    }
+    got = op_bytes(_meta(texts)).set_index("name")
+    assert (got["moves"] == "").all()
+    # all-gather: reads its 32 B shard, writes its tuple (8 + 32 floats: 160 B)
+    assert got.loc["all-gather-start", ["hbm_read_bytes", "hbm_write_bytes"]].tolist() == [32, 160]
+    # as an op, not a move: reads 32 B in HBM, writes its tuple's arrays (32 B in HBM, 32 B in VMEM)
+    assert got.loc["call-start", ["hbm_read_bytes", "hbm_write_bytes", "vmem_write_bytes"]].tolist() == [32, 32, 32]
+    assert got.loc["bc", ["hbm_read_bytes", "hbm_write_bytes"]].tolist() == [4096, 4096]
+    assert got.loc["noeq", list(got.columns[1:-1])].sum() == 0
+
+
+def test_vmem_brought_otherwise_than_by_a_copy_from_hbm_is_not_counted():
+    texts = dict(PREFETCH)
+    # a copy from VMEM to VMEM, a constant made in VMEM, and a chain longer than 3 recorded ops
+    texts["copy-start.1"] = ("%copy-start.1 = (f32[256]{0:S(1)}, f32[256]{0:S(1)}, u32[]{:S(2)}) "
+                             "copy-start(f32[256]{0:S(1)} %v)")
+    texts["copy-done.1"] = ("%copy-done.1 = f32[256]{0:S(1)} copy-done((f32[256]{0:S(1)}, f32[256]{0:S(1)}, "
+                            "u32[]{:S(2)}) %copy-start.1)")
+    texts["on-chip"] = "%on-chip = f32[256]{0:S(1)} fusion(f32[256]{0:S(1)} %copy-done.1)"
+    texts["made"] = "%made = f32[256]{0:S(1)} constant({...})"
+    texts["from-made"] = "%from-made = f32[256]{0} fusion(f32[256]{0:S(1)} %made)"
+    chain = "bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)}"
+    previous = "copy-done"
+    for i in range(1, 6):
+        texts[f"c{i}"] = f"%c{i} = {chain} copy({chain} %{previous})"
+        previous = f"c{i}"
+    got = op_bytes(_meta(texts)).set_index("name")["copied_hbm_bytes"]
+    assert got["on-chip"] == 0 and got["from-made"] == 0
+    # c1 reads the copy-done itself; c2..c4 reach it through 1..3 recorded ops; c5 through 4: too deep
+    assert got[["c1", "c2", "c3", "c4", "c5"]].tolist() == [WEIGHTS, WEIGHTS, WEIGHTS, WEIGHTS, 0]
+
+
+def test_tuple_elements_are_asked_per_program_once_and_only_when_needed():
+    asked = []
+
+    def elements(pid):
+        asked.append(pid)
+        return {"gte": ("tuple_fusion", 5)}  # an index past the producer's results
+
+    texts = dict(PREFETCH)
+    texts["tuple_fusion"] = ("%tuple_fusion = (bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)}) "
+                             "fusion(bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)} %copy-done)")
+    texts["reader"] = "%reader = f32[4]{0} fusion(bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)} %gte, f32[4]{0:S(1)} %gone)"
+    meta = pd.concat([_meta(texts), _meta(PREFETCH).assign(program_id=7)], ignore_index=True)
+    got = op_bytes(meta, elements)
+    # each program asked once with its own id, though it lacks several names (`gte`, `gone`, `param`)
+    assert asked == [1, 7]
+    assert got.set_index(["program_id", "name"]).loc[(1, "reader"), "copied_hbm_bytes"] == 0
+    assert got.set_index(["program_id", "name"]).loc[(7, "fusion.18"), "copied_hbm_bytes"] == WEIGHTS
+    assert len(got) == len(texts) + len(PREFETCH)
+
+
+def test_no_metadata_gives_the_columns_empty():
+    got = op_bytes(_meta({}))
+    assert list(got.columns) == ["program_id", "name", "hbm_read_bytes", "hbm_write_bytes", "vmem_read_bytes",
+                                 "vmem_write_bytes", "host_read_bytes", "host_write_bytes", "copied_hbm_bytes", "moves"]
+    assert got.empty and str(got["hbm_read_bytes"].dtype) == "float64" and got["moves"].dtype == object

@@ -157,3 +157,14 @@ def test_factorize_runs_equals_pandas(case):
     np.testing.assert_array_equal(codes, want_codes)
     np.testing.assert_array_equal(uniques, want_uniques)
     assert uniques.dtype == want_uniques.dtype
+
+
+def test_heads_are_where_any_key_changes():
+    from tpudiag.model.grouping import heads
+
+    # Rows sorted by (a, b): a new run at 1 (b 0 -> 1), at 2 (a 1 -> 2, b stays 1), at 4 (b 1 -> 3)
+    a, b = np.array([1, 1, 2, 2, 2]), np.array([0, 1, 1, 1, 3])
+    assert heads([a, b]).tolist() == [0, 1, 2, 4]
+    assert heads([a]).tolist() == [0, 2] and heads([b]).tolist() == [0, 1, 4]
+    assert heads([a[:1], b[:1]]).tolist() == [0]
+    assert heads([a[:0], b[:0]]).tolist() == [] and heads([]).tolist() == []

@@ -270,3 +270,187 @@ def test_shapes_that_share_no_m_or_no_batch_are_no_matmul():
     assert matmul_from_shapes((8, 16), (4, 32), (4, 16)) is None          # lhs holds no M (8)
     assert matmul_from_shapes((4, 8, 16), (4, 8, 32), (2, 32, 16)) is None  # rhs batch 2, not 4
     assert matmul_from_shapes((4, 8, 16), (2, 8, 32), (4, 32, 16)) is None  # lhs batch 2, not 4
+
+
+def test_a_matmul_in_words_and_its_flops():
+    # The issue's fusion.198: K is 8 x 128 = 1024, one product (no batch shown)
+    conv = Matmul(instruction="convolution.55", computation="c", opcode="convolution", m_dims=(512,),
+                  n_dims=(256,), k_dims=(8, 128), batch_dims=(1,), lhs_dtype="bf16", rhs_dtype="bf16",
+                  result_dtype="bf16", basis="dim_labels")
+    assert conv.describe() == "convolution.55: bf16 x bf16 -> bf16, M 512, N 256, K 1024 (8x128)"
+    assert conv.flops == 2 * 512 * 256 * 1024
+    batched = dataclasses.replace(conv, instruction="dot.1", m_dims=(16, 8), n_dims=(256,), k_dims=(512,),
+                                  batch_dims=(4, 2), lhs_dtype="f32", result_dtype="f32")
+    assert batched.describe() == "dot.1: f32 x bf16 -> f32, batch 8 (4x2), M 128 (16x8), N 256, K 512"
+    assert (batched.batch, batched.m, batched.n, batched.k) == (8, 128, 256, 512)
+    assert batched.flops == 2 * 8 * 128 * 256 * 512
+    assert dataclasses.replace(batched, batch_dims=(4,)).describe().startswith("dot.1: f32 x bf16 -> f32, batch 4, M")
+
+
+def test_an_ops_main_matmul_and_total():
+    small = _text_matmul("a", "dot", 8, 8, 8, (1,), "f32", "f32", "f32", "x")  # 1,024 FLOPs
+    big = _text_matmul("b", "dot", 8, 8, 16, (1,), "f32", "f32", "f32", "x")  # 2,048
+    same = _text_matmul("c", "dot", 8, 16, 8, (1,), "f32", "f32", "f32", "x")  # 2,048, later
+    math = OpMath(op="fusion.1", opcode="fusion", matmuls=(small, big, same))
+    assert math.main is big and math.matmul_flops == 1024 + 2048 + 2048
+    assert OpMath(op="f", opcode="fusion", matmuls=()).main is None
+    assert OpMath(op="f", opcode="fusion", matmuls=()).matmul_flops == 0
+
+
+def test_a_programs_math_is_found_by_name_once():
+    program = ProgramMath(parse_hlo_text(CUSTOM_CALLS))
+    assert "kernel" in program and "c" in program and "nope" not in program
+    assert program.get("nope") is None
+    first = program.get("kernel")
+    assert first.matmuls[0].m == 128 and program.get("kernel") is first  # worked out once
+    assert program.get("c") == OpMath(op="c", opcode="parameter", matmuls=())
+
+
+def test_a_program_dot_carries_its_jax_op_name():
+    from tpudiag.model.matmuls import instruction_matmul
+    program = parse_hlo_text("""HloModule m
+
+ENTRY %main (a: f32[8,16], b: f32[16,32]) -> f32[8,32] {
+  %a = f32[8,16]{1,0} parameter(0)
+  %b = f32[16,32]{1,0} parameter(1)
+  ROOT %dot.1 = f32[8,32]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(f)/dot_general"}
+}
+""")
+    mm = instruction_matmul(program, program.find("dot.1"))
+    assert (mm.m, mm.n, mm.k, mm.op_name, mm.computation) == (8, 32, 16, "jit(f)/dot_general", "main")
+
+
+def test_a_trace_convolution_line_reads_its_input_and_kernel_apart():
+    # b01f input bf16[2,10,10,3], 01io kernel f32[3,3,3,16], output [2,8,8,16]: M = 2 x 8 x 8 = 128 rows,
+    # N 16 features, K = 3 input features x 3 x 3 taps = 27; the dtypes are the input's and the kernel's.
+    math = op_math_from_text("convolution.2", "%convolution.2 = f32[2,8,8,16]{3,2,1,0} convolution(bf16[2,10,10,3]"
+                             "{3,2,1,0} %x, f32[3,3,3,16]{3,2,1,0} %w), window={size=3x3}, dim_labels=b01f_01io->b01f")
+    assert math == OpMath(op="convolution.2", opcode="convolution", matmuls=(Matmul(
+        instruction="convolution.2", computation="", opcode="convolution", m_dims=(2, 8, 8), n_dims=(16,),
+        k_dims=(3, 3, 3), batch_dims=(1,), lhs_dtype="bf16", rhs_dtype="f32", result_dtype="f32",
+        basis="dim_labels"),))
+
+
+def _conv_1d(lhs: str, rhs: str, out: str, window: str):
+    """A 1-D convolution's line as a trace's op metadata gives it (input b0f, kernel 0io, output b0f)."""
+    return op_math_from_text("convolution.1", f"%convolution.1 = f32[{out}]{{2,1,0}} convolution(f32[{lhs}]{{2,1,0}} "
+                             f"%x, f32[{rhs}]{{2,1,0}} %w), window={{{window}}}, dim_labels=b0f_0io->b0f").main
+
+
+def test_a_window_is_enumerated_up_to_two_to_the_sixteen_cells():
+    # 16,385 inputs dilated by 2 span 32,769 positions; a window of 2 gives 32,768 outputs, each of which
+    # reads one real element (the other tap falls in a dilation hole): 32,768 x 2 = 2^16 cells, still
+    # enumerated, so K is the 8 input features x 1 real tap.
+    mm = _conv_1d("1,16385,8", "2,8,16", "1,32768,16", "size=2 lhs_dilate=2")
+    assert (mm.batch, mm.m, mm.n, mm.k) == (1, 32768, 16, 8)
+    # 40,000 inputs: 79,998 outputs x 2 taps is past 2^16: not enumerated, every tap counts (K 8 x 2),
+    # and the outputs stay rows (M), never a batch
+    mm = _conv_1d("1,40000,8", "2,8,16", "1,79998,16", "size=2 lhs_dilate=2")
+    assert (mm.batch, mm.m, mm.n, mm.k) == (1, 79998, 16, 16)
+
+
+def test_a_convolution_with_an_empty_output_does_no_work():
+    mm = _conv_1d("1,0,8", "1,8,16", "1,0,16", "size=1")
+    assert mm.m == 0 and mm.n == 16 and mm.flops == 0
+
+
+CUSTOM_CALL_WITH_A_TUPLE = """\
+HloModule m
+
+ENTRY %main (a: bf16[128,512], b: bf16[512,256], t: (f32[8], f32[8])) -> f32[128,256] {
+  %a = bf16[128,512]{1,0} parameter(0)
+  %b = bf16[512,256]{1,0} parameter(1)
+  %t = (f32[8]{0}, f32[8]{0}) parameter(2)
+  %plain = f32[128,256]{1,0} custom-call(%a, %b), custom_call_target="tpu_custom_call"
+  ROOT %kernel = f32[128,256]{1,0} custom-call(%a, %b, %t), custom_call_target="tpu_custom_call"
+}
+"""
+
+
+def test_a_custom_call_with_a_third_operand_that_is_no_array_is_no_matmul():
+    # Two of its three operands compose as [128,512] x [512,256], but the call takes a third (a tuple):
+    # the shapes alone do not say it is that matmul.
+    from tpudiag.model.matmuls import instruction_matmul
+    program = parse_hlo_text(CUSTOM_CALL_WITH_A_TUPLE)
+    assert instruction_matmul(program, program.find("kernel")) is None
+    # The same two operands alone: one unbatched 128 x 512 x 256 product
+    plain = instruction_matmul(program, program.find("plain"))
+    assert (plain.batch_dims, plain.m, plain.n, plain.k) == ((1,), 128, 256, 512)
+
+
+DOT_PLUS_A_SQUARE = """\
+HloModule m
+
+%fused (p0: f32[8,16], p1: f32[16,8]) -> f32[8,8] {
+  %p0 = f32[8,16]{1,0} parameter(0)
+  %p1 = f32[16,8]{1,0} parameter(1)
+  %dot = f32[8,8]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %slice = f32[8,8]{1,0} slice(%p0), slice={[0:8], [0:8]}
+  %square = f32[8,8]{1,0} multiply(%slice, %slice)
+  ROOT %sum = f32[8,8]{1,0} add(%dot, %square)
+}
+
+%fused_root (q0: f32[8,16], q1: f32[16,8]) -> f32[8,8] {
+  %q0 = f32[8,16]{1,0} parameter(0)
+  %q1 = f32[16,8]{1,0} parameter(1)
+  ROOT %dot.2 = f32[8,8]{1,0} dot(%q0, %q1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (a: f32[8,16], b: f32[16,8]) -> (f32[8,8], f32[8,8]) {
+  %a = f32[8,16]{1,0} parameter(0)
+  %b = f32[16,8]{1,0} parameter(1)
+  %fusion.1 = f32[8,8]{1,0} fusion(%a, %b), kind=kOutput, calls=%fused
+  %fusion.2 = f32[8,8]{1,0} fusion(%a, %b), kind=kOutput, calls=%fused_root
+  ROOT %t = (f32[8,8]{1,0}, f32[8,8]{1,0}) tuple(%fusion.1, %fusion.2)
+}
+"""
+
+
+def test_a_fusions_matmul_feeds_its_one_output_however_the_graph_reaches_it():
+    # fusion.1 returns dot + slice^2: the walk from the root meets `slice` twice before it reaches the
+    # dot, which still feeds the output; fusion.2's root is the dot itself.
+    program = ProgramMath(parse_hlo_text(DOT_PLUS_A_SQUARE))
+    (mm,) = program.get("fusion.1").matmuls
+    assert (mm.instruction, mm.feeds, mm.m, mm.k) == ("dot", (0,), 8, 16)
+    (root,) = program.get("fusion.2").matmuls
+    assert (root.instruction, root.feeds) == ("dot.2", (0,))
+
+
+def _nested(levels: int) -> str:
+    """A fusion whose computation holds a fusion, and so on `levels` computations deep; the last one a dot."""
+    comps = []
+    for i in range(levels, 0, -1):
+        body = ("  ROOT %dot = f32[8,8]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+                if i == levels else f"  ROOT %inner.{i} = f32[8,8]{{1,0}} fusion(%p0, %p1), kind=kOutput, calls=%c{i + 1}")
+        comps.append(f"%c{i} (p0: f32[8,16], p1: f32[16,8]) -> f32[8,8] {{\n  %p0 = f32[8,16]{{1,0}} parameter(0)\n"
+                     f"  %p1 = f32[16,8]{{1,0}} parameter(1)\n{body}\n}}\n")
+    return ("HloModule m\n\n" + "\n".join(comps) + "\nENTRY %main (a: f32[8,16], b: f32[16,8]) -> f32[8,8] {\n"
+            "  %a = f32[8,16]{1,0} parameter(0)\n  %b = f32[16,8]{1,0} parameter(1)\n"
+            "  ROOT %fusion.1 = f32[8,8]{1,0} fusion(%a, %b), kind=kOutput, calls=%c1\n}\n")
+
+
+def test_fusions_nested_eight_deep_are_followed_and_deeper_is_a_damaged_program():
+    # fusion.1 calls c1; c1 holds a fusion calling c2, and so on: with 8 fusions nested inside fusion.1
+    # (9 computations) the dot is found; one more is past `_MAX_DEPTH` and read as a damaged program.
+    found = _program(_nested(9)).get("fusion.1").matmuls
+    assert [(mm.instruction, mm.computation, mm.feeds) for mm in found] == [("dot", "c9", (0,))]
+    assert _program(_nested(10)).get("fusion.1").matmuls == ()
+
+
+def test_a_fusion_calling_a_computation_the_program_lacks_has_no_matmul():
+    text = _nested(1).replace("calls=%c1", "calls=%missing")
+    assert _program(text).get("fusion.1").matmuls == ()
+
+
+def test_a_dot_whose_value_reaches_no_output_feeds_none():
+    text = _nested(1).replace("  ROOT %dot =", "  %dead = f32[8,8]{1,0} negate(%p0)\n  %dot =").replace(
+        "rhs_contracting_dims={0}\n}", "rhs_contracting_dims={0}\n  ROOT %out = f32[8,8]{1,0} negate(%dead)\n}", 1)
+    assert [(mm.instruction, mm.feeds) for mm in _program(text).get("fusion.1").matmuls] == [("dot", ())]
+
+
+def test_a_batch_grouped_convolution_is_one_matmul_per_group():
+    # batch_group_count=2 (a weight gradient): input batch 4 in 2 groups gives output batch 2; each
+    # group is M = 2 x 8 positions, N = 6 / 2 = 3 features, K = 8 input features x 3 taps.
+    mm = op_math_from_text("convolution.3", "%convolution.3 = f32[2,6,8]{2,1,0} convolution(f32[4,8,10]{2,1,0} %x, "
+                           "f32[3,8,6]{2,1,0} %w), window={size=3}, dim_labels=bf0_0io->bf0, batch_group_count=2").main
+    assert (mm.batch_dims, mm.m_dims, mm.n_dims, mm.k_dims) == ((2,), (2, 8), (3,), (8, 3))

@@ -34,6 +34,8 @@ def test_rows_read_like_a_tuple(monkeypatch):
     assert rows[2:5] == expected[2:5] and rows[::2] == expected[::2] and rows[5:2] == ()
     assert rows == expected and expected == rows and rows != expected[:-1] and rows == _rows(7)
     assert hash(rows) == hash(expected)
+    # As a tuple: never equal to a string (not even an empty table to ''), nor to a number
+    assert _rows(0) == () and _rows(0) != "" and rows != "fusion.0" and rows != 7
     for bad in (7, -8):
         with pytest.raises(IndexError):
             rows[bad]

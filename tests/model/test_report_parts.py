@@ -44,6 +44,10 @@ def test_a_host_transfer_in_one_line():
     assert unknown.link_share is None
     assert unknown.line() == ("HBM to host: 1.5 GB per step (0.5 copies), waited 2.0 µs; the host link's bandwidth "
                               "for this chip is unknown")
+    # 0.6 or 1.4 copies a step are copies, not "1 copy"; 1.375 GB to three digits, the tie to even, is 1.38
+    assert _rate(transfers_per_step=0.6, dtypes=()).line().startswith("host to HBM: 16 GB per step (0.6 copies),")
+    assert _rate(transfers_per_step=1.4, bytes_per_step=1.375e9).line().startswith(
+        "host to HBM: 1.38 GB per step (1.4 copies, f32),")
 
 
 def _summary(**kw) -> Summary:

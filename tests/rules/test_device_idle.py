@@ -130,3 +130,89 @@ def test_main_cause_counts_device_infeed_as_input_and_prefers_a_named_cause_on_a
     assert main_cause(host({"unexplained": 300.0, "compilation": 300.0})) == "compilation"
     assert main_cause(host({"compilation": 300.0, "unexplained": 300.0})) == "compilation"
     assert main_cause(host({"unexplained": 300.0, "compilation": 299.0})) == "unexplained"
+
+
+def test_a_training_step_with_its_idle_under_a_device_to_host_copy_reads_whole(tmp_path: Path):
+    # By design: 2 chips, 5 steps of 10 ms, each ending in 1.5 ms of idle (15 %); the host sits in
+    # `TransferFromDevice` for the last 90 % of it (1.35 ms), nothing covers the first 150 µs. Every core
+    # and step alike, so the period is the step time and the least idle core's idle the mean's: no note.
+    (f,) = _run(sc.analyse(sc.idle_training(1500 * US, "TransferFromDevice"), tmp_path))
+    assert f.message == ("the TensorCores idle 1.50 ms of each 10.00 ms step (15.0%, inside steps): synchronisation "
+                         "(device-to-host waits) (90.0% of it)")
+    assert f.host == "host0" and f.saving.ps == 1500 * US
+    assert f.saving.explanation == "idle per step on `host0`, the host with the most; an upper bound"
+    assert [(e.subject, e.values) for e in f.evidence] == [
+        ("host0", (("idle per step", "1.50 ms"), ("share", "15.0%"), ("steps", "5"), ("synchronisation", "1.35 ms"),
+                   ("unexplained", "150.0 µs"), ("most idle step", "1 (1.50 ms)"))),
+        # The three steps with the most idle, all equal: the first three, in step order.
+        ("step 1", (("idle", "1.50 ms"), ("share", "15.0%"))), ("step 2", (("idle", "1.50 ms"), ("share", "15.0%"))),
+        ("step 3", (("idle", "1.50 ms"), ("share", "15.0%")))]
+    assert [e.subject for e in _run(sc.analyse(sc.idle_training(1500 * US, "TransferFromDevice"), tmp_path),
+                                    max_steps_shown=1)[0].evidence] == ["host0", "step 1"]
+
+
+# -- the step and idle notes, called directly --------------------------------------------------------
+
+def _noted(step_source=None, *, idle=(100, 200, 100, 200), durs=(1000, 900, 1200, 1100)):
+    """One host, cores 0 and 1, steps 0 and 1 (rows: core 0 step 0, core 1 step 0, core 0 step 1, core 1
+    step 1), times in µs."""
+    import pandas as pd
+    from types import SimpleNamespace
+
+    from tpudiag.model.profile import Platform
+
+    zeros = [0] * 4
+    steps = pd.DataFrame({"host": ["h0"] * 4, "core": [0, 1, 0, 1], "step": [0, 0, 1, 1],
+                          "dur_ps": [d * US for d in durs], "idle_ps": [i * US for i in idle], "compute_ps": zeros,
+                          "collective_ps": zeros, "io_ps": zeros, "host_transfer_ps": zeros})
+    sources = {} if step_source is None else {"h0": step_source}
+    return SimpleNamespace(platform=Platform.TPU, steps=steps, profile=SimpleNamespace(hosts=[object()]),
+                           step_sources=sources)
+
+
+def _host(period_us, idle_us):
+    from tpudiag.analysis.idle import HostIdle
+
+    return HostIdle("h0", 2, period_us * US, idle_us * US, 0.0, 0.0, 0.0, {}, 0, 0)
+
+
+def test_period_text_names_the_module_whose_executions_are_the_steps():
+    from tpudiag.model.profile import StepKind, StepSource
+    from tpudiag.rules.device_idle import period_text
+
+    executions = StepSource(StepKind.XLA_MODULES, module="jit_decode_step")
+    assert period_text(_noted(executions), _host(970.3, 0)) == "each 970.3 µs from one `jit_decode_step` start to the next"
+    assert period_text(_noted(StepSource(StepKind.STEPS_LINE)), _host(10_000, 0)) == "each 10.00 ms step"
+    assert period_text(_noted(None), _host(10_000, 0)) == "each 10.00 ms step"  # a host without a step source
+
+
+def test_basis_note_says_where_the_rules_step_and_idle_are_not_the_headers():
+    from tpudiag.model.profile import StepKind, StepSource
+    from tpudiag.rules.device_idle import basis_note
+
+    marked = StepSource(StepKind.STEPS_LINE)
+    # The header's step: the slowest core per step, 1,000 and 1,200 µs, mean 1.10 ms; the breakdown's idle:
+    # the mean of 100, 200, 100, 200 µs, 150 µs.
+    assert basis_note(_noted(marked), _host(1000, 100)) == (
+        "; the step time, 1.10 ms, is the slowest core's over every host; idle of the least idle core; the "
+        "breakdown's idle, 150.0 µs, is the mean over cores")
+    # Within half a percent of the step (5.5 µs) the period is the step; within 1 % the idle is the breakdown's.
+    assert basis_note(_noted(marked), _host(1095, 150)) == ""
+    assert basis_note(_noted(marked), _host(1105, 150)) == ""
+    assert basis_note(_noted(marked), _host(1094, 150)).startswith("; the step time, 1.10 ms, is the slowest")
+    assert basis_note(_noted(marked), _host(1106, 150)).startswith("; the step time, 1.10 ms, is the slowest")
+    # 1.49 µs apart: more than 1 % of the smaller idle (1.4851 µs), not of the larger (1.5 µs).
+    assert basis_note(_noted(marked), _host(1100, 148.51)) == ""
+    assert basis_note(_noted(marked), _host(1100, 148)) == (
+        "; idle of the least idle core; the breakdown's idle, 150.0 µs, is the mean over cores")
+    # Module executions: the header's step is one execution, the breakdown's idle is inside executions.
+    executions = StepSource(StepKind.XLA_MODULES, module="jit_decode_step")
+    assert basis_note(_noted(executions), _host(1100, 100)) == (
+        "; the step time, 1.10 ms, is one execution; idle of the least idle core; the breakdown's idle, 150.0 µs, "
+        "is inside executions, mean over cores")
+    # No step source for the host: not executions.
+    assert basis_note(_noted(None), _host(1100, 150)) == ""
+    # No steps at all: no header step or breakdown to differ from.
+    bare = _noted(marked)
+    bare.steps = bare.steps.iloc[:0]
+    assert basis_note(bare, _host(1100, 150)) == ""

@@ -91,3 +91,131 @@ def test_real_v6e_host_offload_capture():
 def test_options_validate():
     with pytest.raises(ValueError, match="min_share"):
         Options(min_share=2.0)
+
+
+# -- helpers called directly ------------------------------------------------------------------------
+
+def _rate(direction="host to HBM", *, achieved=19.2e9, link=32e9, dtypes=("f32",), above_link=False, per_step=1.0,
+          nbytes=134e6, wait_ps=5000 * US, ops=("copy-done",)):
+    from tpudiag.model.report import HostTransferRate
+
+    return HostTransferRate(direction, ops, per_step, nbytes, wait_ps, achieved, link, dtypes, above_link)
+
+
+def _program(module, limit, peak):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(module=module, hbm_limit_bytes=limit, hbm_peak_bytes=peak)
+
+
+def test_gigabytes_shown_to_three_significant_digits():
+    from tpudiag.rules.host_transfer_bound import _gb
+
+    assert _gb(134_217_728) == "0.134 GB"  # 128 MiB
+    assert _gb(16.1e9) == "16.1 GB" and _gb(12_345_678_901) == "12.3 GB" and _gb(0) == "0 GB"
+
+
+def test_hbm_room_is_the_tightest_program_that_runs_the_copies():
+    from tpudiag.rules.host_transfer_bound import HbmRoom, _hbm_room
+
+    memory = (_program("jit_a", 100, 60), _program("jit_b", 100, 90),  # 40 and 10 bytes free
+              _program("jit_c", 0, 10), _program("jit_d", None, 10),  # no limit known: skipped
+              _program("jit_e", 100, None),  # no buffer assignment: skipped
+              _program("jit_z", 100, 99))  # tightest, but runs none of the copies
+    modules = {"jit_a", "jit_b", "jit_c", "jit_d", "jit_e"}
+    assert _hbm_room(memory, modules) == HbmRoom("jit_b", 10, 100, 90)
+    assert _hbm_room(memory, {"jit_a"}) == HbmRoom("jit_a", 40, 100, 60)
+    # A peak of 0 is a buffer assignment (nothing live), not a missing one.
+    assert _hbm_room((_program("jit_0", 100, 0),), {"jit_0"}) == HbmRoom("jit_0", 100, 100, 0)
+    # Equal room: the first module by name, whatever the order of the programs.
+    tie = (_program("jit_y", 100, 50), _program("jit_x", 200, 150))
+    assert _hbm_room(tie, {"jit_x", "jit_y"}).module == "jit_x"
+    assert _hbm_room(memory, {"jit_c", "jit_d", "jit_e"}) is None and _hbm_room((), {"jit_a"}) is None
+
+
+def test_prefetched_bytes_fit_up_to_exactly_the_free_room():
+    from tpudiag.rules.host_transfer_bound import HbmRoom, _fits
+
+    room = HbmRoom("jit_f", 1000, 3000, 2000)
+    assert _fits(room, 1000) is True and _fits(room, 1001) is False and _fits(None, 1) is None
+
+
+def test_hbm_evidence_with_and_without_a_buffer_assignment():
+    from tpudiag.rules.host_transfer_bound import HbmRoom, _hbm_evidence
+
+    e = _hbm_evidence(None, 134e6)
+    assert e.subject == "HBM free" and e.values == (
+        ("at the program's peak", "unknown (no buffer assignment: the compiled HLO gives it)"),
+        ("prefetched/step", "0.134 GB"))
+    # The real offload capture's figures: jit_f peaks at 21.5 GB of 34.4 GB, 12.9 GB free; 16.1 GB prefetched.
+    room = HbmRoom("jit_f", 12_900_000_000, 34_400_000_000, 21_500_000_000)
+    assert _hbm_evidence(room, 16.1e9).values == (
+        ("program", "jit_f"), ("peak", "21.5 GB"), ("limit", "34.4 GB"), ("free at the peak", "12.9 GB"),
+        ("prefetched/step", "16.1 GB"), ("kept in HBM", "does not fit"))
+    assert dict(_hbm_evidence(room, 12.9e9).values)["kept in HBM"] == "fits"
+
+
+def test_each_lever_only_with_its_precondition():
+    from tpudiag.rules.host_transfer_bound import HbmRoom, _levers
+
+    fewer = "move fewer bytes: copy only the slices a step uses, or offload less"
+    # Nothing to overlap, nothing prefetched, bf16: only fewer bytes.
+    assert _levers((_rate(dtypes=("bf16",)),), 0.0, 5000 * US, 0.0, None) == [fewer]
+    # 2 ms of compute against a 5 ms wait hides up to 2 ms; 8 ms of it hides the whole 5 ms wait.
+    assert _levers((_rate(dtypes=()),), 2000 * US, 5000 * US, 0.0, None)[0] == (
+        "start the copies earlier so they overlap compute (the step has 2.00 ms of compute to hide up to 2.00 ms "
+        "behind)")
+    assert "(the step has 8.00 ms of compute to hide up to 5.00 ms behind)" in \
+        _levers((_rate(dtypes=()),), 8000 * US, 5000 * US, 0.0, None)[0]
+    # Prefetched bytes without a buffer assignment: the lever with its condition; with one, only if they fit.
+    assert _levers((_rate(dtypes=()),), 0.0, 5000 * US, 134e6, None) == [
+        "keep the prefetched arrays (0.134 GB per step) in HBM if they fit: free HBM is unknown without the "
+        "program's buffer assignment", fewer]
+    room = HbmRoom("jit_f", 2_000_000_000, 16_000_000_000, 14_000_000_000)
+    assert _levers((_rate(dtypes=()),), 0.0, 5000 * US, 1e9, room) == [
+        "keep the prefetched arrays in HBM: 1 GB fits in the 2 GB free at `jit_f`'s peak", fewer]
+    assert _levers((_rate(dtypes=()),), 0.0, 5000 * US, 3e9, room) == [fewer]
+    # Wide dtypes of every direction, each once, sorted.
+    rates = (_rate(dtypes=("f64", "bf16")), _rate("HBM to host", dtypes=("f32", "f64")))
+    assert _levers(rates, 0.0, 5000 * US, 0.0, None)[-1] == (
+        "keep offloaded state in a narrower dtype: the copies move f32/f64, bf16 halves the bytes where its "
+        "precision allows")
+
+
+def test_direction_text_rate_link_and_a_rate_not_shown():
+    from tpudiag.rules.host_transfer_bound import _direction_text
+
+    assert _direction_text(_rate()) == "host to HBM 0.134 GB per step at 19.2 GB/s per core (host link nominal 32 GB/s)"
+    assert _direction_text(_rate(link=None)) == "host to HBM 0.134 GB per step at 19.2 GB/s per core"
+    assert _direction_text(_rate("HBM to host", achieved=None, above_link=True)) == (
+        "HBM to host 0.134 GB per step (rate n/a: its windows imply more than the nominal link) (host link nominal "
+        "32 GB/s)")
+    assert _direction_text(_rate(achieved=None, link=None)) == "host to HBM 0.134 GB per step"
+
+
+def test_rate_values_with_unknowns():
+    from tpudiag.rules.host_transfer_bound import _rate_values
+
+    # 19.2 of 32 GB/s: 60.0 %.
+    assert _rate_values(_rate(per_step=1.5, ops=("copy-done", "copy-done.2"))) == (
+        ("copies/step", "1.5"), ("bytes/step", "0.134 GB"), ("waited/step", "5.00 ms"),
+        ("achieved (per core)", "19.2 GB/s"), ("host link (nominal)", "32 GB/s"), ("of nominal", "60.0%"),
+        ("dtypes", "f32"), ("ops", "copy-done, copy-done.2"))
+    v = dict(_rate_values(_rate(link=None, dtypes=("bf16", "f32"))))
+    assert (v["host link (nominal)"], v["of nominal"], v["dtypes"]) == ("unknown", "n/a", "bf16, f32")
+    assert dict(_rate_values(_rate(dtypes=())))["dtypes"] == "unknown"
+    assert dict(_rate_values(_rate(per_step=2 / 3)))["copies/step"] == "0.667"
+
+
+def test_op_waits_sum_one_direction_per_op():
+    import pandas as pd
+    from types import SimpleNamespace
+
+    from tpudiag.rules.host_transfer_bound import _op_waits
+
+    t = pd.DataFrame({"direction": pd.Categorical(["host to HBM", "host to HBM", "HBM to host", "host to HBM"]),
+                      "name": pd.Categorical(["copy-done", "copy-done", "copy-done.1", "copy-done.2"]),
+                      "wait_ps": [3.0, 4.0, 100.0, 1.0]})
+    a = SimpleNamespace(host_transfers=t)
+    assert _op_waits(a, _rate()) == {"copy-done": 7.0, "copy-done.2": 1.0}
+    assert _op_waits(a, _rate("HBM to host")) == {"copy-done.1": 100.0}

@@ -74,3 +74,53 @@ def test_idle_without_compilation_keeps_the_periodic_host_work_fix(tmp_path: Pat
                        if step == 1 else [])
     (f,) = _run(sc.analyse(hosted, tmp_path))
     assert "compiling" not in f.message and "periodic host work" in f.fix
+
+
+# -- helpers called directly ------------------------------------------------------------------------
+
+def test_period_of_outlier_steps_by_hand():
+    assert period([5, 10, 15, 20]) == 5 and period([30, 10, 20]) == 10  # sorted first
+    assert period([0, 2, 4]) == 2  # the shortest interval that is a period: every other step
+    assert period([10, 20, 30, 45]) is None  # one gap differs
+    assert period([1, 2, 3, 4]) is None  # consecutive steps are a run, not a period
+    assert period([]) is None and period([7]) is None
+
+
+def test_op_time_by_step_keeps_the_steps_and_drops_time_outside_them():
+    import pandas as pd
+    from types import SimpleNamespace
+
+    worst = pd.DataFrame({"step": [-1, 0, 0, 3], "name": ["copy.1", "fusion.1", "copy.1", "fusion.1"],
+                          "host": ["h", "h", "h", "h"], "self_ps": [9.0, 1.0, 2.0, 3.0]}, index=[10, 11, 12, 13])
+    from tpudiag.rules.step_time_variance import _op_time_by_step
+
+    got = _op_time_by_step(SimpleNamespace(per_step=SimpleNamespace(op_step_worst=worst)))
+    # Step -1 (outside every step) dropped, step 0 kept; only the three columns, numbered from 0.
+    assert got.to_dict("list") == {"step": [0, 0, 3], "name": ["fusion.1", "copy.1", "fusion.1"],
+                                   "self_ps": [1.0, 2.0, 3.0]}
+    assert list(got.index) == [0, 1, 2]
+    outside = SimpleNamespace(per_step=SimpleNamespace(op_step_worst=worst[worst["step"] < 0]))
+    empty = _op_time_by_step(outside)
+    assert empty.empty and list(empty.columns) == ["step", "name", "self_ps"]
+
+
+def test_compile_excess_by_hand(monkeypatch):
+    import pandas as pd
+    from types import SimpleNamespace
+
+    from tpudiag.rules import step_time_variance as stv
+
+    # Per step, the worst core's compiling idle: step 1 40 (cores 40 and 10), step 2 6, step 3 4, step 4 0.
+    steps = pd.DataFrame({"step": [1, 1, 2, 2, 3, 4], "core": [0, 1, 0, 1, 0, 0],
+                          "compilation_ps": [40.0, 10.0, 5.0, 6.0, 4.0, 0.0]})
+    monkeypatch.setattr(stv, "idle_tables", lambda digests: SimpleNamespace(steps=steps))
+    a = SimpleNamespace(digests={})
+    assert stv._compile_excess(a, [1]) == pytest.approx(40 - (6 + 4 + 0) / 3)
+    assert stv._compile_excess(a, [1, 2]) == pytest.approx((40 + 6) / 2 - (4 + 0) / 2)  # 23 - 2
+    assert stv._compile_excess(a, [1, 2, 3, 4]) == pytest.approx(12.5)  # no other step: nothing to subtract
+    assert stv._compile_excess(a, [4]) == 0.0  # compiles less than the others: no excess
+    quiet = steps.assign(compilation_ps=0.0)
+    monkeypatch.setattr(stv, "idle_tables", lambda digests: SimpleNamespace(steps=quiet))
+    assert stv._compile_excess(a, [9]) == 0.0  # no outlier step in the table
+    monkeypatch.setattr(stv, "idle_tables", lambda digests: SimpleNamespace(steps=steps.iloc[:0]))
+    assert stv._compile_excess(a, [1]) == 0.0  # no idle table (no steps)

@@ -53,7 +53,7 @@ def padding_fraction(shape_with_layout: str) -> float | None:
 
 def op_padding(op: OpRow) -> float | None:
     """Padding share of the op's bytes: compiled operands and result when joined, else its result."""
-    padded, logical = getattr(op, "padded_bytes", None), getattr(op, "logical_bytes", None)
+    padded, logical = op.padded_bytes, op.logical_bytes
     if padded and logical is not None:
         return (padded - logical) / padded
     return padding_fraction(op.shape_with_layout)
@@ -61,7 +61,7 @@ def op_padding(op: OpRow) -> float | None:
 
 def spills(op: OpRow) -> int | None:
     """VMEM spill stores plus fills from the LLO dump; None when no LLO dump covers the op."""
-    stores, fills = getattr(op, "spill_stores", None), getattr(op, "spill_fills", None)
+    stores, fills = op.spill_stores, op.spill_fills
     if stores is None and fills is None:
         return None
     return (stores or 0) + (fills or 0)

@@ -1,0 +1,98 @@
+"""`analysis.live_buffers` on profiles built here: stacks whose frames are JAX's own or the user's,
+as `jax.profiler.save_device_memory_profile` records them (innermost location first), and the
+totals each table and device should get, added up by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpudiag.analysis.live_buffers import attribute, attributed_frame, is_jax_frame
+from tpudiag.errors import InputError
+from tpudiag.model.live_buffers import BufferSample, DeviceMemoryProfile, SourceFrame, StackLocation
+
+JAX = SourceFrame("dispatch", "/venv/lib/python3.11/site-packages/jax/_src/dispatch.py", 90)
+JAXLIB = SourceFrame("call", "/venv/lib/python3.11/site-packages/jaxlib/xla_client.py", 12)
+TRAIN = SourceFrame("step", "/home/me/train.py", 40)
+MODEL = SourceFrame("layer", "/home/me/model.py", 7)
+
+
+def _sample(stack, device="tpu:0", buffers=1, nbytes=64, kind="buffer"):
+    return BufferSample(kind, device, buffers, nbytes, stack)
+
+
+@pytest.mark.parametrize(("path", "jax"), [
+    ("/venv/lib/python3.11/site-packages/jax/_src/api.py", True),
+    ("/usr/lib/python3/dist-packages/jaxlib/xla.py", True),
+    ("C:\\venv\\Lib\\site-packages\\jax\\numpy.py", True),
+    ("/src/jax/jax/_src/core.py", True),  # a source checkout of jax
+    ("/opt/build/jaxlib/init.py", True),
+    ("/home/me/jax_models/train.py", False), ("/home/me/site-packages-notes/jax.py", False),
+    ("/home/me/train.py", False),
+])
+def test_jax_frames_are_told_by_their_file(path, jax):
+    assert is_jax_frame(SourceFrame("f", path, 1)) is jax
+
+
+def test_a_sample_is_attributed_to_its_innermost_frame_outside_jax():
+    inner = StackLocation((JAX, JAXLIB))
+    user = StackLocation((JAX, MODEL, TRAIN))  # an inlined JAX frame before the user's line
+    assert attributed_frame((inner, user)) == (MODEL, False)
+    assert attributed_frame((StackLocation(()), StackLocation((JAX,)), StackLocation((JAXLIB,)))) == (JAX, True)
+    assert attributed_frame(()) == (None, True)
+    memo = {}
+    assert attributed_frame((inner, user), memo) == (MODEL, False)
+    assert memo == {id(inner): None, id(user): MODEL}  # each location's first frame outside JAX, remembered
+
+
+def test_live_bytes_by_line_largest_first_with_totals_per_device():
+    model, train, jax_only = StackLocation((JAX, MODEL)), StackLocation((TRAIN,)), StackLocation((JAX, JAXLIB))
+    profile = DeviceMemoryProfile("mem.prof", (
+        _sample((model,), "tpu:0", 2, 1000),
+        _sample((model, train), "tpu:10", 1, 500),  # the same line on another device
+        _sample((train,), "tpu:9", 3, 1500),
+        _sample((jax_only,), "tpu:0", 1, 100),
+        _sample((), "tpu:2", 4, 100),  # no stack at all
+        _sample((train,), "", 2, 4096, kind="executable"),  # loaded programs: counted apart
+        _sample((train,), "", 1, 0, kind="executable"),
+    ))
+    live = attribute(profile)
+    rows = [tuple(r) for r in live.by_line[["file", "line", "function", "buffers", "bytes", "devices",
+                                             "internal"]].itertuples(index=False)]
+    assert rows == [
+        ("/home/me/model.py", 7, "layer", 3, 1500, 2, False),  # 1000 + 500 on tpu:0 and tpu:10
+        ("/home/me/train.py", 40, "step", 3, 1500, 1, False),  # equal bytes: by file name
+        # equal bytes again: by file (`/` sorts before `<`)
+        (JAX.file, 90, "dispatch", 1, 100, 1, True),
+        ("<no stack>", 0, "", 4, 100, 1, True),
+    ]
+    # devices by platform, then ordinal as a number: tpu:9 before tpu:10
+    assert [(d.device, d.buffers, d.bytes) for d in live.by_device] == [
+        ("tpu:0", 3, 1100), ("tpu:2", 4, 100), ("tpu:9", 3, 1500), ("tpu:10", 1, 500)]
+    assert (live.total_bytes, live.total_buffers) == (3200, 11)
+    assert (live.executables, live.executable_bytes, live.path) == (3, 4096, "mem.prof")
+
+
+def test_lines_of_equal_bytes_sort_by_file_then_line_and_odd_devices_by_name():
+    a5, a3 = SourceFrame("f", "/a.py", 5), SourceFrame("f", "/a.py", 3)
+    profile = DeviceMemoryProfile("p", (
+        _sample((StackLocation((a5,)),), "gpu", 1, 8),  # no ordinal
+        _sample((StackLocation((a3,)),), "cpu:x", 1, 8),  # an ordinal that is no number
+        _sample((StackLocation((a3,)),), "cpu:1", 1, 8),
+    ))
+    live = attribute(profile)
+    assert live.by_line["line"].tolist() == [3, 5]
+    # `cpu:1` as ("cpu", 1); the others by their whole name, with -1: ("cpu:x", -1), ("gpu", -1)
+    assert [d.device for d in live.by_device] == ["cpu:1", "cpu:x", "gpu"]
+
+
+def test_an_empty_profile_has_no_rows_and_a_total_just_within_int64_is_kept():
+    live = attribute(DeviceMemoryProfile("p", ()))
+    assert live.by_line.empty and live.by_device == () and live.total_bytes == 0
+    big = (1 << 63) - 1
+    kept = attribute(DeviceMemoryProfile("p", (_sample((), "tpu:0", 1, big),)))
+    assert kept.total_bytes == big
+    with pytest.raises(InputError, match="pass int64") as err:
+        attribute(DeviceMemoryProfile("p", (_sample((), "tpu:0", 1, big), _sample((), "tpu:0", 1, 1))))
+    assert err.value.path == "p"
+    with pytest.raises(InputError, match="pass int64"):  # executables' bytes count too
+        attribute(DeviceMemoryProfile("p", (_sample((), "", 1, big + 1, kind="executable"),)))
