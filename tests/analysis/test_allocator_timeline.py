@@ -97,6 +97,7 @@ def test_sampling_keeps_the_highest_of_each_box():
     # 10 into 9: 8 boxes of 1, then [8, 10) keeps 8 (7 over 6)
     assert sampled(timeline, 9)["time_ps"].tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8]
     assert sampled(timeline, 9).index.tolist() == list(range(9))
+    assert list(sampled(timeline, 4).columns) == ["time_ps", "in_use_bytes"]  # the old positions are not kept
 
 
 def test_a_host_whose_planes_cannot_be_read_is_its_failure_naming_the_file(monkeypatch):
@@ -110,7 +111,12 @@ def test_a_host_whose_planes_cannot_be_read_is_its_failure_naming_the_file(monke
     failure = timeline_of_planes([], None, "/c/host0.xplane.pb", "host0")
     assert failure == HostFailure("/c/host0.xplane.pb", InputError("damaged allocator line", path="/c/host0.xplane.pb",
                                                                    hint="h").one_line())
-    monkeypatch.setattr(memory_timeline, "allocator_events_of_planes",
-                        lambda planes, roles, path, host: HostAllocatorEvents(host, str(path), _events(ROWS)))
-    read = timeline_of_planes([], None, "/c/host0.xplane.pb", "host0")
+    planes, roles = ["plane"], {"plane": "host"}
+
+    def events(got_planes, got_roles, path, host):
+        assert (got_planes, got_roles) == (planes, roles)  # the host's own planes and roles are read
+        return HostAllocatorEvents(host, str(path), _events(ROWS))
+
+    monkeypatch.setattr(memory_timeline, "allocator_events_of_planes", events)
+    read = timeline_of_planes(planes, roles, "/c/host0.xplane.pb", "host0")
     assert (read.host, read.path, [a.peak_bytes for a in read.allocators]) == ("host0", "/c/host0.xplane.pb", [1720])

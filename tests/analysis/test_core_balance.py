@@ -99,3 +99,80 @@ def test_an_op_level_with_the_median_is_no_extra_and_one_picosecond_over_is():
     op_cores = _op_cores(rows)
     cores = capture_core_work(op_cores, 5000.0)
     assert op_extras(op_cores, cores, cores[2]) == [OpExtra("over.1", "", 101.0, 100.0, 1.0)]
+
+
+# ---- the noise band and the slow cores, by hand ------------------------------------------------
+
+def _core(host: str, core: int, work_ps: float, std_ps: float = 0.0):
+    from tpudiag.analysis.core_balance import CoreWork
+
+    return CoreWork(host, f"/device:TPU:{core}", core, 5, work_ps, std_ps, 10_000.0)
+
+
+def test_the_noise_band_is_the_larger_of_the_lag_fraction_and_the_median_deviation():
+    from tpudiag.analysis.core_balance import noise_band
+
+    cores = [_core("a", 0, 5000, 10.0), _core("a", 1, 5000, 40.0), _core("a", 2, 5000, 100.0)]
+    # 3 % of 5000 = 150; 3 sigmas of the median deviation (40) = 120: the fraction wins
+    assert noise_band(5000.0, cores, 0.03, 3.0) == 150.0
+    # 5 sigmas: 200, over the fraction's 150
+    assert noise_band(5000.0, cores, 0.03, 5.0) == 200.0
+    # no cores: no deviation, only the fraction (5 sigmas of nothing is 0)
+    assert noise_band(5000.0, [], 0.03, 5.0) == 150.0
+
+
+def test_a_core_must_lag_both_every_other_core_and_its_own_hosts_beyond_the_band():
+    from tpudiag.analysis.core_balance import slow_cores
+
+    # Host a: 4 cores at 5000 and a/4 at 5400; host b: 2 cores at 5500 (every core of b is slow
+    # against the pod: that is a host's lag, not a core's). Median of every other core for a/4:
+    # (5000 x 4, 5500 x 2) -> 5000; of its host mates: 5000. Lag 400, over a 3 % band (150).
+    cores = [_core("a", c, 5000) for c in range(4)] + [_core("a", 4, 5400), _core("b", 0, 5500), _core("b", 1, 5500)]
+    (slow,) = slow_cores(cores, 0.03, 3.0)
+    assert (slow.core.host, slow.core.core) == ("a", 4)
+    assert (slow.reference_ps, slow.host_reference_ps, slow.band_ps, slow.lag_ps) == (5000.0, 5000.0, 150.0, 400.0)
+
+
+def test_a_core_alone_on_its_host_is_no_slow_core_and_does_not_stop_the_search():
+    from tpudiag.analysis.core_balance import slow_cores
+
+    # z/0 is first and alone on its host (straggler-host's case); a/2 after it is a slow core.
+    cores = [_core("z", 0, 9000), _core("a", 0, 5000), _core("a", 1, 5000), _core("a", 2, 6000)]
+    assert [(s.core.host, s.core.core) for s in slow_cores(cores, 0.03, 3.0)] == [("a", 2)]
+
+
+def test_a_lag_exactly_at_the_band_is_not_slow():
+    from tpudiag.analysis.core_balance import slow_cores
+
+    # a/2 lags both references (5000) by exactly the 10 % band, 500: not beyond it
+    cores = [_core("a", 0, 5000), _core("a", 1, 5000), _core("a", 2, 5500), _core("b", 0, 5000)]
+    assert slow_cores(cores, 0.10, 3.0) == []
+    # one picosecond more is
+    cores[2] = _core("a", 2, 5501)
+    assert [s.lag_ps for s in slow_cores(cores, 0.10, 3.0)] == [501.0]
+
+
+def test_the_host_band_is_measured_on_the_hosts_own_reference():
+    from tpudiag.analysis.core_balance import slow_cores
+
+    # a/2 at 6000 lags the pod's median (b's 5000s dominate: 5000) by 1000, beyond 10 % (500), but its
+    # host mates run 5600: 400 behind, inside the host band (10 % of 5600 = 560). Not a slow core.
+    cores = [_core("a", 0, 5600), _core("a", 1, 5600), _core("a", 2, 6000)] + [_core("b", c, 5000) for c in range(4)]
+    assert slow_cores(cores, 0.10, 3.0) == []
+    # With noise (every core's work deviates by 200 from step to step, 3 sigmas: 600), both bands
+    # are at least 600. a/2 at 6000 lags the pod's median (5000) by 1000, beyond; its mates' (5500)
+    # by 500, inside: not slow. With its mates at 5000 it lags both by 1000, beyond 600: slow.
+    noisy = [_core("a", 0, 5500, 200.0), _core("a", 1, 5500, 200.0), _core("a", 2, 6000, 200.0)] + [
+        _core("b", c, 5000, 200.0) for c in range(3)]
+    assert slow_cores(noisy, 0.03, 3.0) == []
+    noisy[:2] = [_core("a", 0, 5000, 200.0), _core("a", 1, 5000, 200.0)]
+    (slow,) = slow_cores(noisy, 0.03, 3.0)
+    assert slow.band_ps == 600.0 and slow.lag_ps == 1000.0
+    assert slow_cores(noisy, 0.03, 5.1) == []  # 5.1 sigmas: a band of 1020, over the lag
+
+
+def test_slow_cores_come_slowest_first():
+    from tpudiag.analysis.core_balance import slow_cores
+
+    cores = [_core("a", c, 5000) for c in range(6)] + [_core("a", 6, 5600), _core("a", 7, 5900)]
+    assert [(s.core.core, s.lag_ps) for s in slow_cores(cores, 0.03, 3.0)] == [(7, 900.0), (6, 600.0)]

@@ -35,6 +35,9 @@ def test_used_scoped_vmem_bytes(config, vmem):
     ("{replicated}", 1), ("{maximal device=0}", 1), ("", None), ("   ", None),
     ("{devices=[4,1]0,1,2,3}", 4), ("{devices=[2,4]<=[8]}", 8),
     ("{devices=[2,1,4]<=[8] last_tile_dim_replicate}", 2),  # the last dim's 4 replicate, not shard
+    ("{devices=[1,2,4]<=[8] last_tile_dim_replicate}", 2),  # only the last dim is dropped
+    ("{devices=[1000000,2]<=[2000000]}", 2),  # a count of 7 digits is no mesh: left out
+    ("{devices=[999999,1]<=[999999]}", 999999),
     ("{devices=[1,1]0}", 1), ("{manual}", None),
     ("{devices=[4,2]0,1,2,3,4,5,6,7 last_tile_dims={replicated}}", 8),  # 'replicated' after devices: not replicated
 ])
@@ -68,6 +71,8 @@ def test_padded_dims_and_the_fix():
                                                                             "128) minor-most (transpose it last, or "
                                                                             "fold the padded dims into it with a reshape)")
     assert "or lay out dim 0 (512, a multiple of 128)" in _padding_fix("f32[512,256,3]{2,1,0:T(8,128)}", [(2, 3, 128)])
+    # a dim of 0 is a multiple of 128 but no dim to lay out minor-most
+    assert _padding_fix("f32[0,3]{1,0:T(8,128)}", [(1, 3, 128)]) == "dim 1 (3 → 128): make it a multiple of 128"
     assert _padding_fix("bad", [(0, 3, 8)]) == "dim 0 (3 → 8): make it a multiple of 8"
     assert _padding_fix("f32[3]", []) == ("choose dims that are multiples of the layout's tile, or a layout that "
                                           "puts a large dim last")
@@ -169,6 +174,11 @@ LISTED = (
     # exactly 1.25x (125 B for 100 B): padded enough; a layout without tiles names no dim
     _allocation(6, 125, "f32[31]{0}", unpadded_bytes=100, padding_bytes=25, instruction="copy.6",
                 allocation_type="scoped"),
+    # an unpadded size without the padding line: no padding lever (nothing printed to free)
+    _allocation(7, 200, "f32[50]{0}", unpadded_bytes=100, instruction="copy.7", allocation_type="scoped"),
+    # a 1-byte scalar in a 512-byte tile: 512x
+    _allocation(8, 512, "pred[]{:T(512)}", unpadded_bytes=1, padding_bytes=511, instruction="compare.8",
+                allocation_type="scoped"),
 )
 
 
@@ -177,9 +187,10 @@ def test_the_levers_an_oom_text_supports_on_its_own():
                    requirement=(OomPart("arguments", 6 << 30),))
     levers = error_levers(error)
     assert [(lv.key, lv.saving_bytes) for lv in levers] == [
-        ("padding", 26_304), ("padding", 5 * MIB - 60), ("padding", 25), ("temporaries", 80 * MIB),
+        ("padding", 26_304), ("padding", 5 * MIB - 60), ("padding", 25), ("padding", 511), ("temporaries", 80 * MIB),
         ("donation", 2 << 30), ("remat", 98_304)]
-    tiled, printed, untiled, temps, donation, remat = levers
+    tiled, printed, untiled, scalar, temps, donation, remat = levers
+    assert scalar.title == "`compare.8` `pred[]` is padded 512.0x by its layout"
     assert tiled.title == ("`jit(step)/jvp()/dot_general` `f32[18,1000]` is padded 1.4x by its layout "
                            "(dim 0: 18 → 24, dim 1: 1000 → 1024)")
     assert tiled.explanation == "the padding the compiler printed for this allocation (96 KiB for 70.3 KiB of data)"
@@ -193,12 +204,22 @@ def test_the_levers_an_oom_text_supports_on_its_own():
     assert temps.title == ("the largest temporaries by op: `jit(step)/add` holds 80 MiB in 2 of the listed "
                            "allocations")
     assert temps.buffers == ("add.7",) and temps.precondition == "2 HLO temporaries of `jit(step)/add` in the error's list"
+    assert temps.explanation == "the listed temporaries of that op: the most that splitting or fusing it could free"
+    assert temps.fix == "compute it in chunks (jax.lax.map or a scan over the batch), or in a narrower dtype"
     # outputs of 3 GiB, 1 GiB of them in argument buffers: 2 GiB could reuse the 6 GiB of arguments
     assert donation.precondition == "outputs of 3 GiB share 1 GiB with 6 GiB of arguments"
     assert donation.title == "donate the arguments whose updated value the program returns"
+    assert donation.explanation == ("the outputs not sharing an argument's buffer, at most the arguments' size; only "
+                                    "outputs with an argument's shape can reuse it")
+    assert donation.fix == "jax.jit(step, donate_argnums=...) for the state the step returns"
     # the list names a backward pass (fusion.2) and one forward activation (fusion.1)
     assert remat.title == "rematerialise the 1 listed forward activations kept for the backward pass"
     assert remat.buffers == ("fusion.1",)
+    assert remat.explanation == ("the listed forward activations (the list holds only the largest); recomputing "
+                                 "them costs their FLOPs again")
+    assert remat.fix == ("wrap the layer in jax.checkpoint (policy=jax.checkpoint_policies.dots_saveable, or "
+                         "nothing_saveable for the most memory)")
+    assert remat.precondition == "the list names a backward pass (`transpose(jvp(...))`) and forward activations"
 
 
 def test_donation_from_an_oom_text_is_at_most_the_arguments_and_needs_unshared_outputs():
@@ -207,6 +228,10 @@ def test_donation_from_an_oom_text_is_at_most_the_arguments_and_needs_unshared_o
 
     args = (OomPart("arguments", 1 << 30),)
     assert donation(output_bytes=3 << 30, requirement=args) == [1 << 30]  # nothing shared; 1 GiB of arguments
+    # nothing said shared: all 3 GiB of outputs could reuse the 6 GiB of arguments
+    [lever] = [lv for lv in error_levers(_error(output_bytes=3 << 30, requirement=(OomPart("arguments", 6 << 30),)))
+               if lv.key == "donation"]
+    assert lever.saving_bytes == 3 << 30 and lever.precondition == "outputs of 3 GiB share 0 B with 6 GiB of arguments"
     assert donation(output_bytes=3 << 30, output_shared_bytes=3 << 30, requirement=args) == []  # all shared
     assert donation(output_bytes=3 << 30, requirement=(OomPart("arguments", None),)) == []  # size unknown
     assert donation(output_bytes=3 << 30) == [] and donation(requirement=args) == []
@@ -216,6 +241,8 @@ def test_temporaries_of_equal_size_take_the_later_op_name_and_remat_needs_both_p
     tie = (_allocation(1, MIB, op_name="b"), _allocation(2, MIB, op_name="a"))
     [lever] = error_levers(_error(allocations=tie))
     assert lever.title.startswith("the largest temporaries by op: `b` holds 1 MiB in 1 ")
+    [hlo_temp] = error_levers(_error(allocations=(_allocation(1, MIB, op_name="x", allocation_type="HLO temp"),)))
+    assert (hlo_temp.key, hlo_temp.saving_bytes) == ("temporaries", MIB)
     forward_only = (_allocation(1, MIB, op_name="jit(f)/jvp()/dot", allocation_type="output"),)
     assert error_levers(_error(allocations=forward_only)) == []  # no backward pass, no temporary
 
@@ -223,7 +250,7 @@ def test_temporaries_of_equal_size_take_the_later_op_name_and_remat_needs_both_p
 def test_an_oom_text_alone_gets_its_cheapest_sufficient_lever():
     error = _error(allocations=LISTED, required_bytes=17 << 30, available_bytes=(17 << 30) - 30 * MIB)
     analysis = oom_analysis(error)
-    assert analysis.error is error and [lv.key for lv in analysis.levers][:3] == ["padding"] * 3
+    assert analysis.error is error and [lv.key for lv in analysis.levers][:4] == ["padding"] * 4
     assert analysis.first == "temporaries"  # 30 MiB over: the padding levers free at most 5 MiB each
     exact = oom_analysis(replace(error, exceeded_by_bytes=80 * MIB - 1))
     assert exact.first == "temporaries"  # 80 MiB frees 80 MiB - 1 B, and one more byte
@@ -244,3 +271,55 @@ def test_profile_memory_timelines_keep_the_hosts_order_and_add_the_unread_files(
     assert profile_memory_timelines(SimpleNamespace(hosts=[], failures=[unread])) is None  # not asked to
     assert profile_memory_timelines(SimpleNamespace(hosts=hosts + [SimpleNamespace(memory_timeline=None)],
                                                     failures=[])) is None
+
+
+def _compiled(module, hbm_bytes, ops=(), vmem_bytes=0):
+    """A program with one HBM allocation of `hbm_bytes` (and a VMEM one, which joins nothing)."""
+    allocations = (SimpleNamespace(color=0, size_bytes=hbm_bytes), SimpleNamespace(color=1, size_bytes=vmem_bytes))
+    found = {op: SimpleNamespace(op_name=f"jit(f)/{op}", custom_call_target="") for op in ops}
+    return SimpleNamespace(module=module, allocations=allocations, find=found.get)
+
+
+def test_an_error_joins_the_program_it_names_else_the_one_its_size_matches():
+    from tpudiag.analysis.device_memory import joined_program
+
+    small, large = _compiled("jit_a", 100 * MIB, ops=("fusion.9",)), _compiled("jit_b", 1000 * MIB, vmem_bytes=1 << 40)
+    twin = _compiled("jit_a", 200 * MIB)  # a recompile of jit_a, larger: the one named
+    programs = [small, large, twin]
+    assert joined_program(_error(programs=("jit_a",)), programs) is twin
+    assert joined_program(_error(programs=("jit_c",), required_bytes=1000 * MIB), programs) is None  # named, absent
+    # VMEM: the program holding the op the text names, whatever its size
+    assert joined_program(_error(space="vmem", kind="scoped", hlo="fusion.9"), programs) is small
+    assert joined_program(_error(space="vmem", kind="scoped", hlo="fusion.1"), programs) is None
+    assert joined_program(_error(space="vmem", kind="scoped", required_bytes=100 * MIB), programs) is None
+    assert joined_program(_error(hlo="fusion.9", required_bytes=1000 * MIB), programs) is large  # HBM: by size
+    # by HBM size, within 2 % of the text's required bytes, the closest
+    assert joined_program(_error(required_bytes=1020 * MIB), programs) is large  # 1000 is 1.96 % under
+    assert joined_program(_error(required_bytes=97 * MIB), programs) is None  # 100 MiB is 3.1 % over 97
+    # exactly 2 % (2 MiB of 100 MiB, exact in binary) still joins
+    assert joined_program(_error(required_bytes=100 * MIB), [_compiled("jit_z", 102 * MIB)]) is not None
+    assert joined_program(_error(required_bytes=1030 * MIB), programs) is None  # 2.9 % off
+    near = [_compiled("jit_x", 196 * MIB), twin, _compiled("jit_y", 203 * MIB)]
+    assert joined_program(_error(required_bytes=200 * MIB), near) is twin  # exact beats 2 % and 1.5 % off
+    assert joined_program(_error(required_bytes=200 * MIB), near[::2]) is near[2]  # 3 MiB off beats 4 MiB off
+    # a runtime allocation failure's size is one buffer's, not a program's
+    assert joined_program(_error(kind="hbm-allocation", required_bytes=100 * MIB), programs) is None
+
+
+def test_scoped_vmem_per_op_is_its_largest_block_over_the_dumps():
+    from tpudiag.analysis.device_memory import vmem_from_llo
+    from tpudiag.model.llo import VMEM_ALLOCATIONS
+
+    def dump(rows):
+        return SimpleNamespace(vmem_allocations=VMEM_ALLOCATIONS.frame({
+            "hlo": [r[0] for r in rows], "block": [0] * len(rows), "block_type": ["SCOPED"] * len(rows),
+            "block_bytes": [r[1] for r in rows], "size_bytes": [r[1] for r in rows], "padding_bytes": [0] * len(rows),
+            "shape": [""] * len(rows), "tag": [""] * len(rows), "is_spill": [False] * len(rows)}))
+
+    program = _compiled("jit_f", 0, ops=("fusion.7",))
+    uses = vmem_from_llo(program, [dump([("fusion.7", 3 * MIB), ("empty", 0)]), dump([("fusion.7", 2 * MIB)])])
+    assert [(u.op, u.scoped_bytes, u.source, u.op_name, u.kernel) for u in uses] == [
+        ("fusion.7", 3 * MIB, "LLO VMEM report", "jit(f)/fusion.7", False)]  # 0 bytes: not listed
+    [one] = vmem_from_llo(program, [dump([("other.1", 1)])])  # one byte is listed
+    # an op the program does not hold: no JAX name, not a kernel
+    assert (one.op, one.scoped_bytes, one.op_name, one.kernel) == ("other.1", 1, "", False)

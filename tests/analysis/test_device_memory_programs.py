@@ -7,6 +7,7 @@ activations (256 MiB each); the v5e compiler's usable HBM is 15.75 GiB."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -89,6 +90,10 @@ def test_the_levers_of_a_step_at_84_percent_each_worked_by_hand(tmp_path):
     assert (remat.saving_bytes, remat.buffers) == (512 * MIB, ("act.0", "act.1"))
     assert remat.title == "rematerialise 2 forward activations kept for the backward pass"
     assert remat.precondition == "a backward pass, and 2 forward activations live at the peak"
+    assert remat.explanation == ("forward activations live at the peak; recomputing them costs their FLOPs again "
+                                 "in the backward pass")
+    assert remat.fix == ("wrap the layer in jax.checkpoint (e.g. policy=jax.checkpoint_policies.dots_saveable, or "
+                         "nothing_saveable for the most memory)")
     # the f32 moments m and v (20 x 256 MiB) and their 20 updated values
     offload = levers["host-offload"]
     assert offload.saving_bytes == 10240 * MIB and len(offload.buffers) == 20
@@ -99,6 +104,8 @@ def test_the_levers_of_a_step_at_84_percent_each_worked_by_hand(tmp_path):
     # half of the batch argument x (256 MiB) and of the temporaries at the peak (512 MiB)
     micro = levers["microbatch"]
     assert micro.saving_bytes == 384 * MIB and micro.buffers == ("act.0", "act.1", "x.1")
+    assert micro.title == "halve the microbatch (accumulate gradients over 2)"
+    assert micro.precondition == "a training step (it has a backward pass)"
     assert "fsdp" not in levers  # one device
     # over 80 % by 13568 MiB - int(0.8 x 15.75 GiB) + 1 = 665.6 MiB: padding and temporaries are not
     # offered, donation is the cheapest lever that covers it
@@ -156,6 +163,27 @@ def test_a_replicated_step_on_a_4_device_mesh_gets_fsdp(tmp_path):
     half = _program(tmp_path, "half", layers=10, live_activations=2, mesh=4, sharding="{devices=[2,1]<=[2]}")
     # split 2 ways of 4: half of each array is left to shard
     assert next(lv for lv in half.levers if lv.key == "fsdp").saving_bytes == 3200 * MIB
+    two = _program(tmp_path, "two", layers=10, live_activations=2, mesh=2, sharding="{replicated}")
+    assert next(lv for lv in two.levers if lv.key == "fsdp").saving_bytes == 3200 * MIB  # a 2-device mesh: half
+    # a mesh program without sharding attributes, and an inference step: no FSDP
+    unsharded = _program(tmp_path, "unsharded", layers=10, live_activations=2, mesh=4)
+    assert "fsdp" not in {lv.key for lv in unsharded.levers} and unsharded.levers
+    inference = _program(tmp_path, "inf", layers=10, live_activations=2, mesh=4, sharding="{replicated}",
+                         inference=True)
+    assert [lv.key for lv in inference.levers] == ["donation"]
+
+
+def test_fsdp_counts_only_the_arrays_split_fewer_ways_than_the_mesh(tmp_path):
+    root = write_adam_dump(tmp_path / "mixed", layers=10, live_activations=2, mesh=4, sharding="{devices=[4,1]<=[4]}")
+    hlo = next(root.glob("*.after_optimizations.txt"))
+    lines = [line.replace("sharding={devices=[4,1]<=[4]}", "sharding={replicated}") if "%params_" in line else line
+             for line in hlo.read_text().splitlines()]
+    hlo.write_text("\n".join(lines))
+    [p] = program_memories(load_dumps([root]))
+    fsdp = next(lv for lv in p.levers if lv.key == "fsdp")
+    # m and v are split 4 ways already; the 10 replicated weights (128 MiB each) could free 3/4
+    assert fsdp.saving_bytes == 960 * MIB and len(fsdp.buffers) == 10
+    assert fsdp.title == "shard 10 parameter and state arrays over all 4 devices of the mesh (FSDP)"
 
 
 def test_kernels_scoped_vmem_is_read_from_their_backend_config(tmp_path):
@@ -237,3 +265,158 @@ def test_the_peak_is_the_sum_of_its_parts(tmp_path, layers):
     hbm = _program(tmp_path, layers=layers).hbm
     assert hbm.argument_bytes + hbm.output_bytes + hbm.temp_bytes + hbm.constant_bytes == hbm.reported_total_bytes
     assert hbm.peak_bytes == (layers * 640 * 2 + 256 + 256 * layers) * MIB
+
+
+def _value(name, size, shape="f32[2048]{0}"):
+    from tpudiag.model.compiled import BufferValue
+
+    return BufferValue(0, name, size, 0, shape)
+
+
+def _allocation(index, values, **kw):
+    from tpudiag.model.compiled import BufferAllocation
+
+    flags = dict(color=0, parameter_number=None, is_output=False, maybe_live_out=False, is_thread_local=False,
+                 is_temp=False, is_constant=False) | kw
+    return BufferAllocation(index, max(v.size_bytes for v in values), values=tuple(values), **flags)
+
+
+def _borrowing_program(live_ranges=True, out_bytes=8192):
+    """An output buffer (`out`, 8 KiB) that lends its space to a temporary `t1` (12 KiB, live at 5)
+    before `out` is written, and a heap whose `b` (8 KiB, live 0-1) the compiler rematerialised
+    as `b.remat` (live 6-7) to fit; `a` (8 KiB) lives 1-4. An argument `p0` of `out`'s shape."""
+    from tpudiag.model.compiled import CompiledProgram, Computation
+
+    allocations = (
+        _allocation(0, [_value("p0", out_bytes)], parameter_number=0),
+        _allocation(1, [_value("t1", 12288), _value("tiny", 100), _value("out", out_bytes)], maybe_live_out=True),
+        _allocation(2, [_value("a", 8192), _value("b", 8192), _value("b.remat", 8192)], is_temp=True),
+    )
+    ranges = {"p0{}": (0, 8), "t1{}": (5, 5), "tiny{}": (5, 5), "out{}": (6, 8), "a{}": (1, 4), "b{}": (0, 1),
+              "b.remat{}": (6, 7)}
+    main = Computation("main", True, (), "")  # no instructions: nothing names the arguments' order
+    return CompiledProgram("jit_g", "g.txt", "hlo_text", "main", True, {"main": main}, {}, allocations=allocations,
+                           live_ranges=ranges if live_ranges else {}, live_range_positions=8 if live_ranges else 0)
+
+
+def test_donation_is_less_what_the_temporaries_heap_grows_back():
+    from tpudiag.analysis.device_memory import _grows_back, _levers, _space
+
+    program = _borrowing_program()
+    hbm = _space(program, 0, list(program.allocations), None)
+    # the heap now, by position 0..8: b; b + a; a, a, a; nothing; b.remat, b.remat; nothing: peak 16 KiB at 1
+    assert hbm.timeline_bytes == (8192, 16384, 8192, 8192, 8192, 0, 8192, 8192, 0) and hbm.peak_position == 1
+    # donated, `t1` needs its own 12 KiB at 5, and `b` is kept from 2 to 7 instead of rematerialised:
+    # the heap at 5 is 12 + 8 = 20 KiB, 4 KiB over today's peak
+    assert _grows_back(program, hbm, {"out"}) == 4096
+    assert _grows_back(program, hbm, {"p0"}) == 0  # not an output buffer: lends nothing
+    p = SimpleNamespace(workload="inference", mesh_devices=1)
+    [donation] = _levers(program, hbm, p)
+    assert (donation.key, donation.saving_bytes, donation.buffers) == ("donation", 8192 - 4096, ("out",))
+    assert donation.title == "donate p0: 1 output has an argument's shape and could reuse it"
+    assert donation.fix == "donate the arguments p0 (`donate_argnums`)"  # no entry parameters to number them
+    assert donation.explanation == (
+        "the outputs that could reuse a same-shaped argument's buffer, less 4 KiB the temporaries' heap is "
+        "modelled to grow: temporaries that borrow those outputs' buffers before the outputs are written need "
+        "room of their own, and values the compiler rematerialised to fit (`.remat`) are kept instead")
+    assert donation.precondition == "1 output with an argument's shape, that argument not donated"
+    # 4 KiB of outputs that would grow the heap by 4 KiB: nothing to gain, no lever
+    small = _borrowing_program(out_bytes=4096)
+    assert _levers(small, _space(small, 0, list(small.allocations), None), p) == []
+    # a training step on a 4-device mesh whose state `p0` the program does not name: no sharding known, no FSDP
+    training = SimpleNamespace(workload="training", mesh_devices=4)
+    # (and half the 16 KiB of temporaries at the peak, `a` and `b`, for a smaller microbatch)
+    assert [(lv.key, lv.saving_bytes) for lv in _levers(program, hbm, training)] == [("donation", 4096),
+                                                                                     ("microbatch", 8192)]
+
+
+def test_without_live_ranges_every_borrowed_value_counts():
+    from tpudiag.analysis.device_memory import _grows_back, _space
+
+    program = _borrowing_program(live_ranges=False)
+    hbm = _space(program, 0, list(program.allocations), None)
+    assert hbm.timeline_bytes == () and hbm.peak_position is None
+    assert _grows_back(program, hbm, {"out"}) == 12288  # t1; `tiny` is under 4 KiB
+    # the output buffer's value at the peak is the last to be live: `out` (listed last, no ranges)
+    assert [b.name for b in hbm.live_at_peak if b.kind == "output"] == ["out"]
+
+
+def test_the_memory_report_joins_its_errors_and_notes_programs_without_buffers(tmp_path):
+    compiled = load_dumps([write_adam_dump(tmp_path / "step", layers=13, live_activations=2)])
+    error = OomError("hbm", "hbm-temporaries", 17 * 2**30, 16 * 2**30, "m")  # the step's 17408 MiB
+    report = memory_report("in.pb", compiled, [error])
+    assert report.input_path == "in.pb" and report.warnings == () and report.standalone == ()
+    assert report.programs[0].error is error  # joined, so not analysed alone
+    assert memory_report("in.pb", compiled).warnings == ()  # programs and no error: nothing to say
+    # programs given are used as given; a dumped program without a buffer assignment says why
+    given = (replace(report.programs[0], module="jit_given"),)
+    unbuffered = SimpleNamespace(program=SimpleNamespace(allocations=(), warnings=["`x`: no buffer assignment"]))
+    buffered = SimpleNamespace(program=SimpleNamespace(allocations=(1,), warnings=["kept quiet"]))
+    other = replace(error, required_bytes=40 * 2**30)
+    bundled = SimpleNamespace(hlo=[unbuffered, buffered], oom_errors_joinable=False)
+    report = memory_report("in.pb", bundled, [other], programs=given)
+    assert [p.module for p in report.programs] == ["jit_given"]
+    assert report.warnings == ("`x`: no buffer assignment", "--error: analysed on its own: the bundled example is "
+                                                            "not the program that ran out of memory")
+    assert [a.error for a in report.standalone] == [other]
+
+
+OOM_TEXT = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (17.00G) "
+            "exceeds available HBM (15.75G).")
+
+
+def _compile_output(tmp_path, result: dict, kernels=None):
+    """A `tpudiag compile` output: the XLA dump in `xla/`, `result.json` and, with `kernels`, the compiled
+    program's `compiled.hlo.txt` (the one that carries the backend configs)."""
+    import json
+
+    root = tmp_path / "out"
+    write_adam_dump(root / "xla", layers=2)
+    (root / "result.json").write_text(json.dumps(result))
+    if kernels:
+        src = write_adam_dump(tmp_path / "compiled", layers=2, kernels=kernels)
+        (root / "compiled.hlo.txt").write_text(next(src.glob("*.after_optimizations.txt")).read_text())
+    return root
+
+
+def test_a_compile_outputs_result_gives_the_compilers_peak_and_its_error(tmp_path):
+    ok = _compile_output(tmp_path / "ok", {"module": "jit_step", "status": "ok", "peak_memory_in_bytes": 12345})
+    [p] = program_memories(load_dumps([ok]))
+    assert p.compiler_peak_bytes == 12345 and p.error is None
+    other = _compile_output(tmp_path / "other", {"module": "jit_other", "peak_memory_in_bytes": 12345})
+    assert program_memories(load_dumps([other]))[0].compiler_peak_bytes is None  # another program's result
+    failed = _compile_output(tmp_path / "failed", {"module": "jit_step", "status": "compile_error", "detail": OOM_TEXT})
+    [p] = program_memories(load_dumps([failed]))
+    assert (p.error.kind, p.error.required_bytes) == ("hbm-temporaries", 17 * 2**30)
+    assert (p.hbm_usable_bytes, p.usable_source, p.does_not_fit) == (int(15.75 * 2**30), "compiler error", True)
+    message = _compile_output(tmp_path / "message", {"module": "jit_step", "status": "compile_error",
+                                                     "message": OOM_TEXT})
+    assert program_memories(load_dumps([message]))[0].error.kind == "hbm-temporaries"  # `message` when no detail
+    plain = _compile_output(tmp_path / "plain", {"module": "jit_step", "status": "compile_error", "detail": "bad"})
+    assert program_memories(load_dumps([plain]))[0].error is None  # an error that is no OOM
+
+
+def test_a_compile_outputs_kernels_scoped_vmem_comes_from_its_compiled_text(tmp_path):
+    out = _compile_output(tmp_path, {"module": "jit_step", "status": "ok"}, kernels={"k.1": 4096})
+    [p] = program_memories(load_dumps([out]))
+    assert [(v.op, v.scoped_bytes, v.source, v.kernel) for v in p.vmem_ops] == [
+        ("k.1", 4096, "HLO backend_config", True)]
+    bare = _compile_output(tmp_path / "bare", {"module": "jit_step", "status": "ok"})
+    assert program_memories(load_dumps([bare]))[0].vmem_ops == ()  # no compiled.hlo.txt beside it
+
+
+def test_a_compile_output_already_read_is_not_read_again(tmp_path):
+    from tpudiag.parsers.hlo_text import load_hlo_text
+
+    out = _compile_output(tmp_path, {"module": "jit_step", "status": "ok"}, kernels={"k.1": 4096})
+    compiled = load_dumps([out])
+    text = load_hlo_text(out / "compiled.hlo.txt")
+    (out / "compiled.hlo.txt").unlink()
+    (out / "result.json").unlink()  # what was read stands in for both files
+    read = SimpleNamespace(facts={"module": "jit_step", "peak_memory_in_bytes": 7}, program=text)
+    [p] = program_memories(compiled, outputs={out: read})
+    assert p.compiler_peak_bytes == 7 and [v.op for v in p.vmem_ops] == ["k.1"]
+    # a compiled text read from elsewhere is not this output's
+    elsewhere = SimpleNamespace(facts=read.facts, program=replace(text, path=str(tmp_path / "compiled.hlo.txt")))
+    [p] = program_memories(compiled, outputs={out: elsewhere})
+    assert p.compiler_peak_bytes == 7 and p.vmem_ops == ()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -358,3 +359,224 @@ def test_the_report_carries_the_joined_facts_per_op(train_v5e, joined_v5e):
         assert op.estimated_cycles == (None if pd.isna(row["estimated_cycles"]) else row["estimated_cycles"])
     # ops stay sorted by self time; the facts follow their op, not their position
     assert [op.name for op in report.ops] == [op.name for op in plain.ops]
+
+
+# ---- cycles, LLO facts and targets on a program built in code ------------------------------------
+
+# A loop program: fusion.1 carries a static-profile estimate of 500 cycles, all-reduce.2 the 0 the
+# profile prints for remote DMA (not an estimate), fusion.4 a real 0, and the `while` runs a Pallas
+# kernel's custom call, kernel.3, in its body (no trace op of its own: the `while` is its entry op).
+LOOP_HLO = """HloModule jit_loop, is_scheduled=true
+
+%fused (p: f32[8,128]) -> f32[8,128] {
+  %p = f32[8,128]{1,0} parameter(0)
+  ROOT %neg = f32[8,128]{1,0} negate(%p)
+}
+
+%sum (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %add = f32[] add(%x, %y)
+}
+
+%body (t: (s32[], f32[8,128])) -> (s32[], f32[8,128]) {
+  %t = (s32[], f32[8,128]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %v = f32[8,128]{1,0} get-tuple-element(%t), index=1
+  %kernel.3 = f32[8,128]{1,0} custom-call(%v), custom_call_target="tpu_custom_call"
+  ROOT %out = (s32[], f32[8,128]{1,0}) tuple(%i, %kernel.3)
+}
+
+%cond (c: (s32[], f32[8,128])) -> pred[] {
+  %c = (s32[], f32[8,128]{1,0}) parameter(0)
+  %n = s32[] get-tuple-element(%c), index=0
+  %lim = s32[] constant(3)
+  ROOT %lt = pred[] compare(%n, %lim), direction=LT
+}
+
+ENTRY %main (a: f32[8,128]) -> f32[8,128] {
+  %a = f32[8,128]{1,0} parameter(0)
+  %fusion.1 = f32[8,128]{1,0} fusion(%a), kind=kLoop, calls=%fused, backend_config={"bundle_analysis_data":{"estimated_cycles":"500"}}
+  %all-reduce.2 = f32[8,128]{1,0} all-reduce(%fusion.1), replica_groups={{0,1}}, to_apply=%sum, backend_config={"bundle_analysis_data":{"estimated_cycles":"0"}}
+  %fusion.4 = f32[8,128]{1,0} fusion(%all-reduce.2), kind=kLoop, calls=%fused, backend_config={"bundle_analysis_data":{"estimated_cycles":"0"}}
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[8,128]{1,0}) tuple(%zero, %fusion.4)
+  %while.5 = (s32[], f32[8,128]{1,0}) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[8,128]{1,0} get-tuple-element(%while.5), index=1
+}
+"""
+LOOP_OPS = ["fusion.1", "all-reduce.2", "fusion.4", "while.5"]
+
+
+def _loop_source(origin: str = "out/xla", generation: str = "") -> HloSource:
+    program = parse_hlo_text(LOOP_HLO)
+    return HloSource(program, instruction_bytes(program), origin, generation)
+
+
+def _loop_ops(names=LOOP_OPS) -> pd.DataFrame:
+    return _ops([("h0", n, "") for n in names], module="jit_loop")
+
+
+def _llo_dump(rows: list[tuple], path: str = "out/llo", module: str | None = "jit_loop", mxu=None,
+              units: tuple[str, ...] = ()):
+    """An LLO dump's per-op table from (name, opcode, spill_stores, spill_fills, cycles_status,
+    cycles_per_instance) rows; `mxu`: the MXU capacity of a utilization header; `units`: the bundle
+    profile's units."""
+    from types import SimpleNamespace
+
+    ops = pd.DataFrame(rows, columns=["name", "opcode", "spill_stores", "spill_fills", "cycles_status",
+                                      "cycles_per_instance"])
+    utilization = () if mxu is None else (SimpleNamespace(column=lambda name: SimpleNamespace(capacity=mxu)
+                                                          if name == "MXU" else None),)
+    return SimpleNamespace(path=path, ops=ops, compile=None if module is None else SimpleNamespace(module_name=module),
+                           utilization=utilization, bundle_profile=pd.DataFrame({"unit": list(units)}))
+
+
+def _col(r, column: str) -> list:
+    return [None if pd.isna(v) else v for v in r.columns[column]]
+
+
+def test_hlo_cycles_are_the_backend_configs_and_a_collectives_zero_is_none():
+    r = join_compiled(_loop_ops(), [_loop_source()])
+    assert _col(r, "estimated_cycles") == [500, None, 0, None]  # the while has no estimate
+    assert r.columns["cycles_source"].tolist() == ["bundle_analysis_data", "", "bundle_analysis_data", ""]
+    assert r.columns["hlo_match"].tolist() == ["module"] * 4 and r.dump_matched == 4
+    assert r.program_for(np.uint64(7), "jit_loop") is r.programs[(7, "jit_loop")]
+    assert r.program_for(7, "jit_other") is None
+
+
+LLO_ROWS = [
+    ("fusion.1", "fusion", 3, 4, "estimate", 120),  # the static profile wins over the HLO's 500
+    ("all-reduce.2", "all-reduce", np.nan, np.nan, "not-estimated-remote-dma", np.nan),
+    ("while.5", "while", 1, 2, "no-static-profile", np.nan),
+    ("kernel.3", "custom-call", 10, 20, "estimate", 7),  # no trace row: rolled up into while.5
+    ("<top-inlining-caller>", "", 5, 5, "estimate", 9),  # the TLP: no op
+    ("", "", 1, 1, "estimate", 1),
+]
+
+
+def test_llo_facts_join_by_name_and_a_nested_kernels_spills_go_to_its_entry_op():
+    from tpudiag.model.llo import NO_HLO
+
+    llo = _llo_dump(LLO_ROWS + [(NO_HLO, "", 1, 1, "estimate", 1)])
+    r = join_compiled(_loop_ops(), [_loop_source()], [llo])
+    assert r.warnings == ()
+    assert _col(r, "spill_stores") == [3, None, None, 1 + 10] and _col(r, "spill_fills") == [4, None, None, 2 + 20]
+    assert _col(r, "estimated_cycles") == [120, None, 0, None]
+    assert r.columns["cycles_source"].tolist() == ["llo_static_profile", "", "bundle_analysis_data", ""]
+    assert r.columns["llo_origin"].tolist() == ["out/llo", "out/llo", "", "out/llo"]
+    assert r.runs_inside == {"kernel.3": "while.5"} and r.llo_matched == 3
+    (m,) = [m for m in r.matches if m.kind == "llo"]
+    assert (m.module, m.trace_program, m.agreeing, m.compared, m.accepted, m.how) == (
+        "jit_loop", "jit_loop", 4, 4, True, "module")  # the four named ops, all in the program
+
+
+def test_a_nested_kernel_whose_entry_op_is_in_the_trace_keeps_its_spills_there():
+    # the trace has the kernel's own row: it keeps its spills; the while keeps its own
+    r = join_compiled(_loop_ops(LOOP_OPS + ["kernel.3"]), [_loop_source()], [_llo_dump(LLO_ROWS)])
+    assert _col(r, "spill_stores") == [3, None, None, 1, 10] and r.runs_inside == {}
+
+
+def test_a_nested_kernel_adds_to_nothing_joined_from_another_dump():
+    # while.5's facts came from another dump (listed first): kernel.3's spills from the second stay out of it
+    first = _llo_dump([("while.5", "while", 1, 2, "no-static-profile", np.nan)], path="first/llo")
+    second = _llo_dump(LLO_ROWS, path="out/llo")
+    r = join_compiled(_loop_ops(), [_loop_source()], [first, second])
+    assert _col(r, "spill_stores")[3] == 1 and r.runs_inside == {}
+    # without spill counts the kernel adds nothing, and the while still counts it as run inside
+    bare = _llo_dump([("while.5", "while", np.nan, np.nan, "no-static-profile", np.nan),
+                      ("kernel.3", "custom-call", np.nan, np.nan, "estimate", 7)])
+    r = join_compiled(_loop_ops(), [_loop_source()], [bare])
+    assert _col(r, "spill_stores")[3] is None and r.runs_inside == {"kernel.3": "while.5"}
+
+
+def test_an_llo_dump_whose_opcodes_disagree_is_not_joined_and_says_so():
+    rows = [(n, "convolution", 1, 1, "estimate", 5) for n in LOOP_OPS]  # every opcode wrong
+    r = join_compiled(_loop_ops(), [_loop_source()], [_llo_dump(rows)])
+    assert r.llo_matched == 0
+    assert "LLO dump `out/llo` does not match the trace's `jit_loop`: only 0 of 4 of its ops are ops of that " \
+           "program (another compilation?); its spills and cycles are not joined" in r.warnings
+    # without an HLO program to compare opcodes with, names alone decide
+    assert join_compiled(_loop_ops(), (), [_llo_dump(rows)]).llo_matched == 4
+
+
+def test_an_llo_dump_of_another_module_or_of_no_ops_is_named_in_a_warning():
+    other = _llo_dump(LLO_ROWS, path="other/llo", module="jit_other")
+    unnamed = _llo_dump([("copy.9", "copy", 1, 1, "estimate", 5)], path="anon/llo", module=None)
+    empty = _llo_dump([("<top-inlining-caller>", "", 1, 1, "estimate", 5)], path="tlp/llo", module=None)
+    r = join_compiled(_loop_ops(), (), [other, unnamed, empty])
+    # Only the unnamed dump is tried (by names). Regressions: the dump of no ops came back with its
+    # filtered-out `<top-inlining-caller>` row (tried, "0 of 1"), and neither it nor the unnamed dump
+    # that shares no name was named in any warning.
+    assert r.llo_matched == 0 and [(m.origin, m.how, m.compared) for m in r.matches] == [("anon/llo", "names", 1)]
+    assert list(r.warnings) == [
+        "compiler dump `other/llo` matched none of the 4 trace ops: it holds `jit_other`, the trace runs "
+        "`jit_loop` (dumps from another compilation?)",
+        "compiler dump `anon/llo` matched none of the 4 trace ops: it names no module, the trace runs `jit_loop` "
+        "(dumps from another compilation?)",
+        "compiler dump `tlp/llo` matched none of the 4 trace ops: it names no module, the trace runs `jit_loop` "
+        "(dumps from another compilation?)",
+        "compiler dumps were given but none matched any of the 4 trace ops: no padding, spill or cycle figures "
+        "come from them"]
+
+
+def test_spill_counts_read_as_numbers_or_unknown():
+    from tpudiag.analysis.join import _int_or_na
+
+    assert _int_or_na(3.0) == 3 and isinstance(_int_or_na(np.int64(3)), int)
+    assert _int_or_na(None) is pd.NA and _int_or_na(pd.NA) is pd.NA and _int_or_na(float("nan")) is pd.NA
+
+
+def test_an_async_done_matches_its_printed_opcode():
+    from types import SimpleNamespace
+
+    from tpudiag.analysis.join import _same_opcode
+
+    done = SimpleNamespace(opcode="async-done", wrapped_opcode="slice")
+    assert _same_opcode("slice-done", done) and _same_opcode("async-done", done) and _same_opcode("slice", done)
+    assert not _same_opcode("slice-start", done) and not _same_opcode("copy-done", done)
+    assert not _same_opcode("slice-done", SimpleNamespace(opcode="fusion", wrapped_opcode="slice"))
+
+
+def test_mxus_per_core_from_the_utilization_header_else_the_bundle_profile():
+    from tpudiag.analysis.join import _llo_mxus
+
+    assert _llo_mxus(_llo_dump([], mxu=2)) == (2, True)
+    assert _llo_mxus(_llo_dump([], mxu=0, units=("MXU_0", "MXU_3", "VALU_1", "MXU_10x"))) == (4, False)
+    assert _llo_mxus(_llo_dump([], units=("VALU_0",))) == (None, False)
+
+
+def test_a_source_for_another_target_is_refused_and_one_for_this_target_is_not():
+    from tpudiag.model.hardware import chip_for
+
+    v5e = chip_for("v5e")  # 4 MXUs per core
+    rows = [(n, "", 1, 1, "estimate", 5) for n in LOOP_OPS]
+    # the generation compared without case; fewer MXUs than the chip's only as a lower bound
+    ok = join_compiled(_loop_ops(), [_loop_source(generation="V5E")], [_llo_dump(rows, units=("MXU_0", "MXU_1"))],
+                       chip=v5e)
+    assert ok.warnings == () and ok.hlo_matched == 4 and ok.llo_matched == 4
+    # an exact MXU count that differs, though smaller: refused
+    exact = join_compiled(_loop_ops(), (), [_llo_dump(rows, mxu=2)], chip=v5e)
+    assert exact.llo_matched == 0 and exact.warnings[0] == (
+        "compiler dump `out/llo` was compiled for 2 MXUs per core, the trace ran on v5e, which has 4: its facts "
+        "are not joined")
+    # an HLO dump for v6e refuses the LLO dump beside it (`llo/` next to `xla/`), not one elsewhere
+    beside = _llo_dump(rows, path="out/llo")
+    apart = _llo_dump(rows, path="elsewhere/llo")
+    r = join_compiled(_loop_ops(), [_loop_source(generation="v6e")], [beside, apart], chip=v5e)
+    assert r.warnings[:2] == ("compiler dump `out/xla` was compiled for v6e, the trace ran on v5e: its facts are "
+                              "not joined",
+                              "compiler dump `out/llo` was compiled for v6e, the trace ran on v5e: its facts are "
+                              "not joined")
+    assert r.columns["llo_origin"].tolist() == ["elsewhere/llo"] * 4
+    # without a chip nothing is refused
+    assert join_compiled(_loop_ops(), [_loop_source(generation="v6e")]).hlo_matched == 4
+
+
+def test_an_llo_dump_and_an_xla_dump_share_a_compile_in_one_directory_or_side_by_side():
+    from tpudiag.analysis.join import _same_compile_output
+
+    assert _same_compile_output("out/dump", "out/dump")
+    assert _same_compile_output("out/xla", "out/llo")
+    assert not _same_compile_output("out/xla", "other/llo")
+    assert not _same_compile_output("out/hlo", "out/llo") and not _same_compile_output("out/xla", "out/jf")

@@ -27,6 +27,7 @@ PROFILE = _profile([
     ("k.1", "TLP", "VECTOR_ALU", "", 25, 100), ("k.1", "TLP", "VECTOR_ALU", "add", 99, 100),  # only the op-less row
     ("k.1", "TLP", "VECTOR_LOAD_AND_MISC", "", 7, 10),
     ("k.1", "TLP", "VECTOR_STORE", "", 1, 10), ("k.1", "TLP", "VECTOR_STORE_AND_MISC", "", 2, 10),  # two names, one unit
+    ("k.1", "TLP", "VECTOR_EUP", "", 1, 1),  # a unit of one slot, used: 1.0
     ("k.1", "TLP", "SCALAR_ALU", "", 0, 0),  # no capacity: left out, so no SCALAR_ALU share
     ("k.1", "other", "VECTOR_EUP", "", 1, 1),  # another LLO program's row: the TLP's are kept
 ])
@@ -61,7 +62,7 @@ def test_a_kernels_units_bundles_spills_and_dma_from_its_llo_dump():
     assert (k1.estimated_cycles, k1.bundles, k1.spill_stores, k1.spill_fills) == (900, 120, 3, None)
     assert [(u.unit, u.fraction) for u in k1.units] == [
         ("MXU matmul", pytest.approx(0.3)), ("XLU", pytest.approx(0.05)), ("VECTOR_ALU", pytest.approx(0.25)),
-        ("VECTOR_LOAD", pytest.approx(0.7)), ("VECTOR_STORE", pytest.approx(0.15))]
+        ("VECTOR_LOAD", pytest.approx(0.7)), ("VECTOR_STORE", pytest.approx(0.15)), ("VECTOR_EUP", 1.0)]
     assert (k1.final_bundles, k1.dma_issue_bundles, k1.dma_wait_bundles, k1.dma_instruction_type) == (50, 4, 2, "LOCAL")
     # k.2: nothing in the LLO dump; its own cycles, no call site without a file, no scoped VMEM stated
     assert (k2.call_site, k2.estimated_cycles, k2.bundles, k2.units, k2.vmem_used_bytes) == ("", 77, None, (), None)

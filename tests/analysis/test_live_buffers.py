@@ -73,16 +73,27 @@ def test_live_bytes_by_line_largest_first_with_totals_per_device():
 
 
 def test_lines_of_equal_bytes_sort_by_file_then_line_and_odd_devices_by_name():
-    a5, a3 = SourceFrame("f", "/a.py", 5), SourceFrame("f", "/a.py", 3)
+    def at(file, line):
+        return (StackLocation((SourceFrame("f", file, line),)),)
+
     profile = DeviceMemoryProfile("p", (
-        _sample((StackLocation((a5,)),), "gpu", 1, 8),  # no ordinal
-        _sample((StackLocation((a3,)),), "cpu:x", 1, 8),  # an ordinal that is no number
-        _sample((StackLocation((a3,)),), "cpu:1", 1, 8),
+        _sample(at("/b.py", 1), "gpu", 1, 8),  # no ordinal
+        _sample(at("/a.py", 9), "cpu:x", 2, 8),  # an ordinal that is no number
+        _sample(at("/a.py", 3), "cpu:1", 3, 8),
+        _sample(at("/z.py", 1), "cpu:1", 1, 9),  # the most bytes: first, whatever its name
     ))
     live = attribute(profile)
-    assert live.by_line["line"].tolist() == [3, 5]
+    assert list(zip(live.by_line["file"], live.by_line["line"])) == [("/z.py", 1), ("/a.py", 3), ("/a.py", 9),
+                                                                     ("/b.py", 1)]
     # `cpu:1` as ("cpu", 1); the others by their whole name, with -1: ("cpu:x", -1), ("gpu", -1)
     assert [d.device for d in live.by_device] == ["cpu:1", "cpu:x", "gpu"]
+    # the ordinal is after the last colon
+    labels = ("host:tpu:10", "host:tpu:9")
+    live = attribute(DeviceMemoryProfile("p", tuple(_sample((), d) for d in labels)))
+    assert [d.device for d in live.by_device] == ["host:tpu:9", "host:tpu:10"]
+    # a label without an ordinal sorts before the numbered ones of its name
+    live = attribute(DeviceMemoryProfile("p", (_sample((), "cpu:0"), _sample((), "cpu"))))
+    assert [d.device for d in live.by_device] == ["cpu", "cpu:0"]
 
 
 def test_an_empty_profile_has_no_rows_and_a_total_just_within_int64_is_kept():
@@ -91,8 +102,9 @@ def test_an_empty_profile_has_no_rows_and_a_total_just_within_int64_is_kept():
     big = (1 << 63) - 1
     kept = attribute(DeviceMemoryProfile("p", (_sample((), "tpu:0", 1, big),)))
     assert kept.total_bytes == big
-    with pytest.raises(InputError, match="pass int64") as err:
+    with pytest.raises(InputError) as err:
         attribute(DeviceMemoryProfile("p", (_sample((), "tpu:0", 1, big), _sample((), "tpu:0", 1, 1))))
-    assert err.value.path == "p"
+    assert err.value.path == "p" and err.value.one_line() == (
+        "`p`: damaged pprof profile (its buffer or byte totals pass int64: more than any device holds)")
     with pytest.raises(InputError, match="pass int64"):  # executables' bytes count too
         attribute(DeviceMemoryProfile("p", (_sample((), "", 1, big + 1, kind="executable"),)))

@@ -217,7 +217,7 @@ def test_tuple_elements_are_asked_per_program_once_and_only_when_needed():
 
     def elements(pid):
         asked.append(pid)
-        return {"gte": ("tuple_fusion", 5)}  # an index past the producer's results
+        return {"gte": ("tuple_fusion", 1)}  # the producer has one result: index 1 is past it
 
     texts = dict(PREFETCH)
     texts["tuple_fusion"] = ("%tuple_fusion = (bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)}) "
@@ -237,3 +237,45 @@ def test_no_metadata_gives_the_columns_empty():
     assert list(got.columns) == ["program_id", "name", "hbm_read_bytes", "hbm_write_bytes", "vmem_read_bytes",
                                  "vmem_write_bytes", "host_read_bytes", "host_write_bytes", "copied_hbm_bytes", "moves"]
     assert got.empty and str(got["hbm_read_bytes"].dtype) == "float64" and got["moves"].dtype == object
+
+
+def test_generic_async_pairs_are_named_by_the_copy_or_slice_they_wrap():
+    row = "f32[8,128]{1,0:T(8,128)}"
+    texts = {name: f"%{name} = (({row}), {row[:-1]}S(1)}}, s32[]{{:S(2)}}) async-start({row} %p), calls=%c"
+             for name in ("copy-start.5", "dynamic-slice-start.2", "wrapped.3")}
+    got = op_bytes(_meta(texts)).set_index("name")["moves"]
+    assert got["copy-start.5"] == got["dynamic-slice-start.2"] == "hbm->vmem"
+    assert got["wrapped.3"] == ""  # a name that says no copy or slice: an op, not a move
+
+
+def test_what_a_copy_done_names_decides_what_it_brought():
+    done = "bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)}"
+    texts = dict(PREFETCH)
+    # the done's metadata comes after its operand: the start is the operand, not an attribute
+    texts["copy-done"] = texts["copy-done"] + ', metadata={op_name="jit(f)/x"}'
+    # a done whose start the trace did not record, and one whose operand is printed without a name
+    texts["copy-done.7"] = f"%copy-done.7 = {done} copy-done(({done}, u32[]) %copy-start.7)"
+    texts["copy-done.8"] = f"%copy-done.8 = {done} copy-done(({done}, u32[]) copy-start.8)"
+    for n in ("", ".7", ".8"):
+        texts[f"r{n}"] = f"%r{n} = f32[4]{{0}} fusion({done} %copy-done{n})"
+    texts["no-text"] = None
+    got = op_bytes(_meta(texts)).set_index("name")
+    assert got["copied_hbm_bytes"][["r", "r.7", "r.8"]].tolist() == [WEIGHTS, 0, 0]
+    assert got.loc["no-text", list(got.columns[1:-1])].sum() == 0  # an op the trace gave no text
+
+
+def test_a_tuple_element_counts_its_producers_operands_up_to_the_depth_limit():
+    chain = "bf16[8192,1024]{1,0:T(8,128)(2,1)S(1)}"
+    texts = dict(PREFETCH)
+    previous = "copy-done"
+    for i in range(1, 4):
+        texts[f"c{i}"] = f"%c{i} = {chain} copy({chain} %{previous})"
+        previous = f"c{i}"
+    for i in (2, 3):
+        texts[f"tf{i}"] = f"%tf{i} = ({chain}) fusion({chain} %c{i})"
+        texts[f"r{i}"] = f"%r{i} = f32[4]{{0}} fusion({chain} %gte{i})"
+    texts["r9"] = f"%r9 = f32[4]{{0}} fusion({chain} %gte9)"
+    elements = {"gte2": ("tf2", 0), "gte3": ("tf3", 0), "gte9": ("tf3", 1)}  # tf3 has one result: 1 is past it
+    got = op_bytes(_meta(texts), lambda pid: elements).set_index("name")["copied_hbm_bytes"]
+    # gte2 -> c2 -> c1 -> copy-done: the done at depth 3, within the limit; gte3 adds one more copy: depth 4
+    assert got[["r2", "r3", "r9"]].tolist() == [WEIGHTS, 0, 0]

@@ -125,3 +125,211 @@ def test_a_findings_op_is_found_on_the_timeline(analysis):
     place = find_on_timeline(analysis, (first,))
     assert place is not None and step_timeline(analysis, place.step).lanes[place.lane].spans[place.span].name == first
     assert find_on_timeline(analysis, ("no-such-op",)) is None
+
+
+def test_neighbours_of_a_middle_step():
+    from tpudiag.analysis.timeline import StepTimeline
+
+    t = StepTimeline(step=2, steps=(1, 2, 3), lanes=(), span_ps=0)
+    assert (t.neighbour(-1), t.neighbour(1), t.neighbour(-2), t.neighbour(2)) == (1, 3, None, None)
+
+
+def _flight_lane(flights) -> Lane:
+    from tpudiag.analysis.timeline import InFlight
+
+    return Lane("h", "/device:TPU:0", 0, 0, 1000, 0, 0, 0, 0, 0, 0, (),
+                tuple(InFlight(o, d, "all-gather-start.1", "all-gather") for o, d in flights), ())
+
+
+def test_in_flight_cells_edges():
+    # four cells of 250 ps; a window [600, 601) covers 1 ps of cell 2: in flight there
+    assert rasterize_in_flight(_flight_lane([(600, 1)]), 4, 1000) == (False, False, True, False)
+    assert rasterize_in_flight(_flight_lane([(0, 1)]), 1, 1) == (True,)  # one cell of 1 ps
+    assert rasterize_in_flight(_flight_lane([]), 3, 1000) == (False, False, False)
+    assert rasterize_in_flight(_flight_lane([(0, 1000)]), 0, 1000) == ()
+
+
+def test_rasterize_edges_of_one_picosecond_cells():
+    # a 4 ps lane drawn 4 cells wide: compute [0, 1) and a collective [2, 3); the cells start at 0
+    lane = Lane("h", "/device:TPU:0", 0, 0, 4, 2, 1, 1, 0, 2, 0,
+                (Span(0, 1, "fusion.1", COMPUTE), Span(2, 1, "all-reduce.1", COLLECTIVE)), (), ())
+    assert rasterize(lane, 4, 4) == (COMPUTE, IDLE, COLLECTIVE, IDLE)
+    one = Lane("h", "/device:TPU:0", 0, 0, 1, 1, 1, 0, 0, 0, 0, (Span(0, 1, "fusion.1", COMPUTE),), (), ())
+    assert rasterize(one, 1, 1) == (COMPUTE,)  # a span of 1 ps is a span
+
+
+# ---- a timeline of hosts and steps built by hand ------------------------------------------------
+
+def _analysis(lanes: dict[str, list[tuple[int, int, int, list[tuple]]]], windows=None, breakdown=(0, 0, 0, 0, 0),
+              dur_ps: int = 100):
+    """An analysis-like value of hosts -> [(core, step, step start, [(op, category, start, end[, depth[,
+    device]])])]: the steps table (every step `dur_ps` long, with `breakdown` as its busy, compute,
+    collective, I/O and idle) and each host's events and async windows (`windows`: host ->
+    [(core, name, family, start, end)]), all that `step_timeline` reads."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from tpudiag.model import schemas
+
+    hosts, step_rows = [], []
+    for host, rows in lanes.items():
+        ev = [(core, *op) for core, _, _, ops in rows for op in ops]
+        n = len(ev)
+        depth = [x[5] if len(x) > 5 else 0 for x in ev]
+        device = [x[6] if len(x) > 6 else f"/device:TPU:{x[0]}" for x in ev]
+        events = schemas.EVENTS.frame({
+            "host": [host] * n, "device": device, "core": [c for c, *_ in ev],
+            "chip": [c for c, *_ in ev], "program_id": [1] * n, "module": ["m"] * n,
+            "name": [x[1] for x in ev], "category": [x[2] for x in ev], "start_ps": [x[3] for x in ev],
+            "dur_ps": [x[4] - x[3] for x in ev], "self_ps": [x[4] - x[3] for x in ev], "depth": depth,
+            "step": [0] * n})
+        w = (windows or {}).get(host, [])
+        async_windows = schemas.ASYNC_WINDOWS.frame({
+            "host": [host] * len(w), "device": [f"/device:TPU:{x[0]}" for x in w], "core": [x[0] for x in w],
+            "name": [x[1] for x in w], "family": [x[2] for x in w], "start_ps": [x[3] for x in w],
+            "end_ps": [x[4] for x in w], "source": ["start/done pair"] * len(w)})
+        hosts.append(SimpleNamespace(host=host, events=events, async_windows=async_windows))
+        step_rows += [(host, core, step, start) for core, step, start, _ in rows]
+    n = len(step_rows)
+    busy, compute, collective, io, idle = (np.full(n, v, dtype=np.int64) for v in breakdown)
+    steps = schemas.STEPS.frame({
+        "host": [r[0] for r in step_rows], "device": [f"/device:TPU:{r[1]}" for r in step_rows],
+        "core": [r[1] for r in step_rows], "step": [r[2] for r in step_rows], "start_ps": [r[3] for r in step_rows],
+        "dur_ps": np.full(n, dur_ps), "busy_ps": busy, "compute_ps": compute, "collective_ps": collective,
+        "io_ps": io, "host_transfer_ps": np.zeros(n, dtype=np.int64), "idle_ps": idle})
+    return SimpleNamespace(steps=steps, profile=SimpleNamespace(hosts=hosts))
+
+
+def test_an_op_is_found_in_the_first_step_that_runs_it_on_the_host_asked():
+    from tpudiag.analysis.timeline import OpPlace
+
+    fusion = ("fusion.1", "loop fusion", 0, 10)
+    analysis = _analysis({
+        # h0 runs fusion.1 in step 1 and fusion.2 in step 2 only; h1 runs fusion.1 in both steps
+        "h0": [(0, 1, 0, [fusion]), (0, 2, 100, [("fusion.2", "loop fusion", 120, 130)])],
+        "h1": [(0, 1, 0, [("copy.1", "copy", 0, 5), fusion]), (0, 2, 100, [("fusion.1", "loop fusion", 100, 110)])]})
+    assert find_on_timeline(analysis, ("fusion.2",)) == OpPlace(2, 0, 0)
+    # on h1: its lane (index 1) of the first step, after copy.1 (span 1)
+    assert find_on_timeline(analysis, ("fusion.1",), host="h1") == OpPlace(1, 1, 1)
+    assert find_on_timeline(analysis, ("fusion.2",), host="h1") is None
+
+
+def test_the_search_stops_after_max_steps():
+    from tpudiag.analysis.timeline import OpPlace
+
+    rows = [(0, step, 100 * step, [("fusion.1", "loop fusion", 100 * step, 100 * step + 10)]) for step in range(9)]
+    rows[8][3].append(("late.1", "loop fusion", 820, 830))  # only in the ninth step
+    analysis = _analysis({"h0": rows})
+    assert find_on_timeline(analysis, ("late.1",)) is None  # 8 steps by default
+    assert find_on_timeline(analysis, ("late.1",), max_steps=9) == OpPlace(8, 0, 1)
+
+
+def test_lanes_in_host_order_then_core_and_hosts_without_the_step_left_out():
+    analysis = _analysis({
+        "hb": [(1, 1, 0, []), (0, 1, 0, [])],
+        "ha": [(0, 1, 0, []), (0, 2, 100, [])],  # ha comes second in the profile: its lanes come second
+        "hc": [(0, 2, 100, [])]})  # no step 1
+    t = step_timeline(analysis, 1)
+    assert [(lane.host, lane.core) for lane in t.lanes] == [("hb", 0), ("hb", 1), ("ha", 0)]
+    assert t.steps == (1, 2) and t.span_ps == 100
+    assert [(lane.host, lane.core) for lane in step_timeline(analysis, 2).lanes] == [("ha", 0), ("hc", 0)]
+
+
+def test_a_lane_clips_its_top_level_ops_and_windows_to_the_step():
+    from tpudiag.analysis.timeline import IO, InFlight
+
+    # core 3's step 7 runs [1000, 1100); offsets below are from 1000
+    ops = [
+        ("fusion.9", "loop fusion", 980, 1000),  # ends as the step starts: not in it
+        ("outfeed.1", "outfeed", 1090, 1130),  # I/O by its category, clipped at the step end: [90, 100)
+        ("fusion.1", "loop fusion", 990, 1020),  # began before the step: [0, 20)
+        ("fusion.2", "loop fusion", 1030, 1040, 1),  # nested: inside its parent's span already
+        ("all-reduce.1", "all-reduce", 1040, 1060),  # a collective by its name
+        ("fusion.3", "loop fusion", 1060, 1070, 0, "/device:TPU:3 SparseCore 0"),  # another plane
+        ("fusion.4", "loop fusion", 1100, 1110),  # starts as the step ends: not in it
+    ]
+    windows = {"h": [(3, "all-gather-start.1", "all-gather", 950, 1030),  # clipped: [0, 30)
+                     (3, "all-gather-start.2", "all-gather", 1020, 1050),  # [20, 50): the union is 50
+                     (3, "copy-start.1", "copy", 900, 1000),  # ends as the step starts
+                     (3, "copy-start.2", "copy", 1100, 1200),  # starts as it ends
+                     (2, "copy-start.3", "copy", 1000, 1100)]}  # another core
+    analysis = _analysis({"h": [(3, 7, 1000, ops)]}, windows, breakdown=(11, 12, 13, 14, 15))
+    (lane,) = step_timeline(analysis, 7).lanes
+    assert lane.spans == (Span(0, 20, "fusion.1", COMPUTE), Span(40, 20, "all-reduce.1", COLLECTIVE),
+                          Span(90, 10, "outfeed.1", IO))
+    assert lane.in_flight == (InFlight(0, 30, "all-gather-start.1", "all-gather"),
+                              InFlight(20, 30, "all-gather-start.2", "all-gather"))
+    assert lane.in_flight_ps == 50
+    # the step's own figures, as the steps table gives them
+    assert (lane.host, lane.device, lane.core, lane.step_start_ps, lane.dur_ps) == ("h", "/device:TPU:3", 3, 1000, 100)
+    assert (lane.busy_ps, lane.compute_ps, lane.collective_ps, lane.io_ps, lane.idle_ps) == (11, 12, 13, 14, 15)
+    # gaps between the spans, longest first: [60, 90) 30, [20, 40) 20
+    assert lane.gaps == (Gap(60, 30), Gap(20, 20))
+
+
+def test_a_lane_whose_first_op_starts_late_has_a_lead_gap():
+    analysis = _analysis({"h": [(0, 1, 0, [("fusion.1", "loop fusion", 5, 95)])]})
+    (lane,) = step_timeline(analysis, 1).lanes
+    assert lane.gaps == (Gap(0, 5), Gap(95, 5))  # equal lengths: the earlier first
+
+
+def test_a_collective_at_exactly_a_quarter_of_a_cell_shows():
+    # one cell of 8 ps: compute [0, 6), a collective [6, 8) covers exactly 25 %
+    lane = Lane("h", "/device:TPU:0", 0, 0, 8, 8, 6, 2, 0, 0, 0,
+                (Span(0, 6, "fusion.1", COMPUTE), Span(6, 2, "all-reduce.1", COLLECTIVE)), (), ())
+    assert rasterize(lane, 1, 8) == (COLLECTIVE,)
+
+
+def test_a_cell_takes_the_kind_covering_most_of_it_idle_included():
+    from tpudiag.analysis.timeline import IO
+
+    def cell(*spans) -> str:
+        lane = Lane("h", "/device:TPU:0", 0, 0, 8, 0, 0, 0, 0, 0, 0, tuple(spans), (), ())
+        (kind,) = rasterize(lane, 1, 8)
+        return kind
+
+    # 8 ps: I/O 4, idle 4: a tie goes to the earlier kind (compute, collective, I/O, idle)
+    assert cell(Span(0, 4, "outfeed.1", IO)) == IO
+    # compute 4, a collective of 1 (12.5 %, under the quarter), idle 3: compute
+    assert cell(Span(0, 4, "fusion.1", COMPUTE), Span(4, 1, "all-reduce.1", COLLECTIVE)) == COMPUTE
+    # compute 3, I/O 1, idle 4: idle
+    assert cell(Span(0, 3, "fusion.1", COMPUTE), Span(3, 1, "outfeed.1", IO)) == IDLE
+
+
+def test_a_dropped_hosts_events_are_read_again_and_the_last_four_kept(monkeypatch):
+    from collections import OrderedDict
+    from types import SimpleNamespace
+
+    import tpudiag.analysis.timeline as timeline
+    from tpudiag.errors import InputError
+    from tpudiag.model.profile import HostFailure
+
+    reads = []
+
+    def parse(location):
+        reads.append(str(location))
+        if "bad" in str(location):
+            return HostFailure(str(location), "truncated file")
+        return SimpleNamespace(events=f"events of {location}", async_windows=f"windows of {location}")
+
+    monkeypatch.setattr(timeline, "parse_file_or_failure", parse)
+    monkeypatch.setattr(timeline, "_reread", OrderedDict())
+    kept = SimpleNamespace(events="own events", async_windows="own windows", source="", path="kept.pb")
+    assert timeline.host_events(kept) == ("own events", "own windows") and reads == []
+
+    def dropped(name: str, source: str = ""):
+        return SimpleNamespace(events=None, async_windows=None, source=source, path=name)
+
+    # read from `source` when the host has one (an absolute path), else from its path
+    assert timeline.host_events(dropped("a.pb", "/abs/a.pb")) == ("events of /abs/a.pb", "windows of /abs/a.pb")
+    for name in ("b.pb", "c.pb", "d.pb"):
+        timeline.host_events(dropped(name))
+    timeline.host_events(dropped("a.pb", "/abs/a.pb"))  # kept: not read again, and now the most recent
+    assert reads == ["/abs/a.pb", "b.pb", "c.pb", "d.pb"]
+    timeline.host_events(dropped("e.pb"))  # a fifth host: the least recent (b) goes
+    timeline.host_events(dropped("a.pb", "/abs/a.pb"))
+    timeline.host_events(dropped("b.pb"))
+    assert reads == ["/abs/a.pb", "b.pb", "c.pb", "d.pb", "e.pb", "b.pb"]
+    with pytest.raises(InputError, match="^cannot read the host again for its timeline: truncated file$"):
+        timeline.host_events(dropped("bad.pb"))

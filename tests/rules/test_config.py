@@ -121,3 +121,89 @@ def test_ignore_is_read_and_defaults_to_nothing():
     assert info.value.path is None  # no source given: no file named
     assert parse_config({}).ignore == ()
     assert parse_config({"ignore": ["exposed-collective"]}).ignore == ("exposed-collective",)
+
+
+# -- the search, the file reader and the command line, each message whole ---------------------------
+
+def test_a_pyproject_that_does_not_parse_is_skipped_with_a_warning_and_the_search_goes_on(tmp_path: Path):
+    # The project's own pyproject.toml (broken) sits between the input and a tpudiag.toml further up.
+    (tmp_path / "tpudiag.toml").write_text('ignore = ["spill"]\n')
+    project = tmp_path / "project"
+    (project / "run").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[tool\n")
+    warnings: list[str] = []
+    assert find_config(project / "run", cwd=tmp_path, warnings=warnings) == tmp_path / "tpudiag.toml"
+    [warning] = warnings
+    assert warning.startswith(f"config: skipped `{project / 'pyproject.toml'}`: invalid TOML: ")
+    # load_config keeps the warning (once, though the input's and the working directory's searches both meet it).
+    config = load_config(project / "run", cwd=project)
+    assert config.ignore == ("spill",) and config.warnings == (warning,)
+
+
+def test_a_pyproject_whose_tool_is_not_a_table_is_skipped(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text('tool = 3\n')
+    warnings: list[str] = []
+    assert find_config(tmp_path, cwd=tmp_path, warnings=warnings) is None
+    assert warnings == [f"config: skipped `{tmp_path / 'pyproject.toml'}`: `tool` is not a table"] * 2
+    assert find_config(tmp_path, cwd=tmp_path) is None  # no list given: nothing to append to
+
+
+def test_a_file_as_input_is_searched_from_its_directory(tmp_path: Path):
+    (tmp_path / "tpudiag.toml").write_text("")
+    trace = tmp_path / "host0.xplane.pb"
+    trace.write_bytes(b"")
+    elsewhere = tmp_path.parent
+    assert find_config(trace, cwd=elsewhere) == tmp_path / "tpudiag.toml"
+    assert find_config(None, cwd=tmp_path) == tmp_path / "tpudiag.toml"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"select = [\xff]\n", "invalid TOML: not UTF-8 (byte 10)"),
+    (b"x = " + b"[" * 2000 + b"]" * 2000 + b"\n", "invalid TOML: nested too deeply"),
+])
+def test_unreadable_toml_is_a_usage_error_naming_the_file(tmp_path: Path, content: bytes, message: str):
+    path = tmp_path / "tpudiag.toml"
+    path.write_bytes(content)
+    with pytest.raises(UsageError) as info:
+        load_config(config_file=path)
+    assert str(info.value) == message and info.value.path == str(path)
+
+
+def test_a_missing_or_unreadable_config_file(tmp_path: Path):
+    with pytest.raises(UsageError) as info:
+        load_config(config_file=tmp_path / "nope.toml")
+    assert str(info.value) == "config file not found" and info.value.path == str(tmp_path / "nope.toml")
+    with pytest.raises(UsageError) as info:
+        load_config(config_file=tmp_path)  # a directory
+    assert str(info.value).startswith("cannot read config: ") and info.value.path == str(tmp_path)
+
+
+def test_a_config_with_only_options_names_no_rule_and_keeps_the_rest():
+    config = parse_config({"rules": {"TPD101": {"min_exposed_fraction": 0.2}}}, "team.toml")
+    assert config.select is None and config.ignore == () and config.source == "team.toml"
+    # A code names the rule: its options are keyed by the rule's name.
+    assert config.options == {"exposed-collective": {"min_exposed_fraction": 0.2}}
+
+
+def test_the_command_line_expands_all_splits_commas_and_drops_repeats():
+    from tpudiag.rules.config import split_names
+
+    assert split_names(["a, b", " ,c", ""]) == ["a", "b", "c"]
+    assert split_names(None) == []
+    every = RulesConfig().with_cli(select=["ALL"])
+    assert every.select == tuple(r.name for r in RULES)
+    config = RulesConfig(ignore=("spill",), options={"spill": {}}, source="t.toml", warnings=("w",))
+    cli = config.with_cli(select=["TPD101,exposed-collective"], ignore=["tpd104", "padding-waste"])
+    assert cli == RulesConfig(("exposed-collective",), ("spill", "spill", "padding-waste"), {"spill": {}}, "t.toml",
+                              ("w",))
+    assert config.with_cli() == config
+
+
+def test_an_option_refused_at_resolve_names_the_config_file_and_the_rule():
+    with pytest.raises(UsageError) as info:
+        RulesConfig(options={"spill": {"min_spills": 0}}, source="team.toml").resolve()
+    assert str(info.value) == "min_spills must be at least 1, got 0"
+    assert info.value.path == "team.toml" and info.value.hint == "see `tpudiag rule spill` for its options"
+    with pytest.raises(UsageError) as info:
+        RulesConfig(options={"spill": {"min_spills": 0}}).resolve()
+    assert info.value.path is None

@@ -216,3 +216,149 @@ def test_basis_note_says_where_the_rules_step_and_idle_are_not_the_headers():
     bare = _noted(marked)
     bare.steps = bare.steps.iloc[:0]
     assert basis_note(bare, _host(1100, 150)) == ""
+
+
+# -- the rule over host idle figures given by hand ---------------------------------------------------
+
+def _idle(host, idle_us, *, period_us=10_000.0, io_us=0.0, lead_us=0.0, between_us=0.0, causes=None, n_steps=5,
+          worst_step=2, worst_idle_us=None):
+    from tpudiag.analysis.idle import CAUSES, HostIdle
+
+    spans = {c: 0.0 for c in (*CAUSES, "unexplained")} | {c: us * US for c, us in (causes or {}).items()}
+    worst = idle_us if worst_idle_us is None else worst_idle_us
+    return HostIdle(host, n_steps, period_us * US, idle_us * US, between_us * US, lead_us * US, io_us * US, spans,
+                    worst_step, round(worst * US))
+
+
+def _check_idle(monkeypatch, hosts, *, steps=(), whole=False, executions=False, apart=(), platform=None,
+                **options):
+    """device-idle's `check` over `hosts` (what `analysis.idle.host_idle` would give) and `steps`, the
+    per-step rows of the idle table as (host, step, idle µs, period µs); the analysis holds no step table
+    (so no note on the header's figures)."""
+    import pandas as pd
+    from types import SimpleNamespace
+
+    from tpudiag.model.profile import Platform
+    from tpudiag.rules import device_idle as di
+
+    table = pd.DataFrame([{"host": h, "step": s, "idle_ps": i * US, "period_ps": p * US} for h, s, i, p in steps],
+                         columns=["host", "step", "idle_ps", "period_ps"])
+    tables = SimpleNamespace(steps=table, whole_capture=whole, executions=executions)
+    monkeypatch.setattr(di, "idle_tables", lambda digests: tables)
+    monkeypatch.setattr(di, "host_idle", lambda t: list(hosts))
+    empty = pd.DataFrame(columns=["host", "core", "step", "dur_ps", "compute_ps", "collective_ps", "io_ps",
+                                  "host_transfer_ps", "idle_ps"])
+    profile = SimpleNamespace(hosts=[SimpleNamespace(host=h.host, host_clock_apart=h.host in apart) for h in hosts])
+    analysis = SimpleNamespace(digests={}, profile=profile, platform=platform or Platform.TPU, step_sources={},
+                               steps=empty)
+    return di.check(SimpleNamespace(analysis=analysis), Options(**options))
+
+
+def test_the_host_with_the_most_idle_speaks_for_several(monkeypatch):
+    # host0: 2 ms of a 10 ms step idle, 1.5 ms of it under a host-bound span (75 %); host1: 1 ms idle plus
+    # 0.5 ms of device infeed; host2 0.1 ms (1 %, under the 2 % bar).
+    hosts = [_idle("host1", 1000, io_us=500, causes={"input": 400, "unexplained": 600}),
+             _idle("host0", 2000, causes={"host-bound": 1500, "unexplained": 500}),
+             _idle("host2", 100, causes={"unexplained": 100})]
+    steps = [("host0", 1, 1500, 10_000), ("host0", 2, 2500, 10_000), ("host0", 3, 2000, 10_000),
+             ("host1", 1, 9000, 10_000)]
+    (f,) = _check_idle(monkeypatch, hosts, steps=steps)
+    assert f.message == ("`host0` idle 2.00 ms of each 10.00 ms step (20.0%, inside steps): host-bound (Python or "
+                         "dispatch) (75.0% of it); 2 of 3 hosts idle at least 2.0%")
+    assert f.host == "" and f.saving.ps == 2000 * US and f.severity == Severity.HIGH
+    assert f.saving.explanation == "idle per step on `host0`, the host with the most; an upper bound"
+    assert [(e.subject, e.values) for e in f.evidence] == [
+        ("host0", (("idle per step", "2.00 ms"), ("share", "20.0%"), ("steps", "5"), ("host-bound", "1.50 ms"),
+                   ("unexplained", "500.0 µs"), ("most idle step", "2 (2.00 ms)"))),
+        # host1's infeed counts toward its idle (1.5 ms), not toward its share of idle alone (10 %).
+        ("host1", (("idle per step", "1.00 ms"), ("share", "10.0%"), ("steps", "5"),
+                   ("device infeed/outfeed", "500.0 µs"), ("input", "400.0 µs"), ("unexplained", "600.0 µs"),
+                   ("most idle step", "2 (1.00 ms)"))),
+        # host0's steps, most idle first (host1's step 1 is not host0's).
+        ("step 2", (("idle", "2.50 ms"), ("share", "25.0%"))), ("step 3", (("idle", "2.00 ms"), ("share", "20.0%"))),
+        ("step 1", (("idle", "1.50 ms"), ("share", "15.0%")))]
+    assert f.fix == FIXES["host-bound"]
+    assert [e.subject for e in _check_idle(monkeypatch, hosts, steps=steps, max_steps_shown=1)[0].evidence] == [
+        "host0", "host1", "step 2"]
+
+
+def test_idle_and_infeed_exactly_at_min_idle_share_count(monkeypatch):
+    # 150 µs idle and 50 µs infeed of a 10 ms step: 2 % exactly, the default bar; medium from 3 %, so low.
+    # The 50 µs of infeed (input) are less than the 150 µs no host span covers.
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 150, io_us=50, causes={"unexplained": 150})])
+    assert f.severity == Severity.LOW and f.saving.ps == 200 * US and f.host == "host0"
+    assert f.message == ("the TensorCores idle 200.0 µs of each 10.00 ms step (2.0%, inside steps): cause not visible "
+                         "on the host plane")
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 50, io_us=150, causes={"unexplained": 50})])
+    assert f.message == ("the TensorCores idle 200.0 µs of each 10.00 ms step (2.0%, inside steps): input-bound "
+                         "(75.0% of it)")
+    assert _check_idle(monkeypatch, [_idle("host0", 149, io_us=50, causes={"unexplained": 149})]) == []
+    # A host without a period (no step ended) has no share: left out.
+    assert _check_idle(monkeypatch, [_idle("host0", 150, period_us=0.0)]) == []
+
+
+def test_idle_before_each_steps_first_op_is_called_out(monkeypatch):
+    # 2 ms idle per step, 1 ms of it (half, the bar) before the step's first op.
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 2000, lead_us=1000, causes={"input": 2000})])
+    assert f.message.endswith("input-bound (100.0% of it); 1.00 ms of it at the start of each step, before its first "
+                              "op (the host preparing the step: data loading?)")
+    assert dict(f.evidence[0].values)["before the step's first op"] == "1.00 ms"
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 2000, lead_us=999, causes={"input": 2000})])
+    assert "at the start of each step" not in f.message
+    assert dict(f.evidence[0].values)["before the step's first op"] == "999.0 µs"
+    # Under 1 % of the idle (20 µs) the lead is a leftover, not a row.
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 2000, lead_us=19, causes={"input": 2000})])
+    assert "before the step's first op" not in dict(f.evidence[0].values)
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 2000, lead_us=20, causes={"input": 2000})])
+    assert dict(f.evidence[0].values)["before the step's first op"] == "20.0 µs"
+
+
+def test_module_executions_count_the_wait_between_them(monkeypatch):
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 2000, lead_us=1500, between_us=1800,
+                                           causes={"host-bound": 2000})], executions=True)
+    # Between executions there is no step start to be "before": no lead note, the between row instead.
+    assert "between and inside module executions" in f.message and "at the start of each step" not in f.message
+    values = dict(f.evidence[0].values)
+    assert values["between executions"] == "1.80 ms" and "before the step's first op" not in values
+
+
+def test_a_capture_without_steps_is_one_window_per_core(monkeypatch):
+    from tpudiag.model.profile import Platform
+
+    hosts = [_idle("host0", 2000, period_us=8000, lead_us=1500, causes={"synchronisation": 2000}, n_steps=1)]
+    steps = [("host0", 0, 2000, 8000)]
+    (f,) = _check_idle(monkeypatch, hosts, steps=steps, whole=True, platform=Platform.GPU)
+    assert f.message == ("the GPUs idle 2.00 ms of 8.00 ms (25.0%, over the capture: no steps, so each GPU's first to "
+                         "last op): synchronisation (device-to-host waits) (100.0% of it)")
+    # One window: no step count, no lead, no most idle step, no per-step rows.
+    assert [(e.subject, e.values) for e in f.evidence] == [
+        ("host0", (("idle in the capture", "2.00 ms"), ("share", "25.0%"), ("synchronisation", "2.00 ms")))]
+    assert f.saving.explanation == "idle in the capture on `host0`, the host with the most; an upper bound"
+
+
+def test_unexplained_idle_on_a_host_clock_apart_says_why(monkeypatch):
+    host = _idle("host0", 2000, causes={"unexplained": 2000})
+    (f,) = _check_idle(monkeypatch, [host], apart=("host0",))
+    assert f.message.endswith("(20.0%, inside steps): cause not known: the host plane is on another clock than the "
+                              "device planes")
+    assert f.fix == FIXES["clock apart"]
+    (f,) = _check_idle(monkeypatch, [host])
+    assert f.message.endswith("(20.0%, inside steps): cause not visible on the host plane")
+    assert f.fix == FIXES["unexplained"]
+    # A named cause on a host clock apart is still that cause.
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 2000, causes={"input": 2000})], apart=("host0",))
+    assert f.fix == FIXES["input"]
+
+
+def test_mostly_unexplained_idle_names_each_cause_from_one_percent(monkeypatch):
+    # 2 ms idle: 1.48 ms unexplained (74 %), 480 µs compilation, 20 µs (exactly 1 %) input, 19 µs host-bound.
+    host = _idle("host0", 2000, causes={"unexplained": 1480, "compilation": 480, "input": 20, "host-bound": 19})
+    (f,) = _check_idle(monkeypatch, [host])
+    assert f.message.endswith("cause not visible on the host plane for 74.0% of it; the rest: compilation 480.0 µs, "
+                              "input 20.0 µs")
+
+
+def test_a_zero_length_step_has_no_row(monkeypatch):
+    steps = [("host0", 1, 0, 0), ("host0", 2, 2000, 10_000)]
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 2000, causes={"input": 2000})], steps=steps)
+    assert [e.subject for e in f.evidence] == ["host0", "step 2"]

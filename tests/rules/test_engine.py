@@ -68,6 +68,10 @@ def test_without_steps_the_capture_counts_as_one_step(tmp_path: Path):
     findings, _ = run_rules(sc.analyse(d, tmp_path), RulesConfig(select=("exposed-collective",)))
     sync = [f for f in findings if f.message.startswith("synchronous")][0]
     assert sync.saving.ps == 3 * 800 * sc.US and "whole capture" in sync.saving.explanation
+    # The engine says so for every saving in time: per capture, and "per step" in its explanation too.
+    assert {f.saving.per for f in findings} == {"capture"}
+    assert sync.saving.explanation == ("largest exposed collective time on any core over the capture, averaged over "
+                                       "1 step (no steps: whole capture)")
 
 
 @pytest.mark.parametrize("path", sorted(RULES_DIR.glob("*.py")), ids=lambda p: p.name)
@@ -126,3 +130,104 @@ def test_a_modelled_capture_has_no_measured_savings(tmp_path: Path):
     findings, _ = run_rules(analysis, RulesConfig(select=("exposed-collective",)))
     assert findings and {f.saving.basis for f in findings} == {"modelled"}
     assert all(f.saving.explanation.startswith("from a modelled capture, ") for f in findings)
+
+
+# -- skip reasons: what each rule lacks, as `rules_skipped` prints it -------------------------------
+
+TRACE_REASON = "needs a device trace with ops (TPU, GPU or XLA CPU)"
+HLO_REASON = "needs the compiled HLO (`--dumps DIR` of an XLA dump, or a capture that embeds it)"
+STATIC_NO_HLO = ("needs a timeline, modelled from the compiled HLO: pass the XLA dump (`--xla_dump_to`) "
+                 "of the same compile too")
+
+
+def _skips(analysis, compiled=None, **kwargs) -> dict[str, str]:
+    from tpudiag.model.inputs import CompiledInputs
+    from tpudiag.rules import run_rules as engine_run_rules
+
+    findings, skipped = engine_run_rules(analysis, None, compiled or CompiledInputs(), **kwargs)
+    assert findings == []
+    return {s.rule: s.reason for s in skipped}
+
+
+def test_with_no_input_every_rule_is_skipped_naming_what_it_needs():
+    # Trace rules need a trace, spill its LLO dumps, the memory rules the compiled HLO.
+    reasons = _skips(None)
+    assert reasons == {**{r.name: TRACE_REASON for r in RULES if r.inputs[0] == "trace"},
+                       "spill": "needs LLO dumps (`--dumps DIR`)",
+                       "hbm-pressure": HLO_REASON, "vmem-pressure": HLO_REASON}
+    assert len(reasons) == len(RULES) == 12
+
+
+def test_static_mode_without_programs_asks_for_the_xla_dump():
+    # Dumps alone (static) with nothing compiled: a trace rule's timeline would be modelled from the HLO,
+    # so the HLO is what to pass; the memory rules read the HLO itself; spill needs the LLO dumps.
+    reasons = _skips(None, static=True)
+    hlo_itself = "needs the compiled HLO: pass the XLA dump (`--xla_dump_to`) of the same compile too"
+    assert reasons == {**{r.name: STATIC_NO_HLO for r in RULES if r.inputs[0] == "trace"},
+                       "spill": "needs LLO dumps (`--xla_jf_dump_to`) of the same compile, in the same directory",
+                       "hbm-pressure": hlo_itself, "vmem-pressure": hlo_itself}
+
+
+def test_static_mode_with_programs_but_no_timeline_asks_for_the_generation(tmp_path: Path):
+    # The HLO is there, but no timeline was modelled (the TPU generation is unknown): say how to give it.
+    from tests.memory_dumps import write_adam_dump
+    from tpudiag import diagnose
+
+    compiled = diagnose(write_adam_dump(tmp_path / "d", layers=2, target=False), select="hbm-pressure").compiled
+    assert compiled.programs
+    from tpudiag.rules import run_rules as engine_run_rules
+
+    _, skipped = engine_run_rules(None, RulesConfig(select=("exposed-collective", "low-mxu-utilization")),
+                                  compiled, static=True)
+    generation = ("needs a timeline, modelled from the dumps only when the TPU generation is known "
+                  "(keep `*.target_arguments.txt` with the dump, or pass --chip)")
+    assert [(s.rule, s.reason) for s in skipped] == [("exposed-collective", generation),
+                                                     ("low-mxu-utilization", generation)]
+
+
+def test_a_trace_without_a_peak_says_the_peak_is_missing(tmp_path: Path):
+    # The matmuls record FLOPs, but neither the trace nor the hardware table knows an unnamed chip's peak.
+    no_peak = sc.analyse(sc.low_mxu(device_type="", peak_tflops=None), tmp_path / "mxu")
+    _, skipped = run_rules(no_peak, RulesConfig(select=("low-mxu-utilization",)))
+    assert [s.reason for s in skipped] == [
+        "needs the device's peak FLOP/s: neither the trace nor the hardware table gives one"]
+    # Neither half (no op records FLOPs, no peak): the input's own reason.
+    neither = sc.analyse(sc.exposed_collectives(device_type="", peak_tflops=None), tmp_path / "coll")
+    _, skipped = run_rules(neither, RulesConfig(select=("low-mxu-utilization",)))
+    assert [s.reason for s in skipped] == ["needs per-op FLOPs and a peak FLOP/s in the trace"]
+
+
+def test_static_mode_labels_time_savings_a_compiler_estimate(tmp_path: Path):
+    # In static mode the analysis is a timeline modelled from the compiler's estimate: nothing is measured.
+    analysis = sc.analyse(sc.exposed_collectives(), tmp_path)
+    config = RulesConfig(select=("exposed-collective",))
+    measured, _ = run_rules(analysis, config)
+    static, _ = run_rules(analysis, config, static=True)
+    assert measured and [f.saving.ps for f in static] == [f.saving.ps for f in measured]
+    assert {f.saving.basis for f in measured} == {"measured"}
+    assert {f.saving.basis for f in static} == {"compiler estimate"}
+    assert [f.saving.explanation for f in static] == [
+        f"on the timeline modelled from it, {f.saving.explanation}" for f in measured]
+
+
+def test_static_mode_keeps_the_explanation_of_a_saving_in_bytes(tmp_path: Path):
+    # A memory finding saves bytes, not time: no timeline was used for it, so its explanation stays whole.
+    from tests.rules.test_finishing import _program
+    from tests.rules.test_hbm_pressure import _lever, _memory
+    from tpudiag.model.inputs import CompiledInputs, HloInput
+    from tpudiag.rules import run_rules as engine_run_rules
+
+    compiled = CompiledInputs(hlo=(HloInput(_program(), "dump"),))
+    memory = (_memory(14, levers=(_lever("donation", 3),), first="donation"),)
+    [f], _ = engine_run_rules(None, RulesConfig(select=("hbm-pressure",)), compiled, static=True, memory=memory)
+    assert f.saving.ps == 0 and f.saving.explanation == "donation: donation frees 3 GiB; levers overlap, never add them"
+
+
+def test_tpu_only_rules_are_skipped_on_a_gpu_capture(tmp_path: Path):
+    from tests import gpu_captures as gc
+
+    analysis = sc.analyse_path(gc.write(gc.training(), tmp_path))
+    _, skipped = run_rules(analysis, RulesConfig(select=("padding-waste", "spill", "vmem-pressure", "device-idle")))
+    reason = "about TPU hardware (tiled layouts, LLO dumps, VMEM): not on a GPU capture"
+    assert [(s.rule, s.reason) for s in skipped] == [("padding-waste", reason), ("spill", reason),
+                                                     ("vmem-pressure", reason)]

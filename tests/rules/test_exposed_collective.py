@@ -398,3 +398,42 @@ def test_a_synchronous_collective_under_the_threshold_does_not_stop_the_async_fi
 
     (f,) = _run(sc.analyse(sc.design(sc.COLLECTIVE_OPS, schedule), tmp_path))
     assert f.message.startswith("async collective windows leave 830.0 µs per step exposed")
+
+
+# Two families of each kind. Synchronous: all-reduce.4 500 µs and all-gather.6 300 µs (the larger one
+# last by name). Async: collective-permute.2 adjacent (10 + 400 µs exposed) and all-gather.1 around
+# fusion.2's 1,000 µs (hidden; its start and done, 20 µs, exposed).
+TWO_FAMILY_OPS = (sc.COMPUTE, sc.COMPUTE2, sc.AG1_START, sc.AG1_DONE, sc.AR,
+                  sc.OpDef("all-gather.6", "all-gather", bytes_accessed=1.0e7),
+                  sc.OpDef("collective-permute-start.2", "collective-permute", bytes_accessed=1.0e7),
+                  sc.OpDef("collective-permute-done.2", "collective-permute", bytes_accessed=1.0e7))
+
+
+def two_family_schedule(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.1", 0, 2000 * US),
+            sc.Placed("collective-permute-start.2", 2000 * US, 10 * US),
+            sc.Placed("collective-permute-done.2", 2010 * US, 400 * US),
+            sc.Placed("all-gather-start.1", 2500 * US, 10 * US), sc.Placed("fusion.2", 2510 * US, 1000 * US),
+            sc.Placed("all-gather-done.1", 3510 * US, 10 * US),
+            sc.Placed("all-reduce.4", 4000 * US, 500 * US), sc.Placed("all-gather.6", 4500 * US, 300 * US)]
+
+
+def test_two_families_of_one_kind_are_told_largest_first(tmp_path: Path):
+    sync, async_ = _run(sc.analyse(sc.design(TWO_FAMILY_OPS, two_family_schedule), tmp_path))
+    # 500 + 300 µs of the 10 ms step: 8.0 %.
+    assert sync.message.startswith("synchronous collectives leave 800.0 µs per step exposed (8.0% of the 10.00 ms "
+                                   "step): all-reduce 500.0 µs, all-gather 300.0 µs;")
+    assert sync.ops == ("all-reduce.4", "all-gather.6")
+    # Evidence: one row per family, by name; then the ops by exposure.
+    assert [e.subject for e in sync.evidence[:4]] == ["family all-gather", "family all-reduce", "all-reduce.4",
+                                                     "all-gather.6"]
+    assert dict(sync.evidence[0].values)["exposed/step"] == "300.0 µs"
+    assert dict(sync.evidence[1].values)["exposed/step"] == "500.0 µs"
+    # 2 chips x 3 steps: 6 windows per op; the permute's 6 exposed, the all-gather's 6 hidden.
+    assert async_.message == ("async collective windows leave 430.0 µs per step exposed (4.3% of the 10.00 ms "
+                              "step): collective-permute 410.0 µs, all-gather 20.0 µs; 12 windows: 6 exposed, "
+                              "0 partial, 6 hidden")
+    assert async_.fix.startswith("no compute is scheduled between start and done in 6 windows: start the "
+                                 "collective-permute, all-gather earlier")
+    assert [e.subject for e in async_.evidence[:2]] == ["family all-gather", "family collective-permute"]
+    assert async_.ops == ("collective-permute-start.2", "all-gather-start.1")

@@ -7,6 +7,7 @@ which line of the model an op comes from.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,137 @@ def test_decode_example_reports_one_padding_finding_per_clone_group():
     assert len(cited) == len(set(cited))  # no op in two findings of one rule
     for f in d.findings:
         assert "`llm_decode.py:" in f.message, f.message
+
+
+# -- grouping and locating by the compiled program alone (no trace rows): hand-made findings ---------
+
+# A program with a loop. fusion.1 and fusion.2 are clones (one opcode, kind, result and operand shape);
+# fusion.9, in the loop body, is the same instruction again (a layer's op in every layer). Near misses:
+# fusion.3 reads a bf16 operand, fusion.4 is an output fusion. fusion.6 comes from another line.
+PROGRAM_HLO = """HloModule jit_step, is_scheduled=true
+
+%f (x: f32[1024,256]) -> f32[1024,256] {
+  ROOT %x = f32[1024,256]{1,0} parameter(0)
+}
+
+%body (p: f32[1024,256]) -> f32[1024,256] {
+  %p = f32[1024,256]{1,0} parameter(0)
+  ROOT %fusion.9 = f32[1024,256]{1,0} fusion(%p), kind=kLoop, calls=%f, metadata={op_name="jit(step)/while/body/mul" source_file="/home/u/model.py" source_line=33}
+}
+
+%cond (c: f32[1024,256]) -> pred[] {
+  %c = f32[1024,256]{1,0} parameter(0)
+  ROOT %t = pred[] constant(true)
+}
+
+ENTRY %main (a: f32[1024,256], b: bf16[1024,256]) -> f32[1024,256] {
+  %a = f32[1024,256]{1,0} parameter(0)
+  %b = bf16[1024,256]{1,0} parameter(1)
+  %fusion.1 = f32[1024,256]{1,0} fusion(%a), kind=kLoop, calls=%f, metadata={op_name="jit(step)/mul" source_file="/home/u/model.py" source_line=12}
+  %fusion.2 = f32[1024,256]{1,0} fusion(%a), kind=kLoop, calls=%f, metadata={op_name="jit(step)/mul" source_file="/home/u/model.py" source_line=12}
+  %fusion.3 = f32[1024,256]{1,0} fusion(%b), kind=kLoop, calls=%f
+  %fusion.4 = f32[1024,256]{1,0} fusion(%a), kind=kOutput, calls=%f, metadata={op_name="jit(step)/dot_general"}
+  %fusion.6 = f32[1024,256]{1,0} fusion(%a), kind=kOutput, calls=%f, metadata={source_file="/home/u/layers.py" source_line=7}
+  ROOT %while.5 = f32[1024,256]{1,0} while(%fusion.1), condition=%cond, body=%body
+}
+"""
+
+
+def _program():
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
+    return parse_hlo_text(PROGRAM_HLO)
+
+
+def _finding(op: str, ps: int, severity=None, *, rule: str = "memory-bound", fix: str = "fuse it",
+             message: str | None = None, ops: tuple[str, ...] | None = None):
+    from tpudiag.model.findings import Evidence, Finding, Saving, Severity
+
+    return Finding(rule=rule, code="TPD106", severity=severity or Severity.LOW,
+                   message=message or f"`{op}` moves 1 GiB", saving=Saving(ps, "measured", "its self time"),
+                   fix=fix, evidence=(Evidence(op, (("time", f"{ps} ps"),)),), ops=ops or (op,))
+
+
+def test_clones_in_the_program_are_grouped_without_a_trace_row():
+    from tpudiag.model.findings import Severity
+    from tpudiag.rules.finishing import group_repeats
+
+    small = _finding("fusion.1", 300)
+    large = _finding("fusion.2", 500, Severity.MEDIUM)
+    looped = _finding("fusion.9", 300)  # ties fusion.1's saving: the op names order the two
+    bf16 = _finding("fusion.3", 900)  # another operand shape
+    output = _finding("fusion.4", 900)  # another fusion kind
+    unknown = _finding("fusion.77", 900)  # in no program and no trace: never grouped
+    two_ops = _finding("fusion.1", 900, ops=("fusion.1", "fusion.2"))  # a finding of two ops is left whole
+    other_fix = _finding("fusion.1", 100, fix="pad it")
+    other_rule = _finding("fusion.2", 100, rule="padding-waste")
+    findings = [small, bf16, large, output, unknown, looped, two_ops, other_fix, other_rule]
+    out = group_repeats(findings, None, (_program(),))
+    # The group takes the place of its first member; the rest keep their order.
+    assert [f.ops for f in out] == [("fusion.2", "fusion.1", "fusion.9"), ("fusion.3",), ("fusion.4",),
+                                    ("fusion.77",), ("fusion.1", "fusion.2"), ("fusion.1",), ("fusion.2",)]
+    group = out[0]
+    # The largest member's message, then the others by saving, then by name; no trace: no "together".
+    assert group.message == ("`fusion.2` moves 1 GiB; 2 more ops of the same shape with the same fix: "
+                             "`fusion.1`, `fusion.9` (3 ops)")
+    assert (group.saving.ps, group.saving.basis) == (1100, "measured")
+    assert group.saving.explanation == "its self time, summed over the 3 ops of one shape"
+    # No rule's scale given: the highest of the members' severities.
+    assert group.severity is Severity.MEDIUM
+    assert [e.subject for e in group.evidence] == ["fusion.2", "fusion.1", "fusion.9"]
+    assert out[1:] == [bf16, output, unknown, two_ops, other_fix, other_rule]
+
+
+def test_a_group_of_two_says_one_more_op():
+    from tpudiag.rules.finishing import group_repeats
+
+    [group] = group_repeats([_finding("fusion.2", 200), _finding("fusion.1", 200)], None, (_program(),))
+    assert group.message == ("`fusion.1` moves 1 GiB; 1 more op of the same shape with the same fix: `fusion.2` "
+                             "(2 ops)")
+    assert group.ops == ("fusion.1", "fusion.2")
+
+
+def test_sites_come_from_the_programs_metadata_when_the_trace_has_none():
+    from tpudiag.model.findings import Evidence
+    from tpudiag.rules.finishing import locate
+
+    # fusion.1: file and line (the file's last path component) and JAX op; fusion.4: the JAX op only;
+    # fusion.6: the line only; fusion.3: no metadata, so no site.
+    mixed = _finding("fusion.1", 400, message="`fusion.1` feeds `fusion.4`, `fusion.6` and `fusion.3`",
+                     ops=("fusion.1", "fusion.4", "fusion.6", "fusion.3"))
+    mixed = dataclasses.replace(mixed, evidence=(Evidence("fusion.1", (("at", "model.py:12"),)),  # the rule wrote the line
+                                     Evidence("fusion.4", (("bytes", "1 GiB"),)), Evidence("fusion.3", ())))
+    bare = _finding("fusion.3", 100)
+    [located, untouched] = locate([mixed, bare], None, (_program(),))
+    assert [(s.op, s.source, s.tf_op) for s in located.sites] == [
+        ("fusion.1", "model.py:12", "jit(step)/mul"), ("fusion.4", "", "jit(step)/dot_general"),
+        ("fusion.6", "layers.py:7", "")]
+    assert located.message == ("`fusion.1` (at `model.py:12`, `jit(step)/mul`) feeds `fusion.4` (at "
+                               "`jit(step)/dot_general`), `fusion.6` (at `layers.py:7`) and `fusion.3`")
+    assert located.evidence == (Evidence("fusion.1", (("at", "model.py:12"),)),
+                                Evidence("fusion.4", (("bytes", "1 GiB"), ("at", "jit(step)/dot_general"))),
+                                Evidence("fusion.3", ()))
+    assert untouched == bare
+
+
+def test_at_most_three_sites_are_written_into_a_message_and_a_line_once():
+    from tpudiag.rules.finishing import MAX_SITES_IN_MESSAGE, locate
+
+    assert MAX_SITES_IN_MESSAGE == 3
+    # Four ops with a site; fusion.1 and fusion.2 share one line, told once; fusion.9 is the fourth site.
+    f = _finding("fusion.1", 400, message="`fusion.1`, `fusion.2`, `fusion.4`, `fusion.6` and `fusion.9` are slow",
+                 ops=("fusion.1", "fusion.2", "fusion.4", "fusion.6", "fusion.9"))
+    [located] = locate([f], None, (_program(),))
+    # The first three sites in the message's order are tried: fusion.2's line was told with fusion.1's.
+    assert located.message == ("`fusion.1` (at `model.py:12`, `jit(step)/mul`), `fusion.2`, `fusion.4` (at "
+                               "`jit(step)/dot_general`), `fusion.6` and `fusion.9` are slow")
+    assert [s.op for s in located.sites] == ["fusion.1", "fusion.2", "fusion.4", "fusion.6", "fusion.9"]
+
+
+def test_a_site_is_written_after_the_first_mention_only():
+    from tpudiag.rules.finishing import locate
+
+    f = _finding("fusion.1", 100, message="`fusion.1` waits; `fusion.1` again; and `fusion.1` a third time")
+    [located] = locate([f], None, (_program(),))
+    assert located.message == ("`fusion.1` (at `model.py:12`, `jit(step)/mul`) waits; `fusion.1` again; and "
+                               "`fusion.1` a third time")

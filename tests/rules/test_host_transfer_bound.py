@@ -219,3 +219,47 @@ def test_op_waits_sum_one_direction_per_op():
     a = SimpleNamespace(host_transfers=t)
     assert _op_waits(a, _rate()) == {"copy-done": 7.0, "copy-done.2": 1.0}
     assert _op_waits(a, _rate("HBM to host")) == {"copy-done.1": 100.0}
+
+
+def test_the_rule_without_a_chip_and_with_the_programs_hbm_room(tmp_path: Path):
+    from tpudiag.rules import host_transfer_bound as htb
+    from tpudiag.rules.base import RuleContext
+
+    a = sc.analyse(sc.host_offload(), tmp_path)
+    # No chip: no nominal link to show or to compare with.
+    (f,) = htb.check(RuleContext(a), Options())
+    assert f.message == ("host transfers hold each 10.00 ms step for 5.00 ms (50.0%), waiting in `copy-done`: host to "
+                         "HBM 0.134 GB per step at 19.2 GB/s per core; HBM to host 0.0336 GB per step at 11.6 GB/s per "
+                         "core")
+    prefetch = dict(f.evidence[0].values)
+    assert (prefetch["host link (nominal)"], prefetch["of nominal"]) == ("unknown", "n/a")
+    # The design's figures: 5,003 µs waited per step; 128 MiB over the 7 ms window from copy-start to the end
+    # of copy-done; 32 MiB back over the 2.901 ms from copy-start.1 to the end of copy-done.1.
+    q = {(x.subject, x.name): x.value for x in f.quantities}
+    assert q == {("step", "host-copy wait per step (ps)"): 5003 * US,
+                 ("host to HBM", "bytes per step"): sc.OFFLOAD_BYTES_F32,
+                 ("HBM to host", "bytes per step"): sc.OFFLOAD_BYTES_F32 // 4,
+                 ("host to HBM", "achieved bytes/s"): pytest.approx(sc.OFFLOAD_BYTES_F32 / 7e-3, rel=1e-3),
+                 ("HBM to host", "achieved bytes/s"): pytest.approx(sc.OFFLOAD_BYTES_F32 / 4 / 2.901e-3, rel=1e-3)}
+    assert f.evidence[2].values == (("host-copy wait/step", "5.00 ms"), ("compute/step", "2.10 ms"),
+                                    ("step", "10.00 ms"))
+    # The copies run in `jit_train_step`: its room decides; another program's is not looked at.
+    room = (_program("jit_train_step", 16_000_000_000, 15_000_000_000), _program("jit_other", 100, 100))
+    (f,) = htb.check(RuleContext(a, memory=room), Options())
+    assert "keep the prefetched arrays in HBM: 0.134 GB fits in the 1 GB free at `jit_train_step`'s peak" in f.fix
+    assert dict(f.evidence[-1].values)["kept in HBM"] == "fits"
+    tight = (_program("jit_train_step", 16_000_000_000, 15_900_000_000),)
+    (f,) = htb.check(RuleContext(a, memory=tight), Options())
+    assert "keep the prefetched" not in f.fix and dict(f.evidence[-1].values)["kept in HBM"] == "does not fit"
+
+
+def test_thresholds_around_the_designed_wait(tmp_path: Path):
+    a = sc.analyse(sc.host_offload(), tmp_path)
+    # 5,003 µs of a 10 ms step: 50.03 %.
+    assert len(_run(a, min_share=0.5)) == 1 and _run(a, min_share=0.51) == []
+    # 2.1 ms of compute is 42 % of the 5,003 µs wait (0.41975): the overlap lever from a 41 % bar, not a 42 % one.
+    assert "start the copies earlier" in _run(a, min_overlap_compute=0.41)[0].fix
+    assert "start the copies earlier" not in _run(a, min_overlap_compute=0.42)[0].fix
+    # Severity: high from 30 % by default; 50.03 % is under a 51 % bar and over a 50 % medium one.
+    assert _run(a, high_share=0.51, medium_share=0.5)[0].severity == Severity.MEDIUM
+    assert _run(a, high_share=0.52, medium_share=0.51)[0].severity == Severity.LOW

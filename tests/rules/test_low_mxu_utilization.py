@@ -330,3 +330,29 @@ def test_a_narrow_n_does_not_hide_an_off_multiple_k():
                        "K = 1000 in `convolution.1` is not a multiple of the 256-wide MXU (1000 of 1024 used)"]
     assert fixes == ["merge matmuls that share an operand into one wider one (concatenate their weights along N)",
                      "pad K 1000→1024 (+2.4% work and bytes on that dim)"]
+
+
+def test_a_matmul_without_bytes_or_flops(tmp_path: Path):
+    # fusion.18: an aligned bf16 4096^3 matmul at 20 % of peak whose bytes the trace does not give: no
+    # intensity, so the whole 70 % target is attainable. fusion.19: a convolution fusion recording no
+    # FLOPs, 1 ms per step: it has no utilisation to judge. Both far above 2 % of device time.
+    from dataclasses import replace
+
+    op, dur = sc.matmul("fusion.18", 4096, 4096, 4096, 0.20)
+    no_bytes = replace(op, bytes_accessed=0.0)
+    no_flops = sc.OpDef("fusion.19", "convolution fusion", flops=0.0, bytes_accessed=1.0e6)
+
+    def schedule(chip, step):
+        return [sc.Placed("fusion.18", 0, dur), sc.Placed("fusion.19", dur, 1000 * sc.US)]
+
+    [f] = _run(sc.analyse(sc.design((no_bytes, no_flops), schedule), tmp_path))
+    assert f.ops == ("fusion.18",)
+    values = dict(f.evidence[0].values)
+    assert values["attainable target"] == "70.0%" and "op. intensity" not in values
+    # Aligned dims, bf16 operands, no intensity: nothing to name, and the generic fix.
+    assert f.message.endswith("of device time: no cause visible in the trace")
+    assert f.fix == "inspect the fusion's tiling in the compiler dump (`--xla_dump_to`)"
+    # Saving: its self time per step x (1 - 20 % / 70 %).
+    assert f.saving.ps == pytest.approx(dur * (1 - 0.2 / 0.7), rel=1e-3)
+    assert f.saving.explanation == ("self time per step x (1 - 20.0% / 70.0% attainable), on the core where the op "
+                                    "takes longest")

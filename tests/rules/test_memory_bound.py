@@ -64,3 +64,83 @@ def test_near_miss_below_the_roof_and_healthy(tmp_path: Path):
 def test_options_validate():
     with pytest.raises(ValueError, match="near_roof"):
         Options(near_roof=0)
+
+
+# -- ops timed above the peak and copies waiting on their DMA ---------------------------------------
+
+COPY_BYTES = 1.0e8
+
+
+def _copy(name: str) -> sc.OpDef:
+    return sc.OpDef(name, "copy", bytes_accessed=COPY_BYTES)  # no shape: no lever of its own
+
+
+def _at(share: float) -> int:
+    """The time that moves the copy's bytes at `share` of v6e's 1,640 GB/s."""
+    return round(COPY_BYTES / (share * sc.HBM) * 1e12)
+
+
+def _back_to_back(ops: list[tuple[str, int]], **overrides) -> sc.CaptureDesign:
+    defs = {"fusion.50": sc.ELEMENTWISE}
+
+    def schedule(chip, step):
+        t, out = 0, []
+        for name, dur in ops:
+            out.append(sc.Placed(name, t, dur))
+            t += dur
+        return out
+
+    return sc.design(tuple(defs.get(n) or _copy(n) for n, _ in ops), schedule,
+                     **{"step_ps": sum(d for _, d in ops), **overrides})
+
+
+def test_roof_ops_above_the_peak_get_no_rate_and_waiting_copies_the_dma_fix(tmp_path: Path):
+    # The elementwise fusion at 90 % of the peak, four copies' done ops at 72 to 120 % of it: copy-done.3,
+    # timed above the peak, is on the roof with no rate stated.
+    d = _back_to_back([("fusion.50", sc.ELEMENTWISE_PS), ("copy-done.3", _at(1.2)), ("copy-done.4", _at(0.8)),
+                       ("copy-done.5", _at(0.75)), ("copy-done.6", _at(0.72))])
+    (f,) = _run(sc.analyse(d, tmp_path))
+    # Largest self time first: the slower a copy, the longer it runs.
+    assert f.ops == ("fusion.50", "copy-done.6", "copy-done.5", "copy-done.4", "copy-done.3")
+    assert f.message.startswith("5 ops on the HBM roof hold ")
+    assert ("(timed alone, 1 of them run above the 1.64 TB/s peak, which no core reaches: the warnings name the "
+            "likely cause; no rate is stated), operational intensity 0 FLOP/B vs ridge 560") in f.message
+    assert f.fix == ("fuse the op with its producer or consumer so its output stays out of HBM; `copy-done.6`, "
+                     "`copy-done.5`, `copy-done.4` and more wait for a DMA no work hides: start the copy earlier "
+                     "(more independent work between its start and done) or copy fewer bytes (a narrower dtype)")
+    # Only the fusion has a lever: a third of its time (its output) per step.
+    assert f.saving.ps == pytest.approx(sc.ELEMENTWISE_PS / 3, rel=1e-6)
+    rows = {e.subject: dict(e.values) for e in f.evidence}
+    assert rows["copy-done.3"]["bandwidth"] == "above the peak as timed (see the warnings)"
+    assert rows["copy-done.4"]["bandwidth"] == f"{fmt_bandwidth(0.8 * sc.HBM)} (80.0%)"
+    assert rows["fusion.50"]["fuse with producer or consumer (output stays out of HBM)"].startswith("-33.3% (")
+    assert rows["copy-done.4"]["HBM bytes/step"] == fmt_bytes(COPY_BYTES)  # once per step on each core
+    # Typed: the group's time share (no rate: one op is above the peak), then per op its share and, when
+    # physical, its rate and utilisation.
+    q = [(x.subject, x.name) for x in f.quantities]
+    assert q[0] == ("5 ops", "time share") and ("5 ops", "HBM bandwidth utilization") not in q
+    assert ("copy-done.3", "time share") in q and ("copy-done.3", "HBM bytes/s") not in q
+    values = {(x.subject, x.name): x.value for x in f.quantities}
+    assert values[("copy-done.4", "HBM bandwidth utilization")] == pytest.approx(0.8, rel=1e-6)
+    assert values[("fusion.50", "HBM bytes/s")] == pytest.approx(0.9 * sc.HBM, rel=1e-6)
+    shares = [values[(op, "time share")] for op in f.ops]
+    assert values[("5 ops", "time share")] == pytest.approx(sum(shares))
+    assert shares == sorted(shares, reverse=True)
+    (capped,) = _run(sc.analyse(d, tmp_path / "again"), max_ops_shown=2)
+    assert [e.subject for e in capped.evidence] == ["fusion.50", "copy-done.6"] and len(capped.ops) == 5
+
+
+def test_all_ops_above_the_peak_and_one_waiting_copy(tmp_path: Path):
+    both = _back_to_back([("copy-done.3", _at(1.2)), ("copy-done.7", _at(1.3))])
+    (f,) = _run(sc.analyse(both, tmp_path / "both"))
+    assert "(timed alone, they run above the 1.64 TB/s peak" in f.message
+    assert f.fix.startswith("`copy-done.3`, `copy-done.7` wait for a DMA no work hides")
+    assert f.saving.ps == 0
+    # One op, above the peak, in a capture without steps: its name, "it runs", bytes per core over the capture.
+    one = _back_to_back([("copy-done.3", _at(1.2))], steps_line=False, modules_line=False)
+    (f,) = _run(sc.analyse(one, tmp_path / "one"))
+    assert f.message.startswith("`copy-done.3` on the HBM roof hold 100.0% of device time: ")
+    # Three executions on each of the two cores: 3 x 100 MB per core.
+    assert f"{fmt_bytes(3 * COPY_BYTES)} per core over the capture (timed alone, it runs above" in f.message
+    assert f.fix.startswith("`copy-done.3` waits for a DMA no work hides")
+    assert [x for x, _ in f.evidence[0].values][:2] == ["time share", "HBM bytes"]

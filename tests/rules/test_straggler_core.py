@@ -147,3 +147,114 @@ def test_others_median_and_signed_times():
     assert _others(alone, alone[0]) == 1.0  # no others: itself
     assert _signed(1_000_000.0) == "+1.0 µs" and _signed(-1_000_000.0) == "-1.0 µs" and _signed(0.0) == "+0 ps"
     assert core_label("/device:TPU:3") == "TPU:3" and core_label("TPU:3") == "TPU:3"
+
+
+# -- the rule over core work figures given by hand ---------------------------------------------------
+
+def _core(host, i, work_us, *, std_us=10.0, step_us=10_000.0, n_steps=5):
+    from tpudiag.analysis.core_balance import CoreWork
+
+    return CoreWork(host, f"/device:TPU:{i}", i, n_steps, work_us * US, std_us * US, step_us * US)
+
+
+def _check_cores(monkeypatch, cores, slow, extras, *, whole=False, synchronised=True, hosts=("host0",), **options):
+    """straggler-core's `check` with `cores` (what `core_work` gives; `capture_core_work` when `whole`), the
+    slow ones `slow` as (core, reference µs, band µs) and `extras` the ops behind each, by device."""
+    import pandas as pd
+
+    from tpudiag.analysis.core_balance import SlowCore
+    from tpudiag.rules import straggler_core as sc_rule
+    from tpudiag.rules.base import RuleContext
+
+    found = [SlowCore(c, ref * US, band * US, ref * US) for c, ref, band in slow]
+    monkeypatch.setattr(sc_rule, "core_work", lambda steps: [] if whole else list(cores))
+    monkeypatch.setattr(sc_rule, "capture_core_work", lambda op_cores, step_ps: list(cores))
+    monkeypatch.setattr(sc_rule, "slow_cores", lambda c, fraction, sigmas: found)
+    monkeypatch.setattr(sc_rule, "op_extras", lambda op_cores, c, core, categories, whole_capture: extras[core.device])
+    monkeypatch.setattr(sc_rule, "step_basis", lambda analysis: SimpleNamespace(step_ps=10_000 * US))
+    ops = pd.DataFrame({"name": ["all-reduce.1", "fusion.1"], "category": ["all-reduce", "loop fusion"],
+                        "family": ["all-reduce" if synchronised else "", ""]})
+    analysis = SimpleNamespace(digests={}, steps=None, ops=ops, platform=Platform.TPU,
+                               profile=SimpleNamespace(hosts=[SimpleNamespace(host=h, device=SimpleNamespace(
+                                   platform=Platform.TPU, gpu=None)) for h in hosts]))
+    return sc_rule.check(RuleContext(analysis), Options(**options))
+
+
+def _extra(name, core_us, peers_us, category="loop fusion"):
+    from tpudiag.analysis.core_balance import OpExtra
+
+    return OpExtra(name, category, core_us * US, peers_us * US, (core_us - peers_us) * US)
+
+
+def test_a_core_running_ops_the_others_do_not(monkeypatch):
+    cores = [_core("host0", i, w) for i, w in enumerate((7000, 7000, 7000, 7600))]
+    extras = {"/device:TPU:3": [_extra("copy.5", 400, 0), _extra("fusion.9", 200, 0)]}
+    (f,) = _check_cores(monkeypatch, cores, [(cores[3], 7000, 210)], extras)
+    # 600 µs over the others' 7 ms median: 6 % of the 10 ms step, medium.
+    assert f.message == ("`TPU:3` works 7.60 ms per step, 600.0 µs (6.0% of the step) more than the other 3 cores "
+                         "(median 7.00 ms): it runs ops the others do not: `copy.5` +400.0 µs, `fusion.9` +200.0 µs")
+    assert f.severity == Severity.MEDIUM and f.host == "host0" and f.ops == ("copy.5", "fusion.9")
+    assert f.fix == ("`TPU:3` runs work the other cores do not (`copy.5`, `fusion.9`): spread it over them or move it "
+                     "out of the step")
+    assert f.saving.ps == 600 * US and f.saving.explanation == (
+        "`TPU:3`'s work per step beyond the other cores' median (noise band 210.0 µs); the others wait for it at the "
+        "next collective")
+    assert [(e.subject, e.values) for e in f.evidence] == [
+        ("TPU:3", (("work/step", "7.60 ms"), ("vs the others' median", "+600.0 µs"), ("std", "10.0 µs"))),
+        # Each fast core's others: two at 7 ms and the slow one, median 7 ms.
+        ("TPU:0", (("work/step", "7.00 ms"), ("vs the others' median", "+0 ps"), ("std", "10.0 µs"))),
+        ("TPU:1", (("work/step", "7.00 ms"), ("vs the others' median", "+0 ps"), ("std", "10.0 µs"))),
+        ("TPU:2", (("work/step", "7.00 ms"), ("vs the others' median", "+0 ps"), ("std", "10.0 µs"))),
+        ("copy.5", (("category", "loop fusion"), ("on TPU:3", "400.0 µs"), ("others (median)", "0 ps"),
+                    ("ratio", "only there"), ("extra/step", "400.0 µs"))),
+        ("fusion.9", (("category", "loop fusion"), ("on TPU:3", "200.0 µs"), ("others (median)", "0 ps"),
+                      ("ratio", "only there"), ("extra/step", "200.0 µs")))]
+    assert [(q.subject, q.name, q.value) for q in f.quantities] == [
+        ("/device:TPU:3", "extra work per step (ps)", 600 * US), ("/device:TPU:3", "work per step (ps)", 7600 * US),
+        ("/device:TPU:3", "others' median work per step (ps)", 7000 * US),
+        ("copy.5", "extra per step (ps)", 400 * US), ("fusion.9", "extra per step (ps)", 200 * US)]
+
+
+def test_more_ops_than_shown_and_none_at_all(monkeypatch):
+    cores = [_core("host0", 0, 7000), _core("host0", 1, 7600)]
+    extras = {"/device:TPU:1": [_extra("fusion.1", 700, 400), _extra("fusion.2", 300, 100),
+                                _extra("fusion.3", 150, 100)]}
+    (f,) = _check_cores(monkeypatch, cores, [(cores[1], 7000, 210)], extras, max_ops_shown=2)
+    # One other core: singular.
+    assert f.message.endswith("more than the other 1 core (median 7.00 ms): its ops take longer there: `fusion.1` "
+                              "+300.0 µs, `fusion.2` +200.0 µs and 1 more")
+    assert f.ops == ("fusion.1", "fusion.2")
+    assert dict(f.evidence[2].values)["ratio"] == "1.75x"  # 700 / 400
+    assert f.fix == ("check `TPU:1`: its health, clocks and thermal throttling (`tpu-info`); the same ops run faster "
+                     "on the other cores")
+    (f,) = _check_cores(monkeypatch, cores, [(cores[1], 7000, 210)], {"/device:TPU:1": []})
+    assert f.message.endswith("(median 7.00 ms): no op takes longer there: the extra time is spread thin")
+    assert f.ops == () and [e.subject for e in f.evidence] == ["TPU:1", "TPU:0"]
+
+
+def test_a_slow_core_among_several_hosts_and_without_a_step(monkeypatch):
+    cores = [_core("host0", 0, 7000), _core("host0", 1, 7000), _core("host1", 0, 7000), _core("host1", 1, 7700)]
+    extras = {"/device:TPU:1": [_extra("fusion.1", 1100, 400)]}
+    (f,) = _check_cores(monkeypatch, cores, [(cores[3], 7000, 210)], extras, hosts=("host0", "host1"))
+    assert f.message.startswith("`TPU:1` on `host1` works 7.70 ms per step, 700.0 µs (7.0% of the step) more than the "
+                                "other 3 cores on every host (median 7.00 ms)")
+    # Cores by work, then host, then core.
+    assert [e.subject for e in f.evidence[:4]] == ["TPU:1 (host1)", "TPU:0 (host0)", "TPU:1 (host0)", "TPU:0 (host1)"]
+    assert f.fix.startswith("check `TPU:1` on `host1`: ")
+    # Without steps: the whole capture is one step, no spread to show.
+    (f,) = _check_cores(monkeypatch, cores, [(cores[3], 7000, 210)], extras, hosts=("host0", "host1"), whole=True)
+    assert f.message.startswith("`TPU:1` on `host1` works 7.70 ms over the capture, 700.0 µs (7.0% of the capture's "
+                                "mean span per core) more than")
+    assert f.evidence[0].values == (("work", "7.70 ms"), ("vs the others' median", "+700.0 µs"))
+    assert dict(f.evidence[4].values)["extra"] == "700.0 µs"
+
+
+def test_a_slow_core_nothing_waits_for_and_a_step_of_no_length(monkeypatch):
+    cores = [_core("host0", 0, 7000), _core("host0", 1, 7600, step_us=0.0)]
+    extras = {"/device:TPU:1": [_extra("fusion.1", 1000, 400)]}
+    (f,) = _check_cores(monkeypatch, cores, [(cores[1], 7000, 210)], extras, synchronised=False)
+    assert f.message.endswith("; no collective in the capture, so no other core waits for it")
+    assert "(0.0% of the step)" in f.message and f.severity == Severity.LOW
+    assert f.saving.ps == 0 and f.saving.explanation == (
+        "`TPU:1`'s work per step beyond the other cores' median (noise band 210.0 µs); nothing saved: no collective "
+        "makes the others wait for it")

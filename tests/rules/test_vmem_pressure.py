@@ -71,3 +71,100 @@ def test_an_xla_op_near_the_limit_is_not_a_finding():
     limit = d.memory().programs[0].vmem_scoped_limit_bytes
     assert 0.9 * limit <= ops[0].scoped_bytes <= limit
     assert d.findings == ()
+
+
+# -- the findings from hand-made program memory: each wording and edge, worked by hand --------------
+
+def _program(*ops, limit: int | None = 16 * MiB, capacity: int | None = 128 * MiB, error=None):
+    from tpudiag.model.memory import ProgramMemory
+
+    return ProgramMemory("jit_step", "d/jit_step.txt", "v5e", None, None, "", (), False, error=error,
+                         vmem_ops=tuple(ops), vmem_scoped_limit_bytes=limit,
+                         vmem_limit_source="default for v5e, measured" if limit else "",
+                         vmem_capacity_bytes=capacity)
+
+
+def _use(op: str, mib: float, kernel: bool = True, op_name: str = ""):
+    from tpudiag.model.memory import VmemUse
+
+    return VmemUse(op, int(mib * MiB), "HLO backend_config", op_name, kernel)
+
+
+def _check(*programs, errors=(), chip=None, **options):
+    from tpudiag.model.inputs import CompiledInputs
+    from tpudiag.rules.base import RuleContext
+    from tpudiag.rules.vmem_pressure import Options, check
+
+    ctx = RuleContext(analysis=None, compiled=CompiledInputs(oom_errors=tuple(errors)), memory=tuple(programs),
+                      chip=chip)
+    return check(ctx, Options(**options))
+
+
+def test_an_xla_op_over_the_limit_is_named_an_op():
+    # XLA's own op is judged only over the limit (XLA tiles it to fit); a kernel from 90 % of it.
+    [f] = _check(_program(_use("fusion.3", 20, kernel=False), _use("fusion.4", 15.9, kernel=False)))
+    assert f.message == ("op `fusion.3` uses 20 MiB of scoped VMEM, 4 MiB over the 16 MiB scoped limit (default for "
+                         "v5e, measured): it compiled with a raised limit; the chip has 128 MiB of VMEM")
+    assert f.fix == "keep `vmem_limit_bytes` within the chip's VMEM, or use smaller blocks to leave XLA room around it"
+    assert (f.severity, f.blocking, f.ops, f.saving.bytes, f.saving.ps) == (Severity.LOW, False, ("fusion.3",),
+                                                                           4 * MiB, 0)
+    assert f.saving.explanation == "VMEM headroom is not time; the bytes over the default limit"
+    assert (f.rule, f.code, f.saving.basis) == ("vmem-pressure", "TPD110", "modelled")
+
+
+def test_a_kernel_exactly_at_the_limit_uses_all_of_it_and_frees_nothing():
+    [f] = _check(_program(_use("kernel.1", 16, op_name="jit(step)/pallas_call"), capacity=None))
+    # Unknown chip VMEM: the message says nothing of it and the evidence shows a dash.
+    assert f.message == ("Pallas kernel `kernel.1` uses 16 MiB of scoped VMEM, 100.0% of the 16 MiB scoped limit "
+                         "(default for v5e, measured)")
+    assert f.fix == ("a larger block will not compile: raise pltpu.CompilerParams(vmem_limit_bytes=...) before "
+                     "growing it")
+    assert f.saving.bytes == 0
+    assert f.evidence[0].subject == "kernel.1"
+    assert f.evidence[0].values == (("scoped VMEM", "16 MiB"), ("limit", "16 MiB"), ("chip VMEM", "-"),
+                                    ("from", "HLO backend_config"), ("op", "jit(step)/pallas_call"))
+    # One byte over is over: the raised-limit wording, and that byte to free.
+    from tpudiag.model.memory import VmemUse
+
+    [f] = _check(_program(VmemUse("kernel.1", 16 * MiB + 1, "HLO backend_config", "", True)))
+    assert "uses 16 MiB of scoped VMEM, 1 B over the 16 MiB scoped limit" in f.message and f.saving.bytes == 1
+
+
+def test_the_kernel_threshold_is_inclusive_and_a_program_without_a_limit_is_not_judged():
+    # At a fraction exact in binary (15/16 of 16 MiB is 15 MiB), the edge itself counts, a byte under does not.
+    assert [f.ops for f in _check(_program(_use("k", 15)), near_fraction=15 / 16)] == [("k",)]
+    assert _check(_program(_use("k", 15 - 1 / MiB)), near_fraction=15 / 16) == []
+    assert _check(_program(_use("k", 40), limit=None)) == []
+
+
+def test_the_largest_ops_first_ties_by_name_at_most_max_findings():
+    program = _program(_use("b", 17), _use("a", 17), _use("c", 30), _use("d", 18))
+    assert [f.ops for f in _check(program, max_findings=3)] == [("c",), ("d",), ("a",)]
+
+
+def test_errors_come_first_once_each_scoped_or_physical():
+    from tpudiag.model.hardware import chip_for
+    from tpudiag.model.memory import OomError
+
+    scoped = OomError("vmem", "scoped", 28 * MiB, 16 * MiB, "scoped oom", hlo="_lambda_.1", exceeded_by_bytes=12 * MiB)
+    physical = OomError("vmem", "capacity", 140 * MiB, 128 * MiB, "vmem oom")
+    hbm = OomError("hbm", "hbm-temporaries", 17 << 30, 16 << 30, "hbm oom")
+    chip = chip_for("TPU v5 lite")
+    findings = _check(_program(_use("k", 20), error=scoped), errors=(scoped, physical, hbm), chip=chip)
+    assert [f.message for f in findings[:2]] == [
+        f"`_lambda_.1` needs 28 MiB of VMEM, 12 MiB over the 16 MiB scoped VMEM limit; the chip has "
+        f"{chip.vmem_bytes // MiB} MiB of VMEM",
+        f"needs 140 MiB of VMEM, 12 MiB over the 128 MiB VMEM; the chip has {chip.vmem_bytes // MiB} MiB of VMEM"]
+    assert findings[0].fix == ("raise the limit (pltpu.CompilerParams(vmem_limit_bytes=...), up to the chip's VMEM) "
+                               "or use smaller blocks")
+    assert findings[1].fix == "use smaller blocks or fewer buffering levels: the kernel exceeds the chip's VMEM"
+    assert [(f.severity, f.blocking, f.ops) for f in findings[:2]] == [(Severity.HIGH, True, ("_lambda_.1",)),
+                                                                      (Severity.HIGH, True, ())]
+    assert [f.saving.bytes for f in findings[:2]] == [12 * MiB, 12 * MiB]
+    assert {(f.rule, f.code, f.saving.ps, f.saving.explanation) for f in findings[:2]} == {
+        ("vmem-pressure", "TPD110", 0, "the bytes over the limit")}
+    assert findings[0].evidence[0].values == (("message", "scoped oom"),)
+    assert [f.ops for f in findings[2:]] == [("k",)]  # the joined error is not told twice
+    # Without a chip the error does not guess its VMEM; an error joined only to a program is still told.
+    [alone, op] = _check(_program(_use("k", 20), error=scoped))
+    assert alone.message.endswith("over the 16 MiB scoped VMEM limit") and op.ops == ("k",)

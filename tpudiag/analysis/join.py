@@ -180,7 +180,9 @@ def _int_or_na(value):
 def _llo_names(dump: LloDump) -> pd.DataFrame:
     ops = dump.ops
     names = ops["name"].astype(str)
-    return ops[(names != "") & (names != NO_HLO) & ~names.str.startswith("<")].assign(name=names)
+    keep = (names != "") & (names != NO_HLO) & ~names.str.startswith("<")
+    # the names of the rows kept: a Series assigned to an empty frame would bring its rows back
+    return ops[keep].assign(name=names[keep])
 
 
 def _llo_module(dump: LloDump) -> str:
@@ -386,7 +388,10 @@ def join_compiled(ops: pd.DataFrame, hlo: Iterable[HloSource] = (), llo: Iterabl
     unused = [g for g in dict.fromkeys(given) if g not in used]
     for origin in unused:
         tried = [m for m in matches if m.origin == origin]
-        if not tried and origin not in wrong_target:
+        # an LLO dump that names no module and shares no name with a program was tried without a
+        # warning (it is tried against every program): it is named here, as one never tried is
+        silent = all(m.kind == "llo" and not m.module and not m.agreeing for m in tried)
+        if silent and origin not in wrong_target:
             sides = {m for m in _source_modules(origin, hlo, llo) if m}
             held = f"holds {', '.join(f'`{s}`' for s in sorted(sides))}" if sides else "names no module"
             runs = ", ".join(f"`{m}`" for m in dict.fromkeys(modules.tolist())) or "no ops"

@@ -151,7 +151,7 @@ class Rule:
                 ok = isinstance(value, (int, float)) and not isinstance(value, bool)
                 if ok and isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float):
                     ok = value.is_integer()
-                    value = int(value)
+                    value = int(value) if ok else value  # the refusal shows the value given: 2.5, not 2
                 elif ok and isinstance(default, float):
                     value = float(value)
             else:

@@ -161,7 +161,8 @@ def _program_findings(p: ProgramMemory, options: Options) -> list[Finding]:
 def _group_text(g: MemoryGroup) -> str:
     if g.kind == "argument":
         return f"argument `{g.label}`"
-    return f"{g.kind}{'s' if g.count != 1 else ''} of `{g.label}`"
+    kind = ("temporaries" if g.kind == "temporary" else f"{g.kind}s") if g.count != 1 else g.kind
+    return f"{kind} of `{g.label}`"
 
 
 def _error_only_finding(e: OomError) -> Finding:

@@ -4,7 +4,8 @@ What it does
 ------------
 Takes each step's time (the slowest host's, the slowest core's) and flags the steps longer than
 `outlier_factor` x the median, or a spread whose coefficient of variation (standard deviation /
-mean) exceeds `max_cv`. When three or more outliers fall at a fixed interval it names the period
+mean) exceeds `max_cv` (then the slowest tenth of the steps, those above the median, stand for
+it). When three or more outliers fall at a fixed interval it names the period
 (every Nth step: checkpointing, evaluation, logging). It then compares the outlier steps with the
 others: ops that take longer or appear only there, and the idle and collective time per step.
 
@@ -133,7 +134,11 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     if outliers.empty and cv <= options.max_cv:
         return []
     if outliers.empty:  # a wide spread without one dominant step: the slowest tenth stands for it
-        outliers = times[times >= times.quantile(0.9)]
+        # Above the median only: where most steps take the same time, the 90th percentile is that time,
+        # and every step would count as an outlier.
+        outliers = times[(times >= times.quantile(0.9)) & (times > median)]
+        if outliers.empty:  # no step slower than the median: the spread is in faster steps
+            return []
     out_steps = [int(s) for s in outliers.index]
     normal = times.drop(outliers.index)
     base = float(normal.median()) if len(normal) else median
