@@ -68,3 +68,10 @@ def test_a_collective_librarys_own_kernels():
     assert library_collective("void rcclDevKernel_Generic(ncclDevComm*)")  # RCCL
     assert not library_collective("my_ncclDevKernel_AllGather")  # inside another word: not the library's
     assert not library_collective("all-reduce.3")  # an HLO collective, not a library kernel
+
+
+def test_pairs_close_in_any_order_and_a_name_without_suffix_keys_by_its_base():
+    # The copy started second finishes first: each done still pairs with its own start
+    assert pair_async(["all-gather-start.1", "copy-start.2", "copy-done.2", "all-gather-done.1"]) == [(1, 2), (0, 3)]
+    assert async_pair_key("copy-start") == async_pair_key("copy-done") == "copy"
+    assert pair_async(["copy-start", "all-gather-start", "all-gather-done", "copy-done"]) == [(1, 2), (0, 3)]
