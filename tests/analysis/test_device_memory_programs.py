@@ -477,3 +477,22 @@ def test_optimiser_state_is_named_so_or_mirrors_the_first_arguments_dims():
             _buffer("b.1", "argument", 256, "b", "f32[8,8]{1,0}", 5)]  # not returned: not state
     assert [a.name for a in _optimiser_state(args, [])] == ["s1.1", "nu.1"]
     assert _optimiser_state(args[-1:], []) == []
+
+
+def test_a_scoped_vmem_error_gives_the_limit_and_an_hbm_errors_padding_joins_the_levers(tmp_path):
+    from tpudiag.model.memory import OomAllocation
+
+    compiled = load_dumps([write_adam_dump(tmp_path / "step", layers=13, live_activations=2)])
+    scoped = OomError("vmem", "scoped", 40 * MIB, 32 * MIB, "m", hlo="act.0")  # names an op of the step
+    [p] = program_memories(compiled, [scoped])
+    assert p.error is scoped and (p.vmem_scoped_limit_bytes, p.vmem_limit_source) == (32 * MIB, "compiler error")
+    capacity = replace(scoped, kind="capacity")  # not the scoped limit: the default stands
+    [p] = program_memories(compiled, [capacity])
+    assert (p.vmem_scoped_limit_bytes, p.vmem_limit_source) == (16 * MIB, "default for v5e, measured")
+    # an HBM error's padded allocation adds its padding lever to the program's own
+    padded = OomAllocation(1, 98_304, "f32[18,1000]{1,0:T(8,128)}", unpadded_bytes=72_000, padding_bytes=26_304,
+                           instruction="fusion.1", allocation_type="HLO temp")
+    hbm = OomError("hbm", "hbm-temporaries", 17 * 2**30, 16 * 2**30, "m", allocations=(padded,))
+    [p] = program_memories(compiled, [hbm])
+    assert [(lv.key, lv.saving_bytes) for lv in p.levers if lv.key in ("padding", "temporaries")] == [
+        ("padding", 26_304)]  # the error's other levers (its temporaries) are the program's to give
