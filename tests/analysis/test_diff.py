@@ -406,3 +406,25 @@ def test_captures_without_steps_compare_op_totals_per_core():
     assert not ops["fusion.2"].significant
     assert d.base_capture_ps > 3 * (4500 * US)
     assert any("no steps" in w for w in d.warnings)
+
+
+def test_the_diff_names_its_inputs_and_each_captures_length(runs):
+    opts = NoiseOptions(seed=3)
+    d = diff_analyses(runs["base"], runs["slow"], options=opts)
+    assert d.base_input == str(_root() / "base" / "plugins" / "profile" / "run")
+    assert d.new_input == str(_root() / "slow" / "plugins" / "profile" / "run")
+    assert (d.base_run, d.new_run, d.options) == ("run", "run", opts)
+    # Per core, ten steps of 4.5 ms of ops and a 200 µs gap: 47 ms; the slow run's matmul adds 10 x 0.6 ms.
+    assert d.base_capture_ps == pytest.approx(47_000 * US, rel=0.01)
+    assert d.new_capture_ps == pytest.approx(53_000 * US, rel=0.01)
+    assert [c.name for c in d.breakdown] == ["compute", "collectives", "infeed/outfeed", "idle"]
+    assert d.ops[0].name == "fusion.1" and d.per_step and not d.warnings
+
+
+def test_an_absolute_floor_of_half_the_step_hides_every_part_but_the_step_time(runs):
+    d = diff_analyses(runs["base"], runs["slow"], options=NoiseOptions(min_step_share=0.5))
+    floor = 0.5 * d.step_time.base.centre_ps  # half the base's median step (4.7 ms): above the 0.6 ms change
+    assert d.step_time.significant  # the step time has no absolute floor
+    assert all(o.change.noise_band_ps == pytest.approx(floor) and not o.change.significant for o in d.ops)
+    assert all(c.change.noise_band_ps >= floor and not c.change.significant for c in d.breakdown + d.collectives)
+    assert not d.significant_ops

@@ -19,9 +19,9 @@ import pytest
 from tpudiag.analysis.diff import (Attribution, Change, CompiledFacts, Diff, Exposure, FindingChange, FindingRef,
                                    NamedChange, NoiseOptions, OpChange, OpPresence, Part, PartKind, StepStats,
                                    WindowTime, _array_text, _attribution, _capture_ps, _compare_findings, _facts,
-                                   _first_array, _first_runs, _match, _per_step_mean_over_cores, _per_step_op_times,
-                                   _steps, _warnings, _window_of, _windows, bootstrap_ci, compare, compare_steps,
-                                   hlo_fingerprint, step_stats, structure_key)
+                                   _first_array, _first_runs, _match, _op_table, _per_step_mean_over_cores,
+                                   _per_step_op_times, _steps, _warnings, _window_of, _windows, bootstrap_ci, compare,
+                                   compare_steps, hlo_fingerprint, step_stats, structure_key)
 from tpudiag.model.findings import Finding, Saving, Severity
 from tpudiag.model.profile import Platform, WindowThresholds
 from tpudiag.parsers.hlo_text import parse_hlo_text
@@ -347,7 +347,8 @@ _MODULE = """HloModule m, is_scheduled=true
 ENTRY %main (a: f32[8,16], b: f32[8,16]) -> f32[8,16] {{
   %a = f32[8,16]{{1,0}} parameter(0)
   %b = f32[8,16]{{1,0}} parameter(1)
-  ROOT %fusion.{n} = f32[8,16]{{1,0}} fusion(%a, %b), kind=kLoop, calls=%fused.{n}, metadata={{op_name="jit(f)/add" source_file="m.py" source_line={line}}}
+  ROOT %fusion.{n} = f32[8,16]{{1,0}} fusion(%a, %b), kind=kLoop, calls=%fused.{n}, \
+metadata={{op_name="jit(f)/add" source_file="m.py" source_line={line}}}
 }}
 """
 
@@ -799,3 +800,75 @@ def test_warnings_name_what_weakens_the_comparison():
         "core counts differ (base 4, new 8): op times are per core"]
     # the same chip on every host of both runs, listed once
     assert _warnings(_run(5, types=("v", "v")), _run(5, types=("v",)), per_step=True) == []
+
+
+def _ops_table(rows: list[tuple]) -> pd.DataFrame:
+    """(host, program_id, module, name, category, shape_with_layout, source, tf_op) rows, categorical as in
+    `analysis.ops`; None for a missing text."""
+    cols = ("host", "program_id", "module", "name", "category", "shape_with_layout", "source", "tf_op")
+    data = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
+    frame = pd.DataFrame(data)
+    for c in ("host", "module", "name", "category"):
+        frame[c] = frame[c].astype("category")
+    frame["program_id"] = frame["program_id"].astype(np.uint64)
+    return frame
+
+
+def _metadata(rows: list[tuple[int, str, str | None]]) -> pd.DataFrame:
+    return pd.DataFrame({"program_id": np.array([r[0] for r in rows], np.uint64), "name": [r[1] for r in rows],
+                         "hlo_text": pd.array([r[2] for r in rows], dtype="string")})
+
+
+_TEXT = "%fusion.1 = f32[8]{0} fusion(%p), kind=kLoop, calls=%c"
+
+
+def test_op_table_joins_each_hosts_hlo_text_and_makes_the_match_keys():
+    ops = _ops_table([
+        ("h0", 7, "jit_step", "fusion.1", "loop fusion", "f32[8]{0:T(256)}", "model.py:3", "jit(f)/add"),
+        ("h0", 7, "jit_step", "copy.2", "copy", None, None, None),  # no shape, source or JAX op
+        ("h1", 7, "jit_step", "fusion.1", "loop fusion", "f32[8]{0:T(256)}", "model.py:3", ""),  # source only
+        ("h1", 7, "jit_step", "neg.3", "negate", "f32[8]{0}", "", "jit(f)/neg"),  # JAX op only
+    ])
+    hosts = [SimpleNamespace(host="h9", op_metadata=_metadata([])),  # a host without metadata comes first
+             SimpleNamespace(host="h0", op_metadata=_metadata([(7, "fusion.1", _TEXT), (7, "copy.2", None),
+                                                               (7, "fusion.1", "a second text of the op")])),
+             SimpleNamespace(host="h1", op_metadata=_metadata([(7, "fusion.1", _TEXT.replace("%p", "%q"))]))]
+    t = _op_table(SimpleNamespace(ops=ops, profile=SimpleNamespace(hosts=hosts)))
+    assert len(t) == 4  # one row per op row: the second text of h0's fusion.1 is not another op
+    assert list(t["hlo_text"]) == [_TEXT, "", _TEXT.replace("%p", "%q"), ""]  # neg.3 has no metadata row
+    assert list(t["fingerprint"]) == [hlo_fingerprint(_TEXT), "", hlo_fingerprint(_TEXT), ""]
+    assert list(t["structure"]) == ["", "", "", ""]  # no compiled programs joined
+    assert list(t["source_key"]) == ["loop fusion\x00model.py:3\x00jit(f)/add\x00f32[8]", "",
+                                     "loop fusion\x00model.py:3\x00\x00f32[8]", "negate\x00\x00jit(f)/neg\x00f32[8]"]
+    assert list(t["name_key"])[:2] == ["jit_step\x00fusion.1\x00f32[8]{0:T(256)}", "jit_step\x00copy.2\x00"]
+    assert list(t["shape_with_layout"])[1] == "" and list(t["source"])[1] == "" and list(t["tf_op"])[1] == ""
+    for col in ("logical_bytes", "padded_bytes", "spill_stores", "spill_fills"):
+        assert t[col].isna().all()  # no compiled facts given
+
+
+def test_op_table_takes_compiled_facts_by_the_ops_row_index():
+    ops = _ops_table([("h0", 7, "m", "a.1", "add", "f32[8]{0}", "", ""),
+                      ("h0", 7, "m", "b.2", "add", "f32[8]{0}", "", "")])
+    ops.index = pd.Index([10, 20])
+    compiled = pd.DataFrame({"logical_bytes": pd.array([200, 100, 5], dtype="Int64"),
+                             "padded_bytes": pd.array([None, 160, 5], dtype="Int64")}, index=[20, 10, 30])
+    hosts = [SimpleNamespace(host="h0", op_metadata=_metadata([]))]
+    t = _op_table(SimpleNamespace(ops=ops, profile=SimpleNamespace(hosts=hosts)), compiled)
+    assert list(t["logical_bytes"]) == [100.0, 200.0]
+    assert t["padded_bytes"].iloc[0] == 160.0 and np.isnan(t["padded_bytes"].iloc[1])
+    assert t["spill_stores"].isna().all()  # a column the compiled facts lack
+    assert list(t["hlo_text"]) == ["", ""] and list(t["fingerprint"]) == ["", ""]
+
+
+def test_op_table_keys_ops_by_the_structure_of_their_compiled_instruction():
+    program = parse_hlo_text(_MODULE.format(n=1, body="add.1 = f32[8,16]{1,0} add(%p0, %p1)", line=7))
+    ops = _ops_table([("h0", 5, "m", "fusion.1", "loop fusion", "f32[8,16]{1,0}", "", ""),
+                      ("h0", 5, "m", "add.1", "add", "f32[8,16]{1,0}", "", ""),  # inside the fusion's computation
+                      ("h0", 5, "m", "nowhere.9", "add", "f32[8,16]{1,0}", "", ""),  # not in the program
+                      ("h0", 6, "m", "fusion.1", "loop fusion", "f32[8,16]{1,0}", "", "")])  # another program id
+    hosts = [SimpleNamespace(host="h0", op_metadata=_metadata([]))]
+    t = _op_table(SimpleNamespace(ops=ops, profile=SimpleNamespace(hosts=hosts)), programs={(5, "m"): program})
+    fusion, add, nowhere, other = t["structure"]
+    assert fusion == structure_key(program, program.find("fusion.1")) and fusion
+    assert add == structure_key(program, program.find("add.1")) and add and add != fusion
+    assert (nowhere, other) == ("", "")

@@ -537,7 +537,9 @@ def _op_table(analysis: Analysis, compiled: pd.DataFrame | None = None, programs
     ops["source_key"] = [f"{c}\x00{s}\x00{j}\x00{_first_array(t)}" if s or j else ""
                          for c, s, j, t in zip(ops["category"], ops["source"], ops["tf_op"],
                                                ops["shape_with_layout"])]
-    ops["name_key"] = ops["module"] + "\x00" + ops["name"] + "\x00" + ops["shape_with_layout"]
+    # Joined in Python: pandas adding the scalar "\x00" to a column reads it as a numpy string, which
+    # drops trailing NULs, so the separators were lost ("jit_stepfusion.1f32[8]{0}").
+    ops["name_key"] = [f"{m}\x00{n}\x00{s}" for m, n, s in zip(ops["module"], ops["name"], ops["shape_with_layout"])]
     return ops
 
 
