@@ -122,8 +122,14 @@ def test_ops_that_appear_and_disappear(runs):
     d = diff_analyses(runs["base"], new)
     assert [o.name for o in d.appeared] == ["copy.9"]
     assert d.appeared[0].time_ps == pytest.approx(250 * US, rel=0.02)
+    assert (d.appeared[0].module, d.appeared[0].category, d.appeared[0].shape) == \
+        ("jit_train_step", "loop fusion", "bf16[1024,1024]{1,0}")  # `op_defs`: loop fusion for an unknown op
     assert [o.name for o in d.disappeared] == ["all-reduce.1"]
-    assert {c.name: c.change for c in d.collectives}["all-reduce"].verdict == "faster"
+    gone = {c.name: c.change for c in d.collectives}["all-reduce"]
+    assert gone.verdict == "faster" and (gone.base.n_steps, gone.new.n_steps) == (10, 10)  # zeros in every step
+    # the other way round the family appears: zeros in each of the base's ten steps
+    back = {c.name: c.change for c in diff_analyses(new, runs["base"]).collectives}["all-reduce"]
+    assert back.verdict == "slower" and (back.base.n_steps, back.base.centre_ps) == (10, 0.0)
 
 
 def test_a_renamed_op_is_matched_by_its_hlo_fingerprint():
@@ -227,6 +233,11 @@ def test_a_finding_whose_saving_only_jitters_is_not_a_change(runs):
 def test_without_findings_they_are_not_compared(runs):
     d = diff_analyses(runs["base"], runs["noise"])
     assert not d.findings_rules_run and not d.findings_appeared
+    # findings of one run only are not compared either: the other's rules did not run
+    one = [_finding("spill", ("fusion.2",), 10 * US)]
+    for base, new in ((one, None), (None, one)):
+        d = diff_analyses(runs["base"], runs["noise"], base, new)
+        assert not d.findings_rules_run and not d.findings_appeared and not d.findings_resolved
 
 
 _steps = st.lists(st.floats(min_value=0, max_value=1e10, allow_nan=False), min_size=1, max_size=12)
@@ -312,6 +323,10 @@ def test_the_parts_of_a_change_add_up_to_it_and_the_planted_op_leads(runs):
     assert a.named_share > 0.9
     families = {p.name: p for p in a.parts if p.kind is PartKind.FAMILY}
     assert set(families) == {"all-reduce"} and not families["all-reduce"].change.significant
+    # the synchronous all-reduce has no compute beside it: its family's windows are exposed in both runs
+    assert families["all-reduce"].exposure.text() == "exposed" and families["all-reduce"].exposure.new.span_ps > 0
+    [idle] = [p for p in a.parts if p.kind is PartKind.IDLE]
+    assert idle.change == {c.name: c.change for c in d.breakdown}["idle"]
 
 
 def test_ops_that_went_away_and_appeared_are_parts_of_the_change(runs):
@@ -420,6 +435,7 @@ def test_the_diff_names_its_inputs_and_each_captures_length(runs):
     assert d.new_capture_ps == pytest.approx(53_000 * US, rel=0.01)
     assert [c.name for c in d.breakdown] == ["compute", "collectives", "infeed/outfeed", "idle"]
     assert d.ops[0].name == "fusion.1" and d.per_step and not d.warnings
+    assert {(o.module, o.shape) for o in d.ops} == {("jit_train_step", "bf16[1024,1024]{1,0}")}  # `op_defs`
 
 
 def test_an_absolute_floor_of_half_the_step_hides_every_part_but_the_step_time(runs):
@@ -534,3 +550,11 @@ def test_alike_ops_renamed_pair_in_the_order_they_first_run():
                           (reversed_, {"fusion.9": "fusion.5", "fusion.8": "fusion.3"})):
         pairs = {o.name: (o.base_name, o.matched_by) for o in diff_analyses(base, new).ops if o.name != "all-reduce.1"}
         assert pairs == {n: (b, "source line, order") for n, b in expected.items()}
+
+
+def test_ops_only_in_one_run_come_longest_first(runs):
+    # Against two alike 1 ms ops, the base's 3 ms matmul and 1 ms elementwise op went away, in that order.
+    twins = analysed_design("twins 8, 9", lambda: _twins(2, "fusion.8", "fusion.9"))
+    d = diff_analyses(runs["base"], twins)
+    assert [o.name for o in d.disappeared] == ["fusion.1", "fusion.2"]
+    assert {o.name for o in d.appeared} == {"fusion.8", "fusion.9"}
