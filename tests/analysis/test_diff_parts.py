@@ -759,9 +759,9 @@ def test_an_op_first_runs_at_its_earliest_start_on_any_host():
         return pd.DataFrame({"program_id": np.array([r[0] for r in rows], np.uint64),
                              "name": pd.Categorical([r[1] for r in rows]), "start_ps": [r[2] for r in rows]})
 
-    hosts = [SimpleNamespace(events=events([(7, "f.1", 500), (7, "f.1", 300), (7, "c.2", 900)])),
+    hosts = [SimpleNamespace(events=None),  # digested away: nothing to read, and the next hosts still are
              SimpleNamespace(events=events([(7, "f.1", 200)])),
-             SimpleNamespace(events=None),  # digested away: nothing to read
+             SimpleNamespace(events=events([(7, "f.1", 500), (7, "f.1", 300), (7, "c.2", 900)])),
              SimpleNamespace(events=events([]))]
     ops = _keys([(7, "f.1", "K1"), (7, "c.2", "K2"), (7, "g.3", "K3"), (7, "f.1", "K1")])
     first = _first_runs(SimpleNamespace(profile=SimpleNamespace(hosts=hosts)), ops)
