@@ -1,7 +1,7 @@
 import pytest
 
-from tpudiag.model.hlo_names import (async_pair_key, async_role, collective_family, has_double_suffix, pair_async,
-                                      window_family)
+from tpudiag.model.hlo_names import (async_pair_key, async_role, category_family, collective_family, has_double_suffix,
+                                      name_family, pair_async, window_family)
 
 
 @pytest.mark.parametrize("name, category, family", [
@@ -20,6 +20,19 @@ from tpudiag.model.hlo_names import (async_pair_key, async_role, collective_fami
 ])
 def test_collective_family(name, category, family):
     assert collective_family(name, category) == family
+
+
+@pytest.mark.parametrize("name, category, by_name, by_category", [
+    ("all-gather-start.1", "convolution fusion", "all-gather", ""),  # the name decides
+    ("async-collective-fusion.3", "all-gather fusion", "", "all-gather"),  # never a collective, whatever its category
+    ("psum.7", "all-reduce", None, "all-reduce"),  # the name says nothing: the category decides
+    ("fusion.12", "convolution fusion", None, ""),
+    ("send.1", "send", "send", ""),  # only the first seven families are read from a category
+])
+def test_a_name_decides_its_family_or_leaves_it_to_the_category(name, category, by_name, by_category):
+    # `steps._collective_events` classifies each name and each category once, not every pair.
+    assert (name_family(name), category_family(category)) == (by_name, by_category)
+    assert collective_family(name, category) == (by_name if by_name is not None else by_category)
 
 
 def test_async_pairing_keeps_every_suffix():
@@ -55,3 +68,10 @@ def test_a_collective_librarys_own_kernels():
     assert library_collective("void rcclDevKernel_Generic(ncclDevComm*)")  # RCCL
     assert not library_collective("my_ncclDevKernel_AllGather")  # inside another word: not the library's
     assert not library_collective("all-reduce.3")  # an HLO collective, not a library kernel
+
+
+def test_pairs_close_in_any_order_and_a_name_without_suffix_keys_by_its_base():
+    # The copy started second finishes first: each done still pairs with its own start
+    assert pair_async(["all-gather-start.1", "copy-start.2", "copy-done.2", "all-gather-done.1"]) == [(1, 2), (0, 3)]
+    assert async_pair_key("copy-start") == async_pair_key("copy-done") == "copy"
+    assert pair_async(["copy-start", "all-gather-start", "all-gather-done", "copy-done"]) == [(1, 2), (0, 3)]

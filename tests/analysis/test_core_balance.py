@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tpudiag.analysis.core_balance import core_work, slow_cores, slowest_core
 from tpudiag.model import schemas
@@ -176,3 +177,39 @@ def test_slow_cores_come_slowest_first():
 
     cores = [_core("a", c, 5000) for c in range(6)] + [_core("a", 6, 5600), _core("a", 7, 5900)]
     assert [(s.core.core, s.lag_ps) for s in slow_cores(cores, 0.03, 3.0)] == [(7, 900.0), (6, 600.0)]
+
+
+def test_core_work_per_core_in_host_then_core_order_with_its_deviation():
+    from tpudiag.analysis.core_balance import CoreWork
+
+    steps = _steps({1: [6000, 6200], 0: [5000]})  # core 1's rows come first
+    # core 1: work 6000 and 6200 (mean 6100, deviation 100); core 0: one step, no deviation
+    assert core_work(steps) == [CoreWork("host0", "/device:TPU:0", 0, 1, 5000.0, 0.0, 10_000.0),
+                                CoreWork("host0", "/device:TPU:1", 1, 2, 6100.0, 100.0, 10_000.0)]
+    assert core_work(_steps({})) == []
+
+
+def test_the_first_of_equally_slow_cores_is_the_slowest():
+    cores = core_work(_steps({0: [5000], 1: [5000]}))
+    assert slowest_core(cores).core == 0
+
+
+def test_a_band_of_nothing_without_cores_or_reference():
+    from tpudiag.analysis.core_balance import noise_band
+
+    assert noise_band(0.0, [], 0.03, 5.0) == 0.0
+
+
+@pytest.mark.parametrize("case", ["pod edge", "host edge", "host only"])
+def test_each_reference_is_judged_on_its_own(case):
+    from tpudiag.analysis.core_balance import slow_cores
+
+    if case == "pod edge":  # a/2 lags its mates (4900) by 600 > 490, the pod's median (5000) by exactly 500
+        others = [_core("a", 0, 4900), _core("a", 1, 4900), _core("b", 0, 5000), _core("b", 1, 5000),
+                  _core("b", 2, 5100)]
+    elif case == "host edge":  # the pod's median (4000): 1500 behind; its mates (5000): exactly 500
+        others = [_core("a", 0, 5000), _core("a", 1, 5000)] + [_core("b", c, 4000) for c in range(3)]
+    else:  # its mates (4900): 600 behind, beyond 490; the pod's median (5500) not at all
+        others = [_core("a", 0, 4900), _core("a", 1, 4900)] + [_core("b", c, 5500) for c in range(4)]
+    a2 = _core("a", 2, 5500)
+    assert [s.core for s in slow_cores(others + [a2], 0.10, 3.0)] == []

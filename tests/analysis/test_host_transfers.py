@@ -270,3 +270,40 @@ def test_a_window_of_no_time_has_no_rate_and_one_of_a_picosecond_has_one():
     one_ps = _rows([("a", 0, 0, "copy-done.1", Direction.TO_HOST, "f32", 1, 500, 501, 1)])
     (rate,) = transfer_rates(one_ps, _step_rows([("a", 0, 0)]), None)
     assert rate.achieved_bytes_per_s == 1e12  # 1 byte in 1 ps
+
+
+def test_a_rate_exactly_at_the_nominal_link_is_shown():
+    # 32 MB in 1 ms: exactly the 32 GB/s link, not above it
+    (rate,) = transfer_rates(_transfers(32 * 10**6, 0, 10**9), schemas.STEPS.empty(), 32e9)
+    assert rate.achieved_bytes_per_s == 32e9 and not rate.above_link and rate.link_share == 1.0
+
+
+def test_a_renamed_copy_is_known_by_its_category():
+    # names that say nothing: the categories make them a start and a done (paired by the HLO operand)
+    copies = host_copies(_meta([
+        ("offload.7", "copy-start", OFFLOAD, ""),
+        ("wait.8", "Copy-Done", HOST, f"%wait.8 = {HOST} copy-done(({HOST}, {HBM}, {CTX}) %offload.7)"),
+    ]))
+    assert {k[1]: c.role for k, c in copies.items()} == {"offload.7": "start", "wait.8": "done"}
+
+
+def test_an_event_without_a_name_is_no_host_copy():
+    from tpudiag.analysis.host_transfers import host_copy_mask
+
+    events = _events([(TPU0, 0, 7, "add.1", 0, 10, 10, 0), (TPU0, 0, 7, "copy-done.1", 30, 10, 10, 0)])
+    assert events["name"].cat.categories[-1] == "copy-done.1"
+    events.loc[0, "name"] = None  # its code is -1, which must not read as the last category, copy-done.1
+    copies = dict([_copy("copy-done.1", "done")])
+    assert host_copy_mask(events, copies).tolist() == [False, True]
+
+
+def test_a_copy_start_with_a_missing_shape_reads_its_hlo_text_and_its_done_is_a_whole_record():
+    from tpudiag.analysis.host_transfers import HostCopy
+
+    meta = _meta([("copy-start.8", "copy-start", "", f"%copy-start.8 = {PREFETCH} copy-start({HOST} %p)"),
+                  ("copy-done.8", "copy-done", HBM, "")])
+    meta["shape_with_layout"] = meta["shape_with_layout"].astype("string")
+    meta.loc[0, "shape_with_layout"] = pd.NA  # not written at all, rather than empty
+    copies = host_copies(meta)
+    assert copies[(7, "copy-done.8")] == HostCopy(7, "copy-done.8", "done", Direction.TO_DEVICE, F32_4x128, "f32")
+    assert copies[(7, "copy-start.8")] == HostCopy(7, "copy-start.8", "start", Direction.TO_DEVICE, F32_4x128, "f32")

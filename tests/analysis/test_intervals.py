@@ -121,7 +121,7 @@ def test_nest_equals_the_stack_walk(ivs):
     assert got[2] == want[2]
 
 
-@pytest.mark.parametrize("case", ["sorted", "unsorted", "ties", "few bounds", "empty"])
+@pytest.mark.parametrize("case", ["sorted", "unsorted", "unsorted after the smallest", "ties", "few bounds", "empty"])
 def test_count_at_or_before_is_searchsorted_right(case):
     # A core's events by start against its steps' starts: counted when the times are sorted,
     # searched otherwise; the same either way, ties (a time equal to a bound counts it) included.
@@ -129,6 +129,8 @@ def test_count_at_or_before_is_searchsorted_right(case):
     bounds = np.sort(rng.integers(0, 10_000, 200))
     times = {"sorted": np.sort(rng.integers(-100, 10_100, 5_000)),
              "unsorted": rng.integers(-100, 10_100, 5_000),
+             # the first time is the smallest, the rest in any order: still not sorted
+             "unsorted after the smallest": np.concatenate([[-200], rng.integers(-100, 10_100, 5_000)]),
              "ties": np.sort(np.concatenate([bounds, bounds, rng.integers(0, 10_000, 100)])),
              "few bounds": np.sort(rng.integers(0, 10_000, 50)),
              "empty": np.zeros(0, dtype=np.int64)}[case]
@@ -137,3 +139,11 @@ def test_count_at_or_before_is_searchsorted_right(case):
     got = count_at_or_before(bounds, times)
     np.testing.assert_array_equal(got, np.searchsorted(bounds, times, side="right"))
     assert got.dtype == np.intp
+
+
+def test_covered_by_no_intervals_is_zero_picoseconds():
+    empty = np.zeros(0, dtype=np.int64)
+    got = covered(np.array([0, 5]), np.array([10, 20]), empty, empty)
+    assert got.tolist() == [0, 0] and got.dtype == np.int64
+    s, e = merge(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))  # no intervals: an empty int64 union
+    assert (len(s), len(e), s.dtype, e.dtype) == (0, 0, np.int64, np.int64)

@@ -580,3 +580,68 @@ def test_an_llo_dump_and_an_xla_dump_share_a_compile_in_one_directory_or_side_by
     assert _same_compile_output("out/xla", "out/llo")
     assert not _same_compile_output("out/xla", "other/llo")
     assert not _same_compile_output("out/hlo", "out/llo") and not _same_compile_output("out/xla", "out/jf")
+
+
+def test_a_nested_kernels_spills_start_the_count_of_an_entry_op_without_its_own():
+    # the dump has no row for while.5 (nor for ghost.9, which no entry op runs): kernel.3's spills are
+    # while.5's whole count, and the op no entry op runs does not stop the roll-up
+    llo = _llo_dump([("ghost.9", "custom-call", 5, 5, "estimate", 1),
+                     ("kernel.3", "custom-call", 10, 20, "estimate", 7),
+                     ("fusion.1", "fusion", 3, 4, "estimate", 120)])
+    r = join_compiled(_loop_ops(), [_loop_source()], [llo], options=JoinOptions(min_agreement=0.5))
+    assert _col(r, "spill_stores") == [3, None, None, 10] and _col(r, "spill_fills") == [4, None, None, 20]
+    assert r.columns["llo_origin"].tolist() == ["out/llo", "", "", "out/llo"]
+    assert r.runs_inside == {"kernel.3": "while.5"}
+
+
+def test_shapes_agree_whatever_their_spacing_and_comments():
+    ops = _ops([("h0", "fusion.1", "f32[3, 1000]{1,0:T(4,128)} /*index=0*/")])
+    assert join_compiled(ops, [_small_source()]).columns["padded_bytes"].tolist() == [2 * 16_384]
+
+
+def test_mxus_of_one_exactly_and_of_a_two_digit_unit():
+    from tpudiag.analysis.join import _llo_mxus
+
+    assert _llo_mxus(_llo_dump([], mxu=1)) == (1, True)
+    assert _llo_mxus(_llo_dump([], units=("MXU_9", "MXU_10"))) == (11, False)  # by number, not text
+
+
+def test_an_op_the_program_lacks_does_not_stop_the_agreement_of_the_ops_after_it():
+    ops = _ops([("h0", "copy.9", ""), ("h0", "fusion.1", "")])
+    r = join_compiled(ops, [_small_source()], options=JoinOptions(min_agreement=0.5))
+    assert r.columns["padded_bytes"].isna().tolist() == [True, False]
+
+
+def test_an_async_copys_zero_is_no_estimate():
+    program = parse_hlo_text("""HloModule jit_copy, is_scheduled=true
+
+ENTRY %main (a: f32[8,128]) -> f32[8,128] {
+  %a = f32[8,128]{1,0} parameter(0)
+  %copy-start.1 = (f32[8,128]{1,0}, f32[8,128]{1,0}, u32[]) copy-start(%a), backend_config={"bundle_analysis_data":{"estimated_cycles":"0"}}
+  ROOT %copy-done.1 = f32[8,128]{1,0} copy-done(%copy-start.1), backend_config={"bundle_analysis_data":{"estimated_cycles":"0"}}
+}
+""")
+    assert program.instruction("copy-start.1").async_role == "start"
+    assert not program.instruction("copy-start.1").collective_family
+    r = join_compiled(_ops([("h0", "copy-start.1", ""), ("h0", "copy-done.1", "")], module="jit_copy"),
+                      [HloSource(program, instruction_bytes(program), "dumpdir")])
+    assert _col(r, "estimated_cycles") == [None, None] and r.columns["cycles_source"].tolist() == ["", ""]
+
+
+def test_a_rolled_up_kernel_counts_its_entry_op_as_joined_from_a_dump():
+    # the HLO comes from the capture itself: only the LLO dump makes fusion.1 and while.5 dump facts
+    llo = _llo_dump([("kernel.3", "custom-call", 10, 20, "estimate", 7), ("fusion.1", "fusion", 3, 4, "estimate", 9)])
+    r = join_compiled(_loop_ops(), [_loop_source(origin=CAPTURE_ORIGIN)], [llo])
+    assert r.columns["hlo_origin"].tolist() == [CAPTURE_ORIGIN] * 4
+    assert r.dump_matched == 2 and _col(r, "spill_stores")[3] == 10
+
+
+def test_every_llo_dump_is_checked_against_the_target_after_one_is_refused():
+    from tpudiag.model.hardware import chip_for
+
+    rows = [(n, "", 1, 1, "estimate", 5) for n in LOOP_OPS]
+    r = join_compiled(_loop_ops(), [_loop_source(generation="v6e")],
+                      [_llo_dump(rows, path="a/llo", mxu=2), _llo_dump(rows, path="out/llo")], chip=chip_for("v5e"))
+    assert r.llo_matched == 0 and r.hlo_matched == 0
+    assert [w.split(" was ")[0] for w in r.warnings[:3]] == ["compiler dump `out/xla`", "compiler dump `a/llo`",
+                                                              "compiler dump `out/llo`"]

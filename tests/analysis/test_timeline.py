@@ -333,3 +333,19 @@ def test_a_dropped_hosts_events_are_read_again_and_the_last_four_kept(monkeypatc
     assert reads == ["/abs/a.pb", "b.pb", "c.pb", "d.pb", "e.pb", "b.pb"]
     with pytest.raises(InputError, match="^cannot read the host again for its timeline: truncated file$"):
         timeline.host_events(dropped("bad.pb"))
+
+
+def test_span_cells_edges():
+    s = Span(0, 1, "x", COMPUTE)
+    assert span_cells(s, 5, 0) == (0, 0) and span_cells(s, 0, 1000) == (0, 0)  # nothing to draw on
+    assert span_cells(s, 4, 1) == (0, 4)  # a lane of 1 ps: the span is all of it
+    assert span_cells(Span(0, 500, "x", COMPUTE), 1, 1000) == (0, 1)  # one cell
+    assert span_cells(s, 4, 3) == (0, 2)  # 4/3 of a cell: rounded up to 2
+    assert span_cells(Span(1000, 0, "x", COMPUTE), 4, 1000) == (3, 4)  # at the very end: the last cell
+    assert span_cells(Span(500, 0, "x", COMPUTE), 4, 1000) == (2, 3)  # no time: still one cell
+
+
+def test_a_name_that_fits_exactly_and_the_next_one_cell_after_it():
+    # two spans of 5 cells each (100 ps a cell): 4 letters and a spare cell fill each exactly
+    lane = _lane_of([Span(0, 500, "abcd", COMPUTE), Span(500, 500, "efgh", COMPUTE)])
+    assert [(label.cell, label.text) for label in name_labels(lane, 10, 1000)] == [(0, "abcd"), (5, "efgh")]

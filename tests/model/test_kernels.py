@@ -101,6 +101,21 @@ def test_halving_the_block_that_frees_most():
     odd = dataclasses.replace(odd, blocks=tuple(dataclasses.replace(b, dtype="c64x") if b.role == "input" else b
                                                for b in odd.blocks))
     assert halving(odd) is None  # an input dtype of no known size
+    assert halving(MosaicKernel("none", (), (), ())) is None  # no blocks at all
+
+
+def test_halving_counts_each_input_in_its_own_dtype():
+    # Regression: B's tile was named and counted in A's dtype. bf16 A 512x256 (256 KiB) times int8
+    # weights B 256x512 (128 KiB), f32 product 512x512 (1 MiB): block_n frees B + the product
+    # (1.125 MiB), block_m A + the product (1.25 MiB): block_m wins; the step holds 1.375 MiB.
+    k = _matmul()
+    mixed = dataclasses.replace(k, blocks=(k.blocks[0], dataclasses.replace(k.blocks[1], dtype="s8"), *k.blocks[2:]))
+    assert halving(mixed) == BlockHalving("block_m", 512, 256, ("A 512x256 bf16", "the f32 product 512x512"),
+                                          262_144 + 1_048_576, 262_144 + 131_072 + 1_048_576)
+    assert halving(mixed).text() == ("block_m 512 -> 256 halves A 512x256 bf16 and the f32 product 512x512 "
+                                     "(1.25 -> 0.62 MiB of the step's 1.38 MiB of vector values)")
+    only_b = dataclasses.replace(k, blocks=(k.blocks[0], dataclasses.replace(k.blocks[1], dtype="c64x"), *k.blocks[2:]))
+    assert halving(only_b) is None  # B's dtype of no known size
 
 
 def test_the_tune_command_fills_in_what_it_knows():

@@ -37,8 +37,11 @@ def test_rows_read_like_a_tuple(monkeypatch):
     # As a tuple: never equal to a string (not even an empty table to ''), nor to a number
     assert _rows(0) == () and _rows(0) != "" and rows != "fusion.0" and rows != 7
     for bad in (7, -8):
-        with pytest.raises(IndexError):
+        with pytest.raises(IndexError, match="^op row index out of range$"):
             rows[bad]
+    calls.clear()
+    assert rows[6] == expected[6] and rows[-7] == expected[0] and rows[3:3] == ()
+    assert calls == [(6, 7), (0, 1)]  # an index makes its one row; an empty slice none
 
 
 def test_what_is_shown_is_read_in_one_pass():

@@ -22,6 +22,8 @@ def test_duty_cycle_and_a_step_that_differs():
     assert not b.step_differs(dist(1005.0))  # 5 of 1,005: under 0.5 %
     assert b.step_differs(dist(1006.0))  # 6 of 1,006: over
     assert not b.step_differs(dist(996.0)) and b.step_differs(dist(995.0))  # 0.5 % of the step time: 4.98, 4.975
+    # 995 against a mean of 1,000 differs by exactly 0.5 %: not more
+    assert not dataclasses.replace(b, step_ps=995.0).step_differs(dist(1000.0))
 
 
 def _rate(**kw) -> HostTransferRate:
@@ -110,3 +112,4 @@ def test_ops_shown_take_the_first_of_each_kind():
     plain = OpsShown.of(rows[:2], 5)
     assert not plain.per_step and not plain.names_shortened and plain.n_compute == 1
     assert OpsShown.of(rows, 3).outside_steps
+    assert OpsShown.of((), 5) == OpsShown((), 0, (), 0, False, ())

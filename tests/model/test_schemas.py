@@ -112,7 +112,11 @@ def test_tables_stacked_with_their_hosts():
     assert stacked["host"].tolist() == ["h0", "h0", "h2", "h3"]
     assert stacked["host"].cat.categories.tolist() == ["h0", "h2", "h3"]  # the empty table's host is dropped
     assert stacked["name"].tolist() == ["a", "b", "c", "a"]
-    assert sorted(stacked["name"].cat.categories) == ["a", "b", "c"]
+    # merged by their categories in the order they come (the first table's own order kept), not re-sorted
+    assert stacked["name"].cat.categories.tolist() == ["b", "a", "c"]
+    # An ordered categorical from another host merges all the same
+    ordered = cat.frame({"host": ["w"], "name": pd.Categorical(["d"], ordered=True), "dur_ps": [5]})
+    assert cat.stack([first, ordered], hosts=["h0", "h1"])["name"].tolist() == ["a", "b", "d"]
     assert stacked["dur_ps"].tolist() == [1.0, 2.0, 3.0, 4.0]
     assert cat.stack([first])["host"].tolist() == ["", ""]  # no hosts given
     assert len(cat.stack([])) == 0 and len(cat.stack([cat.empty()], hosts=["h"])) == 0
@@ -135,3 +139,22 @@ def test_require_names_the_missing_and_the_mistyped_columns():
     with pytest.raises(ValueError, match=r"mistyped columns: core \(int64, want int32\)$"):
         T.require(bad, columns=["core", "dur_ps"])
     T.require(bad.assign(host=pd.Categorical(["h"]), core=np.int32(1), name=pd.Series(["x"], dtype=object)))
+
+
+def test_a_frame_not_owned_copies_its_columns():
+    # Without `owned` the caller may go on writing its arrays: the table must not change with them
+    cols = _columns(100)
+    frame = schemas.OP_STEP_SUMS.frame(cols)
+    for name in ("step", "program_id", "self_ps"):
+        assert not np.shares_memory(frame[name].to_numpy(), cols[name])
+    cols["self_ps"][:] = -1
+    assert (frame["self_ps"] >= 0).all()
+
+
+def test_an_empty_tables_categories_are_strings():
+    # As a filled table's are: an empty table concatenates or unions with a filled one
+    empty = T.empty()
+    assert empty["host"].cat.categories.dtype == object
+    filled = T.frame({"host": ["h"], "core": [0], "name": ["x"], "dur_ps": [1.0]})
+    both = pd.concat([empty, filled], ignore_index=True)
+    assert both["host"].tolist() == ["h"] and both["name"].dtype == pd.StringDtype("python")

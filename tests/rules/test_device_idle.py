@@ -201,6 +201,9 @@ def test_basis_note_says_where_the_rules_step_and_idle_are_not_the_headers():
     assert basis_note(_noted(marked), _host(1105, 150)) == ""
     assert basis_note(_noted(marked), _host(1094, 150)).startswith("; the step time, 1.10 ms, is the slowest")
     assert basis_note(_noted(marked), _host(1106, 150)).startswith("; the step time, 1.10 ms, is the slowest")
+    # Exactly half a percent of the 1.1 ms step apart (5.5 µs), exactly 1 % of the 150 µs idle apart: no note.
+    assert basis_note(_noted(marked), _host(1094.5, 150)) == ""
+    assert basis_note(_noted(marked), _host(1100, 148.5)) == ""
     # 1.49 µs apart: more than 1 % of the smaller idle (1.4851 µs), not of the larger (1.5 µs).
     assert basis_note(_noted(marked), _host(1100, 148.51)) == ""
     assert basis_note(_noted(marked), _host(1100, 148)) == (
@@ -362,3 +365,49 @@ def test_a_zero_length_step_has_no_row(monkeypatch):
     steps = [("host0", 1, 0, 0), ("host0", 2, 2000, 10_000)]
     (f,) = _check_idle(monkeypatch, [_idle("host0", 2000, causes={"input": 2000})], steps=steps)
     assert [e.subject for e in f.evidence] == ["host0", "step 2"]
+
+
+def test_infeed_counts_toward_the_worst_host_and_its_own_cause_only(monkeypatch):
+    # host1 waits 1 ms idle plus 1.5 ms of infeed (2.5 ms), host0 2 ms idle: host1 is the worst, listed first.
+    # host0's main cause is host-bound (1.5 ms of its 2.3 ms with 300 µs infeed: 65.2 %), its infeed no part of it.
+    hosts = [_idle("host0", 2000, io_us=300, causes={"host-bound": 1500, "unexplained": 500}),
+             _idle("host1", 1000, io_us=1500, causes={"unexplained": 1000})]
+    (f,) = _check_idle(monkeypatch, hosts)
+    assert f.message.startswith("`host1` idle 2.50 ms of each 10.00 ms step (25.0%, inside steps): input-bound (60.0% "
+                                "of it)")
+    assert [e.subject for e in f.evidence] == ["host1", "host0"]
+    (f,) = _check_idle(monkeypatch, hosts[:1] + [_idle("host1", 100, causes={"unexplained": 100})])
+    assert f.message.startswith("`host0` idle 2.30 ms of each 10.00 ms step (23.0%, inside steps): host-bound (Python "
+                                "or dispatch) (65.2% of it)")
+
+
+def test_two_hosts_are_named_and_infeed_alone_has_no_lead(monkeypatch):
+    # host0 never idles but waits 300 µs per step on infeed (3 %): no idle, so nothing before a first op.
+    hosts = [_idle("host0", 0, io_us=300, lead_us=0), _idle("host1", 0)]
+    (f,) = _check_idle(monkeypatch, hosts)
+    assert f.message == "`host0` idle 300.0 µs of each 10.00 ms step (3.0%, inside steps): input-bound (100.0% of it)"
+    assert f.evidence[0].values == (("idle per step", "0 ps"), ("share", "0.0%"), ("steps", "5"),
+                                    ("device infeed/outfeed", "300.0 µs"), ("compilation", "0 ps"),
+                                    ("synchronisation", "0 ps"), ("input", "0 ps"), ("host-bound", "0 ps"),
+                                    ("unexplained", "0 ps"), ("most idle step", "2 (0 ps)"))
+
+
+def test_a_cause_from_one_percent_of_the_idle_has_a_row(monkeypatch):
+    # 2 ms idle: input 20 µs is 1 % exactly (a row), host-bound 19 µs under it (none).
+    host = _idle("host0", 2000, causes={"unexplained": 1961, "input": 20, "host-bound": 19})
+    values = dict(_check_idle(monkeypatch, [host])[0].evidence[0].values)
+    assert values["input"] == "20.0 µs" and "host-bound" not in values
+
+
+def test_steps_of_equal_idle_are_shown_in_step_order(monkeypatch):
+    # 40 steps alternating 600 and 500 µs of idle: the five most idle are steps 2, 4, 6, 8 and 10.
+    steps = [("host0", s, 600 if s % 2 == 0 else 500, 10_000) for s in range(1, 41)]
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 550, causes={"input": 550})], steps=steps, max_steps_shown=5)
+    assert [e.subject for e in f.evidence[1:]] == ["step 2", "step 4", "step 6", "step 8", "step 10"]
+
+
+def test_steps_after_a_zero_length_one_still_have_rows(monkeypatch):
+    # No idle anywhere (the host waits on infeed); step 1's marker has no length and comes first among equals.
+    steps = [("host0", 1, 0, 0), ("host0", 2, 0, 10_000), ("host0", 3, 0, 10_000)]
+    (f,) = _check_idle(monkeypatch, [_idle("host0", 0, io_us=300)], steps=steps)
+    assert [e.subject for e in f.evidence] == ["host0", "step 2", "step 3"]

@@ -263,3 +263,32 @@ def test_thresholds_around_the_designed_wait(tmp_path: Path):
     # Severity: high from 30 % by default; 50.03 % is under a 51 % bar and over a 50 % medium one.
     assert _run(a, high_share=0.51, medium_share=0.5)[0].severity == Severity.MEDIUM
     assert _run(a, high_share=0.52, medium_share=0.51)[0].severity == Severity.LOW
+
+
+def test_the_ops_waited_in_from_a_twentieth_of_the_wait_most_first(tmp_path: Path, monkeypatch):
+    from tpudiag.rules import host_transfer_bound as htb
+
+    a = sc.analyse(sc.host_offload(), tmp_path)
+    # Per op, the time waited in it (µs): 10,000 in all, so an op counts from 500 µs (a twentieth) on.
+    waits = {"host to HBM": {"copy-done": 4501, "copy-done.2": 2000},
+             "HBM to host": {"copy-done.1": 2000, "copy-done.3": 500, "copy-done.5": 500, "copy-done.7": 499}}
+    monkeypatch.setattr(htb, "_op_waits", lambda analysis, rate: {
+        name: us * US for name, us in waits[rate.direction].items()})
+    (f,) = _run(a)
+    # Most first, equal waits by name, copy-done.7 (499 µs) left out; four by default.
+    assert f.ops == ("copy-done", "copy-done.1", "copy-done.2", "copy-done.3")
+    assert "waiting in `copy-done`, `copy-done.1`, `copy-done.2`, `copy-done.3`: host to HBM" in f.message
+    assert _run(a, max_ops_shown=6)[0].ops == ("copy-done", "copy-done.1", "copy-done.2", "copy-done.3", "copy-done.5")
+
+
+def test_a_wait_of_exactly_min_share_is_reported(tmp_path: Path):
+    # 997 µs in copy-done plus the 3 µs of the copy-starts and the offload: 1 ms of the 10 ms step, 10 % exactly.
+    (f,) = _run(sc.analyse(sc.host_offload(wait_ps=997 * US), tmp_path))
+    assert f.saving.ps == 1000 * US and "(10.0%)" in f.message
+
+
+def test_compute_of_exactly_min_overlap_compute_offers_the_overlap(tmp_path: Path):
+    # 4,197 µs in copy-done plus 3 µs: 4.2 ms waited; 2.1 ms of compute is half of it exactly.
+    a = sc.analyse(sc.host_offload(wait_ps=4197 * US), tmp_path)
+    assert "start the copies earlier" in _run(a, min_overlap_compute=0.5)[0].fix
+    assert "start the copies earlier" not in _run(a, min_overlap_compute=0.51)[0].fix

@@ -38,6 +38,7 @@ def test_one_slow_core_and_the_op_behind_it(tmp_path: Path, snapshot):
     assert q[("fusion.62", "extra per step (ps)")] == pytest.approx(sc.CORE_EXTRA, rel=0.01)
     ev = {e.subject: dict(e.values) for e in f.evidence}
     assert ev["fusion.62"]["ratio"] == "1.56x" and ev["fusion.62"]["extra/step"] == "500.0 µs"
+    assert ev["fusion.62"]["category"] == "convolution fusion"  # the design's matmul fusion
     assert "TPU:3" in f.fix
     snapshot("straggler-core", render_findings([f]))
 
@@ -99,7 +100,10 @@ def test_gpus_without_steps_compare_their_work_over_the_capture(tmp_path: Path):
     # µs): 400 µs more work over the capture, and the all-reduces make the others wait for it.
     capture = gc.training(n_gpus=4, ar_at_us=100, slow_gpu=1, slow_extra_us=100, with_steps=False)
     (f,) = _run(sc.analyse_path(gc.write(capture, tmp_path)))
-    assert f.message.startswith("`GPU:1` works 2.80 ms over the capture, 400.0 µs")
+    # Each GPU's span, first op to last: 3.6 ms (the last gemm ends 600 µs into the fourth 1 ms step), 3.7 ms
+    # on GPU 1; mean 3.625 ms, of which 400 µs is 11.0 %.
+    assert f.message.startswith("`GPU:1` works 2.80 ms over the capture, 400.0 µs (11.0% of the capture's mean span "
+                                "per core)")
     assert "more than the other 3 GPUs (median 2.40 ms): its ops take longer there: `gemm_fusion_dot.1` +400.0 µs" \
         in f.message
     assert f.saving.ps == 400 * US and "the others wait for it at the next collective" in f.saving.explanation
@@ -224,6 +228,8 @@ def test_more_ops_than_shown_and_none_at_all(monkeypatch):
     assert f.message.endswith("more than the other 1 core (median 7.00 ms): its ops take longer there: `fusion.1` "
                               "+300.0 µs, `fusion.2` +200.0 µs and 1 more")
     assert f.ops == ("fusion.1", "fusion.2")
+    # Each core against the other one alone (not the median of both, 7.3 ms).
+    assert [dict(e.values)["vs the others' median"] for e in f.evidence[:2]] == ["+600.0 µs", "-600.0 µs"]
     assert dict(f.evidence[2].values)["ratio"] == "1.75x"  # 700 / 400
     assert f.fix == ("check `TPU:1`: its health, clocks and thermal throttling (`tpu-info`); the same ops run faster "
                      "on the other cores")
@@ -247,6 +253,10 @@ def test_a_slow_core_among_several_hosts_and_without_a_step(monkeypatch):
                                 "mean span per core) more than")
     assert f.evidence[0].values == (("work", "7.70 ms"), ("vs the others' median", "+700.0 µs"))
     assert dict(f.evidence[4].values)["extra"] == "700.0 µs"
+    only = {"/device:TPU:1": [_extra("copy.3", 700, 0)]}
+    (f,) = _check_cores(monkeypatch, cores, [(cores[3], 7000, 210)], only, hosts=("host0", "host1"), whole=True)
+    assert f.fix == ("`TPU:1` on `host1` runs work the other cores do not (`copy.3`): spread it over them or move it "
+                     "out of the timed loop")
 
 
 def test_a_slow_core_nothing_waits_for_and_a_step_of_no_length(monkeypatch):

@@ -189,3 +189,22 @@ def test_idle_and_infeed_above_a_tenth_of_the_lag(monkeypatch):
 def test_a_slow_core_on_the_slow_host_is_left_to_straggler_core(monkeypatch):
     assert _check_hosts(monkeypatch, _four_hosts(), {}, slow_core_hosts=("host2",)) == []
     assert len(_check_hosts(monkeypatch, _four_hosts(), {}, slow_core_hosts=("host1",))) == 1
+
+
+def test_equal_extras_by_name_and_an_op_no_slower_is_no_cause(monkeypatch):
+    # fusion.a: 4 ms against 2 ms, fusion.b: 3 ms against 1 ms: 2 ms more each, listed by name. fusion.c takes
+    # as long as on the others: not a cause even with min_op_ratio 1.
+    theirs = {"fusion.a": 2000, "fusion.b": 1000, "fusion.c": 1000}
+    ops = {"host0": theirs, "host1": theirs, "host3": theirs,
+           "host2": {"fusion.a": 4000, "fusion.b": 3000, "fusion.c": 1000}}
+    (f,) = _check_hosts(monkeypatch, _four_hosts(), ops, min_op_ratio=1.0)
+    assert f.ops == ("fusion.a", "fusion.b")
+
+
+def test_idle_and_infeed_are_counted_beyond_the_other_hosts(monkeypatch):
+    # The other hosts idle 100 µs and feed 100 µs per step too: host2's 300 µs of each is 200 µs more, a
+    # tenth of the 2 ms lag exactly, not above it.
+    stats = [_stats(h, 10_000, idle_us=100, io_us=100) for h in ("host0", "host1", "host3")]
+    stats.insert(2, _stats("host2", 12_000, idle_us=300, io_us=300))
+    (f,) = _check_hosts(monkeypatch, stats, {})
+    assert f.message.endswith("(10.00 ms): no op, idle or input difference explains it")

@@ -135,7 +135,7 @@ class MosaicKernel:
 @dataclass(frozen=True)
 class BlockHalving:
     """Halving one block dim of a matmul kernel, and the vector tiles of one grid step it halves:
-    A (bm x bk), B (bk x bn) in the input dtype and the f32 product (bm x bn)."""
+    A (bm x bk) and B (bk x bn), each in its own input's dtype, and the f32 product (bm x bn)."""
 
     dim: str  # block_m, block_k or block_n
     before: int
@@ -154,16 +154,17 @@ def halving(kernel: MosaicKernel) -> BlockHalving | None:
     """The block dim of a matmul kernel whose halving shrinks one step's vector tiles most, where
     half of it stays a multiple of 128 (the lane width); None for another kernel or no such dim."""
     mm = kernel.matmul_blocks
-    ins = kernel.of("input")
-    size = element_bytes(ins[0].dtype) if ins else None
-    if mm is None or size is None:
+    if mm is None:
+        return None
+    lhs, rhs = (b.dtype for b in kernel.of("input"))  # a matmul's blocks: exactly two inputs
+    size_a, size_b = element_bytes(lhs), element_bytes(rhs)
+    if size_a is None or size_b is None:
         return None
     bm, bk, bn = mm
-    a, b, acc = bm * bk * size, bk * bn * size, bm * bn * 4
-    dtype = ins[0].dtype
-    tiles = {"block_m": (bm, (f"A {bm}x{bk} {dtype}", a), (f"the f32 product {bm}x{bn}", acc)),
-             "block_k": (bk, (f"A {bm}x{bk} {dtype}", a), (f"B {bk}x{bn} {dtype}", b)),
-             "block_n": (bn, (f"B {bk}x{bn} {dtype}", b), (f"the f32 product {bm}x{bn}", acc))}
+    a, b, acc = bm * bk * size_a, bk * bn * size_b, bm * bn * 4
+    tiles = {"block_m": (bm, (f"A {bm}x{bk} {lhs}", a), (f"the f32 product {bm}x{bn}", acc)),
+             "block_k": (bk, (f"A {bm}x{bk} {lhs}", a), (f"B {bk}x{bn} {rhs}", b)),
+             "block_n": (bn, (f"B {bk}x{bn} {rhs}", b), (f"the f32 product {bm}x{bn}", acc))}
     best = None
     for dim in ("block_n", "block_m", "block_k"):  # ties: the output's dims first (the product is f32)
         value, *parts = tiles[dim]
