@@ -1,7 +1,7 @@
 import pytest
 
-from tpudiag.model.hlo_names import (async_pair_key, async_role, collective_family, has_double_suffix, pair_async,
-                                      window_family)
+from tpudiag.model.hlo_names import (async_pair_key, async_role, category_family, collective_family, has_double_suffix,
+                                      name_family, pair_async, window_family)
 
 
 @pytest.mark.parametrize("name, category, family", [
@@ -20,6 +20,19 @@ from tpudiag.model.hlo_names import (async_pair_key, async_role, collective_fami
 ])
 def test_collective_family(name, category, family):
     assert collective_family(name, category) == family
+
+
+@pytest.mark.parametrize("name, category, by_name, by_category", [
+    ("all-gather-start.1", "convolution fusion", "all-gather", ""),  # the name decides
+    ("async-collective-fusion.3", "all-gather fusion", "", "all-gather"),  # never a collective, whatever its category
+    ("psum.7", "all-reduce", None, "all-reduce"),  # the name says nothing: the category decides
+    ("fusion.12", "convolution fusion", None, ""),
+    ("send.1", "send", "send", ""),  # only the first seven families are read from a category
+])
+def test_a_name_decides_its_family_or_leaves_it_to_the_category(name, category, by_name, by_category):
+    # `steps._collective_events` classifies each name and each category once, not every pair.
+    assert (name_family(name), category_family(category)) == (by_name, by_category)
+    assert collective_family(name, category) == (by_name if by_name is not None else by_category)
 
 
 def test_async_pairing_keeps_every_suffix():

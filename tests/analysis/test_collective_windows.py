@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import tpudiag.analysis.collective_windows as windows_module
 from tpudiag.analysis.collective_windows import (_assign_steps, _coded, class_counts, classify, collective_windows,
                                                  host_windows, nesting_facts, summarize_windows)
 from tpudiag.model import schemas
@@ -229,8 +230,11 @@ NEST = {  # row: (device, start, depth, collective, has a child, inside a collec
 }
 
 
+@pytest.mark.parametrize("reader", ["compiled", "numpy"])
 @pytest.mark.parametrize("order", ["abcCdef", "fedCcba", "bCfaedc"])
-def test_nesting_facts_in_any_row_order(order):
+def test_nesting_facts_in_any_row_order(order, reader, monkeypatch):
+    # The compiled walk (`event_wire.nesting`) where the module is built, the level passes without it.
+    monkeypatch.setenv("TPUDIAG_NO_WIRE", "1" if reader == "numpy" else "0")
     rows = [NEST[k] for k in order]
     dev, start, depth, coll, child, inside = (np.array(c) for c in zip(*rows))
     has_child, in_coll = nesting_facts(dev.astype(np.int16), start.astype(np.int64), depth.astype(np.int16),
@@ -322,6 +326,30 @@ def test_the_worst_core_fold_with_a_missing_name_takes_pandas_path():
     assert [(int(s), str(k), str(n), int(e)) for s, k, n, e in
             zip(op_steps["step"], op_steps["kind"], op_steps["name"], op_steps["exposed_ps"])] \
         == [(0, "sync", "all-reduce.1", 40), (1, "sync", "all-reduce.1", 30)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_summarize_windows_from_codes_equals_the_groupbys(seed, monkeypatch):
+    # Many random windows (devices, cores, steps from -1, kinds, families, ops, sources, double
+    # suffixes, repeated fractions): the tables from integer codes are pandas' groupbys' exactly.
+    rng = np.random.default_rng(seed)
+    n = 3_000
+    name = rng.choice(["all-gather-start.1", "all-gather-start.2", "all-reduce.1", "all-to-all.3"], n)
+    span = rng.integers(1, 50, n)
+    cov = np.minimum(span, rng.integers(0, 60, n))
+    windows = pd.DataFrame({
+        "name": pd.Categorical(name), "family": pd.Categorical(np.where(name == "all-reduce.1", "all-reduce", "all-gather")),
+        "kind": pd.Categorical(rng.choice(["async", "sync"], n)), "start_ps": np.arange(n) * 100,
+        "source": pd.Categorical(rng.choice(["Async XLA Ops", "XLA Ops"], n)), "span_ps": span, "covered_ps": cov,
+        "exposed_ps": span - cov, "overlap_ratio": cov / span, "double_suffix": rng.random(n) < 0.2,
+        "compute_inside": rng.random(n) < 0.5, "host": "h", "device": pd.Categorical(rng.choice([TPU0, TPU1], n)),
+        "core": rng.integers(0, 3, n), "step": rng.integers(-1, 12, n)})
+    digest, op_steps = summarize_windows(windows, "h")
+    monkeypatch.setattr(windows_module, "_summary_by_codes", lambda w: None)
+    want, want_op_steps = summarize_windows(windows, "h")
+    for got, expected in ((digest.steps, want.steps), (digest.ops, want.ops), (digest.coverage, want.coverage),
+                          (op_steps, want_op_steps)):
+        pd.testing.assert_frame_equal(got, expected, check_exact=True)
 
 
 def test_summarize_no_windows_is_empty_tables():

@@ -119,6 +119,25 @@ def test_derived_costs_from_the_estimate_first_then_the_shapes():
         ("b.1", 5000.0, 640.0, "cost_estimate")]
 
 
+def test_derived_costs_at_one_flop_and_one_byte():
+    # A kernel the trace gave 1 FLOP is kept as it is; one declaring 1 FLOP and 1 byte is taken at its word,
+    # ahead of its matmul shapes. Rows the scan passes over do not end it.
+    one = _ESTIMATE.replace('"flops": 5000', '"flops": 1').replace('"bytes_accessed": 640', '"bytes_accessed": 1')
+    one_with_shapes = one.replace("custom-call(f32[8,128]{1,0} %a)",
+                                  "custom-call(bf16[128,256]{1,0} %a, bf16[256,512]{1,0} %b)").replace(
+        "f32[8,128]{1,0} custom", "bf16[128,512]{1,0} custom")
+    meta = _meta([("had.1", "custom-call", 1.0, _MATMUL), ("f.1", "loop fusion", 0.0, ""),
+                  ("one.1", "custom-call", 0.0, one_with_shapes)])
+    assert list(derive_costs(meta).itertuples(index=False, name=None)) == [("one.1", 1.0, 1.0, "cost_estimate")]
+    out, _ = with_derived_costs(meta)
+    assert list(out["bytes_accessed"]) == [0.0, 0.0, 1.0]
+    # existing bytes of exactly 1 are the trace's: kept
+    out, _ = with_derived_costs(_meta([("one.1", "custom-call", 0.0, one_with_shapes)], bytes_accessed=[1.0]))
+    assert out["bytes_accessed"].iloc[0] == 1.0 and out["flops"].iloc[0] == 1.0
+    kept, _ = with_derived_costs(_meta([("k.1", "custom-call", 0.0, _ESTIMATE)], bytes_accessed=[1.0]))
+    assert kept["bytes_accessed"].iloc[0] == 1.0 and kept["flops"].iloc[0] == 5000.0
+
+
 def test_derived_costs_of_no_custom_call_are_an_empty_table():
     d = derive_costs(_meta([("f.1", "loop fusion", 0.0, "")]))
     assert d.empty and list(d.columns) == ["name", "flops", "bytes_accessed", "source"]

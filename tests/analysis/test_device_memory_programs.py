@@ -99,13 +99,25 @@ def test_the_levers_of_a_step_at_84_percent_each_worked_by_hand(tmp_path):
     assert offload.saving_bytes == 10240 * MIB and len(offload.buffers) == 20
     assert offload.title == "keep the f32 optimiser state (m, v) in host memory (20 arrays)"
     assert offload.precondition == "f32 optimiser state recognised: m, v"
-    assert levers["dtype"].saving_bytes == 5120 * MIB
-    assert levers["dtype"].title == "store the f32 optimiser state (m, v) in bf16"
+    assert offload.explanation == ("the f32 optimiser state (and its new values) moved to pinned host memory; the "
+                                   "update then streams over PCIe each step")
+    assert offload.fix == "place the optimiser state with memory_kind='pinned_host' (jax.device_put / out_shardings)"
+    dtype = levers["dtype"]
+    assert dtype.saving_bytes == 5120 * MIB and dtype.buffers == offload.buffers
+    assert dtype.title == "store the f32 optimiser state (m, v) in bf16"
+    assert dtype.explanation == ("half of the f32 optimiser state and its new values; bf16 moments need care "
+                                 "(stochastic rounding)")
+    assert dtype.fix == "keep optimiser moments in bf16 (e.g. optax.adam(mu_dtype=jnp.bfloat16))"
+    assert dtype.precondition == "f32 optimiser state recognised: m, v"
+    assert all(type(lv.saving_bytes) is int for lv in p.levers)  # bytes, as the JSON report prints them
     # half of the batch argument x (256 MiB) and of the temporaries at the peak (512 MiB)
     micro = levers["microbatch"]
     assert micro.saving_bytes == 384 * MIB and micro.buffers == ("act.0", "act.1", "x.1")
     assert micro.title == "halve the microbatch (accumulate gradients over 2)"
     assert micro.precondition == "a training step (it has a backward pass)"
+    assert micro.explanation == ("half of the temporaries live at the peak and of the batch arguments, which scale "
+                                 "with the batch")
+    assert micro.fix == "split the batch into microbatches and accumulate gradients (jax.lax.scan over microbatches)"
     assert "fsdp" not in levers  # one device
     # over 80 % by 13568 MiB - int(0.8 x 15.75 GiB) + 1 = 665.6 MiB: padding and temporaries are not
     # offered, donation is the cheapest lever that covers it
@@ -159,7 +171,9 @@ def test_a_replicated_step_on_a_4_device_mesh_gets_fsdp(tmp_path):
     assert fsdp.saving_bytes == 4800 * MIB and len(fsdp.buffers) == 30
     assert fsdp.title == "shard 30 parameter and state arrays over all 4 devices of the mesh (FSDP)"
     assert fsdp.precondition == "30 arrays of rank 2 or more are sharded 1 ways on a 4-device mesh"
-    assert fsdp.explanation.startswith("each array's bytes times (1 - its shards / 4)")
+    assert fsdp.explanation == ("each array's bytes times (1 - its shards / 4), from its sharding in the program; "
+                                "gathering them per layer adds collectives")
+    assert fsdp.fix == "shard params and optimiser state along the data axis too (NamedSharding(mesh, P('data', ...)))"
     half = _program(tmp_path, "half", layers=10, live_activations=2, mesh=4, sharding="{devices=[2,1]<=[2]}")
     # split 2 ways of 4: half of each array is left to shard
     assert next(lv for lv in half.levers if lv.key == "fsdp").saving_bytes == 3200 * MIB
@@ -176,14 +190,23 @@ def test_a_replicated_step_on_a_4_device_mesh_gets_fsdp(tmp_path):
 def test_fsdp_counts_only_the_arrays_split_fewer_ways_than_the_mesh(tmp_path):
     root = write_adam_dump(tmp_path / "mixed", layers=10, live_activations=2, mesh=4, sharding="{devices=[4,1]<=[4]}")
     hlo = next(root.glob("*.after_optimizations.txt"))
-    lines = [line.replace("sharding={devices=[4,1]<=[4]}", "sharding={replicated}") if "%params_" in line else line
-             for line in hlo.read_text().splitlines()]
+    shardings = {"%params_": "{replicated}", "%v_": "{devices=[2,1]<=[2]}"}
+    lines = []
+    for line in hlo.read_text().splitlines():
+        for prefix, sharding in shardings.items():
+            if prefix in line:
+                line = line.replace("sharding={devices=[4,1]<=[4]}", f"sharding={sharding}")
+        # `x` without its op name: its jit argument is named after the parameter itself
+        lines.append(line.replace(', metadata={op_name="x"}', "") if "%x.1 =" in line else line)
     hlo.write_text("\n".join(lines))
     [p] = program_memories(load_dumps([root]))
     fsdp = next(lv for lv in p.levers if lv.key == "fsdp")
-    # m and v are split 4 ways already; the 10 replicated weights (128 MiB each) could free 3/4
-    assert fsdp.saving_bytes == 960 * MIB and len(fsdp.buffers) == 10
-    assert fsdp.title == "shard 10 parameter and state arrays over all 4 devices of the mesh (FSDP)"
+    # m is split 4 ways already; the 10 replicated weights (128 MiB) could free 3/4, the 10 v (256 MiB,
+    # split 2 ways) 1/2: 960 + 1280 MiB
+    assert fsdp.saving_bytes == 2240 * MIB and len(fsdp.buffers) == 20
+    assert fsdp.title == "shard 20 parameter and state arrays over all 4 devices of the mesh (FSDP)"
+    assert fsdp.precondition == "20 arrays of rank 2 or more are sharded 1/2 ways on a 4-device mesh"
+    assert next(lv for lv in p.levers if lv.key == "donation").fix == "jax.jit(step, donate_argnums=(0, 1, 2))"
 
 
 def test_kernels_scoped_vmem_is_read_from_their_backend_config(tmp_path):
@@ -420,3 +443,56 @@ def test_a_compile_output_already_read_is_not_read_again(tmp_path):
     elsewhere = SimpleNamespace(facts=read.facts, program=replace(text, path=str(tmp_path / "compiled.hlo.txt")))
     [p] = program_memories(compiled, outputs={out: elsewhere})
     assert p.compiler_peak_bytes == 7 and p.vmem_ops == ()
+
+
+def _buffer(name, kind, size, op_name="", shape="f32[2048]{0}", number=None, aliased=False):
+    from tpudiag.model.memory import MemoryBuffer
+
+    return MemoryBuffer(name, name, kind, size, size, shape, op_name, "", 0, parameter_number=number, aliased=aliased)
+
+
+def test_remat_takes_forward_activations_only_and_only_in_training():
+    from tpudiag.analysis.device_memory import _levers
+    from tpudiag.model.memory import SpaceMemory
+
+    live = (_buffer("fwd", "temporary", 8192, "jit(f)/jvp(layer)/dot"),
+            _buffer("bwd", "temporary", 16384, "jit(f)/transpose(jvp(layer))/dot"),
+            _buffer("plain", "temporary", 4096, "jit(f)/add"))
+    hbm = SpaceMemory("hbm", 0, 28672, 0, 0, 28672, 0, 0, None, live, None)
+    program = _borrowing_program()
+    training = {lv.key: lv for lv in _levers(program, hbm, SimpleNamespace(workload="training", mesh_devices=1))}
+    assert (training["remat"].saving_bytes, training["remat"].buffers) == (8192, ("fwd",))
+    assert training["microbatch"].saving_bytes == 28672 // 2
+    assert _levers(program, hbm, SimpleNamespace(workload="inference", mesh_devices=1)) == []
+
+
+def test_optimiser_state_is_named_so_or_mirrors_the_first_arguments_dims():
+    from tpudiag.analysis.device_memory import _optimiser_state
+
+    args = [_buffer("w.1", "argument", 256, "w[0]", "f32[8,8]{1,0}", 0, True),
+            _buffer("s1.1", "argument", 256, "s1[0]", "f32[8,8]{1,0}", 1, True),  # the first root's dims
+            _buffer("s2.1", "argument", 16, "s2[0]", "f32[4]{0}", 2, True),  # neither
+            _buffer("nu.1", "argument", 16, "'nu'[0]", "f32[4]{0}", 3, True),  # named so, quoted
+            _buffer("w.2", "argument", 16, "w[1]", "f32[2,2]{1,0}", 4, True),  # the first root's own
+            _buffer("b.1", "argument", 256, "b", "f32[8,8]{1,0}", 5)]  # not returned: not state
+    assert [a.name for a in _optimiser_state(args, [])] == ["s1.1", "nu.1"]
+    assert _optimiser_state(args[-1:], []) == []
+
+
+def test_a_scoped_vmem_error_gives_the_limit_and_an_hbm_errors_padding_joins_the_levers(tmp_path):
+    from tpudiag.model.memory import OomAllocation
+
+    compiled = load_dumps([write_adam_dump(tmp_path / "step", layers=13, live_activations=2)])
+    scoped = OomError("vmem", "scoped", 40 * MIB, 32 * MIB, "m", hlo="act.0")  # names an op of the step
+    [p] = program_memories(compiled, [scoped])
+    assert p.error is scoped and (p.vmem_scoped_limit_bytes, p.vmem_limit_source) == (32 * MIB, "compiler error")
+    capacity = replace(scoped, kind="capacity")  # not the scoped limit: the default stands
+    [p] = program_memories(compiled, [capacity])
+    assert (p.vmem_scoped_limit_bytes, p.vmem_limit_source) == (16 * MIB, "default for v5e, measured")
+    # an HBM error's padded allocation adds its padding lever to the program's own
+    padded = OomAllocation(1, 98_304, "f32[18,1000]{1,0:T(8,128)}", unpadded_bytes=72_000, padding_bytes=26_304,
+                           instruction="fusion.1", allocation_type="HLO temp")
+    hbm = OomError("hbm", "hbm-temporaries", 17 * 2**30, 16 * 2**30, "m", allocations=(padded,))
+    [p] = program_memories(compiled, [hbm])
+    assert [(lv.key, lv.saving_bytes) for lv in p.levers if lv.key in ("padding", "temporaries")] == [
+        ("padding", 26_304)]  # the error's other levers (its temporaries) are the program's to give

@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -121,8 +122,14 @@ def test_ops_that_appear_and_disappear(runs):
     d = diff_analyses(runs["base"], new)
     assert [o.name for o in d.appeared] == ["copy.9"]
     assert d.appeared[0].time_ps == pytest.approx(250 * US, rel=0.02)
+    assert (d.appeared[0].module, d.appeared[0].category, d.appeared[0].shape) == \
+        ("jit_train_step", "loop fusion", "bf16[1024,1024]{1,0}")  # `op_defs`: loop fusion for an unknown op
     assert [o.name for o in d.disappeared] == ["all-reduce.1"]
-    assert {c.name: c.change for c in d.collectives}["all-reduce"].verdict == "faster"
+    gone = {c.name: c.change for c in d.collectives}["all-reduce"]
+    assert gone.verdict == "faster" and (gone.base.n_steps, gone.new.n_steps) == (10, 10)  # zeros in every step
+    # the other way round the family appears: zeros in each of the base's ten steps
+    back = {c.name: c.change for c in diff_analyses(new, runs["base"]).collectives}["all-reduce"]
+    assert back.verdict == "slower" and (back.base.n_steps, back.base.centre_ps) == (10, 0.0)
 
 
 def test_a_renamed_op_is_matched_by_its_hlo_fingerprint():
@@ -208,6 +215,7 @@ def test_findings_are_matched_by_rule_and_ops(runs):
     new = [_finding("exposed-collective", ("all-reduce.1",), 300 * US),
            _finding("padding-waste", ("fusion.1",), 40 * US)]
     d = diff_analyses(runs["base"], runs["noise"], base, new)
+    assert d.findings_rules_run
     assert [f.rule for f in d.findings_appeared] == ["padding-waste"]
     assert [f.rule for f in d.findings_resolved] == ["spill"]
     [kept] = d.findings_persisting
@@ -226,6 +234,11 @@ def test_a_finding_whose_saving_only_jitters_is_not_a_change(runs):
 def test_without_findings_they_are_not_compared(runs):
     d = diff_analyses(runs["base"], runs["noise"])
     assert not d.findings_rules_run and not d.findings_appeared
+    # findings of one run only are not compared either: the other's rules did not run
+    one = [_finding("spill", ("fusion.2",), 10 * US)]
+    for base, new in ((one, None), (None, one)):
+        d = diff_analyses(runs["base"], runs["noise"], base, new)
+        assert not d.findings_rules_run and not d.findings_appeared and not d.findings_resolved
 
 
 _steps = st.lists(st.floats(min_value=0, max_value=1e10, allow_nan=False), min_size=1, max_size=12)
@@ -311,6 +324,10 @@ def test_the_parts_of_a_change_add_up_to_it_and_the_planted_op_leads(runs):
     assert a.named_share > 0.9
     families = {p.name: p for p in a.parts if p.kind is PartKind.FAMILY}
     assert set(families) == {"all-reduce"} and not families["all-reduce"].change.significant
+    # the synchronous all-reduce has no compute beside it: its family's windows are exposed in both runs
+    assert families["all-reduce"].exposure.text() == "exposed" and families["all-reduce"].exposure.new.span_ps > 0
+    [idle] = [p for p in a.parts if p.kind is PartKind.IDLE]
+    assert idle.change == {c.name: c.change for c in d.breakdown}["idle"]
 
 
 def test_ops_that_went_away_and_appeared_are_parts_of_the_change(runs):
@@ -419,6 +436,7 @@ def test_the_diff_names_its_inputs_and_each_captures_length(runs):
     assert d.new_capture_ps == pytest.approx(53_000 * US, rel=0.01)
     assert [c.name for c in d.breakdown] == ["compute", "collectives", "infeed/outfeed", "idle"]
     assert d.ops[0].name == "fusion.1" and d.per_step and not d.warnings
+    assert {(o.module, o.shape) for o in d.ops} == {("jit_train_step", "bf16[1024,1024]{1,0}")}  # `op_defs`
 
 
 def test_an_absolute_floor_of_half_the_step_hides_every_part_but_the_step_time(runs):
@@ -428,3 +446,118 @@ def test_an_absolute_floor_of_half_the_step_hides_every_part_but_the_step_time(r
     assert all(o.change.noise_band_ps == pytest.approx(floor) and not o.change.significant for o in d.ops)
     assert all(c.change.noise_band_ps >= floor and not c.change.significant for c in d.breakdown + d.collectives)
     assert not d.significant_ops
+
+
+def test_the_step_time_is_compared_by_its_median_over_the_designs_steps(runs):
+    # Every chip's step lasts the slowest chip's ops plus the gap (`diff_designs`): its median over the
+    # ten steps of each design, not the mean.
+    base, slow = design(seed=1), design(seed=3, scale={"fusion.1": 1.2})
+    lengths = [[d.step_length(0, s) for s in range(d.first_step, d.first_step + d.n_steps)] for d in (base, slow)]
+    d = diff_analyses(runs["base"], runs["slow"])
+    assert d.step_time.base.centre_ps == np.median(lengths[0]) != np.mean(lengths[0])
+    assert d.step_time.new.centre_ps == np.median(lengths[1])
+    assert d.step_time.delta_ps == np.median(lengths[1]) - np.median(lengths[0])
+
+
+def test_a_run_without_steps_against_one_with_steps_compares_totals(runs):
+    stepless = analysed_design("stepless", lambda: _stepless(1))
+    for base, new in ((runs["base"], stepless), (stepless, runs["base"])):
+        d = diff_analyses(base, new, options=NoiseOptions(min_step_share=0.5))
+        assert not d.per_step and d.step_time is None and d.attribution is None and not d.breakdown
+        assert d.warnings[0].startswith("a run has no steps")
+        # The absolute floor is a share of the base's whole capture per core, not of a step. (A capture
+        # without a modules line names no module, so its ops pair with none; the all-reduce family compares.)
+        [family] = d.collectives
+        assert family.name == "all-reduce" and family.change.noise_band_ps >= 0.5 * d.base_capture_ps
+
+
+def test_one_step_in_each_run_is_still_compared_per_step():
+    one = analysed_design("one step", lambda: design(seed=1, n_steps=1))
+    other = analysed_design("one step, other jitter", lambda: design(seed=2, n_steps=1))
+    d = diff_analyses(one, other)
+    assert d.per_step and d.step_time is not None and d.step_time.base.n_steps == 1
+    assert d.warnings == ("base run has 1 step: too few to measure noise; only the relative floor applies",
+                          "new run has 1 step: too few to measure noise; only the relative floor applies")
+
+
+def test_collectives_carry_their_windows_and_ops_inside_the_band_no_interval(runs):
+    d = diff_analyses(runs["base"], runs["noise"])
+    ops = {o.name: o for o in d.ops}
+    # the synchronous all-reduce runs with no compute beside it: exposed in both runs
+    assert ops["all-reduce.1"].exposure.text() == "exposed" and ops["all-reduce.1"].exposure.base.span_ps > 0
+    assert ops["fusion.1"].exposure is None and ops["fusion.2"].exposure is None
+    # jitter only: every op is inside its band, so no interval was computed for it
+    assert all(o.change.ci_low_ps is None and o.change.ci_high_ps is None for o in d.ops)
+
+
+_FUSED = """HloModule jit_train_step
+
+%fused.{n} (p0: f32[8,16], p1: f32[8,16]) -> f32[8,16] {{
+  %p0 = f32[8,16]{{1,0}} parameter(0)
+  %p1 = f32[8,16]{{1,0}} parameter(1)
+  %mul.{n} = f32[8,16]{{1,0}} multiply(%p0, %p1)
+  ROOT %neg.{n} = f32[8,16]{{1,0}} negate(%mul.{n})
+}}
+
+ENTRY %main (a: f32[8,16], b: f32[8,16]) -> f32[8,16] {{
+  %a = f32[8,16]{{1,0}} parameter(0)
+  %b = f32[8,16]{{1,0}} parameter(1)
+  ROOT %{name} = f32[8,16]{{1,0}} fusion(%a, %b), kind=kLoop, calls=%fused.{n}
+}}
+"""
+
+
+def _recompiled(seed: int, name: str):
+    """fusion.1's work as `name`, with no source line or JAX op, and a trace text of `seed` operands (so
+    neither the name, the fingerprint nor the source line pairs it): only the compiled program can."""
+    defs = (OpDef(name, "loop fusion", flops=1.0e9, bytes_accessed=1.0e9, shape="f32[8,16]{1,0}",
+                  hlo_text=f"%{name} = f32[8,16]{{1,0}} fusion({', '.join(['%p'] * seed)}), kind=kLoop, calls=%c"),
+            ) + op_defs(["fusion.2", "all-reduce.1"])
+    durations = {name: 3000 * US, "fusion.2": 1000 * US, "all-reduce.1": 500 * US}
+    return design(seed=seed, durations=durations, op_list=defs)
+
+
+def test_a_recompiled_fusion_pairs_by_the_structure_of_its_compiled_program():
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
+    base = analysed_design("structure a", lambda: _recompiled(1, "fusion.1"))
+    new = analysed_design("structure b", lambda: _recompiled(2, "fusion.77"))
+    # the design's module and program id (1000 + seed) key each run's program, as `JoinResult.programs` does
+    programs = ({(1001, "jit_train_step"): parse_hlo_text(_FUSED.format(n=1, name="fusion.1"))},
+                {(1002, "jit_train_step"): parse_hlo_text(_FUSED.format(n=9, name="fusion.77"))})
+    d = diff_analyses(base, new, base_programs=programs[0], new_programs=programs[1])
+    pair = {o.name: o for o in d.ops}["fusion.77"]
+    assert (pair.base_name, pair.matched_by) == ("fusion.1", "structure")
+    assert not d.appeared and not d.disappeared
+    # a program on one side only, or none: nothing pairs them
+    for b, n in ((programs[0], None), (None, programs[1]), (None, None)):
+        d = diff_analyses(base, new, base_programs=b, new_programs=n)
+        assert [o.name for o in d.appeared] == ["fusion.77"] and [o.name for o in d.disappeared] == ["fusion.1"]
+
+
+def _twins(seed: int, first: str, second: str):
+    """Two ops alike in everything but their names (same category, shape, source line and JAX op; no
+    HLO text of their own), `first` running first in every step."""
+    defs = tuple(OpDef(n, "loop fusion", flops=1.0e9, bytes_accessed=1.0e9, shape="f32[8]{0}", source="model.py:7",
+                       tf_op="jit(f)/mul") for n in (first, second)) + op_defs(["all-reduce.1"])
+    durations = {first: 1000 * US, second: 1000 * US, "all-reduce.1": 500 * US}
+    return design(seed=seed, durations=durations, op_list=defs)
+
+
+def test_alike_ops_renamed_pair_in_the_order_they_first_run():
+    # The base runs fusion.5 before fusion.3; one new run fusion.8 before fusion.9, the other the reverse.
+    base = analysed_design("twins 5, 3", lambda: _twins(1, "fusion.5", "fusion.3"))
+    in_order = analysed_design("twins 8, 9", lambda: _twins(2, "fusion.8", "fusion.9"))
+    reversed_ = analysed_design("twins 9, 8", lambda: _twins(3, "fusion.9", "fusion.8"))
+    for new, expected in ((in_order, {"fusion.8": "fusion.5", "fusion.9": "fusion.3"}),
+                          (reversed_, {"fusion.9": "fusion.5", "fusion.8": "fusion.3"})):
+        pairs = {o.name: (o.base_name, o.matched_by) for o in diff_analyses(base, new).ops if o.name != "all-reduce.1"}
+        assert pairs == {n: (b, "source line, order") for n, b in expected.items()}
+
+
+def test_ops_only_in_one_run_come_longest_first(runs):
+    # Against two alike 1 ms ops, the base's 3 ms matmul and 1 ms elementwise op went away, in that order.
+    twins = analysed_design("twins 8, 9", lambda: _twins(2, "fusion.8", "fusion.9"))
+    d = diff_analyses(runs["base"], twins)
+    assert [o.name for o in d.disappeared] == ["fusion.1", "fusion.2"]
+    assert {o.name for o in d.appeared} == {"fusion.8", "fusion.9"}

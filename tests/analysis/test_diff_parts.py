@@ -79,6 +79,12 @@ def test_the_relative_floor_is_taken_of_the_base_centres_size():
     assert c.noise_band_ps == pytest.approx(2.0) and not c.significant
 
 
+def test_without_an_absolute_floor_any_change_of_quiet_runs_counts():
+    # no floor given: a base of 0 and no spread leave a band of 0, so half a picosecond is a change
+    assert compare(_stats(0.0, 0.0), _stats(0.5, 0.0), OPTS).significant
+    assert compare_steps([0.0] * 3, [0.5] * 3, "mean", OPTS).significant
+
+
 def test_a_base_of_zero_has_no_relative_change():
     c = compare(_stats(0.0, 0.0), _stats(5.0, 0.0), OPTS)
     assert c.relative is None and c.significant and c.delta_ps == 5.0
@@ -117,6 +123,13 @@ def test_the_interval_is_of_the_chosen_centre_at_the_chosen_confidence():
     assert bootstrap_ci([0.0], [0.0, 0.0, 90.0], "mean", OPTS) == (0.0, 90.0)
     # The base is resampled too, and subtracted: the same values the other way round.
     assert bootstrap_ci([0.0, 0.0, 90.0], [0.0], "mean", OPTS) == (-90.0, 0.0)
+
+
+def test_compare_steps_takes_the_interval_of_its_centre():
+    # as above: the 45th to 55th percentile of the medians is (0, 0), of the means (30, 30)
+    opts = NoiseOptions(confidence=0.1)
+    assert (compare_steps([0.0], [0.0, 0.0, 90.0], "median", opts).ci_low_ps,
+            compare_steps([0.0], [0.0, 0.0, 90.0], "mean", opts).ci_low_ps) == (0.0, pytest.approx(30.0))
 
 
 def test_the_interval_of_two_constant_runs_is_their_difference():
@@ -454,6 +467,12 @@ def test_ambiguous_groups_are_left_unpaired():
     assert _match(base, new2)[0] == []
 
 
+def test_an_ambiguous_group_does_not_stop_the_groups_after_it():
+    base = _ids({"a.1": {"fingerprint": "F"}, "a.2": {"fingerprint": "F"}, "c.1": {"fingerprint": "G"}})
+    new = _ids({"b.1": {"fingerprint": "F"}, "d.1": {"fingerprint": "G"}})
+    assert _match(base, new) == ([("c.1", "d.1", "fingerprint")], {"a.1", "a.2"}, {"b.1"})
+
+
 def test_equal_groups_by_source_line_pair_in_the_order_they_first_run():
     base = _ids({"a.1": {"source_key": "L"}, "a.2": {"source_key": "L"}, "a.3": {"source_key": "L"}})
     new = _ids({"b.1": {"source_key": "L"}, "b.2": {"source_key": "L"}, "b.3": {"source_key": "L"}})
@@ -740,9 +759,9 @@ def test_an_op_first_runs_at_its_earliest_start_on_any_host():
         return pd.DataFrame({"program_id": np.array([r[0] for r in rows], np.uint64),
                              "name": pd.Categorical([r[1] for r in rows]), "start_ps": [r[2] for r in rows]})
 
-    hosts = [SimpleNamespace(events=events([(7, "f.1", 500), (7, "f.1", 300), (7, "c.2", 900)])),
+    hosts = [SimpleNamespace(events=None),  # digested away: nothing to read, and the next hosts still are
              SimpleNamespace(events=events([(7, "f.1", 200)])),
-             SimpleNamespace(events=None),  # digested away: nothing to read
+             SimpleNamespace(events=events([(7, "f.1", 500), (7, "f.1", 300), (7, "c.2", 900)])),
              SimpleNamespace(events=events([]))]
     ops = _keys([(7, "f.1", "K1"), (7, "c.2", "K2"), (7, "g.3", "K3"), (7, "f.1", "K1")])
     first = _first_runs(SimpleNamespace(profile=SimpleNamespace(hosts=hosts)), ops)

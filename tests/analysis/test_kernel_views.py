@@ -35,7 +35,7 @@ PROFILE = _profile([
 
 def _dump(**kw):
     base = dict(ops=pd.DataFrame({"name": ["k.1"], "estimated_cycles": [900.0], "bundles": [120.0],
-                                  "spill_stores": [3.0], "spill_fills": [float("nan")]}),
+                                  "spill_stores": [3.0], "spill_fills": [5.0]}),
                 bundle_profile=PROFILE, static_profile=pd.DataFrame({"hlo": ["k.1", "k.2"],
                                                                      "dma_instruction_type": ["LOCAL", None]}),
                 dma_for=lambda op: BundleDma(op, 50, 4, 2) if op == "k.1" else None)
@@ -59,7 +59,7 @@ def test_a_kernels_units_bundles_spills_and_dma_from_its_llo_dump():
     assert (k1.op, k1.program, k1.kernel, k1.call_site) == ("k.1", "jit_f", "kernel k.1", "kern.py:42")
     assert k1.vmem_used_bytes == 4096 and (k1.vmem_limit_bytes, k1.vmem_limit_source) == (
         16 << 20, "default for v5e, measured")
-    assert (k1.estimated_cycles, k1.bundles, k1.spill_stores, k1.spill_fills) == (900, 120, 3, None)
+    assert (k1.estimated_cycles, k1.bundles, k1.spill_stores, k1.spill_fills) == (900, 120, 3, 5)
     assert [(u.unit, u.fraction) for u in k1.units] == [
         ("MXU matmul", pytest.approx(0.3)), ("XLU", pytest.approx(0.05)), ("VECTOR_ALU", pytest.approx(0.25)),
         ("VECTOR_LOAD", pytest.approx(0.7)), ("VECTOR_STORE", pytest.approx(0.15)), ("VECTOR_EUP", 1.0)]

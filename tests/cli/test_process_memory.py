@@ -85,3 +85,32 @@ def test_only_the_process_command_skips_the_exit_collection(mode):
     assert proc.returncode == 0, proc.stderr[-2000:]
     frozen = int(proc.stderr.rsplit("FROZEN ", 1)[-1])
     assert (frozen > 10_000) if mode == "process" else frozen == 0
+
+
+_IMPORTS_PROBE = """
+import gc, sys
+from tpudiag.cli import app
+app._command_process = sys.argv[1] == "process"
+app.fewer_collections()  # as main sets it: no young pass within these 5,000 allocations
+with app.imports_uncollected():
+    enabled_inside = gc.isenabled()
+    made = [[] for _ in range(5000)]  # 5,000 young objects that live on, as imported modules do
+print(enabled_inside, gc.isenabled(), gc.get_freeze_count() >= 5000, gc.get_count()[0])
+"""
+
+
+@pytest.mark.parametrize("mode", ["process", "call"])
+def test_only_the_process_command_imports_uncollected_and_freezes_the_imports(mode):
+    # As the process's command, the report's imports run with the collector off and what they made
+    # is frozen (the young count starts again from zero); called with argv, the caller's collector
+    # is left alone: on, nothing frozen, the 5,000 young objects still counted.
+    proc = subprocess.run([sys.executable, "-c", _IMPORTS_PROBE, mode], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    enabled_inside, enabled_after, frozen, young = proc.stdout.split()
+    assert enabled_after == "True"
+    if mode == "process":
+        assert (enabled_inside, frozen) == ("False", "True")
+        assert int(young) < 100
+    else:
+        assert (enabled_inside, frozen) == ("True", "False")
+        assert int(young) >= 5000

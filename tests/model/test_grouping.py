@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tpudiag.model.grouping import factorize_runs, group_sums, worst_of_sums
+from tpudiag.model.grouping import factorize_runs, group_sums, sorted_groups, worst_of_sums
 
 
 def _reference(keys, values):
@@ -41,6 +41,22 @@ def test_group_sums_equal_pandas(case):
         assert g.dtype == k.dtype
     np.testing.assert_array_equal(got, want)
     assert got.dtype == np.int64
+
+
+def test_sorted_groups_number_as_pandas_ngroup():
+    rng = np.random.default_rng(5)
+    n = 5_000
+    keys = [rng.integers(0, 3, n), rng.integers(0, 40, n).astype(np.int8), rng.integers(0, 2, n)]
+    frame = pd.DataFrame({"a": keys[0], "b": keys[1], "c": keys[2]})
+    by = frame.groupby(["a", "b", "c"], sort=True)
+    (a, b, c), group = sorted_groups(keys)
+    np.testing.assert_array_equal(group, by.ngroup().to_numpy())
+    first = by.head(1).sort_values(["a", "b", "c"])
+    for got, col, k in zip((a, b, c), "abc", keys):
+        np.testing.assert_array_equal(got, first[col].to_numpy())
+        assert got.dtype == k.dtype
+    assert sorted_groups([rng.integers(0, 10**6, n), rng.integers(0, 10**5, n)]) is None  # not dense
+    assert sorted_groups([rng.integers(-1, 3, n)]) is None  # a code below 0
 
 
 @pytest.mark.parametrize("case", ["dense", "sparse", "negative", "float", "many cores"])

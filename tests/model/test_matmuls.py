@@ -330,6 +330,10 @@ def test_a_trace_convolution_line_reads_its_input_and_kernel_apart():
         instruction="convolution.2", computation="", opcode="convolution", m_dims=(2, 8, 8), n_dims=(16,),
         k_dims=(3, 3, 3), batch_dims=(1,), lhs_dtype="bf16", rhs_dtype="f32", result_dtype="f32",
         basis="dim_labels"),))
+    assert math.main.describe() == "convolution.2: bf16 x f32 -> f32, M 128 (2x8x8), N 16, K 27 (3x3x3)"
+    # A 1 x 1 convolution of one feature over one position: every dim 1, an M and K of 1
+    one = _conv_1d("1,1,1", "1,1,4", "1,1,4", "size=1")
+    assert (one.m_dims, one.n_dims, one.k_dims, one.batch_dims) == ((1,), (4,), (1,), (1,))
 
 
 def _conv_1d(lhs: str, rhs: str, out: str, window: str):
@@ -462,3 +466,49 @@ def test_a_full_convolution_sees_every_tap_in_the_middle():
     # positions 0..3, all real, so K is 8 features x 4 taps (the edges see fewer).
     mm = _conv_1d("1,4,8", "4,8,16", "1,7,16", "size=4 pad=3_3")
     assert (mm.batch, mm.m, mm.n, mm.k) == (1, 7, 16, 32)
+
+
+OPS_OF_A_PROGRAM = """\
+HloModule m
+
+%gather_and_dot (p0: f32[8,16], p1: f32[16,8]) -> (f32[16,16], f32[8,8]) {
+  %p0 = f32[8,16]{1,0} parameter(0)
+  %p1 = f32[16,8]{1,0} parameter(1)
+  %all-gather.1 = f32[16,16]{1,0} all-gather(%p0), dimensions={0}, replica_groups={{0,1}}
+  %dot.3 = f32[8,8]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %t = (f32[16,16]{1,0}, f32[8,8]{1,0}) tuple(%all-gather.1, %dot.3)
+}
+
+ENTRY %main (a: f32[8,16], b: f32[16,8]) -> f32[8,8] {
+  %a = f32[8,16]{1,0} parameter(0)
+  %b = f32[16,8]{1,0} parameter(1)
+  %fusion.1 = (f32[16,16]{1,0}, f32[8,8]{1,0}) fusion(%a, %b), kind=kOutput, calls=%gather_and_dot
+  %kernel = f32[8,8]{1,0} custom-call(%a, %b), custom_call_target="tpu_custom_call", backend_config="{\\"cost_estimate\\": {\\"flops\\": 2048, \\"bytes_accessed\\": 1024}}"
+  %sort.1 = f32[8,16]{1,0} custom-call(%a), custom_call_target="sort_kernel"
+  ROOT %dot.2 = f32[8,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_each_ops_math_in_a_program():
+    from tpudiag.model.matmuls import op_math
+    program = parse_hlo_text(OPS_OF_A_PROGRAM)
+
+    def math(name):
+        return op_math(program, program.find(name))
+    # A top-level dot: one 8 x 8 x 16 matmul feeding the op's own (only) output
+    dot = math("dot.2")
+    assert (dot.opcode, [(mm.instruction, mm.feeds, mm.m, mm.n, mm.k) for mm in dot.matmuls]) == (
+        "dot", [("dot.2", (0,), 8, 8, 16)])
+    assert (dot.declared_flops, dot.declared_bytes, dot.collectives) == (None, None, ())
+    # A Pallas call: its shapes compose as [8,16] x [16,8], and it declares 2,048 FLOPs and 1,024 bytes
+    kernel = math("kernel")
+    assert [(mm.opcode, mm.feeds, mm.m, mm.n, mm.k) for mm in kernel.matmuls] == [("custom-call", (0,), 8, 8, 16)]
+    assert (kernel.declared_flops, kernel.declared_bytes, kernel.collectives) == (2048.0, 1024.0, ())
+    # A fusion carrying an all-gather beside its dot: the dot feeds output 1, the gather is named
+    fusion = math("fusion.1")
+    assert [(mm.instruction, mm.computation, mm.feeds) for mm in fusion.matmuls] == [("dot.3", "gather_and_dot", (1,))]
+    assert (fusion.declared_flops, fusion.collectives) == (None, ("all-gather.1",))
+    assert math("a") == OpMath(op="a", opcode="parameter", matmuls=())
+    # A custom call of one operand that declares nothing: no matmul, no cost
+    assert math("sort.1") == OpMath(op="sort.1", opcode="custom-call", matmuls=())

@@ -289,6 +289,33 @@ def test_compiled_nest_declines_what_python_must_judge():
     assert event_wire.nest(np.array([2**62, 2**62 + 1]), np.array([2**62, 5])) is None  # an end past int64
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 50), st.integers(-1, 4), st.booleans()), max_size=60),
+       st.randoms(use_true_random=False))
+def test_compiled_nesting_equals_the_level_passes(rows, rnd):
+    # Random events in any row order: devices, tied starts, depths with gaps and below 0, collectives.
+    from tpudiag.analysis.collective_windows import nesting_facts
+
+    rnd.shuffle(rows)
+    dev, start, depth, coll = (np.array(c) for c in zip(*rows)) if rows else (np.zeros(0, int),) * 4
+    args = (dev.astype(np.int8), start.astype(np.int64), depth.astype(np.int16), coll.astype(bool))
+    compiled = nesting_facts(*args)
+    os.environ["TPUDIAG_NO_WIRE"] = "1"
+    try:
+        levels = nesting_facts(*args)
+    finally:
+        del os.environ["TPUDIAG_NO_WIRE"]
+    for got, want in zip(compiled, levels):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_compiled_nesting_declines_what_it_cannot_index():
+    one = np.zeros(2, dtype=bool)
+    assert event_wire.nesting(np.zeros(2, np.int32), np.array([0, 40_000]), one, None) is None  # past int16
+    assert event_wire.nesting(np.zeros(2, np.int32), np.array([0, 1], np.int16), one, np.array([0, 2])) is None
+    assert event_wire.nesting(np.zeros(2, np.int32), np.array([0, 1], np.int16), one, np.array([-1, 0])) is None
+
+
 def test_op_metadata_decoded_once_are_the_same_as_decoded_anew(tmp_path, monkeypatch):
     # Metadata are cached per process across cores and hosts; a cold cache must give equal tables.
     from tpudiag.parsers import device_trace

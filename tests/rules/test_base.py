@@ -154,3 +154,31 @@ def test_a_host_table_is_checked_before_a_rule_that_reads_it(tmp_path):
     broken = replace(analysis, profile=replace(analysis.profile, hosts=(host, *analysis.profile.hosts[1:])))
     with pytest.raises(ValueError, match=r"op_metadata table lacks columns \['hlo_text'\]"):
         sc.run_rules(broken, RulesConfig(select=("low-mxu-utilization",)))
+
+
+def test_op_events_slices_the_named_ops_folded_over_hosts():
+    from types import SimpleNamespace
+
+    from tpudiag.rules.base import op_events
+
+    # The per-step worst-core table: an op per row, a row whose name is missing (code -1) never matches.
+    table = pd.DataFrame({"name": pd.Categorical(["a", "b", None, "a"]), "step": [0, 0, 1, 1],
+                          "self_ps": [10, 20, 30, 40]})
+    analysis = SimpleNamespace(per_step=SimpleNamespace(op_step_worst=table))
+    got = op_events(analysis, ["a", "zzz"])
+    assert got["name"].tolist() == ["a", "a"] and got["step"].tolist() == [0, 1]
+    assert got["self_ps"].tolist() == [10, 40]
+    # Host "" and core 0 stand for the worst core of any host, as documented.
+    assert got["host"].tolist() == ["", ""] and got["core"].tolist() == [0, 0] and got["core"].dtype == "int64"
+    assert op_events(analysis, []).empty
+
+
+def test_per_step_sums_keep_fractions_and_exact_integers():
+    from tpudiag.rules.base import StepBasis, per_step_worst_core_by
+
+    basis = StepBasis(n_steps=1, step_ps=1.0, whole_capture=True)
+    frame = pd.DataFrame({"host": ["h", "h"], "core": [0, 0], "step": [0, 0], "v": [0.5, 0.25]})
+    assert per_step_worst_core_by(frame, "v", basis, None)[1].tolist() == [0.75]  # float values stay floats
+    # Integers are summed as integers: 2^53 + 1 + 1 is exact, where float64 sums would lose both ones.
+    frame = frame.reindex([0, 1, 1]).reset_index(drop=True).assign(v=[2**53, 1, 1])
+    assert per_step_worst_core_by(frame, "v", basis, None)[1].tolist() == [2**53 + 2]

@@ -12,7 +12,7 @@ from tests.rules import scenarios as sc
 from tests.rules.scenarios import run_rules
 from tpudiag.model.findings import Severity
 from tpudiag.rules import RULES, RulesConfig
-from tpudiag.rules.base import per_step_worst_core, step_basis
+from tpudiag.rules.base import StepBasis, per_step_worst_core, step_basis
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "tpudiag" / "rules"
 
@@ -231,3 +231,20 @@ def test_tpu_only_rules_are_skipped_on_a_gpu_capture(tmp_path: Path):
     reason = "about TPU hardware (tiled layouts, LLO dumps, VMEM): not on a GPU capture"
     assert [(s.rule, s.reason) for s in skipped] == [("padding-waste", reason), ("spill", reason),
                                                      ("vmem-pressure", reason)]
+
+
+def test_a_modelled_capture_keeps_savings_that_were_modelled_already(tmp_path: Path):
+    # low-mxu's savings are modelled from the utilisation in any capture: nothing to relabel or prefix.
+    analysis = sc.analyse(sc.low_mxu(), tmp_path)
+    config = RulesConfig(select=("low-mxu-utilization",))
+    measured, _ = run_rules(analysis, config)
+    modelled, _ = run_rules(replace(analysis, profile=replace(analysis.profile, modelled=True)), config)
+    assert measured and {f.saving.basis for f in measured} == {"modelled"}
+    assert [f.saving for f in modelled] == [f.saving for f in measured]
+
+
+def test_without_steps_the_step_is_the_mean_core_span(tmp_path: Path):
+    # Three 10 ms periods on each chip, the last op ending 6.5 ms (chip 0's 500 µs all-reduce) and 6.8 ms
+    # (chip 1's 800 µs) into the third: spans of 26.5 and 26.8 ms, 26.65 ms per core on average.
+    analysis = sc.analyse(sc.exposed_collectives(steps_line=False, modules_line=False), tmp_path)
+    assert step_basis(analysis) == StepBasis(1, (26_500 + 26_800) / 2 * sc.US, True)

@@ -158,15 +158,17 @@ def test_clones_in_the_program_are_grouped_without_a_trace_row():
     looped = _finding("fusion.9", 300)  # ties fusion.1's saving: the op names order the two
     bf16 = _finding("fusion.3", 900)  # another operand shape
     output = _finding("fusion.4", 900)  # another fusion kind
-    unknown = _finding("fusion.77", 900)  # in no program and no trace: never grouped
+    unknown = _finding("fusion.77", 900)  # in no program and no trace: never grouped, not even with another such
+    unknown_too = _finding("fusion.78", 900)
     two_ops = _finding("fusion.1", 900, ops=("fusion.1", "fusion.2"))  # a finding of two ops is left whole
     other_fix = _finding("fusion.1", 100, fix="pad it")
     other_rule = _finding("fusion.2", 100, rule="padding-waste")
-    findings = [small, bf16, large, output, unknown, looped, two_ops, other_fix, other_rule]
+    findings = [small, bf16, large, output, unknown, looped, unknown_too, two_ops, other_fix, other_rule]
     out = group_repeats(findings, None, (_program(),))
     # The group takes the place of its first member; the rest keep their order.
     assert [f.ops for f in out] == [("fusion.2", "fusion.1", "fusion.9"), ("fusion.3",), ("fusion.4",),
-                                    ("fusion.77",), ("fusion.1", "fusion.2"), ("fusion.1",), ("fusion.2",)]
+                                    ("fusion.77",), ("fusion.78",), ("fusion.1", "fusion.2"), ("fusion.1",),
+                                    ("fusion.2",)]
     group = out[0]
     # The largest member's message, then the others by saving, then by name; no trace: no "together".
     assert group.message == ("`fusion.2` moves 1 GiB; 2 more ops of the same shape with the same fix: "
@@ -176,7 +178,7 @@ def test_clones_in_the_program_are_grouped_without_a_trace_row():
     # No rule's scale given: the highest of the members' severities.
     assert group.severity is Severity.MEDIUM
     assert [e.subject for e in group.evidence] == ["fusion.2", "fusion.1", "fusion.9"]
-    assert out[1:] == [bf16, output, unknown, two_ops, other_fix, other_rule]
+    assert out[1:] == [bf16, output, unknown, unknown_too, two_ops, other_fix, other_rule]
 
 
 def test_a_group_of_two_says_one_more_op():
@@ -232,3 +234,23 @@ def test_a_site_is_written_after_the_first_mention_only():
     [located] = locate([f], None, (_program(),))
     assert located.message == ("`fusion.1` (at `model.py:12`, `jit(step)/mul`) waits; `fusion.1` again; and "
                                "`fusion.1` a third time")
+
+
+def test_a_groups_severity_is_its_rules_scale_on_the_summed_saving(analysis):
+    # memory-bound's scale (high 15 %, medium 3 % of the 10 ms step; the rule's own severity is high),
+    # applied to the group's summed saving, never below its highest member.
+    from tpudiag.model.findings import Severity
+    from tpudiag.rules import hbm_pressure, memory_bound
+    from tpudiag.rules.finishing import _severity
+
+    rule = (memory_bound.RULE, memory_bound.Options())
+    low = [_finding("fusion.1", 0, Severity.LOW), _finding("fusion.2", 0, Severity.LOW)]
+    assert _severity(low, 500 * sc.US, analysis, rule) is Severity.MEDIUM  # 5 %
+    assert _severity(low, 1500 * sc.US, analysis, rule) is Severity.HIGH  # 15 %, inclusive
+    assert _severity(low, 100 * sc.US, analysis, rule) is Severity.LOW  # 1 %
+    medium = [_finding("fusion.1", 0, Severity.MEDIUM), *low]
+    assert _severity(medium, 100 * sc.US, analysis, rule) is Severity.MEDIUM  # the highest member
+    # No step time to scale with (no trace), or a rule without a scale: the highest member.
+    assert _severity(low, 500 * sc.US, None, rule) is Severity.LOW
+    assert _severity(low, 1500 * sc.US, analysis, (hbm_pressure.RULE, hbm_pressure.Options())) is Severity.LOW
+    assert _severity(low, 1500 * sc.US, analysis, None) is Severity.LOW

@@ -110,6 +110,9 @@ def test_an_xla_op_over_the_limit_is_named_an_op():
                                                                            4 * MiB, 0)
     assert f.saving.explanation == "VMEM headroom is not time; the bytes over the default limit"
     assert (f.rule, f.code, f.saving.basis) == ("vmem-pressure", "TPD110", "modelled")
+    # No JAX op name recorded: no `op` row.
+    assert f.evidence[0].values == (("scoped VMEM", "20 MiB"), ("limit", "16 MiB"), ("chip VMEM", "128 MiB"),
+                                    ("from", "HLO backend_config"))
 
 
 def test_a_kernel_exactly_at_the_limit_uses_all_of_it_and_frees_nothing():
@@ -163,7 +166,7 @@ def test_errors_come_first_once_each_scoped_or_physical():
     assert [f.saving.bytes for f in findings[:2]] == [12 * MiB, 12 * MiB]
     assert {(f.rule, f.code, f.saving.ps, f.saving.explanation) for f in findings[:2]} == {
         ("vmem-pressure", "TPD110", 0, "the bytes over the limit")}
-    assert findings[0].evidence[0].values == (("message", "scoped oom"),)
+    assert [(e.subject, e.values) for e in findings[0].evidence] == [("compiler error", (("message", "scoped oom"),))]
     assert [f.ops for f in findings[2:]] == [("k",)]  # the joined error is not told twice
     # Without a chip the error does not guess its VMEM; an error joined only to a program is still told.
     [alone, op] = _check(_program(_use("k", 20), error=scoped))

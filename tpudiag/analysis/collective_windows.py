@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from tpudiag.model import schemas
-from tpudiag.model.grouping import dense_unique, group_sums, heads, reordering
+from tpudiag.model.grouping import dense_unique, group_sums, heads, reordering, sorted_groups, sums_by_group
 from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix, library_collective
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model.profile import CollectiveDigest, HostTrace, Platform, WindowThresholds
+from tpudiag.parsers import event_wire
 
 GPU_KERNEL_SOURCE = "kernel"  # a GPU collective's window: its kernel, on whichever stream ran it
 WINDOW_COLUMNS = ("host", "device", "core", "step", "name", "family", "kind", "start_ps", "span_ps", "covered_ps",
@@ -45,8 +46,9 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
 
     Events are walked in (device, start, depth) order, where a parent comes right before its
     first child: an event has a child when the next one on its device is deeper. The parent of
-    an event at depth d is the last earlier event at depth d - 1 on its device, found level by
-    level with one running maximum each, so the cost is per level, not per event.
+    an event at depth d is the last earlier event at depth d - 1 on its device. The compiled
+    reader walks the events once in that order (`event_wire.nesting`); without it the parents are
+    found level by level with one running maximum each, so the cost is per level, not per event.
     """
     n = len(start)
     has_child = np.zeros(n, dtype=bool)
@@ -54,6 +56,9 @@ def nesting_facts(device_codes: np.ndarray, start: np.ndarray, depth: np.ndarray
     if n == 0 or depth.max(initial=0) == 0:
         return has_child, in_coll
     order = reordering((depth, start, device_codes))  # None: already in that order, as events mostly are
+    walked = event_wire.nesting(device_codes, depth, is_coll, order)  # the same, in one compiled walk
+    if walked is not None:
+        return walked
     dev, dep = (device_codes, depth) if order is None else (device_codes[order], depth[order])
     child_next = (dev[:-1] == dev[1:]) & (dep[1:] > dep[:-1])
     if order is None:
@@ -117,12 +122,14 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
     name_codes, names = _category_strings(ev["name"])
     cat_codes, cats = _category_strings(ev["category"])
     is_async_op = np.array([async_role(n) is not None for n in names], dtype=bool)[name_codes]
-    # Families as integer ids (0: none) per event, their strings looked up only where kept.
+    # Families as integer ids (0: none) per event, their strings looked up only where kept; a few
+    # (`hlo_names.collective_family`'s), so int16 ids: the per-event takes move 2 bytes, not 8.
     family_ids: dict[str, int] = {"": 0}
-    fam_of_name = np.array([family_ids.setdefault(collective_family(n), len(family_ids)) for n in names] or [0])
+    fam_of_name = np.array([family_ids.setdefault(collective_family(n), len(family_ids)) for n in names] or [0],
+                           dtype=np.int16)
     # A category names the family when the name does not (e.g. an `all-reduce fusion` named `fusion.12`).
     fam_of_cat = np.array([family_ids.setdefault(collective_family("", c), len(family_ids))
-                           if "fusion" not in c or "all-" in c else 0 for c in cats] + [0])
+                           if "fusion" not in c or "all-" in c else 0 for c in cats] + [0], dtype=np.int16)
     fam_by_name = fam_of_name[name_codes]
     fam = np.where(fam_by_name != 0, fam_by_name, fam_of_cat[cat_codes])
     families = np.array(list(family_ids), dtype=object)
@@ -283,6 +290,12 @@ def summarize_windows(windows: pd.DataFrame | None, host: str) -> tuple[Collecti
                 schemas.COLLECTIVE_OP_STEPS.empty())
     # Strings as categories first: grouping tens of thousands of rows by string keys is the cost.
     windows = windows.astype({k: "category" for k in ("device", "kind", "family", "name", "source")})
+    coded = _summary_by_codes(windows)
+    if coded is not None:
+        by_family, by_op, ops, coverage = coded
+        return (CollectiveDigest(schemas.COLLECTIVE_STEPS.of_host(by_family, host),
+                                 schemas.COLLECTIVE_OPS.of_host(ops, host), schemas.COLLECTIVE_COVERAGE.of_host(coverage)),
+                schemas.COLLECTIVE_OP_STEPS.of_host(by_op))
     by_family = (windows.groupby(["device", "core", "step", "kind", "family"], sort=True, observed=True)
                  ["exposed_ps"].sum().reset_index())
     by_op = _worst_core_per_op_step(windows)
@@ -301,6 +314,51 @@ def summarize_windows(windows: pd.DataFrame | None, host: str) -> tuple[Collecti
     return (CollectiveDigest(schemas.COLLECTIVE_STEPS.of_host(by_family, host),
                              schemas.COLLECTIVE_OPS.of_host(ops, host), schemas.COLLECTIVE_COVERAGE.of_host(coverage)),
             schemas.COLLECTIVE_OP_STEPS.of_host(by_op))
+
+
+def _summary_by_codes(windows: pd.DataFrame) -> tuple[pd.DataFrame, ...] | None:
+    """`summarize_windows`' four tables (exposed per (device, core, step, kind, family), worst core
+    per (kind, op, step), per op sums, coverage per (op, fraction, compute inside)) from integer
+    codes, as its groupbys (sorted, observed) give them: one packed key and one table of sums per
+    grouping instead of a pandas groupby each. None where a key is missing (a -1 code, a core
+    below 0, a fraction that is NaN) or the keys do not pack densely: pandas' rules then apply."""
+    code = {k: windows[k].cat.codes.to_numpy().astype(np.int64) for k in ("device", "kind", "family", "name", "source")}
+    core = windows["core"].to_numpy().astype(np.int64)
+    step = windows["step"].to_numpy().astype(np.int64)
+    fraction = windows["overlap_ratio"].to_numpy()
+    if any((c < 0).any() for c in code.values()) or (core < 0).any() or np.isnan(fraction).any():
+        return None
+    lowest_step = int(step.min())
+    exposed = windows["exposed_ps"].to_numpy().astype(np.int64)
+    (dev, cr, st, kd, fm), exposed_sums = group_sums([code["device"], core, step - lowest_step, code["kind"],
+                                                      code["family"]], exposed)
+    by_family = pd.DataFrame({"device": _from_codes(dev, windows["device"]), "core": cr, "step": st + lowest_step,
+                              "kind": _from_codes(kd, windows["kind"]), "family": _from_codes(fm, windows["family"]),
+                              "exposed_ps": exposed_sums})
+    double = windows["double_suffix"].to_numpy()
+    op_keys = [code["kind"], code["family"], code["name"], code["source"], double.astype(np.int64)]
+    grouped = sorted_groups(op_keys)
+    if grouped is None:
+        return None
+    (kd, fm, nm, sc, ds), op = grouped
+    n_ops = len(kd)
+    ops = pd.DataFrame({"kind": _from_codes(kd, windows["kind"]), "family": _from_codes(fm, windows["family"]),
+                        "name": _from_codes(nm, windows["name"]), "source": _from_codes(sc, windows["source"]),
+                        "double_suffix": ds.astype(bool), "n": np.bincount(op, minlength=n_ops).astype(np.int64),
+                        **{col: sums_by_group(op, n_ops, windows[col].to_numpy().astype(np.int64))
+                           for col in ("span_ps", "covered_ps", "exposed_ps")}})
+    inside = windows["compute_inside"].to_numpy()
+    order = np.lexsort((inside, fraction, op))
+    keys = (op[order], fraction[order], inside[order])
+    first = heads(list(keys))
+    coverage = pd.DataFrame({"op": keys[0][first].astype(np.int32), "covered_fraction": keys[1][first],
+                             "compute_inside": keys[2][first],
+                             "n": np.diff(np.append(first, len(order))).astype(np.int64)})
+    return by_family, _worst_core_per_op_step(windows), ops, coverage
+
+
+def _from_codes(codes: np.ndarray, column: pd.Series) -> pd.Categorical:
+    return pd.Categorical.from_codes(codes, dtype=column.dtype)
 
 
 def _worst_core_per_op_step(windows: pd.DataFrame) -> pd.DataFrame:

@@ -6,6 +6,8 @@ Exit codes: 0 clean, 1 findings at or above `--fail-on`, 2 usage or input error.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -70,25 +72,26 @@ def report(
 
     PATH may also be an fsspec URL of a capture (`gs://bucket/logdir`) with the cloud extra installed.
     """
-    no_huge_pages()
-    from tpudiag.parsers import read_ahead
-    from tpudiag.writers.files import resolve_output
+    with imports_uncollected():  # numpy, the pipeline and pandas: objects that live as long as the process
+        no_huge_pages()
+        from tpudiag.parsers import read_ahead
+        from tpudiag.writers.files import resolve_output
 
-    threshold = rules_cmd.parse_fail_on(fail_on)
-    rules_cmd.check_number_option("--clock-ghz", clock_ghz, positive=True)
-    # `-o -` is stdout; never into an input (checked before reading anything)
-    inputs = [path if path is not None else default_capture(), *(dumps or [])]
-    output = resolve_output(output, inputs)
-    if trace_out is not None:
-        if resolve_output(trace_out, inputs) is None:
-            raise UsageError("--trace-out needs a file name, not stdout", hint="e.g. --trace-out trace.json")
-        if output is not None and trace_out.expanduser().resolve() == output.expanduser().resolve():
-            raise UsageError("--trace-out and -o name the same file", path=trace_out)
-    error_text = memory_cmd.read_error_text(error)
-    if path is not None and scheduler is None and (jobs is None or jobs >= 1):
-        # The host file of a one-host capture is read and parsed on the other core while the pipeline imports.
-        read_ahead.start(path, jobs)
-    from tpudiag.pipeline import diagnose
+        threshold = rules_cmd.parse_fail_on(fail_on)
+        rules_cmd.check_number_option("--clock-ghz", clock_ghz, positive=True)
+        # `-o -` is stdout; never into an input (checked before reading anything)
+        inputs = [path if path is not None else default_capture(), *(dumps or [])]
+        output = resolve_output(output, inputs)
+        if trace_out is not None:
+            if resolve_output(trace_out, inputs) is None:
+                raise UsageError("--trace-out needs a file name, not stdout", hint="e.g. --trace-out trace.json")
+            if output is not None and trace_out.expanduser().resolve() == output.expanduser().resolve():
+                raise UsageError("--trace-out and -o name the same file", path=trace_out)
+        error_text = memory_cmd.read_error_text(error)
+        if path is not None and scheduler is None and (jobs is None or jobs >= 1):
+            # The host file of a one-host capture is read and parsed on the other core while the pipeline imports.
+            read_ahead.start(path, jobs)
+        from tpudiag.pipeline import diagnose
     err = stderr_console()
     status = err.status("reading") if err.is_terminal else None
 
@@ -192,6 +195,11 @@ def no_huge_pages() -> None:
 _YOUNG_COLLECTION_OBJECTS = 100_000
 
 
+# Whether the process is the command's own (`main` called without `argv`): only then may it freeze
+# objects out of the collector (`imports_uncollected`, `no_collection_at_exit`).
+_command_process = False
+
+
 def fewer_collections() -> None:
     """Run the garbage collector's young-generation pass every `_YOUNG_COLLECTION_OBJECTS`
     allocations instead of every 700 (the older generations' thresholds are kept)."""
@@ -199,6 +207,32 @@ def fewer_collections() -> None:
 
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(_YOUNG_COLLECTION_OBJECTS, older, oldest)
+
+
+@contextmanager
+def imports_uncollected() -> Iterator[None]:
+    """Import without the garbage collector, then leave what the imports made out of later collections
+    (`gc.freeze`), where the process is the command's own (`main` without `argv`); elsewhere nothing.
+
+    The report's imports (numpy, pandas, the pipeline) make some 100,000 objects that live until the
+    process ends; with the young threshold at `_YOUNG_COLLECTION_OBJECTS` they set off one young pass
+    in the middle of pandas' import that walks them all and frees next to nothing (about 45 ms of CPU,
+    docs/speed.md). Frozen, they are never walked, and the count of allocations starts again from
+    zero: a one-host report then runs no collection at all.
+    """
+    import gc
+
+    if not _command_process:
+        yield
+        return
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
 
 
 def no_collection_at_exit() -> None:
@@ -221,6 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     skips the garbage collection of its exit (`no_collection_at_exit`); called with it (tests, other
     programs), nothing the caller holds is frozen. Either way the collector's young threshold
     (`fewer_collections`) and malloc's settings (`keep_freed_memory`) are set for the process."""
+    global _command_process
+    _command_process = argv is None
     fewer_collections()
     keep_freed_memory()
     try:

@@ -97,6 +97,20 @@ def _unpacked(packed: np.ndarray, radix: list[int], dtypes: list) -> list[np.nda
     return out[::-1]
 
 
+def sorted_groups(keys: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """(each key at the groups, group of each row) of the distinct tuples of `keys` (non-negative
+    integer codes), groups numbered in key order, as a sorted groupby's `ngroup` numbers them:
+    through a table by packed key. None when the keys do not pack densely (`group_sums`' test)."""
+    n = len(keys[0]) if keys else 0
+    radix = _radix(keys, n)
+    if not (_packable(keys, radix, n) and _dense(radix, n)):
+        return None
+    packed = _pack(keys, radix, n)
+    seen = np.bincount(packed, minlength=math.prod(radix)) > 0
+    group_of = np.cumsum(seen) - 1
+    return _unpacked(np.flatnonzero(seen), radix, [k.dtype for k in keys]), group_of[packed]
+
+
 def worst_of_sums(keys: list[np.ndarray], inner: np.ndarray, values: np.ndarray) -> tuple[list[np.ndarray],
                                                                                          np.ndarray]:
     """The largest over `inner` of the sums of `values` per (`keys`..., `inner`), per distinct tuple of

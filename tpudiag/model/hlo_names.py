@@ -52,11 +52,20 @@ _NAME_CACHE = 1 << 16
 
 @lru_cache(maxsize=_NAME_CACHE)
 def collective_family(name: str, category: str = "") -> str:
-    """The collective family of an op, or '' when it is not a collective.
+    """The collective family of an op, or '' when it is not a collective: its name's
+    (`name_family`), else its category's (`category_family`).
 
     `async-collective-fusion` continuations (compute carrying a collective step) are compute, not
-    collectives; the name test below excludes them.
+    collectives; the name test excludes them whatever their category.
     """
+    by_name = name_family(name)
+    return by_name if by_name is not None else category_family(category)
+
+
+@lru_cache(maxsize=_NAME_CACHE)
+def name_family(name: str) -> str | None:
+    """What the name alone says of `collective_family`: its family, '' for an `async-collective-fusion`
+    continuation (never a collective), or None when the category decides."""
     if "async_collective_fusion" in name or name.startswith("async-collective-fusion"):
         return ""
     for family, pattern in _FAMILY_PATTERNS:
@@ -66,6 +75,13 @@ def collective_family(name: str, category: str = "") -> str:
     if library is not None:
         op = library.group("op")
         return next((family for word, family in _LIBRARY_FAMILIES if op.startswith(word)), "collective")
+    return None
+
+
+@lru_cache(maxsize=_NAME_CACHE)
+def category_family(category: str) -> str:
+    """The family an op's category names (`all-reduce fusion`), or '': `collective_family` of an op
+    whose name says nothing."""
     cat = category.lower()
     for family, pattern in _FAMILY_PATTERNS[:7]:
         if pattern.search(cat):

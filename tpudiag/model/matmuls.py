@@ -418,9 +418,7 @@ def _collectives_inside(program: CompiledProgram, inst: Instruction) -> tuple[st
 
 def op_math(program: CompiledProgram, inst: Instruction) -> OpMath:
     """The matmuls of one op and what it declares; `feeds` index the op's own outputs."""
-    matmuls = _matmuls_of(program, inst, 0)
-    if inst.opcode in ("dot", "convolution", "custom-call") and not inst.called_computations:
-        matmuls = [dataclasses.replace(mm, feeds=(0,)) for mm in matmuls]
+    matmuls = _matmuls_of(program, inst, 0)  # a dot's, convolution's or kernel's own matmul feeds its output (0,)
     declared = cost_estimate(inst.backend_config) if inst.opcode == "custom-call" else None
     return OpMath(op=inst.name, opcode=inst.opcode, matmuls=tuple(matmuls),
                   declared_flops=declared[0] if declared else None,

@@ -677,6 +677,76 @@ static PyObject *nest(PyObject *self, PyObject *args)
     return result;
 }
 
+/* tpudiag.analysis.collective_windows.nesting_facts in one walk of the events in (device, start,
+ * depth) order (`order`, or the rows' own order when it has no entries): has_child[i] when the next
+ * event of the walk is on i's device and deeper; in_coll[i] when i's parent, the last event of the
+ * walk one level up (on any device, as the level passes find it) and on i's own device, is a
+ * collective or inside one. Depths below 0 neither nest nor hold. -1 when an index of `order` or
+ * a depth is out of range (the caller then takes the numpy passes). */
+static int nesting_in(const int32_t *dev, const int16_t *depth, const uint8_t *is_coll, const int64_t *order,
+                      Py_ssize_t n, uint8_t *has_child, uint8_t *in_coll, uint8_t *coll_or_inside, int64_t *last_at)
+{
+    for (int d = 0; d <= INT16_MAX; d++)
+        last_at[d] = -1;
+    int64_t prev = -1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t i = order ? order[k] : (int64_t)k;
+        if (i < 0 || i >= n)
+            return -1;
+        int d = depth[i];
+        if (prev >= 0)
+            has_child[prev] = dev[prev] == dev[i] && d > depth[prev];
+        uint8_t inside = 0;
+        if (d >= 1) {
+            int64_t p = last_at[d - 1];
+            inside = p >= 0 && dev[p] == dev[i] && coll_or_inside[p];
+        }
+        in_coll[i] = inside;
+        coll_or_inside[i] = (uint8_t)(is_coll[i] != 0) | inside;
+        if (d >= 0)
+            last_at[d] = i;
+        prev = i;
+    }
+    if (prev >= 0)
+        has_child[prev] = 0;
+    return 0;
+}
+
+static PyObject *nesting(PyObject *self, PyObject *args)
+{
+    Py_buffer bdev, bdepth, bcoll, border, bchild, binside;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*", &bdev, &bdepth, &bcoll, &border, &bchild, &binside))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = bdepth.len / 2;
+    if (bdepth.len != n * 2 || bdev.len != n * 4 || bcoll.len != n || bchild.len != n || binside.len != n
+        || (border.len != 0 && border.len != n * 8)) {
+        PyErr_SetString(PyExc_ValueError, "nesting: columns of different lengths");
+    } else {
+        int64_t *last_at = PyMem_Malloc((size_t)(INT16_MAX + 1) * sizeof(int64_t));
+        uint8_t *coll_or_inside = PyMem_Malloc((size_t)(n ? n : 1));
+        if (last_at == NULL || coll_or_inside == NULL) {
+            PyErr_NoMemory();
+        } else {
+            int r;
+            Py_BEGIN_ALLOW_THREADS
+            r = nesting_in(bdev.buf, bdepth.buf, bcoll.buf, border.len ? border.buf : NULL, n, bchild.buf, binside.buf,
+                           coll_or_inside, last_at);
+            Py_END_ALLOW_THREADS
+            result = PyBool_FromLong(r == 0);
+        }
+        PyMem_Free(last_at);
+        PyMem_Free(coll_or_inside);
+    }
+    PyBuffer_Release(&bdev);
+    PyBuffer_Release(&bdepth);
+    PyBuffer_Release(&bcoll);
+    PyBuffer_Release(&border);
+    PyBuffer_Release(&bchild);
+    PyBuffer_Release(&binside);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_line", scan_line, METH_VARARGS,
      "scan_line(xline_bytes) -> (number of events, name, timestamp_ns), or None when its framing is not plain"},
@@ -696,6 +766,9 @@ static PyMethodDef methods[] = {
     {"nest", nest, METH_VARARGS,
      "nest(starts, durs, self_ps, depth) -> partial overlaps, or -1 (int64 starts and durations, sorted by "
      "start, parents first; writes int64 self times and int16 depths)"},
+    {"nesting", nesting, METH_VARARGS,
+     "nesting(device_codes, depth, is_coll, order, has_child, in_coll) -> True when written (int32 device codes, "
+     "int16 depths, bool flags, int64 order or empty for the rows' own; writes bool has_child and in_coll)"},
     {NULL, NULL, 0, NULL},
 };
 

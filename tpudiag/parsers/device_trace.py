@@ -455,9 +455,8 @@ class _HostBuilder:
             "meta_keys": [(m.program_id, m.name) for m in meta_list],  # per category code, for `with_gpu_costs`
             "programs": pids,  # per category code: the program column is programs[codes]
             "device": (device, len(mids)),
-            "core": np.full(len(mids), core, dtype=np.int32),
-            "chip": np.full(len(mids), chip, dtype=np.int32),
-            "program_id": pids[pos],
+            "core": core,  # one per line: repeated once per host in events()
+            "chip": chip,
             "name": (names, pos),  # (categories, codes): expanded once per host in events()
             "category": (cats, pos),
             "start_ps": starts,
@@ -636,14 +635,29 @@ class _HostBuilder:
         if not self.ev_parts:
             return schemas.EVENTS.empty()
         parts = self.ev_parts
-        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k not in _CODED + _PER_META}
-        # Programs and their modules per line's distinct ops (its codes), not per event.
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k not in _CODED + _PER_META + _PER_LINE}
+        lengths = [len(p["start_ps"]) for p in parts]
+        for key in _PER_LINE:
+            cols[key] = np.repeat(np.array([p[key] for p in parts], dtype=np.int32), lengths)
+        # Programs and their modules per line's distinct ops (its codes), not per event; each line's
+        # rows are taken straight into the host's columns (no array per line to concatenate).
         codes = [p["name"][1] for p in parts]
         programs = np.unique(np.concatenate([p["programs"][np.bincount(c, minlength=len(p["programs"])) > 0]
                                              for p, c in zip(parts, codes)]))
         program_modules = pd.Categorical([self.program_names.get(int(p), "") for p in programs])
-        cols["module"] = program_modules[np.concatenate([np.searchsorted(programs, p["programs"])[c]
-                                                         for p, c in zip(parts, codes)])]
+        n = sum(lengths)
+        program_id = np.empty(n, dtype=np.uint64)
+        module = np.empty(n, dtype=program_modules.codes.dtype)
+        at = 0
+        for p, c, length in zip(parts, codes, lengths):
+            # The codes index their line's lists by construction (`_positions`); "clip" writes into
+            # `out` directly, where the default mode would take into a buffer and copy it over.
+            np.take(p["programs"], c, out=program_id[at:at + length], mode="clip")
+            np.take(program_modules.codes[np.searchsorted(programs, p["programs"])], c, out=module[at:at + length],
+                    mode="clip")
+            at += length
+        cols["program_id"] = program_id
+        cols["module"] = pd.Categorical.from_codes(module, dtype=program_modules.dtype)
         for key in _CODED:
             cols[key] = _categorical([p[key] for p in parts])
         self.ev_parts = []
@@ -715,6 +729,7 @@ class _HostBuilder:
 
 _CODED = ("device", "name", "category")
 _PER_META = ("meta_keys", "programs")  # a part's lists per category code, not per event
+_PER_LINE = ("core", "chip")  # one value per part (a line)
 
 
 def _categorical(pieces: list[tuple]) -> pd.Categorical:

@@ -6,8 +6,9 @@ package where a compiler is found) splits an XSpace into planes and a plane into
 copying them (`split_field`), reads the few fields the parser needs of each event (`metadata_id`,
 `offset_ps`, `duration_ps`, the device timespan stats and the `hlo_op` key of async events) from
 the serialized XLine in one pass, into numpy columns (`decode_line`), reads chosen stats of every
-event the same way (`decode_stats`, for the allocator's events of `tpudiag memory`), and nests a
-line's events (`nest`).
+event the same way (`decode_stats`, for the allocator's events of `tpudiag memory`), nests a
+line's events (`nest`) and finds which events hold others or lie inside a collective (`nesting`,
+for the digest's collective windows).
 
 It is exact, not approximate: it reads only what it can read as upb would, and answers None (the
 caller then reads the line through protobuf, the reference path in `device_trace`) on anything
@@ -172,3 +173,24 @@ def nest(starts: np.ndarray, durs: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     depth = np.empty(len(starts), dtype=np.int16)
     partial = _wire.nest(starts, durs, self_ps, depth)
     return None if partial < 0 else (self_ps, depth, partial)
+
+
+def nesting(device_codes: np.ndarray, depth: np.ndarray, is_coll: np.ndarray,
+            order: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """`analysis.collective_windows.nesting_facts`' (has a nested event, lies inside a collective)
+    per event by one compiled walk in `order` (None: the rows' own); None where it declines (no
+    module, or an index or depth out of range)."""
+    if not available() or not hasattr(_wire, "nesting"):
+        return None
+    for codes, dtype in ((device_codes, np.int32), (depth, np.int16)):  # cast below without wrapping around
+        if codes.dtype.itemsize > np.dtype(dtype).itemsize and len(codes) and not (
+                np.iinfo(dtype).min <= codes.min() and codes.max() <= np.iinfo(dtype).max):
+            return None
+    n = len(depth)
+    has_child = np.zeros(n, dtype=bool)
+    in_coll = np.zeros(n, dtype=bool)
+    walk = np.zeros(0, dtype=np.int64) if order is None else np.ascontiguousarray(order, dtype=np.int64)
+    if not _wire.nesting(np.ascontiguousarray(device_codes, dtype=np.int32), np.ascontiguousarray(depth, dtype=np.int16),
+                         np.ascontiguousarray(is_coll, dtype=bool), walk, has_child, in_coll):
+        return None
+    return has_child, in_coll

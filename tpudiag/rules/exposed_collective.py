@@ -357,6 +357,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
     # Other hosts waiting in collectives for a straggler is the straggler's problem (straggler-host).
     straggler = straggler_of(analysis)
     waiting = straggler.others_wait_ps if straggler is not None else 0.0
+    ici = None
     for kind in ("sync", "async"):
         coll = _of_kind(collectives, kind)
         g = coll.ops
@@ -406,6 +407,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         if wait_here > 0:
             message += (f"; {fmt_time(wait_here)} more per step is the other hosts waiting for straggler "
                         f"`{straggler.host}`, left to straggler-host")
+        if ici is None:  # the same for both kinds: made once, for the first finding
+            ici = _ici_facts(analysis.ops, tpu=platform is Platform.TPU)
         explanation = ("largest exposed collective time on any core per step, averaged over "
                        f"{basis.n_steps} step{'s' * (basis.n_steps != 1)}"
                        + (" (no steps: whole capture)" if basis.whole_capture else ""))
@@ -415,8 +418,7 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
             rule=NAME, code=CODE, severity=scale.of(share, RULE.severity), message=message,
             saving=Saving(int(round(exposed)), Basis.MEASURED, explanation),
             fix=_fix(kind, families, g, generation, platform),
-            evidence=_evidence(coll, op_steps[op_steps["kind"] == kind], basis, options, facts,
-                               _ici_facts(analysis.ops, tpu=platform is Platform.TPU)),
+            evidence=_evidence(coll, op_steps[op_steps["kind"] == kind], basis, options, facts, ici),
             host=hosts[0].host if len(hosts) == 1 else "", ops=top_ops))
     return findings
 
