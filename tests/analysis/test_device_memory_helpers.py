@@ -243,6 +243,7 @@ def test_temporaries_of_equal_size_take_the_later_op_name_and_remat_needs_both_p
     assert lever.title.startswith("the largest temporaries by op: `b` holds 1 MiB in 1 ")
     [hlo_temp] = error_levers(_error(allocations=(_allocation(1, MIB, op_name="x", allocation_type="HLO temp"),)))
     assert (hlo_temp.key, hlo_temp.saving_bytes) == ("temporaries", MIB)
+    assert hlo_temp.precondition == "1 HLO temporary of `x` in the error's list"  # one: singular
     forward_only = (_allocation(1, MIB, op_name="jit(f)/jvp()/dot", allocation_type="output"),)
     assert error_levers(_error(allocations=forward_only)) == []  # no backward pass, no temporary
 

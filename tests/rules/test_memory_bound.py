@@ -139,7 +139,7 @@ def test_all_ops_above_the_peak_and_one_waiting_copy(tmp_path: Path):
     # One op, above the peak, in a capture without steps: its name, "it runs", bytes per core over the capture.
     one = _back_to_back([("copy-done.3", _at(1.2))], steps_line=False, modules_line=False)
     (f,) = _run(sc.analyse(one, tmp_path / "one"))
-    assert f.message.startswith("`copy-done.3` on the HBM roof hold 100.0% of device time: ")
+    assert f.message.startswith("`copy-done.3` on the HBM roof holds 100.0% of device time: ")  # one op: "holds"
     # Three executions on each of the two cores: 3 x 100 MB per core.
     assert f"{fmt_bytes(3 * COPY_BYTES)} per core over the capture (timed alone, it runs above" in f.message
     assert f.fix.startswith("`copy-done.3` waits for a DMA no work hides")

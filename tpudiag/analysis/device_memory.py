@@ -697,7 +697,7 @@ def error_levers(error: OomError) -> list[MemoryLever]:
             "listed allocations", total, "the listed temporaries of that op: the most that splitting or fusing it "
             "could free", "compute it in chunks (jax.lax.map or a scan over the batch), or in a narrower dtype",
             tuple(a.instruction for a in allocs if a.instruction),
-            precondition=f"{len(allocs)} HLO temporaries of `{label}` in the error's list"))
+            precondition=f"{len(allocs)} HLO {'temporary' if len(allocs) == 1 else 'temporaries'} of `{label}` in the error's list"))
     args = error.part("arguments")
     if (error.output_bytes and args is not None and args.size_bytes
             and (error.output_shared_bytes or 0) < error.output_bytes):

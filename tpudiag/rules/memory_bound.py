@@ -321,7 +321,7 @@ def _roof_ops(ctx: RuleContext, options: Options) -> list[Finding]:
         rate = (f" (timed alone, {who} above the {fmt_bandwidth(peak_bw)} peak, which no core reaches: the "
                 "warnings name the likely cause; no rate is stated)")
     per = f"per {analysis.platform.core_word} over the capture" if basis.whole_capture else "per step"
-    message = (f"{what} on the HBM roof hold {fmt_pct(roof_share)} of device time: {fmt_bytes(bytes_step)} {per}"
+    message = (f"{what} on the HBM roof {'holds' if n == 1 else 'hold'} {fmt_pct(roof_share)} of device time: {fmt_bytes(bytes_step)} {per}"
                f"{rate}, operational intensity {oi:.0f} FLOP/B" + (f" vs ridge {ridge:.0f}" if ridge else ""))
     evidence = []
     for r, per_occ, result, operands, options_here, self_step, op_saving in rows[:options.max_ops_shown]:

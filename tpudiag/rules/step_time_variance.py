@@ -35,8 +35,8 @@ Good: asynchronous checkpointing: every step 10 ms.
 
 Savings estimate
 ----------------
-Measured: the outlier steps' excess over the median, averaged over all steps (time per step on
-average). Overlaps with device-idle when the outliers are idle time.
+Measured: the outlier steps' excess over the median of the other steps, averaged over all steps (time
+per step on average). Overlaps with device-idle when the outliers are idle time.
 
 Known limits
 ------------
