@@ -22,7 +22,8 @@ import pandas as pd
 
 from tpudiag.model import schemas
 from tpudiag.model.grouping import dense_unique, group_sums, heads, reordering, sorted_groups, sums_by_group
-from tpudiag.model.hlo_names import async_role, collective_family, has_double_suffix, library_collective
+from tpudiag.model.hlo_names import (async_role, category_family, collective_family, has_double_suffix,
+                                     library_collective)
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model.profile import CollectiveDigest, HostTrace, Platform, WindowThresholds
 from tpudiag.parsers import event_wire
@@ -128,7 +129,7 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
     fam_of_name = np.array([family_ids.setdefault(collective_family(n), len(family_ids)) for n in names] or [0],
                            dtype=np.int16)
     # A category names the family when the name does not (e.g. an `all-reduce fusion` named `fusion.12`).
-    fam_of_cat = np.array([family_ids.setdefault(collective_family("", c), len(family_ids))
+    fam_of_cat = np.array([family_ids.setdefault(category_family(c), len(family_ids))
                            if "fusion" not in c or "all-" in c else 0 for c in cats] + [0], dtype=np.int16)
     fam_by_name = fam_of_name[name_codes]
     fam = np.where(fam_by_name != 0, fam_by_name, fam_of_cat[cat_codes])
