@@ -183,13 +183,15 @@ def test_declared_tables_are_checked_with_the_analysis_and_not_without_one(tmp_p
 
 def test_static_mode_labels_time_savings_and_keeps_bytes_and_estimates_as_they_are(tmp_path):
     findings = [_finding(1, explanation="one ps"), _finding(0, "modelled", explanation="bytes", nbytes=9),
-                _finding(2, "compiler estimate", explanation="estimated")]
+                _finding(2, "compiler estimate", explanation="estimated"),
+                _finding(0, "measured", explanation="none", message="no saving")]
     got, _ = run_rules(_clones(tmp_path), _Selected((_rule(findings=findings), _Scale())), CompiledInputs(),
                        static=True)
     assert [(f.saving.ps, f.saving.basis, f.saving.explanation) for f in got] == [
         (2, "compiler estimate", "estimated"),  # already the compiler's estimate: not told twice
         (1, "compiler estimate", "on the timeline modelled from it, one ps"),
-        (0, "compiler estimate", "bytes")]
+        (0, "compiler estimate", "none"),  # no time saved: no timeline named (ranked by message: "no saving")
+        (0, "modelled", "bytes")]  # bytes are modelled from the buffers, not from the timeline: kept
 
 
 def test_a_modelled_capture_relabels_measured_savings_only(tmp_path):
