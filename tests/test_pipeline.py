@@ -1,7 +1,8 @@
 """`tpudiag.diagnose()` / `compare()`: the one pipeline behind every command.
 
 - the CLI's JSON is `diagnose(...)` serialised, for every bundled example (captures and dumps);
-- compiler dumps alone get the rules they have inputs for, labelled `compiler estimate`;
+- compiler dumps alone get the rules they have inputs for, labelled `compiler estimate` (but a
+  saving in bytes, modelled from the buffers);
 - the same inputs give the same warnings in `report` and `diff` (regression: mismatched dumps).
 """
 
@@ -82,7 +83,8 @@ def test_dumps_alone_are_static_and_labelled_compiler_estimate(capsys, dumps):
     assert doc["summary"]["mode"] == "static"
     assert {"summary", "ops", "findings", "warnings"} <= set(doc)
     assert d.analysis is not None and d.analysis.profile.modelled
-    assert all(f.saving.basis == "compiler estimate" for f in d.findings)
+    assert all(f.saving.basis == "compiler estimate" for f in d.findings if not f.saving.bytes)
+    assert all(f.saving.basis != "measured" for f in d.findings)
     assert {s.rule for s in d.skipped} <= {"low-mxu-utilization", "spill"}  # Pallas: no FLOPs; v6e: no LLO
 
 
@@ -93,7 +95,7 @@ def test_llm_decode_dumps_alone_get_padding_spill_and_mxu_findings():
     for f in d.findings:
         by_rule.setdefault(f.rule, []).append(f)
     assert {"padding-waste", "spill", "low-mxu-utilization"} <= set(by_rule)
-    assert all(f.saving.basis == "compiler estimate" for fs in by_rule.values() for f in fs)
+    assert all(f.saving.basis == "compiler estimate" for fs in by_rule.values() for f in fs if not f.saving.bytes)
     # the concrete dim change, for array tiles and for the MXU
     assert any(dict(f.evidence[0].values).get("padded dims") == "dim 2: 4 → 128" for f in by_rule["padding-waste"])
     # M = 4 is the decode batch: a batch cause, never "pad 4→128" (a 32x waste)

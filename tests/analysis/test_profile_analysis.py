@@ -102,3 +102,38 @@ def test_a_fold_made_elsewhere_must_be_passed():
     with pytest.raises(ValueError, match="some hosts' per-step tables were folded elsewhere: pass that fold as "
                                          "`per_step`"):
         analyze(profile)
+
+
+def test_a_fold_made_elsewhere_is_refused_with_the_whole_message():
+    digest = SimpleNamespace(per_step=None)
+    profile = SimpleNamespace(hosts=[SimpleNamespace(host="h0", digest=digest)], step_fold=None)
+    with pytest.raises(ValueError) as info:
+        analyze(profile)
+    assert str(info.value) == "some hosts' per-step tables were folded elsewhere: pass that fold as `per_step`"
+
+
+
+@pytest.mark.parametrize("modelled", [False, True])
+def test_an_analysis_keeps_its_profile_its_sources_its_transfers_and_the_ops_over_the_peak(write_design, modelled):
+    from tests.conftest import US, small_design
+    from tpudiag.analysis.limits import ASYNC_CAUSE, MODEL_CAUSE
+    from tpudiag.model.profile import StepKind, StepSource
+    from tpudiag.parsers.capture import load_capture
+
+    stats = {"tpudiag_modelled": 1} if modelled else {}
+    profile = load_capture(write_design(small_design(extra_plane_stats=stats)), jobs=1)
+    assert profile.modelled is modelled
+    a = analyze(profile)
+    assert a.profile is profile and a.platform is Platform.TPU
+    assert a.step_sources == {"host0": StepSource(StepKind.STEPS_LINE)}  # the design writes a Steps line
+    # no host copy in the design: an empty transfer table, with its columns
+    assert a.host_transfers.empty and list(a.host_transfers.columns) == schemas.HOST_TRANSFERS.names
+    # The design's ops above its chip's peaks (918 TFLOP/s, 1,640 GB/s), each over 2 chips x 5 steps:
+    # fusion.5's 1e12 FLOPs in 990 us is 1,010 TFLOP/s; all-gather-start.1's 1e8 bytes in 10 us, 10 TB/s
+    got = [(o.op, o.quantity, o.peak, o.time_ps) for o in a.over_peak]
+    assert got == [("fusion.5", "FLOP/s", 918e12, 10 * 990 * US),
+                   ("all-gather-start.1", "HBM bandwidth", 1640e9, 10 * 10 * US)]
+    assert [o.rate for o in a.over_peak] == [pytest.approx(1e12 / 990e-6), pytest.approx(1e8 / 10e-6)]
+    # a modelled capture's op above the roofline is tpudiag's own error, an async start's or not
+    assert a.over_peak[1].cause == (MODEL_CAUSE if modelled else ASYNC_CAUSE)
+    assert a.over_peak_names == frozenset({"fusion.5", "all-gather-start.1"})

@@ -221,6 +221,8 @@ def test_static_mode_keeps_the_explanation_of_a_saving_in_bytes(tmp_path: Path):
     memory = (_memory(14, levers=(_lever("donation", 3),), first="donation"),)
     [f], _ = engine_run_rules(None, RulesConfig(select=("hbm-pressure",)), compiled, static=True, memory=memory)
     assert f.saving.ps == 0 and f.saving.explanation == "donation: donation frees 3 GiB; levers overlap, never add them"
+    # ... nor its basis: the bytes are modelled from the buffer assignment, not the compiler's time estimate
+    assert f.saving.basis == "modelled" and f.saving.bytes == 3 * 2**30
 
 
 def test_tpu_only_rules_are_skipped_on_a_gpu_capture(tmp_path: Path):

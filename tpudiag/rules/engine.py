@@ -102,7 +102,7 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None, compiled: C
     `compiled` is what the inputs stage read (`tpudiag.inputs`): the dumps, the HLO the capture
     embeds, and the chip (`compiled.chip`, decided there once); the engine parses nothing and
     decides no chip. `static` marks times as the compiler's estimate (dumps alone): every
-    saving is then labelled `compiler estimate`. `memory` is `RuleContext.memory` when the caller
+    saving but one in bytes (modelled from the buffers) is then labelled `compiler estimate`. `memory` is `RuleContext.memory` when the caller
     has built it (`tpudiag.diagnose` does, for the report too); None builds it here.
     """
     config = config or RulesConfig()
@@ -140,11 +140,13 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None, compiled: C
         findings.extend(rule.check(ctx, options))
     if static:
         # Dumps alone: every time is the compiler's own estimate (cycles at the clock, else the
-        # FLOPs/bytes roofline) laid out on a modelled timeline; nothing is measured. Only time
-        # savings come from that timeline: one in bytes (memory findings), or none, is kept as is.
+        # FLOPs/bytes roofline) laid out on a modelled timeline; nothing is measured. A saving in
+        # bytes (memory findings) is modelled from the buffer assignment, not from that timeline:
+        # its basis and explanation are kept. Only a time saving's explanation names the timeline.
         findings = [dataclasses.replace(f, saving=dataclasses.replace(
             f.saving, basis=STATIC_BASIS, explanation=f"on the timeline modelled from it, {f.saving.explanation}"
-            if f.saving.ps > 0 else f.saving.explanation)) if f.saving.basis != STATIC_BASIS else f for f in findings]
+            if f.saving.ps > 0 else f.saving.explanation))
+            if not f.saving.bytes and f.saving.basis != STATIC_BASIS else f for f in findings]
     elif analysis is not None and analysis.profile.modelled:
         # Times in a modelled capture (`tpudiag simulate`) are estimates: nothing in it is measured.
         findings = [dataclasses.replace(f, saving=dataclasses.replace(
