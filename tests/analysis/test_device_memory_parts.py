@@ -269,3 +269,95 @@ def test_an_error_joined_to_a_program_does_not_stop_the_warnings_of_the_errors_a
     # the report keeps every error given, and analyses alone only the one joined to no program
     report = error_report("in.pb", (joined, other), programs)
     assert report.errors == (joined, other) and [a.error for a in report.standalone] == [other]
+
+
+def _llo_vmem(module: str, blocks: list[tuple[str, int, int]], capacity: int | None = None, report: bool = True):
+    """An LLO dump's VMEM report: (hlo op, block index, block bytes) SCOPED blocks of `module`."""
+    import pandas as pd
+
+    table = pd.DataFrame({"hlo": [h for h, _, _ in blocks], "block": [b for _, b, _ in blocks],
+                          "block_type": ["SCOPED"] * len(blocks), "block_bytes": [s for _, _, s in blocks]})
+    return SimpleNamespace(vmem_report=SimpleNamespace(module_name=module, capacity_bytes=capacity) if report else None,
+                           vmem_allocations=table)
+
+
+def test_scoped_vmem_per_op_comes_from_the_llo_dumps_of_the_program_before_its_backend_configs():
+    from tpudiag.analysis.device_memory import program_memory
+    from tpudiag.model.hardware import chip_for
+    from tpudiag.model.inputs import HloInput
+
+    MIB = 1 << 20
+    program = _program([_alloc(0, [("t", 8 * KIB)])], {"t": (0, 0)}, 0)
+    v5e = chip_for("v5e")
+    dumps = (
+        _llo_vmem("jit_other", [("fusion.9", 0, 9 * MIB)], capacity=1 * MIB),  # another module's: left out
+        _llo_vmem("", [("fusion.1", 0, 2 * MIB), ("fusion.1", 1, 3 * MIB)]),  # names no module: this one's
+        _llo_vmem("jit_g", [("fusion.2", 0, 1 * MIB)], capacity=64 * MIB),
+        _llo_vmem("jit_g", [("fusion.3", 0, 5 * MIB)], report=False),  # no VMEM report: left out
+    )
+    p = program_memory(HloInput(program, "nowhere/xla"), v5e, llo=dumps)
+    # per op its largest block, largest first; the program has no instruction of either name
+    assert [(v.op, v.scoped_bytes, v.source, v.op_name, v.kernel) for v in p.vmem_ops] == [
+        ("fusion.1", 3 * MIB, "LLO VMEM report", "", False), ("fusion.2", 1 * MIB, "LLO VMEM report", "", False)]
+    # the first report that states a capacity (jit_other's is not this program's); v5e's default limit
+    assert (p.vmem_capacity_bytes, p.vmem_scoped_limit_bytes, p.vmem_limit_source) == (
+        64 * MIB, 16 * MIB, "default for v5e, measured")
+    # without a report of this program: no LLO VMEM, and the chip's capacity
+    p = program_memory(HloInput(program, "nowhere/xla"), v5e, llo=dumps[:1])
+    assert (p.vmem_ops, p.vmem_capacity_bytes) == ((), v5e.vmem_bytes)
+
+
+def test_every_program_of_the_inputs_once_with_the_chip_the_llo_dumps_and_the_near_fraction():
+    from tpudiag.analysis.device_memory import program_memories
+    from tpudiag.model.hardware import chip_for
+    from tpudiag.model.inputs import CompiledInputs, HloInput
+
+    MIB = 1 << 20
+    dumped = _program([_alloc(0, [("t", 8 * KIB)])], {"t": (0, 0)}, 0)  # jit_g, 8 KiB, from the XLA dump
+    copy = _program([_alloc(0, [("t", 4 * KIB)])], {"t": (0, 0)}, 0)  # the capture's own jit_g: left out
+    other = _program([_alloc(0, [("u", 12 * KIB)])], {"u": (0, 0)}, 0)
+    other.module = "jit_h"  # only in the capture
+    inputs = CompiledInputs(hlo=(HloInput(dumped, "d/xla"),),
+                            embedded=(HloInput(copy, "capture"), HloInput(other, "capture")),
+                            chip=chip_for("v6e"), llo=(_llo_vmem("jit_g", [("fusion.1", 0, 2 * MIB)]),))
+    programs = program_memories(inputs, near_fraction=0.5)
+    # largest HBM peak first
+    assert [(p.module, p.hbm_peak_bytes, p.generation, p.near_fraction) for p in programs] == [
+        ("jit_h", 12 * KIB, "v6e", 0.5), ("jit_g", 8 * KIB, "v6e", 0.5)]
+    assert [v.op for v in programs[1].vmem_ops] == ["fusion.1"] and programs[0].vmem_ops == ()
+
+
+def test_the_compiled_text_of_a_compile_output_is_the_one_beside_its_xla_dump(tmp_path):
+    from tpudiag.analysis.device_memory import _compiled_text
+    from tpudiag.model.inputs import HloInput
+
+    program = _program([_alloc(0, [("t", 8 * KIB)])], {"t": (0, 0)}, 0)
+    hlo = HloInput(program, str(tmp_path / "out" / "xla"))
+    # an output read already: its program when it is the `compiled.hlo.txt` beside this dump
+    read = SimpleNamespace(program=SimpleNamespace(path=str(tmp_path / "out" / "compiled.hlo.txt")))
+    assert _compiled_text(hlo, read) is read.program
+    elsewhere = SimpleNamespace(program=SimpleNamespace(path=str(tmp_path / "other" / "compiled.hlo.txt")))
+    assert _compiled_text(hlo, elsewhere) is None
+    # none read: the file beside the dump, parsed, or None when there is none
+    assert _compiled_text(hlo, None) is None
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "compiled.hlo.txt").write_text(
+        "HloModule jit_g\n\nENTRY %main (a: f32[8]) -> f32[8] {\n  ROOT %a = f32[8]{0} parameter(0)\n}\n")
+    text = _compiled_text(hlo, None)
+    assert (text.module, text.find("a").opcode) == ("jit_g", "parameter")
+
+
+def test_donating_two_arguments_names_both_when_the_program_does_not_number_them():
+    from tpudiag.analysis.device_memory import _levers, _space
+
+    allocations = [_alloc(0, [("p0", 8 * KIB)], kind="argument"), _alloc(1, [("p1", 8 * KIB)], kind="argument"),
+                   _alloc(2, [("out0", 8 * KIB)], kind="output"), _alloc(3, [("out1", 8 * KIB)], kind="output"),
+                   _alloc(4, [("t", 8 * KIB)])]
+    allocations[1] = BufferAllocation(1, 8 * KIB, 0, 1, False, False, False, False, False, allocations[1].values)
+    program = _program(allocations, {"p0": (0, 3), "p1": (0, 3), "out0": (2, 3), "out1": (2, 3), "t": (1, 1)}, 3)
+    hbm = _space(program, 0, allocations, None)
+    [donation] = _levers(program, hbm, SimpleNamespace(workload="inference", mesh_devices=1))
+    # both outputs have an argument's shape (f32[8]); no instruction names the arguments' positions
+    assert (donation.key, donation.saving_bytes, donation.buffers) == ("donation", 16 * KIB, ("out0", "out1"))
+    assert donation.fix == "donate the arguments p0, p1 (`donate_argnums`)"
+    assert donation.title.startswith("donate p0, p1: 2 outputs ")
