@@ -257,7 +257,10 @@ def test_a_big_host_digests_its_collective_windows_in_a_second_thread(write_desi
     monkeypatch.setattr(host_digest, "THREADED_DIGEST_MIN_EVENTS", 80)
     two = host_digest.digest_host(parse_file_or_failure(path), threads=2)  # at the minimum: threaded
     alone = host_digest.digest_host(parse_file_or_failure(path), threads=1)
-    assert threads[0] == threads[2] == threading.get_ident() != threads[1]
+    by_default = host_digest.digest_host(parse_file_or_failure(path))  # one thread unless asked for two
+    # each digest makes its windows once: in the second thread only when threaded
+    assert len(threads) == 4 and threads[0] == threads[2] == threads[3] == threading.get_ident() != threads[1]
+    pd.testing.assert_frame_equal(by_default.collectives.ops, alone.collectives.ops)
     for field in ("steps", "op_cores", "op_means"):
         pd.testing.assert_frame_equal(getattr(two, field), getattr(one, field))
     pd.testing.assert_frame_equal(two.collectives.ops, alone.collectives.ops)
@@ -339,3 +342,117 @@ def test_an_analysis_folds_the_fold_it_is_given_with_the_hosts_not_yet_folded(tm
     # given a fold and no host left to fold: the fold as it is
     profile.hosts[1].digest.per_step = None
     assert analyze(profile, per_step=host1).per_step is host1
+
+
+# The small design with a host copy in each step: copy-start.7 [8,000, 8,010) us brings 4 x 128 f32 from
+# host memory (`S(5)`), copy-done.7 [9,000, 9,020) us waits for it.
+HBM_ARRAY, HOST_ARRAY, CONTEXT = "f32[4,128]{1,0:T(8,128)}", "f32[4,128]{1,0:T(8,128)S(5)}", "u32[]{:S(2)}"
+
+
+def _copy_design(**overrides):
+    from tests.conftest import SMALL_OPS, US, small_design, small_schedule
+    from tpudiag.writers.tpu_design import OpDef, Placed
+
+    ops = (*SMALL_OPS, OpDef("copy-start.7", "copy-start", shape=f"({HBM_ARRAY}, {HOST_ARRAY}, {CONTEXT})"),
+           OpDef("copy-done.7", "copy-done", shape=HBM_ARRAY))
+
+    def schedule(chip: int, step: int):
+        return [*small_schedule(chip, step), Placed("copy-start.7", 8000 * US, 10 * US),
+                Placed("copy-done.7", 9000 * US, 20 * US)]
+
+    return small_design(ops=ops, schedule=schedule, **overrides)
+
+
+def _digest(write_design, design):
+    from tpudiag.analysis.host_digest import digest_host
+    from tpudiag.parsers.capture import parse_file_or_failure
+
+    return digest_host(parse_file_or_failure(next(write_design(design).rglob("*.xplane.pb"))))
+
+
+def test_a_digest_counts_the_host_copies_and_the_idle_time_of_each_step(write_design):
+    from tests.conftest import US
+
+    d = _digest(write_design, _copy_design())
+    assert d.executions is False  # steps from the Steps line
+    # the start and the done of the copy, 10 + 20 us of each step on each chip
+    assert set(d.steps["host_transfer_ps"]) == {30 * US}
+    # one transfer per done: 2 chips x 5 steps, on this host
+    assert len(d.host_transfers) == 10 and set(d.host_transfers["host"].astype(str)) == {"host0"}
+    # Idle per step, the gaps between the top-level ops (tests/conftest.py's schedule and the copy):
+    # chip 0: [4,310, 4,400) 90 + [5,400, 5,500) 100 + [6,000, 7,000) 1,000 + [7,200, 8,000) 800
+    #         + [8,010, 9,000) 990 + [9,020, 10,000) 980 = 3,960 us; chip 1's all-reduce runs 300 us
+    #         longer: 3,660 us
+    per_step = d.idle_steps.groupby("core")["idle_ps"].agg(list).to_dict()
+    assert per_step == {0: [3960 * US] * 5, 1: [3660 * US] * 5}
+    assert sorted(set(d.idle_steps["step"])) == [1, 2, 3, 4, 5]
+    assert len(d.idle_gaps) == 2 * 5 * 6 and int(d.idle_gaps["idle_ps"].sum()) == 5 * (3960 + 3660) * US
+
+
+def test_a_digest_of_executions_measures_idle_to_the_next_execution(write_design):
+    # no Steps line: the steps are jit_train_step's executions, each one's period running to the next
+    # one's start, so the last execution has no period
+    from tpudiag.model.profile import StepKind
+
+    d = _digest(write_design, _copy_design(steps_line=False))
+    assert d.executions is True and d.step_source.kind is StepKind.XLA_MODULES
+    assert len(d.steps) == 2 * 5 and len(d.idle_steps) == 2 * 4
+
+
+def test_a_digest_without_steps_measures_idle_over_each_cores_span(write_design):
+    from tests.conftest import US
+
+    # neither a Steps line nor executions: one window per chip, from its first op's start (0) to its
+    # last op's end (the fifth step's copy-done, 4 x 10,000 + 9,020 us), as step 0
+    d = _digest(write_design, _copy_design(steps_line=False, modules_line=False))
+    assert d.steps.empty and d.executions is False
+    assert d.idle_steps[["core", "step", "period_ps"]].to_numpy().tolist() == [[0, 0, 49_020 * US],
+                                                                               [1, 0, 49_020 * US]]
+    # chip 0 idles 3,960 us in each of the first four steps and 3,960 - 980 in the fifth
+    assert int(d.idle_steps.loc[d.idle_steps["core"] == 0, "idle_ps"].iloc[0]) == (5 * 3960 - 980) * US
+
+
+def test_a_task_takes_the_host_parsed_ahead_and_parses_itself_when_it_reads_more(write_design, monkeypatch):
+    import tpudiag.analysis.host_digest as host_digest
+    from tpudiag.parsers import read_ahead
+
+    path = _small_file(write_design)
+    parsed = []
+    real = host_digest.parse_file_or_failure
+    monkeypatch.setattr(host_digest, "parse_file_or_failure", lambda *args: parsed.append(args) or real(*args))
+    assert read_ahead.start(path, 2)
+    host = host_digest.parse_and_digest(path)
+    assert parsed == [] and host.digest.n_events == 80  # taken from the thread that parsed it ahead
+
+    def also(planes, roles, where, name):  # reads more of the planes in the same pass
+        return ("read with", name)
+
+    # reading more needs a parse of its own (the file parsed ahead is left to its thread), with
+    # the task's plane jobs
+    assert read_ahead.start(path, 2)
+    host = host_digest.parse_and_digest(path, also=also)
+    assert parsed == [(path, 1, also)] and host.memory_timeline == ("read with", "host0")
+    assert host.digest.n_events == 80
+    read_ahead.take(path)  # the thread's own parse, not taken above
+
+
+def test_folds_of_other_keys_are_held_apart_up_to_the_batch_and_regrouped_for_the_result():
+    fold = StepFold()
+    fold.BATCH = 2
+    fold.add(_host(HOST_A))
+    fold.add(_host(HOST_B))
+    assert len(fold._folds) == 2  # two folds of other keys: not past a batch of 2, held apart
+    result = fold.result()
+    # both hosts in the result: fusion.1's sums 10 + 30 in program 7
+    assert _rows(result.op_step_sums) == [(0, 7, "fusion.1", 40), (0, 8, "fusion.1", 1)]
+    assert _rows(result.op_step_worst) == [(0, "copy.1", 2), (0, "fusion.1", 30), (1, "fusion.2", 5)]
+
+
+def test_a_step_fold_of_hosts_without_collectives_keeps_their_empty_table():
+    fold = StepFold()
+    fold.add(_host(_tables([(0, "fusion.1", 1)], [(0, 7, "fusion.1", 1)], [])))
+    fold.add(_host(_tables([(0, "fusion.1", 4)], [(0, 7, "fusion.1", 2)], [])))  # the same keys
+    result = fold.result()
+    assert _rows(result.op_step_worst) == [(0, "fusion.1", 4)] and _rows(result.op_step_sums) == [(0, 7, "fusion.1", 3)]
+    assert result.collective_op_steps.empty
+    assert list(result.collective_op_steps.columns) == schemas.COLLECTIVE_OP_STEPS.names

@@ -184,3 +184,31 @@ def test_one_reference_execution_reaches_as_far_as_the_longest_execution():
     far = near.assign(start_ps=[0, 150])
     kept, left_out = aligned_executions(far)
     assert kept.empty and left_out == 2
+
+
+def test_cores_whose_events_interleave_are_each_read_whole():
+    # The events of two cores alternate in the table (core 0 at rows 0, 2, 4; core 1 at rows 1, 3), so
+    # neither core's events are one block. One step [0, 100) on each core:
+    #   core 0: fusion.1 [0, 10), fusion.2 [20, 30), all-reduce.1 [40, 50): busy 30, collective 10, compute 20
+    #   core 1: fusion.1 [0, 40), fusion.2 [50, 60): busy 50, all compute
+    tpu1 = "/device:TPU:1"
+    events = _events([(TPU0, 0, "fusion.1", "loop fusion", 0, 10, 0), (tpu1, 1, "fusion.1", "loop fusion", 0, 40, 0),
+                      (TPU0, 0, "fusion.2", "loop fusion", 20, 30, 0), (tpu1, 1, "fusion.2", "loop fusion", 50, 60, 0),
+                      (TPU0, 0, "all-reduce.1", "all-reduce", 40, 50, 0)])
+    host = _host(events, _markers([(TPU0, 0, 0, 0, 100), (tpu1, 1, 0, 0, 100)]))
+    steps, _ = build_steps(host)
+    assert steps[["core", *COLUMNS]].to_numpy().tolist() == [[0, 0, 0, 100, 30, 20, 10, 0, 0, 70],
+                                                             [1, 0, 0, 100, 50, 50, 0, 0, 0, 50]]
+    assert host.events["step"].tolist() == [0, 0, 0, 0, 0]
+
+
+def test_a_block_is_a_slice_only_when_the_positions_are_contiguous():
+    from tpudiag.analysis.steps import _block
+
+    # the docstring's contract: one contiguous block is read as a view (a slice), anything else as it is
+    block = _block(np.array([3, 4, 5]))
+    assert isinstance(block, slice) and block == slice(3, 6)
+    assert _block(np.array([0])) == slice(0, 1)
+    for gapped in ([0, 2, 4], [0, 1, 3], [2, 5]):  # a gap of one row, or more
+        assert _block(np.array(gapped)).tolist() == gapped
+    assert _block(np.array([], dtype=np.int64)).tolist() == []

@@ -84,6 +84,7 @@ def test_options_with_converts_numbers_to_the_defaults_type():
     assert type(got.count) is int and type(got.share) is float
     assert rule.options_with({}) == _Options()
     assert rule.options_with({"share": 0}).share == 0.0  # 0 is a threshold like any other
+    assert type(rule.options_with({"count": 3}).count) is int  # an int for an int stays an int
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -183,3 +184,25 @@ def test_per_step_sums_keep_fractions_and_exact_integers():
     # Integers are summed as integers: 2^53 + 1 + 1 is exact, where float64 sums would lose both ones.
     frame = frame.reindex([0, 1, 1]).reset_index(drop=True).assign(v=[2**53, 1, 1])
     assert per_step_worst_core_by(frame, "v", basis, None)[1].tolist() == [2**53 + 2]
+
+
+def test_per_step_sums_of_an_empty_frame_are_one_group_of_nothing():
+    # With `by` None there is one group, labelled None, even with no rows: its sum is 0, not -inf.
+    from tpudiag.rules.base import StepBasis, per_step_worst_core_by
+
+    empty = pd.DataFrame({"host": pd.Series([], dtype=object), "core": pd.Series([], dtype="int64"),
+                          "step": pd.Series([], dtype="int64"), "v": pd.Series([], dtype="int64")})
+    for whole in (True, False):
+        labels, values = per_step_worst_core_by(empty, "v", StepBasis(1, 1.0, whole), None)
+        assert labels.tolist() == [None] and values.tolist() == [0.0]
+
+
+def test_per_step_sums_add_the_steps_as_integers():
+    # Three steps whose worst cores hold 2^53, 1 and 1 ps: 2^53 + 2 over the steps, exact only when the
+    # steps are added as integers (float64 drops each 1 added to 2^53). One step in the basis, so no mean.
+    from tpudiag.rules.base import StepBasis, per_step_worst_core_by
+
+    frame = pd.DataFrame({"host": ["h", "h", "h", "h"], "core": [0, 1, 0, 0], "step": [0, 0, 1, 2],
+                          "v": [2**53, 5, 1, 1]})
+    labels, values = per_step_worst_core_by(frame, "v", StepBasis(1, 1.0, False), None)
+    assert values.tolist() == [2**53 + 2]

@@ -287,11 +287,11 @@ def test_the_host_with_the_most_idle_speaks_for_several(monkeypatch):
 
 def test_idle_and_infeed_exactly_at_min_idle_share_count(monkeypatch):
     # 150 µs idle and 50 µs infeed of a 10 ms step: 2 % exactly, the default bar; medium from 3 %, so low.
-    # The 50 µs of infeed (input) are less than the 150 µs no host span covers.
+    # The 50 µs of infeed (input) are less than the 150 µs no host span covers, and named beside them.
     (f,) = _check_idle(monkeypatch, [_idle("host0", 150, io_us=50, causes={"unexplained": 150})])
     assert f.severity == Severity.LOW and f.saving.ps == 200 * US and f.host == "host0"
     assert f.message == ("the TensorCores idle 200.0 µs of each 10.00 ms step (2.0%, inside steps): cause not visible "
-                         "on the host plane")
+                         "on the host plane for 75.0% of it; the rest: device infeed/outfeed 50.0 µs")
     (f,) = _check_idle(monkeypatch, [_idle("host0", 50, io_us=150, causes={"unexplained": 50})])
     assert f.message == ("the TensorCores idle 200.0 µs of each 10.00 ms step (2.0%, inside steps): input-bound "
                          "(75.0% of it)")
@@ -359,6 +359,15 @@ def test_mostly_unexplained_idle_names_each_cause_from_one_percent(monkeypatch):
     (f,) = _check_idle(monkeypatch, [host])
     assert f.message.endswith("cause not visible on the host plane for 74.0% of it; the rest: compilation 480.0 µs, "
                               "input 20.0 µs")
+
+
+def test_mostly_unexplained_idle_names_the_device_infeed_beside_it(monkeypatch):
+    # 2 ms idle (1.5 ms unexplained, 500 µs host-bound) and 1 ms of device infeed: 3 ms waited, of which
+    # the unexplained 1.5 ms is the largest cause (input = 1 ms) and half; the infeed is the rest too.
+    host = _idle("host0", 2000, io_us=1000, causes={"unexplained": 1500, "host-bound": 500})
+    (f,) = _check_idle(monkeypatch, [host])
+    assert f.message.endswith("cause not visible on the host plane for 50.0% of it; the rest: host-bound 500.0 µs, "
+                              "device infeed/outfeed 1.00 ms")
 
 
 def test_a_zero_length_step_has_no_row(monkeypatch):

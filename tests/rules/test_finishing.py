@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.conftest import REPO
@@ -254,3 +255,65 @@ def test_a_groups_severity_is_its_rules_scale_on_the_summed_saving(analysis):
     assert _severity(low, 500 * sc.US, None, rule) is Severity.LOW
     assert _severity(low, 1500 * sc.US, analysis, (hbm_pressure.RULE, hbm_pressure.Options())) is Severity.LOW
     assert _severity(low, 1500 * sc.US, analysis, None) is Severity.LOW
+
+
+# -- grouping and locating from the trace's own rows (the clones design, its metadata edited here) ---
+
+def _traced(tmp_path, **columns):
+    """The clones design analysed (`multiply_fusion`, `.1`: loop fusions; `fusion.9`: a convolution
+    fusion; one result shape), with the ops table's columns replaced by `columns` (in its row order:
+    multiply_fusion, multiply_fusion.1, fusion.9)."""
+    analysis = sc.analyse(sc.design(OPS, _schedule), tmp_path)
+    assert analysis.ops["name"].astype(str).tolist() == ["multiply_fusion", "multiply_fusion.1", "fusion.9"]
+    return dataclasses.replace(analysis, ops=analysis.ops.assign(**{
+        k: pd.array(v, dtype="string") for k, v in columns.items()}))
+
+
+def test_a_trace_site_needs_a_source_or_a_jax_op_and_a_missing_one_is_empty(tmp_path):
+    from tpudiag.rules.finishing import locate
+
+    analysis = _traced(tmp_path, source=["model.py:12", None, None], tf_op=[None, "jit(step)/mul", None])
+    f = _finding("multiply_fusion", 100, message="`multiply_fusion`, `multiply_fusion.1` and `fusion.9` wait",
+                 ops=("multiply_fusion", "multiply_fusion.1", "fusion.9"))
+    [located] = locate([f], analysis, ())
+    # fusion.9 has neither in the trace and no program knows it: no site, its name left bare.
+    assert [(s.op, s.source, s.tf_op) for s in located.sites] == [("multiply_fusion", "model.py:12", ""),
+                                                                  ("multiply_fusion.1", "", "jit(step)/mul")]
+    assert located.message == ("`multiply_fusion` (at `model.py:12`), `multiply_fusion.1` (at `jit(step)/mul`) and "
+                               "`fusion.9` wait")
+    assert [(e.subject, e.values) for e in located.evidence] == [
+        ("multiply_fusion", (("time", "100 ps"), ("at", "model.py:12")))]
+
+
+def test_the_trace_site_wins_over_the_programs(tmp_path):
+    # `fusion.1` is in the program (model.py:12) and, renamed here, in the trace (train.py:3).
+    from tpudiag.rules.finishing import locate
+
+    analysis = _traced(tmp_path, name=["fusion.1", "multiply_fusion.1", "fusion.9"],
+                       source=["train.py:3", "model.py:12", "model.py:20"])
+    [located] = locate([_finding("fusion.1", 100)], analysis, (_program(),))
+    assert [(s.op, s.source, s.tf_op) for s in located.sites] == [("fusion.1", "train.py:3", "jit(step)/mul")]
+
+
+def test_one_result_shape_of_another_kind_is_not_a_repeat(tmp_path):
+    # fusion.9 has the clones' result shape but is a convolution fusion: not grouped with them.
+    from tpudiag.rules.finishing import group_repeats
+
+    analysis = sc.analyse(sc.design(OPS, _schedule), tmp_path)
+    out = group_repeats([_finding("multiply_fusion", 300), _finding("fusion.9", 200),
+                         _finding("multiply_fusion.1", 100)], analysis, ())
+    assert [f.ops for f in out] == [("multiply_fusion", "multiply_fusion.1"), ("fusion.9",)]
+    # Same kind, another result shape: not a repeat either.
+    reshaped = dataclasses.replace(analysis, ops=analysis.ops.assign(
+        shape_with_layout=pd.array([SHAPE, "f32[4,50304]{1,0:T(4,128)}", SHAPE], dtype="string")))
+    out = group_repeats([_finding("multiply_fusion", 300), _finding("multiply_fusion.1", 100)], reshaped, ())
+    assert [f.ops for f in out] == [("multiply_fusion",), ("multiply_fusion.1",)]
+
+
+def test_a_source_file_without_a_directory_is_its_own_name():
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+    from tpudiag.rules.finishing import locate
+
+    program = parse_hlo_text(PROGRAM_HLO.replace('source_file="/home/u/layers.py"', 'source_file="layers.py"'))
+    [located] = locate([_finding("fusion.6", 100)], None, (program,))
+    assert [(s.source, s.tf_op) for s in located.sites] == [("layers.py:7", "")]

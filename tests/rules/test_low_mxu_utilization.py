@@ -356,3 +356,66 @@ def test_a_matmul_without_bytes_or_flops(tmp_path: Path):
     assert f.saving.ps == pytest.approx(dur * (1 - 0.2 / 0.7), rel=1e-3)
     assert f.saving.explanation == ("self time per step x (1 - 20.0% / 70.0% attainable), on the core where the op "
                                     "takes longest")
+
+
+def _dot_program(module: str, m: int, k: int, n: int) -> str:
+    return f"""HloModule {module}, is_scheduled=true
+
+ENTRY %main (a: bf16[{m},{k}], b: bf16[{k},{n}]) -> bf16[{m},{n}] {{
+  %a = bf16[{m},{k}]{{1,0}} parameter(0)
+  %b = bf16[{k},{n}]{{1,0}} parameter(1)
+  ROOT %dot.1 = bf16[{m},{n}]{{1,0}} dot(bf16[{m},{k}]{{1,0}} %a, bf16[{k},{n}]{{1,0}} %b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+
+
+def test_each_program_gives_its_own_ops_math():
+    # Two compiled programs, each with a `dot.1`: [64, 128] x [128, 256] in one, [32, 512] x [512, 1024] in
+    # the other. The op of each trace program is read from its own compiled program, asked in either order.
+    from types import SimpleNamespace
+
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+    from tpudiag.rules.low_mxu_utilization import OpMathIndex
+
+    programs = {"jit_a": parse_hlo_text(_dot_program("jit_a", 64, 128, 256)),
+                "jit_b": parse_hlo_text(_dot_program("jit_b", 32, 512, 1024))}
+    index = OpMathIndex(SimpleNamespace(program_for=lambda program_id, module: programs.get(module)), {})
+    dims = {}
+    for module in ("jit_a", "jit_b", "jit_a"):
+        mm = index.get(1, module, "dot.1").main
+        dims.setdefault(module, set()).add((mm.m, mm.k, mm.n))
+    assert dims == {"jit_a": {(64, 128, 256)}, "jit_b": {(32, 512, 1024)}}
+    # An op the program lacks falls back to the trace's text; without text nothing is known.
+    assert index.get(1, "jit_a", "fusion.9") is None
+
+
+# fusion.20: [16383, 1001] x [1001, 4095] at 20 % of peak, compute-bound (OI 767 > 560); its odd N and K
+# are off any MXU multiple (even a 2-wide one), but a GPU's tensor cores have no width to pad to.
+ODD, ODD_PS = sc.matmul("fusion.20", 16383, 1001, 4095, 0.20)
+
+
+def odd_dims_schedule(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.10", 0, sc.MISALIGNED_PS), sc.Placed("fusion.12", sc.MISALIGNED_PS, sc.F32_MM_PS),
+            sc.Placed("fusion.20", sc.MISALIGNED_PS + sc.F32_MM_PS, ODD_PS)]
+
+
+def test_on_a_gpu_no_mxu_width_is_a_cause_and_f32_is_told_against_the_tensor_cores(tmp_path: Path):
+    # The same capture read as a GPU's (the rule's documented limit: only the roofline and operand dtypes
+    # are causes there): fusion.10's N 5000 and K 1000 and fusion.20's odd dims name nothing.
+    from dataclasses import replace
+
+    from tpudiag.model.profile import Platform
+
+    a = sc.analyse(sc.design((sc.MISALIGNED, sc.F32_MM, ODD), odd_dims_schedule), tmp_path)
+    host = a.profile.hosts[0]
+    gpu = replace(a, profile=replace(a.profile, hosts=[
+        replace(host, device=replace(host.device, platform=Platform.GPU, chip=None))]))
+    by_op = {f.ops[0]: f for f in _run(gpu)}
+    assert set(by_op) == {"fusion.10", "fusion.12", "fusion.20"}
+    for op in ("fusion.10", "fusion.20"):
+        assert by_op[op].message.endswith("of device time: no cause visible in the trace"), by_op[op].message
+    assert by_op["fusion.12"].message.endswith(
+        "of device time: f32 operands (f32 x f32; bf16 runs at full tensor-core rate)")
+    # On the TPU it is (v6e, 256 wide), the odd dims are causes.
+    tpu = {f.ops[0]: f for f in _run(a)}
+    assert "K = 1001 is not a multiple of the 256-wide MXU (1001 of 1024 used)" in tpu["fusion.20"].message

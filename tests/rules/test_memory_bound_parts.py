@@ -53,6 +53,19 @@ def test_an_elementwise_op_can_keep_its_output_out_of_hbm():
     assert levers("fusion.7", "loop fusion", 3 * 2**20, [], []) == []
 
 
+def test_an_op_that_is_not_a_matmul_gets_the_fusion_lever_even_with_operands():
+    # A loop fusion reading f32[1024,256] twice and writing it once: 3 MiB, 1 MiB of it its output. Its
+    # operands are no weights: no quantisation lever, only the fusion one.
+    operands = _shapes("f32[1024,256]{1,0}", "f32[1024,256]{1,0}")
+    assert levers("fusion.7", "loop fusion", 3 * 2**20, _shapes("f32[1024,256]{1,0}"), operands) == [
+        Lever("fuse with producer or consumer (output stays out of HBM)", 1 / 3)]
+
+
+def test_an_empty_output_has_no_fusion_lever():
+    # f32[0] writes nothing: keeping it out of HBM saves nothing.
+    assert levers("fusion.7", "loop fusion", 2**20, _shapes("f32[0]{0}"), []) == []
+
+
 def test_no_bytes_no_lever():
     assert levers("fusion.1", "convolution fusion", 0, [], _shapes("bf16[4096,4096]{1,0}")) == []
 
@@ -110,6 +123,24 @@ def test_far_from_the_floor_the_saving_is_the_step_minus_its_floor():
                                           "copied into VMEM/step": "0 B"}
 
 
+def test_the_floor_finding_states_the_step_and_its_floor():
+    # The 8 ms step against a 2 ms floor at 100 FLOP/B (the message of test_step_floor_message_and_quantities).
+    f = _floor_finding(_ctx(), Options(), _floor(8, 2, flops_per_byte=100.0), ridge=560.0)
+    assert f.code == "TPD106" and f.ops == ()
+    assert f.message == (
+        "each step of `jit_decode` is bandwidth-bound: it takes 8.00 ms against its HBM floor of 2.00 ms (2 GiB "
+        "of parameters and state read once at 1.07 TB/s): it uses 25.0% of HBM bandwidth over the step (model "
+        "bandwidth utilisation), at 100.0 FLOP per byte read")
+    assert [e.subject for e in f.evidence] == ["jit_decode"]
+    assert [(q.subject, q.name, q.value) for q in f.quantities] == [
+        ("jit_decode", "step time ps", 8 * MS), ("jit_decode", "HBM floor ps", 2 * MS),
+        ("jit_decode", "bytes read once", 2.0 * GIB), ("jit_decode", "HBM bandwidth utilization", 0.25)]
+    # Several hosts: the finding is the whole capture's, no single host's.
+    two_hosts = SimpleNamespace(chip=None, analysis=SimpleNamespace(profile=SimpleNamespace(
+        hosts=[SimpleNamespace(host="h0"), SimpleNamespace(host="h1")])))
+    assert _floor_finding(two_hosts, Options(), _floor(8, 2), ridge=560.0).host == ""
+
+
 def test_near_the_floor_only_fewer_bytes_help():
     # 5 of 10 ms: at `floor_share` (0.5) exactly, the step is near its floor; int8 halves the floor.
     f = _floor_finding(_ctx(), Options(), _floor(10, 5), ridge=560.0)
@@ -150,6 +181,9 @@ def test_weights_that_fit_in_vmem_can_stay_resident():
     assert "resident" not in _floor_finding(_ctx(None), Options(), small, ridge=560.0).fix
     big = StepFloor("jit_decode", 10 * MS, 2 * MS, 129 * 2**20, 2.0 * 129 * 2**20, 32 * 2**20, 129 * 2**20 * 5e2)
     assert "resident" not in _floor_finding(_ctx(v6e), Options(), big, ridge=560.0).fix
+    # Parameters that fit but nothing copied into VMEM: nothing to keep resident.
+    no_copy = StepFloor("jit_decode", 10 * MS, 2 * MS, 64 * 2**20, 2.0 * 64 * 2**20, 0.0, 64 * 2**20 * 5e2)
+    assert "resident" not in _floor_finding(_ctx(v6e), Options(), no_copy, ridge=560.0).fix
     exact = StepFloor("jit_decode", 10 * MS, 2 * MS, 128 * 2**20, 2.0 * 128 * 2**20, 32 * 2**20, 128 * 2**20 * 5e2)
     assert "resident" in _floor_finding(_ctx(v6e), Options(), exact, ridge=560.0).fix
 
@@ -189,3 +223,21 @@ def test_step_floor_of_the_decode_step(tmp_path):
     # The only program is taken even when its name differs.
     alone = SimpleNamespace(module="jit_renamed", entry_parameters=lambda: params)
     assert step_floor(SimpleNamespace(analysis=a, compiled=SimpleNamespace(programs=(alone,))), basis).bytes_read == read
+    # What async copies brought into VMEM, per step and core: 1,000 B on each of the 7 ops' rows, over 10
+    # steps on 2 cores.
+    from dataclasses import replace
+
+    copying = replace(a, ops=a.ops.assign(copied_hbm_bytes=1000.0))
+    assert len(a.ops) == 7
+    assert step_floor(SimpleNamespace(analysis=copying, compiled=SimpleNamespace(programs=(program,))),
+                      basis).copied_bytes == 7 * 1000 / 20
+    # A capture without steps (no Steps line, no module executions) has no step to put against a floor;
+    # nor does a chip whose HBM bandwidth is unknown.
+    whole = sc.analyse(sc.decode_v6e(modules_line=False), tmp_path / "whole")
+    assert step_floor(SimpleNamespace(analysis=whole, compiled=SimpleNamespace(programs=(program,))),
+                      step_basis(whole)) is None
+    unknown = sc.analyse(sc.decode_v6e(device_type="", peak_hbm_gbs=None), tmp_path / "unknown")
+    assert step_floor(SimpleNamespace(analysis=unknown, compiled=SimpleNamespace(programs=(program,))),
+                      step_basis(unknown)) is None
+    # Among several programs none named like the steps' module, none is taken, the first included.
+    assert step_floor(SimpleNamespace(analysis=a, compiled=SimpleNamespace(programs=(alone, other))), basis) is None

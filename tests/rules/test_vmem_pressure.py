@@ -171,3 +171,9 @@ def test_errors_come_first_once_each_scoped_or_physical():
     # Without a chip the error does not guess its VMEM; an error joined only to a program is still told.
     [alone, op] = _check(_program(_use("k", 20), error=scoped))
     assert alone.message.endswith("over the 16 MiB scoped VMEM limit") and op.ops == ("k",)
+
+
+def test_an_xla_op_exactly_at_the_limit_is_not_over_it():
+    # XLA sized the op to the limit: at it is within it, and only a kernel is judged from 90 %.
+    assert _check(_program(_use("fusion.3", 16, kernel=False))) == []
+    assert [f.ops for f in _check(_program(_use("kernel.1", 16)))] == [("kernel.1",)]

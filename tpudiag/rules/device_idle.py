@@ -135,6 +135,8 @@ def check(ctx: RuleContext, options: Options) -> list[Finding]:
         # Most of it has no host span over it, but what does is named: "not visible" alone would
         # contradict the evidence's causes.
         seen = [(c, worst.causes_ps.get(c, 0.0)) for c in CAUSES if worst.causes_ps.get(c, 0.0) >= 0.01 * waited]
+        if worst.io_ps >= 0.01 * waited:  # device infeed is part of `waited` and of the evidence
+            seen.append(("device infeed/outfeed", worst.io_ps))
         if seen:
             of_idle = (f" for {fmt_pct(cause_ps / waited)} of it; the rest: "
                        + ", ".join(f"{c} {fmt_time(ps)}" for c, ps in seen))
