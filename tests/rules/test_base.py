@@ -66,6 +66,7 @@ def test_summary_is_the_first_line_without_its_period():
     assert _rule().summary == "Toy rule for the tests"
     assert _rule(doc="").summary == ""
     assert _rule(doc=None).summary == ""
+    assert _rule(doc="Checks the MAX.\n\nMore.").summary == "Checks the MAX"  # only the period goes
 
 
 def test_page_is_the_title_the_inputs_and_the_doc():

@@ -51,6 +51,9 @@ def test_unfused_elementwise_gets_the_fusion_lever(tmp_path: Path):
     assert f.ops == ("fusion.50",) and "fuse" in f.fix
     # Its output (one third of its bytes) would stay out of HBM.
     assert f.saving.ps == pytest.approx(sc.ELEMENTWISE_PS / 3, rel=0.01)
+    # 45.5 µs of the 1.13 ms step (fusion.13's 998 µs and fusion.50's 136 µs): 4.0 %, medium (3 to 15 %).
+    assert f.saving.ps / (sc.ALIGNED_PS + sc.ELEMENTWISE_PS) == pytest.approx(0.040, abs=0.001)
+    assert f.severity is Severity.MEDIUM and f.host == "host0"
 
 
 def test_near_miss_below_the_roof_and_healthy(tmp_path: Path):
@@ -133,9 +136,16 @@ def test_roof_ops_above_the_peak_get_no_rate_and_waiting_copies_the_dma_fix(tmp_
 def test_all_ops_above_the_peak_and_one_waiting_copy(tmp_path: Path):
     both = _back_to_back([("copy-done.3", _at(1.2)), ("copy-done.7", _at(1.3))])
     (f,) = _run(sc.analyse(both, tmp_path / "both"))
+    assert f.message.startswith("2 ops on the HBM roof hold 100.0% of device time: ")
     assert "(timed alone, they run above the 1.64 TB/s peak" in f.message
+    # The totals' subject is the group; then copy-done.3 first, the longer (120 % of the peak, not 130 %).
+    assert [(q.subject, q.name) for q in f.quantities][:2] == [("2 ops", "time share"), ("copy-done.3", "time share")]
     assert f.fix.startswith("`copy-done.3`, `copy-done.7` wait for a DMA no work hides")
     assert f.saving.ps == 0
+    # Three copies waiting: all named, no "and more".
+    three = _back_to_back([("copy-done.3", _at(1.2)), ("copy-done.7", _at(1.3)), ("copy-done.8", _at(1.4))])
+    (f,) = _run(sc.analyse(three, tmp_path / "three"))
+    assert f.fix.startswith("`copy-done.3`, `copy-done.7`, `copy-done.8` wait for a DMA no work hides: ")
     # One op, above the peak, in a capture without steps: its name, "it runs", bytes per core over the capture.
     one = _back_to_back([("copy-done.3", _at(1.2))], steps_line=False, modules_line=False)
     (f,) = _run(sc.analyse(one, tmp_path / "one"))
@@ -220,6 +230,9 @@ def test_the_share_thresholds_are_inclusive(tmp_path: Path):
     a = sc.analyse(sc.design((sc.ELEMENTWISE, FILLER), half_schedule, step_ps=2 * sc.ELEMENTWISE_PS), tmp_path)
     (f,) = _run(a, min_op_share=0.5, min_time_share=0.5)  # the op and the roof at exactly half
     assert f.ops == ("fusion.50",) and f.message.startswith("`fusion.50` on the HBM roof holds 50.0% of device time")
+    # One op: the totals are its own, at 90 % of the peak.
+    assert [(q.subject, q.name, q.value) for q in f.quantities[:2]] == [
+        ("fusion.50", "time share", 0.5), ("fusion.50", "HBM bandwidth utilization", pytest.approx(0.9, rel=1e-6))]
     assert _run(a, min_op_share=0.51) == [] and _run(a, min_time_share=0.51) == []
 
 
@@ -229,17 +242,48 @@ def test_roof_ops_under_the_time_share_give_no_finding(tmp_path: Path):
     assert _run(sc.analyse(sc.decode_v6e(), tmp_path), min_time_share=0.8) == []
 
 
-FAST_PS = round(sc.ELEMENTWISE.bytes_accessed / (1.2 * sc.HBM) * 1e12)  # 201.3 MB at 120 % of the peak: 102.3 µs
+# fusion.52: a loop fusion of four bf16[4096,8192] operands into one (5 x 64 MiB), timed at 120 % of the
+# HBM peak: 335.5 MB in 170.5 µs.
+FOUR_IN = sc.OpDef("fusion.52", "loop fusion", bytes_accessed=5 * 2 * 4096 * 8192.0,
+                   shape="bf16[4096,8192]{1,0:T(8,128)(2,1)}",
+                   hlo_text=("%fusion.52 = bf16[4096,8192]{1,0} fusion(bf16[4096,8192]{1,0} %a, bf16[4096,8192]{1,0} %b, "
+                             "bf16[4096,8192]{1,0} %c, bf16[4096,8192]{1,0} %d), kind=kLoop, calls=%fused_computation.52"))
+FAST_PS = round(FOUR_IN.bytes_accessed / (1.2 * sc.HBM) * 1e12)
 
 
 def fast_elementwise_schedule(chip: int, step: int) -> list[sc.Placed]:
-    return [sc.Placed("fusion.50", 0, FAST_PS)]
+    return [sc.Placed("fusion.52", 0, FAST_PS)]
 
 
 def test_no_saving_is_built_on_an_op_timed_above_the_peak(tmp_path: Path):
-    # fusion.50 has a lever of its own (its output, a third of its bytes), but its rate is not physical:
+    # fusion.52 has a lever of its own (its output, a fifth of its bytes), but its rate is not physical:
     # it is on the roof with no rate stated, and no saving (the rule's documented limit).
-    (f,) = _run(sc.analyse(sc.design((sc.ELEMENTWISE,), fast_elementwise_schedule, step_ps=FAST_PS), tmp_path))
-    assert f.ops == ("fusion.50",) and "it runs above the 1.64 TB/s peak" in f.message
+    (f,) = _run(sc.analyse(sc.design((FOUR_IN,), fast_elementwise_schedule, step_ps=FAST_PS), tmp_path))
+    assert f.ops == ("fusion.52",) and "it runs above the 1.64 TB/s peak" in f.message
     assert f.saving.ps == 0
-    assert [k for k, _ in f.evidence[0].values] == ["time share", "HBM bytes/step", "bandwidth", "op. intensity"]
+    # Its first three operands; no lever row, and no batch note (not a matmul).
+    assert f.evidence[0].values[2:] == (("bandwidth", "above the peak as timed (see the warnings)"),
+                                        ("op. intensity", "0.0 FLOP/B"),
+                                        ("operands", ", ".join(["bf16[4096,8192]"] * 3)))
+
+
+# fusion.53: a loop fusion at 80 % of the HBM peak whose shapes the trace does not give: no lever to model.
+SHAPELESS = sc.OpDef("fusion.53", "loop fusion", bytes_accessed=1.0e8)
+SHAPELESS_PS = round(SHAPELESS.bytes_accessed / (0.8 * sc.HBM) * 1e12)
+
+
+def shapeless_schedule(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.53", 0, SHAPELESS_PS)]
+
+
+def test_a_roof_op_without_a_lever_gets_the_general_fix(tmp_path: Path):
+    (f,) = _run(sc.analyse(sc.design((SHAPELESS,), shapeless_schedule, step_ps=SHAPELESS_PS), tmp_path))
+    assert f.fix == "move fewer bytes: narrower dtypes, fused producers and consumers, larger batches"
+    assert f.saving.ps == 0 and f.severity is Severity.LOW
+
+
+def test_on_several_hosts_the_finding_names_none(tmp_path: Path):
+    designs = [sc.design((SHAPELESS,), shapeless_schedule, step_ps=SHAPELESS_PS, hostname=h, first_chip=2 * i)
+               for i, h in enumerate(("host0", "host1"))]
+    (f,) = _run(sc.analyse_hosts(designs, tmp_path))
+    assert f.ops == ("fusion.53",) and f.host == ""

@@ -223,5 +223,21 @@ def test_step_floor_of_the_decode_step(tmp_path):
     # The only program is taken even when its name differs.
     alone = SimpleNamespace(module="jit_renamed", entry_parameters=lambda: params)
     assert step_floor(SimpleNamespace(analysis=a, compiled=SimpleNamespace(programs=(alone,))), basis).bytes_read == read
+    # What async copies brought into VMEM, per step and core: 1,000 B on each of the 7 ops' rows, over 10
+    # steps on 2 cores.
+    from dataclasses import replace
+
+    copying = replace(a, ops=a.ops.assign(copied_hbm_bytes=1000.0))
+    assert len(a.ops) == 7
+    assert step_floor(SimpleNamespace(analysis=copying, compiled=SimpleNamespace(programs=(program,))),
+                      basis).copied_bytes == 7 * 1000 / 20
+    # A capture without steps (no Steps line, no module executions) has no step to put against a floor;
+    # nor does a chip whose HBM bandwidth is unknown.
+    whole = sc.analyse(sc.decode_v6e(modules_line=False), tmp_path / "whole")
+    assert step_floor(SimpleNamespace(analysis=whole, compiled=SimpleNamespace(programs=(program,))),
+                      step_basis(whole)) is None
+    unknown = sc.analyse(sc.decode_v6e(device_type="", peak_hbm_gbs=None), tmp_path / "unknown")
+    assert step_floor(SimpleNamespace(analysis=unknown, compiled=SimpleNamespace(programs=(program,))),
+                      step_basis(unknown)) is None
     # Among several programs none named like the steps' module, none is taken, the first included.
     assert step_floor(SimpleNamespace(analysis=a, compiled=SimpleNamespace(programs=(alone, other))), basis) is None
