@@ -127,6 +127,7 @@ def test_padding_fraction_of_tiled_layouts_by_hand():
     assert padding_fraction("f32[3,1000]{1,0}") is None  # a layout without tiles
     assert padding_fraction("f32[3,1000]{1,0:T(4,128)") is None  # cut off: the parser refuses it
     assert padding_fraction("q99[3,1000]{1,0:T(4,128)}") is None  # an unknown dtype
+    assert padding_fraction("f32[0,128]{1,0:T(8,128)}") is None  # an empty array: no bytes, nothing padded
 
 
 def test_op_padding_prefers_the_compiled_bytes():

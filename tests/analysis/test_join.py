@@ -654,3 +654,139 @@ def test_the_join_needs_only_its_key_columns_and_reads_a_missing_shape_as_unknow
     r = join_compiled(ops, [_small_source()], options=JoinOptions(min_agreement=0.5))
     assert _col(r, "padded_bytes") == [2 * 16_384, None]
     assert r.columns["hlo_match"].tolist() == ["module", ""] and r.columns["hlo_origin"].tolist() == ["dumpdir", ""]
+
+
+# ---- the survivors the third mutation run left open (docs/testing.md, lane mut-open) ------------
+
+def test_two_compilations_of_one_module_in_one_trace_are_joined_each_by_its_own_ops():
+    from tpudiag.analysis.join import SourceMatch
+
+    # program 7 printed the dump's shape, program 8 (a recompile of the same module) another one: each
+    # trace program is compared on its own ops, so 7 joins (1 of 1) and 8 is refused (0 of 1)
+    ops = _ops([("h0", "fusion.1", "f32[3,1000]{1,0:T(4,128)}")], program_id=7)
+    ops = pd.concat([ops, _ops([("h0", "fusion.1", "f32[3,999]{1,0:T(4,128)}")], program_id=8)], ignore_index=True)
+    source = _small_source()
+    r = join_compiled(ops, [source])
+    assert _col(r, "padded_bytes") == [2 * 16_384, None] and r.hlo_matched == 1
+    assert r.matches == (SourceMatch("hlo", "dumpdir", "jit_small", "jit_small", 7, 1, 1, True, "module"),
+                         SourceMatch("hlo", "dumpdir", "jit_small", "jit_small", 8, 0, 1, False, "module"))
+    assert list(r.programs) == [(7, "jit_small")] and r.programs[(7, "jit_small")] is source.program
+    assert (r.n_ops, r.sources) == (2, ("dumpdir",))
+    assert r.warnings == (
+        "compiled program `jit_small` from `dumpdir` does not match the trace's `jit_small`: only 0 of 1 ops "
+        "agree in name and shape (another compilation?); its layouts and cycles are not joined",)
+
+
+def test_a_source_for_another_module_or_target_does_not_stop_the_sources_after_it():
+    from tpudiag.model.hardware import chip_for
+
+    other = parse_hlo_text(SMALL_HLO.replace("jit_small", "jit_other"))
+    sources = [HloSource(other, instruction_bytes(other), "otherdir"), _loop_source("v6e/xla", generation="v6e"),
+               _small_source()]
+    r = join_compiled(_ops([("h0", "fusion.1", "")]), sources, chip=chip_for("v5e"))
+    assert _col(r, "padded_bytes") == [2 * 16_384] and r.columns["hlo_origin"].tolist() == ["dumpdir"]
+
+
+def test_the_llo_facts_of_an_op_after_one_the_dump_lacks_are_joined():
+    # all-reduce.2 comes first in the trace and has no LLO row: fusion.1 after it still gets its spills
+    llo = _llo_dump([("fusion.1", "fusion", 3, 4, "estimate", 120), ("while.5", "while", 1, 2, "no-static-profile",
+                                                                       np.nan)])
+    r = join_compiled(_loop_ops(["all-reduce.2", "fusion.1", "while.5"]), [_loop_source()], [llo])
+    assert _col(r, "spill_stores") == [None, 3, 1] and r.columns["llo_origin"].tolist() == ["", "out/llo", "out/llo"]
+
+
+def test_bytes_from_a_dump_and_cycles_from_the_capture_count_as_joined_from_a_dump():
+    # the dump has no estimate; the capture's own program (same id) has 500 cycles for fusion.1
+    with_cycles = parse_hlo_text(SMALL_HLO.replace(
+        "calls=%fused", 'calls=%fused, backend_config={"bundle_analysis_data":{"estimated_cycles":"500"}}'))
+    with_cycles.program_id = 7
+    capture = HloSource(with_cycles, instruction_bytes(with_cycles), CAPTURE_ORIGIN)
+    r = join_compiled(_ops([("h0", "fusion.1", "")]), [_small_source(), capture])
+    assert r.columns["hlo_origin"].tolist() == ["dumpdir"] and _col(r, "estimated_cycles") == [500]
+    assert r.columns["cycles_source"].tolist() == ["bundle_analysis_data"]
+    assert r.dump_matched == 1  # the bytes came from the dump, whatever the cycles' source
+    # the capture first: both facts from it, none from a dump
+    r = join_compiled(_ops([("h0", "fusion.1", "")]), [capture, _small_source()])
+    assert r.columns["hlo_origin"].tolist() == [CAPTURE_ORIGIN] and r.dump_matched == 0
+
+
+def test_a_remote_dma_in_the_llo_dump_clears_the_hlos_estimate():
+    # the HLO says 500 cycles for fusion.1; the static profile says it is remote DMA, not estimated
+    llo = _llo_dump([("fusion.1", "fusion", 0, 0, "not-estimated-remote-dma", np.nan)])
+    r = join_compiled(_loop_ops(["fusion.1"]), [_loop_source()], [llo])
+    assert _col(r, "estimated_cycles") == [None] and r.columns["cycles_source"].tolist() == [""]
+    assert r.columns["llo_origin"].tolist() == ["out/llo"]
+
+
+def test_an_llo_dump_at_exactly_the_agreement_threshold_is_joined():
+    from tpudiag.analysis.join import SourceMatch
+
+    # 2 of the dump's 4 ops are ops of the trace program: exactly min_agreement 0.5 joins, 0.75 does not
+    llo = _llo_dump([("fusion.1", "fusion", 3, 4, "estimate", 120), ("while.5", "while", 1, 2, "estimate", 9),
+                     ("ghost.1", "fusion", 1, 1, "estimate", 1), ("ghost.2", "fusion", 1, 1, "estimate", 1)])
+    half = join_compiled(_loop_ops(["fusion.1", "while.5"]), (), [llo], options=JoinOptions(min_agreement=0.5))
+    assert half.llo_matched == 2 and half.matches == (
+        SourceMatch("llo", "out/llo", "jit_loop", "jit_loop", 7, 2, 4, True, "module"),)
+    more = join_compiled(_loop_ops(["fusion.1", "while.5"]), (), [llo], options=JoinOptions(min_agreement=0.75))
+    assert more.llo_matched == 0 and not more.matches[0].accepted
+    assert JoinOptions(min_agreement=1.0).min_agreement == 1.0  # the top of (0, 1] is allowed
+
+
+def test_the_llo_dump_is_compared_with_the_trace_ops_and_the_accepted_programs_instructions():
+    # kernel.3 is no trace op but an instruction of the accepted HLO program; copy.7 is a trace op the
+    # HLO program lacks (so its agreement is 4 of 5, accepted at 0.8): the LLO dump's two rows agree
+    llo = _llo_dump([("kernel.3", "custom-call", 10, 20, "estimate", 7), ("copy.7", "copy", 1, 1, "estimate", 2)])
+    r = join_compiled(_loop_ops(LOOP_OPS + ["copy.7"]), [_loop_source()], [llo],
+                      options=JoinOptions(min_agreement=0.8))
+    (m,) = [m for m in r.matches if m.kind == "llo"]
+    assert (m.agreeing, m.compared, m.accepted) == (2, 2, True)
+    assert _col(r, "spill_stores") == [None, None, None, 10, 1]
+
+
+def test_a_dump_that_was_tried_and_named_in_a_warning_is_not_named_again():
+    # an HLO dump refused for its shapes, an LLO dump of the module refused for its opcodes, and an
+    # unnamed LLO dump sharing one name but refused: each has its own warning, none "matched none"
+    bad_shape = parse_hlo_text(LOOP_HLO.replace("f32[8,128]", "f32[8,64]"))
+    rows = [(n, "convolution", 1, 1, "estimate", 5) for n in LOOP_OPS]
+    unnamed = _llo_dump([("fusion.1", "fusion", 1, 1, "estimate", 5), ("x.1", "", 1, 1, "estimate", 5)],
+                        path="anon/llo", module=None)
+    ops = _ops([("h0", n, "" if n == "while.5" else "f32[8,128]{1,0}") for n in LOOP_OPS], module="jit_loop")
+    r = join_compiled(ops, [HloSource(bad_shape, instruction_bytes(bad_shape), "bad/xla"), _loop_source()],
+                      [_llo_dump(rows), unnamed])
+    assert [w.split(" does not match")[0] for w in r.warnings] == [
+        "compiled program `jit_loop` from `bad/xla`", "LLO dump `out/llo`", "LLO dump `anon/llo`"]
+
+
+def test_a_dump_that_matched_nothing_names_every_module_it_holds_and_the_trace_runs():
+    a = parse_hlo_text(SMALL_HLO.replace("jit_small", "jit_b"))
+    b = parse_hlo_text(SMALL_HLO.replace("jit_small", "jit_a"))
+    sources = [HloSource(p, instruction_bytes(p), "pair/xla") for p in (a, b)]
+    two = pd.concat([_ops([("h0", "fusion.1", "")], module="jit_x", program_id=1),
+                     _ops([("h0", "fusion.1", "")], module="jit_y", program_id=2)], ignore_index=True)
+    r = join_compiled(schemas.OPS.frame({c: two[c].tolist() for c in two.columns}), sources)
+    assert r.warnings[0] == ("compiler dump `pair/xla` matched none of the 2 trace ops: it holds `jit_a`, `jit_b`, the "
+                             "trace runs `jit_x`, `jit_y` (dumps from another compilation?)")
+    # a trace without ops
+    r = join_compiled(_ops([]), [_small_source()])
+    assert r.warnings[0] == ("compiler dump `dumpdir` matched none of the 0 trace ops: it holds `jit_small`, the "
+                             "trace runs no ops (dumps from another compilation?)")
+
+
+def test_an_llo_dump_of_no_ops_or_refused_does_not_stop_the_dumps_after_it():
+    empty = _llo_dump([("<top-inlining-caller>", "", 1, 1, "estimate", 5)], path="tlp/llo", module=None)
+    refused = _llo_dump([("ghost.1", "fusion", 1, 1, "estimate", 5)], path="bad/llo")
+    good = _llo_dump([("fusion.1", "fusion", 3, 4, "estimate", 120)], path="out/llo")
+    r = join_compiled(_loop_ops(["fusion.1"]), (), [empty, refused, good])
+    assert r.columns["llo_origin"].tolist() == ["out/llo"] and _col(r, "spill_stores") == [3]
+
+
+def test_only_a_dump_whose_own_tries_were_all_silent_is_named_as_matching_nothing():
+    # bad/llo names the trace's module and was tried and refused (its own warning); other/llo names
+    # another module and was never tried: only other/llo is named as matching none
+    refused = _llo_dump([("ghost.1", "fusion", 1, 1, "estimate", 5), ("ghost.2", "fusion", 1, 1, "estimate", 5)],
+                        path="bad/llo")
+    other = _llo_dump(LLO_ROWS, path="other/llo", module="jit_other")
+    r = join_compiled(_loop_ops(), (), [refused, other])
+    assert [w.split(":")[0] for w in r.warnings] == [
+        "LLO dump `bad/llo` does not match the trace's `jit_loop`", "compiler dump `other/llo` matched none of the 4 "
+        "trace ops", "compiler dumps were given but none matched any of the 4 trace ops"]

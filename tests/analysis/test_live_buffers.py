@@ -108,3 +108,14 @@ def test_an_empty_profile_has_no_rows_and_a_total_just_within_int64_is_kept():
         "`p`: damaged pprof profile (its buffer or byte totals pass int64: more than any device holds)")
     with pytest.raises(InputError, match="pass int64"):  # executables' bytes count too
         attribute(DeviceMemoryProfile("p", (_sample((), "", 1, big + 1, kind="executable"),)))
+
+
+def test_a_profile_file_is_read_and_attributed_to_its_lines(tmp_path):
+    from tests.memory_captures import pprof_bytes
+    from tpudiag.analysis.live_buffers import live_bytes_of
+
+    path = tmp_path / "memory.prof"
+    path.write_bytes(pprof_bytes(values=(2, 128)))  # two buffers of 128 bytes in all, made at model.py:7 on tpu:0
+    live = live_bytes_of(path)
+    assert (live.path, live.total_buffers, live.total_bytes) == (str(path), 2, 128)
+    assert live.by_line[["file", "line", "buffers", "bytes"]].values.tolist() == [["model.py", 7, 2, 128]]

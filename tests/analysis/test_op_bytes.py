@@ -45,6 +45,12 @@ def test_host_offload_copies_say_where_they_move():
                              "copy-start(f32[1024]{0:T(1024)S(5)} %param.3)"}
     got = op_bytes(_meta(texts)).set_index("name").loc["copy-start.2"]
     assert got["moves"] == "host->hbm" and got["host_read_bytes"] == 4096 and got["hbm_write_bytes"] == 4096
+    # and back: a copy of an HBM array to host memory (S(5)) reads HBM and writes the host
+    texts = {"copy-start.4": "%copy-start.4 = (f32[1024]{0:T(1024)S(5)}, f32[1024]{0:T(1024)}, u32[]{:S(2)}) "
+                             "copy-start(f32[1024]{0:T(1024)} %fusion.3)"}
+    got = op_bytes(_meta(texts)).set_index("name").loc["copy-start.4"]
+    assert got["moves"] == "hbm->host" and got["hbm_read_bytes"] == 4096 and got["host_write_bytes"] == 4096
+    assert got["host_read_bytes"] == 0 and got["hbm_write_bytes"] == 0
 
 
 @pytest.fixture(scope="module")

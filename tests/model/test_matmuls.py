@@ -512,3 +512,132 @@ def test_each_ops_math_in_a_program():
     assert math("a") == OpMath(op="a", opcode="parameter", matmuls=())
     # A custom call of one operand that declares nothing: no matmul, no cost
     assert math("sort.1") == OpMath(op="sort.1", opcode="custom-call", matmuls=())
+
+
+# ---- the survivors the third mutation run left open (docs/testing.md, lane mut-open) ------------
+
+@pytest.mark.parametrize("pad, k", [("0_1", 3), ("1_0", 2)])
+def test_a_convolution_counts_its_taps_from_the_low_pad_only(pad, k):
+    # 3 inputs, a window of 3 at stride 3, one pad element on one side: (3 + 1 - 3) // 3 + 1 = 1
+    # output. Its window starts at -pad_low: with pad 0_1 it reads positions 0, 1, 2 (3 real taps),
+    # with pad 1_0 positions -1, 0, 1 (2 real taps). K is 1 feature x those taps.
+    mm = _conv_1d("1,3,1", "3,1,1", "1,1,1", f"size=3 stride=3 pad={pad}")
+    assert (mm.batch, mm.m, mm.n, mm.k) == (1, 1, 1, k)
+
+
+def test_a_trace_convolution_line_reads_its_rhs_dilation():
+    # 2 inputs, a window of 2 taps dilated by 2 (taps 2 apart), pad 1 each side: 2 + 2 - 3 + 1 = 2
+    # outputs. Output 0 reads positions -1 and 1 (tap 1 real), output 1 reads 0 and 2 (tap 0 real):
+    # one real input each, with a tap of its own, so the 2 outputs are a batch and K is the 4
+    # features x 1 tap. Read without the dilation, output 1 would see 2 real taps (M 2, K 8).
+    mm = _conv_1d("1,2,4", "2,4,8", "1,2,8", "size=2 pad=1_1 rhs_dilate=2")
+    assert (mm.batch, mm.m, mm.n, mm.k) == (2, 1, 8, 4)
+
+
+def test_a_program_convolution_carries_its_jax_op_name():
+    from tpudiag.model.matmuls import instruction_matmul
+    program = parse_hlo_text("""HloModule m
+
+ENTRY %main (a: f32[1,3,4], w: f32[3,4,8]) -> f32[1,1,8] {
+  %a = f32[1,3,4]{2,1,0} parameter(0)
+  %w = f32[3,4,8]{2,1,0} parameter(1)
+  ROOT %conv.1 = f32[1,1,8]{2,1,0} convolution(%a, %w), window={size=3}, dim_labels=b0f_0io->b0f, metadata={op_name="jit(f)/conv_general_dilated"}
+}
+""")
+    mm = instruction_matmul(program, program.find("conv.1"))
+    # one output position reading all 3 taps: M 1, N 8, K 4 features x 3 taps
+    assert (mm.m, mm.n, mm.k, mm.op_name, mm.computation) == (1, 8, 12, "jit(f)/conv_general_dilated", "main")
+
+
+CALLS_AND_LOOPS = """\
+HloModule m
+
+%sum (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %add = f32[] add(%x, %y)
+}
+
+%gather (p: f32[8,16]) -> f32[16,16] {
+  %p = f32[8,16]{1,0} parameter(0)
+  ROOT %all-gather.1 = f32[16,16]{1,0} all-gather(%p), dimensions={0}, replica_groups={{0,1}}
+}
+
+%reduce (q: f32[8,16]) -> f32[8,16] {
+  %q = f32[8,16]{1,0} parameter(0)
+  ROOT %all-reduce.2 = f32[8,16]{1,0} all-reduce(%q), replica_groups={{0,1}}, to_apply=%sum
+}
+
+%outer (o: f32[8,16]) -> (f32[16,16], f32[16,16], f32[8,16]) {
+  %o = f32[8,16]{1,0} parameter(0)
+  %c1 = f32[16,16]{1,0} call(%o), to_apply=%gather
+  %c2 = f32[16,16]{1,0} call(%o), to_apply=%gather
+  %c3 = f32[8,16]{1,0} call(%o), to_apply=%reduce
+  ROOT %t = (f32[16,16]{1,0}, f32[16,16]{1,0}, f32[8,16]{1,0}) tuple(%c1, %c2, %c3)
+}
+
+%body (b: (s32[], f32[8,16])) -> (s32[], f32[8,16]) {
+  %b = (s32[], f32[8,16]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %v = f32[8,16]{1,0} get-tuple-element(%b), index=1
+  %all-reduce.3 = f32[8,16]{1,0} all-reduce(%v), replica_groups={{0,1}}, to_apply=%sum
+  ROOT %r = (s32[], f32[8,16]{1,0}) tuple(%i, %all-reduce.3)
+}
+
+%cond (c: (s32[], f32[8,16])) -> pred[] {
+  %c = (s32[], f32[8,16]{1,0}) parameter(0)
+  %n = s32[] get-tuple-element(%c), index=0
+  %lim = s32[] constant(3)
+  ROOT %lt = pred[] compare(%n, %lim), direction=LT
+}
+
+%looping (l: (s32[], f32[8,16])) -> (s32[], f32[8,16]) {
+  %l = (s32[], f32[8,16]{1,0}) parameter(0)
+  ROOT %while.2 = (s32[], f32[8,16]{1,0}) while(%l), condition=%cond, body=%body
+}
+
+%inner_dot (d0: f32[8,16], d1: f32[16,4]) -> f32[8,4] {
+  %d0 = f32[8,16]{1,0} parameter(0)
+  %d1 = f32[16,4]{1,0} parameter(1)
+  ROOT %dot.9 = f32[8,4]{1,0} dot(%d0, %d1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (a: f32[8,16], w: f32[16,8], u: f32[16,4]) -> f32[8,16] {
+  %a = f32[8,16]{1,0} parameter(0)
+  %w = f32[16,8]{1,0} parameter(1)
+  %u = f32[16,4]{1,0} parameter(2)
+  %z = s32[] constant(0)
+  %init = (s32[], f32[8,16]{1,0}) tuple(%z, %a)
+  %fusion.1 = (f32[16,16]{1,0}, f32[16,16]{1,0}, f32[8,16]{1,0}) fusion(%a), kind=kLoop, calls=%outer
+  %while.1 = (s32[], f32[8,16]{1,0}) while(%init), condition=%cond, body=%body
+  %call.1 = (s32[], f32[8,16]{1,0}) call(%init), to_apply=%looping
+  %kernel.1 = f32[8,4]{1,0} custom-call(%a, %u), custom_call_target="tpu_custom_call", called_computations={%inner_dot}
+  ROOT %out = f32[8,16]{1,0} get-tuple-element(%while.1), index=1
+}
+"""
+
+
+def test_collectives_inside_an_op_are_found_at_any_depth_once_and_never_inside_a_loop():
+    from tpudiag.model.matmuls import op_math
+    program = parse_hlo_text(CALLS_AND_LOOPS)
+
+    def collectives(name):
+        return op_math(program, program.find(name)).collectives
+    # fusion.1 -> %outer, whose calls c1 and c2 both run %gather and c3 runs %reduce: the gather is
+    # named once (its computation is walked once), and the walk goes on past the computation seen
+    # twice to the all-reduce, two calls down
+    assert collectives("fusion.1") == ("all-gather.1", "all-reduce.2")
+    # a while loop's body runs as trace ops of its own: nothing inside the loop belongs to the op,
+    # whether the loop is the op itself or sits inside the computation a `call` runs
+    assert collectives("while.1") == ()
+    assert collectives("call.1") == ()
+
+
+def test_a_custom_call_that_calls_a_computation_has_that_computations_matmuls():
+    from tpudiag.model.matmuls import op_math
+    program = parse_hlo_text(CALLS_AND_LOOPS)
+    # kernel.1's operands [8,16] x [16,4] -> [8,4] compose as a matmul, but it calls %inner_dot:
+    # the matmul is that computation's dot.9, not one read from the custom call's shapes
+    math = op_math(program, program.find("kernel.1"))
+    assert [(mm.instruction, mm.computation, mm.opcode, mm.m, mm.n, mm.k, mm.feeds) for mm in math.matmuls] == [
+        ("dot.9", "inner_dot", "dot", 8, 4, 16, (0,))]

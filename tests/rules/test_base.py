@@ -66,6 +66,7 @@ def test_summary_is_the_first_line_without_its_period():
     assert _rule().summary == "Toy rule for the tests"
     assert _rule(doc="").summary == ""
     assert _rule(doc=None).summary == ""
+    assert _rule(doc="Checks the MAX.\n\nMore.").summary == "Checks the MAX"  # only the period goes
 
 
 def test_page_is_the_title_the_inputs_and_the_doc():
@@ -128,8 +129,13 @@ def test_factorized_reads_a_categorical_by_its_codes_and_keeps_first_seen_order(
     # A missing value (code -1) goes the plain way: pandas' factorize marks it -1 too.
     codes, labels = _factorized(pd.Series(["b", None, "b"], dtype="category"))
     assert codes.tolist() == [0, -1, 0] and labels.tolist() == ["b"]
-    codes, labels = _factorized(pd.Series(["x", "y", "x"]))
-    assert codes.tolist() == [0, 1, 0] and labels.tolist() == ["x", "y"]
+    codes, labels = _factorized(pd.Series(["y", "x", "y"]))  # first seen, not sorted
+    assert codes.tolist() == [0, 1, 0] and labels.tolist() == ["y", "x"]
+    # Labels are objects whatever the values: integer categories, and plain integers.
+    codes, labels = _factorized(pd.Series([7, 3, 7], dtype="category"))
+    assert codes.tolist() == [0, 1, 0] and labels.tolist() == [7, 3] and labels.dtype == object
+    codes, labels = _factorized(pd.Series([7, 3, 7]))
+    assert codes.tolist() == [0, 1, 0] and labels.tolist() == [7, 3] and labels.dtype == object
 
 
 def test_doc_sections_split_at_each_underlined_title():

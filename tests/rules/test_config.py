@@ -207,3 +207,9 @@ def test_an_option_refused_at_resolve_names_the_config_file_and_the_rule():
     with pytest.raises(UsageError) as info:
         RulesConfig(options={"spill": {"min_spills": 0}}).resolve()
     assert info.value.path is None
+
+
+def test_an_ignored_rule_leaves_the_rules_after_it():
+    # exposed-collective is the registry's first rule: ignoring it keeps every other, in registry order.
+    assert [r.name for r, _ in RulesConfig(ignore=("exposed-collective",)).resolve()] == [
+        r.name for r in RULES if r.name != "exposed-collective"]

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.rules import scenarios as sc
@@ -280,8 +281,8 @@ def test_flops_need_an_op_with_flops_and_a_peak(tmp_path):
 def test_layouts_need_a_tiled_shape_and_a_missing_shape_is_not_one(tmp_path):
     analysis = _clones(tmp_path)
     shapes = ["f32[8,128]{1,0}"] * len(analysis.ops)
-    shapes[0] = None
-    untiled = replace(analysis, ops=analysis.ops.assign(shape_with_layout=shapes))
+    shapes[0] = None  # missing, as the ops schema's string column holds it (<NA>)
+    untiled = replace(analysis, ops=analysis.ops.assign(shape_with_layout=pd.array(shapes, dtype="string")))
     assert _inputs(untiled, layouts=len) == {RuleInput.TRACE}
 
 

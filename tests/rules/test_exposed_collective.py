@@ -99,6 +99,8 @@ def test_classification_thresholds_are_inclusive():
     assert classify(0.8999, opts) == "partial"
     assert classify(0.1, opts) == "exposed"
     assert classify(0.1001, opts) == "partial"
+    mine = Options(hidden_threshold=0.7, exposed_threshold=0.2).thresholds  # the user's own, both of them
+    assert classify(0.7, mine) == "hidden" and classify(0.2, mine) == "exposed" and classify(0.25, mine) == "partial"
 
 
 def test_bad_thresholds_are_rejected_with_both_values():
