@@ -306,6 +306,9 @@ def test_spill_stores_per_op_from_the_join():
     # Per op the most any of its rows (hosts, programs) spills; an op whose stores are unknown is absent.
     stores = pd.DataFrame({"spill_stores": pd.array([5, 3, 0, None], dtype="Int64")}, index=[10, 11, 12, 13])
     assert _spills(ctx(stores), ops) == {"fusion.1": 5, "fusion.2": 0}
+    # The join holds every op row; the rule asks about its candidates only (here rows 10 to 13 of 10 to 14).
+    more = pd.DataFrame({"spill_stores": pd.array([5, 3, 0, None, 7], dtype="Int64")}, index=[10, 11, 12, 13, 14])
+    assert _spills(ctx(more), ops) == {"fusion.1": 5, "fusion.2": 0}
     assert _spills(SimpleNamespace(join=None), ops) == {}
     assert _spills(ctx(pd.DataFrame({"bundles": [1, 2, 3, 4]}, index=[10, 11, 12, 13])), ops) == {}
 
@@ -585,6 +588,10 @@ def test_referred_matmuls_come_largest_time_share_first(tmp_path: Path):
     assert f.ops == ("fusion.31", "fusion.30") and [e.subject for e in f.evidence] == ["fusion.31", "fusion.30"]
     assert (f.rule, f.code, f.host) == ("low-mxu-utilization", "TPD102", "host0")
     assert f.saving.explanation == "no MXU-side saving: the ops are as fast as their bytes allow"
+    oi = sc.DECODE_FLOPS / sc.DECODE_BYTES  # 31.75 FLOP/B
+    assert [(q.subject, q.name, q.value) for q in f.quantities[:2]] == [
+        ("fusion.31", "FLOP utilization", pytest.approx(oi * 0.75 * sc.HBM / sc.PEAK, rel=1e-6)),
+        ("fusion.31", "time share", pytest.approx(SLOWER_PS / (SLOWER_PS + sc.DECODE_MM_PS), rel=1e-6))]
     # Judged slow below 4.5 % only, fusion.31 is referred alone.
     (f,) = _run(a, low_utilization=0.045)
     assert f.message.startswith("`fusion.31` run at 4.3% of peak FLOP/s, on the HBM roof") and f.ops == ("fusion.31",)
