@@ -57,6 +57,9 @@ def test_saving_is_self_time_times_missing_utilization(analysis):
     oi = sc.SMALL_BATCH.flops / sc.SMALL_BATCH.bytes_accessed
     target = 0.7 * oi / (sc.PEAK / sc.HBM)
     assert small.saving.ps == pytest.approx(sc.SMALL_BATCH_PS * (1 - 0.002 / target), rel=1e-3)
+    # Savings per step: fusion.10 1.785 ms x (1 - 0.2 / 0.7) = 1.275 ms, fusion.12 1.497 ms x (1 - 0.15 / 0.7)
+    # = 1.176 ms, fusion.11 1.170 ms x (1 - 0.002 / 0.01) = 0.936 ms: `max_findings` keeps the largest.
+    assert [f.ops[0] for f in _run(analysis, max_findings=2)] == ["fusion.10", "fusion.12"]
 
 
 def test_near_misses_turn_into_findings_when_thresholds_move(analysis):
@@ -133,6 +136,11 @@ def test_llo_dumps_add_the_static_mxu_busy_fraction(analysis):
     assert "MXUs busy in only 22.0% of its bundles (static LLO)" in by_op["fusion.10"].message
     assert "static LLO" not in by_op["fusion.12"].message  # 81 %: the compiled code is not the problem
     assert dict(by_op["fusion.12"].evidence[0].values)["static MXU busy"] == "81.0%"
+    # Busy exactly at `low_utilization` (50 %) is not low.
+    half = SimpleNamespace(ops=pd.DataFrame({"name": ["fusion.10"], "mxu_busy_fraction": [0.5]}))
+    (f,) = [f for f in run_rules(analysis, RulesConfig(select=("low-mxu-utilization",)), CompiledInputs(llo=(half,)))[0]
+            if f.ops == ("fusion.10",)]
+    assert "static LLO" not in f.message and dict(f.evidence[0].values)["static MXU busy"] == "50.0%"
 
 
 def test_skipped_without_flops(tmp_path: Path):
@@ -345,7 +353,8 @@ def test_a_matmul_without_bytes_or_flops(tmp_path: Path):
     def schedule(chip, step):
         return [sc.Placed("fusion.18", 0, dur), sc.Placed("fusion.19", dur, 1000 * sc.US)]
 
-    [f] = _run(sc.analyse(sc.design((no_bytes, no_flops), schedule), tmp_path))
+    a = sc.analyse(sc.design((no_bytes, no_flops), schedule), tmp_path)
+    [f] = _run(a)
     assert f.ops == ("fusion.18",)
     values = dict(f.evidence[0].values)
     assert values["attainable target"] == "70.0%" and "op. intensity" not in values
@@ -356,6 +365,16 @@ def test_a_matmul_without_bytes_or_flops(tmp_path: Path):
     assert f.saving.ps == pytest.approx(dur * (1 - 0.2 / 0.7), rel=1e-3)
     assert f.saving.explanation == ("self time per step x (1 - 20.0% / 70.0% attainable), on the core where the op "
                                     "takes longest")
+    # The numbers again, typed: 20 % of the 918 TFLOP/s peak, and its share of device time (each core's
+    # time is its three 10 ms steps); then the matmul's dims from its HLO text.
+    assert [(q.subject, q.name) for q in f.quantities[:4]] == [
+        ("fusion.18", "FLOP utilization"), ("fusion.18", "FLOP/s"), ("fusion.18", "time share"), ("fusion.18", "M")]
+    assert [q.value for q in f.quantities[:3]] == [pytest.approx(0.2, rel=1e-6), pytest.approx(0.2 * sc.PEAK, rel=1e-6),
+                                                   pytest.approx(dur / sc.STEP, rel=1e-6)]
+    assert f.host == "host0"
+    # With a target of 15 %, the 20 % matmul has nothing to recover; without an intensity it is not known
+    # to be on the HBM roof either, so it is not referred to memory-bound: no finding.
+    assert _run(a, target_utilization=0.15) == []
 
 
 def _dot_program(module: str, m: int, k: int, n: int) -> str:
@@ -419,3 +438,153 @@ def test_on_a_gpu_no_mxu_width_is_a_cause_and_f32_is_told_against_the_tensor_cor
     # On the TPU it is (v6e, 256 wide), the odd dims are causes.
     tpu = {f.ops[0]: f for f in _run(a)}
     assert "K = 1001 is not a multiple of the 256-wide MXU (1001 of 1024 used)" in tpu["fusion.20"].message
+
+
+# fusion.17: a loop fusion as long as fusion.10; each core's time is the two back to back, so fusion.10
+# holds exactly half of it.
+HALF_FILLER = sc.OpDef("fusion.17", "loop fusion", bytes_accessed=1.0e6)
+
+
+def half_schedule(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.10", 0, sc.MISALIGNED_PS), sc.Placed("fusion.17", sc.MISALIGNED_PS, sc.MISALIGNED_PS)]
+
+
+def test_the_time_share_threshold_is_inclusive(tmp_path: Path):
+    a = sc.analyse(sc.design((sc.MISALIGNED, HALF_FILLER), half_schedule, step_ps=2 * sc.MISALIGNED_PS), tmp_path)
+    (f,) = _run(a, min_time_share=0.5)
+    assert f.ops == ("fusion.10",) and "for 50.0% of device time" in f.message
+    assert _run(a, min_time_share=0.51) == []
+
+
+# The compiled program of the low-mxu capture, as the join finds it for program 77 `jit_train_step`:
+# fusion.10's computation gathers its weights (three all-gathers, one used) and runs dot.3,
+# [32768, 1000] x [1000, 5000], and a smaller dot.4, [32768, 1000] x [1000, 32]. fusion.21 is not in it.
+JOINED_HLO = """HloModule jit_train_step, is_scheduled=true
+
+%fused_computation.10 (p0: bf16[32768,1000], p1: bf16[500,5000]) -> bf16[32768,5000] {
+  %p0 = bf16[32768,1000]{1,0} parameter(0)
+  %p1 = bf16[500,5000]{1,0} parameter(1)
+  %all-gather.31 = bf16[1000,5000]{1,0} all-gather(bf16[500,5000]{1,0} %p1), dimensions={0}, replica_groups={{0,1}}
+  %all-gather.32 = bf16[1000,5000]{1,0} all-gather(bf16[500,5000]{1,0} %p1), dimensions={0}, replica_groups={{0,1}}
+  %all-gather.33 = bf16[1000,5000]{1,0} all-gather(bf16[500,5000]{1,0} %p1), dimensions={0}, replica_groups={{0,1}}
+  %p2 = bf16[1000,32]{1,0} parameter(2)
+  %dot.4 = bf16[32768,32]{1,0} dot(bf16[32768,1000]{1,0} %p0, bf16[1000,32]{1,0} %p2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %dot.3 = bf16[32768,5000]{1,0} dot(bf16[32768,1000]{1,0} %p0, bf16[1000,5000]{1,0} %all-gather.31), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (a: bf16[32768,1000], b: bf16[500,5000], c: bf16[1000,32]) -> bf16[32768,5000] {
+  %a = bf16[32768,1000]{1,0} parameter(0)
+  %b = bf16[500,5000]{1,0} parameter(1)
+  %c = bf16[1000,32]{1,0} parameter(2)
+  ROOT %fusion.10 = bf16[32768,5000]{1,0} fusion(bf16[32768,1000]{1,0} %a, bf16[500,5000]{1,0} %b, bf16[1000,32]{1,0} %c), kind=kOutput, calls=%fused_computation.10
+}
+"""
+
+# fusion.21: a convolution fusion at 20 % of peak whose HLO text the trace does not give.
+NO_TEXT = sc.OpDef("fusion.21", "convolution fusion", flops=2.0 * 4096**3, bytes_accessed=3 * 2 * 4096**2.0)
+NO_TEXT_PS = round(NO_TEXT.flops / (0.2 * sc.PEAK) * 1e12)
+
+
+def joined_schedule(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.10", 0, sc.MISALIGNED_PS), sc.Placed("fusion.21", sc.MISALIGNED_PS, NO_TEXT_PS)]
+
+
+def test_the_compiled_program_gives_the_matmul_its_collectives_and_spills(tmp_path: Path):
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
+    a = sc.analyse(sc.design((sc.MISALIGNED, NO_TEXT), joined_schedule), tmp_path)
+    program = parse_hlo_text(JOINED_HLO)
+    # The join's two faces a rule reads: the program of a trace program, and per op row its LLO facts
+    # (fusion.10's compiled code spills 1,234 vector registers).
+    spills = pd.array([1234 if n == "fusion.10" else None for n in a.ops["name"].astype(str)], dtype="Int64")
+    join = SimpleNamespace(program_for=lambda program_id, module: program if (program_id, module) == (
+        77, "jit_train_step") else None, columns=pd.DataFrame({"spill_stores": spills}, index=a.ops.index))
+    by_op = {f.ops[0]: f for f in run_rules(a, RulesConfig(select=("low-mxu-utilization",)), join=join)[0]}
+    assert by_op["fusion.10"].message.endswith(
+        "of device time: N = 5000 in `dot.3` is not a multiple of the 256-wide MXU (5000 of 5120 used); K = 1000 in "
+        "`dot.3` is not a multiple of the 256-wide MXU (1000 of 1024 used); it also runs `all-gather.31`, "
+        "`all-gather.32` (a collective fused with the matmul): its time includes the collective's (see "
+        "`exposed-collective`); its compiled code spills 1,234 vector registers (see `spill`)")
+    values = dict(by_op["fusion.10"].evidence[0].values)
+    assert values["matmul from"] == "the compiled HLO (dot_dimension_numbers)"
+    assert values["other matmuls"] == "dot.4: bf16 x bf16 -> bf16, M 32768, N 32, K 1000"
+    assert by_op["fusion.21"].message.endswith(
+        "of device time: its matmul's dims are not known (the trace's HLO text does not show them: pass the XLA dump "
+        "with `--dumps`)")
+
+
+PALLAS_OP = sc.pallas_matmul_op("f32", cost_estimate=True)
+
+
+def pallas_schedule(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed(PALLAS_OP.name, 0, sc.PALLAS_PS)]
+
+
+def test_a_pallas_kernel_is_told_by_its_blocks_and_its_block_fix_comes_first(tmp_path: Path):
+    # The f32 Pallas matmul on v6e (256-wide MXU), with the kernel its compiled program holds for
+    # `custom-call.1`: blocks [64, 256] x [256, 128] -> [64, 128]. block_n 128 leaves half the MXU's columns
+    # idle: the first fix raises it; the dtype fix follows. A kernel whose blocks are not a matmul's is
+    # told by its blocks, with no block fix.
+    from dataclasses import replace
+
+    from tpudiag.model.inputs import CompiledInputs, HloInput
+    from tpudiag.model.kernels import KernelBlock, MosaicKernel
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
+    a = sc.analyse(sc.design((PALLAS_OP,), pallas_schedule, module="jit_pallas_matmul", step_ps=sc.PALLAS_PS),
+                   tmp_path)
+    program = parse_hlo_text("HloModule jit_pallas_matmul\n\nENTRY %main (p: f32[8]) -> f32[8] {\n"
+                             "  ROOT %p = f32[8]{0} parameter(0)\n}\n")
+    blocks = (KernelBlock("input", 0, (64, 256), "f32", "vmem", True),
+              KernelBlock("input", 1, (256, 128), "f32", "vmem", True),
+              KernelBlock("output", 0, (64, 128), "f32", "vmem", True))
+    matmul = MosaicKernel("k", (1, 1, 1), ("parallel",) * 3, blocks, matmul_ops=1, caller="k.py:f",
+                          caller_params=("bm", "bk", "bn"), caller_example_args=True)
+    not_matmul = MosaicKernel("k", (1,), ("parallel",), (KernelBlock("input", 0, (8, 128), "f32", "vmem", True),))
+
+    def finding(kernel):
+        compiled = CompiledInputs(hlo=(HloInput(replace(program, kernels={"custom-call.1": kernel}), "xla-dump"),))
+        (f,) = run_rules(a, RulesConfig(select=("low-mxu-utilization",)), compiled)[0]
+        return f
+
+    f = finding(matmul)
+    assert f.message.endswith("; Pallas `k` blocks bm x bk x bn 64x256x128")
+    assert f.fix.startswith("block_n 128 -> 256: the MXU's weight tile is 256x256")
+    assert f.fix.endswith("; cast operands to bf16 with `preferred_element_type=jnp.float32`")
+    f = finding(not_matmul)
+    assert f.message.endswith("; Pallas `k` blocks in 8x128 f32")
+    assert f.fix == "cast operands to bf16 with `preferred_element_type=jnp.float32`"
+
+
+def test_on_several_hosts_the_findings_name_none(tmp_path: Path):
+    designs = [sc.design((sc.MISALIGNED, NO_TEXT), joined_schedule, hostname=h, first_chip=2 * i)
+               for i, h in enumerate(("host0", "host1"))]
+    findings = _run(sc.analyse_hosts(designs, tmp_path))
+    assert sorted(f.ops[0] for f in findings) == ["fusion.10", "fusion.21"] and {f.host for f in findings} == {""}
+
+
+# Two decode matmuls on the HBM roof: fusion.31 at 75 % of the HBM peak (4.3 % of peak FLOP/s), fusion.30 at
+# 85 % (4.8 %), both at or above their roofline target 0.7 x 31.7 / 560 = 4.0 %. fusion.31, the slower, holds
+# the larger share of device time.
+SLOWER_PS = round(sc.DECODE_BYTES / (0.75 * sc.HBM) * 1e12)
+
+
+def two_roof_matmuls_schedule(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.30", 0, sc.DECODE_MM_PS), sc.Placed("fusion.31", sc.DECODE_MM_PS, SLOWER_PS)]
+
+
+def test_referred_matmuls_come_largest_time_share_first(tmp_path: Path):
+    d = sc.design(sc.DECODE_OPS[:2], two_roof_matmuls_schedule, step_ps=SLOWER_PS + sc.DECODE_MM_PS)
+    a = sc.analyse(d, tmp_path)
+    (f,) = _run(a)
+    assert f.message.startswith("`fusion.31` and 1 more run at 4.3% of peak FLOP/s, on the HBM roof")
+    assert f.ops == ("fusion.31", "fusion.30") and [e.subject for e in f.evidence] == ["fusion.31", "fusion.30"]
+    assert (f.rule, f.code, f.host) == ("low-mxu-utilization", "TPD102", "host0")
+    assert f.saving.explanation == "no MXU-side saving: the ops are as fast as their bytes allow"
+    # Judged slow below 4.5 % only, fusion.31 is referred alone.
+    (f,) = _run(a, low_utilization=0.045)
+    assert f.message.startswith("`fusion.31` run at 4.3% of peak FLOP/s, on the HBM roof") and f.ops == ("fusion.31",)
