@@ -372,6 +372,9 @@ def test_a_matmul_without_bytes_or_flops(tmp_path: Path):
     assert [q.value for q in f.quantities[:3]] == [pytest.approx(0.2, rel=1e-6), pytest.approx(0.2 * sc.PEAK, rel=1e-6),
                                                    pytest.approx(dur / sc.STEP, rel=1e-6)]
     assert f.host == "host0"
+    # With a target of 15 %, the 20 % matmul has nothing to recover; without an intensity it is not known
+    # to be on the HBM roof either, so it is not referred to memory-bound: no finding.
+    assert _run(a, target_utilization=0.15) == []
 
 
 def _dot_program(module: str, m: int, k: int, n: int) -> str:
@@ -435,9 +438,6 @@ def test_on_a_gpu_no_mxu_width_is_a_cause_and_f32_is_told_against_the_tensor_cor
     # On the TPU it is (v6e, 256 wide), the odd dims are causes.
     tpu = {f.ops[0]: f for f in _run(a)}
     assert "K = 1001 is not a multiple of the 256-wide MXU (1001 of 1024 used)" in tpu["fusion.20"].message
-    # With a target of 15 %, the 20 % matmul has nothing to recover; without an intensity it is not known
-    # to be on the HBM roof either, so it is not referred to memory-bound: no finding.
-    assert _run(a, target_utilization=0.15) == []
 
 
 # fusion.17: a loop fusion as long as fusion.10; each core's time is the two back to back, so fusion.10
@@ -458,7 +458,7 @@ def test_the_time_share_threshold_is_inclusive(tmp_path: Path):
 
 # The compiled program of the low-mxu capture, as the join finds it for program 77 `jit_train_step`:
 # fusion.10's computation gathers its weights (three all-gathers, one used) and runs dot.3,
-# [32768, 1000] x [1000, 5000]. fusion.21 is not in it.
+# [32768, 1000] x [1000, 5000], and a smaller dot.4, [32768, 1000] x [1000, 32]. fusion.21 is not in it.
 JOINED_HLO = """HloModule jit_train_step, is_scheduled=true
 
 %fused_computation.10 (p0: bf16[32768,1000], p1: bf16[500,5000]) -> bf16[32768,5000] {
@@ -467,13 +467,16 @@ JOINED_HLO = """HloModule jit_train_step, is_scheduled=true
   %all-gather.31 = bf16[1000,5000]{1,0} all-gather(bf16[500,5000]{1,0} %p1), dimensions={0}, replica_groups={{0,1}}
   %all-gather.32 = bf16[1000,5000]{1,0} all-gather(bf16[500,5000]{1,0} %p1), dimensions={0}, replica_groups={{0,1}}
   %all-gather.33 = bf16[1000,5000]{1,0} all-gather(bf16[500,5000]{1,0} %p1), dimensions={0}, replica_groups={{0,1}}
+  %p2 = bf16[1000,32]{1,0} parameter(2)
+  %dot.4 = bf16[32768,32]{1,0} dot(bf16[32768,1000]{1,0} %p0, bf16[1000,32]{1,0} %p2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   ROOT %dot.3 = bf16[32768,5000]{1,0} dot(bf16[32768,1000]{1,0} %p0, bf16[1000,5000]{1,0} %all-gather.31), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 }
 
-ENTRY %main (a: bf16[32768,1000], b: bf16[500,5000]) -> bf16[32768,5000] {
+ENTRY %main (a: bf16[32768,1000], b: bf16[500,5000], c: bf16[1000,32]) -> bf16[32768,5000] {
   %a = bf16[32768,1000]{1,0} parameter(0)
   %b = bf16[500,5000]{1,0} parameter(1)
-  ROOT %fusion.10 = bf16[32768,5000]{1,0} fusion(bf16[32768,1000]{1,0} %a, bf16[500,5000]{1,0} %b), kind=kOutput, calls=%fused_computation.10
+  %c = bf16[1000,32]{1,0} parameter(2)
+  ROOT %fusion.10 = bf16[32768,5000]{1,0} fusion(bf16[32768,1000]{1,0} %a, bf16[500,5000]{1,0} %b, bf16[1000,32]{1,0} %c), kind=kOutput, calls=%fused_computation.10
 }
 """
 
@@ -506,7 +509,9 @@ def test_the_compiled_program_gives_the_matmul_its_collectives_and_spills(tmp_pa
         "`dot.3` is not a multiple of the 256-wide MXU (1000 of 1024 used); it also runs `all-gather.31`, "
         "`all-gather.32` (a collective fused with the matmul): its time includes the collective's (see "
         "`exposed-collective`); its compiled code spills 1,234 vector registers (see `spill`)")
-    assert dict(by_op["fusion.10"].evidence[0].values)["matmul from"] == "the compiled HLO (dot_dimension_numbers)"
+    values = dict(by_op["fusion.10"].evidence[0].values)
+    assert values["matmul from"] == "the compiled HLO (dot_dimension_numbers)"
+    assert values["other matmuls"] == "dot.4: bf16 x bf16 -> bf16, M 32768, N 32, K 1000"
     assert by_op["fusion.21"].message.endswith(
         "of device time: its matmul's dims are not known (the trace's HLO text does not show them: pass the XLA dump "
         "with `--dumps`)")
@@ -560,3 +565,26 @@ def test_on_several_hosts_the_findings_name_none(tmp_path: Path):
                for i, h in enumerate(("host0", "host1"))]
     findings = _run(sc.analyse_hosts(designs, tmp_path))
     assert sorted(f.ops[0] for f in findings) == ["fusion.10", "fusion.21"] and {f.host for f in findings} == {""}
+
+
+# Two decode matmuls on the HBM roof: fusion.31 at 75 % of the HBM peak (4.3 % of peak FLOP/s), fusion.30 at
+# 85 % (4.8 %), both at or above their roofline target 0.7 x 31.7 / 560 = 4.0 %. fusion.31, the slower, holds
+# the larger share of device time.
+SLOWER_PS = round(sc.DECODE_BYTES / (0.75 * sc.HBM) * 1e12)
+
+
+def two_roof_matmuls_schedule(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.30", 0, sc.DECODE_MM_PS), sc.Placed("fusion.31", sc.DECODE_MM_PS, SLOWER_PS)]
+
+
+def test_referred_matmuls_come_largest_time_share_first(tmp_path: Path):
+    d = sc.design(sc.DECODE_OPS[:2], two_roof_matmuls_schedule, step_ps=SLOWER_PS + sc.DECODE_MM_PS)
+    a = sc.analyse(d, tmp_path)
+    (f,) = _run(a)
+    assert f.message.startswith("`fusion.31` and 1 more run at 4.3% of peak FLOP/s, on the HBM roof")
+    assert f.ops == ("fusion.31", "fusion.30") and [e.subject for e in f.evidence] == ["fusion.31", "fusion.30"]
+    assert (f.rule, f.code, f.host) == ("low-mxu-utilization", "TPD102", "host0")
+    assert f.saving.explanation == "no MXU-side saving: the ops are as fast as their bytes allow"
+    # Judged slow below 4.5 % only, fusion.31 is referred alone.
+    (f,) = _run(a, low_utilization=0.045)
+    assert f.message.startswith("`fusion.31` run at 4.3% of peak FLOP/s, on the HBM roof") and f.ops == ("fusion.31",)

@@ -119,7 +119,9 @@ def _program_findings(p: ProgramMemory, options: Options) -> list[Finding]:
     over = peak - limit if limit is not None else 0
     first = p.first_lever
     largest = max(p.levers, key=lambda lv: lv.saving_bytes, default=None)
-    limit_text = f"{fmt_bytes(limit)} {p.limit_words}" if limit else "an unknown HBM size"
+    # Shown only with a limit: a program that fits is reported only near its limit (above), and
+    # one that does not fit without a limit says "ran out of HBM" instead.
+    limit_text = f"{fmt_bytes(limit)} {p.limit_words}" if limit else ""
     split = (f"arguments {fmt_bytes(hbm.argument_bytes)}, outputs {fmt_bytes(hbm.output_bytes)}, "
              f"temporaries {fmt_bytes(hbm.temp_bytes)}, aliased {fmt_bytes(hbm.alias_bytes)}")
     if fits:
