@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import mutmut_undecorate as undecorate  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[1]
+_SPEC = importlib.util.spec_from_file_location("mutmut_undecorate", REPO / "tests" / "mutmut_undecorate.py")
+undecorate = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(undecorate)  # a script, not a package module: load it without touching sys.path
 
 SAMPLE = '''\
 from dataclasses import dataclass

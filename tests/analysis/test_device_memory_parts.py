@@ -215,8 +215,9 @@ def test_an_output_buffer_holds_the_value_live_last_and_an_argument_buffer_its_p
     assert _held_value(out, ranges).name == "out"
     out = _alloc(0, [("t", 8 * KIB), ("out", 8 * KIB), ("early", 8 * KIB)], kind="output")
     assert _held_value(out, ranges).name == "out"
-    # without live ranges, the last listed
+    # without live ranges, the last listed; a value without a range ranks below any that has one
     assert _held_value(out, {}).name == "early"
+    assert _held_value(_alloc(0, [("early", 8 * KIB), ("x", 8 * KIB)], kind="output"), ranges).name == "early"
     # an argument buffer: its parameter, listed first, whatever lives later
     arg = _alloc(0, [("p0", 8 * KIB), ("out", 8 * KIB)], kind="argument")
     assert _held_value(arg, ranges).name == "p0"
@@ -253,7 +254,7 @@ def test_one_programs_memory_names_its_usable_hbm_and_where_each_figure_comes_fr
     # a VMEM-only program (no HBM allocation): no HBM space, no chip, nothing to read a capacity from
     vmem = _program([_alloc(0, [("v", 4 * KIB)], color=1)], {"v": (0, 0)}, 0)
     p = program_memory(HloInput(vmem, "nowhere/xla"), None)
-    assert p.hbm is None and [s.space for s in p.spaces] == ["vmem"]
+    assert p.hbm is None and [s.space for s in p.spaces] == ["vmem"] and p.generation == ""
     assert (p.hbm_capacity_bytes, p.hbm_usable_bytes, p.usable_source, p.capacity_source) == (None, None, "", "")
 
 
@@ -281,13 +282,24 @@ def _llo_vmem(module: str, blocks: list[tuple[str, int, int]], capacity: int | N
                            vmem_allocations=table)
 
 
-def test_scoped_vmem_per_op_comes_from_the_llo_dumps_of_the_program_before_its_backend_configs():
+def test_scoped_vmem_per_op_comes_from_the_llo_dumps_of_the_program_else_its_backend_configs():
     from tpudiag.analysis.device_memory import program_memory
     from tpudiag.model.hardware import chip_for
     from tpudiag.model.inputs import HloInput
 
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
     MIB = 1 << 20
-    program = _program([_alloc(0, [("t", 8 * KIB)])], {"t": (0, 0)}, 0)
+    # fusion.1 a Pallas kernel named by JAX; fusion.4 states 4 KiB of scoped VMEM in its backend config
+    program = parse_hlo_text("""HloModule jit_g
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  %fusion.1 = f32[8]{0} custom-call(%a), custom_call_target="tpu_custom_call", metadata={op_name="jit(g)/pallas_call"}
+  ROOT %fusion.4 = f32[8]{0} negate(%fusion.1), backend_config={"used_scoped_memory_configs":[{"memory_space":"1","size":"4096"}]}
+}
+""")
+    program.allocations, program.live_ranges, program.live_range_positions = (_alloc(0, [("t", 8 * KIB)]),), {}, 0
     v5e = chip_for("v5e")
     dumps = (
         _llo_vmem("jit_other", [("fusion.9", 0, 9 * MIB)], capacity=1 * MIB),  # another module's: left out
@@ -298,13 +310,15 @@ def test_scoped_vmem_per_op_comes_from_the_llo_dumps_of_the_program_before_its_b
     p = program_memory(HloInput(program, "nowhere/xla"), v5e, llo=dumps)
     # per op its largest block, largest first; the program has no instruction of either name
     assert [(v.op, v.scoped_bytes, v.source, v.op_name, v.kernel) for v in p.vmem_ops] == [
-        ("fusion.1", 3 * MIB, "LLO VMEM report", "", False), ("fusion.2", 1 * MIB, "LLO VMEM report", "", False)]
+        ("fusion.1", 3 * MIB, "LLO VMEM report", "jit(g)/pallas_call", True),
+        ("fusion.2", 1 * MIB, "LLO VMEM report", "", False)]  # the program has no fusion.2
     # the first report that states a capacity (jit_other's is not this program's); v5e's default limit
     assert (p.vmem_capacity_bytes, p.vmem_scoped_limit_bytes, p.vmem_limit_source) == (
         64 * MIB, 16 * MIB, "default for v5e, measured")
-    # without a report of this program: no LLO VMEM, and the chip's capacity
+    # without a report of this program: its backend configs, and the chip's capacity
     p = program_memory(HloInput(program, "nowhere/xla"), v5e, llo=dumps[:1])
-    assert (p.vmem_ops, p.vmem_capacity_bytes) == ((), v5e.vmem_bytes)
+    assert [(v.op, v.scoped_bytes, v.source) for v in p.vmem_ops] == [("fusion.4", 4096, "HLO backend_config")]
+    assert p.vmem_capacity_bytes == v5e.vmem_bytes
 
 
 def test_every_program_of_the_inputs_once_with_the_chip_the_llo_dumps_and_the_near_fraction():
@@ -361,3 +375,31 @@ def test_donating_two_arguments_names_both_when_the_program_does_not_number_them
     assert (donation.key, donation.saving_bytes, donation.buffers) == ("donation", 16 * KIB, ("out0", "out1"))
     assert donation.fix == "donate the arguments p0, p1 (`donate_argnums`)"
     assert donation.title.startswith("donate p0, p1: 2 outputs ")
+
+
+def test_a_compile_outputs_compiled_text_gives_the_scoped_vmem_only_where_nothing_else_does():
+    from pathlib import Path
+
+    from tpudiag.analysis.device_memory import program_memory
+    from tpudiag.model.inputs import HloInput
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
+    MIB = 1 << 20
+    # the XLA dump's program states no scoped VMEM (an after-optimizations dump); the output's
+    # `compiled.hlo.txt` does, for fusion.4 (4 KiB)
+    dumped = _program([_alloc(0, [("t", 8 * KIB)])], {"t": (0, 0)}, 0)
+    text = parse_hlo_text("""HloModule jit_g
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  ROOT %fusion.4 = f32[8]{0} negate(%a), backend_config={"used_scoped_memory_configs":[{"memory_space":"1","size":"4096"}]}
+}
+""")
+    text.path = "out/compiled.hlo.txt"
+    output = SimpleNamespace(facts={"module": "jit_g", "status": "ok"}, program=text)
+    hlo = HloInput(dumped, "out/xla")
+    p = program_memory(hlo, None, outputs={Path("out"): output})
+    assert [(v.op, v.scoped_bytes, v.source) for v in p.vmem_ops] == [("fusion.4", 4096, "HLO backend_config")]
+    # with an LLO dump's VMEM report of the program, the report's figures stand
+    p = program_memory(hlo, None, outputs={Path("out"): output}, llo=(_llo_vmem("jit_g", [("fusion.1", 0, 2 * MIB)]),))
+    assert [(v.op, v.scoped_bytes, v.source) for v in p.vmem_ops] == [("fusion.1", 2 * MIB, "LLO VMEM report")]

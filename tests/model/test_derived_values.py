@@ -67,12 +67,18 @@ HloModule m
   ROOT %twice = f32[8]{0} add(%d, %d)
 }
 
+%other (o: f32[8]) -> f32[8] {
+  ROOT %o = f32[8]{0} parameter(0)
+}
+
 %body (s: (s32[], f32[8])) -> (s32[], f32[8]) {
   %s = (s32[], f32[8]{0}) parameter(0)
   %i = s32[] get-tuple-element(%s), index=0
-  %v = f32[8]{0} get-tuple-element(%s), index=1
+  %w = f32[8]{0} get-tuple-element(%s), index=1
+  %v = f32[8]{0} call(%w), to_apply=%other
   %inner = f32[8]{0} call(%v), to_apply=%deep
-  ROOT %next = (s32[], f32[8]{0}) tuple(%i, %inner)
+  %inner2 = f32[8]{0} call(%inner), to_apply=%deep
+  ROOT %next = (s32[], f32[8]{0}) tuple(%i, %inner2)
 }
 
 %cond (c: (s32[], f32[8])) -> pred[] {
@@ -103,10 +109,11 @@ def test_each_instruction_is_timed_as_the_entry_op_that_runs_it():
     program = parse_hlo_text(CONTROL_FLOW_HLO, "m.txt")
     entry = ("p", "zero", "init", "loop", "out", "again", "f")
     assert program.schedule == entry  # the entry computation in its written order
-    # The loop's body and condition, and `deep`, which the body calls, run inside `loop`; `again`
-    # calls `deep` too, but `loop` claimed it first. A fusion's computation is compiled with it.
+    # The loop's body and condition, and `other` and `deep`, which the body calls, run inside `loop`;
+    # `again` calls `deep` too, but `loop` claimed it first. A fusion's computation is compiled with it.
     expected = {name: name for name in entry}
-    expected.update(dict.fromkeys(("s", "i", "v", "inner", "next", "c", "n", "limit", "lt", "d", "twice"), "loop"))
+    expected.update(dict.fromkeys(("s", "i", "w", "v", "inner", "inner2", "next", "o", "c", "n", "limit", "lt",
+                                   "d", "twice"), "loop"))
     assert program.entry_op_of == expected
 
 
@@ -116,7 +123,7 @@ def test_a_control_flow_op_calling_a_computation_the_program_lacks_times_nothing
     instructions = {k: v for k, v in program.instructions.items() if k[0] != "cond"}
     torn = dataclasses.replace(program, computations=computations, instructions=instructions)
     assert set(torn.entry_op_of) == {"p", "zero", "init", "loop", "out", "again", "f",
-                                     "s", "i", "v", "inner", "next", "d", "twice"}
+                                     "s", "i", "w", "v", "inner", "inner2", "next", "o", "d", "twice"}
 
 
 # --- hardware and device peaks ---

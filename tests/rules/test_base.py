@@ -211,3 +211,14 @@ def test_per_step_sums_add_the_steps_as_integers():
                           "v": [2**53, 5, 1, 1]})
     labels, values = per_step_worst_core_by(frame, "v", StepBasis(1, 1.0, False), None)
     assert values.tolist() == [2**53 + 2]
+
+
+def test_per_step_worst_core_by_takes_each_groups_worst_core_per_step():
+    # Op `b` (the second group) runs on two cores in step 0, 5 and 7 ps: its step costs the worse, 7,
+    # not 12; step 1 has b on one core, 4 ps. `a` is 3 ps in step 0. Two steps: a 1.5, b (7 + 4) / 2.
+    from tpudiag.rules.base import StepBasis, per_step_worst_core_by
+
+    frame = pd.DataFrame({"name": ["a", "b", "b", "b"], "host": ["h"] * 4, "core": [0, 0, 1, 0],
+                          "step": [0, 0, 0, 1], "v": [3, 5, 7, 4]})
+    labels, values = per_step_worst_core_by(frame, "v", StepBasis(2, 1.0, False), "name")
+    assert dict(zip(labels.tolist(), values.tolist())) == {"a": 1.5, "b": 5.5}
