@@ -445,8 +445,14 @@ def test_two_families_of_one_kind_are_told_largest_first(tmp_path: Path):
 
 def test_the_exposed_fraction_threshold_is_inclusive(tmp_path: Path):
     # The synchronous all-reduce exposes 800 µs of each 10 ms step: 8 % exactly.
-    findings = _run(sc.analyse(sc.exposed_collectives(), tmp_path), min_exposed_fraction=0.08)
+    analysis = sc.analyse(sc.exposed_collectives(), tmp_path)
+    findings = _run(analysis, min_exposed_fraction=0.08)
     assert sorted(f.message.split()[0] for f in findings) == ["async", "synchronous"]
+    assert {f.host for f in findings} == {"host0"}
+    # The ops named are the most exposed first, at most `max_evidence_rows`: all-gather.1's 410 µs windows
+    # before all-gather.3.0's 400 and all-gather.2's 20.
+    async_ = next(f for f in _run(analysis, max_evidence_rows=1) if f.message.startswith("async"))
+    assert async_.ops == ("all-gather-start.1",)
 
 
 def test_without_steps_the_capture_is_the_step(tmp_path: Path):
@@ -458,6 +464,8 @@ def test_without_steps_the_capture_is_the_step(tmp_path: Path):
         "synchronous collectives leave 2.40 ms exposed (9.0% of the capture): all-reduce 2.40 ms;")
     assert by_kind["async"].message.startswith(
         "async collective windows leave 2.49 ms exposed (9.3% of the capture): all-gather 2.49 ms;")
+    assert by_kind["async"].saving.explanation == ("largest exposed collective time on any core over the capture, "
+                                                   "averaged over 1 step (no steps: whole capture)")
 
 
 def test_the_default_is_named_only_where_collectives_are_synchronous_by_default(tmp_path: Path):
@@ -488,3 +496,22 @@ def test_a_gpu_family_fully_hidden_is_not_named(tmp_path: Path):
     assert f.message.startswith("async NCCL collective kernels leave 200.0 µs per step exposed (20.0% of the 1.00 ms "
                                 "step): all-reduce 200.0 µs; 16 kernels: 8 exposed, 0 partial, 8 hidden")
     assert f.fix.endswith("or start the all-reduce earlier")
+    # A GPU has no ICI: no link figures in the evidence.
+    assert [k for e in f.evidence for k, _ in e.values if k == "ICI"] == []
+
+
+def test_only_exposed_windows_are_called_adjacent(tmp_path: Path):
+    # A program in which both all-gathers start and finish with nothing between; in the trace
+    # all-gather.2's window is hidden by fusion.2 (another run of the program, say): only all-gather.1 is named.
+    from tpudiag.model.inputs import CompiledInputs, HloInput
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
+    both_adjacent = SCHEDULED_HLO.replace(
+        "  %fusion.2 = f32[8]{0} fusion(f32[8]{0} %p), kind=kLoop, calls=%fc\n", "")
+    compiled = CompiledInputs(hlo=(HloInput(parse_hlo_text(both_adjacent), "xla-dump"),))
+    findings, _ = run_rules(sc.analyse(sc.exposed_collectives(), tmp_path), RulesConfig(select=("exposed-collective",)),
+                            compiled)
+    async_ = next(f for f in findings if f.message.startswith("async"))
+    assert "; `all-gather-start.1` start and finish with nothing scheduled between;" in async_.message
+    schedule = {e.subject: dict(e.values).get("schedule") for e in async_.evidence}
+    assert schedule["all-gather-start.2"] == "adjacent in the schedule"
