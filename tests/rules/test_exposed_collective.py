@@ -515,3 +515,22 @@ def test_only_exposed_windows_are_called_adjacent(tmp_path: Path):
     assert "; `all-gather-start.1` start and finish with nothing scheduled between;" in async_.message
     schedule = {e.subject: dict(e.values).get("schedule") for e in async_.evidence}
     assert schedule["all-gather-start.2"] == "adjacent in the schedule"
+
+
+def all_reduce_only(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.1", 0, 2000 * US), sc.Placed("all-reduce.4", 2000 * US, 500 * US)]
+
+
+def all_gather_only(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.1", 0, 2000 * US), sc.Placed("all-gather.6", 2000 * US, 300 * US)]
+
+
+def test_family_rows_are_by_name_whatever_host_has_which(tmp_path: Path):
+    # Two hosts: host0 runs only a synchronous all-reduce (500 µs), host1 only a synchronous all-gather
+    # (300 µs). The evidence's family rows read all-gather, then all-reduce.
+    ops = (sc.COMPUTE, sc.AR, sc.OpDef("all-gather.6", "all-gather", bytes_accessed=1.0e7))
+    designs = [sc.design(ops, all_reduce_only, hostname="host0"),
+               sc.design(ops, all_gather_only, hostname="host1", first_chip=2)]
+    (sync,) = _run(sc.analyse_hosts(designs, tmp_path))
+    assert [e.subject for e in sync.evidence if e.subject.startswith("family")] == ["family all-gather",
+                                                                                    "family all-reduce"]
