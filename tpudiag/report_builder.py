@@ -75,7 +75,7 @@ def build_report(analysis: Analysis, findings: Sequence[Finding] = (),
     return Report(summary=summary, hosts=tuple(hosts), ops=_op_rows(analysis, join, steps),
                   findings=tuple(findings), rules_skipped=rules_skipped,
                   warnings=_warnings(config_warnings, analysis, step_warnings, extra_warnings, join),
-                  failures=tuple(f.message for f in profile.failures),
+                  failures=tuple(f.text() for f in profile.failures),
                   categories=tuple(_category_times(analysis)),
                   programs=program_times(profile.hosts, analysis.step_sources.values()))
 

@@ -641,3 +641,43 @@ def test_a_custom_call_that_calls_a_computation_has_that_computations_matmuls():
     math = op_math(program, program.find("kernel.1"))
     assert [(mm.instruction, mm.computation, mm.opcode, mm.m, mm.n, mm.k, mm.feeds) for mm in math.matmuls] == [
         ("dot.9", "inner_dot", "dot", 8, 4, 16, (0,))]
+
+
+NESTED_COLLECTIVE_FUSION = """\
+HloModule m
+
+%sum (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %add = f32[] add(%x, %y)
+}
+
+%all-reduce-scatter.2 (p: f32[8,16]) -> f32[4,16] {
+  %p = f32[8,16]{1,0} parameter(0)
+  %all-reduce.5 = f32[8,16]{1,0} all-reduce(%p), replica_groups={{0,1}}, to_apply=%sum
+  ROOT %slice = f32[4,16]{1,0} slice(%all-reduce.5), slice={[0:4], [0:16]}
+}
+
+%outer (a: f32[8,16], b: f32[16,16]) -> (f32[8,16], f32[4,16]) {
+  %a = f32[8,16]{1,0} parameter(0)
+  %b = f32[16,16]{1,0} parameter(1)
+  %dot.1 = f32[8,16]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %rs = f32[4,16]{1,0} fusion(%dot.1), kind=kOutput, calls=%all-reduce-scatter.2
+  ROOT %t = (f32[8,16]{1,0}, f32[4,16]{1,0}) tuple(%dot.1, %rs)
+}
+
+ENTRY %main (a: f32[8,16], b: f32[16,16]) -> (f32[8,16], f32[4,16]) {
+  %a = f32[8,16]{1,0} parameter(0)
+  %b = f32[16,16]{1,0} parameter(1)
+  ROOT %fusion.1 = (f32[8,16]{1,0}, f32[4,16]{1,0}) fusion(%a, %b), kind=kOutput, calls=%outer
+}
+"""
+
+
+def test_a_collective_fusion_inside_an_op_is_named_once_not_with_the_collective_it_wraps():
+    from tpudiag.model.matmuls import op_math
+    program = parse_hlo_text(NESTED_COLLECTIVE_FUSION)
+    # %rs is a reduce-scatter fusion (it calls %all-reduce-scatter.2, whose all-reduce.5 is its
+    # collective step): one collective, named by the op the trace shows, not also by its inner step
+    assert program.find("rs").collective_family == "reduce-scatter"
+    assert op_math(program, program.find("fusion.1")).collectives == ("rs",)

@@ -341,6 +341,8 @@ def test_gpu_collective_kernel_hidden_by_a_gemm_on_another_stream(tmp_path: Path
     # The same all-reduce 100 µs into the 600 µs gemm: covered whole by the compute stream.
     analysis = sc.analyse_path(gc.write(gc.training(ar_at_us=100), tmp_path))
     assert _run(analysis) == []
+    # Nothing exposed is nothing to report, even with no threshold on the exposed fraction.
+    assert _run(analysis, min_exposed_fraction=0.0) == []
     windows = collective_windows(analysis)
     assert (windows["klass"] == "hidden").all() and (windows["exposed_ps"] == 0).all()
 
@@ -439,3 +441,96 @@ def test_two_families_of_one_kind_are_told_largest_first(tmp_path: Path):
                                  "collective-permute, all-gather earlier")
     assert [e.subject for e in async_.evidence[:2]] == ["family all-gather", "family collective-permute"]
     assert async_.ops == ("collective-permute-start.2", "all-gather-start.1")
+
+
+def test_the_exposed_fraction_threshold_is_inclusive(tmp_path: Path):
+    # The synchronous all-reduce exposes 800 µs of each 10 ms step: 8 % exactly.
+    analysis = sc.analyse(sc.exposed_collectives(), tmp_path)
+    findings = _run(analysis, min_exposed_fraction=0.08)
+    assert sorted(f.message.split()[0] for f in findings) == ["async", "synchronous"]
+    assert {f.host for f in findings} == {"host0"}
+    # The ops named are the most exposed first, at most `max_evidence_rows`: all-gather.1's 410 µs windows
+    # before all-gather.3.0's 400 and all-gather.2's 20.
+    async_ = next(f for f in _run(analysis, max_evidence_rows=1) if f.message.startswith("async"))
+    assert async_.ops == ("all-gather-start.1",)
+
+
+def test_without_steps_the_capture_is_the_step(tmp_path: Path):
+    # No Steps line and no module executions: each chip's three periods are one span, 26.65 ms per core
+    # on average; chip 1's three 800 µs all-reduces are 2.40 ms of it (9.0 %), the async windows 3 x 830 µs.
+    findings = _run(sc.analyse(sc.exposed_collectives(steps_line=False, modules_line=False), tmp_path))
+    by_kind = {f.message.split()[0]: f for f in findings}
+    assert by_kind["synchronous"].message.startswith(
+        "synchronous collectives leave 2.40 ms exposed (9.0% of the capture): all-reduce 2.40 ms;")
+    assert by_kind["async"].message.startswith(
+        "async collective windows leave 2.49 ms exposed (9.3% of the capture): all-gather 2.49 ms;")
+    assert by_kind["async"].saving.explanation == ("largest exposed collective time on any core over the capture, "
+                                                   "averaged over 1 step (no steps: whole capture)")
+
+
+def test_the_default_is_named_only_where_collectives_are_synchronous_by_default(tmp_path: Path):
+    # v5e runs all-gathers async by default: the compiled program's synchronous all-reduce is stated
+    # without "(the default on v5e)".
+    from tpudiag.model.inputs import CompiledInputs, HloInput
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
+    d = sc.exposed_collectives(device_type="TPU v5 lite", peak_tflops=197.0, peak_hbm_gbs=819.0)
+    compiled = CompiledInputs(hlo=(HloInput(parse_hlo_text(SCHEDULED_HLO), "xla-dump"),))
+    findings, _ = run_rules(sc.analyse(d, tmp_path), RulesConfig(select=("exposed-collective",)), compiled)
+    sync = next(f for f in findings if f.message.startswith("synchronous"))
+    assert sync.message.endswith(": all-reduce 800.0 µs; the compiled program issues `all-reduce.4` synchronously")
+
+
+def test_a_gpu_family_fully_hidden_is_not_named(tmp_path: Path):
+    import dataclasses
+
+    from tests import gpu_captures as gc
+
+    # The GPU training capture plus an all-gather kernel 100 µs into each step's 600 µs gemm, 100 µs long:
+    # covered whole by the compute stream. Only the all-reduce's 200 µs are exposed; 16 kernels in all.
+    c = gc.training()
+    gpus = tuple(dataclasses.replace(g, kernels=g.kernels + tuple(
+        gc.Kernel("ncclDevKernel_AllGather_RING_LL", s + 100, 100, "all-gather-start.2", gc.NCCL) for s, _ in g.steps))
+        for g in c.gpus)
+    (f,) = _run(sc.analyse_path(gc.write(dataclasses.replace(c, gpus=gpus), tmp_path)))
+    assert f.message.startswith("async NCCL collective kernels leave 200.0 µs per step exposed (20.0% of the 1.00 ms "
+                                "step): all-reduce 200.0 µs; 16 kernels: 8 exposed, 0 partial, 8 hidden")
+    assert f.fix.endswith("or start the all-reduce earlier")
+    # A GPU has no ICI: no link figures in the evidence.
+    assert [k for e in f.evidence for k, _ in e.values if k == "ICI"] == []
+
+
+def test_only_exposed_windows_are_called_adjacent(tmp_path: Path):
+    # A program in which both all-gathers start and finish with nothing between; in the trace
+    # all-gather.2's window is hidden by fusion.2 (another run of the program, say): only all-gather.1 is named.
+    from tpudiag.model.inputs import CompiledInputs, HloInput
+    from tpudiag.parsers.hlo_text import parse_hlo_text
+
+    both_adjacent = SCHEDULED_HLO.replace(
+        "  %fusion.2 = f32[8]{0} fusion(f32[8]{0} %p), kind=kLoop, calls=%fc\n", "")
+    compiled = CompiledInputs(hlo=(HloInput(parse_hlo_text(both_adjacent), "xla-dump"),))
+    findings, _ = run_rules(sc.analyse(sc.exposed_collectives(), tmp_path), RulesConfig(select=("exposed-collective",)),
+                            compiled)
+    async_ = next(f for f in findings if f.message.startswith("async"))
+    assert "; `all-gather-start.1` start and finish with nothing scheduled between;" in async_.message
+    schedule = {e.subject: dict(e.values).get("schedule") for e in async_.evidence}
+    assert schedule["all-gather-start.2"] == "adjacent in the schedule"
+
+
+def all_reduce_only(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.1", 0, 2000 * US), sc.Placed("all-reduce.4", 2000 * US, 500 * US)]
+
+
+def all_gather_only(chip: int, step: int) -> list[sc.Placed]:
+    return [sc.Placed("fusion.1", 0, 2000 * US), sc.Placed("all-gather.6", 2000 * US, 300 * US)]
+
+
+def test_family_rows_are_by_name_whatever_host_has_which(tmp_path: Path):
+    # Two hosts: host0 runs only a synchronous all-reduce (500 µs), host1 only a synchronous all-gather
+    # (300 µs). The evidence's family rows read all-gather, then all-reduce.
+    ops = (sc.COMPUTE, sc.AR, sc.OpDef("all-gather.6", "all-gather", bytes_accessed=1.0e7))
+    designs = [sc.design(ops, all_reduce_only, hostname="host0"),
+               sc.design(ops, all_gather_only, hostname="host1", first_chip=2)]
+    (sync,) = _run(sc.analyse_hosts(designs, tmp_path))
+    assert [e.subject for e in sync.evidence if e.subject.startswith("family")] == ["family all-gather",
+                                                                                    "family all-reduce"]

@@ -306,6 +306,9 @@ def test_spill_stores_per_op_from_the_join():
     # Per op the most any of its rows (hosts, programs) spills; an op whose stores are unknown is absent.
     stores = pd.DataFrame({"spill_stores": pd.array([5, 3, 0, None], dtype="Int64")}, index=[10, 11, 12, 13])
     assert _spills(ctx(stores), ops) == {"fusion.1": 5, "fusion.2": 0}
+    # The join holds every op row; the rule asks about its candidates only (here rows 10 to 13 of 10 to 14).
+    more = pd.DataFrame({"spill_stores": pd.array([5, 3, 0, None, 7], dtype="Int64")}, index=[10, 11, 12, 13, 14])
+    assert _spills(ctx(more), ops) == {"fusion.1": 5, "fusion.2": 0}
     assert _spills(SimpleNamespace(join=None), ops) == {}
     assert _spills(ctx(pd.DataFrame({"bundles": [1, 2, 3, 4]}, index=[10, 11, 12, 13])), ops) == {}
 
@@ -458,7 +461,7 @@ def test_the_time_share_threshold_is_inclusive(tmp_path: Path):
 
 # The compiled program of the low-mxu capture, as the join finds it for program 77 `jit_train_step`:
 # fusion.10's computation gathers its weights (three all-gathers, one used) and runs dot.3,
-# [32768, 1000] x [1000, 5000], and a smaller dot.4, [32768, 1000] x [1000, 32]. fusion.21 is not in it.
+# [32768, 1000] x [1000, 5000], and two smaller dots, dot.4 and dot.5 ([32768, 1000] x [1000, 32]). fusion.21 is not in it.
 JOINED_HLO = """HloModule jit_train_step, is_scheduled=true
 
 %fused_computation.10 (p0: bf16[32768,1000], p1: bf16[500,5000]) -> bf16[32768,5000] {
@@ -469,6 +472,7 @@ JOINED_HLO = """HloModule jit_train_step, is_scheduled=true
   %all-gather.33 = bf16[1000,5000]{1,0} all-gather(bf16[500,5000]{1,0} %p1), dimensions={0}, replica_groups={{0,1}}
   %p2 = bf16[1000,32]{1,0} parameter(2)
   %dot.4 = bf16[32768,32]{1,0} dot(bf16[32768,1000]{1,0} %p0, bf16[1000,32]{1,0} %p2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %dot.5 = bf16[32768,32]{1,0} dot(bf16[32768,1000]{1,0} %p0, bf16[1000,32]{1,0} %p2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   ROOT %dot.3 = bf16[32768,5000]{1,0} dot(bf16[32768,1000]{1,0} %p0, bf16[1000,5000]{1,0} %all-gather.31), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 }
 
@@ -511,7 +515,8 @@ def test_the_compiled_program_gives_the_matmul_its_collectives_and_spills(tmp_pa
         "`exposed-collective`); its compiled code spills 1,234 vector registers (see `spill`)")
     values = dict(by_op["fusion.10"].evidence[0].values)
     assert values["matmul from"] == "the compiled HLO (dot_dimension_numbers)"
-    assert values["other matmuls"] == "dot.4: bf16 x bf16 -> bf16, M 32768, N 32, K 1000"
+    assert values["other matmuls"] == ("dot.4: bf16 x bf16 -> bf16, M 32768, N 32, K 1000, "
+                                       "dot.5: bf16 x bf16 -> bf16, M 32768, N 32, K 1000")
     assert by_op["fusion.21"].message.endswith(
         "of device time: its matmul's dims are not known (the trace's HLO text does not show them: pass the XLA dump "
         "with `--dumps`)")
@@ -558,6 +563,20 @@ def test_a_pallas_kernel_is_told_by_its_blocks_and_its_block_fix_comes_first(tmp
     f = finding(not_matmul)
     assert f.message.endswith("; Pallas `k` blocks in 8x128 f32")
     assert f.fix == "cast operands to bf16 with `preferred_element_type=jnp.float32`"
+    # Aligned blocks (256 x 256 x 256): a larger block_k, unless the join says the kernel spills, when the
+    # blocks are halved instead.
+    aligned = replace(matmul, blocks=(KernelBlock("input", 0, (256, 256), "f32", "vmem", True),
+                                      KernelBlock("input", 1, (256, 256), "f32", "vmem", True),
+                                      KernelBlock("output", 0, (256, 256), "f32", "vmem", True)))
+    assert finding(aligned).fix.startswith("a larger block_k: 256 -> 512")
+    import pandas as pd
+    from types import SimpleNamespace
+
+    spills = pd.DataFrame({"spill_stores": pd.array([12] * len(a.ops), dtype="Int64")}, index=a.ops.index)
+    compiled = CompiledInputs(hlo=(HloInput(replace(program, kernels={"custom-call.1": aligned}), "xla-dump"),))
+    join = SimpleNamespace(program_for=lambda program_id, module: None, columns=spills)
+    (f,) = run_rules(a, RulesConfig(select=("low-mxu-utilization",)), compiled, join=join)[0]
+    assert f.fix.startswith("smaller blocks, as the kernel spills: ")
 
 
 def test_on_several_hosts_the_findings_name_none(tmp_path: Path):
@@ -585,6 +604,10 @@ def test_referred_matmuls_come_largest_time_share_first(tmp_path: Path):
     assert f.ops == ("fusion.31", "fusion.30") and [e.subject for e in f.evidence] == ["fusion.31", "fusion.30"]
     assert (f.rule, f.code, f.host) == ("low-mxu-utilization", "TPD102", "host0")
     assert f.saving.explanation == "no MXU-side saving: the ops are as fast as their bytes allow"
+    oi = sc.DECODE_FLOPS / sc.DECODE_BYTES  # 31.75 FLOP/B
+    assert [(q.subject, q.name, q.value) for q in f.quantities[:2]] == [
+        ("fusion.31", "FLOP utilization", pytest.approx(oi * 0.75 * sc.HBM / sc.PEAK, rel=1e-6)),
+        ("fusion.31", "time share", pytest.approx(SLOWER_PS / (SLOWER_PS + sc.DECODE_MM_PS), rel=1e-6))]
     # Judged slow below 4.5 % only, fusion.31 is referred alone.
     (f,) = _run(a, low_utilization=0.045)
     assert f.message.startswith("`fusion.31` run at 4.3% of peak FLOP/s, on the HBM roof") and f.ops == ("fusion.31",)

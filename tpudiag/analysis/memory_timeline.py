@@ -55,7 +55,7 @@ def _host_or_failure(path) -> HostMemoryTimeline | HostFailure:
     try:
         return host_memory_timeline(read_allocator_events(path))
     except InputError as exc:
-        return HostFailure(str(path), exc.one_line())
+        return HostFailure(str(path), exc.one_line(), exc.hint)
 
 
 def timeline_of_planes(planes: list, roles, path, host: str) -> HostMemoryTimeline | HostFailure:
@@ -68,7 +68,7 @@ def timeline_of_planes(planes: list, roles, path, host: str) -> HostMemoryTimeli
     except InputError as exc:
         if exc.path is None:
             exc = InputError(exc.message, path=path, hint=exc.hint)
-        return HostFailure(str(path), exc.one_line())
+        return HostFailure(str(path), exc.one_line(), exc.hint)
 
 
 def profile_memory_timelines(profile) -> tuple[list[HostMemoryTimeline], list[HostFailure]] | None:

@@ -41,7 +41,7 @@ def measured_memory(timelines: tuple[list[HostMemoryTimeline], list[HostFailure]
 
     found, failures = timelines if timelines is not None else ([], [])
     for failure in failures:
-        sys.stderr.write(f"warning: {one_line(failure.message)}\n")
+        sys.stderr.write(f"warning: {one_line(failure.text())}\n")
     return MeasuredMemory(tuple(found), tuple(failures), None if pprof is None else live_bytes_of(pprof))
 
 
@@ -64,4 +64,4 @@ def measured_json(m: MeasuredMemory) -> dict:
 
     return {"memory_over_time": timelines_to_dict(list(m.timelines), XPROF_MAX_SNAPSHOTS),
             "live_buffers": None if m.live is None else live_bytes_to_dict(m.live),
-            "measured_failures": [{"path": f.path, "message": f.message} for f in m.failures]}
+            "measured_failures": [{"path": f.path, "message": f.text()} for f in m.failures]}

@@ -410,8 +410,8 @@ def _collectives_inside(program: CompiledProgram, inst: Instruction) -> tuple[st
         seen.add(comp)
         for inner in program.computation_instructions(comp):
             if inner.collective_family and not inner.is_continuation:
-                found.append(inner.name)
-            if inner.opcode in _FOLLOWED:
+                found.append(inner.name)  # a collective fusion is one collective: its step inside is not another
+            elif inner.opcode in _FOLLOWED:
                 todo.extend(inner.called_computations)
     return tuple(found)
 

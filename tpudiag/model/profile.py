@@ -179,10 +179,15 @@ class HostTrace:
 
 @dataclass(frozen=True)
 class HostFailure:
-    """A host file that could not be analysed, with the one-line reason."""
+    """A host file that could not be analysed, with the one-line reason and the error's hint."""
 
     path: str
     message: str
+    hint: str | None = None  # what to do about it (`gunzip -k`, raise the size cap), as the error gave it
+
+    def text(self) -> str:
+        """The reason as a report lists it: the message, then the hint where there is one."""
+        return f"{self.message}; hint: {self.hint}" if self.hint else self.message
 
 
 @dataclass

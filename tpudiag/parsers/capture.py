@@ -324,7 +324,7 @@ def parse_file_or_failure(path: Path | HostUrl, plane_jobs: int = 1, also: Plane
     except TpudiagError as exc:
         if exc.path is None:
             exc = InputError(exc.message, path=path, hint=exc.hint)
-        return HostFailure(str(path), exc.one_line())
+        return HostFailure(str(path), exc.one_line(), exc.hint)
 
 
 # A host task: (host file, plane_jobs) -> the parsed host or its failure. It runs in
@@ -391,9 +391,9 @@ def load_capture(path: Path | str, jobs: int | None = None,
     hosts, failures, notes = reconcile_hosts(hosts, failures)
     if not hosts:
         if len(failures) == 1:
-            raise InputError(failures[0].message)
+            raise InputError(failures[0].message, hint=failures[0].hint)
         raise InputError(f"none of the {len(failures)} host files could be read; first: {failures[0].message}",
-                         path=capture.input_path)
+                         path=capture.input_path, hint=failures[0].hint)
     return Profile(input_path=str(capture.input_path), run=capture.run, hosts=hosts, failures=failures,
                    warnings=notes, modelled=any(h.modelled for h in hosts))
 

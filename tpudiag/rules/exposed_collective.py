@@ -299,7 +299,8 @@ def _evidence(coll: CollectiveClasses, op_steps: pd.DataFrame, basis: StepBasis,
     frame = coll.ops
     fam_labels, fam_exposed = per_step_worst_core_by(coll.steps, "exposed_ps", basis, "family")
     fam_exposed = dict(zip(fam_labels.tolist(), fam_exposed.tolist()))
-    for family, g in frame.groupby("family", sort=True, observed=True):
+    # By name: stacked hosts' family categories come in the order the hosts first name them.
+    for family, g in frame.groupby(frame["family"].astype(str), sort=True):
         rows.append(Evidence(f"family {family}", (
             ("ops", str(g["name"].nunique())),
             ("hidden/partial/exposed", _class_counts(g)),
