@@ -342,11 +342,13 @@ def _findings(cases: list[Case]):
 
 # -- the audit -------------------------------------------------------------------------------------
 
+@pytest.mark.xprof  # the `cases` fixture runs xprof's tools
 def test_the_audit_covers_findings_with_matmul_claims(cases):
     with_matmuls = [f for _, f in _findings(cases) if any(q.name == "K" for q in f.quantities)]
     assert len(with_matmuls) >= 10  # the low-mxu findings of the examples and scenarios
 
 
+@pytest.mark.xprof  # the `cases` fixture runs xprof's tools
 def test_matmul_dims_and_dtypes_are_those_of_an_instruction_inside_the_op(cases):
     checked = 0
     for case, f in _findings(cases):
@@ -373,6 +375,7 @@ _PAD = re.compile(r"\b([A-Za-z]+) (\d+)→(\d+) \(\+([\d.]+)% ")
 _DTYPES = re.compile(r"f32 operands \((\w+) x (\w+)")
 
 
+@pytest.mark.xprof  # the `cases` fixture runs xprof's tools
 def test_the_audit_meets_a_dot_and_a_padding_the_mxu_width_decides(cases):
     """Without these, a reader that only knows convolutions, or pads to 128 on a 256-wide MXU, passes."""
     dots = [(case, f) for case, f in _findings(cases) if f.rule == "low-mxu-utilization"
@@ -383,6 +386,7 @@ def test_the_audit_meets_a_dot_and_a_padding_the_mxu_width_decides(cases):
     assert width_decides, "no padding in the audit whose target differs between 128- and 256-wide MXUs"
 
 
+@pytest.mark.xprof  # the `cases` fixture runs xprof's tools
 def test_dims_dtypes_and_padding_in_the_text_are_the_matmul_s(cases):
     for case, f in _findings(cases):
         if f.rule != "low-mxu-utilization":
@@ -405,6 +409,7 @@ def test_dims_dtypes_and_padding_in_the_text_are_the_matmul_s(cases):
         assert "dims not multiples" not in text  # the old cause, read off every shape in sight
 
 
+@pytest.mark.xprof  # the `cases` fixture runs xprof's tools
 def test_rates_match_an_independent_recomputation(cases):
     checked: dict[str, int] = defaultdict(int)
     for case, f in _findings(cases):
@@ -420,6 +425,7 @@ def test_rates_match_an_independent_recomputation(cases):
 _SHARE_OF_PEAK = re.compile(r"([\d.]+)% of (?:peak|[\d.]+ [KMGT]?B/s)")
 
 
+@pytest.mark.xprof  # the `cases` fixture runs xprof's tools
 def test_no_rate_above_the_peak_is_stated(cases):
     for case, f in _findings(cases):
         for q in f.quantities:
