@@ -110,7 +110,7 @@ def test_a_host_whose_planes_cannot_be_read_is_its_failure_naming_the_file(monke
     monkeypatch.setattr(memory_timeline, "allocator_events_of_planes", damaged)
     failure = timeline_of_planes([], None, "/c/host0.xplane.pb", "host0")
     assert failure == HostFailure("/c/host0.xplane.pb", InputError("damaged allocator line", path="/c/host0.xplane.pb",
-                                                                   hint="h").one_line())
+                                                                   hint="h").one_line(), "h")  # the hint kept
     planes, roles = ["plane"], {"plane": "host"}
 
     def events(got_planes, got_roles, path, host):
