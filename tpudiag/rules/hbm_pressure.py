@@ -119,16 +119,13 @@ def _program_findings(p: ProgramMemory, options: Options) -> list[Finding]:
     over = peak - limit if limit is not None else 0
     first = p.first_lever
     largest = max(p.levers, key=lambda lv: lv.saving_bytes, default=None)
-    # Shown only with a limit: a program that fits is reported only near its limit (above), and
-    # one that does not fit without a limit says "ran out of HBM" instead.
-    limit_text = f"{fmt_bytes(limit)} {p.limit_words}" if limit else ""
     split = (f"arguments {fmt_bytes(hbm.argument_bytes)}, outputs {fmt_bytes(hbm.output_bytes)}, "
              f"temporaries {fmt_bytes(hbm.temp_bytes)}, aliased {fmt_bytes(hbm.alias_bytes)}")
-    if fits:
-        message = (f"`{p.module}` peaks at {fmt_bytes(peak)} of HBM, {fmt_pct(peak / limit)} of {limit_text} "
-                   f"({split})")
+    if fits:  # near its limit: a program without one returned above
+        message = (f"`{p.module}` peaks at {fmt_bytes(peak)} of HBM, {fmt_pct(peak / limit)} of {fmt_bytes(limit)} "
+                   f"{p.limit_words} ({split})")
     else:
-        how = (f"needs {fmt_bytes(peak)} of HBM, {fmt_bytes(over)} over {limit_text}" if limit
+        how = (f"needs {fmt_bytes(peak)} of HBM, {fmt_bytes(over)} over {fmt_bytes(limit)} {p.limit_words}" if limit
                else f"ran out of HBM at {fmt_bytes(peak)}")
         message = f"`{p.module}` does not fit: it {how} ({split})"
     if hbm.groups:
