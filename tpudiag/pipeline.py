@@ -8,8 +8,9 @@
   static mode. The program is laid out on a modelled timeline from the compiler's own estimate
   (cycles at the stated clock, else the FLOPs/bytes roofline; `tpudiag.compiler.simulate`) and
   every rule that has its inputs runs on it; savings are labelled `compiler estimate`, but one in
-  bytes, modelled from the buffers. When the TPU generation is unknown (no target file, no `chip=`), no timeline can be modelled: the rules
-  that need only the dumps (spills) still run and the others are skipped with the reason.
+  bytes, modelled from the buffers. When the TPU generation is unknown (no target file, no
+  `chip=`), no timeline can be modelled: the rules that need only the dumps (spills) still run and
+  the others are skipped with the reason.
 
 Each stage returns a frozen value: `Inputs` (every file read once, the chip decided once),
 `Analysed` (measured, or modelled in memory in static mode), `JoinResult`, the findings and the

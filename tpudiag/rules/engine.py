@@ -102,8 +102,9 @@ def run_rules(analysis: Analysis | None, config: RulesConfig | None, compiled: C
     `compiled` is what the inputs stage read (`tpudiag.inputs`): the dumps, the HLO the capture
     embeds, and the chip (`compiled.chip`, decided there once); the engine parses nothing and
     decides no chip. `static` marks times as the compiler's estimate (dumps alone): every
-    saving but one in bytes (modelled from the buffers) is then labelled `compiler estimate`. `memory` is `RuleContext.memory` when the caller
-    has built it (`tpudiag.diagnose` does, for the report too); None builds it here.
+    saving but one in bytes (modelled from the buffers) is then labelled `compiler estimate`.
+    `memory` is `RuleContext.memory` when the caller has built it (`tpudiag.diagnose` does, for the
+    report too); None builds it here.
     """
     config = config or RulesConfig()
     selected = config.resolve()
