@@ -22,8 +22,7 @@ import pandas as pd
 
 from tpudiag.model import schemas
 from tpudiag.model.grouping import dense_unique, group_sums, heads, reordering, sorted_groups, sums_by_group
-from tpudiag.model.hlo_names import (async_role, category_family, has_double_suffix, library_collective,
-                                     name_family)
+from tpudiag.model.hlo_names import async_role, event_families, has_double_suffix, library_collective
 from tpudiag.model.intervals import covered, merge
 from tpudiag.model.profile import CollectiveDigest, HostTrace, Platform, WindowThresholds
 from tpudiag.parsers import event_wire
@@ -123,20 +122,11 @@ def host_windows(host: HostTrace, steps: pd.DataFrame) -> pd.DataFrame | None:
     name_codes, names = _category_strings(ev["name"])
     cat_codes, cats = _category_strings(ev["category"])
     is_async_op = np.array([async_role(n) is not None for n in names], dtype=bool)[name_codes]
-    # Families as integer ids (0: none) per event, their strings looked up only where kept; a few
-    # (`hlo_names`' families), so int16 ids: the per-event takes move 2 bytes, not 8.
-    family_ids: dict[str, int] = {"": 0}
-    # The name decides when it says something (`name_family`: a family, or never a collective, as an
-    # `async-collective-fusion` continuation), else the category does (a `reduce-scatter fusion` named
-    # `fusion.12`): the same verdict as `collective_family(name, category)` in the ops and steps tables.
-    verdicts = [name_family(n) for n in names]
-    fam_of_name = np.array([family_ids.setdefault(v, len(family_ids)) if v else 0 for v in verdicts] or [0],
-                           dtype=np.int16)
-    name_decides = np.array([v is not None for v in verdicts] or [False], dtype=bool)
-    fam_of_cat = np.array([family_ids.setdefault(category_family(c), len(family_ids)) for c in cats] + [0],
-                          dtype=np.int16)
-    fam = np.where(name_decides[name_codes], fam_of_name[name_codes], fam_of_cat[cat_codes])
-    families = np.array(list(family_ids), dtype=object)
+    # Families as integer ids (0: none) per event, their strings looked up only where kept; a few,
+    # so int16 ids: the per-event takes move 2 bytes, not 8. The same verdict as the steps table's.
+    fam, family_names = event_families(names, cats, name_codes, cat_codes)
+    family_ids = {f: i for i, f in enumerate(family_names)}
+    families = np.array(family_names, dtype=object)
     is_coll = fam != 0
     start = ev["start_ps"].to_numpy()
     end = start + ev["dur_ps"].to_numpy()

@@ -14,7 +14,7 @@ import pandas as pd
 
 from tpudiag.model.intervals import count_at_or_before, covered, merge
 from tpudiag.model import schemas
-from tpudiag.model.hlo_names import IO_CATEGORIES, category_family, name_family
+from tpudiag.model.hlo_names import IO_CATEGORIES, event_families
 from tpudiag.model.profile import HostTrace, Platform, StepKind, StepSource
 
 
@@ -171,14 +171,7 @@ def _collective_events(events: pd.DataFrame) -> np.ndarray:
     """
     if not len(events):
         return np.zeros(0, dtype=bool)
-    names = [str(n) for n in events["name"].cat.categories]
-    cats = [str(c) for c in events["category"].cat.categories]
-    # Distinct names and categories are few (thousands x tens): a table of every combination, looked
-    # up per event, rather than sorting millions of (name, category) pairs. A name decides its row
-    # (`name_family`) or leaves it to the categories, so each name and category is classified once.
-    by_name = [name_family(n) for n in names]
-    decided = np.array([f is not None for f in by_name], dtype=bool)[:, None]
-    named = np.array([bool(f) for f in by_name], dtype=bool)[:, None]
-    by_category = np.array([bool(category_family(c)) for c in cats], dtype=bool)[None, :]
-    table = np.where(decided, named, by_category)
-    return table[events["name"].cat.codes.to_numpy(), events["category"].cat.codes.to_numpy()]
+    family, _ = event_families([str(n) for n in events["name"].cat.categories],
+                               [str(c) for c in events["category"].cat.categories],
+                               events["name"].cat.codes.to_numpy(), events["category"].cat.codes.to_numpy())
+    return family != 0

@@ -13,6 +13,8 @@ from collections import deque
 from functools import lru_cache
 from collections.abc import Sequence
 
+import numpy as np
+
 # Checked in order: the first pattern found in the name (or category) wins, so the more
 # specific `reduce-scatter` is tested before `all-reduce` (all-reduce-scatter is a reduce-scatter).
 # Separators may be '-' (HLO opcodes, most names) or '_' (v6e names gathers `all_gather.3`).
@@ -60,6 +62,22 @@ def collective_family(name: str, category: str = "") -> str:
     """
     by_name = name_family(name)
     return by_name if by_name is not None else category_family(category)
+
+
+def event_families(names: Sequence[str], categories: Sequence[str], name_codes: np.ndarray,
+                   category_codes: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+    """`collective_family(name, category)` of every event, classified once per distinct name and
+    category (traces hold millions of events, and a few thousand names): (a family id per event,
+    int16, and the families the ids index, '' at 0). The codes are a categorical column's: -1 (no
+    name or category) says nothing. The steps table and the collective windows both take their
+    collectives from here, so they cannot disagree on one."""
+    ids: dict[str, int] = {"": 0}
+    verdicts = [name_family(n) for n in names]
+    by_name = np.array([ids.setdefault(v, len(ids)) if v else 0 for v in verdicts] + [0], dtype=np.int16)
+    name_decides = np.array([v is not None for v in verdicts] + [False], dtype=bool)
+    by_category = np.array([ids.setdefault(category_family(c), len(ids)) for c in categories] + [0], dtype=np.int16)
+    family = np.where(name_decides[name_codes], by_name[name_codes], by_category[category_codes])
+    return family, tuple(ids)
 
 
 @lru_cache(maxsize=_NAME_CACHE)
